@@ -1,0 +1,64 @@
+// `mgbench report`: tables from results files. Needs neither MPI nor LibTorch at run time.
+#include <filesystem>
+#include <iostream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "options.h"
+#include "report/report.h"
+
+namespace mgbench::app {
+
+int report_main(int argc, char** argv) {
+  po::options_description options(
+      "mgbench report: one row per run (ranks, strategy, precision, pin_memory, image size, total time,\n"
+      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] FILE|DIR...\n");
+  options.add_options()("csv", "comma-separated values instead of the table")("help,h", "show this help");
+  po::options_description hidden;
+  hidden.add_options()("files", po::value<std::vector<std::string>>()->composing(), "results files");
+  po::options_description all;
+  all.add(options).add(hidden);
+  po::positional_options_description positional;
+  positional.add("files", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "mgbench report: " << e.what() << "\n";
+    return 2;
+  }
+  if (vm.count("help") != 0) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  if (vm.count("files") == 0) {
+    std::cerr << "mgbench report: no results file given\n" << options << "\n";
+    return 2;
+  }
+  std::vector<std::string> files;
+  for (const auto& f : vm["files"].as<std::vector<std::string>>()) {
+    if (std::filesystem::is_directory(f)) {
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(f)) {
+        if (entry.path().extension() == ".h5") files.push_back(entry.path().string());
+      }
+    } else {
+      files.push_back(f);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<results::RunRecord> runs;
+  try {
+    for (const auto& f : files) {
+      auto more = results::read_runs(f);
+      runs.insert(runs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    }
+  } catch (const Error& e) {
+    std::cerr << "mgbench report: " << e.what() << "\n";
+    return 1;
+  }
+  report::print(std::cout, report::build_rows(runs), vm.count("csv") != 0 ? report::Format::kCsv : report::Format::kTable);
+  return 0;
+}
+
+}  // namespace mgbench::app

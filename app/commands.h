@@ -1,0 +1,6 @@
+#pragma once
+// One function per subcommand; each gets argv without the program name and returns the exit code.
+namespace mgbench::app {
+int image_main(int argc, char** argv);
+int report_main(int argc, char** argv);
+}  // namespace mgbench::app

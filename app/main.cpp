@@ -1,0 +1,46 @@
+// mgbench: how machine-learning jobs use multi-GPU nodes.
+//   mpirun -np N mgbench image [options]   train MobileNetV2 on MNIST-upscaled, results into HDF5
+//   mgbench report FILE...                 tables from results files
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "commands.h"
+#include "core/build_info.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: mgbench <command> [options]
+
+commands:
+  image    train MobileNetV2 on MNIST upscaled to --image-size px across MPI ranks
+           (strategies ddp, ddp-rr, ddp-ds); per-rank timings into an HDF5 results file
+  report   print one row per run of one or more results files (paper Table 2 style)
+
+  mgbench <command> --help   options of a command
+  mgbench --version          version and git commit
+launch: mpirun -np N mgbench image --data DIR ...   (one rank per GPU, or per CPU slot)
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string command = argv[1];
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (command == "--version") {
+    std::cout << "mgbench " << mgbench::build_info::kVersion << " (" << mgbench::build_info::kGitCommit << ", "
+              << mgbench::build_info::kBuildType << ", " << mgbench::build_info::kCompiler << ")\n";
+    return 0;
+  }
+  if (command == "image") return mgbench::app::image_main(argc - 1, argv + 1);
+  if (command == "report") return mgbench::app::report_main(argc - 1, argv + 1);
+  std::cerr << "mgbench: unknown command '" << command << "'\n\n" << kUsage;
+  return 2;
+}

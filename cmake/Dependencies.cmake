@@ -1,0 +1,102 @@
+# Finds every external dependency and exposes it as an imported target:
+#   MPI::MPI_CXX, mgbench::hdf5 (parallel HDF5, C API), Boost::program_options, ZLIB::ZLIB,
+#   spdlog::spdlog, fmt::fmt, nlohmann_json::nlohmann_json, mgbench::torch (LibTorch),
+#   GTest::gtest_main, benchmark::benchmark.
+
+find_package(MPI REQUIRED COMPONENTS C CXX)
+find_package(ZLIB REQUIRED)
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+
+# --- HDF5, the MPI-parallel build (Debian: libhdf5-openmpi-dev) ------------------------------
+set(HDF5_PREFER_PARALLEL ON)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "mgbench needs HDF5 built with MPI (found a serial HDF5 at ${HDF5_C_INCLUDE_DIRS}). "
+                      "Debian/Ubuntu: apt-get install libhdf5-openmpi-dev; clusters: module load hdf5 with MPI.")
+endif()
+add_library(mgbench_hdf5 INTERFACE)
+target_include_directories(mgbench_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS})
+target_link_libraries(mgbench_hdf5 INTERFACE ${HDF5_C_LIBRARIES} MPI::MPI_C)
+target_compile_definitions(mgbench_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} H5_USE_110_API)
+add_library(mgbench::hdf5 ALIAS mgbench_hdf5)
+
+# --- LibTorch -----------------------------------------------------------------------------
+# The PyPI torch wheel carries LibTorch; torch.utils.cmake_prefix_path points at its CMake
+# package. Its TorchConfig.cmake insists on a CUDA toolkit (the wheel is a CUDA build), so
+# without one we link the wheel's CPU-facing libraries directly.
+set(MGBENCH_PYTHON "" CACHE FILEPATH "Python interpreter whose torch package provides LibTorch")
+if(NOT MGBENCH_PYTHON)
+  find_program(MGBENCH_PYTHON NAMES python3 python)
+endif()
+if(NOT Torch_DIR AND MGBENCH_PYTHON)
+  execute_process(COMMAND "${MGBENCH_PYTHON}" -c "import torch, sys; sys.stdout.write(torch.utils.cmake_prefix_path)"
+                  OUTPUT_VARIABLE _torch_prefix RESULT_VARIABLE _torch_rc ERROR_QUIET)
+  if(_torch_rc EQUAL 0)
+    list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+    set(Torch_DIR "${_torch_prefix}/Torch" CACHE PATH "LibTorch CMake package" FORCE)
+  endif()
+endif()
+if(NOT Torch_DIR OR NOT EXISTS "${Torch_DIR}/TorchConfig.cmake")
+  message(FATAL_ERROR "LibTorch not found: run scripts/install-deps.sh, or pass -DMGBENCH_PYTHON=<python with torch> "
+                      "or -DTorch_DIR=<libtorch>/share/cmake/Torch.")
+endif()
+
+get_filename_component(_torch_root "${Torch_DIR}/../../.." ABSOLUTE)
+
+# LibTorch's include/ carries its own copy of fmt (v12), which would shadow the system fmt that
+# spdlog is built against. The LibTorch headers mgbench uses do not include fmt, so mgbench sees
+# LibTorch's include/ through a view without fmt/.
+set(MGBENCH_TORCH_INCLUDE "${CMAKE_BINARY_DIR}/torch-include")
+file(MAKE_DIRECTORY "${MGBENCH_TORCH_INCLUDE}")
+file(GLOB _torch_include_entries RELATIVE "${_torch_root}/include" "${_torch_root}/include/*")
+foreach(_entry IN LISTS _torch_include_entries)
+  if(NOT _entry STREQUAL "fmt" AND NOT EXISTS "${MGBENCH_TORCH_INCLUDE}/${_entry}")
+    file(CREATE_LINK "${_torch_root}/include/${_entry}" "${MGBENCH_TORCH_INCLUDE}/${_entry}" SYMBOLIC)
+  endif()
+endforeach()
+function(mgbench_redirect_torch_includes target)
+  if(NOT TARGET ${target})
+    return()
+  endif()
+  get_target_property(_dirs ${target} INTERFACE_INCLUDE_DIRECTORIES)
+  if(_dirs)
+    string(REPLACE "${_torch_root}/include" "${MGBENCH_TORCH_INCLUDE}" _dirs "${_dirs}")
+    set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_dirs}")
+  endif()
+endfunction()
+
+find_package(CUDAToolkit QUIET)
+add_library(mgbench_torch INTERFACE)
+if(CUDAToolkit_FOUND)
+  # Without an explicit list, Caffe2's config try_runs a CUDA program to detect local GPUs,
+  # which fails on build machines without one. H100/H200 = sm_90.
+  set(TORCH_CUDA_ARCH_LIST "9.0" CACHE STRING "CUDA architectures for LibTorch's CMake config")
+  find_package(Torch REQUIRED)
+  foreach(_t torch torch_library torch_cpu torch_cuda c10 c10_cuda)
+    mgbench_redirect_torch_includes(${_t})
+  endforeach()
+  target_link_libraries(mgbench_torch INTERFACE ${TORCH_LIBRARIES})
+  set(MGBENCH_HAVE_CUDA ON)
+else()
+  message(STATUS "No CUDA toolkit: using LibTorch from ${_torch_root} for CPU only")
+  foreach(_lib torch torch_cpu c10)
+    find_library(MGBENCH_TORCH_${_lib} NAMES ${_lib} PATHS "${_torch_root}/lib" NO_DEFAULT_PATH REQUIRED)
+    target_link_libraries(mgbench_torch INTERFACE "${MGBENCH_TORCH_${_lib}}")
+  endforeach()
+  target_include_directories(mgbench_torch SYSTEM INTERFACE "${MGBENCH_TORCH_INCLUDE}"
+                                                          "${MGBENCH_TORCH_INCLUDE}/torch/csrc/api/include")
+  target_link_options(mgbench_torch INTERFACE "-Wl,--no-as-needed" "-Wl,-rpath,${_torch_root}/lib")
+  set(MGBENCH_HAVE_CUDA OFF)
+endif()
+add_library(mgbench::torch ALIAS mgbench_torch)
+message(STATUS "mgbench: CUDA toolkit ${CUDAToolkit_VERSION} found: ${MGBENCH_HAVE_CUDA}")
+
+if(MGBENCH_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(MGBENCH_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

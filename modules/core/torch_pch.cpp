@@ -1,0 +1,1 @@
+// Translation unit that owns the precompiled LibTorch header (see core/CMakeLists.txt).

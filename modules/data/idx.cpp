@@ -1,0 +1,83 @@
+#include "data/idx.h"
+
+#include <zlib.h>
+
+#include <array>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace mgbench::data {
+namespace {
+
+struct GzCloser {
+  void operator()(gzFile_s* f) const { gzclose(f); }
+};
+
+/// Reads up to n bytes; gzread reads gzip and plain files alike.
+std::size_t read_bytes(gzFile f, void* out, std::size_t n, const std::string& path) {
+  std::size_t done = 0;
+  auto* bytes = static_cast<unsigned char*>(out);
+  while (done < n) {
+    const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
+    const int got = gzread(f, bytes + done, chunk);
+    if (got < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(f, &errnum);
+      throw DataError(fmt::format("{}: corrupt gzip data ({})", path, msg != nullptr ? msg : "unknown zlib error"));
+    }
+    if (got == 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  return done;
+}
+
+}  // namespace
+
+IdxArray read_idx_u8(const std::string& path, int expected_ndims) {
+  std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
+  MGBENCH_REQUIRE(file != nullptr, DataError, "{}: cannot open (missing or unreadable)", path);
+  gzFile f = file.get();
+
+  std::array<unsigned char, 4> magic{};
+  const std::size_t got = read_bytes(f, magic.data(), magic.size(), path);
+  MGBENCH_REQUIRE(got == magic.size(), DataError, "{}: file too short for an IDX header ({} bytes)", path, got);
+  const int ndims = magic[3];
+  MGBENCH_REQUIRE(magic[0] == 0 && magic[1] == 0, DataError,
+                  "{}: not an IDX file (magic number 0x{:02x}{:02x}{:02x}{:02x}, expected 0x0000{:02x}{:02x})", path,
+                  magic[0], magic[1], magic[2], magic[3], 0x08, expected_ndims);
+  MGBENCH_REQUIRE(magic[2] == 0x08, DataError, "{}: IDX data type 0x{:02x}, expected 0x08 (unsigned byte)", path,
+                  magic[2]);
+  MGBENCH_REQUIRE(ndims == expected_ndims, DataError, "{}: IDX file has {} dimensions, expected {} (magic 0x{:08x})",
+                  path, ndims, expected_ndims, 0x0800 + expected_ndims);
+
+  IdxArray out;
+  std::int64_t total = 1;
+  for (int d = 0; d < ndims; ++d) {
+    std::array<unsigned char, 4> be{};
+    MGBENCH_REQUIRE(read_bytes(f, be.data(), be.size(), path) == be.size(), DataError,
+                    "{}: truncated IDX header (dimension {} of {})", path, d + 1, ndims);
+    const std::int64_t dim = (std::int64_t{be[0]} << 24) | (std::int64_t{be[1]} << 16) | (std::int64_t{be[2]} << 8) |
+                             std::int64_t{be[3]};
+    MGBENCH_REQUIRE(dim > 0 && dim <= (std::int64_t{1} << 31), DataError, "{}: IDX dimension {} has size {}", path,
+                    d + 1, dim);
+    out.dims.push_back(dim);
+    total *= dim;
+    MGBENCH_REQUIRE(total <= (std::int64_t{1} << 36), DataError, "{}: IDX array of {} bytes is implausibly large",
+                    path, total);
+  }
+  out.data.resize(static_cast<std::size_t>(total));
+  const std::size_t body = read_bytes(f, out.data.data(), out.data.size(), path);
+  MGBENCH_REQUIRE(body == out.data.size(), DataError,
+                  "{}: truncated: header announces {} data bytes ({}), file holds {}", path, total,
+                  fmt::join(out.dims, " x "), body);
+  unsigned char extra = 0;
+  MGBENCH_REQUIRE(read_bytes(f, &extra, 1, path) == 0, DataError,
+                  "{}: trailing bytes after the {} data bytes the header announces", path, total);
+  return out;
+}
+
+}  // namespace mgbench::data

@@ -1,0 +1,122 @@
+#include "data/sampler.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace mgbench::data {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+/// torch.randperm(n, generator=torch.Generator().manual_seed(seed)) or arange(n).
+std::vector<std::int64_t> order(std::int64_t n, std::uint64_t seed, bool shuffle) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(n));
+  if (!shuffle) {
+    for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i;
+    return out;
+  }
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const torch::Tensor perm = torch::randperm(n, generator, torch::kLong);
+  std::copy_n(perm.data_ptr<std::int64_t>(), n, out.begin());
+  return out;
+}
+
+std::vector<std::vector<std::int64_t>> split_batches(const std::vector<std::int64_t>& indices, std::int64_t batch_size,
+                                                     bool drop_last) {
+  std::vector<std::vector<std::int64_t>> batches;
+  for (std::size_t start = 0; start < indices.size(); start += static_cast<std::size_t>(batch_size)) {
+    const std::size_t end = std::min(indices.size(), start + static_cast<std::size_t>(batch_size));
+    if (drop_last && end - start < static_cast<std::size_t>(batch_size)) break;
+    batches.emplace_back(indices.begin() + static_cast<std::ptrdiff_t>(start),
+                         indices.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return batches;
+}
+
+}  // namespace
+
+Strategy parse_strategy(const std::string& name) {
+  if (name == "ddp") return Strategy::kDdp;
+  if (name == "ddp-rr") return Strategy::kDdpRr;
+  if (name == "ddp-ds") return Strategy::kDdpDs;
+  throw ConfigError(fmt::format("--strategy '{}': expected one of ddp, ddp-rr, ddp-ds", name));
+}
+
+std::string to_string(Strategy s) {
+  switch (s) {
+    case Strategy::kDdp:
+      return "ddp";
+    case Strategy::kDdpRr:
+      return "ddp-rr";
+    case Strategy::kDdpDs:
+      return "ddp-ds";
+  }
+  return "?";
+}
+
+std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_size, int rank, std::uint64_t seed,
+                                                      std::int64_t epoch, bool shuffle, bool drop_last) {
+  MGBENCH_REQUIRE(world_size >= 1 && rank >= 0 && rank < world_size, ConfigError,
+                  "DistributedSampler: rank {} outside [0, {})", rank, world_size);
+  std::vector<std::int64_t> indices = order(n, seed + static_cast<std::uint64_t>(epoch), shuffle);
+  // num_samples per rank and total size, as torch.utils.data.DistributedSampler.__init__.
+  const std::int64_t num_samples =
+      (drop_last && n % world_size != 0) ? ceil_div(n - world_size, world_size) : ceil_div(n, world_size);
+  const std::int64_t total = num_samples * world_size;
+  if (!drop_last) {
+    const std::int64_t padding = total - n;
+    if (padding > 0 && n > 0) {
+      for (std::int64_t k = 0; k < padding; ++k) indices.push_back(indices[static_cast<std::size_t>(k % n)]);
+    }
+  } else {
+    indices.resize(static_cast<std::size_t>(total));
+  }
+  std::vector<std::int64_t> mine;
+  mine.reserve(static_cast<std::size_t>(num_samples));
+  for (std::int64_t k = rank; k < total; k += world_size) mine.push_back(indices[static_cast<std::size_t>(k)]);
+  return mine;
+}
+
+std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epoch) {
+  MGBENCH_REQUIRE(o.batch_size >= 1, ConfigError, "--batch-size must be >= 1 (got {})", o.batch_size);
+  MGBENCH_REQUIRE(o.dataset_size >= 1, ConfigError, "the training set is empty");
+  std::vector<PlannedBatch> plan;
+  if (o.strategy == Strategy::kDdpDs) {
+    const auto indices =
+        distributed_sampler_indices(o.dataset_size, o.world_size, o.rank, o.seed, epoch, o.shuffle, o.drop_last);
+    auto batches = split_batches(indices, o.batch_size, o.drop_last);
+    for (std::size_t k = 0; k < batches.size(); ++k) {
+      plan.push_back({static_cast<std::int64_t>(k), std::move(batches[k]), true});
+    }
+    return plan;
+  }
+  // ddp and ddp-rr: every rank sees the same shuffled order (same seed on every rank).
+  const auto indices = order(o.dataset_size, o.seed + static_cast<std::uint64_t>(epoch), o.shuffle);
+  auto batches = split_batches(indices, o.batch_size, o.drop_last);
+  MGBENCH_REQUIRE(!batches.empty(), ConfigError, "--batch-size {} with drop_last leaves no batch of {} samples",
+                  o.batch_size, o.dataset_size);
+  if (o.strategy == Strategy::kDdp) {
+    for (std::size_t k = 0; k < batches.size(); ++k) {
+      plan.push_back({static_cast<std::int64_t>(k), std::move(batches[k]), true});
+    }
+    return plan;
+  }
+  const auto nb = static_cast<std::int64_t>(batches.size());
+  const std::int64_t loads = ceil_div(nb, o.world_size) * o.world_size;
+  for (std::int64_t k = 0; k < loads; ++k) {
+    plan.push_back({k, batches[static_cast<std::size_t>(k % nb)], k % o.world_size == o.rank});
+  }
+  return plan;
+}
+
+std::int64_t computed_batches_per_epoch(const EpochPlanOptions& o) {
+  std::int64_t n = 0;
+  for (const auto& b : plan_epoch(o, 0)) n += b.compute ? 1 : 0;
+  return n;
+}
+
+}  // namespace mgbench::data

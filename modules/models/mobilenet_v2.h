@@ -1,0 +1,77 @@
+#pragma once
+// MobileNetV2 (Sandler et al. 2018) with torchvision's architecture, initialisation and
+// parameter names (torchvision/models/mobilenetv2.py), so torchvision state dicts load 1:1:
+//   features.0 = Conv-BN-ReLU6 stem (3 -> 32 * width, stride 2), features.1..17 = inverted
+//   residual blocks (features.i.conv.*), features.18 = 1x1 Conv-BN-ReLU6 to 1280 * max(1, width),
+//   classifier.0 = Dropout, classifier.1 = Linear.
+//
+// Grayscale input: the stem keeps torchvision's 3 input channels. A 1-channel image x enters as
+// if replicated into 3 channels: conv(repeat(x, 3), W) = conv(x, sum_c W[:, c]), which the stem
+// computes directly (a third of the stem's input traffic and FLOPs, same result and gradients).
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace mgbench::models {
+
+struct MobileNetV2Options {
+  std::int64_t num_classes = 10;
+  double width_mult = 1.0;
+  double dropout = 0.2;  // torchvision's default
+  std::int64_t round_nearest = 8;
+};
+
+/// torchvision's _make_divisible: v rounded to a multiple of divisor, never more than 10 % below v.
+std::int64_t make_divisible(double v, std::int64_t divisor);
+
+/// torchvision.ops.Conv2dNormActivation with BatchNorm2d and ReLU6: children 0 (Conv2d, no
+/// bias, padding (kernel - 1) / 2), 1 (BatchNorm2d), 2 (ReLU6).
+class ConvBNReLU6Impl : public torch::nn::SequentialImpl {
+ public:
+  ConvBNReLU6Impl(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel, std::int64_t stride,
+                  std::int64_t groups);
+  torch::Tensor forward(torch::Tensor x) { return torch::nn::SequentialImpl::forward(std::move(x)); }
+};
+TORCH_MODULE(ConvBNReLU6);
+
+class InvertedResidualImpl : public torch::nn::Module {
+ public:
+  InvertedResidualImpl(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
+                       std::int64_t expand_ratio);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Sequential conv_{nullptr};
+  bool use_residual_;
+};
+TORCH_MODULE(InvertedResidual);
+
+class MobileNetV2Impl : public torch::nn::Module {
+ public:
+  /// Throws std::invalid_argument for width_mult <= 0, num_classes < 1 or dropout outside [0, 1).
+  explicit MobileNetV2Impl(const MobileNetV2Options& options = {});
+
+  /// x: [B, 1 or 3, H, W] (any H, W >= 1; the network downsamples by 32 before global pooling),
+  /// dtype of the parameters. Returns logits [B, num_classes].
+  torch::Tensor forward(const torch::Tensor& x);
+
+  /// Keeps the BatchNorm layers in eval mode (running statistics fixed, no batch statistics)
+  /// even in train(): per-sample computation then no longer depends on the batch, which
+  /// makes distributed runs comparable to single-rank runs exactly.
+  void set_batchnorm_frozen(bool frozen);
+  void train(bool on = true) override;
+
+  const MobileNetV2Options& options() const { return options_; }
+
+ private:
+  MobileNetV2Options options_;
+  torch::nn::Sequential features_{nullptr};
+  torch::nn::Sequential classifier_{nullptr};
+  ConvBNReLU6 stem_{nullptr};                     // = features.0
+  torch::nn::Conv2d stem_conv_{nullptr};          // = features.0.0
+  std::vector<torch::nn::AnyModule> body_;        // = features.1 .. features.N-1
+  bool batchnorm_frozen_ = false;
+};
+TORCH_MODULE(MobileNetV2);
+
+}  // namespace mgbench::models

@@ -1,0 +1,64 @@
+#include "models/state_dict.h"
+
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace mgbench::models {
+
+std::map<std::string, torch::Tensor> state_dict(const torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace(p.key(), p.value());
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) out.emplace(b.key(), b.value());
+  return out;
+}
+
+void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors,
+                     const std::string& source, bool strict) {
+  auto targets = state_dict(module);
+  if (strict) {
+    for (const auto& [name, t] : tensors) {
+      MGBENCH_REQUIRE(targets.count(name) != 0, DataError, "{}: unexpected tensor '{}' (not in the model)", source,
+                      name);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) {
+    const auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      MGBENCH_REQUIRE(!strict, DataError, "{}: tensor '{}' missing", source, name);
+      continue;
+    }
+    MGBENCH_REQUIRE(it->second.sizes() == target.sizes(), DataError, "{}: tensor '{}' has shape {}, the model expects {}",
+                    source, name, fmt::format("{}", fmt::join(it->second.sizes(), "x")),
+                    fmt::format("{}", fmt::join(target.sizes(), "x")));
+    target.copy_(it->second);
+  }
+}
+
+std::map<std::string, torch::Tensor> read_torch_state_dict(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MGBENCH_REQUIRE(in.good(), DataError, "{}: cannot open", path);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    throw DataError(fmt::format("{}: not a file written by torch.save ({})", path, e.what_without_backtrace()));
+  }
+  MGBENCH_REQUIRE(value.isGenericDict(), DataError, "{}: expected a dict of tensors (a state_dict)", path);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : value.toGenericDict()) {
+    MGBENCH_REQUIRE(item.key().isString() && item.value().isTensor(), DataError,
+                    "{}: expected a dict of name -> tensor", path);
+    out.emplace(item.key().toStringRef(), item.value().toTensor());
+  }
+  return out;
+}
+
+}  // namespace mgbench::models

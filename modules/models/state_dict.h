@@ -1,0 +1,24 @@
+#pragma once
+// Loading and saving a module's parameters and buffers by name, in PyTorch's state_dict naming
+// (e.g. "features.0.0.weight"), from files written by Python's torch.save(model.state_dict()).
+#include <map>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace mgbench::models {
+
+/// Named parameters and buffers of module (buffers such as BatchNorm running statistics included).
+std::map<std::string, torch::Tensor> state_dict(const torch::nn::Module& module);
+
+/// Copies tensors into module's parameters and buffers by name (dtype converted to the module's).
+/// strict: every name of module must be present and no extra name allowed. Throws DataError
+/// naming `source` and the first missing / unexpected name or the mismatched shape.
+void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors,
+                     const std::string& source, bool strict = true);
+
+/// Reads a dict of tensors written by torch.save(state_dict) (zip format) at path.
+/// Throws DataError naming the file when it cannot be read or is not a dict of tensors.
+std::map<std::string, torch::Tensor> read_torch_state_dict(const std::string& path);
+
+}  // namespace mgbench::models

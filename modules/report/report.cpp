@@ -1,0 +1,94 @@
+#include "report/report.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace mgbench::report {
+namespace {
+
+/// What makes two runs the same workload; precision can be overridden to find the fp64 peer.
+std::string workload_key(const results::RunRecord& r, const std::string& precision) {
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}", r.display("task"), precision, r.display("pin_memory"),
+                     r.display("image_size"), r.display("epochs"), r.display("batch_size"), r.display("train_samples"));
+}
+
+std::string workload_key(const results::RunRecord& r) { return workload_key(r, r.display("precision")); }
+
+bool usable(const results::RunRecord& r) { return r.status == "completed" && std::isfinite(r.summary.total_s); }
+
+std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v * 100.0) : "-"; }
+
+std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
+
+}  // namespace
+
+std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
+  std::vector<Row> rows;
+  for (const auto& run : runs) {
+    Row row{&run, std::nullopt, std::nullopt};
+    if (usable(run)) {
+      const results::RunRecord* one_rank = nullptr;
+      const results::RunRecord* fp64 = nullptr;
+      for (const auto& other : runs) {
+        if (!usable(other)) continue;
+        // Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
+        if (other.integer("world_size") == 1 && workload_key(other) == workload_key(run)) {
+          const bool same_strategy = other.display("strategy") == run.display("strategy");
+          if (one_rank == nullptr || same_strategy || one_rank->display("strategy") != run.display("strategy")) {
+            one_rank = &other;
+          }
+        }
+        if (workload_key(other) == workload_key(run, "fp64") && other.display("strategy") == run.display("strategy") &&
+            other.integer("world_size") == run.integer("world_size")) {
+          fp64 = &other;
+        }
+      }
+      if (one_rank != nullptr) row.efficiency_vs_1_rank = one_rank->summary.total_s / run.summary.total_s;
+      if (fp64 != nullptr && run.display("precision") != "fp64") {
+        row.efficiency_vs_fp64 = fp64->summary.total_s / run.summary.total_s;
+      }
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
+  if (format == Format::kCsv) {
+    out << "file,run_id,status,ranks,strategy,precision,pin_memory,image_size,epochs,batch_size,total_s,"
+           "test_accuracy_pct,img_per_s,efficiency_vs_1_rank_pct,efficiency_vs_fp64_pct\n";
+    for (const auto& row : rows) {
+      const auto& r = *row.run;
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
+                         r.display("world_size"), r.display("strategy"), r.display("precision"),
+                         r.display("pin_memory"), r.display("image_size"), r.display("epochs"),
+                         r.display("batch_size"), number(r.summary.total_s, 3),
+                         number(r.summary.test_accuracy * 100.0, 2), number(r.summary.samples_per_s, 1),
+                         percent(row.efficiency_vs_1_rank), percent(row.efficiency_vs_fp64));
+    }
+    return;
+  }
+  out << fmt::format("# mgbench report: {} run(s)\n", rows.size());
+  out << "# efficiency vs 1 rank = T(1 rank) / T(n ranks); vs FP64 = T(fp64) / T(precision), same ranks "
+         "(Lawenda et al. 2025, Table 2)\n";
+  const char* header = "{:<36} {:>5} {:<7} {:<9} {:<5} {:>5} {:>6} {:>10} {:>8} {:>9} {:>9} {:>9} {:<9}\n";
+  out << fmt::format(fmt::runtime(header), "run", "ranks", "strat", "precision", "pin", "size", "epochs",
+                     "total", "test_acc", "thruput", "eff_1rank", "eff_fp64", "status");
+  out << fmt::format(fmt::runtime(header), "", "", "", "", "", "(px)", "", "(s)", "(%)", "(img/s)", "(%)", "(%)", "");
+  for (const auto& row : rows) {
+    const auto& r = *row.run;
+    out << fmt::format(fmt::runtime(header), r.run_id, r.display("world_size"), r.display("strategy"),
+                       r.display("precision"), r.display("pin_memory"), r.display("image_size"), r.display("epochs"),
+                       number(r.summary.total_s, 1), number(r.summary.test_accuracy * 100.0, 2),
+                       number(r.summary.samples_per_s, 1), percent(row.efficiency_vs_1_rank),
+                       percent(row.efficiency_vs_fp64), r.status);
+  }
+  for (const auto& row : rows) {
+    if (row.run->status == "failed" && !row.run->error.empty()) {
+      out << fmt::format("# {} failed: {}\n", row.run->run_id, row.run->error);
+    }
+  }
+}
+
+}  // namespace mgbench::report

@@ -1,0 +1,32 @@
+#pragma once
+// `mgbench report`: one row per run in the style of the paper's Table 2 (Lawenda et al. 2025,
+// arXiv 2503.15252): ranks, strategy, precision, pin_memory, image size, total time, test
+// accuracy, efficiency vs 1 rank and vs FP64.
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "results/reader.h"
+
+namespace mgbench::report {
+
+/// One table row, with the efficiencies resolved against the other runs.
+struct Row {
+  const results::RunRecord* run = nullptr;
+  std::optional<double> efficiency_vs_1_rank;  // T(1 rank) / T(n ranks), as a fraction (1.0 = 100 %)
+  std::optional<double> efficiency_vs_fp64;    // T(fp64) / T(this precision), same ranks
+};
+
+/// Efficiency baselines: "vs 1 rank" pairs a run with a completed 1-rank run of the same
+/// workload (task, precision, pin_memory, image size, epochs, per-rank batch size, training
+/// samples), preferring the same strategy; "vs FP64" with the completed fp64 run of the same
+/// workload, strategy and world size. Among several candidates the latest run is used.
+std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs);
+
+enum class Format { kTable, kCsv };
+
+/// Writes the rows; the table has '#' metadata lines and a units row (nccl-tests style).
+void print(std::ostream& out, const std::vector<Row>& rows, Format format);
+
+}  // namespace mgbench::report

@@ -1,0 +1,124 @@
+#include "results/reader.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace mgbench::results {
+namespace {
+
+using h5::check_status;
+
+std::string read_fixed_string(hid_t group, const char* name, std::size_t bytes, const std::string& where) {
+  if (!h5::link_exists(group, name)) return {};
+  h5::Handle ds = h5::wrap_dataset(H5Dopen2(group, name, H5P_DEFAULT), fmt::format("open {}/{}", where, name));
+  h5::Handle type = h5::fixed_string_type(bytes);
+  std::string value(bytes, '\0');
+  check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()), fmt::format("read {}/{}", where, name));
+  const auto end = value.find('\0');
+  if (end != std::string::npos) value.resize(end);
+  return value;
+}
+
+template <class Record>
+std::vector<Record> read_table(hid_t group, const char* name, hid_t type, const std::string& where) {
+  if (!h5::link_exists(group, name)) return {};
+  h5::Handle ds = h5::wrap_dataset(H5Dopen2(group, name, H5P_DEFAULT), fmt::format("open {}/{}", where, name));
+  h5::Handle space = h5::wrap_space(H5Dget_space(ds), fmt::format("space of {}/{}", where, name));
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  std::vector<Record> rows(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
+  if (!rows.empty()) {
+    check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), fmt::format("read {}/{}", where, name));
+  }
+  return rows;
+}
+
+struct LinkNames {
+  std::vector<std::string> names;
+};
+
+herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<LinkNames*>(data)->names.emplace_back(name);
+  return 0;
+}
+
+std::vector<std::string> child_names(hid_t group, const std::string& where) {
+  LinkNames out;
+  hsize_t index = 0;
+  // Creation order is tracked only when the group was made with it; name order is the fallback.
+  if (H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &index, collect_link, &out) < 0) {
+    check_status(-1, fmt::format("list {}", where));
+  }
+  return out.names;
+}
+
+}  // namespace
+
+std::optional<std::string> RunRecord::text(const std::string& name) const {
+  for (const auto& [key, value] : attributes) {
+    if (key == name && std::holds_alternative<std::string>(value)) return std::get<std::string>(value);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> RunRecord::integer(const std::string& name) const {
+  for (const auto& [key, value] : attributes) {
+    if (key == name && std::holds_alternative<std::int64_t>(value)) return std::get<std::int64_t>(value);
+  }
+  return std::nullopt;
+}
+
+std::string RunRecord::display(const std::string& name) const {
+  for (const auto& [key, value] : attributes) {
+    if (key != name) continue;
+    if (const auto* s = std::get_if<std::string>(&value)) return *s;
+    if (const auto* i = std::get_if<std::int64_t>(&value)) return std::to_string(*i);
+    return fmt::format("{:g}", std::get<double>(value));
+  }
+  return {};
+}
+
+std::vector<RunRecord> read_runs(const std::string& path) {
+  h5::silence_error_stack();
+  MGBENCH_REQUIRE(access(path.c_str(), R_OK) == 0, ResultsError, "results file '{}' does not exist or is not readable",
+                  path);
+  MGBENCH_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, ResultsError, "'{}' is not an HDF5 file", path);
+  h5::Handle fapl = h5::wrap_plist(H5Pcreate(H5P_FILE_ACCESS), "file access list");
+  // A running job holds the file open; reading it while it runs is allowed.
+  H5Pset_file_locking(fapl, false, true);
+  h5::Handle file = h5::wrap_file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), fmt::format("open '{}'", path));
+  MGBENCH_REQUIRE(h5::link_exists(file, "runs"), ResultsError, "'{}' is not an mgbench results file (no /runs group)",
+                  path);
+  h5::Handle runs = h5::wrap_group(H5Gopen2(file, "runs", H5P_DEFAULT), fmt::format("open /runs in '{}'", path));
+
+  const h5::Handle step_type = step_record_type();
+  const h5::Handle epoch_type = epoch_record_type();
+  const h5::Handle summary_type = run_summary_type();
+  std::vector<RunRecord> out;
+  for (const std::string& id : child_names(runs, "/runs")) {
+    const std::string where = fmt::format("'{}' /runs/{}", path, id);
+    h5::Handle group = h5::wrap_group(H5Gopen2(runs, id.c_str(), H5P_DEFAULT), "open " + where);
+    RunRecord run;
+    run.file = path;
+    run.run_id = id;
+    run.attributes = h5::read_attributes(group);
+    run.status = read_fixed_string(group, "status", kStatusBytes, where);
+    run.error = read_fixed_string(group, "error", kErrorBytes, where);
+    const auto summary = read_table<RunSummary>(group, "summary", summary_type, where);
+    if (!summary.empty()) run.summary = summary.front();
+    for (int r = 0;; ++r) {
+      const std::string rank_name = fmt::format("rank_{}", r);
+      if (!h5::link_exists(group, rank_name)) break;
+      h5::Handle rank_group = h5::wrap_group(H5Gopen2(group, rank_name.c_str(), H5P_DEFAULT), "open " + where);
+      auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
+      std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
+      run.epochs.push_back(std::move(epochs));
+    }
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+}  // namespace mgbench::results

@@ -1,0 +1,33 @@
+#pragma once
+// Serial reader of mgbench results files (no MPI needed): what `mgbench report` reads.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/hdf5.h"
+#include "results/schema.h"
+
+namespace mgbench::results {
+
+struct RunRecord {
+  std::string file;     // path of the results file
+  std::string run_id;   // name of the group under /runs
+  h5::Attributes attributes;
+  std::string status;   // running | completed | failed | preempted
+  std::string error;    // message of a failed run
+  RunSummary summary;
+  std::vector<std::vector<EpochRecord>> epochs;  // [rank][epoch], unwritten rows dropped
+
+  /// Attribute lookups; std::nullopt when absent or of another type.
+  std::optional<std::string> text(const std::string& name) const;
+  std::optional<std::int64_t> integer(const std::string& name) const;
+  /// Attribute as display text whatever its type ("" when absent).
+  std::string display(const std::string& name) const;
+};
+
+/// Reads every run of a results file, in the file's (creation-time) order.
+/// Throws ResultsError naming the file when it is missing, not HDF5, or not an mgbench file.
+std::vector<RunRecord> read_runs(const std::string& path);
+
+}  // namespace mgbench::results

@@ -1,0 +1,69 @@
+#include "results/schema.h"
+
+#include <cstddef>
+
+namespace mgbench::results {
+namespace {
+
+using h5::check_status;
+
+void insert(hid_t type, const char* name, std::size_t offset, hid_t member) {
+  check_status(H5Tinsert(type, name, offset, member), std::string("compound member ") + name);
+}
+
+void insert_phases(hid_t type, std::size_t base) {
+  insert(type, "data_s", base + offsetof(PhaseTimes, data_s), H5T_NATIVE_DOUBLE);
+  insert(type, "h2d_s", base + offsetof(PhaseTimes, h2d_s), H5T_NATIVE_DOUBLE);
+  insert(type, "transform_s", base + offsetof(PhaseTimes, transform_s), H5T_NATIVE_DOUBLE);
+  insert(type, "forward_s", base + offsetof(PhaseTimes, forward_s), H5T_NATIVE_DOUBLE);
+  insert(type, "backward_s", base + offsetof(PhaseTimes, backward_s), H5T_NATIVE_DOUBLE);
+  insert(type, "allreduce_s", base + offsetof(PhaseTimes, allreduce_s), H5T_NATIVE_DOUBLE);
+  insert(type, "optimizer_s", base + offsetof(PhaseTimes, optimizer_s), H5T_NATIVE_DOUBLE);
+}
+
+}  // namespace
+
+h5::Handle step_record_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(StepRecord)), "create step record type");
+  insert(t, "epoch", offsetof(StepRecord, epoch), H5T_NATIVE_INT32);
+  insert(t, "step", offsetof(StepRecord, step), H5T_NATIVE_INT64);
+  insert(t, "batch_index", offsetof(StepRecord, batch_index), H5T_NATIVE_INT64);
+  insert(t, "start_s", offsetof(StepRecord, start_s), H5T_NATIVE_DOUBLE);
+  insert_phases(t, offsetof(StepRecord, phases));
+  insert(t, "step_s", offsetof(StepRecord, step_s), H5T_NATIVE_DOUBLE);
+  insert(t, "loss", offsetof(StepRecord, loss), H5T_NATIVE_DOUBLE);
+  insert(t, "samples", offsetof(StepRecord, samples), H5T_NATIVE_INT64);
+  return t;
+}
+
+h5::Handle epoch_record_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(EpochRecord)), "create epoch record type");
+  insert(t, "epoch", offsetof(EpochRecord, epoch), H5T_NATIVE_INT32);
+  insert(t, "steps", offsetof(EpochRecord, steps), H5T_NATIVE_INT64);
+  insert(t, "samples", offsetof(EpochRecord, samples), H5T_NATIVE_INT64);
+  insert(t, "loaded_samples", offsetof(EpochRecord, loaded_samples), H5T_NATIVE_INT64);
+  insert(t, "train_s", offsetof(EpochRecord, train_s), H5T_NATIVE_DOUBLE);
+  insert_phases(t, offsetof(EpochRecord, phases));
+  insert(t, "loss_mean", offsetof(EpochRecord, loss_mean), H5T_NATIVE_DOUBLE);
+  insert(t, "samples_per_s", offsetof(EpochRecord, samples_per_s), H5T_NATIVE_DOUBLE);
+  insert(t, "eval_s", offsetof(EpochRecord, eval_s), H5T_NATIVE_DOUBLE);
+  insert(t, "test_correct", offsetof(EpochRecord, test_correct), H5T_NATIVE_INT64);
+  insert(t, "test_samples", offsetof(EpochRecord, test_samples), H5T_NATIVE_INT64);
+  insert(t, "test_accuracy", offsetof(EpochRecord, test_accuracy), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
+h5::Handle run_summary_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(RunSummary)), "create summary type");
+  insert(t, "total_s", offsetof(RunSummary, total_s), H5T_NATIVE_DOUBLE);
+  insert(t, "train_s", offsetof(RunSummary, train_s), H5T_NATIVE_DOUBLE);
+  insert(t, "eval_s", offsetof(RunSummary, eval_s), H5T_NATIVE_DOUBLE);
+  insert(t, "samples_per_s", offsetof(RunSummary, samples_per_s), H5T_NATIVE_DOUBLE);
+  insert(t, "final_loss", offsetof(RunSummary, final_loss), H5T_NATIVE_DOUBLE);
+  insert(t, "test_accuracy", offsetof(RunSummary, test_accuracy), H5T_NATIVE_DOUBLE);
+  insert(t, "epochs_completed", offsetof(RunSummary, epochs_completed), H5T_NATIVE_INT64);
+  insert(t, "finished_unix_s", offsetof(RunSummary, finished_unix_s), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
+}  // namespace mgbench::results

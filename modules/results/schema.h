@@ -1,0 +1,82 @@
+#pragma once
+// The mgbench results schema: record types of the tables in a results file and their HDF5
+// compound types. docs/results-schema.md is the reader's documentation of the same layout;
+// change both together and bump kSchemaVersion.
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "results/hdf5.h"
+
+namespace mgbench::results {
+
+inline constexpr std::string_view kSchemaName = "mgbench-results";
+inline constexpr std::int64_t kSchemaVersion = 1;
+
+/// Run states stored in /runs/<id>/status.
+inline constexpr std::string_view kStatusRunning = "running";
+inline constexpr std::string_view kStatusCompleted = "completed";
+inline constexpr std::string_view kStatusFailed = "failed";
+inline constexpr std::string_view kStatusPreempted = "preempted";
+inline constexpr std::size_t kStatusBytes = 16;
+inline constexpr std::size_t kErrorBytes = 1024;
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// Wall time [s] spent in each phase of a training step (or summed over an epoch).
+struct PhaseTimes {
+  double data_s = 0;       // waiting for the loader to hand over the batch
+  double h2d_s = 0;        // host-to-device copy of the batch (0 on CPU)
+  double transform_s = 0;  // on-device transforms: cast, normalise, upscale
+  double forward_s = 0;    // forward pass and loss
+  double backward_s = 0;   // backward pass (including all-reduce launches from gradient hooks)
+  double allreduce_s = 0;  // gradient all-reduce time not hidden behind backward (waiting on it)
+  double optimizer_s = 0;  // optimizer step and zeroing gradients
+};
+
+/// One row of rank_<r>/steps. Unwritten rows (run killed or stopped early) keep epoch = -1.
+struct StepRecord {
+  std::int32_t epoch = -1;       // 0-based
+  std::int64_t step = -1;        // 0-based, within the epoch
+  std::int64_t batch_index = -1; // index of the batch in the epoch's loading order
+  double start_s = kNaN;         // step start, seconds since the run started
+  PhaseTimes phases;
+  double step_s = kNaN;          // wall time of the whole step
+  double loss = kNaN;            // mean loss of this rank's micro-batch
+  std::int64_t samples = 0;      // samples computed on in this step
+};
+
+/// One row of rank_<r>/epochs. Unwritten rows keep epoch = -1.
+struct EpochRecord {
+  std::int32_t epoch = -1;          // 0-based
+  std::int64_t steps = 0;           // optimizer steps this rank took
+  std::int64_t samples = 0;         // samples this rank computed on
+  std::int64_t loaded_samples = 0;  // samples this rank loaded (ddp-rr loads more than it computes)
+  double train_s = kNaN;            // wall time of the training part of the epoch
+  PhaseTimes phases;                // summed over the epoch's steps
+  double loss_mean = kNaN;          // mean of the step losses
+  double samples_per_s = kNaN;      // samples / train_s on this rank [img/s]
+  double eval_s = kNaN;             // wall time of the test-set evaluation (NaN: not evaluated)
+  std::int64_t test_correct = -1;   // correct predictions, summed over all ranks
+  std::int64_t test_samples = -1;   // test samples evaluated, summed over all ranks
+  double test_accuracy = kNaN;      // test_correct / test_samples, in [0, 1]
+};
+
+/// /runs/<id>/summary, written by rank 0 when the run ends.
+struct RunSummary {
+  double total_s = kNaN;          // wall time from the start of training to the end of the run
+  double train_s = kNaN;          // sum of epoch training times (rank 0)
+  double eval_s = kNaN;           // sum of evaluation times (rank 0)
+  double samples_per_s = kNaN;    // samples computed on by all ranks / train_s [img/s]
+  double final_loss = kNaN;       // loss_mean of the last epoch (rank 0)
+  double test_accuracy = kNaN;    // accuracy after the last evaluated epoch, in [0, 1]
+  std::int64_t epochs_completed = 0;
+  double finished_unix_s = kNaN;  // UTC seconds since 1970 when the run ended
+};
+
+/// HDF5 compound types for the records (native layout in memory, same field names on disk).
+h5::Handle step_record_type();
+h5::Handle epoch_record_type();
+h5::Handle run_summary_type();
+
+}  // namespace mgbench::results

@@ -1,0 +1,319 @@
+#include "results/writer.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace mgbench::results {
+namespace {
+
+using h5::check_status;
+
+/// Rank 0 decides; every rank receives the same string.
+std::string broadcast_string(MPI_Comm comm, std::string value) {
+  std::int64_t size = static_cast<std::int64_t>(value.size());
+  MGBENCH_CHECK_MPI(MPI_Bcast(&size, 1, MPI_INT64_T, 0, comm));
+  value.resize(static_cast<std::size_t>(size));
+  MGBENCH_CHECK_MPI(MPI_Bcast(value.data(), static_cast<int>(size), MPI_CHAR, 0, comm));
+  return value;
+}
+
+/// Every rank's string, in rank order.
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {
+  int world = 0;
+  MGBENCH_CHECK_MPI(MPI_Comm_size(comm, &world));
+  int my_size = static_cast<int>(mine.size());
+  std::vector<int> sizes(static_cast<std::size_t>(world));
+  MGBENCH_CHECK_MPI(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm));
+  std::vector<int> offsets(sizes.size(), 0);
+  for (std::size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+  std::string all(static_cast<std::size_t>(offsets.back() + sizes.back()), '\0');
+  MGBENCH_CHECK_MPI(MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(),
+                                   MPI_CHAR, comm));
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(offsets[r], sizes[r]));
+  return out;
+}
+
+// Rank attributes travel between ranks as "kind name \x1f value \x1e" records.
+std::string encode_attributes(const h5::Attributes& attributes) {
+  std::string out;
+  for (const auto& [name, value] : attributes) {
+    char kind = 's';
+    std::string text;
+    if (const auto* s = std::get_if<std::string>(&value)) {
+      text = *s;
+    } else if (const auto* i = std::get_if<std::int64_t>(&value)) {
+      kind = 'i';
+      text = std::to_string(*i);
+    } else {
+      kind = 'd';
+      text = fmt::format("{:.17g}", std::get<double>(value));
+    }
+    out += kind + name + '\x1f' + text + '\x1e';
+  }
+  return out;
+}
+
+h5::Attributes decode_attributes(const std::string& encoded) {
+  h5::Attributes out;
+  std::size_t pos = 0;
+  while (pos < encoded.size()) {
+    const std::size_t sep = encoded.find('\x1f', pos);
+    const std::size_t end = encoded.find('\x1e', sep);
+    const char kind = encoded[pos];
+    std::string name = encoded.substr(pos + 1, sep - pos - 1);
+    std::string text = encoded.substr(sep + 1, end - sep - 1);
+    if (kind == 'i') {
+      out.emplace_back(std::move(name), static_cast<std::int64_t>(std::stoll(text)));
+    } else if (kind == 'd') {
+      out.emplace_back(std::move(name), std::stod(text));
+    } else {
+      out.emplace_back(std::move(name), std::move(text));
+    }
+    pos = end + 1;
+  }
+  return out;
+}
+
+/// A fixed-size, contiguous dataset whose space is allocated and filled at creation, so that
+/// later writes touch only raw data.
+h5::Handle create_table(hid_t group, const char* name, hid_t type, std::span<const hsize_t> dims,
+                        const void* fill, const std::string& where) {
+  const std::string what = fmt::format("create dataset {}/{}", where, name);
+  h5::Handle space = h5::wrap_space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), what);
+  h5::Handle dcpl = h5::wrap_plist(H5Pcreate(H5P_DATASET_CREATE), what);
+  check_status(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
+  check_status(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
+  check_status(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC), what);
+  if (fill != nullptr) check_status(H5Pset_fill_value(dcpl, type, fill), what);
+  return h5::wrap_dataset(H5Dcreate2(group, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), what);
+}
+
+std::string hdf5_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return fmt::format("{}.{}.{}", major, minor, release);
+}
+
+std::string compact_utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+std::string sanitize_run_name(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
+                             const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes,
+                             const RankLayout& layout)
+    : path_(path), layout_(layout) {
+  h5::silence_error_stack();
+  MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
+
+  // Rank 0 inspects the path so that every rank fails, or proceeds, together.
+  std::string problem;
+  bool exists = false;
+  if (rank_ == 0) {
+    exists = access(path.c_str(), F_OK) == 0;
+    if (exists && H5Fis_hdf5(path.c_str()) <= 0) {
+      problem = fmt::format("results file '{}' exists and is not an HDF5 file; refusing to touch it "
+                            "(choose another --results path)", path);
+    }
+  }
+  problem = broadcast_string(comm_, problem);
+  if (!problem.empty()) throw ResultsError(problem);
+  exists = broadcast_string(comm_, exists ? "1" : "0") == "1";
+
+  const std::string open_what = fmt::format("{} results file '{}'", exists ? "open" : "create", path);
+  h5::Handle fapl = h5::wrap_plist(H5Pcreate(H5P_FILE_ACCESS), open_what);
+  check_status(H5Pset_fapl_mpio(fapl, comm_, MPI_INFO_NULL), open_what);
+  check_status(H5Pset_all_coll_metadata_ops(fapl, true), open_what);
+  check_status(H5Pset_coll_metadata_write(fapl, true), open_what);
+  if (exists) {
+    file_ = h5::wrap_file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl), open_what);
+    const h5::Attributes root = h5::read_attributes(file_);
+    bool is_mgbench = false;
+    for (const auto& [name, value] : root) {
+      if (name == "schema" && std::holds_alternative<std::string>(value)) {
+        is_mgbench = std::get<std::string>(value) == kSchemaName;
+      }
+    }
+    if (!is_mgbench || !h5::link_exists(file_, "runs")) {
+      throw ResultsError(fmt::format("'{}' is an HDF5 file but not an mgbench results file (no schema=\"{}\" "
+                                     "attribute or /runs group); choose another --results path",
+                                     path, kSchemaName));
+    }
+  } else {
+    file_ = h5::wrap_file(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
+    h5::write_attributes(file_, {{"schema", std::string(kSchemaName)}, {"schema_version", kSchemaVersion}});
+    h5::wrap_group(H5Gcreate2(file_, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create /runs");
+  }
+
+  // Run id: UTC start time and the run name; rank 0 makes it unique in this file.
+  std::string id;
+  if (rank_ == 0) {
+    const std::string base = compact_utc_now() + (run_name.empty() ? "" : "_" + sanitize_run_name(run_name));
+    id = base;
+    for (int n = 2; h5::link_exists(file_, "runs/" + id); ++n) id = fmt::format("{}-{}", base, n);
+  }
+  run_id_ = broadcast_string(comm_, id);
+  const std::string run_path = "runs/" + run_id_;
+
+  run_group_ = h5::wrap_group(H5Gcreate2(file_, run_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                              "create group /" + run_path);
+  // Attribute writes are collective with identical values: everyone writes rank 0's.
+  h5::write_attributes(run_group_, decode_attributes(broadcast_string(comm_, encode_attributes(run_attributes))));
+  h5::write_attribute(run_group_, "hdf5_version", hdf5_version());
+  h5::write_attribute(run_group_, "run_id", run_id_);
+
+  const hsize_t scalar_dims[1] = {1};
+  h5::Handle status_type = h5::fixed_string_type(kStatusBytes);
+  h5::Handle error_type = h5::fixed_string_type(kErrorBytes);
+  status_ = create_table(run_group_, "status", status_type, {scalar_dims, 1}, nullptr, run_path);
+  error_ = create_table(run_group_, "error", error_type, {scalar_dims, 1}, nullptr, run_path);
+  summary_type_ = run_summary_type();
+  const RunSummary empty_summary;
+  summary_ = create_table(run_group_, "summary", summary_type_, {scalar_dims, 1}, &empty_summary, run_path);
+
+  // Every rank creates every rank's group and tables (HDF5 metadata operations are collective),
+  // so each rank needs all ranks' layouts and attributes.
+  std::array<std::int64_t, 3> mine{layout.epochs, layout.steps_per_epoch, layout.indices_per_epoch};
+  std::vector<std::int64_t> layouts(3 * static_cast<std::size_t>(world_size_));
+  MGBENCH_CHECK_MPI(MPI_Allgather(mine.data(), 3, MPI_INT64_T, layouts.data(), 3, MPI_INT64_T, comm_));
+  const std::vector<std::string> rank_attrs = allgather_strings(comm_, encode_attributes(rank_attributes));
+
+  step_type_ = step_record_type();
+  epoch_type_ = epoch_record_type();
+  const StepRecord empty_step;
+  const EpochRecord empty_epoch;
+  const std::int64_t no_index = -1;
+  for (int r = 0; r < world_size_; ++r) {
+    const std::string group_path = fmt::format("{}/rank_{}", run_path, r);
+    h5::Handle group = h5::wrap_group(H5Gcreate2(file_, group_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                      "create group /" + group_path);
+    h5::write_attributes(group, decode_attributes(rank_attrs[static_cast<std::size_t>(r)]));
+    h5::write_attribute(group, "rank", static_cast<std::int64_t>(r));
+    const auto* l = &layouts[3 * static_cast<std::size_t>(r)];
+    const hsize_t step_dims[1] = {static_cast<hsize_t>(l[0] * l[1])};
+    const hsize_t epoch_dims[1] = {static_cast<hsize_t>(l[0])};
+    h5::Handle steps = create_table(group, "steps", step_type_, step_dims, &empty_step, group_path);
+    h5::Handle epochs = create_table(group, "epochs", epoch_type_, epoch_dims, &empty_epoch, group_path);
+    h5::Handle indices;
+    if (l[2] > 0) {
+      const hsize_t index_dims[2] = {static_cast<hsize_t>(l[0]), static_cast<hsize_t>(l[2])};
+      indices = create_table(group, "indices", H5T_STD_I64LE, index_dims, &no_index, group_path);
+    }
+    if (r == rank_) {
+      steps_ = std::move(steps);
+      epochs_ = std::move(epochs);
+      indices_ = std::move(indices);
+    }
+  }
+  if (rank_ == 0) write_status(kStatusRunning, "");
+  check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
+}
+
+ResultsWriter::~ResultsWriter() {
+  if (!finished_ && world_size_ > 1) {
+    // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
+    // other ranks may be gone, so release the handles instead of waiting on them. Everything
+    // written so far is already in the file (raw data goes straight to MPI-IO).
+    for (h5::Handle* h : {&indices_, &epochs_, &steps_, &summary_, &error_, &status_, &run_group_, &file_}) {
+      h->release();
+    }
+  }
+  if (comm_ != MPI_COMM_NULL && finished_) MPI_Comm_free(&comm_);
+}
+
+void ResultsWriter::write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows,
+                               const void* rows, const char* what) {
+  const std::string context = fmt::format("write {} of rank {} in '{}' run {}", what, rank_, path_, run_id_);
+  h5::Handle file_space = h5::wrap_space(H5Dget_space(dataset), context);
+  const int ndims = H5Sget_simple_extent_ndims(file_space);
+  std::array<hsize_t, 2> dims{};
+  H5Sget_simple_extent_dims(file_space, dims.data(), nullptr);
+  const hsize_t row_size = ndims == 2 ? dims[1] : 1;
+  MGBENCH_REQUIRE(first_row >= 0 && static_cast<hsize_t>(first_row + n_rows) <= dims[0], ResultsError,
+                  "{}: rows [{}, {}) outside the table's {} rows", context, first_row, first_row + n_rows, dims[0]);
+  const std::array<hsize_t, 2> start{static_cast<hsize_t>(first_row), 0};
+  const std::array<hsize_t, 2> count{static_cast<hsize_t>(n_rows), row_size};
+  check_status(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), context);
+  h5::Handle mem_space = h5::wrap_space(H5Screate_simple(ndims, count.data(), nullptr), context);
+  check_status(H5Dwrite(dataset, type, mem_space, file_space, H5P_DEFAULT, rows), context);
+}
+
+void ResultsWriter::write_steps(std::int64_t epoch, std::span<const StepRecord> steps) {
+  MGBENCH_REQUIRE(static_cast<std::int64_t>(steps.size()) <= layout_.steps_per_epoch, ResultsError,
+                  "rank {} has {} steps in epoch {}, more than the {} the results layout reserved", rank_,
+                  steps.size(), epoch, layout_.steps_per_epoch);
+  if (steps.empty()) return;
+  write_rows(steps_, step_type_, epoch * layout_.steps_per_epoch, static_cast<std::int64_t>(steps.size()),
+             steps.data(), "steps");
+}
+
+void ResultsWriter::write_epoch(const EpochRecord& record) {
+  write_rows(epochs_, epoch_type_, record.epoch, 1, &record, "epochs");
+}
+
+void ResultsWriter::write_indices(std::int64_t epoch, std::span<const std::int64_t> indices) {
+  MGBENCH_REQUIRE(indices_.valid() && static_cast<std::int64_t>(indices.size()) == layout_.indices_per_epoch,
+                  ResultsError, "rank {}: {} indices for epoch {}, the results layout reserved {}", rank_,
+                  indices.size(), epoch, layout_.indices_per_epoch);
+  write_rows(indices_, H5T_NATIVE_INT64, epoch, 1, indices.data(), "indices");
+}
+
+void ResultsWriter::write_summary(const RunSummary& summary) {
+  write_rows(summary_, summary_type_, 0, 1, &summary, "summary");
+}
+
+void ResultsWriter::write_status(std::string_view status, const std::string& message) {
+  std::array<char, kStatusBytes> s{};
+  std::memcpy(s.data(), status.data(), std::min(status.size(), s.size()));
+  h5::Handle status_type = h5::fixed_string_type(kStatusBytes);
+  write_rows(status_, status_type, 0, 1, s.data(), "status");
+  std::array<char, kErrorBytes> e{};
+  std::memcpy(e.data(), message.data(), std::min(message.size(), e.size()));
+  h5::Handle error_type = h5::fixed_string_type(kErrorBytes);
+  write_rows(error_, error_type, 0, 1, e.data(), "error");
+}
+
+void ResultsWriter::finish(std::string_view status) {
+  if (rank_ == 0) write_status(status, "");
+  check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
+  for (h5::Handle* h : {&indices_, &epochs_, &steps_, &summary_, &error_, &status_, &run_group_}) h->reset();
+  file_.reset();
+  finished_ = true;
+}
+
+void ResultsWriter::mark_failed(const std::string& message) noexcept {
+  if (finished_ || !status_.valid()) return;
+  try {
+    write_status(kStatusFailed, fmt::format("rank {}: {}", rank_, message));
+  } catch (...) {
+    // Nothing more can be done: the job is going down and the status stays "running".
+  }
+}
+
+}  // namespace mgbench::results

@@ -1,0 +1,89 @@
+#pragma once
+// ResultsWriter: every rank of a job writes into one shared HDF5 file (parallel HDF5, MPI-IO).
+//
+// Crash safety: all structure of a run (groups, attributes, fixed-size datasets with their
+// space allocated) is created collectively when the run starts and flushed at once. From then on
+// ranks only overwrite raw data in place, which never touches HDF5 metadata, so a SIGKILL at any
+// later moment leaves the file, earlier runs included, readable. A rank that fails writes
+// "failed" and its message into the run's raw `status` / `error` datasets on its own, without
+// any collective, before the job is aborted.
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "results/hdf5.h"
+#include "results/schema.h"
+
+namespace mgbench::results {
+
+/// Sizes of this rank's tables, known before the run starts.
+struct RankLayout {
+  std::int64_t epochs = 0;
+  std::int64_t steps_per_epoch = 0;    // rows of rank_<r>/steps per epoch
+  std::int64_t indices_per_epoch = 0;  // columns of rank_<r>/indices; 0: no indices recorded
+};
+
+class ResultsWriter {
+ public:
+  /// Collective over comm. Opens path (creating it, or appending to an mgbench results file),
+  /// creates /runs/<run_id> with run_attributes, and rank_<r> groups with each rank's
+  /// rank_attributes and tables. Rank 0's run_attributes are stored (e.g. its start time).
+  /// Throws ResultsError (same message on every rank) when path exists and is not an mgbench
+  /// results file, or cannot be opened or written.
+  ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
+                const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes,
+                const RankLayout& layout);
+  ~ResultsWriter();
+  ResultsWriter(const ResultsWriter&) = delete;
+  ResultsWriter& operator=(const ResultsWriter&) = delete;
+
+  const std::string& run_id() const { return run_id_; }
+  const std::string& path() const { return path_; }
+
+  /// Writes this rank's step rows of one epoch (0-based), at most steps_per_epoch of them. Independent.
+  void write_steps(std::int64_t epoch, std::span<const StepRecord> steps);
+  /// Writes this rank's row of rank_<r>/epochs. Independent.
+  void write_epoch(const EpochRecord& record);
+  /// Writes this rank's computed sample indices of one epoch (indices_per_epoch of them). Independent.
+  void write_indices(std::int64_t epoch, std::span<const std::int64_t> indices);
+  /// Writes /runs/<id>/summary. Call on one rank (rank 0). Independent.
+  void write_summary(const RunSummary& summary);
+
+  /// Collective: records the final status ("completed" or "preempted"), flushes and closes.
+  void finish(std::string_view status);
+  /// Any single rank, no collective, never throws: records "failed" and message in the run.
+  /// The caller then aborts the job; the file is left consistent.
+  void mark_failed(const std::string& message) noexcept;
+
+ private:
+  void write_status(std::string_view status, const std::string& message);
+  void write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows, const void* rows,
+                  const char* what);
+
+  std::string path_;
+  std::string run_id_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int world_size_ = 1;
+  RankLayout layout_;
+  bool finished_ = false;
+  h5::Handle file_;
+  h5::Handle run_group_;
+  h5::Handle status_;
+  h5::Handle error_;
+  h5::Handle summary_;
+  h5::Handle steps_;
+  h5::Handle epochs_;
+  h5::Handle indices_;
+  h5::Handle step_type_;
+  h5::Handle epoch_type_;
+  h5::Handle summary_type_;
+};
+
+/// Makes a run-name safe as an HDF5 link name: keeps [A-Za-z0-9._-], maps the rest to '_'.
+std::string sanitize_run_name(const std::string& name);
+
+}  // namespace mgbench::results

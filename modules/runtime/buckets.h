@@ -1,0 +1,33 @@
+#pragma once
+// Assignment of gradients to all-reduce buckets, as PyTorch DDP does it
+// (torch/csrc/distributed/c10d/reducer.cpp, compute_bucket_assignment_by_size): parameters in
+// reverse registration order (the order backward produces their gradients), one bucket list per
+// dtype, a bucket closed once it holds at least its byte limit; the first bucket of each dtype
+// has a small limit (DDP: 1 MiB) so communication starts early in backward.
+// Torch-free, so it is unit-tested on plain sizes.
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace mgbench::runtime {
+
+inline constexpr std::size_t kDefaultBucketBytes = 25u * 1024u * 1024u;  // DDP bucket_cap_mb = 25
+inline constexpr std::size_t kDefaultFirstBucketBytes = 1024u * 1024u;   // DDP _DEFAULT_FIRST_BUCKET_BYTES
+
+struct TensorSize {
+  std::size_t bytes = 0;  // numel * element size
+  int dtype = 0;          // any key; tensors of different keys never share a bucket
+};
+
+struct BucketAssignment {
+  std::vector<std::size_t> tensors;  // indices into the input, in the order they fill the bucket
+  std::size_t bytes = 0;
+  int dtype = 0;
+};
+
+/// Buckets in the order they become ready during backward (reverse parameter order).
+/// Throws std::invalid_argument when a byte limit is 0.
+std::vector<BucketAssignment> assign_buckets(std::span<const TensorSize> tensors, std::size_t first_bucket_bytes,
+                                             std::size_t bucket_bytes);
+
+}  // namespace mgbench::runtime

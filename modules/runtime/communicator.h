@@ -1,0 +1,58 @@
+#pragma once
+// The Communicator: collectives over the ranks of a job, on tensors.
+//
+// Backends: MpiCommunicator (CPU tensors; this file's companion) and, for GPUs, a NCCL
+// communicator bootstrapped over MPI. Every collective is asynchronous and returns a Work
+// handle, so gradient buckets can be reduced while backward still runs:
+//  - MPI: the operation is an MPI non-blocking collective; Work::wait() blocks the host.
+//  - NCCL: the operation runs on the backend's own stream after an event recorded on the
+//    caller's current stream; Work::wait() makes the caller's current stream wait (no host sync).
+// Collectives must be issued in the same order on every rank (as in MPI and NCCL).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace mgbench::runtime {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+/// Handle of an asynchronous collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Orders the caller after the collective (host wait for MPI, stream wait for NCCL).
+  /// Throws CommError when the collective failed.
+  virtual void wait() = 0;
+  /// Non-blocking: true when the collective has finished. Also drives MPI progress.
+  virtual bool test() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// "mpi" or "nccl".
+  virtual std::string backend() const = 0;
+
+  /// In-place all-reduce of a contiguous tensor (float32, float64, float16, bfloat16, int32,
+  /// int64) on every rank. The tensor must not be touched until the Work has been waited on.
+  virtual std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) = 0;
+  /// In-place broadcast of a contiguous tensor from root to every rank.
+  virtual std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) = 0;
+  /// Blocks until every rank has reached the barrier.
+  virtual void barrier() = 0;
+};
+
+}  // namespace mgbench::runtime
+
+namespace mgbench::runtime {
+
+/// Broadcasts tensors from root in place, one collective per dtype (tensors of a dtype are
+/// packed into one flat buffer first). Used to start every rank from rank 0's parameters and
+/// to share BatchNorm buffers each step (DDP's broadcast_buffers). Blocks until done.
+void broadcast_coalesced(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root);
+
+}  // namespace mgbench::runtime

@@ -1,0 +1,132 @@
+#include "runtime/grad_sync.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace mgbench::runtime {
+namespace {
+
+// The C++ twin of Tensor.register_post_accumulate_grad_hook: runs once the parameter's .grad
+// holds the gradient of this backward (after accumulation of every use of the parameter).
+class ReadyHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ReadyHook(GradSync* sync, std::size_t index) : sync_(sync), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { sync_->mark_ready(index_); }
+
+ private:
+  GradSync* sync_;
+  std::size_t index_;
+};
+
+}  // namespace
+
+GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSyncOptions options)
+    : params_(std::move(params)), comm_(comm) {
+  std::vector<TensorSize> sizes;
+  for (const auto& p : params_) {
+    MGBENCH_REQUIRE(p.requires_grad(), CommError, "GradSync: a parameter does not require grad");
+    sizes.push_back({static_cast<std::size_t>(p.numel()) * p.element_size(), static_cast<int>(p.scalar_type())});
+  }
+  assignment_ = assign_buckets(sizes, options.first_bucket_bytes, options.bucket_bytes);
+  bucket_of_.resize(params_.size());
+  slot_of_.resize(params_.size());
+  ready_.assign(params_.size(), false);
+  for (std::size_t b = 0; b < assignment_.size(); ++b) {
+    Bucket bucket;
+    std::int64_t numel = 0;
+    for (std::size_t slot = 0; slot < assignment_[b].tensors.size(); ++slot) {
+      const std::size_t i = assignment_[b].tensors[slot];
+      bucket.params.push_back(i);
+      bucket.offsets.push_back(numel);
+      numel += params_[i].numel();
+      bucket_of_[i] = b;
+      slot_of_[i] = slot;
+    }
+    bucket.flat = torch::zeros({numel}, params_[bucket.params.front()].options().requires_grad(false));
+    buckets_.push_back(std::move(bucket));
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReadyHook>(this, i));
+  }
+}
+
+GradSync::~GradSync() {
+  for (auto& b : buckets_) {
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (...) {
+      }
+    }
+  }
+  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void GradSync::prepare() {
+  for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].pending = buckets_[b].params.size();
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_launch_ = 0;
+  launched_in_backward_ = 0;
+  in_backward_ = true;
+}
+
+void GradSync::copy_in(std::size_t index) {
+  Bucket& bucket = buckets_[bucket_of_[index]];
+  auto slice = bucket.flat.narrow(0, bucket.offsets[slot_of_[index]], params_[index].numel());
+  const auto& grad = params_[index].grad();
+  if (grad.defined()) {
+    slice.copy_(grad.reshape({-1}));
+  } else {
+    slice.zero_();
+  }
+}
+
+void GradSync::mark_ready(std::size_t index) {
+  if (!in_backward_ || ready_[index]) return;  // e.g. a backward outside a training step
+  ready_[index] = true;
+  copy_in(index);
+  if (--buckets_[bucket_of_[index]].pending == 0) launch_ready_in_order();
+}
+
+void GradSync::launch_ready_in_order() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    buckets_[next_launch_].work = comm_.all_reduce(buckets_[next_launch_].flat, ReduceOp::kSum);
+    ++next_launch_;
+    if (in_backward_) ++launched_in_backward_;
+  }
+}
+
+double GradSync::finish() {
+  in_backward_ = false;
+  Stopwatch wait;
+  // Parameters that got no gradient this step still take part, with zeros.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) {
+      ready_[i] = true;
+      copy_in(i);
+      --buckets_[bucket_of_[i]].pending;
+    }
+  }
+  launch_ready_in_order();
+  const double scale = 1.0 / static_cast<double>(comm_.world_size());
+  for (auto& bucket : buckets_) {
+    bucket.work->wait();
+    bucket.work.reset();
+    bucket.flat.mul_(scale);
+    for (std::size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      auto& p = params_[bucket.params[slot]];
+      auto averaged = bucket.flat.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes());
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(averaged);
+      } else {
+        p.mutable_grad() = averaged.clone();
+      }
+    }
+  }
+  return wait.elapsed();
+}
+
+}  // namespace mgbench::runtime

@@ -1,0 +1,74 @@
+#pragma once
+// GradSync: DDP-style gradient averaging over a Communicator.
+//
+// Gradients are packed into buckets (buckets.h). A post-accumulate-grad hook on every parameter
+// copies its gradient into the bucket's flat buffer as soon as backward has produced it; a
+// complete bucket is all-reduced at once (asynchronously) while backward goes on, buckets being
+// launched strictly in bucket order so every rank issues the same sequence of collectives.
+// finish() launches what is left, waits, and writes the averaged gradients back.
+// Follows PyTorch DistributedDataParallel (torch/nn/parallel/distributed.py, c10d Reducer).
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/buckets.h"
+#include "runtime/communicator.h"
+
+namespace mgbench::runtime {
+
+struct GradSyncOptions {
+  std::size_t bucket_bytes = kDefaultBucketBytes;
+  std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+};
+
+class GradSync {
+ public:
+  /// params: the trainable parameters (requires_grad), in registration order. Installs hooks on
+  /// them. Throws CommError for parameters the backend cannot reduce.
+  GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSyncOptions options = {});
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  /// Before each backward: forget the previous step's readiness.
+  void prepare();
+  /// After backward: all-reduce every bucket not yet launched (a parameter without gradient
+  /// contributes zeros), wait for all, and set each param.grad() to the mean over ranks.
+  /// Returns the seconds spent waiting here (communication not hidden behind backward).
+  double finish();
+
+  std::size_t num_buckets() const { return buckets_.size(); }
+  const std::vector<BucketAssignment>& assignment() const { return assignment_; }
+  /// Buckets launched from hooks, i.e. during backward, in the last step.
+  std::size_t buckets_launched_in_backward() const { return launched_in_backward_; }
+
+  /// Called by the hooks (autograd's thread): gradient of params[index] is final.
+  void mark_ready(std::size_t index);
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;                 // contiguous buffer of all the bucket's gradients
+    std::vector<std::size_t> params;    // parameter indices
+    std::vector<std::int64_t> offsets;  // element offset of each parameter in flat
+    std::size_t pending = 0;            // gradients still to arrive this step
+    std::unique_ptr<Work> work;
+  };
+  void launch_ready_in_order();
+  void copy_in(std::size_t index);
+
+  std::vector<torch::Tensor> params_;
+  Communicator& comm_;
+  std::vector<BucketAssignment> assignment_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // parameter index -> bucket
+  std::vector<std::size_t> slot_of_;    // parameter index -> position in its bucket
+  std::vector<bool> ready_;
+  std::size_t next_launch_ = 0;
+  std::size_t launched_in_backward_ = 0;
+  bool in_backward_ = false;
+};
+
+}  // namespace mgbench::runtime

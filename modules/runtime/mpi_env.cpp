@@ -1,0 +1,92 @@
+#include "runtime/mpi_env.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace mgbench::runtime {
+
+MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
+  MGBENCH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_));
+  // Errors come back as return codes, checked by MGBENCH_CHECK_MPI, instead of aborting silently.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MGBENCH_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MGBENCH_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  MPI_Comm node = MPI_COMM_NULL;
+  MGBENCH_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  MGBENCH_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
+  MGBENCH_CHECK_MPI(MPI_Comm_size(node, &local_size_));
+  MPI_Comm_free(&node);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  hostname_ = host;
+
+  // Cross-check with the launcher's idea of the local rank (Open MPI's mpirun, SLURM's srun).
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(var); v != nullptr && std::atoi(v) != local_rank_) {
+      log::warn("{}={} differs from the local rank {} found by MPI_Comm_split_type; using {}", var, v, local_rank_,
+                local_rank_);
+    }
+  }
+}
+
+MpiEnvironment::~MpiEnvironment() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized == 0) MPI_Finalize();
+}
+
+std::string MpiEnvironment::library_version() const {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string s(text, static_cast<std::size_t>(length));
+  if (const auto nl = s.find_first_of(",\n"); nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+std::string MpiEnvironment::all_hosts() const {
+  constexpr int kLen = 256;
+  std::vector<char> all(static_cast<std::size_t>(kLen) * static_cast<std::size_t>(world_size_), '\0');
+  std::vector<char> mine(kLen, '\0');
+  hostname_.copy(mine.data(), kLen - 1);
+  MGBENCH_CHECK_MPI(MPI_Allgather(mine.data(), kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD));
+  std::set<std::string> seen;
+  std::ostringstream out;
+  for (int r = 0; r < world_size_; ++r) {
+    std::string h(&all[static_cast<std::size_t>(r) * kLen]);
+    if (seen.insert(h).second) out << (seen.size() > 1 ? "," : "") << h;
+  }
+  return out.str();
+}
+
+bool MpiEnvironment::all_ok(bool ok) const {
+  int mine = ok ? 1 : 0;
+  int all = 0;
+  MGBENCH_CHECK_MPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return all == 1;
+}
+
+int MpiEnvironment::first_failing_rank(bool ok) const {
+  int mine = ok ? world_size_ : rank_;
+  int lowest = 0;
+  MGBENCH_CHECK_MPI(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return lowest == world_size_ ? -1 : lowest;
+}
+
+void MpiEnvironment::barrier() const { MGBENCH_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+
+void MpiEnvironment::abort(int exit_code) const {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort should not return; make sure of it.
+}
+
+}  // namespace mgbench::runtime

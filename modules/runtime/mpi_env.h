@@ -1,0 +1,52 @@
+#pragma once
+// The MPI side of a rank: initialisation, identity (rank, local rank, world size, host) and
+// the way a failing rank brings the whole job down.
+#include <mpi.h>
+
+#include <string>
+
+namespace mgbench::runtime {
+
+class MpiEnvironment {
+ public:
+  /// MPI_Init_thread (MPI_THREAD_MULTIPLE requested: gradient hooks may run on autograd threads).
+  /// Local rank and local size come from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
+  MpiEnvironment(int* argc, char*** argv);
+  /// MPI_Finalize, unless the job was aborted.
+  ~MpiEnvironment();
+  MpiEnvironment(const MpiEnvironment&) = delete;
+  MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  const std::string& hostname() const { return hostname_; }
+  MPI_Comm world() const { return MPI_COMM_WORLD; }
+  int thread_level() const { return thread_level_; }
+  /// "Open MPI v4.1.4, ..." (first line of MPI_Get_library_version).
+  std::string library_version() const;
+  /// Host names of all ranks, comma-separated in rank order, duplicates removed. Collective.
+  std::string all_hosts() const;
+
+  /// True on every rank when ok is true on every rank. Collective: used to fail set-up
+  /// together (clean exit) instead of aborting.
+  bool all_ok(bool ok) const;
+
+  /// The lowest rank whose ok is false, or -1 when every rank is ok. Collective.
+  int first_failing_rank(bool ok) const;
+  void barrier() const;
+
+  /// Ends every rank of the job now (MPI_Abort). Never returns.
+  [[noreturn]] void abort(int exit_code) const;
+
+ private:
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  int thread_level_ = 0;
+  std::string hostname_;
+};
+
+}  // namespace mgbench::runtime

@@ -1,0 +1,52 @@
+#pragma once
+// Resolved configuration of `mgbench image`: built once from the config file and command
+// line (app/), validated, then read-only. No torch or MPI here.
+#include <cstdint>
+#include <string>
+
+namespace mgbench::train {
+
+struct ImageConfig {
+  // data
+  std::string data_dir = "inputs/mnist";
+  std::int64_t image_size = 100;  // px, square; the paper used 100-700
+  std::int64_t limit_train = 0;   // 0: all training samples
+  std::int64_t limit_test = 0;    // 0: all test samples
+  // workload distribution
+  std::string strategy = "ddp-ds";  // ddp | ddp-rr | ddp-ds
+  std::int64_t epochs = 20;
+  std::int64_t batch_size = 64;  // per rank
+  bool shuffle = true;
+  bool drop_last = false;
+  std::uint64_t seed = 42;
+  // compute
+  std::string precision = "fp32";  // fp64 | fp32
+  bool pin_memory = false;
+  int threads = 0;   // intra-op threads per rank; 0: cores of the node / ranks on the node
+  int prefetch = 2;  // batches the loader assembles ahead
+  // model
+  double width_mult = 1.0;
+  double dropout = 0.2;
+  bool freeze_batchnorm = false;
+  // optimisation
+  std::string optimizer = "sgd";  // sgd | adamw
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 4e-5;
+  std::string lr_schedule = "cosine";  // cosine | constant
+  std::int64_t warmup_steps = 0;
+  // gradient synchronisation
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  // evaluation and output
+  std::int64_t eval_every = 1;  // epochs; the last epoch is always evaluated
+  std::string results = "outputs/results.h5";
+  std::string run_name;
+  bool record_indices = false;
+  double progress_interval_s = 10.0;
+
+  /// Throws ConfigError naming the first invalid option and what it expects.
+  void validate() const;
+};
+
+}  // namespace mgbench::train

@@ -1,0 +1,309 @@
+#include "train/image_trainer.h"
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "data/loader.h"
+#include "data/mnist.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+#include "models/mobilenet_v2.h"
+#include "runtime/grad_sync.h"
+#include "train/lr_schedule.h"
+
+namespace mgbench::train {
+
+std::string torch_version() { return TORCH_VERSION; }
+
+struct ImageTrainer::State {
+  ImageConfig config;
+  runtime::Communicator& comm;
+  int threads = 1;
+  torch::Device device = torch::kCPU;
+  torch::ScalarType dtype = torch::kFloat32;
+  data::MnistSplit train_set;
+  data::MnistSplit test_set;
+  data::EpochPlanOptions plan_options;
+  models::MobileNetV2 model{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<runtime::GradSync> grad_sync;
+  std::vector<torch::Tensor> synced_buffers;  // BatchNorm running statistics, shared from rank 0 each step
+
+  State(ImageConfig c, runtime::Communicator& comm_) : config(std::move(c)), comm(comm_) {}
+
+  /// Runs the test set (each rank a contiguous shard, counts summed over ranks).
+  /// Returns {correct, total} over all ranks.
+  std::pair<std::int64_t, std::int64_t> evaluate();
+};
+
+ImageTrainer::ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size)
+    : state_(std::make_unique<State>(std::move(config), comm)) {
+  auto& s = *state_;
+  s.config.validate();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  s.threads = s.config.threads > 0 ? s.config.threads : std::max(1, cores / std::max(1, local_size));
+  s.dtype = s.config.precision == "fp64" ? torch::kFloat64 : torch::kFloat32;
+}
+
+ImageTrainer::~ImageTrainer() = default;
+
+void ImageTrainer::load_data() {
+  auto& s = *state_;
+  const auto& c = s.config;
+  s.train_set = data::load_mnist(c.data_dir, data::Split::kTrain, c.limit_train);
+  s.test_set = data::load_mnist(c.data_dir, data::Split::kTest, c.limit_test);
+  if (c.pin_memory) log::warn("--pin-memory true has no effect on the CPU (page-locked memory is for GPU copies)");
+
+  s.plan_options = {data::parse_strategy(c.strategy), s.train_set.size(), c.batch_size, s.comm.world_size(),
+                    s.comm.rank(), c.seed, c.shuffle, c.drop_last};
+  torch::set_num_threads(s.threads);
+  torch::manual_seed(c.seed);
+  s.model = models::MobileNetV2(models::MobileNetV2Options{data::kMnistClasses, c.width_mult, c.dropout});
+  s.model->set_batchnorm_frozen(c.freeze_batchnorm);
+  s.model->to(s.device, s.dtype);
+
+  std::vector<torch::Tensor> params = s.model->parameters();
+  if (c.optimizer == "sgd") {
+    s.optimizer = std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay).nesterov(c.momentum > 0));
+  } else {
+    s.optimizer = std::make_unique<torch::optim::AdamW>(params,
+                                                        torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+  }
+}
+
+results::RankLayout ImageTrainer::layout() const {
+  const auto& s = *state_;
+  results::RankLayout l;
+  l.epochs = s.config.epochs;
+  l.steps_per_epoch = data::computed_batches_per_epoch(s.plan_options);
+  if (s.config.record_indices) {
+    for (const auto& b : data::plan_epoch(s.plan_options, 0)) {
+      if (b.compute) l.indices_per_epoch += static_cast<std::int64_t>(b.indices.size());
+    }
+  }
+  return l;
+}
+
+h5::Attributes ImageTrainer::run_attributes() const {
+  const auto& s = *state_;
+  const auto& c = s.config;
+  std::int64_t params = 0;
+  for (const auto& p : s.model->parameters()) params += p.numel();
+  return {{"task", std::string("image")},
+          {"model", std::string("mobilenet_v2")},
+          {"model_parameters", params},
+          {"width_mult", c.width_mult},
+          {"strategy", c.strategy},
+          {"precision", c.precision},
+          {"pin_memory", std::string(c.pin_memory ? "true" : "false")},
+          {"image_size", c.image_size},
+          {"batch_size", c.batch_size},
+          {"epochs", c.epochs},
+          {"seed", static_cast<std::int64_t>(c.seed)},
+          {"train_samples", s.train_set.size()},
+          {"test_samples", s.test_set.size()},
+          {"train_images_file", s.train_set.images_path},
+          {"optimizer", c.optimizer},
+          {"lr", c.lr},
+          {"lr_schedule", c.lr_schedule},
+          {"backend", s.comm.backend()},
+          {"device", std::string("cpu")},
+          {"torch_version", torch_version()}};
+}
+
+h5::Attributes ImageTrainer::rank_attributes() const {
+  const auto& s = *state_;
+  return {{"device", s.device.str()}, {"threads", static_cast<std::int64_t>(s.threads)}};
+}
+
+std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const std::int64_t n = test_set.size();
+  const std::int64_t world = comm.world_size();
+  const std::int64_t begin = n * comm.rank() / world;
+  const std::int64_t end = n * (comm.rank() + 1) / world;
+  std::int64_t correct = 0;
+  for (std::int64_t start = begin; start < end; start += config.batch_size) {
+    std::vector<std::int64_t> indices;
+    for (std::int64_t i = start; i < std::min(end, start + config.batch_size); ++i) indices.push_back(i);
+    const data::ImageBatch batch = data::assemble_batch(test_set, indices, /*pin_memory=*/false);
+    const torch::Tensor x =
+        data::normalize_and_resize(batch.images.to(device), config.image_size, dtype, data::kMnistMean, data::kMnistStd);
+    const torch::Tensor predicted = model->forward(x).argmax(1);
+    correct += predicted.eq(batch.labels.to(device)).sum().item<std::int64_t>();
+  }
+  model->train();
+  torch::Tensor counts = torch::tensor({correct, end - begin}, torch::kInt64);
+  comm.all_reduce(counts, runtime::ReduceOp::kSum)->wait();
+  return {counts[0].item<std::int64_t>(), counts[1].item<std::int64_t>()};
+}
+
+results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& progress) {
+  auto& s = *state_;
+  const auto& c = s.config;
+  const bool distributed = s.comm.world_size() > 1;
+  const auto layout = this->layout();
+  const std::int64_t total_steps = layout.steps_per_epoch * c.epochs;
+
+  // DDP start-up: every rank starts from rank 0's parameters and buffers.
+  runtime::broadcast_coalesced(s.comm, s.model->parameters(), 0);
+  for (const auto& b : s.model->buffers()) s.synced_buffers.push_back(b);
+  runtime::broadcast_coalesced(s.comm, s.synced_buffers, 0);
+  if (distributed) {
+    runtime::GradSyncOptions options;
+    options.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
+    options.first_bucket_bytes = static_cast<std::size_t>(c.first_bucket_mb * 1024 * 1024);
+    s.grad_sync = std::make_unique<runtime::GradSync>(s.model->parameters(), s.comm, options);
+    log::info("gradient sync: {} bucket(s), first {:.2f} MiB, then up to {:.1f} MiB", s.grad_sync->num_buckets(),
+              c.first_bucket_mb, c.bucket_mb);
+  }
+  const bool share_buffers = distributed && !c.freeze_batchnorm && !s.synced_buffers.empty();
+
+  results::RunSummary summary;
+  summary.train_s = 0;
+  summary.eval_s = 0;
+  std::int64_t computed_samples = 0;
+  std::int64_t global_step = 0;
+  const Stopwatch run_clock;
+  const double run_start_s = now_s();
+  s.model->train();
+
+  for (std::int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+    const Stopwatch epoch_clock;
+    results::EpochRecord epoch_record;
+    epoch_record.epoch = static_cast<std::int32_t>(epoch);
+    std::vector<results::StepRecord> steps;
+    steps.reserve(static_cast<std::size_t>(layout.steps_per_epoch));
+    std::vector<std::int64_t> computed_indices;
+    double loss_sum = 0;
+
+    data::ImageLoader loader(s.train_set, data::plan_epoch(s.plan_options, epoch), c.prefetch, c.pin_memory);
+    results::PhaseTimes pending;  // time of batches loaded but not computed (ddp-rr), charged to the next step
+    while (true) {
+      results::StepRecord step;
+      const double step_start = now_s();
+      Stopwatch phase;
+      std::optional<data::ImageBatch> batch = loader.next();
+      if (!batch) break;
+      step.phases.data_s = phase.lap() + pending.data_s;
+      torch::Tensor images = batch->images.to(s.device, /*non_blocking=*/c.pin_memory);
+      torch::Tensor labels = batch->labels.to(s.device, /*non_blocking=*/c.pin_memory);
+      step.phases.h2d_s = phase.lap() + pending.h2d_s;
+      epoch_record.loaded_samples += batch->images.size(0);
+      if (!batch->plan.compute) {
+        // ddp-rr: this rank loads and transfers the batch but another rank computes it.
+        pending.data_s = step.phases.data_s;
+        pending.h2d_s = step.phases.h2d_s;
+        continue;
+      }
+      pending = {};
+      const torch::Tensor x = data::normalize_and_resize(images, c.image_size, s.dtype, data::kMnistMean, data::kMnistStd);
+      step.phases.transform_s = phase.lap();
+
+      const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, c.lr_schedule == "cosine");
+      for (auto& group : s.optimizer->param_groups()) group.options().set_lr(lr);
+      s.optimizer->zero_grad(/*set_to_none=*/true);
+      if (share_buffers) {
+        runtime::broadcast_coalesced(s.comm, s.synced_buffers, 0);
+        step.phases.allreduce_s += phase.lap();
+      }
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(x), labels);
+      step.phases.forward_s = phase.lap();
+      if (s.grad_sync) s.grad_sync->prepare();
+      loss.backward();
+      step.phases.backward_s = phase.lap();
+      if (s.grad_sync) {
+        s.grad_sync->finish();
+        step.phases.allreduce_s += phase.lap();
+      }
+      s.optimizer->step();
+      step.loss = loss.item<double>();
+      step.phases.optimizer_s = phase.lap();
+
+      step.epoch = static_cast<std::int32_t>(epoch);
+      step.step = static_cast<std::int64_t>(steps.size());
+      step.batch_index = batch->plan.batch_index;
+      step.start_s = step_start - run_start_s;
+      step.step_s = now_s() - step_start;
+      step.samples = batch->images.size(0);
+      if (!std::isfinite(step.loss)) {
+        throw Error(fmt::format("loss became {} at epoch {} step {} (lr {}): training diverged; lower --lr", step.loss,
+                                epoch + 1, step.step + 1, lr));
+      }
+      loss_sum += step.loss;
+      epoch_record.samples += step.samples;
+      if (c.record_indices) {
+        computed_indices.insert(computed_indices.end(), batch->plan.indices.begin(), batch->plan.indices.end());
+      }
+      auto& p = epoch_record.phases;
+      p.data_s += step.phases.data_s;
+      p.h2d_s += step.phases.h2d_s;
+      p.transform_s += step.phases.transform_s;
+      p.forward_s += step.phases.forward_s;
+      p.backward_s += step.phases.backward_s;
+      p.allreduce_s += step.phases.allreduce_s;
+      p.optimizer_s += step.phases.optimizer_s;
+      steps.push_back(step);
+      ++global_step;
+
+      const double elapsed = run_clock.elapsed();
+      progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step.step + 1, layout.steps_per_epoch,
+                       step.loss, static_cast<double>(epoch_record.samples) / epoch_clock.elapsed(), elapsed,
+                       elapsed / static_cast<double>(global_step) * static_cast<double>(total_steps - global_step)});
+    }
+    epoch_record.train_s = epoch_clock.elapsed();
+    epoch_record.steps = static_cast<std::int64_t>(steps.size());
+    epoch_record.loss_mean = steps.empty() ? results::kNaN : loss_sum / static_cast<double>(steps.size());
+    epoch_record.samples_per_s = static_cast<double>(epoch_record.samples) / epoch_record.train_s;
+    computed_samples += epoch_record.samples;
+    summary.train_s += epoch_record.train_s;
+
+    if ((epoch + 1) % c.eval_every == 0 || epoch + 1 == c.epochs) {
+      const Stopwatch eval_clock;
+      const auto [correct, total] = s.evaluate();
+      epoch_record.eval_s = eval_clock.elapsed();
+      epoch_record.test_correct = correct;
+      epoch_record.test_samples = total;
+      epoch_record.test_accuracy = static_cast<double>(correct) / static_cast<double>(std::max<std::int64_t>(total, 1));
+      summary.eval_s += epoch_record.eval_s;
+      summary.test_accuracy = epoch_record.test_accuracy;
+    }
+    writer.write_steps(epoch, steps);
+    writer.write_epoch(epoch_record);
+    if (c.record_indices) writer.write_indices(epoch, computed_indices);
+    summary.final_loss = epoch_record.loss_mean;
+    summary.epochs_completed = epoch + 1;
+    progress.message(fmt::format(
+        "epoch {}/{}: loss {:.4f} | {:.1f} img/s per rank | train {:.1f} s{}", epoch + 1, c.epochs,
+        epoch_record.loss_mean, epoch_record.samples_per_s, epoch_record.train_s,
+        std::isfinite(epoch_record.test_accuracy)
+            ? fmt::format(" | test accuracy {:.2f} % ({}/{})", 100 * epoch_record.test_accuracy,
+                          epoch_record.test_correct, epoch_record.test_samples)
+            : std::string()));
+  }
+  summary.total_s = run_clock.elapsed();
+
+  // Global figures: samples computed by all ranks, mean final loss over ranks.
+  torch::Tensor totals = torch::tensor({static_cast<double>(computed_samples), summary.final_loss}, torch::kFloat64);
+  s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
+  summary.samples_per_s = totals[0].item<double>() / summary.train_s;
+  summary.final_loss = totals[1].item<double>() / s.comm.world_size();
+  summary.finished_unix_s = static_cast<double>(std::time(nullptr));
+  if (s.comm.rank() == 0) writer.write_summary(summary);
+  return summary;
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,49 @@
+#pragma once
+// The image job (Lawenda et al. 2025, sec. 3): MobileNetV2 trained on MNIST upscaled to
+// image_size x image_size, its work distributed by strategy, gradients averaged over the
+// Communicator, per-step phase times and per-epoch test accuracy written to the results file.
+//
+// Lifecycle: construct -> load_data() -> layout() / run_attributes() (to create the results
+// run) -> run(writer). The trainer never calls MPI itself: collectives go through the
+// Communicator, results through the ResultsWriter.
+#include <memory>
+#include <string>
+
+#include "core/progress.h"
+#include "results/hdf5.h"
+#include "results/schema.h"
+#include "results/writer.h"
+#include "runtime/communicator.h"
+#include "train/image_config.h"
+
+namespace mgbench::train {
+
+class ImageTrainer {
+ public:
+  /// local_size: ranks on this node (for the default thread count).
+  ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size);
+  ~ImageTrainer();
+
+  /// Reads the training and test sets (DataError naming the file when one is unusable) and
+  /// builds the model. Collective-free, so a failure can be agreed on before the run starts.
+  void load_data();
+
+  /// Sizes of this rank's result tables.
+  results::RankLayout layout() const;
+  /// Run-level attributes contributed by the job (identical on every rank).
+  h5::Attributes run_attributes() const;
+  /// Rank-level attributes (device, threads).
+  h5::Attributes rank_attributes() const;
+
+  /// Trains and evaluates; writes steps, epochs and (rank 0) the summary. Returns the summary.
+  results::RunSummary run(results::ResultsWriter& writer, Progress& progress);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// The LibTorch version this binary was built against, e.g. "2.11.0".
+std::string torch_version();
+
+}  // namespace mgbench::train
