@@ -91,6 +91,10 @@ else()
   target_link_options(mgbench_torch INTERFACE "-Wl,--no-as-needed" "-Wl,-rpath,${_torch_root}/lib")
   set(MGBENCH_HAVE_CUDA OFF)
 endif()
+# The pip wheel's libtorch.so exports a statically linked copy of std::filesystem (remove_all,
+# create_directory, ...) that crashes when called from outside. Listing libstdc++ before
+# libtorch in DT_NEEDED makes the dynamic linker bind those symbols to libstdc++.
+target_link_options(mgbench_torch INTERFACE "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
 add_library(mgbench::torch ALIAS mgbench_torch)
 message(STATUS "mgbench: CUDA toolkit ${CUDAToolkit_VERSION} found: ${MGBENCH_HAVE_CUDA}")
 

@@ -88,10 +88,9 @@ herr_t read_one_attribute(hid_t location, const char* name, const H5A_info_t*, v
   switch (H5Tget_class(type)) {
     case H5T_STRING: {
       if (H5Tis_variable_str(type) > 0) {
-        Handle mem = wrap_type(H5Tcopy(H5T_C_S1), "string type");
-        H5Tset_size(mem, H5T_VARIABLE);
+        // The stored type as memory type: HDF5 does not convert between ASCII and UTF-8.
         char* value = nullptr;
-        check_status(H5Aread(attr, mem, &value), fmt::format("read attribute '{}'", name));
+        check_status(H5Aread(attr, type, &value), fmt::format("read attribute '{}'", name));
         out->emplace_back(name, std::string(value != nullptr ? value : ""));
         H5free_memory(value);
       } else {

@@ -293,6 +293,7 @@ void ResultsWriter::write_status(std::string_view status, const std::string& mes
   std::memcpy(s.data(), status.data(), std::min(status.size(), s.size()));
   h5::Handle status_type = h5::fixed_string_type(kStatusBytes);
   write_rows(status_, status_type, 0, 1, s.data(), "status");
+  if (message.empty()) return;  // keep a failure message already recorded
   std::array<char, kErrorBytes> e{};
   std::memcpy(e.data(), message.data(), std::min(message.size(), e.size()));
   h5::Handle error_type = h5::fixed_string_type(kErrorBytes);

@@ -39,6 +39,7 @@ struct ImageTrainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<runtime::GradSync> grad_sync;
   std::vector<torch::Tensor> synced_buffers;  // BatchNorm running statistics, shared from rank 0 each step
+  bool share_buffers = false;                 // DDP's broadcast_buffers: before each forward and evaluation
 
   State(ImageConfig c, runtime::Communicator& comm_) : config(std::move(c)), comm(comm_) {}
 
@@ -82,6 +83,9 @@ void ImageTrainer::load_data() {
                                                         torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
   }
 }
+
+std::vector<torch::Tensor> ImageTrainer::parameters() const { return state_->model->parameters(); }
+std::vector<torch::Tensor> ImageTrainer::buffers() const { return state_->model->buffers(); }
 
 results::RankLayout ImageTrainer::layout() const {
   const auto& s = *state_;
@@ -130,6 +134,7 @@ h5::Attributes ImageTrainer::rank_attributes() const {
 
 std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
   torch::NoGradGuard no_grad;
+  if (share_buffers) runtime::broadcast_coalesced(comm, synced_buffers, 0);  // every rank evaluates one model
   model->eval();
   const std::int64_t n = test_set.size();
   const std::int64_t world = comm.world_size();
@@ -170,7 +175,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     log::info("gradient sync: {} bucket(s), first {:.2f} MiB, then up to {:.1f} MiB", s.grad_sync->num_buckets(),
               c.first_bucket_mb, c.bucket_mb);
   }
-  const bool share_buffers = distributed && !c.freeze_batchnorm && !s.synced_buffers.empty();
+  s.share_buffers = distributed && !c.freeze_batchnorm && !s.synced_buffers.empty();
 
   results::RunSummary summary;
   summary.train_s = 0;
@@ -216,7 +221,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, c.lr_schedule == "cosine");
       for (auto& group : s.optimizer->param_groups()) group.options().set_lr(lr);
       s.optimizer->zero_grad(/*set_to_none=*/true);
-      if (share_buffers) {
+      if (s.share_buffers) {
         runtime::broadcast_coalesced(s.comm, s.synced_buffers, 0);
         step.phases.allreduce_s += phase.lap();
       }

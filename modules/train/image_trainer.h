@@ -8,6 +8,9 @@
 // Communicator, results through the ResultsWriter.
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <torch/torch.h>
 
 #include "core/progress.h"
 #include "results/hdf5.h"
@@ -34,6 +37,10 @@ class ImageTrainer {
   h5::Attributes run_attributes() const;
   /// Rank-level attributes (device, threads).
   h5::Attributes rank_attributes() const;
+
+  /// The model's parameters and buffers (valid after load_data()).
+  std::vector<torch::Tensor> parameters() const;
+  std::vector<torch::Tensor> buffers() const;
 
   /// Trains and evaluates; writes steps, epochs and (rank 0) the summary. Returns the summary.
   results::RunSummary run(results::ResultsWriter& writer, Progress& progress);

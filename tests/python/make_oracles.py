@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Writes reference outputs of PyTorch / torchvision that mgbench's unit tests compare against.
+
+    make_oracles.py OUT_DIR
+
+Produces, in OUT_DIR:
+  sampler_cases.json     torch.utils.data.DistributedSampler index sequences for many settings
+  buckets_cases.json     DDP's bucket assignment (torch.distributed's _compute_bucket_assignment_by_size)
+  mobilenet_w{W}.pt      torchvision mobilenet_v2(num_classes=10, width_mult=W) state_dict (float64)
+  mobilenet_w{W}_io.pt   inputs, eval-mode logits, train-mode loss and gradients for the same model
+  mobilenet_names.json   parameter/buffer names, shapes and parameter counts per width
+
+Exits 0 without writing anything when torch/torchvision are not importable, so the tests that
+need these files report SKIPPED rather than fail.
+"""
+import json
+import os
+import sys
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torchvision
+    from torch.utils.data import DistributedSampler
+except ImportError as e:  # pragma: no cover - environment without the oracle
+    print(f"make_oracles: {e}; oracle files not written (tests will be skipped)")
+    sys.exit(0)
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+
+# --- DistributedSampler ---------------------------------------------------------------------
+cases = []
+for n in (1, 2, 7, 10, 100, 1001, 60000):
+    for world in (1, 2, 3, 4, 8):
+        for shuffle in (True, False):
+            for drop_last in (False, True):
+                for seed, epoch in ((0, 0), (42, 3)):
+                    if n == 60000 and (world not in (2, 3) or not shuffle):
+                        continue
+                    for rank in range(world):
+                        s = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=shuffle,
+                                               seed=seed, drop_last=drop_last)
+                        s.set_epoch(epoch)
+                        cases.append(dict(n=n, world=world, rank=rank, seed=seed, epoch=epoch,
+                                          shuffle=shuffle, drop_last=drop_last, indices=list(s)))
+with open(os.path.join(out, "sampler_cases.json"), "w") as f:
+    json.dump(cases, f)
+
+# --- DDP bucket assignment --------------------------------------------------------------------
+MiB = 1024 * 1024
+
+
+def ddp_buckets(tensors, first, cap):
+    """Steady-state DDP buckets: gradient-ready order (reverse registration), limits [first, cap]."""
+    order = list(reversed(range(len(tensors))))
+    buckets, _ = dist._compute_bucket_assignment_by_size(
+        [tensors[i] for i in order], [first, cap], [False] * len(tensors), order)
+    return buckets
+
+
+bucket_cases = []
+for dtype in (torch.float32, torch.float64):
+    model = torchvision.models.mobilenet_v2(num_classes=10).to(dtype)
+    params = [p.detach() for p in model.parameters()]
+    for first, cap in ((1 * MiB, 25 * MiB), (64 * 1024, 1 * MiB), (1, 1)):
+        bucket_cases.append(dict(name=f"mobilenet_v2 {dtype} {first}/{cap}", first=first, cap=cap,
+                                 bytes=[p.numel() * p.element_size() for p in params],
+                                 dtypes=[0] * len(params), buckets=ddp_buckets(params, first, cap),
+                                 ordered=True))
+g = torch.Generator().manual_seed(0)
+mixed = [torch.empty(int(torch.randint(1, 5000, (1,), generator=g)),
+                     dtype=torch.float32 if k % 3 else torch.float64) for k in range(40)]
+bucket_cases.append(dict(name="mixed dtypes", first=4096, cap=32768,
+                         bytes=[t.numel() * t.element_size() for t in mixed],
+                         dtypes=[0 if t.dtype == torch.float32 else 1 for t in mixed],
+                         buckets=ddp_buckets(mixed, 4096, 32768), ordered=False))
+with open(os.path.join(out, "buckets_cases.json"), "w") as f:
+    json.dump(bucket_cases, f)
+
+# --- MobileNetV2 ------------------------------------------------------------------------------
+names = {}
+for width in (1.0, 0.5, 0.25):
+    torch.manual_seed(0)
+    model = torchvision.models.mobilenet_v2(num_classes=10, width_mult=width).double()
+    tag = f"w{width:g}"
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save(state, os.path.join(out, f"mobilenet_{tag}.pt"))
+    names[tag] = dict(
+        width=width,
+        parameters=sum(p.numel() for p in model.parameters()),
+        tensors={k: list(v.shape) for k, v in model.state_dict().items()},
+        parameter_names=[k for k, _ in model.named_parameters()],
+    )
+    gray = torch.rand(4, 1, 64, 64, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    labels = torch.tensor([3, 1, 4, 1])
+    model.eval()
+    with torch.no_grad():
+        eval_logits = model(gray.expand(-1, 3, -1, -1))
+    # Train mode (batch statistics), dropout off so the result is deterministic.
+    model.train()
+    model.classifier[0].p = 0.0
+    loss = torch.nn.functional.cross_entropy(model(gray.expand(-1, 3, -1, -1)), labels)
+    loss.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    torch.save({"input": gray, "labels": labels, "eval_logits": eval_logits, "train_loss": loss.detach(),
+                "grad.features.0.0.weight": grads["features.0.0.weight"],
+                "grad.features.1.conv.0.0.weight": grads["features.1.conv.0.0.weight"],
+                "grad.classifier.1.weight": grads["classifier.1.weight"]},
+               os.path.join(out, f"mobilenet_{tag}_io.pt"))
+with open(os.path.join(out, "mobilenet_names.json"), "w") as f:
+    json.dump(names, f)
+print(f"make_oracles: wrote {len(cases)} sampler cases, {len(bucket_cases)} bucket cases, "
+      f"{len(names)} MobileNetV2 widths to {out}")

@@ -1,0 +1,122 @@
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "models/mobilenet_v2.h"
+#include "models/state_dict.h"
+#include "test_support.h"
+
+namespace mgbench::models {
+namespace {
+
+TEST(MobileNetV2, MakeDivisibleAsTorchvision) {
+  EXPECT_EQ(make_divisible(32 * 1.0, 8), 32);
+  EXPECT_EQ(make_divisible(32 * 0.5, 8), 16);
+  EXPECT_EQ(make_divisible(32 * 0.25, 8), 8);
+  EXPECT_EQ(make_divisible(16 * 0.35, 8), 8);
+  EXPECT_EQ(make_divisible(1280 * 1.4, 8), 1792);
+  EXPECT_EQ(make_divisible(24 * 0.75, 8), 24);  // 18 -> 16 would be > 10 % below
+}
+
+TEST(MobileNetV2, NamesShapesAndCountEqualTorchvision) {
+  const auto oracle = test::load_oracle_json("mobilenet_names.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "mobilenet_names.json");
+  for (const auto& [tag, expected] : oracle.items()) {
+    MobileNetV2 model(MobileNetV2Options{10, expected["width"].get<double>()});
+    const auto state = state_dict(*model);
+    ASSERT_EQ(state.size(), expected["tensors"].size()) << tag;
+    for (const auto& [name, shape] : expected["tensors"].items()) {
+      ASSERT_EQ(state.count(name), 1u) << tag << ": missing " << name;
+      EXPECT_EQ(state.at(name).sizes().vec(), shape.get<std::vector<std::int64_t>>()) << tag << ": " << name;
+    }
+    std::int64_t count = 0;
+    std::vector<std::string> names;
+    for (const auto& p : model->named_parameters()) {
+      count += p.value().numel();
+      names.push_back(p.key());
+    }
+    EXPECT_EQ(count, expected["parameters"].get<std::int64_t>()) << tag;
+    EXPECT_EQ(names, expected["parameter_names"].get<std::vector<std::string>>()) << tag << ": registration order";
+  }
+}
+
+/// Loads the torchvision weights of one width into an fp64 mgbench model.
+MobileNetV2 torchvision_model(const std::string& tag, double width) {
+  MobileNetV2 model(MobileNetV2Options{10, width});
+  model->to(torch::kFloat64);
+  const auto path = test::oracle_dir() + "/mobilenet_" + tag + ".pt";
+  load_state_dict(*model, read_torch_state_dict(path), path);
+  return model;
+}
+
+TEST(MobileNetV2, ForwardAndGradientsEqualTorchvisionOnGrayscale) {
+  if (!std::filesystem::exists(test::oracle_dir() + "/mobilenet_w1_io.pt")) GTEST_SKIP() << "no oracle files";
+  for (const auto& [tag, width] : std::vector<std::pair<std::string, double>>{{"w1", 1.0}, {"w0.5", 0.5}, {"w0.25", 0.25}}) {
+    MobileNetV2 model = torchvision_model(tag, width);
+    const auto io = read_torch_state_dict(test::oracle_dir() + "/mobilenet_" + tag + "_io.pt");
+    const torch::Tensor x = io.at("input");  // [4, 1, 64, 64] fp64; torchvision saw it replicated to 3 channels
+    {
+      torch::NoGradGuard no_grad;
+      model->eval();
+      const torch::Tensor logits = model->forward(x);
+      EXPECT_TRUE(torch::allclose(logits, io.at("eval_logits"), /*rtol=*/1e-10, /*atol=*/1e-12))
+          << tag << " max diff " << (logits - io.at("eval_logits")).abs().max().item<double>();
+    }
+    // Train mode: batch statistics, dropout off. The 1-channel stem must give the gradients of
+    // the 3-channel stem on the replicated image.
+    MobileNetV2 train_model(MobileNetV2Options{10, width, /*dropout=*/0.0});
+    train_model->to(torch::kFloat64);
+    load_state_dict(*train_model, state_dict(*model), "eval model");
+    train_model->train();
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(train_model->forward(x), io.at("labels"));
+    EXPECT_NEAR(loss.item<double>(), io.at("train_loss").item<double>(), 1e-12) << tag;
+    loss.backward();
+    const auto params = train_model->named_parameters();
+    for (const std::string name : {"features.0.0.weight", "features.1.conv.0.0.weight", "classifier.1.weight"}) {
+      const torch::Tensor g = params[name].grad();
+      const torch::Tensor expected = io.at("grad." + name);
+      EXPECT_TRUE(torch::allclose(g, expected, 1e-9, 1e-12))
+          << tag << " " << name << " max diff " << (g - expected).abs().max().item<double>();
+    }
+  }
+}
+
+TEST(MobileNetV2, FrozenBatchNormIgnoresTheBatch) {
+  torch::manual_seed(0);
+  MobileNetV2 model(MobileNetV2Options{10, 0.25, 0.0});
+  model->set_batchnorm_frozen(true);
+  model->train();
+  const torch::Tensor x = torch::rand({4, 1, 32, 32});
+  const torch::Tensor all = model->forward(x);
+  const torch::Tensor first = model->forward(x.narrow(0, 0, 1));
+  EXPECT_TRUE(torch::allclose(all.narrow(0, 0, 1), first, 1e-5, 1e-6));
+  for (const auto& b : model->named_buffers()) {
+    if (b.key().find("running_mean") != std::string::npos) {
+      EXPECT_EQ(b.value().abs().sum().item<double>(), 0.0) << b.key() << " changed";
+    }
+  }
+}
+
+TEST(StateDict, MismatchesNameTheTensor) {
+  MobileNetV2 model(MobileNetV2Options{10, 0.25});
+  auto state = state_dict(*model);
+  auto missing = state;
+  missing.erase("classifier.1.bias");
+  try {
+    load_state_dict(*model, missing, "weights.pt");
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("classifier.1.bias"), std::string::npos) << e.what();
+  }
+  auto wrong = state;
+  wrong["classifier.1.weight"] = torch::zeros({3, 3});
+  EXPECT_THROW(load_state_dict(*model, wrong, "weights.pt"), DataError);
+  auto extra = state;
+  extra["head.weight"] = torch::zeros({1});
+  EXPECT_THROW(load_state_dict(*model, extra, "weights.pt"), DataError);
+  EXPECT_THROW(read_torch_state_dict("/nonexistent.pt"), DataError);
+}
+
+}  // namespace
+}  // namespace mgbench::models

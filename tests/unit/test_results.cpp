@@ -1,0 +1,131 @@
+#include <mpi.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "report/report.h"
+#include "results/reader.h"
+#include "results/writer.h"
+#include "test_support.h"
+
+namespace mgbench::results {
+namespace {
+
+RankLayout small_layout() { return {/*epochs=*/2, /*steps_per_epoch=*/3, /*indices_per_epoch=*/4}; }
+
+std::string write_run(const std::string& path, const std::string& name, double total_s) {
+  ResultsWriter writer(path, MPI_COMM_SELF, name, {{"task", std::string("image")}, {"world_size", std::int64_t{1}}},
+                       {{"hostname", std::string("h")}}, small_layout());
+  StepRecord step;
+  step.epoch = 0;
+  step.step = 0;
+  step.loss = 2.5;
+  step.samples = 8;
+  step.phases.forward_s = 0.25;
+  writer.write_steps(0, std::vector<StepRecord>{step, step});
+  EpochRecord epoch;
+  epoch.epoch = 0;
+  epoch.samples = 16;
+  epoch.test_accuracy = 0.5;
+  writer.write_epoch(epoch);
+  writer.write_indices(0, std::vector<std::int64_t>{3, 1, 2, 0});
+  RunSummary summary;
+  summary.total_s = total_s;
+  summary.test_accuracy = 0.5;
+  writer.write_summary(summary);
+  const std::string id = writer.run_id();
+  writer.finish(kStatusCompleted);
+  return id;
+}
+
+TEST(Results, WriteReadAndAppend) {
+  test::TempDir dir;
+  const std::string path = dir.file("r.h5");
+  const std::string first = write_run(path, "first", 10.0);
+  const std::string second = write_run(path, "first", 20.0);  // same name, same second: made unique
+  EXPECT_NE(first, second);
+  const auto runs = read_runs(path);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].run_id, first);
+  EXPECT_EQ(runs[0].status, "completed");
+  EXPECT_EQ(runs[0].summary.total_s, 10.0);
+  EXPECT_EQ(runs[1].summary.total_s, 20.0);
+  EXPECT_EQ(runs[0].text("task"), "image");
+  EXPECT_EQ(runs[0].integer("world_size"), 1);
+  EXPECT_FALSE(runs[0].text("hdf5_version")->empty());
+  ASSERT_EQ(runs[0].epochs.size(), 1u);
+  ASSERT_EQ(runs[0].epochs[0].size(), 1u);  // the unwritten second epoch is not reported
+  EXPECT_EQ(runs[0].epochs[0][0].samples, 16);
+}
+
+TEST(Results, RefusesForeignFilesWithoutTouchingThem) {
+  test::TempDir dir;
+  const std::string text = dir.file("notes.h5");
+  test::write_bytes(text, {'h', 'e', 'l', 'l', 'o'});
+  try {
+    write_run(text, "x", 1.0);
+    FAIL();
+  } catch (const ResultsError& e) {
+    EXPECT_NE(std::string(e.what()).find("not an HDF5 file"), std::string::npos) << e.what();
+  }
+  std::ifstream in(text);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "hello");
+  EXPECT_THROW(read_runs(text), ResultsError);
+  EXPECT_THROW(read_runs(dir.file("absent.h5")), ResultsError);
+
+  const std::string other = dir.file("other.h5");
+  H5Fclose(H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  try {
+    write_run(other, "x", 1.0);
+    FAIL();
+  } catch (const ResultsError& e) {
+    EXPECT_NE(std::string(e.what()).find("not an mgbench results file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Results, FailedRunKeepsItsMessage) {
+  test::TempDir dir;
+  const std::string path = dir.file("f.h5");
+  {
+    ResultsWriter writer(path, MPI_COMM_SELF, "boom", {}, {}, small_layout());
+    writer.mark_failed("loss became nan");
+    writer.finish(kStatusFailed);
+  }
+  const auto runs = read_runs(path);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "failed");
+  EXPECT_EQ(runs[0].error, "rank 0: loss became nan");
+  EXPECT_TRUE(std::isnan(runs[0].summary.total_s));
+  EXPECT_EQ(sanitize_run_name("a b/c"), "a_b_c");
+}
+
+RunRecord fake_run(std::int64_t ranks, const std::string& precision, double total_s) {
+  RunRecord r;
+  r.run_id = precision + std::to_string(ranks);
+  r.status = "completed";
+  r.summary.total_s = total_s;
+  r.attributes = {{"task", std::string("image")}, {"world_size", ranks},          {"precision", precision},
+                  {"strategy", std::string("ddp-ds")}, {"image_size", std::int64_t{100}}, {"epochs", std::int64_t{2}}};
+  return r;
+}
+
+TEST(Report, EfficienciesAsThePaper) {
+  // Table 2 of the paper, first rows: 1 GPU FP64 6266 s, FP32 3721 s; 2 GPUs FP64 3339 s.
+  const std::vector<RunRecord> runs = {fake_run(1, "fp64", 6266), fake_run(1, "fp32", 3721), fake_run(2, "fp64", 3339)};
+  const auto rows = report::build_rows(runs);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_NEAR(*rows[0].efficiency_vs_1_rank, 1.0, 1e-12);
+  EXPECT_FALSE(rows[0].efficiency_vs_fp64.has_value());
+  EXPECT_NEAR(*rows[1].efficiency_vs_fp64, 1.6839, 1e-4);    // paper: 168.38 %
+  EXPECT_NEAR(*rows[2].efficiency_vs_1_rank, 1.8766, 1e-4);  // paper: 187.66 %
+  std::ostringstream table;
+  report::print(table, rows, report::Format::kTable);
+  EXPECT_NE(table.str().find("187.66"), std::string::npos) << table.str();
+  std::ostringstream csv;
+  report::print(csv, rows, report::Format::kCsv);
+  EXPECT_NE(csv.str().find(",168.40"), std::string::npos) << csv.str();
+}
+
+}  // namespace
+}  // namespace mgbench::results

@@ -1,0 +1,89 @@
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "data/sampler.h"
+#include "test_support.h"
+
+namespace mgbench::data {
+namespace {
+
+TEST(DistributedSampler, MatchesPyTorch) {
+  const auto cases = test::load_oracle_json("sampler_cases.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(cases, "sampler_cases.json");
+  ASSERT_GT(cases.size(), 100u);
+  for (const auto& c : cases) {
+    const auto got = distributed_sampler_indices(c["n"], c["world"], c["rank"], c["seed"], c["epoch"], c["shuffle"],
+                                                 c["drop_last"]);
+    ASSERT_EQ(got, c["indices"].get<std::vector<std::int64_t>>())
+        << "n=" << c["n"] << " world=" << c["world"] << " rank=" << c["rank"] << " seed=" << c["seed"]
+        << " epoch=" << c["epoch"] << " shuffle=" << c["shuffle"] << " drop_last=" << c["drop_last"];
+  }
+}
+
+EpochPlanOptions options(Strategy s, std::int64_t n, std::int64_t batch, int world, int rank) {
+  return {s, n, batch, world, rank, /*seed=*/7, /*shuffle=*/true, /*drop_last=*/false};
+}
+
+TEST(EpochPlan, DdpComputesEverythingOnEveryRank) {
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto plan = plan_epoch(options(Strategy::kDdp, 100, 8, 3, rank), 0);
+    ASSERT_EQ(plan.size(), 13u);  // ceil(100 / 8)
+    std::multiset<std::int64_t> seen;
+    for (const auto& b : plan) {
+      EXPECT_TRUE(b.compute);
+      seen.insert(b.indices.begin(), b.indices.end());
+    }
+    EXPECT_EQ(seen.size(), 100u);
+    EXPECT_EQ(std::set<std::int64_t>(seen.begin(), seen.end()).size(), 100u);
+  }
+  // Same order on every rank.
+  EXPECT_EQ(plan_epoch(options(Strategy::kDdp, 100, 8, 3, 0), 1)[0].indices,
+            plan_epoch(options(Strategy::kDdp, 100, 8, 3, 2), 1)[0].indices);
+}
+
+TEST(EpochPlan, DdpRrLoadsAllAndComputesRoundRobin) {
+  // 100 samples, batch 8: 13 batches; 3 ranks: 5 rounds, 15 loads, 2 wrapped-around batches.
+  std::multiset<std::int64_t> computed_batches;
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto plan = plan_epoch(options(Strategy::kDdpRr, 100, 8, 3, rank), 2);
+    ASSERT_EQ(plan.size(), 15u);
+    std::int64_t computed = 0;
+    for (const auto& b : plan) {
+      EXPECT_EQ(b.compute, b.batch_index % 3 == rank);
+      if (b.compute) {
+        ++computed;
+        computed_batches.insert(b.batch_index % 13);
+      }
+    }
+    EXPECT_EQ(computed, 5);
+    EXPECT_EQ(computed_batches_per_epoch(options(Strategy::kDdpRr, 100, 8, 3, rank)), 5);
+  }
+  // Every batch computed at least once, batches 0 and 1 twice (the padding).
+  for (std::int64_t b = 0; b < 13; ++b) EXPECT_EQ(computed_batches.count(b), b < 2 ? 2u : 1u) << "batch " << b;
+}
+
+TEST(EpochPlan, DdpDsBatchesTheSamplerSequence) {
+  std::set<std::int64_t> all;
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto o = options(Strategy::kDdpDs, 50, 4, 4, rank);
+    const auto plan = plan_epoch(o, 3);
+    std::vector<std::int64_t> flat;
+    for (const auto& b : plan) flat.insert(flat.end(), b.indices.begin(), b.indices.end());
+    EXPECT_EQ(flat, distributed_sampler_indices(50, 4, rank, 7, 3, true, false));
+    EXPECT_EQ(plan.size(), 4u);  // 13 samples per rank in batches of 4
+    all.insert(flat.begin(), flat.end());
+  }
+  EXPECT_EQ(all.size(), 50u);
+}
+
+TEST(EpochPlan, RejectsBadOptions) {
+  EXPECT_THROW(parse_strategy("dp"), ConfigError);
+  EXPECT_THROW(plan_epoch(options(Strategy::kDdp, 10, 0, 1, 0), 0), ConfigError);
+  EXPECT_THROW(plan_epoch(options(Strategy::kDdp, 0, 4, 1, 0), 0), ConfigError);
+  EXPECT_EQ(parse_strategy("ddp-rr"), Strategy::kDdpRr);
+  EXPECT_EQ(to_string(Strategy::kDdpDs), "ddp-ds");
+}
+
+}  // namespace
+}  // namespace mgbench::data

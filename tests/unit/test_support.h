@@ -1,0 +1,59 @@
+#pragma once
+// Helpers shared by the tests: where the oracle files and the shared data are, temp dirs.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace mgbench::test {
+
+/// Directory of the files written by tests/python/make_oracles.py (env MGBENCH_ORACLE_DIR).
+inline std::string oracle_dir() {
+  const char* d = std::getenv("MGBENCH_ORACLE_DIR");
+  return d != nullptr ? d : MGBENCH_DEFAULT_ORACLE_DIR;
+}
+
+/// ../shared/data (env MGBENCH_SHARED_DATA).
+inline std::string shared_data_dir() {
+  const char* d = std::getenv("MGBENCH_SHARED_DATA");
+  return d != nullptr ? d : MGBENCH_DEFAULT_SHARED_DATA;
+}
+
+/// Loads an oracle JSON file; empty json when missing (the caller skips).
+inline nlohmann::json load_oracle_json(const std::string& name) {
+  const auto path = std::filesystem::path(oracle_dir()) / name;
+  if (oracle_dir().empty() || !std::filesystem::exists(path)) return {};
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+#define MGBENCH_SKIP_WITHOUT_ORACLE(json, name)                                                   \
+  if ((json).is_null())                                                                           \
+  GTEST_SKIP() << "oracle " << (name) << " not found in MGBENCH_ORACLE_DIR='" << ::mgbench::test::oracle_dir() \
+               << "' (needs Python torch/torchvision: tests/python/make_oracles.py)"
+
+/// A fresh temporary directory, removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "mgbench-test-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace mgbench::test
