@@ -1,0 +1,33 @@
+"""Shared fixtures of mgbench's Python-driven tests: the binary, mpirun, the shared data."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BIN = os.environ.get("MGBENCH_BIN", str(Path(__file__).resolve().parents[2] / "build" / "app" / "mgbench"))
+MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
+SHARED = Path(os.environ.get("MGBENCH_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+MNIST = SHARED / "mnist"
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+# Small, fast settings used by most tests.
+SMALL = ["--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--progress-interval", "1000"]
+
+
+def mgbench(*args, np=None, timeout=600, check=False):
+    """Runs mgbench (under mpirun -np when np is given); returns the CompletedProcess."""
+    cmd = ([MPIEXEC, "-np", str(np), "--oversubscribe"] if np else []) + [BIN, *map(str, args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def mnist():
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {MNIST}")
+    return MNIST

@@ -1,0 +1,82 @@
+"""Bad input ends with a clear message naming the option or file, and a non-zero exit."""
+import gzip
+import shutil
+
+import pytest
+
+from conftest import SMALL, mgbench
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--strategy", "dp"], "--strategy 'dp'"),
+    (["--precision", "fp8"], "--precision 'fp8'"),
+    (["--batch-size", "0"], "--batch-size 0"),
+    (["--epochs", "abc"], "--epochs"),
+    (["--image-size", "-5"], "--image-size"),
+    (["--no-such-option"], "no-such-option"),
+    (["--config", "/nonexistent.ini"], "/nonexistent.ini"),
+])
+def test_bad_options_exit_2_naming_the_option(args, needle):
+    proc = mgbench("image", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr, proc.stderr
+
+
+def test_bad_option_under_mpirun_reports_once(tmp_path):
+    proc = mgbench("image", "--strategy", "nope", np=2)
+    assert proc.returncode != 0
+    assert proc.stderr.count("--strategy 'nope'") == 1, proc.stderr
+
+
+def test_bad_config_file_key(tmp_path):
+    ini = tmp_path / "bad.ini"
+    ini.write_text("epochs = 2\ncolour = blue\n")
+    proc = mgbench("image", "--config", ini)
+    assert proc.returncode == 2
+    assert "colour" in proc.stderr and str(ini) in proc.stderr
+
+
+def test_config_file_and_command_line_override(tmp_path):
+    ini = tmp_path / "c.ini"
+    ini.write_text("epochs = 7\nbatch-size = 16\n")
+    proc = mgbench("image", "--config", ini, "--epochs", "3", "--dry-run", check=True)
+    assert "epochs = 3" in proc.stdout and "batch-size = 16" in proc.stdout
+
+
+def test_missing_data_directory(tmp_path):
+    proc = mgbench("image", "--data", tmp_path / "absent", *SMALL, "--results", tmp_path / "r.h5", np=2)
+    assert proc.returncode != 0
+    assert "absent" in proc.stderr and "does not exist" in proc.stderr
+    assert not (tmp_path / "r.h5").exists()
+
+
+def test_corrupt_and_truncated_files(tmp_path, mnist):
+    for name in ("train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        shutil.copy(mnist / name, tmp_path / name)
+    raw = gzip.decompress((mnist / "train-images-idx3-ubyte.gz").read_bytes())
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(raw[: len(raw) // 2])  # truncated, uncompressed
+    proc = mgbench("image", "--data", tmp_path, *SMALL, "--results", tmp_path / "r.h5", np=2)
+    assert proc.returncode != 0
+    assert "train-images-idx3-ubyte" in proc.stderr and "truncated" in proc.stderr
+    (tmp_path / "train-images-idx3-ubyte").unlink()
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b garbage that is not deflate data" * 10)
+    proc = mgbench("image", "--data", tmp_path, *SMALL, "--results", tmp_path / "r.h5")
+    assert proc.returncode != 0
+    assert "train-images-idx3-ubyte.gz" in proc.stderr
+
+
+def test_results_path_that_is_not_hdf5_is_left_alone(tmp_path, mnist):
+    target = tmp_path / "notes.h5"
+    target.write_text("my notes")
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32",
+                   "--epochs", "1", "--results", target, np=2)
+    assert proc.returncode != 0
+    assert "not an HDF5 file" in proc.stderr
+    assert target.read_text() == "my notes"
+
+
+def test_report_errors(tmp_path):
+    assert mgbench("report").returncode == 2
+    proc = mgbench("report", tmp_path / "absent.h5")
+    assert proc.returncode == 1 and "absent.h5" in proc.stderr
+    assert mgbench("unknown-command").returncode == 2

@@ -1,0 +1,139 @@
+"""The real binary on real MNIST; results checked with h5py (an independent HDF5 reader)."""
+import math
+import os
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import BIN, ENV, SMALL, mgbench
+
+
+def test_main_job_two_ranks(tmp_path, mnist):
+    results = tmp_path / "r.h5"
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "200", "--epochs", "2",
+                   "--batch-size", "32", "--results", results, "--run-name", "e2e", np=2, check=True)
+    assert "test accuracy" in proc.stderr
+    with h5py.File(results, "r") as f:
+        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 1
+        (run_id,) = f["runs"].keys()
+        assert run_id.endswith("_e2e")
+        run = f["runs"][run_id]
+        assert run["status"][0] == b"completed"
+        for key, value in dict(world_size=2, strategy="ddp-ds", precision="fp32", pin_memory="false", image_size=32,
+                               batch_size=32, epochs=2, train_samples=512, test_samples=200, backend="mpi").items():
+            assert run.attrs[key] == value, key
+        for key in ("started_utc", "torch_version", "mpi_version", "hdf5_version", "git_commit", "config", "hosts"):
+            assert run.attrs[key], key
+        assert "epochs = 2" in run.attrs["config"]
+        summary = run["summary"][0]
+        assert summary["epochs_completed"] == 2 and summary["total_s"] > 0 and summary["samples_per_s"] > 0
+        assert 0.0 <= summary["test_accuracy"] <= 1.0
+        for r in (0, 1):
+            rank = run[f"rank_{r}"]
+            assert rank.attrs["rank"] == r and rank.attrs["hostname"]
+            epochs = rank["epochs"][:]
+            assert list(epochs["epoch"]) == [0, 1]
+            assert list(epochs["test_samples"]) == [200, 200]  # summed over both ranks' shards
+            steps = rank["steps"][:]
+            assert len(steps) == 2 * 8  # 256 samples per rank / batch 32
+            assert (steps["epoch"] >= 0).all() and (steps["samples"] == 32).all()
+            for phase in ("data_s", "h2d_s", "transform_s", "forward_s", "backward_s", "allreduce_s", "optimizer_s"):
+                assert (steps[phase] >= 0).all() and np.isfinite(steps[phase]).all(), phase
+            assert (steps["forward_s"] > 0).all() and (steps["allreduce_s"] > 0).all()
+            assert np.isclose(epochs["samples"].sum(), 512)
+    dump = subprocess.run(["h5dump", "-H", str(results)], capture_output=True, text=True)
+    assert dump.returncode == 0 and "rank_1" in dump.stdout
+    report = mgbench("report", results, check=True).stdout
+    assert "ddp-ds" in report and "completed" in report
+
+
+def torch_distributed_sampler(n, world, rank, seed, epoch):
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DistributedSampler
+    s = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=seed)
+    s.set_epoch(epoch)
+    return list(s)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_strategy_coverage(tmp_path, mnist, np_):
+    n, batch, epochs = 100, 8, 2
+    results = tmp_path / "cov.h5"
+    for strategy in ("ddp", "ddp-rr", "ddp-ds"):
+        mgbench("image", "--data", mnist, *SMALL, "--limit-train", n, "--limit-test", 30, "--epochs", epochs,
+                "--batch-size", batch, "--strategy", strategy, "--record-indices", "--seed", 5,
+                "--results", results, "--run-name", strategy, np=np_, check=True)
+    with h5py.File(results, "r") as f:
+        by_strategy = {f["runs"][k].attrs["strategy"]: f["runs"][k] for k in f["runs"]}
+        n_batches = math.ceil(n / batch)
+        for epoch in range(epochs):
+            # ddp: every rank computes every sample.
+            for r in range(np_):
+                idx = by_strategy["ddp"][f"rank_{r}/indices"][epoch]
+                assert sorted(idx) == list(range(n))
+                assert len(by_strategy["ddp"][f"rank_{r}/steps"]) == epochs * n_batches
+            # ddp-rr: rank r computes the batches k with k % world == r; all batches covered.
+            rounds = math.ceil(n_batches / np_)
+            seen = []
+            for r in range(np_):
+                steps = by_strategy["ddp-rr"][f"rank_{r}/steps"][:]
+                mine = steps[steps["epoch"] == epoch]
+                assert len(mine) == rounds
+                assert all(k % np_ == r for k in mine["batch_index"])
+                seen += list(by_strategy["ddp-rr"][f"rank_{r}/indices"][epoch])
+                epochs_table = by_strategy["ddp-rr"][f"rank_{r}/epochs"][epoch]
+                assert epochs_table["loaded_samples"] >= n  # every rank loads every batch
+            assert set(seen) == set(range(n))
+            # ddp-ds: exactly torch.utils.data.DistributedSampler's sequence per rank.
+            for r in range(np_):
+                idx = list(by_strategy["ddp-ds"][f"rank_{r}/indices"][epoch])
+                assert idx == torch_distributed_sampler(n, np_, r, 5, epoch)
+
+
+def test_sigkill_leaves_earlier_runs_readable(tmp_path, mnist):
+    results = tmp_path / "k.h5"
+    mgbench("image", "--data", mnist, *SMALL, "--limit-train", "128", "--limit-test", "32", "--epochs", "1",
+            "--results", results, "--run-name", "first", check=True)
+    proc = subprocess.Popen([BIN, "image", "--data", str(mnist), *SMALL, "--limit-train", "4000", "--epochs", "50",
+                             "--batch-size", "16", "--results", str(results), "--run-name", "killed"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    for line in proc.stderr:  # wait until training has started and the run exists
+        if "epoch 1/50" in line or "results:" in line:
+            break
+    time.sleep(3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with h5py.File(results, "r", locking=False) as f:
+        names = sorted(f["runs"].keys())
+        assert len(names) == 2
+        first, killed = (f["runs"][n] for n in names)
+        assert first["status"][0] == b"completed" and first["summary"][0]["epochs_completed"] == 1
+        assert first["rank_0/epochs"][0]["test_samples"] == 32
+        assert killed["status"][0] == b"running"
+    report = mgbench("report", results, check=True).stdout
+    assert "completed" in report and "running" in report
+    # The file still takes new runs.
+    mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
+            "--results", results, check=True)
+
+
+def test_failing_run_is_marked_failed_and_job_ends(tmp_path, mnist):
+    results = tmp_path / "f.h5"
+    mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
+            "--results", results, check=True)
+    start = time.time()
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "32", "--epochs", "3",
+                   "--lr", "1e12", "--lr-schedule", "constant", "--results", results, np=2, timeout=300)
+    assert proc.returncode != 0
+    assert "diverged" in proc.stderr
+    assert time.time() - start < 120
+    with h5py.File(results, "r", locking=False) as f:
+        names = sorted(f["runs"].keys())
+        assert f["runs"][names[0]]["status"][0] == b"completed"
+        failed = f["runs"][names[1]]
+        assert failed["status"][0] == b"failed"
+        assert b"diverged" in failed["error"][0]
