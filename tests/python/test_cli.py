@@ -80,3 +80,24 @@ def test_report_errors(tmp_path):
     proc = mgbench("report", tmp_path / "absent.h5")
     assert proc.returncode == 1 and "absent.h5" in proc.stderr
     assert mgbench("unknown-command").returncode == 2
+
+
+def test_every_shipped_config_is_valid():
+    from pathlib import Path
+    configs = sorted((Path(__file__).resolve().parents[2] / "inputs" / "configs").rglob("*.ini"))
+    assert configs, "no config files found"
+    for ini in configs:
+        proc = mgbench("image", "--config", ini, "--dry-run")
+        assert proc.returncode == 0, f"{ini}: {proc.stderr}"
+
+
+def test_shell_scripts_parse():
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    scripts = sorted((root / "scripts").glob("*.sh")) + sorted((root / "slurm").glob("*.sbatch")) + [root / ".ci" / "run"]
+    for script in scripts:
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
+    outside = subprocess.run(["bash", str(root / "slurm" / "image.sbatch")], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin"})
+    assert outside.returncode == 2 and "not inside a SLURM allocation" in outside.stderr

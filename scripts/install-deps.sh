@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what mgbench needs on a Debian/Ubuntu workstation, skipping what is already there:
+#   - Debian packages: compilers, CMake, Ninja, ccache, Open MPI, HDF5 built with Open MPI,
+#     Boost.Program_options, zlib, spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark;
+#   - a Python virtual environment with the PyPI torch wheel pinned to 2.11.0 (its LibTorch is
+#     what mgbench links), torchvision (test oracle, benchmark peer), h5py, numpy, pytest.
+# The venv lives outside the checkout so clean clones reuse it:
+#   MGBENCH_VENV (default ~/.cache/mgbench/venv).
+# Clusters use environment modules instead: see Makefile.hpc.
+set -euo pipefail
+
+MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
+TORCH_VERSION=2.11.0
+TORCHVISION_VERSION=0.26.0
+APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
+  libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libgtest-dev libbenchmark-dev)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="$MGBENCH_VENV/bin/python"
+if ! "$PY" -c "import torch, torchvision, h5py, numpy, pytest, sys; sys.exit(not torch.__version__.startswith('$TORCH_VERSION'))" 2>/dev/null; then
+  echo "install-deps: creating $MGBENCH_VENV with torch==$TORCH_VERSION (a large download, once)"
+  python3 -m venv "$MGBENCH_VENV"
+  "$PY" -m pip install -q --upgrade pip
+  "$PY" -m pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" h5py numpy pytest
+fi
+echo "install-deps: ok (python: $PY, $("$PY" -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build, run every test (unit, mpi, e2e).
+#   scripts/test.sh [ctest options, e.g. -L unit]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # CI runs as root
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 "$@"
