@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
 BUILD_DIR=${BUILD_DIR:-build}
+# ccache: hash paths relative to the checkout, so fresh clones hit the cache; accept the PCH.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "test_paths.h"
+
 namespace mgbench::test {
 
 /// Directory of the files written by tests/python/make_oracles.py (env MGBENCH_ORACLE_DIR).

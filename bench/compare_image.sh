@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# mgbench image vs its Python torch peer (bench/peer_image.py) on the same machine, in one run:
+# same model (MobileNetV2, width 1.0), image size, per-rank batch, precision, ranks, samples,
+# threads per rank. Prints img/s of both and their ratio (mgbench / peer; > 1: mgbench faster).
+#   bench/compare_image.sh [DATA_DIR]
+# Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
+#   THREADS (1 per rank), MGBENCH (build/app/mgbench), MGBENCH_VENV (~/.cache/mgbench/venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${1:-../shared/data/mnist}
+SIZES=${SIZES:-"32 64"}
+NP=${NP:-2}
+BATCH=${BATCH:-32}
+TRAIN=${TRAIN:-2048}
+EPOCHS=${EPOCHS:-1}
+PRECISION=${PRECISION:-fp32}
+THREADS=${THREADS:-1}
+MGBENCH=${MGBENCH:-build/app/mgbench}
+PY=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$THREADS
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader/Resize + DistributedSampler + DDP/gloo)"
+echo "# host $(hostname), $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank"
+printf "%-6s %14s %14s %8s\n" "size" "mgbench" "peer" "ratio"
+printf "%-6s %14s %14s %8s\n" "(px)" "(img/s)" "(img/s)" ""
+for size in $SIZES; do
+  mpirun -np "$NP" --oversubscribe "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
+    --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" --threads "$THREADS" \
+    --results "$OUT/mgbench.h5" --run-name "s$size" --progress-interval 1000 >/dev/null 2>&1
+  ours=$("$PY" - "$OUT/mgbench.h5" "s$size" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    run = [f["runs"][k] for k in f["runs"] if k.endswith("_" + sys.argv[2])][-1]
+    print(f'{run["summary"][0]["samples_per_s"]:.2f}')
+PY
+)
+  peer=$("$PY" -m torch.distributed.run --standalone --nproc_per_node "$NP" bench/peer_image.py --data "$DATA" \
+    --image-size "$size" --batch-size "$BATCH" --limit-train "$TRAIN" --epochs "$EPOCHS" --precision "$PRECISION" \
+    --threads "$THREADS" 2>/dev/null | "$PY" -c 'import json,sys; print(f"{json.loads(sys.stdin.readlines()[-1])[\"img_per_s\"]:.2f}")')
+  printf "%-6s %14s %14s %8s\n" "$size" "$ours" "$peer" "$("$PY" -c "print(f'{$ours / $peer:.2f}')")"
+done

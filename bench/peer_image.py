@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The Python torch peer of `mgbench image`: the same workload written the way the paper's users
+write it (Lawenda et al. 2025, sec. 3): torchvision MobileNetV2, torchvision.datasets.MNIST with a
+Resize transform in a DataLoader, DistributedSampler, DistributedDataParallel (gloo on CPU).
+
+    torchrun --standalone --nproc_per_node 2 bench/peer_image.py --data DIR --image-size 64 ...
+
+Prints one JSON line on rank 0: {"img_per_s": ..., "train_s": ..., "samples": ...}, where
+img_per_s = samples computed by all ranks / the slowest rank's training-loop time (as mgbench's
+summary.samples_per_s).
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torchvision
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torchvision import transforms
+
+
+def mnist_root(data_dir):
+    """torchvision's MNIST wants <root>/MNIST/raw/<uncompressed files>."""
+    root = tempfile.mkdtemp(prefix="peer-mnist-")
+    raw = os.path.join(root, "MNIST", "raw")
+    os.makedirs(raw)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        src = os.path.join(data_dir, name)
+        if os.path.exists(src + ".gz"):
+            with gzip.open(src + ".gz", "rb") as fin, open(os.path.join(raw, name), "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+        else:
+            shutil.copy(src, os.path.join(raw, name))
+    return root
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", required=True)
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--limit-train", type=int, default=2048)
+    p.add_argument("--precision", choices=["fp32", "fp64"], default="fp32")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--workers", type=int, default=0)
+    a = p.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(42)
+    dtype = torch.float64 if a.precision == "fp64" else torch.float32
+
+    root = mnist_root(a.data) if rank == 0 else None
+    root_list = [root]
+    dist.broadcast_object_list(root_list, src=0)
+    transform = transforms.Compose([
+        transforms.Grayscale(num_output_channels=3),
+        transforms.Resize((a.image_size, a.image_size)),
+        transforms.ToTensor(),
+        transforms.Normalize((0.1307,) * 3, (0.3081,) * 3),
+    ])
+    train = torchvision.datasets.MNIST(root_list[0], train=True, download=False, transform=transform)
+    train = Subset(train, range(min(a.limit_train, len(train))))
+    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=42)
+    loader = DataLoader(train, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers)
+
+    model = torchvision.models.mobilenet_v2(num_classes=10).to(dtype)
+    model = DDP(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=4e-5)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    samples, train_s = 0, 0.0
+    model.train()
+    for epoch in range(a.epochs):
+        sampler.set_epoch(epoch)
+        start = time.perf_counter()
+        for images, labels in loader:
+            images = images.to(dtype)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(images), labels)
+            loss.backward()
+            optimizer.step()
+            loss.item()
+            samples += images.shape[0]
+        train_s += time.perf_counter() - start
+    totals = torch.tensor([float(samples), train_s], dtype=torch.float64)
+    dist.all_reduce(totals[:1], op=dist.ReduceOp.SUM)
+    slowest = torch.tensor([train_s], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        print(json.dumps({"img_per_s": totals[0].item() / slowest.item(), "train_s": slowest.item(),
+                          "samples": int(totals[0].item())}))
+        shutil.rmtree(root, ignore_errors=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
