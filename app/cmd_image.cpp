@@ -40,6 +40,8 @@ po::options_description image_options(train::ImageConfig& c, std::int64_t& seed)
       ("threads", po::value(&c.threads)->default_value(c.threads),
        "intra-op CPU threads per rank (0: node cores / ranks on the node)")
       ("prefetch", po::value(&c.prefetch)->default_value(c.prefetch), "batches the loader prepares ahead")
+      ("channels-last", po::value(&c.channels_last)->default_value(c.channels_last),
+       "true | false: NHWC memory layout for activations and conv weights (faster convolutions)")
       ("width-mult", po::value(&c.width_mult)->default_value(c.width_mult), "MobileNetV2 width multiplier")
       ("dropout", po::value(&c.dropout)->default_value(c.dropout), "dropout before the classifier")
       ("freeze-batchnorm", po::value(&c.freeze_batchnorm)->default_value(c.freeze_batchnorm),

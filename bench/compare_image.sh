@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mgbench image vs its Python torch peer (bench/peer_image.py) on the same machine, in one run:
 # same model (MobileNetV2, width 1.0), image size, per-rank batch, precision, ranks, samples,
-# threads per rank. Prints img/s of both and their ratio (mgbench / peer; > 1: mgbench faster).
+# threads per rank. Two peers: as the paper's users write it (default memory layout), and tuned
+# (channels_last, as mgbench). Prints img/s and the ratios mgbench / peer (> 1: mgbench faster).
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
 #   THREADS (1 per rank), MGBENCH (build/app/mgbench), MGBENCH_VENV (~/.cache/mgbench/venv).
@@ -22,10 +23,10 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
 echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader/Resize + DistributedSampler + DDP/gloo)"
-echo "# host $(hostname), $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank"
-printf "%-6s %14s %14s %8s\n" "size" "mgbench" "peer" "ratio"
-printf "%-6s %14s %14s %8s\n" "(px)" "(img/s)" "(img/s)" ""
+printf "%-6s %12s %12s %12s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "ratio" "ratio"
+printf "%-6s %12s %12s %12s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(peer)" "(nhwc)"
 for size in $SIZES; do
   mpirun -np "$NP" --oversubscribe "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
     --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" --threads "$THREADS" \
@@ -37,8 +38,13 @@ with h5py.File(sys.argv[1], "r") as f:
     print(f'{run["summary"][0]["samples_per_s"]:.2f}')
 PY
 )
-  peer=$("$PY" -m torch.distributed.run --standalone --nproc_per_node "$NP" bench/peer_image.py --data "$DATA" \
-    --image-size "$size" --batch-size "$BATCH" --limit-train "$TRAIN" --epochs "$EPOCHS" --precision "$PRECISION" \
-    --threads "$THREADS" 2>/dev/null | "$PY" -c 'import json,sys; print(f"{json.loads(sys.stdin.readlines()[-1])[\"img_per_s\"]:.2f}")')
-  printf "%-6s %14s %14s %8s\n" "$size" "$ours" "$peer" "$("$PY" -c "print(f'{$ours / $peer:.2f}')")"
+  peer() {
+    timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NP" bench/peer_image.py --data "$DATA" \
+      --image-size "$size" --batch-size "$BATCH" --limit-train "$TRAIN" --epochs "$EPOCHS" --precision "$PRECISION" \
+      --threads "$THREADS" "$@" 2>"$OUT/peer.err" | "$PY" -c 'import json, sys; print("%.2f" % json.loads(sys.stdin.readlines()[-1])["img_per_s"])'
+  }
+  if ! plain=$(peer); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
+  if ! nhwc=$(peer --channels-last); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
+  printf "%-6s %12s %12s %12s %8s %8s\n" "$size" "$ours" "$plain" "$nhwc" \
+    "$("$PY" -c "print(f'{$ours / $plain:.2f}')")" "$("$PY" -c "print(f'{$ours / $nhwc:.2f}')")"
 done

@@ -10,10 +10,12 @@ img_per_s = samples computed by all ranks / the slowest rank's training-loop tim
 summary.samples_per_s).
 """
 import argparse
+import datetime
 import gzip
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -51,9 +53,10 @@ def main():
     p.add_argument("--precision", choices=["fp32", "fp64"], default="fp32")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--channels-last", action="store_true", help="tuned peer: NHWC model and inputs")
     a = p.parse_args()
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(a.threads)
     torch.manual_seed(42)
@@ -74,6 +77,8 @@ def main():
     loader = DataLoader(train, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers)
 
     model = torchvision.models.mobilenet_v2(num_classes=10).to(dtype)
+    memory_format = torch.channels_last if a.channels_last else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
     model = DDP(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=4e-5)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -84,7 +89,7 @@ def main():
         sampler.set_epoch(epoch)
         start = time.perf_counter()
         for images, labels in loader:
-            images = images.to(dtype)
+            images = images.to(dtype).contiguous(memory_format=memory_format)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(images), labels)
             loss.backward()
@@ -98,9 +103,13 @@ def main():
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     if rank == 0:
         print(json.dumps({"img_per_s": totals[0].item() / slowest.item(), "train_s": slowest.item(),
-                          "samples": int(totals[0].item())}))
+                          "samples": int(totals[0].item())}), flush=True)
         shutil.rmtree(root, ignore_errors=True)
-    dist.destroy_process_group()
+    dist.barrier()
+    # Skip interpreter teardown: destroying DDP's gloo process group can hang joining its threads
+    # (seen with torch 2.11 on CPU), which would stall the benchmark after the numbers are out.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

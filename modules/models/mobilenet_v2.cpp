@@ -94,6 +94,13 @@ torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& x) {
     const auto& o = stem_conv_->options;
     h = torch::conv2d(x, stem_conv_->weight.sum(1, /*keepdim=*/true), /*bias=*/{}, o.stride(),
                       std::get<torch::ExpandingArray<2>>(o.padding()));
+    // A 1-channel input and the channel-summed weight are layout-ambiguous, so the convolution
+    // returns NCHW; continue in the layout of the model's weights (channels_last when converted),
+    // otherwise every later convolution would reorder its input (measured: no NHWC speed-up).
+    if (!stem_conv_->weight.is_contiguous() &&
+        stem_conv_->weight.is_contiguous(torch::MemoryFormat::ChannelsLast)) {
+      h = h.contiguous(torch::MemoryFormat::ChannelsLast);
+    }
     h = (*stem_)[2]->as<nn::ReLU6>()->forward((*stem_)[1]->as<nn::BatchNorm2d>()->forward(h));
   } else {
     h = stem_->forward(x);

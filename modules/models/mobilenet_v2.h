@@ -52,7 +52,8 @@ class MobileNetV2Impl : public torch::nn::Module {
   explicit MobileNetV2Impl(const MobileNetV2Options& options = {});
 
   /// x: [B, 1 or 3, H, W] (any H, W >= 1; the network downsamples by 32 before global pooling),
-  /// dtype of the parameters. Returns logits [B, num_classes].
+  /// dtype of the parameters. Returns logits [B, num_classes]. Activations follow the layout of
+  /// the weights (see to_channels_last in state_dict.h).
   torch::Tensor forward(const torch::Tensor& x);
 
   /// Keeps the BatchNorm layers in eval mode (running statistics fixed, no batch statistics)

@@ -41,6 +41,13 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
   }
 }
 
+void to_channels_last(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
 std::map<std::string, torch::Tensor> read_torch_state_dict(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   MGBENCH_REQUIRE(in.good(), DataError, "{}: cannot open", path);

@@ -17,6 +17,10 @@ std::map<std::string, torch::Tensor> state_dict(const torch::nn::Module& module)
 void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors,
                      const std::string& source, bool strict = true);
 
+/// Converts every 4-D parameter (convolution weights) of module to channels_last (NHWC) memory
+/// layout in place, as Python's module.to(memory_format=torch.channels_last).
+void to_channels_last(torch::nn::Module& module);
+
 /// Reads a dict of tensors written by torch.save(state_dict) (zip format) at path.
 /// Throws DataError naming the file when it cannot be read or is not a dict of tensors.
 std::map<std::string, torch::Tensor> read_torch_state_dict(const std::string& path);

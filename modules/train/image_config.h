@@ -24,6 +24,7 @@ struct ImageConfig {
   bool pin_memory = false;
   int threads = 0;   // intra-op threads per rank; 0: cores of the node / ranks on the node
   int prefetch = 2;  // batches the loader assembles ahead
+  bool channels_last = true;  // NHWC activations and conv weights (oneDNN on CPU, tensor cores on GPU)
   // model
   double width_mult = 1.0;
   double dropout = 0.2;

@@ -19,6 +19,7 @@
 #include "data/sampler.h"
 #include "data/transforms.h"
 #include "models/mobilenet_v2.h"
+#include "models/state_dict.h"
 #include "runtime/grad_sync.h"
 #include "train/lr_schedule.h"
 
@@ -42,6 +43,12 @@ struct ImageTrainer::State {
   bool share_buffers = false;                 // DDP's broadcast_buffers: before each forward and evaluation
 
   State(ImageConfig c, runtime::Communicator& comm_) : config(std::move(c)), comm(comm_) {}
+
+  /// uint8 [B, 1, 28, 28] on the device -> normalised, upscaled [B, 1, S, S] in the model's dtype and layout.
+  torch::Tensor to_model_input(const torch::Tensor& images) const {
+    torch::Tensor x = data::normalize_and_resize(images, config.image_size, dtype, data::kMnistMean, data::kMnistStd);
+    return config.channels_last ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x;
+  }
 
   /// Runs the test set (each rank a contiguous shard, counts summed over ranks).
   /// Returns {correct, total} over all ranks.
@@ -73,6 +80,7 @@ void ImageTrainer::load_data() {
   s.model = models::MobileNetV2(models::MobileNetV2Options{data::kMnistClasses, c.width_mult, c.dropout});
   s.model->set_batchnorm_frozen(c.freeze_batchnorm);
   s.model->to(s.device, s.dtype);
+  if (c.channels_last) models::to_channels_last(*s.model);
 
   std::vector<torch::Tensor> params = s.model->parameters();
   if (c.optimizer == "sgd") {
@@ -122,6 +130,7 @@ h5::Attributes ImageTrainer::run_attributes() const {
           {"optimizer", c.optimizer},
           {"lr", c.lr},
           {"lr_schedule", c.lr_schedule},
+          {"channels_last", std::string(c.channels_last ? "true" : "false")},
           {"backend", s.comm.backend()},
           {"device", std::string("cpu")},
           {"torch_version", torch_version()}};
@@ -145,8 +154,7 @@ std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
     std::vector<std::int64_t> indices;
     for (std::int64_t i = start; i < std::min(end, start + config.batch_size); ++i) indices.push_back(i);
     const data::ImageBatch batch = data::assemble_batch(test_set, indices, /*pin_memory=*/false);
-    const torch::Tensor x =
-        data::normalize_and_resize(batch.images.to(device), config.image_size, dtype, data::kMnistMean, data::kMnistStd);
+    const torch::Tensor x = to_model_input(batch.images.to(device));
     const torch::Tensor predicted = model->forward(x).argmax(1);
     correct += predicted.eq(batch.labels.to(device)).sum().item<std::int64_t>();
   }
@@ -215,7 +223,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
         continue;
       }
       pending = {};
-      const torch::Tensor x = data::normalize_and_resize(images, c.image_size, s.dtype, data::kMnistMean, data::kMnistStd);
+      const torch::Tensor x = s.to_model_input(images);
       step.phases.transform_s = phase.lap();
 
       const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, c.lr_schedule == "cosine");

@@ -120,3 +120,29 @@ TEST(StateDict, MismatchesNameTheTensor) {
 
 }  // namespace
 }  // namespace mgbench::models
+
+namespace mgbench::models {
+namespace {
+
+TEST(MobileNetV2, ChannelsLastGivesTheSameResult) {
+  torch::manual_seed(3);
+  MobileNetV2 nchw(MobileNetV2Options{10, 0.5, 0.0});
+  MobileNetV2 nhwc(MobileNetV2Options{10, 0.5, 0.0});
+  load_state_dict(*nhwc, state_dict(*nchw), "nchw model");
+  to_channels_last(*nhwc);
+  EXPECT_TRUE(nhwc->named_parameters()["features.0.0.weight"].is_contiguous(torch::MemoryFormat::ChannelsLast));
+  const torch::Tensor x = torch::rand({4, 1, 48, 48});
+  const torch::Tensor a = nchw->forward(x);
+  const torch::Tensor b = nhwc->forward(x.contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << (a - b).abs().max().item<double>();
+  a.sum().backward();
+  b.sum().backward();
+  const auto g_nchw = nchw->named_parameters()["features.0.0.weight"].grad();
+  const auto g_nhwc = nhwc->named_parameters()["features.0.0.weight"].grad();
+  // fp32 sums over B x H x W in another order: compare relative to the gradient's norm.
+  const double relative = ((g_nchw - g_nhwc).norm() / g_nchw.norm()).item<double>();
+  EXPECT_LT(relative, 1e-4) << "|g| = " << g_nchw.norm().item<double>();
+}
+
+}  // namespace
+}  // namespace mgbench::models
