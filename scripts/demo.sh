@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 1: install what is missing, build, then run the main job on real MNIST with
-# 2 MPI ranks (settings small enough for a 2-core workstation: ~5 min, >= 97 % test accuracy),
+# 2 MPI ranks (settings small enough for a 2-core workstation: ~3 min, >= 97 % test accuracy),
 # and print the report.
 #   scripts/demo.sh [DATA_DIR]      (default ../shared/data/mnist)
 set -euo pipefail
