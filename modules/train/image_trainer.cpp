@@ -277,6 +277,9 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
                        step.loss, static_cast<double>(epoch_record.samples) / epoch_clock.elapsed(), elapsed,
                        elapsed / static_cast<double>(global_step) * static_cast<double>(total_steps - global_step)});
     }
+    // ddp-rr: batches loaded after this rank's last computed one belong to the epoch, not a step.
+    epoch_record.phases.data_s += pending.data_s;
+    epoch_record.phases.h2d_s += pending.h2d_s;
     epoch_record.train_s = epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
     epoch_record.loss_mean = steps.empty() ? results::kNaN : loss_sum / static_cast<double>(steps.size());
