@@ -203,7 +203,9 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     std::vector<std::int64_t> computed_indices;
     double loss_sum = 0;
 
-    data::ImageLoader loader(s.train_set, data::plan_epoch(s.plan_options, epoch), c.prefetch, c.pin_memory);
+    // Page-locked batches only help (and only exist) for copies to a GPU.
+    const bool pin = c.pin_memory && s.device.is_cuda();
+    data::ImageLoader loader(s.train_set, data::plan_epoch(s.plan_options, epoch), c.prefetch, pin);
     results::PhaseTimes pending;  // time of batches loaded but not computed (ddp-rr), charged to the next step
     while (true) {
       results::StepRecord step;
@@ -212,8 +214,8 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       std::optional<data::ImageBatch> batch = loader.next();
       if (!batch) break;
       step.phases.data_s = phase.lap() + pending.data_s;
-      torch::Tensor images = batch->images.to(s.device, /*non_blocking=*/c.pin_memory);
-      torch::Tensor labels = batch->labels.to(s.device, /*non_blocking=*/c.pin_memory);
+      torch::Tensor images = batch->images.to(s.device, /*non_blocking=*/pin);
+      torch::Tensor labels = batch->labels.to(s.device, /*non_blocking=*/pin);
       step.phases.h2d_s = phase.lap() + pending.h2d_s;
       epoch_record.loaded_samples += batch->images.size(0);
       if (!batch->plan.compute) {

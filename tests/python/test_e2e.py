@@ -121,6 +121,16 @@ def test_sigkill_leaves_earlier_runs_readable(tmp_path, mnist):
             "--results", results, check=True)
 
 
+def test_pin_memory_is_recorded_and_harmless_on_cpu(tmp_path, mnist):
+    results = tmp_path / "pin.h5"
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
+                   "--pin-memory", "true", "--results", results, check=True)
+    assert "no effect on the CPU" in proc.stderr
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        assert run.attrs["pin_memory"] == "true" and run["status"][0] == b"completed"
+
+
 def test_failing_run_is_marked_failed_and_job_ends(tmp_path, mnist):
     results = tmp_path / "f.h5"
     mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
