@@ -1,5 +1,6 @@
 // `mgbench image`: option parsing and hand-over to the image job. No logic beyond parsing.
 #include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -103,7 +104,10 @@ int image_main(int argc, char** argv) {
   const std::string resolved = to_ini(vm, "dry-run,verbose");
   if (env.rank() == 0) {
     std::cout << fmt::format("# mgbench image: {} rank(s) on {}\n", env.world_size(), env.all_hosts());
-    std::cout << "# resolved configuration\n" << resolved << std::flush;
+    std::cout << "# resolved configuration (also stored in the results file as the run's `config` attribute)\n";
+    std::istringstream lines(resolved);
+    for (std::string line; std::getline(lines, line);) std::cout << "#   " << line << "\n";
+    std::cout << std::flush;
   } else {
     env.all_hosts();  // collective
   }

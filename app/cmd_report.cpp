@@ -12,8 +12,10 @@ namespace mgbench::app {
 int report_main(int argc, char** argv) {
   po::options_description options(
       "mgbench report: one row per run (ranks, strategy, precision, pin_memory, image size, total time,\n"
-      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] FILE|DIR...\n");
-  options.add_options()("csv", "comma-separated values instead of the table")("help,h", "show this help");
+      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] [--phases] FILE|DIR...\n");
+  options.add_options()("csv", "comma-separated values instead of the table")(
+      "phases", "also show, per run, the training time by phase (min / avg / max across ranks)")(
+      "help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("files", po::value<std::vector<std::string>>()->composing(), "results files");
   po::options_description all;
@@ -58,6 +60,10 @@ int report_main(int argc, char** argv) {
     return 1;
   }
   report::print(std::cout, report::build_rows(runs), vm.count("csv") != 0 ? report::Format::kCsv : report::Format::kTable);
+  if (vm.count("phases") != 0) {
+    std::cout << "\n";
+    report::print_phases(std::cout, runs);
+  }
   return 0;
 }
 

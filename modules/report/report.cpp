@@ -1,5 +1,6 @@
 #include "report/report.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -88,6 +89,55 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
     if (row.run->status == "failed" && !row.run->error.empty()) {
       out << fmt::format("# {} failed: {}\n", row.run->run_id, row.run->error);
     }
+  }
+}
+
+void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs) {
+  using Getter = double results::PhaseTimes::*;
+  const std::pair<const char*, Getter> phases[] = {
+      {"data", &results::PhaseTimes::data_s},           {"h2d", &results::PhaseTimes::h2d_s},
+      {"transform", &results::PhaseTimes::transform_s}, {"forward", &results::PhaseTimes::forward_s},
+      {"backward", &results::PhaseTimes::backward_s},   {"allreduce", &results::PhaseTimes::allreduce_s},
+      {"optimizer", &results::PhaseTimes::optimizer_s}};
+  const char* row = "{:<10} {:>10} {:>10} {:>10} {:>8}\n";
+  for (const auto& run : runs) {
+    out << fmt::format("# {} ({} ranks, {}, {}, {} px): training time by phase, summed over {} epoch(s)\n",
+                       run.run_id, run.display("world_size"), run.display("strategy"), run.display("precision"),
+                       run.display("image_size"), run.epochs.empty() ? 0 : run.epochs.front().size());
+    out << fmt::format(fmt::runtime(row), "phase", "min", "avg", "max", "share");
+    out << fmt::format(fmt::runtime(row), "", "(s)", "(s)", "(s)", "(%)");
+    std::vector<double> train_s;
+    for (const auto& rank : run.epochs) {
+      double t = 0;
+      for (const auto& e : rank) t += e.train_s;
+      train_s.push_back(t);
+    }
+    for (const auto& [name, field] : phases) {
+      double lo = INFINITY, hi = -INFINITY, sum = 0, share = 0;
+      for (std::size_t r = 0; r < run.epochs.size(); ++r) {
+        double t = 0;
+        for (const auto& e : run.epochs[r]) t += e.phases.*field;
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+        sum += t;
+        share += train_s[r] > 0 ? t / train_s[r] : 0.0;
+      }
+      const double n = static_cast<double>(run.epochs.size());
+      if (n == 0) continue;
+      out << fmt::format(fmt::runtime(row), name, number(lo, 3), number(sum / n, 3), number(hi, 3),
+                         number(100.0 * share / n, 1));
+    }
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    for (double t : train_s) {
+      lo = std::min(lo, t);
+      hi = std::max(hi, t);
+      sum += t;
+    }
+    if (!train_s.empty()) {
+      out << fmt::format(fmt::runtime(row), "train", number(lo, 3), number(sum / static_cast<double>(train_s.size()), 3),
+                         number(hi, 3), "100.0");
+    }
+    out << "\n";
   }
 }
 

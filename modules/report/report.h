@@ -29,4 +29,9 @@ enum class Format { kTable, kCsv };
 /// Writes the rows; the table has '#' metadata lines and a units row (nccl-tests style).
 void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 
+/// Where the training time of each run went: per phase (data, h2d, transform, forward, backward,
+/// allreduce, optimizer) the seconds summed over the run's epochs, min / avg / max across ranks,
+/// and the average share of the training time [%].
+void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs);
+
 }  // namespace mgbench::report

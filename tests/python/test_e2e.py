@@ -49,6 +49,8 @@ def test_main_job_two_ranks(tmp_path, mnist):
     assert dump.returncode == 0 and "rank_1" in dump.stdout
     report = mgbench("report", results, check=True).stdout
     assert "ddp-ds" in report and "completed" in report
+    phases = mgbench("report", "--phases", results, check=True).stdout
+    assert "allreduce" in phases and "backward" in phases
 
 
 def torch_distributed_sampler(n, world, rank, seed, epoch):

@@ -127,5 +127,21 @@ TEST(Report, EfficienciesAsThePaper) {
   EXPECT_NE(csv.str().find(",168.40"), std::string::npos) << csv.str();
 }
 
+TEST(Report, PhasesMinAvgMaxAcrossRanks) {
+  RunRecord run = fake_run(2, "fp32", 10);
+  for (double forward : {1.0, 3.0}) {
+    EpochRecord e;
+    e.epoch = 0;
+    e.train_s = 4.0;
+    e.phases.forward_s = forward;
+    run.epochs.push_back({e, e});  // two epochs per rank
+  }
+  std::ostringstream out;
+  report::print_phases(out, {run});
+  // forward: rank 0 2 s, rank 1 6 s -> min 2, avg 4, max 6; share (2/8 + 6/8) / 2 = 50 %.
+  EXPECT_NE(out.str().find("forward         2.000      4.000      6.000     50.0"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("train           8.000      8.000      8.000    100.0"), std::string::npos) << out.str();
+}
+
 }  // namespace
 }  // namespace mgbench::results
