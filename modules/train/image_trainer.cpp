@@ -190,7 +190,6 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
   summary.eval_s = 0;
   std::int64_t computed_samples = 0;
   std::int64_t global_step = 0;
-  const Stopwatch run_clock;
   const double run_start_s = now_s();
   s.model->train();
 
@@ -274,7 +273,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       steps.push_back(step);
       ++global_step;
 
-      const double elapsed = run_clock.elapsed();
+      const double elapsed = now_s() - run_start_s;
       progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step.step + 1, layout.steps_per_epoch,
                        step.loss, static_cast<double>(epoch_record.samples) / epoch_clock.elapsed(), elapsed,
                        elapsed / static_cast<double>(global_step) * static_cast<double>(total_steps - global_step)});
@@ -312,7 +311,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
                           epoch_record.test_correct, epoch_record.test_samples)
             : std::string()));
   }
-  summary.total_s = run_clock.elapsed();
+  summary.total_s = now_s() - run_start_s;
 
   // Global figures: samples computed by all ranks, mean final loss over ranks.
   torch::Tensor totals = torch::tensor({static_cast<double>(computed_samples), summary.final_loss}, torch::kFloat64);
