@@ -93,12 +93,6 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
 }
 
 void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs) {
-  using Getter = double results::PhaseTimes::*;
-  const std::pair<const char*, Getter> phases[] = {
-      {"data", &results::PhaseTimes::data_s},           {"h2d", &results::PhaseTimes::h2d_s},
-      {"transform", &results::PhaseTimes::transform_s}, {"forward", &results::PhaseTimes::forward_s},
-      {"backward", &results::PhaseTimes::backward_s},   {"allreduce", &results::PhaseTimes::allreduce_s},
-      {"optimizer", &results::PhaseTimes::optimizer_s}};
   const char* row = "{:<10} {:>10} {:>10} {:>10} {:>8}\n";
   for (const auto& run : runs) {
     out << fmt::format("# {} ({} ranks, {}, {}, {} px): training time by phase, summed over {} epoch(s)\n",
@@ -112,7 +106,7 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
       for (const auto& e : rank) t += e.train_s;
       train_s.push_back(t);
     }
-    for (const auto& [name, field] : phases) {
+    for (const auto& [name, field] : results::kPhaseFields) {
       double lo = INFINITY, hi = -INFINITY, sum = 0, share = 0;
       for (std::size_t r = 0; r < run.epochs.size(); ++r) {
         double t = 0;

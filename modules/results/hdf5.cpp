@@ -75,12 +75,8 @@ void write_attributes(hid_t object, const Attributes& attributes) {
 }
 
 namespace {
-struct AttrIterState {
-  Attributes* out;
-};
-
 herr_t read_one_attribute(hid_t location, const char* name, const H5A_info_t*, void* data) {
-  auto* out = static_cast<AttrIterState*>(data)->out;
+  auto* out = static_cast<Attributes*>(data);
   Handle attr = wrap_attr(H5Aopen(location, name, H5P_DEFAULT), fmt::format("open attribute '{}'", name));
   Handle type = wrap_type(H5Aget_type(attr), "attribute type");
   Handle space = wrap_space(H5Aget_space(attr), "attribute space");
@@ -122,9 +118,8 @@ herr_t read_one_attribute(hid_t location, const char* name, const H5A_info_t*, v
 
 Attributes read_attributes(hid_t object) {
   Attributes out;
-  AttrIterState state{&out};
   hsize_t index = 0;
-  check_status(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &index, read_one_attribute, &state),
+  check_status(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &index, read_one_attribute, &out),
                "iterate attributes");
   return out;
 }

@@ -93,7 +93,6 @@ std::vector<RunRecord> read_runs(const std::string& path) {
                   path);
   h5::Handle runs = h5::wrap_group(H5Gopen2(file, "runs", H5P_DEFAULT), fmt::format("open /runs in '{}'", path));
 
-  const h5::Handle step_type = step_record_type();
   const h5::Handle epoch_type = epoch_record_type();
   const h5::Handle summary_type = run_summary_type();
   std::vector<RunRecord> out;

@@ -12,13 +12,13 @@ void insert(hid_t type, const char* name, std::size_t offset, hid_t member) {
 }
 
 void insert_phases(hid_t type, std::size_t base) {
-  insert(type, "data_s", base + offsetof(PhaseTimes, data_s), H5T_NATIVE_DOUBLE);
-  insert(type, "h2d_s", base + offsetof(PhaseTimes, h2d_s), H5T_NATIVE_DOUBLE);
-  insert(type, "transform_s", base + offsetof(PhaseTimes, transform_s), H5T_NATIVE_DOUBLE);
-  insert(type, "forward_s", base + offsetof(PhaseTimes, forward_s), H5T_NATIVE_DOUBLE);
-  insert(type, "backward_s", base + offsetof(PhaseTimes, backward_s), H5T_NATIVE_DOUBLE);
-  insert(type, "allreduce_s", base + offsetof(PhaseTimes, allreduce_s), H5T_NATIVE_DOUBLE);
-  insert(type, "optimizer_s", base + offsetof(PhaseTimes, optimizer_s), H5T_NATIVE_DOUBLE);
+  for (const auto& f : kPhaseFields) {
+    // Offset of the member inside PhaseTimes, from the member pointer.
+    const PhaseTimes probe;
+    const auto offset = static_cast<std::size_t>(reinterpret_cast<const char*>(&(probe.*f.seconds)) -
+                                                 reinterpret_cast<const char*>(&probe));
+    insert(type, (std::string(f.name) + "_s").c_str(), base + offset, H5T_NATIVE_DOUBLE);
+  }
 }
 
 }  // namespace

@@ -34,6 +34,22 @@ struct PhaseTimes {
   double optimizer_s = 0;  // optimizer step and zeroing gradients
 };
 
+/// The phases in table order; name + "_s" is the field name in the results file.
+struct PhaseField {
+  const char* name;
+  double PhaseTimes::*seconds;
+};
+inline constexpr PhaseField kPhaseFields[] = {
+    {"data", &PhaseTimes::data_s},           {"h2d", &PhaseTimes::h2d_s},
+    {"transform", &PhaseTimes::transform_s}, {"forward", &PhaseTimes::forward_s},
+    {"backward", &PhaseTimes::backward_s},   {"allreduce", &PhaseTimes::allreduce_s},
+    {"optimizer", &PhaseTimes::optimizer_s}};
+
+inline PhaseTimes& operator+=(PhaseTimes& total, const PhaseTimes& more) {
+  for (const auto& f : kPhaseFields) total.*f.seconds += more.*f.seconds;
+  return total;
+}
+
 /// One row of rank_<r>/steps. Unwritten rows (run killed or stopped early) keep epoch = -1.
 struct StepRecord {
   std::int32_t epoch = -1;       // 0-based

@@ -171,14 +171,12 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
     h5::wrap_group(H5Gcreate2(file_, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create /runs");
   }
 
-  // Run id: UTC start time and the run name; rank 0 makes it unique in this file.
-  std::string id;
-  if (rank_ == 0) {
-    const std::string base = compact_utc_now() + (run_name.empty() ? "" : "_" + sanitize_run_name(run_name));
-    id = base;
-    for (int n = 2; h5::link_exists(file_, "runs/" + id); ++n) id = fmt::format("{}-{}", base, n);
-  }
-  run_id_ = broadcast_string(comm_, id);
+  // Run id: rank 0's UTC start time and the run name, made unique in this file. Every rank runs
+  // the loop: with collective metadata operations, H5Lexists is a collective call.
+  const std::string base = broadcast_string(
+      comm_, rank_ == 0 ? compact_utc_now() + (run_name.empty() ? "" : "_" + sanitize_run_name(run_name)) : "");
+  run_id_ = base;
+  for (int n = 2; h5::link_exists(file_, "runs/" + run_id_); ++n) run_id_ = fmt::format("{}-{}", base, n);
   const std::string run_path = "runs/" + run_id_;
 
   run_group_ = h5::wrap_group(H5Gcreate2(file_, run_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),

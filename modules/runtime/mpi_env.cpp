@@ -13,7 +13,8 @@
 namespace mgbench::runtime {
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
-  MGBENCH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_));
+  int provided = 0;
+  MGBENCH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   // Errors come back as return codes, checked by MGBENCH_CHECK_MPI, instead of aborting silently.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MGBENCH_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
@@ -64,13 +65,6 @@ std::string MpiEnvironment::all_hosts() const {
     if (seen.insert(h).second) out << (seen.size() > 1 ? "," : "") << h;
   }
   return out.str();
-}
-
-bool MpiEnvironment::all_ok(bool ok) const {
-  int mine = ok ? 1 : 0;
-  int all = 0;
-  MGBENCH_CHECK_MPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  return all == 1;
 }
 
 int MpiEnvironment::first_failing_rank(bool ok) const {

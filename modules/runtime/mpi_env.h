@@ -23,17 +23,13 @@ class MpiEnvironment {
   int local_size() const { return local_size_; }
   const std::string& hostname() const { return hostname_; }
   MPI_Comm world() const { return MPI_COMM_WORLD; }
-  int thread_level() const { return thread_level_; }
   /// "Open MPI v4.1.4, ..." (first line of MPI_Get_library_version).
   std::string library_version() const;
   /// Host names of all ranks, comma-separated in rank order, duplicates removed. Collective.
   std::string all_hosts() const;
 
-  /// True on every rank when ok is true on every rank. Collective: used to fail set-up
-  /// together (clean exit) instead of aborting.
-  bool all_ok(bool ok) const;
-
-  /// The lowest rank whose ok is false, or -1 when every rank is ok. Collective.
+  /// The lowest rank whose ok is false, or -1 when every rank is ok. Collective: lets ranks fail
+  /// set-up together (clean exit) instead of aborting.
   int first_failing_rank(bool ok) const;
   void barrier() const;
 
@@ -45,7 +41,6 @@ class MpiEnvironment {
   int world_size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
-  int thread_level_ = 0;
   std::string hostname_;
 };
 

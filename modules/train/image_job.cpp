@@ -77,10 +77,15 @@ int run_image_job(const ImageConfig& config, runtime::MpiEnvironment& env, const
   rank_attributes.emplace_back("pid", static_cast<std::int64_t>(getpid()));
 
   std::unique_ptr<results::ResultsWriter> writer;
-  if (!all_succeed(env, "opening the results file", [&] {
+  // Its own stage: rank 0 alone creates the directory, and a failure there must reach the other
+  // ranks through the agreement, not leave them in a barrier.
+  if (!all_succeed(env, "creating the results directory", [&] {
         const auto parent = std::filesystem::path(config.results).parent_path();
         if (env.rank() == 0 && !parent.empty()) std::filesystem::create_directories(parent);
-        env.barrier();
+      })) {
+    return 1;
+  }
+  if (!all_succeed(env, "opening the results file", [&] {
         writer = std::make_unique<results::ResultsWriter>(config.results, env.world(), config.run_name,
                                                           run_attributes, rank_attributes,
                                                           trainer->layout());

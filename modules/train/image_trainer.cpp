@@ -262,14 +262,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       if (c.record_indices) {
         computed_indices.insert(computed_indices.end(), batch->plan.indices.begin(), batch->plan.indices.end());
       }
-      auto& p = epoch_record.phases;
-      p.data_s += step.phases.data_s;
-      p.h2d_s += step.phases.h2d_s;
-      p.transform_s += step.phases.transform_s;
-      p.forward_s += step.phases.forward_s;
-      p.backward_s += step.phases.backward_s;
-      p.allreduce_s += step.phases.allreduce_s;
-      p.optimizer_s += step.phases.optimizer_s;
+      epoch_record.phases += step.phases;
       steps.push_back(step);
       ++global_step;
 
@@ -279,8 +272,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
                        elapsed / static_cast<double>(global_step) * static_cast<double>(total_steps - global_step)});
     }
     // ddp-rr: batches loaded after this rank's last computed one belong to the epoch, not a step.
-    epoch_record.phases.data_s += pending.data_s;
-    epoch_record.phases.h2d_s += pending.h2d_s;
+    epoch_record.phases += pending;
     epoch_record.train_s = epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
     epoch_record.loss_mean = steps.empty() ? results::kNaN : loss_sum / static_cast<double>(steps.size());

@@ -101,3 +101,12 @@ def test_shell_scripts_parse():
     outside = subprocess.run(["bash", str(root / "slurm" / "image.sbatch")], capture_output=True, text=True,
                              env={"PATH": "/usr/bin:/bin"})
     assert outside.returncode == 2 and "not inside a SLURM allocation" in outside.stderr
+
+
+def test_unusable_results_directory_fails_promptly_on_all_ranks(tmp_path, mnist):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
+                   "--results", blocker / "sub" / "r.h5", np=2, timeout=60)  # hung before the fix
+    assert proc.returncode != 0
+    assert "creating the results directory failed" in proc.stderr and "a-file" in proc.stderr

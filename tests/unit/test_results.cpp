@@ -63,12 +63,7 @@ TEST(Results, RefusesForeignFilesWithoutTouchingThem) {
   test::TempDir dir;
   const std::string text = dir.file("notes.h5");
   test::write_bytes(text, {'h', 'e', 'l', 'l', 'o'});
-  try {
-    write_run(text, "x", 1.0);
-    FAIL();
-  } catch (const ResultsError& e) {
-    EXPECT_NE(std::string(e.what()).find("not an HDF5 file"), std::string::npos) << e.what();
-  }
+  test::expect_error<ResultsError>([&] { write_run(text, "x", 1.0); }, {text, "not an HDF5 file"});
   std::ifstream in(text);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "hello");
   EXPECT_THROW(read_runs(text), ResultsError);
@@ -76,12 +71,7 @@ TEST(Results, RefusesForeignFilesWithoutTouchingThem) {
 
   const std::string other = dir.file("other.h5");
   H5Fclose(H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  try {
-    write_run(other, "x", 1.0);
-    FAIL();
-  } catch (const ResultsError& e) {
-    EXPECT_NE(std::string(e.what()).find("not an mgbench results file"), std::string::npos) << e.what();
-  }
+  test::expect_error<ResultsError>([&] { write_run(other, "x", 1.0); }, {other, "not an mgbench results file"});
 }
 
 TEST(Results, FailedRunKeepsItsMessage) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,24 @@ inline nlohmann::json load_oracle_json(const std::string& name) {
 }
 
 #define MGBENCH_SKIP_WITHOUT_ORACLE(json, name)                                                   \
-  if ((json).is_null())                                                                           \
-  GTEST_SKIP() << "oracle " << (name) << " not found in MGBENCH_ORACLE_DIR='" << ::mgbench::test::oracle_dir() \
+  if (!(json).is_null()) {                                                                        \
+  } else                                                                                          \
+    GTEST_SKIP() << "oracle " << (name) << " not found in MGBENCH_ORACLE_DIR='" << ::mgbench::test::oracle_dir() \
                << "' (needs Python torch/torchvision: tests/python/make_oracles.py)"
+
+/// Expects fn() to throw Exception with a message containing every one of needles.
+template <class Exception, class Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception; expected one mentioning '" << *needles.begin() << "'";
+  } catch (const Exception& e) {
+    for (const auto& needle : needles) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "expected '" << needle << "' in: " << e.what();
+    }
+  }
+}
 
 /// A fresh temporary directory, removed at scope exit.
 class TempDir {

@@ -12,13 +12,8 @@
 namespace mgbench {
 namespace {
 
-void expect_config_error(train::ImageConfig c, const std::string& option) {
-  try {
-    c.validate();
-    FAIL() << "no error for " << option;
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(option), std::string::npos) << e.what();
-  }
+void expect_config_error(const train::ImageConfig& c, const std::string& option) {
+  test::expect_error<ConfigError>([&] { c.validate(); }, {option});
 }
 
 TEST(ImageConfig, ValidationNamesTheOption) {
