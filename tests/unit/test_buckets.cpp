@@ -40,7 +40,9 @@ TEST(Buckets, EveryTensorOnceAndLimitsRespected) {
     EXPECT_EQ(bytes, buckets[b].bytes);
     // A bucket closes at the first tensor that reaches the limit.
     const std::size_t limit = b == 0 ? 500 : 2000;
-    if (b + 1 < buckets.size()) EXPECT_LT(bytes - sizes[buckets[b].tensors.back()].bytes, limit);
+    if (b + 1 < buckets.size()) {
+      EXPECT_LT(bytes - sizes[buckets[b].tensors.back()].bytes, limit);
+    }
   }
   EXPECT_EQ(seen.size(), sizes.size());
   EXPECT_EQ(buckets.front().tensors.front(), 49u);  // the last parameter's gradient arrives first
