@@ -1,6 +1,9 @@
-// `mgbench report`: tables from results files. Needs neither MPI nor LibTorch at run time.
+// `mgbench report`: tables from results files. Never initialises MPI and needs no LibTorch (see mgbench-report).
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
