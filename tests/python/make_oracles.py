@@ -9,6 +9,7 @@ Produces, in OUT_DIR:
   mobilenet_w{W}.pt      torchvision mobilenet_v2(num_classes=10, width_mult=W) state_dict (float64)
   mobilenet_w{W}_io.pt   inputs, eval-mode logits, train-mode loss and gradients for the same model
   mobilenet_names.json   parameter/buffer names, shapes and parameter counts per width
+  grad_scaler.json       torch.amp.GradScaler trajectory (scale, growth tracker, parameters) on CPU
 
 Exits 0 without writing anything when torch/torchvision are not importable, so the tests that
 need these files report SKIPPED rather than fail.
@@ -110,5 +111,34 @@ for width in (1.0, 0.5, 0.25):
                os.path.join(out, f"mobilenet_{tag}_io.pt"))
 with open(os.path.join(out, "mobilenet_names.json"), "w") as f:
     json.dump(names, f)
+
+# --- torch.amp.GradScaler -------------------------------------------------------------------
+# Two float32 parameters, SGD with momentum; loss = sum(p1 * g1) + sum(p2 * g2), so the
+# gradients are exactly g (times the scale before unscaling). Some steps overflow. Gradients
+# are written as strings ("inf", "nan": JSON has no non-finite numbers).
+inf, nan = float("inf"), float("nan")
+grad_steps = [([1.0, -2.0, 0.5], [0.25, 1.0]), ([inf, 1.0, 1.0], [1.0, 1.0]), ([2.0, 2.0, 2.0], [1.0, -1.0]),
+              ([3.0, 0.0, -3.0], [0.5, 0.5]), ([1.0, 1.0, 1.0], [nan, 1.0]), ([1e38, 1.0, 1.0], [1.0, 1.0]),
+              ([-1.0, 4.0, 2.0], [2.0, 2.0]), ([0.5, 0.5, 0.5], [0.5, 0.5]), ([1.0, 2.0, 3.0], [4.0, 5.0])]
+p1 = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+p2 = torch.nn.Parameter(torch.tensor([-1.0, 0.5]))
+opt = torch.optim.SGD([p1, p2], lr=0.1, momentum=0.9)
+scaler = torch.amp.GradScaler("cpu", init_scale=16.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)
+trajectory = []
+for g1, g2 in grad_steps:
+    opt.zero_grad()
+    loss = (p1 * torch.tensor(g1)).sum() + (p2 * torch.tensor(g2)).sum()
+    scaler.scale(loss).backward()
+    stepped_before = p1.detach().clone()
+    scaler.step(opt)
+    scaler.update()
+    trajectory.append({"scale": scaler.get_scale(), "growth_tracker": int(scaler._growth_tracker.item()),
+                       "stepped": not torch.equal(stepped_before, p1.detach()),
+                       "p1": p1.detach().tolist(), "p2": p2.detach().tolist()})
+with open(os.path.join(out, "grad_scaler.json"), "w") as f:
+    json.dump({"init_scale": 16.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2,
+               "lr": 0.1, "momentum": 0.9, "p1": [1.0, 2.0, 3.0], "p2": [-1.0, 0.5],
+               "steps": [{"g1": [str(v) for v in g1], "g2": [str(v) for v in g2]} for g1, g2 in grad_steps], "trajectory": trajectory}, f)
+
 print(f"make_oracles: wrote {len(cases)} sampler cases, {len(bucket_cases)} bucket cases, "
       f"{len(names)} MobileNetV2 widths to {out}")

@@ -1,0 +1,68 @@
+#pragma once
+// GradScaler: dynamic loss scaling for mixed-precision (amp-fp16) training.
+//
+// LibTorch's C++ API has none; this one has the semantics of torch.amp.GradScaler
+// (torch/amp/grad_scaler.py, PyTorch 2.x) for one optimizer:
+//   scale(loss)      loss * S                                   (S starts at init_scale)
+//   unscale(opt)     grads *= 1/S in place, found_inf = any grad non-finite
+//                    (the fused ATen kernel _amp_foreach_non_finite_check_and_unscale_)
+//   step(opt)        unscale if not yet done, then opt.step() unless found_inf
+//   update()         found_inf: S *= backoff_factor, streak reset; else after growth_interval
+//                    finite steps in a row S *= growth_factor (ATen _amp_update_scale_)
+// The scale and the streak live on the gradients' device as tensors; step() reads found_inf
+// with one host sync, as PyTorch does. In DDP, unscale after the gradient all-reduce: every
+// rank then sees the same gradients and takes the same decision.
+#include <cstdint>
+#include <optional>
+
+#include <torch/torch.h>
+
+namespace mgbench::train {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;  // 2^16, PyTorch's default
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;  // finite steps in a row before the scale grows
+  bool enabled = true;                  // disabled: every call is a pass-through
+};
+
+class GradScaler {
+ public:
+  /// Throws std::invalid_argument for growth_factor <= 1, backoff_factor outside (0, 1),
+  /// growth_interval < 1 or init_scale <= 0.
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// loss (any floating dtype, any device) times the current scale.
+  torch::Tensor scale(const torch::Tensor& loss);
+  /// Divides the gradients of every parameter of optimizer by the scale, in place, and records
+  /// whether any was inf or NaN. Throws std::logic_error when called twice before update(), and
+  /// std::invalid_argument for fp16 gradients (the master weights must be fp32, as in PyTorch).
+  void unscale(torch::optim::Optimizer& optimizer);
+  /// Unscales if needed, then steps the optimizer unless a gradient was non-finite.
+  /// Returns true when the optimizer stepped. Synchronises the host with the device once.
+  bool step(torch::optim::Optimizer& optimizer);
+  /// Adjusts the scale for the next step (see above). Throws std::logic_error without a
+  /// preceding unscale()/step().
+  void update();
+
+  /// Current scale (host sync when on a GPU); init_scale before the first scale().
+  double get_scale() const;
+  /// Finite steps in a row since the last growth or backoff.
+  std::int64_t growth_tracker() const;
+  /// Restores a checkpointed state (scale value and streak).
+  void load_state(double scale, std::int64_t growth_tracker);
+  bool enabled() const { return options_.enabled; }
+
+ private:
+  void lazy_init(const torch::Device& device);
+
+  GradScalerOptions options_;
+  torch::Tensor scale_;           // float32 [] on the device
+  torch::Tensor growth_tracker_;  // int32 [] on the device
+  torch::Tensor found_inf_;       // float32 [] on the device, set by unscale()
+  bool unscaled_ = false;
+  std::optional<std::pair<double, std::int64_t>> pending_state_;
+};
+
+}  // namespace mgbench::train
