@@ -1,7 +1,8 @@
 # Finds every external dependency and exposes it as an imported target:
 #   MPI::MPI_CXX, mgbench::hdf5 (parallel HDF5, C API), Boost::program_options, ZLIB::ZLIB,
 #   spdlog::spdlog, fmt::fmt, nlohmann_json::nlohmann_json, mgbench::torch (LibTorch),
-#   GTest::gtest_main, benchmark::benchmark.
+#   GTest::gtest_main, benchmark::benchmark; with a CUDA toolkit also mgbench::nccl,
+#   mgbench::cupti and mgbench::nvtx (MGBENCH_HAVE_CUDA / _NCCL / _CUPTI / _NVTX).
 
 find_package(MPI REQUIRED COMPONENTS C CXX)
 find_package(ZLIB REQUIRED)
@@ -97,6 +98,58 @@ endif()
 target_link_options(mgbench_torch INTERFACE "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
 add_library(mgbench::torch ALIAS mgbench_torch)
 message(STATUS "mgbench: CUDA toolkit ${CUDAToolkit_VERSION} found: ${MGBENCH_HAVE_CUDA}")
+
+# --- NCCL, CUPTI, NVTX (CUDA builds) -------------------------------------------------------
+# One copy of each library per process: NCCL and CUPTI are the very files LibTorch loads. The pip
+# wheel takes them from the nvidia-* packages beside torch/ (site-packages/nvidia/nccl,
+# nvidia/cu13); a standalone LibTorch, or a cluster module, gives them through
+# MGBENCH_NCCL_ROOT / the CUDA toolkit.
+set(MGBENCH_HAVE_NCCL OFF)
+set(MGBENCH_HAVE_CUPTI OFF)
+set(MGBENCH_HAVE_NVTX OFF)
+if(MGBENCH_HAVE_CUDA)
+  get_filename_component(_site "${_torch_root}/.." ABSOLUTE)
+  set(MGBENCH_NCCL_ROOT "${_site}/nvidia/nccl" CACHE PATH "NCCL (include/nccl.h, lib/libnccl.so*) that LibTorch uses")
+  find_path(MGBENCH_NCCL_INCLUDE_DIR nccl.h PATHS "${MGBENCH_NCCL_ROOT}/include" NO_DEFAULT_PATH)
+  find_path(MGBENCH_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(MGBENCH_NCCL_LIBRARY NAMES nccl libnccl.so.2 PATHS "${MGBENCH_NCCL_ROOT}/lib" NO_DEFAULT_PATH)
+  find_library(MGBENCH_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(MGBENCH_NCCL_INCLUDE_DIR AND MGBENCH_NCCL_LIBRARY)
+    add_library(mgbench_nccl INTERFACE)
+    target_include_directories(mgbench_nccl SYSTEM INTERFACE "${MGBENCH_NCCL_INCLUDE_DIR}")
+    target_link_libraries(mgbench_nccl INTERFACE "${MGBENCH_NCCL_LIBRARY}")
+    add_library(mgbench::nccl ALIAS mgbench_nccl)
+    set(MGBENCH_HAVE_NCCL ON)
+    message(STATUS "mgbench: NCCL ${MGBENCH_NCCL_LIBRARY}")
+  else()
+    message(WARNING "mgbench: no NCCL found (MGBENCH_NCCL_ROOT=${MGBENCH_NCCL_ROOT}); --backend nccl unavailable")
+  endif()
+
+  find_path(MGBENCH_CUPTI_INCLUDE_DIR cupti_activity.h PATHS "${_site}/nvidia/cu13/include" NO_DEFAULT_PATH)
+  find_library(MGBENCH_CUPTI_LIBRARY NAMES cupti libcupti.so.13 PATHS "${_site}/nvidia/cu13/lib" NO_DEFAULT_PATH)
+  if(NOT MGBENCH_CUPTI_LIBRARY AND TARGET CUDA::cupti)
+    get_target_property(MGBENCH_CUPTI_LIBRARY CUDA::cupti IMPORTED_LOCATION)
+    get_target_property(MGBENCH_CUPTI_INCLUDE_DIR CUDA::cupti INTERFACE_INCLUDE_DIRECTORIES)
+  endif()
+  if(MGBENCH_CUPTI_INCLUDE_DIR AND MGBENCH_CUPTI_LIBRARY)
+    add_library(mgbench_cupti INTERFACE)
+    target_include_directories(mgbench_cupti SYSTEM INTERFACE "${MGBENCH_CUPTI_INCLUDE_DIR}")
+    target_link_libraries(mgbench_cupti INTERFACE "${MGBENCH_CUPTI_LIBRARY}")
+    add_library(mgbench::cupti ALIAS mgbench_cupti)
+    set(MGBENCH_HAVE_CUPTI ON)
+    message(STATUS "mgbench: CUPTI ${MGBENCH_CUPTI_LIBRARY}")
+  endif()
+
+  # NVTX 3 is header-only (a tool such as Nsight Systems injects itself at run time).
+  find_path(MGBENCH_NVTX_INCLUDE_DIR nvtx3/nvToolsExt.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(MGBENCH_NVTX_INCLUDE_DIR)
+    add_library(mgbench_nvtx INTERFACE)
+    target_include_directories(mgbench_nvtx SYSTEM INTERFACE "${MGBENCH_NVTX_INCLUDE_DIR}")
+    target_link_libraries(mgbench_nvtx INTERFACE ${CMAKE_DL_LIBS})
+    add_library(mgbench::nvtx ALIAS mgbench_nvtx)
+    set(MGBENCH_HAVE_NVTX ON)
+  endif()
+endif()
 
 if(MGBENCH_BUILD_TESTS)
   find_package(GTest REQUIRED)

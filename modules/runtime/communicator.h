@@ -1,8 +1,9 @@
 #pragma once
 // The Communicator: collectives over the ranks of a job, on tensors.
 //
-// Backends: MpiCommunicator (CPU tensors; this file's companion) and, for GPUs, a NCCL
-// communicator bootstrapped over MPI. Every collective is asynchronous and returns a Work
+// Backends: MpiCommunicator (mpi_communicator.h; CPU tensors, CUDA tensors staged through host
+// memory) and NcclCommunicator (nccl_communicator.h; CUDA tensors, bootstrapped over MPI).
+// Every collective is asynchronous and returns a Work
 // handle, so gradient buckets can be reduced while backward still runs:
 //  - MPI: the operation is an MPI non-blocking collective; Work::wait() blocks the host.
 //  - NCCL: the operation runs on the backend's own stream after an event recorded on the
@@ -27,6 +28,12 @@ class Work {
   virtual void wait() = 0;
   /// Non-blocking: true when the collective has finished. Also drives MPI progress.
   virtual bool test() = 0;
+  /// Seconds from the start of `first` (an earlier collective of the same communicator) to the
+  /// end of this one, on the backend's clock: CUDA events on the NCCL stream (waits for this
+  /// collective on the host), the host clock for MPI (launch to completion observed by
+  /// wait()/test()). Valid once this collective has been waited on. GradSync uses it for the
+  /// all-reduce window of a step.
+  virtual double seconds_since_start_of(const Work& first) const = 0;
 };
 
 class Communicator {

@@ -54,6 +54,8 @@ GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSy
 }
 
 GradSync::~GradSync() {
+  first_work_.reset();
+  last_work_.reset();
   for (auto& b : buckets_) {
     if (b.work) {
       try {
@@ -66,6 +68,8 @@ GradSync::~GradSync() {
 }
 
 void GradSync::prepare() {
+  first_work_.reset();
+  last_work_.reset();
   for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].pending = buckets_[b].params.size();
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;
@@ -112,8 +116,14 @@ double GradSync::finish() {
   }
   launch_ready_in_order();
   const double scale = 1.0 / static_cast<double>(comm_.world_size());
-  for (auto& bucket : buckets_) {
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
     bucket.work->wait();
+    if (b == 0) {
+      first_work_ = std::move(bucket.work);
+    } else if (b + 1 == buckets_.size()) {
+      last_work_ = std::move(bucket.work);
+    }
     bucket.work.reset();
     bucket.flat.mul_(scale);
     for (std::size_t slot = 0; slot < bucket.params.size(); ++slot) {
@@ -127,6 +137,12 @@ double GradSync::finish() {
     }
   }
   return wait.elapsed();
+}
+
+double GradSync::window_s() {
+  if (!first_work_) return 0;
+  return last_work_ ? last_work_->seconds_since_start_of(*first_work_)
+                    : first_work_->seconds_since_start_of(*first_work_);
 }
 
 }  // namespace mgbench::runtime

@@ -37,8 +37,15 @@ class GradSync {
   void prepare();
   /// After backward: all-reduce every bucket not yet launched (a parameter without gradient
   /// contributes zeros), wait for all, and set each param.grad() to the mean over ranks.
-  /// Returns the seconds spent waiting here (communication not hidden behind backward).
+  /// Returns the host seconds spent here (with NCCL the wait is a stream wait: use the step's
+  /// device timeline for the exposed time).
   double finish();
+  /// The all-reduce window of the last step: seconds from the start of the first bucket's
+  /// all-reduce to the end of the last one, on the backend's clock (see Work). Call after the
+  /// step's results were read (with NCCL it waits for the last all-reduce on the host).
+  /// The exposed part of it is the time from the end of backward to the end of finish();
+  /// overlap = 1 - exposed / window.
+  double window_s();
 
   std::size_t num_buckets() const { return buckets_.size(); }
   const std::vector<BucketAssignment>& assignment() const { return assignment_; }
@@ -66,6 +73,8 @@ class GradSync {
   std::vector<std::size_t> bucket_of_;  // parameter index -> bucket
   std::vector<std::size_t> slot_of_;    // parameter index -> position in its bucket
   std::vector<bool> ready_;
+  std::unique_ptr<Work> first_work_;  // kept after finish() for window_s()
+  std::unique_ptr<Work> last_work_;
   std::size_t next_launch_ = 0;
   std::size_t launched_in_backward_ = 0;
   bool in_backward_ = false;

@@ -1,5 +1,8 @@
 #pragma once
-// Communicator backend on MPI non-blocking collectives, for CPU tensors.
+// Communicator backend on MPI non-blocking collectives. CPU tensors are reduced in place; CUDA
+// tensors are staged through host memory (copied to the host at launch, back at wait()), which
+// lets several ranks share one GPU in tests, where NCCL refuses. float16/bfloat16 are reduced
+// as float32 (MPI has no such types) and rounded back.
 #include <mpi.h>
 
 #include "runtime/communicator.h"
@@ -15,8 +18,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "mpi"; }
-  /// Throws CommError for CUDA tensors (staging through host memory comes with the GPU path),
-  /// non-contiguous tensors and unsupported dtypes.
+  /// Throws CommError for non-contiguous tensors and dtypes MPI cannot reduce (see mpi_datatype).
   std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;

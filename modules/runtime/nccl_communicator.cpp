@@ -1,0 +1,265 @@
+#include "runtime/nccl_communicator.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/config.h"
+
+#ifndef MGBENCH_HAVE_NCCL
+
+namespace mgbench::runtime {
+bool nccl_built() { return false; }
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions) {
+  throw CommError("NCCL backend: this mgbench was built without CUDA/NCCL (use --backend mpi)");
+}
+}  // namespace mgbench::runtime
+
+#else
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/log.h"
+#include "core/timer.h"
+
+namespace mgbench::runtime {
+namespace {
+
+#define MGBENCH_CHECK_NCCL(call)                                                                            \
+  do {                                                                                                      \
+    const ncclResult_t rc_ = (call);                                                                        \
+    if (rc_ != ncclSuccess) {                                                                               \
+      throw CommError(fmt::format("NCCL: {} failed: {} ({}) [{}:{}]", #call, ncclGetErrorString(rc_),      \
+                                  ncclGetLastError(nullptr), __FILE__, __LINE__));                          \
+    }                                                                                                       \
+  } while (0)
+
+ncclDataType_t nccl_type(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32:
+      return ncclFloat32;
+    case torch::kFloat64:
+      return ncclFloat64;
+    case torch::kHalf:
+      return ncclFloat16;
+    case torch::kBFloat16:
+      return ncclBfloat16;
+    case torch::kInt32:
+      return ncclInt32;
+    case torch::kInt64:
+      return ncclInt64;
+    case torch::kUInt8:
+      return ncclUint8;
+    default:
+      throw CommError(fmt::format("NCCL backend: dtype {} is not supported", c10::toString(t)));
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+/// One collective in flight, shared by its Work and the watchdog.
+struct Inflight {
+  std::string what;
+  std::uint64_t seq = 0;
+  double launched_s = 0;
+  at::cuda::CUDAEvent start{cudaEventDefault};  // timing enabled: Work::seconds_since
+  at::cuda::CUDAEvent done{cudaEventDefault};
+};
+
+class NcclWork final : public Work {
+ public:
+  explicit NcclWork(std::shared_ptr<Inflight> op) : op_(std::move(op)) {}
+  void wait() override { op_->done.block(c10::cuda::getCurrentCUDAStream()); }
+  bool test() override { return op_->done.query(); }
+  double seconds_since_start_of(const Work& first) const override {
+    const auto* f = dynamic_cast<const NcclWork*>(&first);
+    if (f == nullptr) return 0;
+    op_->done.synchronize();
+    return static_cast<double>(f->op_->start.elapsed_time(op_->done)) / 1e3;
+  }
+
+ private:
+  std::shared_ptr<Inflight> op_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm mpi_comm, int device_index, NcclOptions options)
+      : device_(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)),
+        options_(options),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index())) {
+    MGBENCH_CHECK_MPI(MPI_Comm_rank(mpi_comm, &rank_));
+    MGBENCH_CHECK_MPI(MPI_Comm_size(mpi_comm, &world_size_));
+    c10::cuda::set_device(device_.index());
+    ncclUniqueId id{};
+    if (rank_ == 0) MGBENCH_CHECK_NCCL(ncclGetUniqueId(&id));
+    MGBENCH_CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm));
+    // The watchdog already guards creation: a peer that never calls ncclCommInitRank must not
+    // leave this rank blocked in it forever.
+    init_deadline_s_ = now_s() + options_.timeout_s;
+    watchdog_ = std::thread([this] { watch(); });
+    ncclComm_t comm = nullptr;
+    const ncclResult_t rc = ncclCommInitRank(&comm, world_size_, id, rank_);
+    comm_ = comm;
+    init_deadline_s_ = 0;
+    if (rc != ncclSuccess) {
+      stop_watchdog();
+      throw CommError(fmt::format("NCCL: ncclCommInitRank (rank {} of {}, cuda:{}) failed: {} ({})", rank_, world_size_,
+                                  device_index, ncclGetErrorString(rc), ncclGetLastError(nullptr)));
+    }
+    int version = 0;
+    ncclGetVersion(&version);
+    log::debug("NCCL {} communicator: rank {} of {} on cuda:{}", version, rank_, world_size_, device_index);
+  }
+
+  ~NcclCommunicator() override {
+    stop_watchdog();
+    if (ncclComm_t comm = comm_; comm != nullptr) {
+      stream_.synchronize();
+      ncclCommDestroy(comm);
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string backend() const override { return "nccl"; }
+
+  std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override {
+    require_on_device(tensor, "all_reduce");
+    return launch("ncclAllReduce", tensor, [&](cudaStream_t s) {
+      MGBENCH_CHECK_NCCL(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
+                                       nccl_type(tensor.scalar_type()), nccl_op(op), comm_, s));
+    });
+  }
+
+  std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override {
+    require_on_device(tensor, "broadcast");
+    return launch("ncclBroadcast", tensor, [&](cudaStream_t s) {
+      MGBENCH_CHECK_NCCL(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
+                                       nccl_type(tensor.scalar_type()), root, comm_, s));
+    });
+  }
+
+  void barrier() override {
+    torch::Tensor token = torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt32).device(device_));
+    all_reduce(token, ReduceOp::kSum)->wait();
+    c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();  // host blocks, watchdog guards
+  }
+
+ private:
+  void require_on_device(const torch::Tensor& t, const char* op) const {
+    MGBENCH_REQUIRE(t.device() == device_, CommError, "NCCL backend {}: tensor on {}, expected {}", op, t.device().str(),
+                    device_.str());
+    MGBENCH_REQUIRE(t.is_contiguous(), CommError, "NCCL backend {}: tensor must be contiguous", op);
+  }
+
+  template <class Call>
+  std::unique_ptr<Work> launch(const char* what, torch::Tensor& tensor, Call&& call) {
+    auto op = std::make_shared<Inflight>();
+    op->what = what;
+    op->seq = ++seq_;
+    op->launched_s = now_s();
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
+    at::cuda::CUDAEvent ready;
+    ready.record(current);
+    ready.block(stream_);
+    op->start.record(stream_);
+    call(stream_.stream());
+    op->done.record(stream_);
+    // The caching allocator must not hand the tensor's memory out again before the collective
+    // on the other stream is done with it.
+    c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      inflight_.push_back(op);
+    }
+    return std::make_unique<NcclWork>(std::move(op));
+  }
+
+  void watch() {
+    c10::cuda::set_device(device_.index());
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (stop_) break;
+      const double now = now_s();
+      if (init_deadline_s_ > 0 && now > init_deadline_s_) {
+        fail(fmt::format("ncclCommInitRank did not complete in {:.0f} s (a peer rank died or hangs)", options_.timeout_s));
+      }
+      if (ncclComm_t comm = comm_; comm != nullptr) {
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+          fail(fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async), ncclGetLastError(comm)));
+        }
+      }
+      while (!inflight_.empty() && inflight_.front()->done.query()) inflight_.pop_front();
+      if (!inflight_.empty() && now - inflight_.front()->launched_s > options_.timeout_s) {
+        const auto& op = *inflight_.front();
+        fail(fmt::format("{} #{} did not complete in {:.0f} s (a peer rank died or hangs)", op.what, op.seq,
+                         options_.timeout_s));
+      }
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& why) {
+    log::error("rank {}: {}; aborting the NCCL communicator and the job", rank_, why);
+    if (ncclComm_t comm = comm_; comm != nullptr) ncclCommAbort(comm);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
+  }
+
+  void stop_watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
+  c10::Device device_;
+  NcclOptions options_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  c10::cuda::CUDAStream stream_;
+  std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog
+  std::uint64_t seq_ = 0;
+  std::atomic<double> init_deadline_s_{0};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Inflight>> inflight_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+bool nccl_built() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device_index, NcclOptions options) {
+  return std::make_unique<NcclCommunicator>(comm, device_index, options);
+}
+
+}  // namespace mgbench::runtime
+
+#endif  // MGBENCH_HAVE_NCCL
