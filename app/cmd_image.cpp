@@ -27,7 +27,8 @@ po::options_description image_options(train::ImageConfig& c, std::int64_t& seed)
   po::options_description dist("Workload distribution");
   dist.add_options()
       ("strategy", po::value(&c.strategy)->default_value(c.strategy),
-       "ddp (every rank the whole dataset) | ddp-rr (all load, round-robin compute) | ddp-ds (DistributedSampler)")
+       "ddp (every rank the whole dataset) | ddp-rr (all load, round-robin compute) | ddp-ds (DistributedSampler) | "
+       "dp (one process)")
       ("epochs", po::value(&c.epochs)->default_value(c.epochs), "training epochs")
       ("batch-size", po::value(&c.batch_size)->default_value(c.batch_size), "samples per step per rank")
       ("shuffle", po::value(&c.shuffle)->default_value(c.shuffle), "reshuffle every epoch (seed + epoch)")
@@ -35,9 +36,21 @@ po::options_description image_options(train::ImageConfig& c, std::int64_t& seed)
       ("seed", po::value(&seed)->default_value(static_cast<std::int64_t>(c.seed)), "seed of weights and shuffling");
   po::options_description compute("Compute");
   compute.add_options()
-      ("precision", po::value(&c.precision)->default_value(c.precision), "fp64 | fp32 (model and data dtype)")
+      ("device", po::value(&c.device)->default_value(c.device),
+       "auto | cuda | cpu: auto = the GPU of the rank's local rank when GPUs are visible")
+      ("backend", po::value(&c.backend)->default_value(c.backend),
+       "auto | nccl | mpi: auto = nccl on GPUs, mpi on the CPU (mpi stages GPU tensors through the host)")
+      ("precision", po::value(&c.precision)->default_value(c.precision),
+       "fp64 | fp32 | tf32 | fp16 | bf16 (whole model in that dtype) | amp-fp16 | amp-bf16 (autocast, fp32 master "
+       "weights; amp-fp16 with dynamic loss scaling)")
       ("pin-memory", po::value(&c.pin_memory)->default_value(c.pin_memory),
-       "true | false: page-locked host batches for asynchronous copies (GPU only)")
+       "true | false: page-locked host batches, copied on a copy stream ahead of compute (GPU only)")
+      ("upscale", po::value(&c.upscale)->default_value(c.upscale),
+       "device: 28x28 uint8 crosses PCIe, upscaled on the device | host: the paper's CPU-side resize (float SxS)")
+      ("cudnn-benchmark", po::value(&c.cudnn_benchmark)->default_value(c.cudnn_benchmark),
+       "true | false: let cuDNN time and pick convolution algorithms (GPU)")
+      ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
+       "seconds a collective may stay in flight before the job is aborted (NCCL watchdog)")
       ("threads", po::value(&c.threads)->default_value(c.threads),
        "intra-op CPU threads per rank (0: node cores / ranks on the node)")
       ("prefetch", po::value(&c.prefetch)->default_value(c.prefetch), "batches the loader prepares ahead")
@@ -66,6 +79,13 @@ po::options_description image_options(train::ImageConfig& c, std::int64_t& seed)
       ("record-indices", po::bool_switch(&c.record_indices), "store the sample indices each rank computed on per epoch")
       ("progress-interval", po::value(&c.progress_interval_s)->default_value(c.progress_interval_s),
        "seconds between progress lines when stderr is not a terminal");
+  po::options_description profiling("Profiling (GPU runs)");
+  profiling.add_options()
+      ("profile-window", po::value(&c.profile_window)->default_value(c.profile_window),
+       "START:DURATION seconds (the paper: 0:720) | steps:FIRST:COUNT | all: when CUPTI collects")
+      ("cupti", po::value(&c.cupti)->default_value(c.cupti),
+       "true | false: CUDA memcpy / API / kernel totals per rank into the results file")
+      ("nvtx", po::value(&c.nvtx)->default_value(c.nvtx), "true | false: NVTX ranges around the phases (Nsight Systems)");
   po::options_description general("General");
   general.add_options()
       ("config", po::value<std::string>(), "INI file of `option = value` lines; the command line overrides it")
@@ -74,7 +94,7 @@ po::options_description image_options(train::ImageConfig& c, std::int64_t& seed)
       ("help,h", "show this help");
   po::options_description all("mgbench image: train MobileNetV2 on MNIST upscaled, across MPI ranks.\n"
                               "usage: mpirun -np N mgbench image [options]\n");
-  all.add(data).add(dist).add(compute).add(optim).add(output).add(general);
+  all.add(data).add(dist).add(compute).add(optim).add(output).add(profiling).add(general);
   return all;
 }
 

@@ -22,11 +22,13 @@ ImageBatch assemble_batch(const MnistSplit& dataset, const std::vector<std::int6
   return batch;
 }
 
-ImageLoader::ImageLoader(const MnistSplit& dataset, std::vector<PlannedBatch> plan, int prefetch, bool pin_memory)
+ImageLoader::ImageLoader(const MnistSplit& dataset, std::vector<PlannedBatch> plan, int prefetch, bool pin_memory,
+                         HostTransform transform)
     : dataset_(dataset),
       plan_(std::move(plan)),
       capacity_(static_cast<std::size_t>(std::max(prefetch, 1))),
       pin_memory_(pin_memory),
+      transform_(std::move(transform)),
       worker_([this] { run(); }) {}
 
 ImageLoader::~ImageLoader() {
@@ -39,7 +41,11 @@ ImageLoader::~ImageLoader() {
 }
 
 ImageBatch ImageLoader::assemble(PlannedBatch plan) const {
-  ImageBatch batch = assemble_batch(dataset_, plan.indices, pin_memory_);
+  ImageBatch batch = assemble_batch(dataset_, plan.indices, pin_memory_ && !transform_);
+  if (transform_) {
+    batch.images = transform_(batch.images);
+    if (pin_memory_) batch.images = batch.images.pin_memory();
+  }
   batch.plan = std::move(plan);
   return batch;
 }

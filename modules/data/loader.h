@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -19,8 +20,12 @@
 
 namespace mgbench::data {
 
+/// A transform the loader thread applies to each batch's images (`--upscale host`: the paper's
+/// host-side Resize/Normalize, so float images cross PCIe).
+using HostTransform = std::function<torch::Tensor(const torch::Tensor&)>;
+
 struct ImageBatch {
-  torch::Tensor images;  // uint8 [B, 1, H, W], host (pinned when requested)
+  torch::Tensor images;  // uint8 [B, 1, H, W] (or the HostTransform's output), host, pinned when requested
   torch::Tensor labels;  // int64 [B], host
   PlannedBatch plan;
 };
@@ -29,7 +34,9 @@ class ImageLoader {
  public:
   /// Starts the worker thread over plan. prefetch: batches assembled ahead (>= 1).
   /// pin_memory: allocate batches in page-locked memory (needs a CUDA build and device).
-  ImageLoader(const MnistSplit& dataset, std::vector<PlannedBatch> plan, int prefetch, bool pin_memory);
+  /// transform: applied to the images on the worker thread (its output pinned when pin_memory).
+  ImageLoader(const MnistSplit& dataset, std::vector<PlannedBatch> plan, int prefetch, bool pin_memory,
+              HostTransform transform = {});
   ~ImageLoader();
   ImageLoader(const ImageLoader&) = delete;
   ImageLoader& operator=(const ImageLoader&) = delete;
@@ -45,6 +52,7 @@ class ImageLoader {
   std::vector<PlannedBatch> plan_;
   std::size_t capacity_;
   bool pin_memory_;
+  HostTransform transform_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<ImageBatch> ready_;

@@ -33,6 +33,9 @@ h5::Handle step_record_type() {
   insert(t, "step_s", offsetof(StepRecord, step_s), H5T_NATIVE_DOUBLE);
   insert(t, "loss", offsetof(StepRecord, loss), H5T_NATIVE_DOUBLE);
   insert(t, "samples", offsetof(StepRecord, samples), H5T_NATIVE_INT64);
+  insert(t, "allreduce_window_s", offsetof(StepRecord, allreduce_window_s), H5T_NATIVE_DOUBLE);
+  insert(t, "loss_scale", offsetof(StepRecord, loss_scale), H5T_NATIVE_DOUBLE);
+  insert(t, "skipped", offsetof(StepRecord, skipped), H5T_NATIVE_INT8);
   return t;
 }
 
@@ -50,6 +53,8 @@ h5::Handle epoch_record_type() {
   insert(t, "test_correct", offsetof(EpochRecord, test_correct), H5T_NATIVE_INT64);
   insert(t, "test_samples", offsetof(EpochRecord, test_samples), H5T_NATIVE_INT64);
   insert(t, "test_accuracy", offsetof(EpochRecord, test_accuracy), H5T_NATIVE_DOUBLE);
+  insert(t, "allreduce_window_s", offsetof(EpochRecord, allreduce_window_s), H5T_NATIVE_DOUBLE);
+  insert(t, "skipped_steps", offsetof(EpochRecord, skipped_steps), H5T_NATIVE_INT64);
   return t;
 }
 
@@ -63,6 +68,59 @@ h5::Handle run_summary_type() {
   insert(t, "test_accuracy", offsetof(RunSummary, test_accuracy), H5T_NATIVE_DOUBLE);
   insert(t, "epochs_completed", offsetof(RunSummary, epochs_completed), H5T_NATIVE_INT64);
   insert(t, "finished_unix_s", offsetof(RunSummary, finished_unix_s), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
+h5::Handle cuda_summary_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(CudaSummaryRecord)), "create CUDA summary type");
+#define MGBENCH_FIELD(name, type) insert(t, #name, offsetof(CudaSummaryRecord, name), type)
+  MGBENCH_FIELD(window_start_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(window_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(htod_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(htod_pinned_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(dtoh_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(dtoh_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(dtoh_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(dtod_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(dtod_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(dtod_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(kernel_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(kernel_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(nccl_kernel_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(nccl_kernel_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(samples, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(peak_allocated_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(peak_reserved_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(dropped_records, H5T_NATIVE_INT64);
+#undef MGBENCH_FIELD
+  return t;
+}
+
+namespace {
+h5::Handle fixed_string(std::size_t bytes) {
+  auto s = h5::wrap_type(H5Tcopy(H5T_C_S1), "copy string type");
+  check_status(H5Tset_size(s, bytes), "string size");
+  check_status(H5Tset_strpad(s, H5T_STR_NULLTERM), "string padding");
+  return s;
+}
+}  // namespace
+
+h5::Handle cuda_api_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(CudaApiRecord)), "create CUDA API type");
+  insert(t, "name", offsetof(CudaApiRecord, name), fixed_string(sizeof(CudaApiRecord::name)));
+  insert(t, "calls", offsetof(CudaApiRecord, calls), H5T_NATIVE_INT64);
+  insert(t, "time_s", offsetof(CudaApiRecord, time_s), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
+h5::Handle cuda_kernel_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(CudaKernelRecord)), "create CUDA kernel type");
+  insert(t, "name", offsetof(CudaKernelRecord, name), fixed_string(sizeof(CudaKernelRecord::name)));
+  insert(t, "count", offsetof(CudaKernelRecord, count), H5T_NATIVE_INT64);
+  insert(t, "time_s", offsetof(CudaKernelRecord, time_s), H5T_NATIVE_DOUBLE);
+  insert(t, "nccl", offsetof(CudaKernelRecord, nccl), H5T_NATIVE_INT8);
   return t;
 }
 

@@ -3,6 +3,7 @@
 // compound types. docs/results-schema.md is the reader's documentation of the same layout;
 // change both together and bump kSchemaVersion.
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <string_view>
 
@@ -11,7 +12,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 1;
+inline constexpr std::int64_t kSchemaVersion = 2;  // 2: all-reduce window, loss scale, CUDA metrics tables
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -45,6 +46,10 @@ inline constexpr PhaseField kPhaseFields[] = {
     {"backward", &PhaseTimes::backward_s},   {"allreduce", &PhaseTimes::allreduce_s},
     {"optimizer", &PhaseTimes::optimizer_s}};
 
+/// Index of each phase in kPhaseFields.
+enum class Phase : std::size_t { kData, kH2d, kTransform, kForward, kBackward, kAllreduce, kOptimizer, kCount };
+static_assert(std::size(kPhaseFields) == static_cast<std::size_t>(Phase::kCount));
+
 inline PhaseTimes& operator+=(PhaseTimes& total, const PhaseTimes& more) {
   for (const auto& f : kPhaseFields) total.*f.seconds += more.*f.seconds;
   return total;
@@ -60,6 +65,9 @@ struct StepRecord {
   double step_s = kNaN;          // wall time of the whole step
   double loss = kNaN;            // mean loss of this rank's micro-batch
   std::int64_t samples = 0;      // samples computed on in this step
+  double allreduce_window_s = kNaN;  // first bucket all-reduce start -> last end (NaN: 1 rank)
+  double loss_scale = kNaN;          // GradScaler scale used in this step (NaN: no loss scaling)
+  std::int8_t skipped = 0;           // 1: optimizer step skipped (non-finite gradients, amp-fp16)
 };
 
 /// One row of rank_<r>/epochs. Unwritten rows keep epoch = -1.
@@ -76,7 +84,51 @@ struct EpochRecord {
   std::int64_t test_correct = -1;   // correct predictions, summed over all ranks
   std::int64_t test_samples = -1;   // test samples evaluated, summed over all ranks
   double test_accuracy = kNaN;      // test_correct / test_samples, in [0, 1]
+  double allreduce_window_s = 0;    // summed over the epoch's steps; overlap = 1 - allreduce_s / this
+  std::int64_t skipped_steps = 0;   // optimizer steps skipped by the GradScaler
 };
+
+/// rank_<r>/cuda_summary (one row): CUDA activity of the profile window, from CUPTI.
+struct CudaSummaryRecord {
+  double window_start_s = kNaN;  // window start, seconds since the run started
+  double window_s = kNaN;        // window length [s]
+  std::int64_t htod_count = 0;   // host-to-device memcpy operations
+  std::int64_t htod_bytes = 0;
+  double htod_s = 0;             // device time of those copies
+  std::int64_t htod_pinned_count = 0;  // of which from page-locked host memory
+  std::int64_t dtoh_count = 0;
+  std::int64_t dtoh_bytes = 0;
+  double dtoh_s = 0;
+  std::int64_t dtod_count = 0;
+  std::int64_t dtod_bytes = 0;
+  double dtod_s = 0;
+  std::int64_t kernel_count = 0;  // all kernels
+  double kernel_s = 0;            // summed kernel time (concurrent kernels counted each)
+  std::int64_t nccl_kernel_count = 0;
+  double nccl_kernel_s = 0;
+  std::int64_t samples = 0;       // samples computed in the window
+  std::int64_t peak_allocated_bytes = -1;  // caching allocator peaks over the run
+  std::int64_t peak_reserved_bytes = -1;
+  std::int64_t dropped_records = 0;        // CUPTI records lost (buffers full)
+};
+
+/// A row of rank_<r>/cuda_api: one CUDA runtime/driver API function in the window.
+struct CudaApiRecord {
+  char name[64] = {};  // e.g. "cudaLaunchKernel" (version suffix removed)
+  std::int64_t calls = 0;
+  double time_s = 0;   // host time inside the call, summed
+};
+
+/// A row of rank_<r>/cuda_kernels: one kernel (by demangled name, arguments removed) in the window.
+struct CudaKernelRecord {
+  char name[192] = {};
+  std::int64_t count = 0;
+  double time_s = 0;     // device time, summed
+  std::int8_t nccl = 0;  // 1: an NCCL kernel (ncclDevKernel_* / ncclKernel_*)
+};
+
+inline constexpr std::int64_t kCudaApiRows = 32;     // fixed table sizes: created at run start
+inline constexpr std::int64_t kCudaKernelRows = 48;  // (unused rows: empty name, count 0)
 
 /// /runs/<id>/summary, written by rank 0 when the run ends.
 struct RunSummary {
@@ -94,5 +146,8 @@ struct RunSummary {
 h5::Handle step_record_type();
 h5::Handle epoch_record_type();
 h5::Handle run_summary_type();
+h5::Handle cuda_summary_type();
+h5::Handle cuda_api_type();
+h5::Handle cuda_kernel_type();
 
 }  // namespace mgbench::results

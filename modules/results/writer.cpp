@@ -197,9 +197,12 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
 
   // Every rank creates every rank's group and tables (HDF5 metadata operations are collective),
   // so each rank needs all ranks' layouts and attributes.
-  std::array<std::int64_t, 3> mine{layout.epochs, layout.steps_per_epoch, layout.indices_per_epoch};
-  std::vector<std::int64_t> layouts(3 * static_cast<std::size_t>(world_size_));
-  MGBENCH_CHECK_MPI(MPI_Allgather(mine.data(), 3, MPI_INT64_T, layouts.data(), 3, MPI_INT64_T, comm_));
+  constexpr int kLayoutFields = 4;
+  std::array<std::int64_t, kLayoutFields> mine{layout.epochs, layout.steps_per_epoch, layout.indices_per_epoch,
+                                               layout.cuda_metrics ? 1 : 0};
+  std::vector<std::int64_t> layouts(kLayoutFields * static_cast<std::size_t>(world_size_));
+  MGBENCH_CHECK_MPI(MPI_Allgather(mine.data(), kLayoutFields, MPI_INT64_T, layouts.data(), kLayoutFields, MPI_INT64_T,
+                                  comm_));
   const std::vector<std::string> rank_attrs = allgather_strings(comm_, encode_attributes(rank_attributes));
 
   step_type_ = step_record_type();
@@ -213,7 +216,7 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
                                       "create group /" + group_path);
     h5::write_attributes(group, decode_attributes(rank_attrs[static_cast<std::size_t>(r)]));
     h5::write_attribute(group, "rank", static_cast<std::int64_t>(r));
-    const auto* l = &layouts[3 * static_cast<std::size_t>(r)];
+    const auto* l = &layouts[kLayoutFields * static_cast<std::size_t>(r)];
     const hsize_t step_dims[1] = {static_cast<hsize_t>(l[0] * l[1])};
     const hsize_t epoch_dims[1] = {static_cast<hsize_t>(l[0])};
     h5::Handle steps = create_table(group, "steps", step_type_, step_dims, &empty_step, group_path);
@@ -223,10 +226,25 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
       const hsize_t index_dims[2] = {static_cast<hsize_t>(l[0]), static_cast<hsize_t>(l[2])};
       indices = create_table(group, "indices", H5T_STD_I64LE, index_dims, &no_index, group_path);
     }
+    h5::Handle cuda_summary, cuda_api, cuda_kernels;
+    if (l[3] != 0) {
+      const hsize_t one[1] = {1};
+      const hsize_t api_rows[1] = {static_cast<hsize_t>(kCudaApiRows)};
+      const hsize_t kernel_rows[1] = {static_cast<hsize_t>(kCudaKernelRows)};
+      const CudaSummaryRecord empty_cuda;
+      const CudaApiRecord empty_api;
+      const CudaKernelRecord empty_kernel;
+      cuda_summary = create_table(group, "cuda_summary", cuda_summary_type(), one, &empty_cuda, group_path);
+      cuda_api = create_table(group, "cuda_api", cuda_api_type(), api_rows, &empty_api, group_path);
+      cuda_kernels = create_table(group, "cuda_kernels", cuda_kernel_type(), kernel_rows, &empty_kernel, group_path);
+    }
     if (r == rank_) {
       steps_ = std::move(steps);
       epochs_ = std::move(epochs);
       indices_ = std::move(indices);
+      cuda_summary_ = std::move(cuda_summary);
+      cuda_api_ = std::move(cuda_api);
+      cuda_kernels_ = std::move(cuda_kernels);
     }
   }
   if (rank_ == 0) write_status(kStatusRunning, "");
@@ -238,7 +256,8 @@ ResultsWriter::~ResultsWriter() {
     // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
     // other ranks may be gone, so release the handles instead of waiting on them. Everything
     // written so far is already in the file (raw data goes straight to MPI-IO).
-    for (h5::Handle* h : {&indices_, &epochs_, &steps_, &summary_, &error_, &status_, &run_group_, &file_}) {
+    for (h5::Handle* h : {&cuda_kernels_, &cuda_api_, &cuda_summary_, &indices_, &epochs_, &steps_, &summary_, &error_,
+                          &status_, &run_group_, &file_}) {
       h->release();
     }
   }
@@ -275,6 +294,21 @@ void ResultsWriter::write_epoch(const EpochRecord& record) {
   write_rows(epochs_, epoch_type_, record.epoch, 1, &record, "epochs");
 }
 
+void ResultsWriter::write_cuda_metrics(const CudaSummaryRecord& summary, std::span<const CudaApiRecord> api,
+                                       std::span<const CudaKernelRecord> kernels) {
+  MGBENCH_REQUIRE(cuda_summary_.valid(), ResultsError, "write_cuda_metrics: the run was created without CUDA tables");
+  MGBENCH_REQUIRE(static_cast<std::int64_t>(api.size()) <= kCudaApiRows &&
+                      static_cast<std::int64_t>(kernels.size()) <= kCudaKernelRows,
+                  ResultsError, "write_cuda_metrics: {} API rows / {} kernel rows exceed {} / {}", api.size(),
+                  kernels.size(), kCudaApiRows, kCudaKernelRows);
+  write_rows(cuda_summary_, cuda_summary_type(), 0, 1, &summary, "cuda_summary");
+  if (!api.empty()) write_rows(cuda_api_, cuda_api_type(), 0, static_cast<std::int64_t>(api.size()), api.data(), "cuda_api");
+  if (!kernels.empty()) {
+    write_rows(cuda_kernels_, cuda_kernel_type(), 0, static_cast<std::int64_t>(kernels.size()), kernels.data(),
+               "cuda_kernels");
+  }
+}
+
 void ResultsWriter::write_indices(std::int64_t epoch, std::span<const std::int64_t> indices) {
   MGBENCH_REQUIRE(indices_.valid() && static_cast<std::int64_t>(indices.size()) == layout_.indices_per_epoch,
                   ResultsError, "rank {}: {} indices for epoch {}, the results layout reserved {}", rank_,
@@ -301,7 +335,10 @@ void ResultsWriter::write_status(std::string_view status, const std::string& mes
 void ResultsWriter::finish(std::string_view status) {
   if (rank_ == 0) write_status(status, "");
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
-  for (h5::Handle* h : {&indices_, &epochs_, &steps_, &summary_, &error_, &status_, &run_group_}) h->reset();
+  for (h5::Handle* h :
+       {&cuda_kernels_, &cuda_api_, &cuda_summary_, &indices_, &epochs_, &steps_, &summary_, &error_, &status_, &run_group_}) {
+    h->reset();
+  }
   file_.reset();
   finished_ = true;
 }

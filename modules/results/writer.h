@@ -24,6 +24,7 @@ struct RankLayout {
   std::int64_t epochs = 0;
   std::int64_t steps_per_epoch = 0;    // rows of rank_<r>/steps per epoch
   std::int64_t indices_per_epoch = 0;  // columns of rank_<r>/indices; 0: no indices recorded
+  bool cuda_metrics = false;           // rank_<r>/cuda_summary, cuda_api, cuda_kernels (GPU runs)
 };
 
 class ResultsWriter {
@@ -49,6 +50,10 @@ class ResultsWriter {
   void write_epoch(const EpochRecord& record);
   /// Writes this rank's computed sample indices of one epoch (indices_per_epoch of them). Independent.
   void write_indices(std::int64_t epoch, std::span<const std::int64_t> indices);
+  /// Writes this rank's CUDA metrics (layout.cuda_metrics): at most kCudaApiRows API rows and
+  /// kCudaKernelRows kernel rows. Independent.
+  void write_cuda_metrics(const CudaSummaryRecord& summary, std::span<const CudaApiRecord> api,
+                          std::span<const CudaKernelRecord> kernels);
   /// Writes /runs/<id>/summary. Call on one rank (rank 0). Independent.
   void write_summary(const RunSummary& summary);
 
@@ -78,6 +83,9 @@ class ResultsWriter {
   h5::Handle steps_;
   h5::Handle epochs_;
   h5::Handle indices_;
+  h5::Handle cuda_summary_;
+  h5::Handle cuda_api_;
+  h5::Handle cuda_kernels_;
   h5::Handle step_type_;
   h5::Handle epoch_type_;
   h5::Handle summary_type_;

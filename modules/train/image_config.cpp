@@ -1,6 +1,8 @@
 #include "train/image_config.h"
 
 #include "core/error.h"
+#include "profile/profile_window.h"
+#include "train/precision.h"
 
 namespace mgbench::train {
 
@@ -10,10 +12,17 @@ void ImageConfig::validate() const {
   MGBENCH_REQUIRE(batch_size >= 1, ConfigError, "--batch-size {}: expected >= 1", batch_size);
   MGBENCH_REQUIRE(limit_train >= 0, ConfigError, "--limit-train {}: expected >= 0 (0 = all)", limit_train);
   MGBENCH_REQUIRE(limit_test >= 0, ConfigError, "--limit-test {}: expected >= 0 (0 = all)", limit_test);
-  MGBENCH_REQUIRE(strategy == "ddp" || strategy == "ddp-rr" || strategy == "ddp-ds", ConfigError,
-                  "--strategy '{}': expected ddp, ddp-rr or ddp-ds", strategy);
-  MGBENCH_REQUIRE(precision == "fp64" || precision == "fp32", ConfigError,
-                  "--precision '{}': expected fp64 or fp32 on CPU (fp16, bf16 and amp need the GPU path)", precision);
+  MGBENCH_REQUIRE(strategy == "ddp" || strategy == "ddp-rr" || strategy == "ddp-ds" || strategy == "dp", ConfigError,
+                  "--strategy '{}': expected ddp, ddp-rr, ddp-ds or dp", strategy);
+  MGBENCH_REQUIRE(device == "auto" || device == "cuda" || device == "cpu", ConfigError,
+                  "--device '{}': expected auto, cuda or cpu", device);
+  MGBENCH_REQUIRE(backend == "auto" || backend == "nccl" || backend == "mpi", ConfigError,
+                  "--backend '{}': expected auto, nccl or mpi", backend);
+  parse_precision(precision);
+  MGBENCH_REQUIRE(upscale == "device" || upscale == "host", ConfigError, "--upscale '{}': expected device or host",
+                  upscale);
+  MGBENCH_REQUIRE(comm_timeout_s > 0, ConfigError, "--comm-timeout {}: expected > 0 s", comm_timeout_s);
+  profile::parse_profile_window(profile_window);
   MGBENCH_REQUIRE(threads >= 0, ConfigError, "--threads {}: expected >= 0 (0 = automatic)", threads);
   MGBENCH_REQUIRE(prefetch >= 1 && prefetch <= 64, ConfigError, "--prefetch {}: expected 1-64 batches", prefetch);
   MGBENCH_REQUIRE(width_mult > 0 && width_mult <= 4, ConfigError, "--width-mult {}: expected (0, 4]", width_mult);

@@ -13,15 +13,20 @@ struct ImageConfig {
   std::int64_t limit_train = 0;   // 0: all training samples
   std::int64_t limit_test = 0;    // 0: all test samples
   // workload distribution
-  std::string strategy = "ddp-ds";  // ddp | ddp-rr | ddp-ds
+  std::string strategy = "ddp-ds";  // ddp | ddp-rr | ddp-ds | dp (one process; see image_trainer.h)
   std::int64_t epochs = 20;
   std::int64_t batch_size = 64;  // per rank
   bool shuffle = true;
   bool drop_last = false;
   std::uint64_t seed = 42;
   // compute
-  std::string precision = "fp32";  // fp64 | fp32
+  std::string device = "auto";     // auto | cuda | cpu
+  std::string backend = "auto";    // auto | nccl | mpi
+  std::string precision = "fp32";  // fp64 | fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16 (precision.h)
   bool pin_memory = false;
+  std::string upscale = "device";  // device: uint8 28x28 crosses PCIe, upscaled there | host: the paper's float SxS
+  bool cudnn_benchmark = true;     // cuDNN autotuning of convolution algorithms (GPU)
+  double comm_timeout_s = 600;     // a collective in flight longer than this aborts the job (NCCL)
   int threads = 0;   // intra-op threads per rank; 0: cores of the node / ranks on the node
   int prefetch = 2;  // batches the loader assembles ahead
   bool channels_last = true;  // NHWC activations and conv weights (oneDNN on CPU, tensor cores on GPU)
@@ -45,6 +50,10 @@ struct ImageConfig {
   std::string run_name;
   bool record_indices = false;
   double progress_interval_s = 10.0;
+  // profiling (GPU runs)
+  std::string profile_window = "all";  // START:DURATION [s] | steps:FIRST:COUNT | all
+  bool cupti = true;                   // CUDA activity totals into the results file
+  bool nvtx = true;                    // NVTX ranges around the phases
 
   /// Throws ConfigError naming the first invalid option and what it expects.
   void validate() const;

@@ -15,7 +15,9 @@
 #include "core/progress.h"
 #include "core/timer.h"
 #include "results/writer.h"
+#include "runtime/device.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/nccl_communicator.h"
 #include "train/image_trainer.h"
 
 namespace mgbench::train {
@@ -47,10 +49,46 @@ std::string env_or(const char* name, const char* fallback) {
 
 int run_image_job(const ImageConfig& config, runtime::MpiEnvironment& env, const std::string& resolved_config,
                   const std::string& command_line) {
-  runtime::MpiCommunicator comm(env.world());
+  // Device placement: every rank picks its GPU by local rank, then the node checks that no two
+  // ranks share one (NCCL's rule) from the GPUs' PCI bus ids.
+  runtime::DevicePlacement placement;
+  std::string backend;
+  if (!all_succeed(env, "device placement", [&] {
+        placement = runtime::place_rank(config.device, runtime::visible_cuda_devices(), env.local_rank());
+        backend = runtime::resolve_backend(config.backend, placement, runtime::nccl_built());
+      })) {
+    return 1;
+  }
+  const std::vector<std::string> node_gpus =
+      runtime::node_allgather(env.world(), placement.is_cuda() ? runtime::cuda_pci_bus_id(placement.index) : "cpu");
+  if (!all_succeed(env, "device placement", [&] {
+        if (!placement.is_cuda()) return;
+        const int sharing = runtime::check_gpu_sharing(node_gpus, env.local_rank(), backend, env.hostname());
+        if (sharing > 1 && env.local_rank() == 0) {
+          log::warn("{} ranks share each GPU on {} (--backend mpi): timings are not per-GPU figures", sharing,
+                    env.hostname());
+        }
+      })) {
+    return 1;
+  }
+  if (placement.is_cuda()) {
+    log::info("rank {} -> {} ({}), backend {}", env.rank(), placement.str(),
+              runtime::cuda_device_description(placement.index), backend);
+  }
+
+  std::unique_ptr<runtime::Communicator> comm;
+  if (!all_succeed(env, "creating the communicator", [&] {
+        if (backend == "nccl") {
+          comm = runtime::make_nccl_communicator(env.world(), placement.index, {config.comm_timeout_s});
+        } else {
+          comm = std::make_unique<runtime::MpiCommunicator>(env.world());
+        }
+      })) {
+    return 1;
+  }
   std::unique_ptr<ImageTrainer> trainer;
   if (!all_succeed(env, "set-up", [&] {
-        trainer = std::make_unique<ImageTrainer>(config, comm, env.local_size());
+        trainer = std::make_unique<ImageTrainer>(config, *comm, env.local_size(), placement);
         trainer->load_data();
       })) {
     return 1;

@@ -20,8 +20,14 @@
 #include "data/transforms.h"
 #include "models/mobilenet_v2.h"
 #include "models/state_dict.h"
+#include "profile/cupti_collector.h"
+#include "profile/nvtx.h"
+#include "profile/profile_window.h"
 #include "runtime/grad_sync.h"
+#include "train/device_pipeline.h"
+#include "train/grad_scaler.h"
 #include "train/lr_schedule.h"
+#include "train/precision.h"
 
 namespace mgbench::train {
 
@@ -31,8 +37,13 @@ struct ImageTrainer::State {
   ImageConfig config;
   runtime::Communicator& comm;
   int threads = 1;
+  runtime::DevicePlacement placement;
   torch::Device device = torch::kCPU;
+  Precision precision;
   torch::ScalarType dtype = torch::kFloat32;
+  profile::ProfileWindow window;
+  std::unique_ptr<profile::CuptiCollector> cupti;
+  std::unique_ptr<GradScaler> scaler;
   data::MnistSplit train_set;
   data::MnistSplit test_set;
   data::EpochPlanOptions plan_options;
@@ -44,9 +55,16 @@ struct ImageTrainer::State {
 
   State(ImageConfig c, runtime::Communicator& comm_) : config(std::move(c)), comm(comm_) {}
 
-  /// uint8 [B, 1, 28, 28] on the device -> normalised, upscaled [B, 1, S, S] in the model's dtype and layout.
+  bool host_upscale() const { return config.upscale == "host"; }
+
+  /// uint8 [B, 1, 28, 28] -> normalised, upscaled [B, 1, S, S] in the model's dtype (on the
+  /// loader thread with --upscale host, on the device otherwise).
+  torch::Tensor upscale(const torch::Tensor& images) const {
+    return data::normalize_and_resize(images, config.image_size, dtype, data::kMnistMean, data::kMnistStd);
+  }
+  /// A batch's images on the device -> the model's input (layout).
   torch::Tensor to_model_input(const torch::Tensor& images) const {
-    torch::Tensor x = data::normalize_and_resize(images, config.image_size, dtype, data::kMnistMean, data::kMnistStd);
+    torch::Tensor x = host_upscale() ? images : upscale(images);
     return config.channels_last ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x;
   }
 
@@ -55,13 +73,23 @@ struct ImageTrainer::State {
   std::pair<std::int64_t, std::int64_t> evaluate();
 };
 
-ImageTrainer::ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size)
+ImageTrainer::ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size,
+                           runtime::DevicePlacement placement)
     : state_(std::make_unique<State>(std::move(config), comm)) {
   auto& s = *state_;
   s.config.validate();
+  MGBENCH_REQUIRE(s.config.strategy != "dp" || comm.world_size() == 1, ConfigError,
+                  "--strategy dp is single-process (one rank drives the GPUs): start 1 rank, not {}",
+                  comm.world_size());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   s.threads = s.config.threads > 0 ? s.config.threads : std::max(1, cores / std::max(1, local_size));
-  s.dtype = s.config.precision == "fp64" ? torch::kFloat64 : torch::kFloat32;
+  s.placement = placement;
+  s.device = placement.is_cuda() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
+                                 : torch::Device(torch::kCPU);
+  s.precision = parse_precision(s.config.precision);
+  s.dtype = s.precision.param_dtype;
+  s.window = profile::parse_profile_window(s.config.profile_window);
+  profile::set_nvtx_enabled(s.config.nvtx);
 }
 
 ImageTrainer::~ImageTrainer() = default;
@@ -71,9 +99,17 @@ void ImageTrainer::load_data() {
   const auto& c = s.config;
   s.train_set = data::load_mnist(c.data_dir, data::Split::kTrain, c.limit_train);
   s.test_set = data::load_mnist(c.data_dir, data::Split::kTest, c.limit_test);
-  if (c.pin_memory) log::warn("--pin-memory true has no effect on the CPU (page-locked memory is for GPU copies)");
+  if (c.pin_memory && !s.device.is_cuda()) {
+    log::warn("--pin-memory true has no effect on the CPU (page-locked memory is for GPU copies)");
+  }
+  configure_device(s.device, c.cudnn_benchmark);
+  apply_math_mode(s.precision);
+  if (s.precision.loss_scaling) s.scaler = std::make_unique<GradScaler>();
+  if (s.device.is_cuda() && c.cupti) s.cupti = profile::CuptiCollector::create();
 
-  s.plan_options = {data::parse_strategy(c.strategy), s.train_set.size(), c.batch_size, s.comm.world_size(),
+  // dp: one process, the whole batch per step (its multi-GPU replication: see image_trainer.h).
+  const std::string plan_strategy = c.strategy == "dp" ? "ddp-ds" : c.strategy;
+  s.plan_options = {data::parse_strategy(plan_strategy), s.train_set.size(), c.batch_size, s.comm.world_size(),
                     s.comm.rank(), c.seed, c.shuffle, c.drop_last};
   torch::set_num_threads(s.threads);
   torch::manual_seed(c.seed);
@@ -100,6 +136,7 @@ results::RankLayout ImageTrainer::layout() const {
   results::RankLayout l;
   l.epochs = s.config.epochs;
   l.steps_per_epoch = data::computed_batches_per_epoch(s.plan_options);
+  l.cuda_metrics = s.cupti != nullptr;
   if (s.config.record_indices) {
     for (const auto& b : data::plan_epoch(s.plan_options, 0)) {
       if (b.compute) l.indices_per_epoch += static_cast<std::int64_t>(b.indices.size());
@@ -132,13 +169,21 @@ h5::Attributes ImageTrainer::run_attributes() const {
           {"lr_schedule", c.lr_schedule},
           {"channels_last", std::string(c.channels_last ? "true" : "false")},
           {"backend", s.comm.backend()},
-          {"device", std::string("cpu")},
+          {"device", std::string(s.device.is_cuda() ? "cuda" : "cpu")},
+          {"upscale", c.upscale},
+          {"cudnn_benchmark", std::string(c.cudnn_benchmark ? "true" : "false")},
+          {"profile_window", s.window.describe()},
           {"torch_version", torch_version()}};
 }
 
 h5::Attributes ImageTrainer::rank_attributes() const {
   const auto& s = *state_;
-  return {{"device", s.device.str()}, {"threads", static_cast<std::int64_t>(s.threads)}};
+  h5::Attributes a{{"device", s.device.str()}, {"threads", static_cast<std::int64_t>(s.threads)}};
+  if (s.device.is_cuda()) {
+    a.emplace_back("gpu", runtime::cuda_device_description(s.placement.index));
+    a.emplace_back("gpu_pci_bus_id", runtime::cuda_pci_bus_id(s.placement.index));
+  }
+  return a;
 }
 
 std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
@@ -154,7 +199,8 @@ std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
     std::vector<std::int64_t> indices;
     for (std::int64_t i = start; i < std::min(end, start + config.batch_size); ++i) indices.push_back(i);
     const data::ImageBatch batch = data::assemble_batch(test_set, indices, /*pin_memory=*/false);
-    const torch::Tensor x = to_model_input(batch.images.to(device));
+    const torch::Tensor x = to_model_input(host_upscale() ? upscale(batch.images).to(device) : batch.images.to(device));
+    const AutocastScope autocast(precision, device.type());
     const torch::Tensor predicted = model->forward(x).argmax(1);
     correct += predicted.eq(batch.labels.to(device)).sum().item<std::int64_t>();
   }
@@ -192,6 +238,24 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
   std::int64_t global_step = 0;
   const double run_start_s = now_s();
   s.model->train();
+  PhaseClock clock(s.device);
+
+  // CUPTI collects while the profile window is open (checked at step boundaries).
+  double window_open_s = results::kNaN;
+  double window_closed_s = results::kNaN;
+  std::int64_t window_samples = 0;
+  auto update_profile_window = [&](double elapsed_s, std::int64_t step) {
+    if (!s.cupti) return;
+    const bool inside = s.window.contains(elapsed_s, step);
+    if (inside && !s.cupti->running() && !std::isfinite(window_closed_s)) {
+      s.cupti->start();
+      window_open_s = elapsed_s;
+    } else if (!inside && s.cupti->running()) {
+      synchronize(s.device);
+      s.cupti->stop();
+      window_closed_s = now_s() - run_start_s;
+    }
+  };
 
   for (std::int64_t epoch = 0; epoch < c.epochs; ++epoch) {
     const Stopwatch epoch_clock;
@@ -204,60 +268,82 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
 
     // Page-locked batches only help (and only exist) for copies to a GPU.
     const bool pin = c.pin_memory && s.device.is_cuda();
-    data::ImageLoader loader(s.train_set, data::plan_epoch(s.plan_options, epoch), c.prefetch, pin);
+    data::HostTransform host_transform;
+    if (s.host_upscale()) host_transform = [&s](const torch::Tensor& images) { return s.upscale(images); };
+    data::ImageLoader loader(s.train_set, data::plan_epoch(s.plan_options, epoch), c.prefetch, pin, host_transform);
+    DeviceFeeder feeder(loader, s.device, /*async=*/pin, /*depth=*/std::max(2, c.prefetch));
     results::PhaseTimes pending;  // time of batches loaded but not computed (ddp-rr), charged to the next step
     while (true) {
       results::StepRecord step;
       const double step_start = now_s();
-      Stopwatch phase;
-      std::optional<data::ImageBatch> batch = loader.next();
+      update_profile_window(step_start - run_start_s, global_step);
+      std::optional<DeviceBatch> batch = feeder.next(clock);
       if (!batch) break;
-      step.phases.data_s = phase.lap() + pending.data_s;
-      torch::Tensor images = batch->images.to(s.device, /*non_blocking=*/pin);
-      torch::Tensor labels = batch->labels.to(s.device, /*non_blocking=*/pin);
-      step.phases.h2d_s = phase.lap() + pending.h2d_s;
-      epoch_record.loaded_samples += batch->images.size(0);
+      epoch_record.loaded_samples += batch->labels.size(0);
       if (!batch->plan.compute) {
         // ddp-rr: this rank loads and transfers the batch but another rank computes it.
-        pending.data_s = step.phases.data_s;
-        pending.h2d_s = step.phases.h2d_s;
+        pending += clock.take();
         continue;
       }
-      pending = {};
-      const torch::Tensor x = s.to_model_input(images);
-      step.phases.transform_s = phase.lap();
+      clock.enter(results::Phase::kTransform);
+      const torch::Tensor x = s.to_model_input(batch->images);
 
       const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, c.lr_schedule == "cosine");
       for (auto& group : s.optimizer->param_groups()) group.options().set_lr(lr);
       s.optimizer->zero_grad(/*set_to_none=*/true);
       if (s.share_buffers) {
+        clock.enter(results::Phase::kAllreduce);
         runtime::broadcast_coalesced(s.comm, s.synced_buffers, 0);
-        step.phases.allreduce_s += phase.lap();
       }
-      const torch::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(x), labels);
-      step.phases.forward_s = phase.lap();
+      clock.enter(results::Phase::kForward);
+      torch::Tensor loss;
+      {
+        const AutocastScope autocast(s.precision, s.device.type());
+        loss = torch::nn::functional::cross_entropy(s.model->forward(x), batch->labels);
+      }
+      clock.enter(results::Phase::kBackward);
       if (s.grad_sync) s.grad_sync->prepare();
-      loss.backward();
-      step.phases.backward_s = phase.lap();
-      if (s.grad_sync) {
-        s.grad_sync->finish();
-        step.phases.allreduce_s += phase.lap();
+      if (s.scaler) {
+        step.loss_scale = s.scaler->get_scale();
+        s.scaler->scale(loss).backward();
+      } else {
+        loss.backward();
       }
-      s.optimizer->step();
-      step.loss = loss.item<double>();
-      step.phases.optimizer_s = phase.lap();
+      if (s.grad_sync) {
+        clock.enter(results::Phase::kAllreduce);
+        s.grad_sync->finish();
+      }
+      clock.enter(results::Phase::kOptimizer);
+      bool stepped = true;
+      if (s.scaler) {
+        stepped = s.scaler->step(*s.optimizer);
+        s.scaler->update();
+      } else {
+        s.optimizer->step();
+      }
+      step.loss = loss.item<double>();  // the step's one host sync
+      step.phases = pending;
+      step.phases += clock.take();
+      pending = {};
+      if (s.grad_sync) {
+        step.allreduce_window_s = s.grad_sync->window_s();
+        epoch_record.allreduce_window_s += step.allreduce_window_s;
+      }
+      step.skipped = stepped ? 0 : 1;
+      epoch_record.skipped_steps += step.skipped;
 
       step.epoch = static_cast<std::int32_t>(epoch);
       step.step = static_cast<std::int64_t>(steps.size());
       step.batch_index = batch->plan.batch_index;
       step.start_s = step_start - run_start_s;
       step.step_s = now_s() - step_start;
-      step.samples = batch->images.size(0);
-      if (!std::isfinite(step.loss)) {
+      step.samples = batch->labels.size(0);
+      if (!std::isfinite(step.loss) && !s.scaler) {
         throw Error(fmt::format("loss became {} at epoch {} step {} (lr {}): training diverged; lower --lr", step.loss,
                                 epoch + 1, step.step + 1, lr));
       }
-      loss_sum += step.loss;
+      if (std::isfinite(step.loss)) loss_sum += step.loss;
+      if (s.window.contains(step.start_s, global_step)) window_samples += step.samples;
       epoch_record.samples += step.samples;
       if (c.record_indices) {
         computed_indices.insert(computed_indices.end(), batch->plan.indices.begin(), batch->plan.indices.end());
@@ -273,6 +359,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     }
     // ddp-rr: batches loaded after this rank's last computed one belong to the epoch, not a step.
     epoch_record.phases += pending;
+    pending = {};
     epoch_record.train_s = epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
     epoch_record.loss_mean = steps.empty() ? results::kNaN : loss_sum / static_cast<double>(steps.size());
@@ -304,6 +391,21 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
             : std::string()));
   }
   summary.total_s = now_s() - run_start_s;
+  if (s.cupti) {
+    if (s.cupti->running()) {
+      synchronize(s.device);
+      s.cupti->stop();
+      window_closed_s = now_s() - run_start_s;
+    }
+    results::CudaSummaryRecord cuda;
+    const auto& totals = s.cupti->totals();
+    totals.fill_summary(cuda);
+    cuda.window_start_s = window_open_s;
+    cuda.window_s = window_closed_s - window_open_s;
+    cuda.samples = window_samples;
+    std::tie(cuda.peak_allocated_bytes, cuda.peak_reserved_bytes) = device_memory_peaks(s.device);
+    writer.write_cuda_metrics(cuda, totals.api_rows(), totals.kernel_rows());
+  }
 
   // Global figures: samples computed by all ranks, mean final loss over ranks.
   torch::Tensor totals = torch::tensor({static_cast<double>(computed_samples), summary.final_loss}, torch::kFloat64);

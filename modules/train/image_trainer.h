@@ -3,6 +3,16 @@
 // image_size x image_size, its work distributed by strategy, gradients averaged over the
 // Communicator, per-step phase times and per-epoch test accuracy written to the results file.
 //
+// Devices and precision: the rank's device comes from runtime::place_rank; the model is in the
+// precision's dtype (precision.h), amp-* runs forward under autocast and amp-fp16 scales the
+// loss (GradScaler). On a GPU, batches reach the device through DeviceFeeder (pinned copy
+// stream with --pin-memory), phase times come from CUDA events, CUPTI totals of the profile
+// window and the allocator's memory peaks go to rank_<r>/cuda_* (device_pipeline.h, profile/).
+//
+// --strategy dp is the paper's DP baseline in one process: world size 1, the whole batch per
+// step. Replicating the model over several GPUs of the node (torch.nn.DataParallel) is not
+// implemented yet: on a multi-GPU node it uses the rank's GPU only and says so.
+//
 // Lifecycle: construct -> load_data() -> layout() / run_attributes() (to create the results
 // run) -> run(writer). The trainer never calls MPI itself: collectives go through the
 // Communicator, results through the ResultsWriter.
@@ -17,14 +27,16 @@
 #include "results/schema.h"
 #include "results/writer.h"
 #include "runtime/communicator.h"
+#include "runtime/device.h"
 #include "train/image_config.h"
 
 namespace mgbench::train {
 
 class ImageTrainer {
  public:
-  /// local_size: ranks on this node (for the default thread count).
-  ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size);
+  /// local_size: ranks on this node (for the default thread count); placement: this rank's
+  /// device. Throws ConfigError for an invalid config (or dp with more than one rank).
+  ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size, runtime::DevicePlacement placement = {});
   ~ImageTrainer();
 
   /// Reads the training and test sets (DataError naming the file when one is unusable) and

@@ -20,8 +20,23 @@ TEST(ImageConfig, ValidationNamesTheOption) {
   train::ImageConfig ok;
   EXPECT_NO_THROW(ok.validate());
   auto c = ok;
-  c.strategy = "dp";
+  c.strategy = "fsdp";
   expect_config_error(c, "--strategy");
+  c = ok;
+  c.device = "tpu";
+  expect_config_error(c, "--device");
+  c = ok;
+  c.backend = "gloo";
+  expect_config_error(c, "--backend");
+  c = ok;
+  c.upscale = "gpu";
+  expect_config_error(c, "--upscale");
+  c = ok;
+  c.profile_window = "720";
+  expect_config_error(c, "--profile-window");
+  c = ok;
+  c.profile_window = "steps:x:3";
+  expect_config_error(c, "--profile-window");
   c = ok;
   c.precision = "fp8";
   expect_config_error(c, "--precision");
@@ -75,10 +90,36 @@ TEST(GradSync, HooksLaunchBucketsDuringBackward) {
 
 TEST(MpiCommunicator, RejectsWhatMpiCannotReduce) {
   runtime::MpiCommunicator comm(MPI_COMM_SELF);
-  torch::Tensor half = torch::zeros({4}, torch::kFloat16);
-  EXPECT_THROW(comm.all_reduce(half, runtime::ReduceOp::kSum), CommError);
+  torch::Tensor flags = torch::zeros({4}, torch::kBool);
+  EXPECT_THROW(comm.all_reduce(flags, runtime::ReduceOp::kSum), CommError);
   torch::Tensor strided = torch::zeros({4, 4}).t();
   EXPECT_THROW(comm.all_reduce(strided, runtime::ReduceOp::kSum), CommError);
+}
+
+TEST(MpiCommunicator, StagesHalfTypesThroughFloat32) {
+  runtime::MpiCommunicator comm(MPI_COMM_SELF);
+  for (auto dtype : {torch::kFloat16, torch::kBFloat16}) {
+    torch::Tensor t = torch::tensor({1.5, -2.0, 3.25}).to(dtype);
+    const torch::Tensor before = t.clone();
+    auto work = comm.all_reduce(t, runtime::ReduceOp::kSum);
+    work->wait();
+    EXPECT_EQ(t.scalar_type(), dtype);
+    EXPECT_TRUE(torch::equal(t, before));  // one rank: the sum is the tensor itself
+    EXPECT_GE(work->seconds_since_start_of(*work), 0.0);
+  }
+}
+
+TEST(GradSync, ReportsTheAllReduceWindow) {
+  runtime::MpiCommunicator comm(MPI_COMM_SELF);
+  torch::nn::Linear net(16, 4);
+  runtime::GradSync sync(net->parameters(), comm);
+  EXPECT_EQ(sync.window_s(), 0.0);  // nothing launched yet
+  sync.prepare();
+  net->forward(torch::randn({2, 16})).sum().backward();
+  sync.finish();
+  const double window = sync.window_s();
+  EXPECT_GE(window, 0.0);
+  EXPECT_LT(window, 5.0);
 }
 
 }  // namespace

@@ -1,0 +1,173 @@
+#include "profile/cuda_activity.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace mgbench::profile {
+namespace {
+
+double seconds(std::uint64_t ns) { return static_cast<double>(ns) * 1e-9; }
+
+template <std::size_t N>
+void copy_name(char (&dst)[N], const std::string& src) {
+  const std::size_t n = std::min(N - 1, src.size());
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+}  // namespace
+
+std::string clean_api_name(std::string_view raw) {
+  const auto v = raw.rfind("_v");
+  if (v != std::string_view::npos && v + 2 < raw.size() &&
+      std::all_of(raw.begin() + static_cast<std::ptrdiff_t>(v + 2), raw.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    raw = raw.substr(0, v);
+  }
+  return std::string(raw);
+}
+
+std::string clean_kernel_name(std::string_view raw) {
+  std::string name(raw);
+  if (name.rfind("_Z", 0) == 0) {
+    int status = 0;
+    std::unique_ptr<char, decltype(&std::free)> demangled(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
+                                                          &std::free);
+    if (status == 0 && demangled) name = demangled.get();
+  }
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  // Drop the argument list: the first '(' outside template brackets.
+  int depth = 0;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (name[i] == '(' && depth == 0 && i > 0) {
+      name.resize(i);
+      break;
+    }
+  }
+  return name;
+}
+
+bool is_nccl_kernel(std::string_view name) { return name.rfind("ncclDevKernel", 0) == 0 || name.rfind("ncclKernel", 0) == 0; }
+
+void ActivityAggregator::add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::uint64_t start_ns, std::uint64_t end_ns,
+                                    bool pinned_host) {
+  Totals* t = kind == MemcpyKind::kHtoD ? &htod_ : kind == MemcpyKind::kDtoH ? &dtoh_ : kind == MemcpyKind::kDtoD ? &dtod_ : nullptr;
+  if (t == nullptr) return;
+  ++t->count;
+  t->bytes += bytes;
+  t->ns += end_ns > start_ns ? end_ns - start_ns : 0;
+  if (kind == MemcpyKind::kHtoD && pinned_host) ++htod_pinned_;
+}
+
+void ActivityAggregator::add_api(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns) {
+  auto it = apis_.find(raw_name);
+  if (it == apis_.end()) it = apis_.emplace(std::string(raw_name), Totals{}).first;
+  ++it->second.count;
+  it->second.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+}
+
+void ActivityAggregator::add_kernel(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns) {
+  auto it = kernels_.find(raw_name);
+  if (it == kernels_.end()) it = kernels_.emplace(std::string(raw_name), Totals{}).first;
+  ++it->second.count;
+  it->second.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+}
+
+void ActivityAggregator::fill_summary(results::CudaSummaryRecord& s) const {
+  s.htod_count = htod_.count;
+  s.htod_bytes = static_cast<std::int64_t>(htod_.bytes);
+  s.htod_s = seconds(htod_.ns);
+  s.htod_pinned_count = htod_pinned_;
+  s.dtoh_count = dtoh_.count;
+  s.dtoh_bytes = static_cast<std::int64_t>(dtoh_.bytes);
+  s.dtoh_s = seconds(dtoh_.ns);
+  s.dtod_count = dtod_.count;
+  s.dtod_bytes = static_cast<std::int64_t>(dtod_.bytes);
+  s.dtod_s = seconds(dtod_.ns);
+  s.kernel_count = 0;
+  s.kernel_s = 0;
+  s.nccl_kernel_count = 0;
+  s.nccl_kernel_s = 0;
+  for (const auto& row : kernel_rows_all()) {
+    s.kernel_count += row.count;
+    s.kernel_s += row.time_s;
+    if (row.nccl != 0) {
+      s.nccl_kernel_count += row.count;
+      s.nccl_kernel_s += row.time_s;
+    }
+  }
+  s.dropped_records = static_cast<std::int64_t>(dropped_);
+}
+
+std::vector<results::CudaApiRecord> ActivityAggregator::api_rows() const {
+  std::map<std::string, Totals, std::less<>> merged;  // by clean name: versions of one function add up
+  for (const auto& [raw, t] : apis_) {
+    Totals& m = merged[clean_api_name(raw)];
+    m.count += t.count;
+    m.ns += t.ns;
+  }
+  std::vector<results::CudaApiRecord> rows;
+  for (const char* name : kReportedApis) {
+    results::CudaApiRecord r;
+    copy_name(r.name, name);
+    if (auto it = merged.find(std::string_view(name)); it != merged.end()) {
+      r.calls = it->second.count;
+      r.time_s = seconds(it->second.ns);
+      merged.erase(it);
+    }
+    rows.push_back(r);
+  }
+  std::vector<std::pair<std::string, Totals>> others(merged.begin(), merged.end());
+  std::sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  for (const auto& [name, t] : others) {
+    if (static_cast<std::int64_t>(rows.size()) >= results::kCudaApiRows) break;
+    results::CudaApiRecord r;
+    copy_name(r.name, name);
+    r.calls = t.count;
+    r.time_s = seconds(t.ns);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::vector<results::CudaKernelRecord> ActivityAggregator::kernel_rows_all() const {
+  std::map<std::string, Totals, std::less<>> merged;  // by clean name
+  for (const auto& [raw, t] : kernels_) {
+    Totals& m = merged[clean_kernel_name(raw)];
+    m.count += t.count;
+    m.ns += t.ns;
+  }
+  std::vector<results::CudaKernelRecord> rows;
+  for (const auto& [name, t] : merged) {
+    results::CudaKernelRecord r;
+    copy_name(r.name, name);
+    r.count = t.count;
+    r.time_s = seconds(t.ns);
+    r.nccl = is_nccl_kernel(name) ? 1 : 0;
+    rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.time_s > b.time_s; });
+  return rows;
+}
+
+std::vector<results::CudaKernelRecord> ActivityAggregator::kernel_rows() const {
+  const auto all = kernel_rows_all();
+  const auto limit = static_cast<std::size_t>(results::kCudaKernelRows);
+  std::vector<results::CudaKernelRecord> rows;
+  for (const auto& r : all) {  // NCCL kernels are kept whatever their rank by time
+    if (r.nccl != 0 && rows.size() < limit / 2) rows.push_back(r);
+  }
+  for (const auto& r : all) {
+    if (rows.size() >= limit) break;
+    if (r.nccl == 0) rows.push_back(r);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.time_s > b.time_s; });
+  return rows;
+}
+
+}  // namespace mgbench::profile

@@ -1,0 +1,29 @@
+#pragma once
+// In-process CUDA profiling with CUPTI's activity API (the CUPTI of the CUDA toolkit, loaded
+// from the same file LibTorch loads): memory copies, runtime and driver API calls, and kernels
+// of this process, collected while the profile window is open and summed by ActivityAggregator.
+// What Nsight Systems shows the paper's authors, without an external tool or trace files.
+#include <memory>
+
+#include "profile/cuda_activity.h"
+
+namespace mgbench::profile {
+
+class CuptiCollector {
+ public:
+  /// The process-wide collector (CUPTI allows one activity client), or nullptr when mgbench was
+  /// built without CUPTI. Throws Error with CUPTI's message when CUPTI cannot be initialised
+  /// (e.g. another profiler holds it).
+  static std::unique_ptr<CuptiCollector> create();
+  virtual ~CuptiCollector() = default;
+
+  /// Starts recording memcpy, runtime API, driver API and kernel activity.
+  virtual void start() = 0;
+  /// Stops recording and flushes the buffers into the totals.
+  virtual void stop() = 0;
+  virtual bool running() const = 0;
+  /// Totals so far (flushes completed buffers first).
+  virtual const ActivityAggregator& totals() = 0;
+};
+
+}  // namespace mgbench::profile

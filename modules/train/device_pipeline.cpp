@@ -1,0 +1,192 @@
+#include "train/device_pipeline.h"
+
+#include <array>
+#include <optional>
+
+#include "core/config.h"
+#include "core/timer.h"
+#include "profile/nvtx.h"
+
+#ifdef MGBENCH_HAVE_CUDA
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace mgbench::train {
+
+using results::Phase;
+
+// ---------------------------------------------------------------- PhaseClock
+struct PhaseClock::Impl {
+  bool cuda = false;
+  std::optional<Phase> open;
+  std::optional<profile::NvtxRange> range;
+  results::PhaseTimes times;
+  double opened_s = 0;  // CPU: host time the open phase began
+#ifdef MGBENCH_HAVE_CUDA
+  // GPU: one event per boundary; boundaries[i] closes phases[i].
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> pool;
+  std::vector<Phase> phases;
+  std::size_t used = 0;
+  at::cuda::CUDAEvent& next_event() {
+    if (used == pool.size()) pool.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    return *pool[used++];
+  }
+#endif
+
+  void boundary(std::optional<Phase> next) {
+    const double now = now_s();
+#ifdef MGBENCH_HAVE_CUDA
+    if (cuda) {
+      next_event().record(c10::cuda::getCurrentCUDAStream());
+      phases.push_back(open.value_or(Phase::kCount));  // the first boundary closes nothing
+    }
+#endif
+    if (!cuda && open) times.*results::kPhaseFields[static_cast<std::size_t>(*open)].seconds += now - opened_s;
+    range.reset();
+    open = next;
+    opened_s = now;
+    if (next) range.emplace(results::kPhaseFields[static_cast<std::size_t>(*next)].name);
+  }
+};
+
+PhaseClock::PhaseClock(const torch::Device& device) : impl_(std::make_unique<Impl>()) { impl_->cuda = device.is_cuda(); }
+PhaseClock::~PhaseClock() = default;
+
+void PhaseClock::enter(Phase phase) {
+  if (impl_->open == phase) return;
+  impl_->boundary(phase);
+}
+
+results::PhaseTimes PhaseClock::take() {
+  auto& m = *impl_;
+  if (m.open) m.boundary(std::nullopt);
+#ifdef MGBENCH_HAVE_CUDA
+  if (m.cuda && m.used > 1) {
+    m.pool[m.used - 1]->synchronize();
+    for (std::size_t i = 1; i < m.used; ++i) {
+      const Phase p = m.phases[i];
+      if (p == Phase::kCount) continue;
+      m.times.*results::kPhaseFields[static_cast<std::size_t>(p)].seconds +=
+          static_cast<double>(m.pool[i - 1]->elapsed_time(*m.pool[i])) / 1e3;
+    }
+  }
+  m.used = 0;
+  m.phases.clear();
+#endif
+  results::PhaseTimes out = m.times;
+  m.times = {};
+  return out;
+}
+
+// ---------------------------------------------------------------- DeviceFeeder
+struct DeviceFeeder::Impl {
+  data::ImageLoader& loader;
+  torch::Device device;
+  bool async = false;
+  std::size_t depth = 1;
+  bool exhausted = false;
+#ifdef MGBENCH_HAVE_CUDA
+  struct InFlight {
+    DeviceBatch batch;
+    at::cuda::CUDAEvent copied;
+  };
+  std::optional<c10::cuda::CUDAStream> copy_stream;
+  std::deque<InFlight> inflight;
+#endif
+  Impl(data::ImageLoader& l, const torch::Device& d) : loader(l), device(d) {}
+};
+
+DeviceFeeder::DeviceFeeder(data::ImageLoader& loader, const torch::Device& device, bool async, int depth)
+    : impl_(std::make_unique<Impl>(loader, device)) {
+  impl_->depth = static_cast<std::size_t>(std::max(depth, 1));
+#ifdef MGBENCH_HAVE_CUDA
+  impl_->async = async && device.is_cuda();
+  if (impl_->async) impl_->copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+#else
+  (void)async;
+#endif
+}
+
+DeviceFeeder::~DeviceFeeder() = default;
+
+std::optional<DeviceBatch> DeviceFeeder::next(PhaseClock& clock) {
+  auto& m = *impl_;
+  if (!m.async) {
+    clock.enter(Phase::kData);
+    std::optional<data::ImageBatch> host = m.loader.next();
+    if (!host) return std::nullopt;
+    clock.enter(Phase::kH2d);
+    return DeviceBatch{host->images.to(m.device), host->labels.to(m.device), std::move(host->plan)};
+  }
+#ifdef MGBENCH_HAVE_CUDA
+  // Keep `depth` batches copying on the copy stream.
+  clock.enter(Phase::kData);
+  while (!m.exhausted && m.inflight.size() < m.depth) {
+    std::optional<data::ImageBatch> host = m.loader.next();
+    if (!host) {
+      m.exhausted = true;
+      break;
+    }
+    clock.enter(Phase::kH2d);
+    {
+      const c10::cuda::CUDAStreamGuard guard(*m.copy_stream);
+      m.inflight.push_back({DeviceBatch{host->images.to(m.device, /*non_blocking=*/true),
+                                        host->labels.to(m.device, /*non_blocking=*/true), std::move(host->plan)},
+                            at::cuda::CUDAEvent()});
+      m.inflight.back().copied.record(*m.copy_stream);
+    }
+    clock.enter(Phase::kData);
+  }
+  if (m.inflight.empty()) return std::nullopt;
+  clock.enter(Phase::kH2d);
+  const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(m.device.index());
+  Impl::InFlight front = std::move(m.inflight.front());
+  m.inflight.pop_front();
+  front.copied.block(compute);
+  // Allocated on the copy stream, used on the compute stream: the allocator must not recycle
+  // the memory before the compute stream is done with it.
+  c10::cuda::CUDACachingAllocator::recordStream(front.batch.images.storage().data_ptr(), compute);
+  c10::cuda::CUDACachingAllocator::recordStream(front.batch.labels.storage().data_ptr(), compute);
+  return std::move(front.batch);
+#else
+  return std::nullopt;
+#endif
+}
+
+// ---------------------------------------------------------------- device helpers
+void configure_device(const torch::Device& device, bool cudnn_benchmark) {
+#ifdef MGBENCH_HAVE_CUDA
+  if (!device.is_cuda()) return;
+  c10::cuda::set_device(device.index());
+  at::globalContext().setBenchmarkCuDNN(cudnn_benchmark);
+#else
+  (void)device;
+  (void)cudnn_benchmark;
+#endif
+}
+
+std::pair<std::int64_t, std::int64_t> device_memory_peaks(const torch::Device& device) {
+#ifdef MGBENCH_HAVE_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return {stats.allocated_bytes[kAll].peak, stats.reserved_bytes[kAll].peak};
+  }
+#endif
+  (void)device;
+  return {-1, -1};
+}
+
+void synchronize(const torch::Device& device) {
+#ifdef MGBENCH_HAVE_CUDA
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#endif
+  (void)device;
+}
+
+}  // namespace mgbench::train

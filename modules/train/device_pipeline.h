@@ -1,0 +1,73 @@
+#pragma once
+// The device side of a training step, identical in shape on the CPU and on a GPU:
+//  - PhaseClock: per-step phase times. On the CPU, host clock laps. On a GPU, CUDA events
+//    recorded on the compute stream at each phase boundary and read once per step after the
+//    step's own host sync, so timing adds no synchronisation: a phase's time is the span of the
+//    GPU timeline between its boundaries (the work it queued, or the GPU idling while the host
+//    prepared it). Each phase is also an NVTX range (Nsight Systems shows the same phases).
+//  - DeviceFeeder: host batches from the ImageLoader to the device. With pin_memory on a GPU,
+//    page-locked batches are copied with non_blocking copies on a dedicated copy stream,
+//    `depth` batches ahead; the compute stream waits on an event per batch (no host sync) and
+//    the caching allocator is told the batch is used on the compute stream. Without it, the
+//    copy is a plain synchronous copy from pageable memory (PyTorch with pin_memory=False).
+// Follows the prefetching pattern of NVIDIA Apex / PyTorch's DataLoader(pin_memory=True) + .to(non_blocking=True).
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "data/loader.h"
+#include "results/schema.h"
+
+namespace mgbench::train {
+
+class PhaseClock {
+ public:
+  explicit PhaseClock(const torch::Device& device);
+  ~PhaseClock();
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
+
+  /// Closes the open phase (if any) and opens `phase`.
+  void enter(results::Phase phase);
+  /// Closes the open phase and returns the time of every phase since the last take() [s].
+  /// On a GPU this waits for the last boundary event (normally already passed).
+  results::PhaseTimes take();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct DeviceBatch {
+  torch::Tensor images;  // on the device: uint8 [B, 1, 28, 28], or the host transform's output
+  torch::Tensor labels;  // int64 [B] on the device
+  data::PlannedBatch plan;
+};
+
+class DeviceFeeder {
+ public:
+  /// async: pinned batches, copy stream and `depth` (>= 1) batches in flight; needs a CUDA device
+  /// (ignored on the CPU, where batches are used in place).
+  DeviceFeeder(data::ImageLoader& loader, const torch::Device& device, bool async, int depth);
+  ~DeviceFeeder();
+  /// The next batch on the device, or nullopt at the end of the epoch. Time waiting for the
+  /// loader goes to the data phase, copies to h2d.
+  std::optional<DeviceBatch> next(PhaseClock& clock);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Process-wide CUDA settings for a run on `device`: current device, cuDNN benchmark mode.
+/// No-op on the CPU.
+void configure_device(const torch::Device& device, bool cudnn_benchmark);
+/// Peak bytes allocated and reserved by the CUDA caching allocator on device since the
+/// process started; {-1, -1} on the CPU.
+std::pair<std::int64_t, std::int64_t> device_memory_peaks(const torch::Device& device);
+/// Blocks the host until the device's queued work is done (no-op on the CPU).
+void synchronize(const torch::Device& device);
+
+}  // namespace mgbench::train
