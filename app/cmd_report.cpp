@@ -15,9 +15,10 @@ namespace mgbench::app {
 int report_main(int argc, char** argv) {
   po::options_description options(
       "mgbench report: one row per run (ranks, strategy, precision, pin_memory, image size, total time,\n"
-      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] [--phases] FILE|DIR...\n");
+      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] [--phases] [--cuda] FILE|DIR...\n");
   options.add_options()("csv", "comma-separated values instead of the table")(
-      "phases", "also show, per run, the training time by phase (min / avg / max across ranks)")(
+      "phases", "also show, per run, the training time by phase (min / avg / max across ranks) and the all-reduce overlap")(
+      "cuda", "also show, per run, the CUDA metrics (CUPTI: HtoD copies, API calls, kernels, NCCL, peak memory)")(
       "help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("files", po::value<std::vector<std::string>>()->composing(), "results files");
@@ -66,6 +67,10 @@ int report_main(int argc, char** argv) {
   if (vm.count("phases") != 0) {
     std::cout << "\n";
     report::print_phases(std::cout, runs);
+  }
+  if (vm.count("cuda") != 0) {
+    std::cout << "\n";
+    report::print_cuda(std::cout, runs);
   }
   return 0;
 }

@@ -131,6 +131,78 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
       out << fmt::format(fmt::runtime(row), "train", number(lo, 3), number(sum / static_cast<double>(train_s.size()), 3),
                          number(hi, 3), "100.0");
     }
+    double window = 0, exposed = 0;
+    for (const auto& rank : run.epochs) {
+      for (const auto& e : rank) {
+        if (std::isfinite(e.allreduce_window_s)) window += e.allreduce_window_s;
+        exposed += e.phases.allreduce_s;
+      }
+    }
+    if (window > 0) {
+      out << fmt::format("all-reduce overlap: {:.1f} % of the all-reduce window hidden behind backward "
+                         "(window {:.3f} s, exposed {:.3f} s, summed over ranks)\n",
+                         100.0 * std::max(0.0, 1.0 - exposed / window), window, exposed);
+    }
+    out << "\n";
+  }
+}
+
+void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, std::size_t top_kernels) {
+  for (const auto& run : runs) {
+    out << fmt::format("# {} ({} ranks, {}, {}, pin_memory {}, upscale {}, {} px): CUDA activity", run.run_id,
+                       run.display("world_size"), run.display("strategy"), run.display("precision"),
+                       run.display("pin_memory"), run.display("upscale"), run.display("image_size"));
+    if (run.cuda.empty()) {
+      out << ": none recorded (CPU run, or --cupti false)\n\n";
+      continue;
+    }
+    out << fmt::format(", profile window {}\n", run.display("profile_window"));
+    const char* row = "{:<6} {:>9} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10}\n";
+    out << fmt::format(fmt::runtime(row), "rank", "window", "HtoD", "HtoD", "HtoD/smp", "HtoD", "HtoD", "kernels",
+                       "kernels", "NCCL", "NCCL", "peak alloc", "peak resv");
+    out << fmt::format(fmt::runtime(row), "", "(s)", "(count)", "(MiB)", "(B)", "(s)", "(%)", "(s)", "(%)", "(s)", "(%)",
+                       "(MiB)", "(MiB)");
+    constexpr double kMiB = 1024.0 * 1024.0;
+    for (std::size_t r = 0; r < run.cuda.size(); ++r) {
+      const auto& c = run.cuda[r];
+      const double w = c.window_s > 0 ? c.window_s : NAN;
+      out << fmt::format(fmt::runtime(row), r, number(c.window_s, 2), c.htod_count,
+                         number(static_cast<double>(c.htod_bytes) / kMiB, 1),
+                         c.samples > 0 ? number(static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples), 0)
+                                       : std::string("-"),
+                         number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
+                         number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
+                         number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),
+                         number(static_cast<double>(c.peak_reserved_bytes) / kMiB, 0));
+      if (c.dropped_records > 0) out << fmt::format("  (rank {}: {} CUPTI records dropped)\n", r, c.dropped_records);
+    }
+    // API calls, averaged over ranks.
+    out << fmt::format("{:<28} {:>12} {:>10} {:>8}\n", "API (mean over ranks)", "calls", "time (s)", "(%)");
+    const auto& first = run.cuda_api.front();
+    for (std::size_t i = 0; i < first.size(); ++i) {
+      double calls = 0, time = 0, share = 0;
+      for (std::size_t r = 0; r < run.cuda_api.size(); ++r) {
+        for (const auto& a : run.cuda_api[r]) {
+          if (std::string_view(a.name) != first[i].name) continue;
+          calls += static_cast<double>(a.calls);
+          time += a.time_s;
+          share += run.cuda[r].window_s > 0 ? a.time_s / run.cuda[r].window_s : 0;
+        }
+      }
+      const double n = static_cast<double>(run.cuda_api.size());
+      if (calls == 0) continue;
+      out << fmt::format("{:<28} {:>12.0f} {:>10} {:>8}\n", first[i].name, calls / n, number(time / n, 3),
+                         number(100 * share / n, 2));
+    }
+    out << fmt::format("{:<60} {:>10} {:>10} {:>8}\n", "top kernels (rank 0)", "count", "time (s)", "(%)");
+    const auto& kernels = run.cuda_kernels.front();
+    const double w0 = run.cuda.front().window_s;
+    for (std::size_t i = 0; i < std::min(top_kernels, kernels.size()); ++i) {
+      std::string name = kernels[i].name;
+      if (name.size() > 60) name = name.substr(0, 57) + "...";
+      out << fmt::format("{:<60} {:>10} {:>10} {:>8}\n", name, kernels[i].count, number(kernels[i].time_s, 3),
+                         number(w0 > 0 ? 100 * kernels[i].time_s / w0 : NAN, 2));
+    }
     out << "\n";
   }
 }

@@ -32,6 +32,15 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 /// Where the training time of each run went: per phase (data, h2d, transform, forward, backward,
 /// allreduce, optimizer) the seconds summed over the run's epochs, min / avg / max across ranks,
 /// and the average share of the training time [%].
+/// Also prints the all-reduce overlap: the share of the gradient all-reduce window (first
+/// bucket start to last bucket end) hidden behind backward, 1 - exposed / window.
 void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs);
+
+/// CUDA metrics of GPU runs (CUPTI, rank_<r>/cuda_*), as the paper's Fig. 3, 5 and 6 read them
+/// from Nsight Systems: per rank, HtoD / DtoH copies (count, bytes, bytes per sample, time,
+/// % of the profile window), kernel and NCCL kernel time, the API calls (cudaLaunchKernel,
+/// cudaStreamSynchronize, ...) with time and % of the window, rank 0's top kernels, and the peak
+/// GPU memory. Runs without CUDA metrics are listed as such.
+void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, std::size_t top_kernels = 10);
 
 }  // namespace mgbench::report

@@ -114,6 +114,17 @@ std::vector<RunRecord> read_runs(const std::string& path) {
       auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
       std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
       run.epochs.push_back(std::move(epochs));
+      if (h5::link_exists(rank_group, "cuda_summary")) {
+        const std::string rank_where = where + "/" + rank_name;
+        auto summary = read_table<CudaSummaryRecord>(rank_group, "cuda_summary", cuda_summary_type(), rank_where);
+        auto api = read_table<CudaApiRecord>(rank_group, "cuda_api", cuda_api_type(), rank_where);
+        auto kernels = read_table<CudaKernelRecord>(rank_group, "cuda_kernels", cuda_kernel_type(), rank_where);
+        std::erase_if(api, [](const CudaApiRecord& a) { return a.name[0] == '\0'; });
+        std::erase_if(kernels, [](const CudaKernelRecord& k) { return k.name[0] == '\0'; });
+        run.cuda.push_back(summary.empty() ? CudaSummaryRecord{} : summary.front());
+        run.cuda_api.push_back(std::move(api));
+        run.cuda_kernels.push_back(std::move(kernels));
+      }
     }
     out.push_back(std::move(run));
   }

@@ -18,6 +18,9 @@ struct RunRecord {
   std::string error;    // message of a failed run
   RunSummary summary;
   std::vector<std::vector<EpochRecord>> epochs;  // [rank][epoch], unwritten rows dropped
+  std::vector<CudaSummaryRecord> cuda;           // [rank] CUDA metrics of GPU runs (empty otherwise)
+  std::vector<std::vector<CudaApiRecord>> cuda_api;        // [rank], used rows only
+  std::vector<std::vector<CudaKernelRecord>> cuda_kernels;  // [rank], used rows only
 
   /// Attribute lookups; std::nullopt when absent or of another type.
   std::optional<std::string> text(const std::string& name) const;

@@ -9,93 +9,13 @@
 #include "results/writer.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
+#include "mpi_support.h"
 #include "train/image_trainer.h"
-#include "../unit/test_support.h"
 
 namespace mgbench {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-/// A directory shared by all ranks (rank 0 creates it), removed by rank 0 at scope exit.
-class SharedDir {
- public:
-  SharedDir() {
-    char path[256] = {};
-    if (world_rank() == 0) {
-      std::string tmpl = (std::filesystem::temp_directory_path() / "mgbench-mpi-XXXXXX").string();
-      std::snprintf(path, sizeof(path), "%s", mkdtemp(tmpl.data()));
-    }
-    MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
-    path_ = path;
-  }
-  ~SharedDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (world_rank() == 0) std::filesystem::remove_all(path_);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-torch::Tensor flat(const std::vector<torch::Tensor>& tensors) {
-  std::vector<torch::Tensor> parts;
-  for (const auto& t : tensors) parts.push_back(t.detach().to(torch::kFloat64).reshape({-1}));
-  return torch::cat(parts);
-}
-
-/// max over ranks of |x - x on rank 0|
-double max_difference_across_ranks(runtime::Communicator& comm, const torch::Tensor& x) {
-  torch::Tensor reference = x.clone();
-  comm.broadcast(reference, 0)->wait();
-  torch::Tensor diff = (x - reference).abs().max().reshape({1});
-  comm.all_reduce(diff, runtime::ReduceOp::kMax)->wait();
-  return diff.item<double>();
-}
-
-train::ImageConfig small_config(const std::string& strategy, std::int64_t batch_size) {
-  train::ImageConfig c;
-  c.data_dir = test::shared_data_dir() + "/mnist";
-  c.image_size = 32;
-  c.limit_train = 96;  // divisible by 2 x 8 and 3 x 8: every batch full
-  c.limit_test = 60;
-  c.strategy = strategy;
-  c.epochs = 2;
-  c.batch_size = batch_size;
-  c.width_mult = 0.25;
-  c.threads = 1;
-  c.lr = 0.02;
-  return c;
-}
-
-struct Trained {
-  std::vector<torch::Tensor> parameters;
-  std::vector<torch::Tensor> buffers;
-};
-
-Trained train(MPI_Comm comm, const train::ImageConfig& config, const std::string& results) {
-  runtime::MpiCommunicator communicator(comm);
-  train::ImageTrainer trainer(config, communicator, 1);
-  trainer.load_data();
-  results::ResultsWriter writer(results, comm, config.strategy, trainer.run_attributes(), trainer.rank_attributes(),
-                                trainer.layout());
-  Progress quiet(false, "img/s");
-  trainer.run(writer, quiet);
-  writer.finish(results::kStatusCompleted);
-  return {trainer.parameters(), trainer.buffers()};
-}
-
-bool have_data() { return std::filesystem::exists(test::shared_data_dir() + "/mnist"); }
+using namespace test;  // NOLINT: the mpi test helpers
 
 TEST(Communicator, AllReduceAndBroadcast) {
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
@@ -142,7 +62,7 @@ TEST(Training, ParametersAndBuffersIdenticalOnAllRanks) {
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   for (const std::string strategy : {"ddp", "ddp-rr", "ddp-ds"}) {
-    const Trained t = train(MPI_COMM_WORLD, small_config(strategy, 8), dir.file("identical.h5"));
+    const Trained t = train_run(MPI_COMM_WORLD, small_config(strategy, 8), dir.file("identical.h5"));
     EXPECT_EQ(max_difference_across_ranks(comm, flat(t.parameters)), 0.0) << strategy;
     EXPECT_EQ(max_difference_across_ranks(comm, flat(t.buffers)), 0.0) << strategy;
   }
@@ -165,11 +85,11 @@ TEST(Training, DdpDsEqualsOneRankWithWorldTimesTheBatch) {
   config.precision = "fp64";
   config.freeze_batchnorm = true;
   config.dropout = 0.0;
-  const Trained distributed = train(MPI_COMM_WORLD, config, dir.file("ds.h5"));
+  const Trained distributed = train_run(MPI_COMM_WORLD, config, dir.file("ds.h5"));
   if (world_rank() == 0) {
     auto single = config;
     single.batch_size = 8 * world_size();
-    const Trained reference = train(MPI_COMM_SELF, single, dir.file("single.h5"));
+    const Trained reference = train_run(MPI_COMM_SELF, single, dir.file("single.h5"));
     const torch::Tensor a = flat(distributed.parameters);
     const torch::Tensor b = flat(reference.parameters);
     const double max_diff = (a - b).abs().max().item<double>();
@@ -179,10 +99,44 @@ TEST(Training, DdpDsEqualsOneRankWithWorldTimesTheBatch) {
     // And the comparison is not vacuous: a different global batch gives different parameters.
     auto other = single;
     other.batch_size = 8 * world_size() / 2;
-    const Trained different = train(MPI_COMM_SELF, other, dir.file("other.h5"));
+    const Trained different = train_run(MPI_COMM_SELF, other, dir.file("other.h5"));
     EXPECT_GT((flat(different.parameters) - b).abs().max().item<double>(), 1e-6);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Training, HostUpscaleEqualsDeviceUpscale) {
+  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  SharedDir dir;
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  auto config = small_config("ddp-ds", 8);
+  config.precision = "fp64";
+  config.epochs = 1;
+  const Trained device = train_run(MPI_COMM_WORLD, config, dir.file("upscale.h5"));
+  config.upscale = "host";
+  const Trained host = train_run(MPI_COMM_WORLD, config, dir.file("upscale.h5"));
+  // The same function on the same values, only on another thread: bit-identical.
+  EXPECT_EQ((flat(device.parameters) - flat(host.parameters)).abs().max().item<double>(), 0.0);
+}
+
+TEST(Training, MixedPrecisionKeepsRanksInStep) {
+  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  SharedDir dir;
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  for (const std::string precision : {"bf16", "amp-bf16", "amp-fp16"}) {
+    auto config = small_config("ddp-ds", 8);
+    config.precision = precision;
+    config.epochs = 1;
+    const Trained t = train_run(MPI_COMM_WORLD, config, dir.file("amp.h5"));
+    EXPECT_EQ(max_difference_across_ranks(comm, flat(t.parameters)), 0.0) << precision;
+    const auto dtype = t.parameters.front().scalar_type();
+    EXPECT_EQ(dtype, precision == "bf16" ? torch::kBFloat16 : torch::kFloat32) << precision;  // amp: fp32 master weights
+  }
+  if (world_rank() == 0) {
+    const auto runs = results::read_runs(dir.file("amp.h5"));
+    ASSERT_EQ(runs.size(), 3u);
+    EXPECT_EQ(runs[2].text("precision").value_or(""), "amp-fp16");
+  }
 }
 
 }  // namespace

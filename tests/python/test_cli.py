@@ -8,7 +8,11 @@ from conftest import SMALL, mgbench
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--strategy", "dp"], "--strategy 'dp'"),
+    (["--strategy", "fsdp"], "--strategy 'fsdp'"),
+    (["--device", "tpu"], "--device 'tpu'"),
+    (["--backend", "gloo"], "--backend 'gloo'"),
+    (["--upscale", "gpu"], "--upscale 'gpu'"),
+    (["--profile-window", "720"], "--profile-window '720'"),
     (["--precision", "fp8"], "--precision 'fp8'"),
     (["--batch-size", "0"], "--batch-size 0"),
     (["--epochs", "abc"], "--epochs"),

@@ -18,13 +18,14 @@ def test_main_job_two_ranks(tmp_path, mnist):
                    "--batch-size", "32", "--results", results, "--run-name", "e2e", np=2, check=True)
     assert "test accuracy" in proc.stderr
     with h5py.File(results, "r") as f:
-        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 1
+        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 2
         (run_id,) = f["runs"].keys()
         assert run_id.endswith("_e2e")
         run = f["runs"][run_id]
         assert run["status"][0] == b"completed"
         for key, value in dict(world_size=2, strategy="ddp-ds", precision="fp32", pin_memory="false", image_size=32,
-                               batch_size=32, epochs=2, train_samples=512, test_samples=200, backend="mpi").items():
+                               batch_size=32, epochs=2, train_samples=512, test_samples=200, backend="mpi",
+                               device="cpu", upscale="device").items():
             assert run.attrs[key] == value, key
         for key in ("started_utc", "torch_version", "mpi_version", "hdf5_version", "git_commit", "config", "hosts"):
             assert run.attrs[key], key
@@ -45,12 +46,36 @@ def test_main_job_two_ranks(tmp_path, mnist):
                 assert (steps[phase] >= 0).all() and np.isfinite(steps[phase]).all(), phase
             assert (steps["forward_s"] > 0).all() and (steps["allreduce_s"] > 0).all()
             assert np.isclose(epochs["samples"].sum(), 512)
+            # All-reduce window: from the first bucket's launch to the last one's completion.
+            assert (steps["allreduce_window_s"] > 0).all()
+            assert np.isnan(steps["loss_scale"]).all() and (steps["skipped"] == 0).all()
+            assert "cuda_summary" not in rank  # CPU run: no CUDA tables
     dump = subprocess.run(["h5dump", "-H", str(results)], capture_output=True, text=True)
     assert dump.returncode == 0 and "rank_1" in dump.stdout
     report = mgbench("report", results, check=True).stdout
     assert "ddp-ds" in report and "completed" in report
     phases = mgbench("report", "--phases", results, check=True).stdout
     assert "allreduce" in phases and "backward" in phases
+    assert "all-reduce overlap:" in phases
+    cuda = mgbench("report", "--cuda", results, check=True).stdout
+    assert "none recorded" in cuda
+
+
+def test_amp_fp16_records_the_loss_scale(tmp_path, mnist):
+    results = tmp_path / "amp.h5"
+    mgbench("image", "--data", mnist, *SMALL, "--limit-train", "128", "--limit-test", "64", "--epochs", "1",
+            "--batch-size", "32", "--precision", "amp-fp16", "--results", results, np=2, check=True)
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        assert run.attrs["precision"] == "amp-fp16"
+        steps = run["rank_0"]["steps"][:]
+        # torch.amp.GradScaler's initial scale; halved after a skipped (overflowing) step, never grown
+        # within its 2000-step growth interval.
+        scale, skipped = steps["loss_scale"], steps["skipped"]
+        assert scale[0] == 65536.0
+        for i in range(1, len(steps)):
+            assert scale[i] == scale[i - 1] * (0.5 if skipped[i - 1] else 1.0), (i, scale, skipped)
+        assert not skipped.all()
 
 
 def torch_distributed_sampler(n, world, rank, seed, epoch):

@@ -1,0 +1,172 @@
+// The GPU path's logic that runs without a GPU: rank placement, backend choice, the GPU-sharing
+// rule, the profile window, CUDA activity aggregation, the CPU phase clock, host upscaling.
+#include <cstring>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "data/loader.h"
+#include "data/transforms.h"
+#include "profile/cuda_activity.h"
+#include "profile/profile_window.h"
+#include "runtime/device.h"
+#include "test_support.h"
+#include "train/device_pipeline.h"
+
+namespace mgbench {
+namespace {
+
+using runtime::DeviceKind;
+
+TEST(Placement, LocalRankPicksTheGpu) {
+  EXPECT_EQ(runtime::place_rank("auto", 0, 3).kind, DeviceKind::kCpu);
+  EXPECT_EQ(runtime::place_rank("cpu", 4, 1).kind, DeviceKind::kCpu);
+  const auto p = runtime::place_rank("auto", 4, 3);
+  EXPECT_TRUE(p.is_cuda());
+  EXPECT_EQ(p.index, 3);
+  EXPECT_EQ(p.str(), "cuda:3");
+  EXPECT_EQ(runtime::place_rank("cuda", 1, 2).index, 0);  // srun --gpus-per-task=1: each rank sees one
+  test::expect_error<ConfigError>([] { runtime::place_rank("cuda", 0, 0); }, {"--device cuda", "no CUDA device"});
+  test::expect_error<ConfigError>([] { runtime::place_rank("gpu", 1, 0); }, {"--device 'gpu'"});
+}
+
+TEST(Placement, BackendFollowsTheDevice) {
+  const runtime::DevicePlacement cpu;
+  const runtime::DevicePlacement gpu{DeviceKind::kCuda, 0};
+  EXPECT_EQ(runtime::resolve_backend("auto", cpu, true), "mpi");
+  EXPECT_EQ(runtime::resolve_backend("auto", gpu, true), "nccl");
+  EXPECT_EQ(runtime::resolve_backend("auto", gpu, false), "mpi");
+  EXPECT_EQ(runtime::resolve_backend("mpi", gpu, true), "mpi");
+  test::expect_error<ConfigError>([&] { runtime::resolve_backend("nccl", cpu, true); }, {"--backend nccl", "CPU"});
+  test::expect_error<ConfigError>([&] { runtime::resolve_backend("nccl", gpu, false); }, {"without CUDA/NCCL"});
+  test::expect_error<ConfigError>([&] { runtime::resolve_backend("gloo", gpu, true); }, {"--backend 'gloo'"});
+}
+
+TEST(Placement, NcclRefusesTwoRanksOnOneGpu) {
+  const std::vector<std::string> distinct{"0000:1b:00.0", "0000:3b:00.0"};
+  EXPECT_EQ(runtime::check_gpu_sharing(distinct, 1, "nccl", "node1"), 1);
+  const std::vector<std::string> shared{"0000:1b:00.0", "0000:1b:00.0", "0000:3b:00.0"};
+  test::expect_error<ConfigError>([&] { runtime::check_gpu_sharing(shared, 0, "nccl", "node7"); },
+                                  {"3 ranks on node node7", "2 GPU(s)", "local ranks 0, 1", "--backend mpi"});
+  EXPECT_EQ(runtime::check_gpu_sharing(shared, 1, "mpi", "node7"), 2);
+  EXPECT_EQ(runtime::check_gpu_sharing(shared, 2, "mpi", "node7"), 1);
+}
+
+TEST(ProfileWindow, ParsesSecondsStepsAndAll) {
+  const auto paper = profile::parse_profile_window("0:720");
+  EXPECT_FALSE(paper.by_steps);
+  EXPECT_TRUE(paper.contains(0, 0));
+  EXPECT_TRUE(paper.contains(719.9, 10));
+  EXPECT_FALSE(paper.contains(720, 11));
+  EXPECT_EQ(paper.describe(), "0:720 s");
+  const auto steps = profile::parse_profile_window("steps:10:5");
+  EXPECT_FALSE(steps.contains(0, 9));
+  EXPECT_TRUE(steps.contains(1e6, 14));
+  EXPECT_FALSE(steps.contains(0, 15));
+  const auto all = profile::parse_profile_window("all");
+  EXPECT_TRUE(all.contains(1e9, 1000000));
+  EXPECT_EQ(all.describe(), "whole run");
+  EXPECT_TRUE(profile::parse_profile_window("30:").contains(1e9, 0));  // to the end
+  for (const char* bad : {"720", "a:b", "-1:5", "steps:1.5:2"}) {
+    test::expect_error<ConfigError>([&] { profile::parse_profile_window(bad); }, {"--profile-window"});
+  }
+}
+
+TEST(CudaActivity, NamesAreCleaned) {
+  EXPECT_EQ(profile::clean_api_name("cudaLaunchKernel_v7000"), "cudaLaunchKernel");
+  EXPECT_EQ(profile::clean_api_name("cuLaunchKernelEx"), "cuLaunchKernelEx");
+  EXPECT_EQ(profile::clean_api_name("cudaStreamSynchronize_v3020"), "cudaStreamSynchronize");
+  EXPECT_EQ(profile::clean_kernel_name("_Z3addPfS_"), "add");
+  EXPECT_EQ(profile::clean_kernel_name("_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"),
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+  EXPECT_EQ(profile::clean_kernel_name("void at::native::kern<(int)4, float>(int, float*)"),
+            "at::native::kern<(int)4, float>");
+  EXPECT_TRUE(profile::is_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+  EXPECT_TRUE(profile::is_nccl_kernel("ncclKernel_AllReduce_RING_LL_Sum_float"));
+  EXPECT_FALSE(profile::is_nccl_kernel("at::native::kern"));
+}
+
+TEST(CudaActivity, TotalsTablesAndNcclKernels) {
+  profile::ActivityAggregator a;
+  a.add_memcpy(profile::MemcpyKind::kHtoD, 784 * 64, 1000, 3000, true);
+  a.add_memcpy(profile::MemcpyKind::kHtoD, 512, 5000, 5500, false);
+  a.add_memcpy(profile::MemcpyKind::kDtoH, 8, 0, 100, true);
+  a.add_api("cudaLaunchKernel_v7000", 0, 4000);
+  a.add_api("cudaLaunchKernel_v7000", 0, 6000);
+  a.add_api("cudaGetDevice_v3020", 0, 10);
+  a.add_kernel("_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE", 0, 500);
+  for (int i = 0; i < 60; ++i) a.add_kernel("kernel_" + std::to_string(i), 0, 1000 + static_cast<std::uint64_t>(i));
+  a.add_dropped(3);
+  results::CudaSummaryRecord s;
+  a.fill_summary(s);
+  EXPECT_EQ(s.htod_count, 2);
+  EXPECT_EQ(s.htod_bytes, 784 * 64 + 512);
+  EXPECT_DOUBLE_EQ(s.htod_s, 2500e-9);
+  EXPECT_EQ(s.htod_pinned_count, 1);
+  EXPECT_EQ(s.dtoh_bytes, 8);
+  EXPECT_EQ(s.kernel_count, 61);
+  EXPECT_EQ(s.nccl_kernel_count, 1);
+  EXPECT_DOUBLE_EQ(s.nccl_kernel_s, 500e-9);
+  EXPECT_EQ(s.dropped_records, 3);
+
+  const auto api = a.api_rows();
+  ASSERT_GE(api.size(), std::size(profile::kReportedApis));
+  EXPECT_STREQ(api[0].name, "cudaLaunchKernel");
+  EXPECT_EQ(api[0].calls, 2);
+  EXPECT_DOUBLE_EQ(api[0].time_s, 10000e-9);
+  EXPECT_EQ(api[3].calls, 0);  // cudaStreamSynchronize: listed although never called
+  EXPECT_STREQ(api[std::size(profile::kReportedApis)].name, "cudaGetDevice");
+
+  const auto kernels = a.kernel_rows();
+  EXPECT_EQ(static_cast<std::int64_t>(kernels.size()), results::kCudaKernelRows);
+  EXPECT_STREQ(kernels[0].name, "kernel_59");  // by time
+  bool has_nccl = false;  // the NCCL kernel is the shortest, yet kept
+  for (const auto& k : kernels) has_nccl |= k.nccl != 0;
+  EXPECT_TRUE(has_nccl);
+}
+
+TEST(PhaseClock, CpuLapsAddUpToTheWallTime) {
+  train::PhaseClock clock(torch::kCPU);
+  const auto start = std::chrono::steady_clock::now();
+  clock.enter(results::Phase::kData);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  clock.enter(results::Phase::kForward);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  clock.enter(results::Phase::kData);  // a phase entered twice accumulates
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const results::PhaseTimes t = clock.take();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(t.data_s, 0.025);
+  EXPECT_GE(t.forward_s, 0.010);
+  EXPECT_LT(t.forward_s, t.data_s);
+  EXPECT_EQ(t.backward_s, 0.0);
+  EXPECT_LE(t.data_s + t.forward_s, wall + 1e-6);
+  EXPECT_EQ(clock.take().data_s, 0.0);  // take() resets
+}
+
+TEST(HostUpscale, LoaderAppliesTheTransformOnItsThread) {
+  data::MnistSplit split;
+  split.rows = 28;
+  split.cols = 28;
+  split.images.resize(4 * 784);
+  for (std::size_t i = 0; i < split.images.size(); ++i) split.images[i] = static_cast<std::uint8_t>(i * 7 % 256);
+  split.labels = {1, 2, 3, 4};
+  std::vector<data::PlannedBatch> plan(1);
+  plan[0].indices = {0, 1, 2, 3};
+  plan[0].compute = true;
+  auto transform = [](const torch::Tensor& images) {
+    return data::normalize_and_resize(images, 64, torch::kFloat32, 0.1307, 0.3081);
+  };
+  data::ImageLoader host(split, plan, 2, false, transform);
+  data::ImageLoader plain(split, plan, 2, false);
+  const auto a = host.next();
+  const auto b = plain.next();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->images.sizes(), (std::vector<std::int64_t>{4, 1, 64, 64}));
+  EXPECT_TRUE(torch::equal(a->images, transform(b->images)));
+}
+
+}  // namespace
+}  // namespace mgbench
