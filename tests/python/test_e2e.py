@@ -63,8 +63,8 @@ def test_main_job_two_ranks(tmp_path, mnist):
 
 def test_amp_fp16_records_the_loss_scale(tmp_path, mnist):
     results = tmp_path / "amp.h5"
-    mgbench("image", "--data", mnist, *SMALL, "--limit-train", "128", "--limit-test", "64", "--epochs", "1",
-            "--batch-size", "32", "--precision", "amp-fp16", "--results", results, np=2, check=True)
+    mgbench("image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "64", "--epochs", "1",
+            "--batch-size", "16", "--precision", "amp-fp16", "--results", results, np=2, check=True)
     with h5py.File(results, "r") as f:
         (run,) = f["runs"].values()
         assert run.attrs["precision"] == "amp-fp16"
