@@ -90,9 +90,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t stream_id, uint8_t* buffer, s
   std::free(buffer);
 }
 
+std::atomic<bool> g_created{false};
+
 class Collector final : public CuptiCollector {
  public:
   Collector() {
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_totals = ActivityAggregator();
+    }
     check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   }
   ~Collector() override {
@@ -100,6 +106,7 @@ class Collector final : public CuptiCollector {
       if (running_) stop();
     } catch (...) {
     }
+    g_created = false;
   }
   void start() override {
     for (auto kind : kKinds) check_cupti(cuptiActivityEnable(kind), "cuptiActivityEnable");
@@ -120,12 +127,10 @@ class Collector final : public CuptiCollector {
   bool running_ = false;
 };
 
-std::atomic<bool> g_created{false};
-
 }  // namespace
 
 std::unique_ptr<CuptiCollector> CuptiCollector::create() {
-  if (g_created.exchange(true)) throw Error("CUPTI collector: only one per process");
+  if (g_created.exchange(true)) throw Error("CUPTI collector: only one at a time per process");
   return std::make_unique<Collector>();
 }
 

@@ -11,9 +11,9 @@ namespace mgbench::profile {
 
 class CuptiCollector {
  public:
-  /// The process-wide collector (CUPTI allows one activity client), or nullptr when mgbench was
-  /// built without CUPTI. Throws Error with CUPTI's message when CUPTI cannot be initialised
-  /// (e.g. another profiler holds it).
+  /// The process-wide collector (CUPTI allows one activity client; one collector may exist at a
+  /// time, starting from zero totals), or nullptr when mgbench was built without CUPTI. Throws
+  /// Error with CUPTI's message when CUPTI cannot be initialised (e.g. another profiler holds it).
   static std::unique_ptr<CuptiCollector> create();
   virtual ~CuptiCollector() = default;
 

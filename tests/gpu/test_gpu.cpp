@@ -1,0 +1,152 @@
+// GPU tests (ctest label gpu), run under `mpirun -np 2`. Each reports SKIPPED without a GPU
+// (or without enough GPUs for NCCL); scripts/gpu-check.sh runs them on an H100/H200.
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "data/transforms.h"
+#include "mpi_support.h"
+#include "profile/cupti_collector.h"
+#include "results/reader.h"
+#include "runtime/device.h"
+#include "runtime/nccl_communicator.h"
+
+namespace mgbench {
+namespace {
+
+using namespace test;  // NOLINT: the mpi test helpers
+
+int local_rank() {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+int local_size() {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int n = 0;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+#define SKIP_WITHOUT_GPU()                                                               \
+  if (runtime::visible_cuda_devices() > 0) {                                             \
+  } else                                                                                 \
+    GTEST_SKIP() << "no CUDA device visible"
+
+runtime::DevicePlacement my_gpu() { return runtime::place_rank("cuda", runtime::visible_cuda_devices(), local_rank()); }
+torch::Device torch_device(const runtime::DevicePlacement& p) {
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(p.index)};
+}
+
+TEST(GpuTransforms, DeviceUpscaleMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu = torch_device(my_gpu());
+  const torch::Tensor images = torch::randint(0, 256, {8, 1, 28, 28}, torch::kUInt8);
+  for (const std::int64_t size : {100, 224, 500}) {
+    const torch::Tensor cpu = data::normalize_and_resize(images, size, torch::kFloat32, 0.1307, 0.3081);
+    const torch::Tensor dev = data::normalize_and_resize(images.to(gpu), size, torch::kFloat32, 0.1307, 0.3081).cpu();
+    // Same bilinear weights; fp32 rounding differs in the order of operations only.
+    EXPECT_LT((cpu - dev).abs().max().item<double>(), 1e-5) << size << " px";
+  }
+}
+
+TEST(Nccl, AllReduceAndBroadcastEqualMpi) {
+  SKIP_WITHOUT_GPU();
+  if (local_size() > runtime::visible_cuda_devices()) {
+    GTEST_SKIP() << local_size() << " ranks but " << runtime::visible_cuda_devices()
+                 << " GPU(s) on this node: NCCL needs one GPU per rank (the mpi-backend test covers sharing)";
+  }
+  const auto placement = my_gpu();
+  const torch::Device gpu = torch_device(placement);
+  auto nccl = runtime::make_nccl_communicator(MPI_COMM_WORLD, placement.index);
+  runtime::MpiCommunicator mpi(MPI_COMM_WORLD);
+  torch::manual_seed(1234 + world_rank());
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16, torch::kFloat16}) {
+    const torch::Tensor x = torch::randn({1 << 20}).to(dtype);
+    torch::Tensor on_gpu = x.to(gpu);
+    torch::Tensor on_cpu = x.clone();
+    nccl->all_reduce(on_gpu, runtime::ReduceOp::kSum)->wait();
+    mpi.all_reduce(on_cpu, runtime::ReduceOp::kSum)->wait();
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 1e-5 : 5e-2;
+    EXPECT_LT((on_gpu.cpu().to(torch::kFloat64) - on_cpu.to(torch::kFloat64)).abs().max().item<double>(), tol)
+        << c10::toString(dtype);
+  }
+  torch::Tensor b = torch::full({1000}, static_cast<double>(world_rank()), torch::TensorOptions().device(gpu));
+  nccl->broadcast(b, 0)->wait();
+  EXPECT_EQ(b.abs().max().item<double>(), 0.0);
+  nccl->barrier();
+}
+
+TEST(MpiBackendOnGpu, RanksEqualOneRankWithWorldTimesTheBatch) {
+  SKIP_WITHOUT_GPU();
+  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  SharedDir dir;
+  const auto placement = my_gpu();  // ranks may share a GPU: the MPI backend stages through the host
+  auto config = small_config("ddp-ds", 8);
+  config.precision = "fp64";
+  config.freeze_batchnorm = true;
+  config.dropout = 0.0;
+  config.cudnn_benchmark = false;
+  config.cupti = false;
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  const Trained distributed = train_run(comm, MPI_COMM_WORLD, config, dir.file("gpu.h5"), placement);
+  if (world_rank() == 0) {
+    auto single = config;
+    single.batch_size = 8 * world_size();
+    runtime::MpiCommunicator self(MPI_COMM_SELF);
+    const Trained reference = train_run(self, MPI_COMM_SELF, single, dir.file("single.h5"), placement);
+    const double diff = (flat(distributed.parameters) - flat(reference.parameters)).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-9);
+    EXPECT_TRUE(distributed.parameters.front().is_cuda());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
+  SKIP_WITHOUT_GPU();
+  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  SharedDir dir;
+  if (world_rank() == 0) {
+    auto config = small_config("ddp-ds", 16);
+    config.image_size = 64;
+    config.pin_memory = true;
+    runtime::MpiCommunicator self(MPI_COMM_SELF);
+    train_run(self, MPI_COMM_SELF, config, dir.file("cupti.h5"), my_gpu());
+    const auto runs = results::read_runs(dir.file("cupti.h5"));
+    ASSERT_EQ(runs.size(), 1u);
+    ASSERT_EQ(runs[0].cuda.size(), 1u);
+    const auto& c = runs[0].cuda[0];
+    EXPECT_GT(c.window_s, 0);
+    EXPECT_GT(c.htod_count, 0);
+    EXPECT_GT(c.kernel_count, 0);
+    EXPECT_GT(c.kernel_s, 0);
+    EXPECT_LE(c.kernel_s, 1.05 * c.window_s);  // one compute stream: kernels cannot exceed the window
+    EXPECT_GT(c.peak_allocated_bytes, 0);
+    // Device upscaling: a uint8 28x28 image and an int64 label per sample (792 B) cross PCIe,
+    // plus parameters once at start; the target is <= 1 KiB per sample.
+    ASSERT_GT(c.samples, 0);
+    const double per_sample = static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples);
+    EXPECT_GE(per_sample, 792.0);
+    EXPECT_LE(per_sample, 1024.0 + 3.0e6 / static_cast<double>(c.samples));
+    EXPECT_GT(c.htod_pinned_count, 0);  // --pin-memory true
+    bool launches = false;
+    for (const auto& a : runs[0].cuda_api[0]) launches |= std::string_view(a.name) == "cudaLaunchKernel" && a.calls > 0;
+    EXPECT_TRUE(launches);
+    // The window's kernel time fits in the phases measured by the CUDA-event clock.
+    double phases = 0;
+    for (const auto& e : runs[0].epochs[0]) {
+      for (const auto& f : results::kPhaseFields) phases += e.phases.*f.seconds;
+    }
+    EXPECT_LE(c.kernel_s, 1.05 * phases + 0.05);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace mgbench
