@@ -114,6 +114,9 @@ if(MGBENCH_HAVE_CUDA)
   find_path(MGBENCH_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   find_library(MGBENCH_NCCL_LIBRARY NAMES nccl libnccl.so.2 PATHS "${MGBENCH_NCCL_ROOT}/lib" NO_DEFAULT_PATH)
   find_library(MGBENCH_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
+  # The wheel's CUDA libraries first in the run path: the toolkit's lib/ holds the same sonames
+  # (libcupti.so.13, libnccl.so.2), and one process must load LibTorch's copies only.
+  target_link_options(mgbench_torch INTERFACE "-Wl,-rpath,${_site}/nvidia/cu13/lib:${_site}/nvidia/nccl/lib")
   if(MGBENCH_NCCL_INCLUDE_DIR AND MGBENCH_NCCL_LIBRARY)
     add_library(mgbench_nccl INTERFACE)
     target_include_directories(mgbench_nccl SYSTEM INTERFACE "${MGBENCH_NCCL_INCLUDE_DIR}")
