@@ -5,7 +5,9 @@
 # (channels_last, as mgbench). Prints img/s and the ratios mgbench / peer (> 1: mgbench faster).
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
-#   THREADS (1 per rank), MGBENCH (build/app/mgbench), MGBENCH_VENV (~/.cache/mgbench/venv).
+#   THREADS (1 per rank), DEVICE (cpu | cuda), PIN (false), MGBENCH (build/app/mgbench),
+#   PYTHON (the interpreter with torch/torchvision; default: the venv of MGBENCH_VENV).
+# On a GPU machine (scripts/gpu-check.sh): DEVICE=cuda NP=1 SIZES="224 500" PRECISION=amp-bf16 ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data/mnist}
@@ -17,12 +19,17 @@ EPOCHS=${EPOCHS:-1}
 PRECISION=${PRECISION:-fp32}
 THREADS=${THREADS:-1}
 MGBENCH=${MGBENCH:-build/app/mgbench}
-PY=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python
+DEVICE=${DEVICE:-cpu}
+PIN=${PIN:-false}
+PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
+PEER_ARGS=(--device "$DEVICE")
+[[ $PIN == true ]] && PEER_ARGS+=(--pin-memory)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$THREADS
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader/Resize + DistributedSampler + DDP/gloo)"
+echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader/Resize + DistributedSampler + DDP)"
+[[ $DEVICE == cuda ]] && echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), pin_memory $PIN"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank"
 printf "%-6s %12s %12s %12s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "ratio" "ratio"
@@ -30,7 +37,7 @@ printf "%-6s %12s %12s %12s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(pe
 for size in $SIZES; do
   mpirun -np "$NP" --oversubscribe "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
     --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" --threads "$THREADS" \
-    --results "$OUT/mgbench.h5" --run-name "s$size" --progress-interval 1000 >/dev/null 2>&1
+    --device "$DEVICE" --pin-memory "$PIN" --results "$OUT/mgbench.h5" --run-name "s$size" --progress-interval 1000 >/dev/null 2>&1
   ours=$("$PY" - "$OUT/mgbench.h5" "s$size" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
@@ -41,7 +48,7 @@ PY
   peer() {
     timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NP" bench/peer_image.py --data "$DATA" \
       --image-size "$size" --batch-size "$BATCH" --limit-train "$TRAIN" --epochs "$EPOCHS" --precision "$PRECISION" \
-      --threads "$THREADS" "$@" 2>"$OUT/peer.err" | "$PY" -c 'import json, sys; print("%.2f" % json.loads(sys.stdin.readlines()[-1])["img_per_s"])'
+      --threads "$THREADS" "${PEER_ARGS[@]}" "$@" 2>"$OUT/peer.err" | "$PY" -c 'import json, sys; print("%.2f" % json.loads(sys.stdin.readlines()[-1])["img_per_s"])'
   }
   if ! plain=$(peer); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
   if ! nhwc=$(peer --channels-last); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The Python torch peer of `mgbench image`: the same workload written the way the paper's users
 write it (Lawenda et al. 2025, sec. 3): torchvision MobileNetV2, torchvision.datasets.MNIST with a
-Resize transform in a DataLoader, DistributedSampler, DistributedDataParallel (gloo on CPU).
+Resize transform in a DataLoader, DistributedSampler, DistributedDataParallel (gloo on CPU, nccl
+on GPUs, one GPU per rank by LOCAL_RANK). Precisions as mgbench's --precision: fp16/bf16 = the
+model in that dtype (model.half()), amp-* = torch.autocast (+ torch.amp.GradScaler for amp-fp16).
 
     torchrun --standalone --nproc_per_node 2 bench/peer_image.py --data DIR --image-size 64 ...
 
@@ -50,17 +52,28 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--limit-train", type=int, default=2048)
-    p.add_argument("--precision", choices=["fp32", "fp64"], default="fp32")
+    p.add_argument("--precision", choices=["fp64", "fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"],
+                   default="fp32")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--pin-memory", action="store_true")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--channels-last", action="store_true", help="tuned peer: NHWC model and inputs")
     a = p.parse_args()
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=5))
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.set_num_threads(a.threads)
     torch.manual_seed(42)
-    dtype = torch.float64 if a.precision == "fp64" else torch.float32
+    dtype = {"fp64": torch.float64, "fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision, torch.float32)
+    autocast_dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(a.precision)
+    scaler = torch.amp.GradScaler(a.device) if a.precision == "amp-fp16" else None
 
     root = mnist_root(a.data) if rank == 0 else None
     root_list = [root]
@@ -74,12 +87,13 @@ def main():
     train = torchvision.datasets.MNIST(root_list[0], train=True, download=False, transform=transform)
     train = Subset(train, range(min(a.limit_train, len(train))))
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=42)
-    loader = DataLoader(train, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers)
+    loader = DataLoader(train, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
+                        pin_memory=a.pin_memory and cuda)
 
-    model = torchvision.models.mobilenet_v2(num_classes=10).to(dtype)
+    model = torchvision.models.mobilenet_v2(num_classes=10).to(device, dtype)
     memory_format = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
-    model = DDP(model)
+    model = DDP(model, device_ids=[device.index] if cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=4e-5)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -89,11 +103,18 @@ def main():
         sampler.set_epoch(epoch)
         start = time.perf_counter()
         for images, labels in loader:
-            images = images.to(dtype).contiguous(memory_format=memory_format)
+            images = images.to(device, non_blocking=a.pin_memory).to(dtype).contiguous(memory_format=memory_format)
+            labels = labels.to(device, non_blocking=a.pin_memory)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(images), labels)
-            loss.backward()
-            optimizer.step()
+            with torch.autocast(a.device, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                loss = loss_fn(model(images), labels)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
             loss.item()
             samples += images.shape[0]
         train_s += time.perf_counter() - start

@@ -12,8 +12,19 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 
 # --- HDF5, the MPI-parallel build (Debian: libhdf5-openmpi-dev) ------------------------------
-set(HDF5_PREFER_PARALLEL ON)
-find_package(HDF5 REQUIRED COMPONENTS C)
+# MGBENCH_HDF5_INCLUDE_DIR + MGBENCH_HDF5_LIBRARY name a parallel HDF5 directly (a relocated or
+# unusual install, e.g. scripts/gpu-check.sh's unpacked .debs, whose h5pcc points elsewhere).
+set(MGBENCH_HDF5_INCLUDE_DIR "" CACHE PATH "parallel HDF5 headers (optional; default: find_package(HDF5))")
+set(MGBENCH_HDF5_LIBRARY "" CACHE FILEPATH "parallel libhdf5 (optional; with MGBENCH_HDF5_INCLUDE_DIR)")
+if(MGBENCH_HDF5_INCLUDE_DIR AND MGBENCH_HDF5_LIBRARY)
+  set(HDF5_C_INCLUDE_DIRS "${MGBENCH_HDF5_INCLUDE_DIR}")
+  set(HDF5_C_LIBRARIES "${MGBENCH_HDF5_LIBRARY}")
+  set(HDF5_C_DEFINITIONS "")
+  set(HDF5_IS_PARALLEL ON)
+else()
+  set(HDF5_PREFER_PARALLEL ON)
+  find_package(HDF5 REQUIRED COMPONENTS C)
+endif()
 if(NOT HDF5_IS_PARALLEL)
   message(FATAL_ERROR "mgbench needs HDF5 built with MPI (found a serial HDF5 at ${HDF5_C_INCLUDE_DIRS}). "
                       "Debian/Ubuntu: apt-get install libhdf5-openmpi-dev; clusters: module load hdf5 with MPI.")

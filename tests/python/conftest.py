@@ -14,7 +14,8 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_rmaps_base_oversubscribe="1")
 
 # Small, fast settings used by most tests.
-SMALL = ["--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--progress-interval", "1000"]
+# --device cpu: these CPU tests also run on GPU machines (scripts/gpu-check.sh), where auto would pick the GPU.
+SMALL = ["--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--progress-interval", "1000", "--device", "cpu"]
 
 
 def mgbench(*args, np=None, timeout=600, check=False):

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Downloads the Debian packages that scripts/gpu-check.sh unpacks on a GPU machine that has CUDA,
+# PyTorch, a compiler, CMake and ninja but no MPI, HDF5 or Boost, and no network (this
+# workplace's H100/H200 machines). Run it on a Debian 12 machine with network, then carry
+# .gpu-deps/ (git-ignored, ~25 MB) to the GPU machine beside the checkout.
+#   scripts/fetch-gpu-deps.sh [DIR]      (default DIR: .gpu-deps)
+# The list: Open MPI 4.1 and its runtime libraries, parallel HDF5 1.10, Boost.Program_options,
+# spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark, zlib headers. Base libraries a CUDA
+# image always has (libc, libstdc++, libgcc, zlib, OpenSSL, libcurl's TLS stack) are left out on
+# purpose: Debian's copies must not shadow the machine's own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-.gpu-deps}
+PACKAGES=(
+  openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev
+  libpmix2 libhwloc15 libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0
+  libibverbs1 librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libmunge2 libnuma1 libltdl7
+  libhdf5-openmpi-103-1 libhdf5-openmpi-dev libaec0 libsz2 libcurl4
+  libboost-program-options1.74.0 libboost-program-options1.74-dev libboost1.74-dev
+  libspdlog1.10 libspdlog-dev libfmt9 libfmt-dev nlohmann-json3-dev
+  libgtest-dev libbenchmark1debian libbenchmark-dev zlib1g-dev
+)
+command -v apt-get >/dev/null || { echo "fetch-gpu-deps.sh: needs apt-get (Debian 12)" >&2; exit 1; }
+mkdir -p "$DIR"
+(cd "$DIR" && apt-get download "${PACKAGES[@]}")
+echo "fetch-gpu-deps.sh: $(ls "$DIR"/*.deb | wc -l) packages, $(du -sh "$DIR" | cut -f1) in $DIR"

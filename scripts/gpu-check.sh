@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One command for an H100/H200 machine: build mgbench against the PyTorch that machine has
+# (python3 with torch 2.11.0+cu130), run the unit, mpi, GPU and CPU end-to-end tests, then the
+# benchmark tables (mgbench vs the Python torch peer; HtoD bytes per sample with device vs host
+# upscaling). Aims at under ten minutes on 16 cores.
+#
+#   scripts/fetch-gpu-deps.sh            # beforehand, on a Debian 12 machine with network
+#   scripts/gpu-check.sh                 # on the GPU machine, in the checkout (.gpu-deps/ beside it)
+#
+# Brought along in .gpu-deps/ (Debian 12 .debs, unpacked into $PREFIX, never into /): Open MPI
+# 4.1.4 (+ PMIx, hwloc, libevent, libfabric, UCX, verbs), parallel HDF5 1.10.8, Boost 1.74
+# (program_options), spdlog 1.10 / fmt 9, nlohmann-json 3.11, GoogleTest 1.12, Google Benchmark
+# 1.7, zlib headers. Used from the machine: python3 with torch (LibTorch, and NCCL / CUPTI from its
+# nvidia-* packages), torchvision, h5py, pytest; the CUDA toolkit (nvcc 13.0); g++, cmake, ninja.
+#
+# Environment: DEPS (.gpu-deps), PREFIX (/tmp/mgbench-deps), BUILD (build-gpu), OUT (logs and
+# tables; default $BUILD/out), DATA (MNIST dir; default shared/data/mnist or ../shared/data/mnist),
+# BENCH_SIZES ("224 500"), BENCH_PRECISIONS ("fp32 fp16 amp-bf16"), BENCH_TRAIN (4096 images),
+# SKIP_TESTS / SKIP_BENCH (1 to skip), CONFIGURE_ONLY (1: stop after cmake, for checking the script),
+# FORCE_DEPS (1: use .gpu-deps even where MPI and HDF5 are installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEPS=${DEPS:-.gpu-deps}
+PREFIX=${PREFIX:-/tmp/mgbench-deps}
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-$BUILD/out}
+if [[ -z ${DATA:-} ]]; then
+  for d in shared/data/mnist ../shared/data/mnist; do [[ -d $d ]] && DATA=$(realpath "$d") && break; done
+fi
+DATA=${DATA:?no MNIST directory: set DATA}
+T0=$(date +%s)
+stage() { echo "== [$(($(date +%s) - T0)) s] $*"; }
+fail() { echo "gpu-check.sh: $*" >&2; exit 1; }
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+stage "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
+  [[ ${CONFIGURE_ONLY:-0} == 1 ]] || fail "nvidia-smi: no GPU"
+PYTHON=$(command -v python3)
+"$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+
+CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DMGBENCH_PYTHON=$PYTHON")
+if [[ ${FORCE_DEPS:-0} == 1 ]] || ! command -v mpirun >/dev/null || ! ls /usr/include/hdf5/openmpi/hdf5.h >/dev/null 2>&1; then
+  stage "unpack $DEPS into $PREFIX"
+  [[ -d $DEPS ]] || fail "$DEPS/ not found: run scripts/fetch-gpu-deps.sh on a Debian 12 machine and carry it here"
+  mkdir -p "$PREFIX"
+  for f in "$DEPS"/*.deb; do dpkg-deb -x "$f" "$PREFIX"; done
+  U=$PREFIX/usr
+  L=$U/lib/x86_64-linux-gnu
+  ln -sf mpirun.openmpi "$U/bin/mpirun"
+  export OPAL_PREFIX=$U PATH=$U/bin:$PATH
+  export LD_LIBRARY_PATH=$L/openmpi/lib:$L/hdf5/openmpi:$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  libz=$("$(command -v ldconfig || echo /sbin/ldconfig)" -p | awk '$1 == "libz.so.1" {print $NF; exit}')
+  CMAKE_ARGS+=("-DCMAKE_PREFIX_PATH=$U" -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_CXX_SKIP_MPICXX=ON
+    "-DMPI_C_HEADER_DIR=$L/openmpi/include" "-DMPI_CXX_HEADER_DIR=$L/openmpi/include"
+    -DMPI_C_LIB_NAMES=mpi -DMPI_CXX_LIB_NAMES=mpi "-DMPI_mpi_LIBRARY=$L/openmpi/lib/libmpi.so"
+    "-DMPIEXEC_EXECUTABLE=$U/bin/mpirun"
+    "-DMGBENCH_HDF5_INCLUDE_DIR=$U/include/hdf5/openmpi" "-DMGBENCH_HDF5_LIBRARY=$L/hdf5/openmpi/libhdf5.so"
+    "-DZLIB_INCLUDE_DIR=$U/include" "-DZLIB_LIBRARY=$libz")
+  mpirun -np 2 true || fail "the unpacked Open MPI does not start (see above)"
+fi
+
+stage "configure ($BUILD)"
+cmake -S . -B "$BUILD" "${CMAKE_ARGS[@]}" >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; fail "configure failed"; }
+grep -E "mgbench: (CUDA|NCCL|CUPTI)" "$OUT/configure.log" || true
+[[ ${CONFIGURE_ONLY:-0} == 1 ]] && exit 0
+stage "build"
+cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; fail "build failed"; }
+ldd "$BUILD/app/mgbench" | grep -E "not found|libnccl|libcupti|libmpi.so|libhdf5" || true
+
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
+  stage "tests: unit, mpi, gpu, e2e"
+  export MGBENCH_SHARED_DATA=$(dirname "$DATA")
+  (cd "$BUILD" && ctest -j 8 -L "unit|mpi|e2e" --timeout 600 >"$OUT/ctest.log" 2>&1) || true
+  (cd "$BUILD" && ctest -L gpu --timeout 600 -V >"$OUT/ctest-gpu.log" 2>&1) || true
+  grep -E "tests passed|FAILED|\(Failed\)|\(Skipped\)|Not Run" "$OUT/ctest.log" "$OUT/ctest-gpu.log" || true
+  grep -E "^\S+: \[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|Skipped" "$OUT/ctest-gpu.log" | head -60 || true
+fi
+
+if [[ ${SKIP_BENCH:-0} != 1 ]]; then
+  stage "benchmark: mgbench vs Python torch peer, 1 GPU"
+  for precision in ${BENCH_PRECISIONS:-fp32 fp16 amp-bf16}; do
+    DEVICE=cuda NP=1 SIZES="${BENCH_SIZES:-224 500}" BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=$precision PIN=true \
+      THREADS=8 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$DATA" 2>&1 | tee -a "$OUT/bench.txt"
+  done
+  stage "benchmark: HtoD bytes per sample, device vs host upscaling (224 px, amp-bf16, pin_memory)"
+  for upscale in device host; do
+    mpirun -np 1 "$BUILD/app/mgbench" image --data "$DATA" --image-size 224 --batch-size 64 --limit-train 2048 \
+      --limit-test 256 --epochs 1 --precision amp-bf16 --pin-memory true --upscale "$upscale" \
+      --results "$OUT/htod.h5" --run-name "upscale-$upscale" --progress-interval 1000 >"$OUT/htod-$upscale.log" 2>&1 \
+      || { tail -20 "$OUT/htod-$upscale.log"; fail "mgbench --upscale $upscale failed"; }
+  done
+  "$BUILD/app/mgbench" report --cuda --phases "$OUT/htod.h5" | tee "$OUT/htod-report.txt"
+fi
+stage "done; logs and tables in $OUT"
