@@ -24,32 +24,47 @@ struct MobileNetV2Options {
 /// torchvision's _make_divisible: v rounded to a multiple of divisor, never more than 10 % below v.
 std::int64_t make_divisible(double v, std::int64_t divisor);
 
-/// torchvision.ops.Conv2dNormActivation with BatchNorm2d and ReLU6: children 0 (Conv2d, no
-/// bias, padding (kernel - 1) / 2), 1 (BatchNorm2d), 2 (ReLU6).
-class ConvBNReLU6Impl : public torch::nn::SequentialImpl {
+// The modules are Cloneable (module->clone(device) deep-copies them), which data parallelism
+// (torch::nn::parallel::replicate, train/data_parallel.h) needs.
+
+/// torchvision.ops.Conv2dNormActivation with BatchNorm2d and ReLU6: children "0" (Conv2d, no
+/// bias, padding (kernel - 1) / 2), "1" (BatchNorm2d), "2" (ReLU6), as torchvision names them.
+class ConvBNReLU6Impl : public torch::nn::Cloneable<ConvBNReLU6Impl> {
  public:
   ConvBNReLU6Impl(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel, std::int64_t stride,
                   std::int64_t groups);
-  torch::Tensor forward(torch::Tensor x) { return torch::nn::SequentialImpl::forward(std::move(x)); }
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x) { return relu(bn(conv(x))); }
+
+  // Leaf children: cloning assigns their contents in place, so these handles stay valid.
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+  torch::nn::ReLU6 relu{nullptr};
+
+ private:
+  std::int64_t in_, out_, kernel_, stride_, groups_;
 };
 TORCH_MODULE(ConvBNReLU6);
 
-class InvertedResidualImpl : public torch::nn::Module {
+class InvertedResidualImpl : public torch::nn::Cloneable<InvertedResidualImpl> {
  public:
   InvertedResidualImpl(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
                        std::int64_t expand_ratio);
+  void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
+  std::int64_t in_, out_, stride_, expand_;
   torch::nn::Sequential conv_{nullptr};
-  bool use_residual_;
 };
 TORCH_MODULE(InvertedResidual);
 
-class MobileNetV2Impl : public torch::nn::Module {
+class MobileNetV2Impl : public torch::nn::Cloneable<MobileNetV2Impl> {
  public:
   /// Throws std::invalid_argument for width_mult <= 0, num_classes < 1 or dropout outside [0, 1).
   explicit MobileNetV2Impl(const MobileNetV2Options& options = {});
+  /// Builds the layers (Cloneable's contract); the constructor then applies torchvision's initialisation.
+  void reset() override;
 
   /// x: [B, 1 or 3, H, W] (any H, W >= 1; the network downsamples by 32 before global pooling),
   /// dtype of the parameters. Returns logits [B, num_classes]. Activations follow the layout of
@@ -65,12 +80,13 @@ class MobileNetV2Impl : public torch::nn::Module {
   const MobileNetV2Options& options() const { return options_; }
 
  private:
+  void init_weights();
+
   MobileNetV2Options options_;
-  torch::nn::Sequential features_{nullptr};
-  torch::nn::Sequential classifier_{nullptr};
-  ConvBNReLU6 stem_{nullptr};                     // = features.0
-  torch::nn::Conv2d stem_conv_{nullptr};          // = features.0.0
-  std::vector<torch::nn::AnyModule> body_;        // = features.1 .. features.N-1
+  // Layers are always reached through these registered children (never cached pointers into
+  // them): cloning replaces the children's contents.
+  torch::nn::Sequential features_{nullptr};    // 0: stem (conv_bn_relu6), 1..N-2: blocks, N-1: head
+  torch::nn::Sequential classifier_{nullptr};  // 0: Dropout, 1: Linear
   bool batchnorm_frozen_ = false;
 };
 TORCH_MODULE(MobileNetV2);

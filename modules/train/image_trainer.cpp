@@ -24,6 +24,7 @@
 #include "profile/nvtx.h"
 #include "profile/profile_window.h"
 #include "runtime/grad_sync.h"
+#include "train/data_parallel.h"
 #include "train/device_pipeline.h"
 #include "train/grad_scaler.h"
 #include "train/lr_schedule.h"
@@ -44,6 +45,7 @@ struct ImageTrainer::State {
   profile::ProfileWindow window;
   std::unique_ptr<profile::CuptiCollector> cupti;
   std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<DataParallel> dp;  // --strategy dp
   data::MnistSplit train_set;
   data::MnistSplit test_set;
   data::EpochPlanOptions plan_options;
@@ -117,6 +119,17 @@ void ImageTrainer::load_data() {
   s.model->set_batchnorm_frozen(c.freeze_batchnorm);
   s.model->to(s.device, s.dtype);
   if (c.channels_last) models::to_channels_last(*s.model);
+  if (c.strategy == "dp") {
+    // One process over every visible GPU of the node, the module on the rank's GPU first.
+    std::vector<torch::Device> devices{s.device};
+    if (s.device.is_cuda()) {
+      for (int i = 0; i < runtime::visible_cuda_devices(); ++i) {
+        if (i != s.device.index()) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+      }
+    }
+    s.dp = std::make_unique<DataParallel>(s.model, devices);
+    log::info("data parallel over {} device(s)", devices.size());
+  }
 
   std::vector<torch::Tensor> params = s.model->parameters();
   if (c.optimizer == "sgd") {
@@ -194,7 +207,8 @@ std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
   const std::int64_t world = comm.world_size();
   const std::int64_t begin = n * comm.rank() / world;
   const std::int64_t end = n * (comm.rank() + 1) / world;
-  std::int64_t correct = 0;
+  // Counted on the device: one host sync per evaluation, not per batch.
+  torch::Tensor correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   for (std::int64_t start = begin; start < end; start += config.batch_size) {
     std::vector<std::int64_t> indices;
     for (std::int64_t i = start; i < std::min(end, start + config.batch_size); ++i) indices.push_back(i);
@@ -202,11 +216,13 @@ std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
     const torch::Tensor x = to_model_input(host_upscale() ? upscale(batch.images).to(device) : batch.images.to(device));
     const AutocastScope autocast(precision, device.type());
     const torch::Tensor predicted = model->forward(x).argmax(1);
-    correct += predicted.eq(batch.labels.to(device)).sum().item<std::int64_t>();
+    correct += predicted.eq(batch.labels.to(device)).sum();
   }
   model->train();
-  torch::Tensor counts = torch::tensor({correct, end - begin}, torch::kInt64);
+  // On the rank's device: the NCCL backend reduces device tensors only.
+  torch::Tensor counts = torch::stack({correct, torch::full({}, end - begin, correct.options())});
   comm.all_reduce(counts, runtime::ReduceOp::kSum)->wait();
+  counts = counts.cpu();
   return {counts[0].item<std::int64_t>(), counts[1].item<std::int64_t>()};
 }
 
@@ -299,7 +315,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       torch::Tensor loss;
       {
         const AutocastScope autocast(s.precision, s.device.type());
-        loss = torch::nn::functional::cross_entropy(s.model->forward(x), batch->labels);
+        loss = torch::nn::functional::cross_entropy(s.dp ? s.dp->forward(x) : s.model->forward(x), batch->labels);
       }
       clock.enter(results::Phase::kBackward);
       if (s.grad_sync) s.grad_sync->prepare();
@@ -408,8 +424,10 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
   }
 
   // Global figures: samples computed by all ranks, mean final loss over ranks.
-  torch::Tensor totals = torch::tensor({static_cast<double>(computed_samples), summary.final_loss}, torch::kFloat64);
+  torch::Tensor totals =
+      torch::tensor({static_cast<double>(computed_samples), summary.final_loss}, torch::kFloat64).to(s.device);
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
+  totals = totals.cpu();
   summary.samples_per_s = totals[0].item<double>() / summary.train_s;
   summary.final_loss = totals[1].item<double>() / s.comm.world_size();
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));

@@ -9,9 +9,9 @@
 // stream with --pin-memory), phase times come from CUDA events, CUPTI totals of the profile
 // window and the allocator's memory peaks go to rank_<r>/cuda_* (device_pipeline.h, profile/).
 //
-// --strategy dp is the paper's DP baseline in one process: world size 1, the whole batch per
-// step. Replicating the model over several GPUs of the node (torch.nn.DataParallel) is not
-// implemented yet: on a multi-GPU node it uses the rank's GPU only and says so.
+// --strategy dp is the paper's DP baseline in one process (world size 1, the whole batch per
+// step): torch.nn.DataParallel's replicate / scatter / parallel forward / gather over every visible
+// GPU of the node (data_parallel.h).
 //
 // Lifecycle: construct -> load_data() -> layout() / run_attributes() (to create the results
 // run) -> run(writer). The trainer never calls MPI itself: collectives go through the
