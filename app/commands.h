@@ -3,4 +3,5 @@
 namespace mgbench::app {
 int image_main(int argc, char** argv);
 int report_main(int argc, char** argv);
+int tokenize_main(int argc, char** argv);
 }  // namespace mgbench::app

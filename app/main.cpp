@@ -1,6 +1,7 @@
 // mgbench: how machine-learning jobs use multi-GPU nodes.
 //   mpirun -np N mgbench image [options]   train MobileNetV2 on MNIST-upscaled, results into HDF5
 //   mgbench report FILE...                 tables from results files
+//   mgbench tokenize --tokenizer FILE      text on stdin -> Llama 3 token ids
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -16,6 +17,7 @@ commands:
   image    train MobileNetV2 on MNIST upscaled to --image-size px across MPI ranks
            (strategies ddp, ddp-rr, ddp-ds); per-rank timings into an HDF5 results file
   report   print one row per run of one or more results files (paper Table 2 style)
+  tokenize UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)
 
   mgbench <command> --help   options of a command
   mgbench --version          version and git commit
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   }
   if (command == "image") return mgbench::app::image_main(argc - 1, argv + 1);
   if (command == "report") return mgbench::app::report_main(argc - 1, argv + 1);
+  if (command == "tokenize") return mgbench::app::tokenize_main(argc - 1, argv + 1);
   std::cerr << "mgbench: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

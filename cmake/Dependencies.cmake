@@ -1,7 +1,7 @@
 # Finds every external dependency and exposes it as an imported target:
 #   MPI::MPI_CXX, mgbench::hdf5 (parallel HDF5, C API), Boost::program_options, ZLIB::ZLIB,
 #   spdlog::spdlog, fmt::fmt, nlohmann_json::nlohmann_json, mgbench::torch (LibTorch),
-#   GTest::gtest_main, benchmark::benchmark; with a CUDA toolkit also mgbench::nccl,
+#   PkgConfig::PCRE2, GTest::gtest_main, benchmark::benchmark; with a CUDA toolkit also mgbench::nccl,
 #   mgbench::cupti and mgbench::nvtx (MGBENCH_HAVE_CUDA / _NCCL / _CUPTI / _NVTX).
 
 find_package(MPI REQUIRED COMPONENTS C CXX)
@@ -10,6 +10,9 @@ find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
+# PCRE2 (8-bit, Unicode properties) for the tokenizer's pre-tokenisation pattern.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 
 # --- HDF5, the MPI-parallel build (Debian: libhdf5-openmpi-dev) ------------------------------
 # MGBENCH_HDF5_INCLUDE_DIR + MGBENCH_HDF5_LIBRARY name a parallel HDF5 directly (a relocated or

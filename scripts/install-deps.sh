@@ -15,7 +15,7 @@ TORCHVISION_VERSION=0.26.0
 APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev libbenchmark-dev)
+  libgtest-dev libbenchmark-dev libpcre2-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -30,10 +30,13 @@ if ((${#missing[@]})); then
 fi
 
 PY="$MGBENCH_VENV/bin/python"
+TIKTOKEN_VERSION=0.12.0
 if ! "$PY" -c "import torch, torchvision, h5py, numpy, pytest, sys; sys.exit(not torch.__version__.startswith('$TORCH_VERSION'))" 2>/dev/null; then
   echo "install-deps: creating $MGBENCH_VENV with torch==$TORCH_VERSION (a large download, once)"
   python3 -m venv "$MGBENCH_VENV"
   "$PY" -m pip install -q --upgrade pip
   "$PY" -m pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" h5py numpy pytest
 fi
+# Test oracles added later than the venv: installed into an existing one too.
+"$PY" -c "import tiktoken" 2>/dev/null || "$PY" -m pip install -q "tiktoken==$TIKTOKEN_VERSION"
 echo "install-deps: ok (python: $PY, $("$PY" -c 'import torch; print("torch", torch.__version__)'))"
