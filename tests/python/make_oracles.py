@@ -10,6 +10,8 @@ Produces, in OUT_DIR:
   mobilenet_w{W}_io.pt   inputs, eval-mode logits, train-mode loss and gradients for the same model
   mobilenet_names.json   parameter/buffer names, shapes and parameter counts per width
   grad_scaler.json       torch.amp.GradScaler trajectory (scale, growth tracker, parameters) on CPU
+  llama_tiny*/           tiny random transformers LlamaForCausalLM checkpoints (untied, tied, sharded)
+  llama_tiny_io.pt       their input ids and fp32 logits (eager attention)
 
 Exits 0 without writing anything when torch/torchvision are not importable, so the tests that
 need these files report SKIPPED rather than fail.
@@ -139,6 +141,32 @@ with open(os.path.join(out, "grad_scaler.json"), "w") as f:
     json.dump({"init_scale": 16.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2,
                "lr": 0.1, "momentum": 0.9, "p1": [1.0, 2.0, 3.0], "p2": [-1.0, 0.5],
                "steps": [{"g1": [str(v) for v in g1], "g2": [str(v) for v in g2]} for g1, g2 in grad_steps], "trajectory": trajectory}, f)
+
+# --- transformers LlamaForCausalLM -----------------------------------------------------------
+try:
+    import transformers
+except ImportError:  # pragma: no cover
+    transformers = None
+if transformers is not None:
+    io = {}
+    for tag, tied, shard in (("llama_tiny", False, None), ("llama_tiny_tied", True, None),
+                             ("llama_tiny_sharded", False, "40KB")):
+        torch.manual_seed(7)
+        cfg = transformers.LlamaConfig(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5,
+            rope_theta=500000.0, tie_word_embeddings=tied,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64})
+        model = transformers.LlamaForCausalLM(cfg).to(torch.float32).eval()
+        model.config._attn_implementation = "eager"  # an attention path independent of SDPA
+        kwargs = {"max_shard_size": shard} if shard else {}
+        model.save_pretrained(os.path.join(out, tag), safe_serialization=True, **kwargs)
+        ids = torch.randint(0, 512, (2, 40), generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            io[f"{tag}.logits"] = model(ids).logits
+        io[f"{tag}.ids"] = ids
+    torch.save(io, os.path.join(out, "llama_tiny_io.pt"))
 
 print(f"make_oracles: wrote {len(cases)} sampler cases, {len(bucket_cases)} bucket cases, "
       f"{len(names)} MobileNetV2 widths to {out}")

@@ -1,0 +1,133 @@
+// Safetensors I/O and the Llama model against transformers' LlamaForCausalLM
+// (tests/python/make_oracles.py: tiny random checkpoints, untied / tied / sharded, fp32 logits).
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "models/llama.h"
+#include "models/safetensors.h"
+#include "models/state_dict.h"
+#include "test_support.h"
+
+namespace mgbench::models {
+namespace {
+
+TEST(Safetensors, WriteReadRoundTripAllDtypes) {
+  test::TempDir dir;
+  const std::vector<std::pair<std::string, torch::Tensor>> tensors{
+      {"w.bf16", torch::randn({3, 5}).to(torch::kBFloat16)}, {"w.f16", torch::randn({7}).to(torch::kHalf)},
+      {"w.f32", torch::randn({2, 2, 2})},                    {"w.f64", torch::randn({1}, torch::kFloat64)},
+      {"i64", torch::arange(10)},                            {"b", torch::tensor({true, false})},
+      {"empty", torch::zeros({0, 4})}};
+  write_safetensors(dir.file("x.safetensors"), tensors, {{"format", "pt"}});
+  const SafetensorsFile f(dir.file("x.safetensors"));
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(f.names().size(), tensors.size());
+  for (const auto& [name, t] : tensors) {
+    const torch::Tensor back = f.tensor(name);
+    EXPECT_EQ(back.scalar_type(), t.scalar_type()) << name;
+    EXPECT_TRUE(torch::equal(back, t)) << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.safetensors.tmp")));
+  test::expect_error<DataError>([&] { f.tensor("nope"); }, {"x.safetensors", "'nope'"});
+}
+
+TEST(Safetensors, CorruptFilesNameTheProblem) {
+  test::TempDir dir;
+  write_safetensors(dir.file("ok.safetensors"), {{"a", torch::randn({64})}, {"b", torch::randn({64})}});
+  const auto size = std::filesystem::file_size(dir.file("ok.safetensors"));
+  std::filesystem::copy_file(dir.file("ok.safetensors"), dir.file("cut.safetensors"));
+  std::filesystem::resize_file(dir.file("cut.safetensors"), size - 10);
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("cut.safetensors")); }, {"cut.safetensors", "truncated"});
+  {
+    std::ofstream(dir.file("short.safetensors")) << "abc";
+  }
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("short.safetensors")); }, {"short.safetensors", "8-byte"});
+  auto write_header = [&](const std::string& name, const std::string& json) {
+    std::ofstream out(dir.file(name), std::ios::binary);
+    const std::uint64_t n = json.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << json << std::string(16, '\0');
+  };
+  write_header("json.safetensors", "{not json");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("json.safetensors")); }, {"not valid JSON"});
+  write_header("dtype.safetensors", R"({"t": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("dtype.safetensors")); }, {"'t'", "F8_E4M3"});
+  write_header("shape.safetensors", R"({"t": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("shape.safetensors")); }, {"'t'", "12 bytes"});
+  write_header("field.safetensors", R"({"t": {"dtype": "F32", "data_offsets": [0, 8]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("field.safetensors")); }, {"'t'", "malformed"});
+  {
+    std::ofstream out(dir.file("huge.safetensors"), std::ios::binary);
+    const std::uint64_t n = 1ULL << 40;
+    out.write(reinterpret_cast<const char*>(&n), 8);
+  }
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("huge.safetensors")); }, {"header length"});
+  test::expect_error<DataError>([&] { SafetensorsCheckpoint(dir.path()); }, {"model.safetensors"});
+}
+
+TEST(LlamaConfig, PresetsHaveThePublishedParameterCounts) {
+  EXPECT_EQ(LlamaConfig::preset("llama3-8b").num_parameters(), 8030261248);   // Meta-Llama-3-8B
+  EXPECT_EQ(LlamaConfig::preset("llama3.2-1b").num_parameters(), 1235814400);  // Llama-3.2-1B
+  test::expect_error<ConfigError>([] { LlamaConfig::preset("gpt2"); }, {"'gpt2'", "llama3-8b"});
+}
+
+TEST(LlamaConfig, ConfigJsonErrorsNameFileAndField) {
+  test::TempDir dir;
+  {
+    std::ofstream(dir.file("c.json")) << R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8})";
+  }
+  test::expect_error<DataError>([&] { LlamaConfig::from_hf_json(dir.file("c.json")); },
+                                {"c.json", "\"intermediate_size\""});
+  {
+    std::ofstream(dir.file("r.json")) << R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})";
+  }
+  test::expect_error<DataError>([&] { LlamaConfig::from_hf_json(dir.file("r.json")); }, {"r.json", "yarn"});
+  {
+    std::ofstream(dir.file("h.json")) << R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+      "num_hidden_layers": 1, "num_attention_heads": 3, "num_key_value_heads": 2, "head_dim": 4})";
+  }
+  test::expect_error<DataError>([&] { LlamaConfig::from_hf_json(dir.file("h.json")); }, {"h.json", "multiple"});
+}
+
+TEST(Llama, LogitsEqualTransformers) {
+  const std::string root = test::oracle_dir();
+  const std::string io_path = root + "/llama_tiny_io.pt";
+  if (!std::filesystem::exists(io_path)) GTEST_SKIP() << "oracle " << io_path << " not found (needs transformers)";
+  const auto io = read_torch_state_dict(io_path);
+  for (const std::string tag : {"llama_tiny", "llama_tiny_tied", "llama_tiny_sharded"}) {
+    SCOPED_TRACE(tag);
+    const LlamaConfig config = LlamaConfig::from_hf_json(root + "/" + tag + "/config.json");
+    EXPECT_EQ(config.tie_word_embeddings, tag == "llama_tiny_tied");
+    ASSERT_TRUE(config.rope_scaling.has_value());
+    LlamaForCausalLM model(config);
+    model->load_hf_checkpoint(root + "/" + tag);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const torch::Tensor logits = model->forward(io.at(tag + ".ids"));
+    const torch::Tensor expected = io.at(tag + ".logits");
+    ASSERT_EQ(logits.sizes(), expected.sizes());
+    // fp32; SDPA here vs eager attention there: differences are rounding only.
+    EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-4);
+  }
+}
+
+TEST(Llama, CheckpointMismatchesAreNamed) {
+  const std::string dir = test::oracle_dir() + "/llama_tiny";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "oracle " << dir << " not found (needs transformers)";
+  LlamaConfig wrong = LlamaConfig::from_hf_json(dir + "/config.json");
+  wrong.intermediate_size = 96;
+  LlamaForCausalLM model(wrong);
+  test::expect_error<DataError>([&] { model->load_hf_checkpoint(dir); }, {"mlp.gate_proj.weight", "[128, 64]", "[96, 64]"});
+  LlamaConfig fewer = LlamaConfig::from_hf_json(dir + "/config.json");
+  fewer.num_hidden_layers = 1;
+  LlamaForCausalLM small(fewer);
+  test::expect_error<DataError>([&] { small->load_hf_checkpoint(dir); }, {"model.layers.1", "not part of the model"});
+}
+
+}  // namespace
+}  // namespace mgbench::models
