@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -17,7 +18,9 @@ namespace {
 
 namespace nn = torch::nn;
 
-nn::Linear linear(std::int64_t in, std::int64_t out) { return nn::Linear(nn::LinearOptions(in, out).bias(false)); }
+LoraLinear linear(std::int64_t in, std::int64_t out) { return LoraLinear(in, out); }
+
+constexpr const char* kPeftPrefix = "base_model.model.";
 
 std::string dims(c10::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
 
@@ -164,6 +167,50 @@ torch::Tensor llama_inv_freq(const LlamaConfig& c) {
   return torch::where(medium, smoothed, scaled);
 }
 
+// ------------------------------------------------------------------ LoRA
+std::vector<std::string> LoraOptions::hf_targets() const {
+  std::vector<std::string> out;
+  for (const auto& t : targets) {
+    if (t == "output_proj" || t == "o_proj") {
+      out.emplace_back("o_proj");
+    } else if (t == "mlp") {
+      out.insert(out.end(), {"gate_proj", "up_proj", "down_proj"});
+    } else if (t == "q_proj" || t == "k_proj" || t == "v_proj" || t == "gate_proj" || t == "up_proj" ||
+               t == "down_proj") {
+      out.push_back(t);
+    } else {
+      throw ConfigError(fmt::format("--lora-targets: unknown target '{}' (expected q_proj, k_proj, v_proj, output_proj, "
+                                    "mlp, or gate_proj / up_proj / down_proj)",
+                                    t));
+    }
+  }
+  return out;
+}
+
+LoraLinearImpl::LoraLinearImpl(std::int64_t in_features, std::int64_t out_features) {
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+}
+
+void LoraLinearImpl::enable_lora(std::int64_t rank, double alpha, double dropout_p) {
+  const auto options = torch::TensorOptions().dtype(weight.scalar_type()).device(weight.device());
+  lora_a = register_module("lora_A", nn::Linear(nn::LinearOptions(weight.size(1), rank).bias(false)));
+  lora_b = register_module("lora_B", nn::Linear(nn::LinearOptions(rank, weight.size(0)).bias(false)));
+  lora_a->to(options.device(), options.dtype().toScalarType());
+  lora_b->to(options.device(), options.dtype().toScalarType());
+  torch::NoGradGuard no_grad;
+  lora_b->weight.zero_();  // the adapted model starts equal to the base model
+  dropout = register_module("lora_dropout", nn::Dropout(dropout_p));
+  scaling = alpha / static_cast<double>(rank);
+  weight.set_requires_grad(false);
+}
+
+torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
+  torch::Tensor out = torch::nn::functional::linear(x, weight);
+  if (has_lora()) out = out + lora_b(lora_a(dropout(x))) * scaling;
+  return out;
+}
+
 // ------------------------------------------------------------------ layers
 LlamaRMSNormImpl::LlamaRMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
@@ -238,7 +285,7 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config) : config_(
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
     if (p.key().find("norm") != std::string::npos) continue;  // RMSNorm weights stay ones
-    p.value().normal_(0.0, 0.02);
+    p.value().normal_(0.0, 0.02);  // transformers' initializer_range
   }
 }
 
@@ -269,6 +316,63 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {
   return torch::nn::functional::linear(hidden_states(tokens), output_weight());
 }
 
+std::vector<torch::Tensor> LlamaForCausalLMImpl::apply_lora(const LoraOptions& options) {
+  MGBENCH_REQUIRE(options.rank >= 1, ConfigError, "--lora-rank {}: expected >= 1", options.rank);
+  MGBENCH_REQUIRE(options.alpha > 0, ConfigError, "--lora-alpha {}: expected > 0", options.alpha);
+  MGBENCH_REQUIRE(options.dropout >= 0 && options.dropout < 1, ConfigError, "--lora-dropout {}: expected [0, 1)",
+                  options.dropout);
+  const auto targets = options.hf_targets();
+  for (auto& p : parameters()) p.set_requires_grad(false);
+  for (const auto& layer_module : *model->layers) {
+    auto* layer = layer_module->as<LlamaDecoderLayerImpl>();
+    std::pair<const char*, LoraLinear> projections[] = {
+        {"q_proj", layer->self_attn->q_proj},   {"k_proj", layer->self_attn->k_proj},
+        {"v_proj", layer->self_attn->v_proj},   {"o_proj", layer->self_attn->o_proj},
+        {"gate_proj", layer->mlp->gate_proj},   {"up_proj", layer->mlp->up_proj},
+        {"down_proj", layer->mlp->down_proj}};
+    for (auto& [name, projection] : projections) {
+      if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
+        projection->enable_lora(options.rank, options.alpha, options.dropout);
+      }
+    }
+  }
+  std::vector<torch::Tensor> trainable;
+  for (const auto& p : named_parameters()) {
+    if (p.key().find(".lora_") != std::string::npos) trainable.push_back(p.value());
+  }
+  return trainable;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LlamaForCausalLMImpl::lora_state_dict() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : named_parameters()) {
+    if (p.key().find(".lora_") != std::string::npos) out.emplace_back(kPeftPrefix + p.key(), p.value());
+  }
+  return out;
+}
+
+void LlamaForCausalLMImpl::load_lora_adapter(const std::string& path) {
+  const SafetensorsFile file(path);
+  std::set<std::string> unused;
+  for (const auto& name : file.names()) unused.insert(name);
+  torch::NoGradGuard no_grad;
+  std::size_t loaded = 0;
+  for (auto& [name, tensor] : lora_state_dict()) {
+    MGBENCH_REQUIRE(file.contains(name), DataError, "adapter '{}': tensor '{}' is missing (adapter made with other "
+                    "--lora-targets?)", path, name);
+    const torch::Tensor t = file.tensor(name);
+    MGBENCH_REQUIRE(t.sizes() == tensor.sizes(), DataError,
+                    "adapter '{}': tensor '{}' has shape {}, expected {} (another --lora-rank?)", path, name,
+                    dims(t.sizes()), dims(tensor.sizes()));
+    tensor.copy_(t);
+    unused.erase(name);
+    ++loaded;
+  }
+  MGBENCH_REQUIRE(loaded > 0, DataError, "adapter '{}': the model has no LoRA adapters (apply_lora first)", path);
+  MGBENCH_REQUIRE(unused.empty(), DataError, "adapter '{}': tensor '{}' is not an adapter of this model", path,
+                  unused.empty() ? std::string() : *unused.begin());
+}
+
 void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
   const SafetensorsCheckpoint checkpoint(dir);
   std::set<std::string> unused;
@@ -278,6 +382,7 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
     const std::string& name = p.key();
+    if (name.find(".lora_") != std::string::npos) continue;  // adapters are not part of a base checkpoint
     MGBENCH_REQUIRE(checkpoint.contains(name), DataError, "checkpoint '{}': tensor '{}' is missing", dir, name);
     const torch::Tensor t = checkpoint.tensor(name);
     MGBENCH_REQUIRE(t.sizes() == p.value().sizes(), DataError,

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -50,6 +52,39 @@ struct LlamaConfig {
   std::int64_t num_parameters() const;
 };
 
+/// LoRA settings (Hu et al. 2021; TorchTune's llama3 LoRA recipes): out = W x + (alpha / rank) *
+/// B A dropout(x), A [rank, in] Kaiming-uniform, B [out, rank] zero, W frozen.
+struct LoraOptions {
+  std::int64_t rank = 8;
+  double alpha = 16.0;
+  double dropout = 0.0;
+  /// Projections that get adapters, by HF name (q_proj, k_proj, v_proj, o_proj, gate_proj,
+  /// up_proj, down_proj); TorchTune's names are accepted too (output_proj = o_proj, mlp = the three
+  /// MLP projections). TorchTune's llama3 8B default: q_proj, v_proj, output_proj, mlp.
+  std::vector<std::string> targets{"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  /// Expands TorchTune names to HF names; throws ConfigError naming an unknown target.
+  std::vector<std::string> hf_targets() const;
+};
+
+/// A bias-free linear layer (parameter "weight" [out, in], as nn::Linear) that can carry a LoRA
+/// adapter (children "lora_A", "lora_B", PEFT's names).
+class LoraLinearImpl : public torch::nn::Module {
+ public:
+  LoraLinearImpl(std::int64_t in_features, std::int64_t out_features);
+  /// x: [..., in] -> [..., out].
+  torch::Tensor forward(const torch::Tensor& x);
+  /// Adds the adapter (A Kaiming-uniform as nn::Linear's default, B zeros) in weight's dtype and
+  /// device, and freezes weight.
+  void enable_lora(std::int64_t rank, double alpha, double dropout);
+  bool has_lora() const { return !lora_a.is_empty(); }
+
+  torch::Tensor weight;
+  torch::nn::Linear lora_a{nullptr}, lora_b{nullptr};  // registered as "lora_A", "lora_B"
+  torch::nn::Dropout dropout{nullptr};
+  double scaling = 0;  // alpha / rank
+};
+TORCH_MODULE(LoraLinear);
+
 /// Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, times weight, in x's dtype.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
@@ -67,7 +102,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   explicit LlamaAttentionImpl(const LlamaConfig& c);
   /// x: [B, T, hidden]; cos, sin: [T, head_dim] (x's dtype). Causal self-attention. Returns [B, T, hidden].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
   std::int64_t heads_, kv_heads_, head_dim_;
@@ -79,7 +114,7 @@ class LlamaMLPImpl : public torch::nn::Module {
   explicit LlamaMLPImpl(const LlamaConfig& c);
   /// down(silu(gate(x)) * up(x))
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMLP);
 
@@ -121,6 +156,18 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   /// shape mismatch or an unexpected extra tensor (rotary inv_freq buffers are ignored).
   void load_hf_checkpoint(const std::string& dir);
 
+  /// Adds LoRA adapters to the targeted projections of every layer and freezes every other
+  /// parameter (embeddings, norms, output). Returns the trainable (adapter) parameters in
+  /// registration order. Throws ConfigError for rank < 1, alpha <= 0, dropout outside [0, 1) or
+  /// an unknown target.
+  std::vector<torch::Tensor> apply_lora(const LoraOptions& options);
+  /// The adapter tensors under PEFT's names ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").
+  std::vector<std::pair<std::string, torch::Tensor>> lora_state_dict() const;
+  /// Loads adapter tensors written by PEFT (adapter_model.safetensors) or lora_state_dict() into
+  /// the adapters (apply_lora first). Throws DataError naming the file and tensor for a missing,
+  /// extra or mis-shaped tensor.
+  void load_lora_adapter(const std::string& safetensors_path);
+
   const LlamaConfig& config() const { return config_; }
 
  private:
@@ -129,7 +176,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
 
   LlamaConfig config_;
   LlamaBody model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // absent when tied
+  LoraLinear lm_head{nullptr};  // absent when tied
   torch::Tensor inv_freq_;             // [head_dim / 2] fp32, not a parameter or buffer
 };
 TORCH_MODULE(LlamaForCausalLM);

@@ -168,5 +168,32 @@ if transformers is not None:
         io[f"{tag}.ids"] = ids
     torch.save(io, os.path.join(out, "llama_tiny_io.pt"))
 
+    # peft LoRA on llama_tiny: adapter file (PEFT names) and the gradients of one batch.
+    try:
+        import peft
+    except ImportError:  # pragma: no cover
+        peft = None
+    if peft is not None:
+        base = transformers.LlamaForCausalLM.from_pretrained(os.path.join(out, "llama_tiny"), dtype=torch.float32)
+        base.config._attn_implementation = "eager"
+        lora_cfg = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias="none",
+                                   target_modules=["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        model = peft.get_peft_model(base, lora_cfg)
+        torch.manual_seed(11)
+        with torch.no_grad():  # non-zero B, so that A gets gradients too
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.05)
+        model.save_pretrained(os.path.join(out, "llama_tiny_lora"))
+        ids = io["llama_tiny.ids"]
+        logits = model(input_ids=ids).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+        loss.backward()
+        grads = {"loss": loss.detach(), "logits": logits.detach()}
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                grads["grad." + name.replace(".default", "")] = p.grad.detach().clone()
+        torch.save(grads, os.path.join(out, "llama_tiny_lora_grads.pt"))
+
 print(f"make_oracles: wrote {len(cases)} sampler cases, {len(bucket_cases)} bucket cases, "
       f"{len(names)} MobileNetV2 widths to {out}")

@@ -129,5 +129,78 @@ TEST(Llama, CheckpointMismatchesAreNamed) {
   test::expect_error<DataError>([&] { small->load_hf_checkpoint(dir); }, {"model.layers.1", "not part of the model"});
 }
 
+TEST(Lora, GradientsEqualPeft) {
+  const std::string root = test::oracle_dir();
+  const std::string grads_path = root + "/llama_tiny_lora_grads.pt";
+  if (!std::filesystem::exists(grads_path)) GTEST_SKIP() << "oracle " << grads_path << " not found (needs peft)";
+  const auto oracle = read_torch_state_dict(grads_path);
+  const auto io = read_torch_state_dict(root + "/llama_tiny_io.pt");
+  LlamaForCausalLM model(LlamaConfig::from_hf_json(root + "/llama_tiny/config.json"));
+  model->load_hf_checkpoint(root + "/llama_tiny");
+  LoraOptions options;
+  options.rank = 4;
+  options.alpha = 8;
+  const auto trainable = model->apply_lora(options);
+  EXPECT_EQ(trainable.size(), 2u * 6u * 2u);  // A and B, 6 projections, 2 layers
+  model->load_lora_adapter(root + "/llama_tiny_lora/adapter_model.safetensors");  // PEFT's names and layout
+  std::int64_t frozen = 0;
+  for (const auto& p : model->parameters()) frozen += p.requires_grad() ? 0 : 1;
+  EXPECT_EQ(frozen, static_cast<std::int64_t>(model->parameters().size() - trainable.size()));
+
+  const torch::Tensor ids = io.at("llama_tiny.ids");
+  const torch::Tensor logits = model->forward(ids);
+  EXPECT_LT((logits - oracle.at("logits")).abs().max().item<double>(), 1e-4);
+  const auto v = logits.size(-1);
+  const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.narrow(1, 0, ids.size(1) - 1).reshape({-1, v}),
+                                                                  ids.narrow(1, 1, ids.size(1) - 1).reshape({-1}));
+  EXPECT_NEAR(loss.item<double>(), oracle.at("loss").item<double>(), 1e-5);
+  loss.backward();
+  int compared = 0;
+  for (const auto& [name, tensor] : model->lora_state_dict()) {
+    const torch::Tensor& expected = oracle.at("grad." + name);
+    ASSERT_TRUE(tensor.grad().defined()) << name;
+    // Relative to the gradient's scale: fp32 rounding through two layers.
+    const double scale = expected.abs().max().item<double>();
+    EXPECT_LT((tensor.grad() - expected).abs().max().item<double>(), 1e-4 * scale + 1e-8) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 24);
+  for (const auto& p : model->named_parameters()) {
+    if (p.key().find("lora_") == std::string::npos) {
+      EXPECT_FALSE(p.value().grad().defined()) << p.key();
+    }
+  }
+}
+
+TEST(Lora, AdapterRoundTripsInPeftFormat) {
+  LlamaForCausalLM model(LlamaConfig::preset("tiny"));
+  model->apply_lora(LoraOptions{});
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [_, t] : model->lora_state_dict()) t.normal_();
+  }
+  test::TempDir dir;
+  write_safetensors(dir.file("adapter_model.safetensors"), model->lora_state_dict());
+  LlamaForCausalLM other(LlamaConfig::preset("tiny"));
+  other->apply_lora(LoraOptions{});
+  other->load_lora_adapter(dir.file("adapter_model.safetensors"));
+  const auto a = model->lora_state_dict();
+  const auto b = other->lora_state_dict();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first.rfind("base_model.model.model.layers.", 0), 0u) << a[i].first;
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+  LoraOptions fewer;
+  fewer.targets = {"q_proj"};
+  LlamaForCausalLM third(LlamaConfig::preset("tiny"));
+  third->apply_lora(fewer);
+  test::expect_error<DataError>([&] { third->load_lora_adapter(dir.file("adapter_model.safetensors")); },
+                                {"adapter_model.safetensors", "not an adapter of this model"});
+  LoraOptions bad;
+  bad.targets = {"wq"};
+  test::expect_error<ConfigError>([&] { third->apply_lora(bad); }, {"--lora-targets", "'wq'"});
+}
+
 }  // namespace
 }  // namespace mgbench::models
