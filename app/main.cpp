@@ -18,6 +18,7 @@ commands:
            (strategies ddp, ddp-rr, ddp-ds); per-rank timings into an HDF5 results file
   report   print one row per run of one or more results files (paper Table 2 style)
   tokenize UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)
+  data     `data stats`: rows and token lengths of a fine-tuning dataset
 
   mgbench <command> --help   options of a command
   mgbench --version          version and git commit
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   if (command == "image") return mgbench::app::image_main(argc - 1, argv + 1);
   if (command == "report") return mgbench::app::report_main(argc - 1, argv + 1);
   if (command == "tokenize") return mgbench::app::tokenize_main(argc - 1, argv + 1);
+  if (command == "data") return mgbench::app::data_main(argc - 1, argv + 1);
   std::cerr << "mgbench: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

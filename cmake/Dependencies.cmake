@@ -13,6 +13,13 @@ find_package(nlohmann_json 3.10 REQUIRED)
 # PCRE2 (8-bit, Unicode properties) for the tokenizer's pre-tokenisation pattern.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# libcsv (RFC 4180 CSV parsing; Debian libcsv-dev, no pkg-config file).
+find_path(MGBENCH_CSV_INCLUDE_DIR csv.h REQUIRED)
+find_library(MGBENCH_CSV_LIBRARY csv REQUIRED)
+add_library(mgbench_csv INTERFACE)
+target_include_directories(mgbench_csv SYSTEM INTERFACE "${MGBENCH_CSV_INCLUDE_DIR}")
+target_link_libraries(mgbench_csv INTERFACE "${MGBENCH_CSV_LIBRARY}")
+add_library(mgbench::csv ALIAS mgbench_csv)
 
 # --- HDF5, the MPI-parallel build (Debian: libhdf5-openmpi-dev) ------------------------------
 # MGBENCH_HDF5_INCLUDE_DIR + MGBENCH_HDF5_LIBRARY name a parallel HDF5 directly (a relocated or

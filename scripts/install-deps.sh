@@ -15,7 +15,7 @@ TORCHVISION_VERSION=0.26.0
 APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev libbenchmark-dev libpcre2-dev)
+  libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -40,4 +40,9 @@ if ! "$PY" -c "import torch, torchvision, h5py, numpy, pytest, sys; sys.exit(not
 fi
 # Test oracles added later than the venv: installed into an existing one too.
 "$PY" -c "import tiktoken, transformers, safetensors, peft" 2>/dev/null || "$PY" -m pip install -q "${ORACLES[@]}"
+# TorchTune (templates and masks oracle) without its dependency tree: its message transforms and
+# Llama 3 tokenizer need only these; the tests stub Hugging Face `datasets`, which they never call.
+TORCHTUNE=("torchtune==0.6.1" "torchao==0.11.0" "sentencepiece==0.2.1" "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3")
+"$PY" -c "import torchtune, torchao, sentencepiece, omegaconf" 2>/dev/null ||
+  "$PY" -m pip install -q --no-deps "${TORCHTUNE[@]}"
 echo "install-deps: ok (python: $PY, $("$PY" -c 'import torch; print("torch", torch.__version__)'))"

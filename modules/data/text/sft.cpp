@@ -1,0 +1,212 @@
+#include "data/text/sft.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace mgbench::text {
+namespace {
+
+struct Message {
+  std::string role;                  // system | user | assistant
+  std::vector<std::string> content;  // text pieces, each stripped and encoded on its own (TorchTune)
+  bool masked = false;
+};
+
+constexpr const char* kAlpacaWithInput =
+    "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+    "response that appropriately completes the request.\n\n### Instruction:\n{}\n\n### Input:\n{}\n\n### Response:\n";
+constexpr const char* kAlpacaNoInput =
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "
+    "request.\n\n### Instruction:\n{}\n\n### Response:\n";
+
+/// Python's str.strip(): removes leading and trailing whitespace (ASCII and the Unicode spaces
+/// that occur in text data).
+std::string strip(const std::string& s) {
+  auto is_space_at = [&](std::size_t i, std::size_t& len) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    len = 1;
+    if (c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f)) return true;
+    // U+0085, U+00A0 (2 bytes), U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000 (3 bytes)
+    if (c == 0xC2 && i + 1 < s.size() && (static_cast<unsigned char>(s[i + 1]) == 0x85 ||
+                                          static_cast<unsigned char>(s[i + 1]) == 0xA0)) {
+      len = 2;
+      return true;
+    }
+    if (i + 2 < s.size()) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      const auto c2 = static_cast<unsigned char>(s[i + 2]);
+      len = 3;
+      if (c == 0xE1 && c1 == 0x9A && c2 == 0x80) return true;
+      if (c == 0xE2 && c1 == 0x80 && ((c2 >= 0x80 && c2 <= 0x8A) || c2 == 0xA8 || c2 == 0xA9 || c2 == 0xAF)) return true;
+      if (c == 0xE2 && c1 == 0x81 && c2 == 0x9F) return true;
+      if (c == 0xE3 && c1 == 0x80 && c2 == 0x80) return true;
+    }
+    return false;
+  };
+  std::size_t begin = 0, len = 0;
+  while (begin < s.size() && is_space_at(begin, len)) begin += len;
+  std::size_t end = s.size();
+  while (end > begin) {
+    // Step back over one UTF-8 character.
+    std::size_t k = end - 1;
+    while (k > begin && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+    if (!is_space_at(k, len) || k + len != end) break;
+    end = k;
+  }
+  return s.substr(begin, end - begin);
+}
+
+/// TorchTune's truncate(): keep the first n, make the last one `last` when it is not already.
+template <class T>
+void truncate(std::vector<T>& v, std::size_t n, const T& last) {
+  if (v.size() > n) v.resize(n);
+  if (!v.empty() && v.back() != last) v.back() = last;
+}
+
+TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Llama3Tokenizer& tok,
+                                  std::int64_t max_seq_len) {
+  std::vector<std::int32_t> tokens{tok.bos_id()};
+  std::vector<bool> mask{true};
+  const auto nl = tok.encode("\n\n", false, false);
+  for (const auto& m : messages) {
+    std::vector<std::int32_t> piece{tok.start_header_id()};
+    for (auto id : tok.encode(strip(m.role), false, false)) piece.push_back(id);
+    piece.push_back(tok.end_header_id());
+    piece.insert(piece.end(), nl.begin(), nl.end());
+    for (const auto& text : m.content) {
+      for (auto id : tok.encode(strip(text), false, false)) piece.push_back(id);
+    }
+    piece.push_back(tok.eot_id());
+    tokens.insert(tokens.end(), piece.begin(), piece.end());
+    mask.insert(mask.end(), piece.size(), m.masked);
+    if (max_seq_len > 0 && static_cast<std::int64_t>(tokens.size()) >= max_seq_len) break;
+  }
+  tokens.push_back(tok.eos_id());
+  mask.push_back(true);
+  if (max_seq_len > 0) {
+    truncate(tokens, static_cast<std::size_t>(max_seq_len), tok.eos_id());
+    std::vector<bool> m(mask.begin(), mask.end());
+    if (m.size() > static_cast<std::size_t>(max_seq_len)) m.resize(static_cast<std::size_t>(max_seq_len));
+    if (!m.empty()) m.back() = true;
+    mask.assign(m.begin(), m.end());
+  }
+  TokenizedSample s;
+  s.tokens = tokens;
+  s.labels.resize(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) s.labels[i] = mask[i] ? kIgnoreIndex : tokens[i];
+  return s;
+}
+
+}  // namespace
+
+DatasetKind parse_dataset_kind(const std::string& name) {
+  if (name == "alpaca") return DatasetKind::kAlpaca;
+  if (name == "grammar") return DatasetKind::kGrammar;
+  if (name == "samsum") return DatasetKind::kSamsum;
+  if (name == "slimorca") return DatasetKind::kSlimOrca;
+  if (name == "text") return DatasetKind::kText;
+  throw ConfigError(fmt::format("--dataset '{}': expected alpaca, grammar, samsum, slimorca or text", name));
+}
+
+const char* dataset_kind_name(DatasetKind kind) {
+  switch (kind) {
+    case DatasetKind::kAlpaca:
+      return "alpaca";
+    case DatasetKind::kGrammar:
+      return "grammar";
+    case DatasetKind::kSamsum:
+      return "samsum";
+    case DatasetKind::kSlimOrca:
+      return "slimorca";
+    case DatasetKind::kText:
+      return "text";
+  }
+  return "?";
+}
+
+TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tok,
+                            const SftOptions& options) {
+  try {
+    if (options.kind == DatasetKind::kText) {
+      TokenizedSample s;
+      s.tokens = tok.encode(string_field(records, i, "text"), true, true);
+      if (options.max_seq_len > 0 && static_cast<std::int64_t>(s.tokens.size()) > options.max_seq_len - 1) {
+        s.tokens.resize(static_cast<std::size_t>(std::max<std::int64_t>(options.max_seq_len - 1, 0)));  // TorchTune: no EOS coercion
+      }
+      s.labels = s.tokens;
+      return s;
+    }
+    const bool user_masked = !options.train_on_input;
+    std::vector<Message> messages;
+    switch (options.kind) {
+      case DatasetKind::kAlpaca: {
+        const std::string instruction = string_field(records, i, "instruction");
+        const std::string input = string_field(records, i, "input", /*allow_null=*/true);
+        const std::string prompt = input.empty() ? fmt::format(fmt::runtime(kAlpacaNoInput), instruction)
+                                                 : fmt::format(fmt::runtime(kAlpacaWithInput), instruction, input);
+        messages.push_back({"user", {prompt}, user_masked});
+        messages.push_back({"assistant", {string_field(records, i, "output")}, false});
+        break;
+      }
+      case DatasetKind::kGrammar: {
+        // C4_200M on the Hub has input/output; some exports name the output `target`.
+        const auto& row = records.rows[i];
+        const std::string output_field = row.contains("output") || !row.contains("target") ? "output" : "target";
+        messages.push_back({"user",
+                            {"Correct this to standard English: ", string_field(records, i, "input"),
+                             "\n---\nCorrected: "},
+                            user_masked});
+        messages.push_back({"assistant", {string_field(records, i, output_field)}, false});
+        break;
+      }
+      case DatasetKind::kSamsum:
+        messages.push_back(
+            {"user", {"Summarize this dialogue:\n", string_field(records, i, "dialogue"), "\n---\nSummary:\n"}, user_masked});
+        messages.push_back({"assistant", {string_field(records, i, "summary")}, false});
+        break;
+      case DatasetKind::kSlimOrca: {
+        const auto& row = records.rows[i];
+        MGBENCH_REQUIRE(row.contains("conversations") && row["conversations"].is_array(), DataError,
+                        "{}: missing field \"conversations\" (a list of {{from, value}} turns)", records.where(i));
+        std::size_t turn = 0;
+        for (const auto& t : row["conversations"]) {
+          ++turn;
+          MGBENCH_REQUIRE(t.is_object() && t.contains("from") && t.contains("value") && t["from"].is_string() &&
+                              t["value"].is_string(),
+                          DataError, "{}: conversation turn {} needs string fields \"from\" and \"value\"",
+                          records.where(i), turn);
+          const std::string from = t["from"].get<std::string>();
+          std::string role;
+          if (from == "system") role = "system";
+          if (from == "human") role = "user";
+          if (from == "gpt") role = "assistant";
+          MGBENCH_REQUIRE(!role.empty(), DataError, "{}: conversation turn {}: \"from\": \"{}\", expected system, "
+                          "human or gpt", records.where(i), turn, from);
+          // TorchTune 0.6.1 (ShareGPTToMessages): every non-assistant turn masked unless training on input.
+          const bool masked = role != "assistant" && user_masked;
+          messages.push_back({role, {t["value"].get<std::string>()}, masked});
+        }
+        break;
+      }
+      case DatasetKind::kText:
+        break;
+    }
+    return tokenize_messages(messages, tok, options.max_seq_len);
+  } catch (const DataError& e) {
+    const std::string where = records.where(i);
+    if (std::string(e.what()).find(records.path) != std::string::npos) throw;
+    throw DataError(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+std::vector<TokenizedSample> load_sft_dataset(const std::string& path, const Llama3Tokenizer& tokenizer,
+                                              const SftOptions& options) {
+  const Records records = read_records(path);
+  std::vector<TokenizedSample> samples;
+  samples.reserve(records.rows.size());
+  for (std::size_t i = 0; i < records.rows.size(); ++i) samples.push_back(make_sample(records, i, tokenizer, options));
+  return samples;
+}
+
+}  // namespace mgbench::text

@@ -1,0 +1,55 @@
+#pragma once
+// Fine-tuning samples with TorchTune's templates and masking (torchtune 0.6: data/_messages.py
+// AlpacaToMessages / InputOutputToMessages / ShareGPTToMessages, data/_prompt_templates.py,
+// models/llama3/_tokenizer.py tokenize_messages, datasets/_sft.py, datasets/_text_completion.py):
+//   tokens = <|begin_of_text|> + per message: <|start_header_id|> role <|end_header_id|> "\n\n"
+//            + content (each text piece stripped and encoded separately) + <|eot_id|>  + <|end_of_text|>
+//   labels = tokens, with -100 on masked messages, on <|begin_of_text|> and <|end_of_text|>
+// Labels are aligned with tokens (not shifted): the loss predicts labels[t + 1] from position t.
+//   alpaca    user: Alpaca prompt (with / without input), assistant: output
+//   grammar   user: "Correct this to standard English: " + input + "\n---\nCorrected: ", assistant: output
+//   samsum    user: "Summarize this dialogue:\n" + dialogue + "\n---\nSummary:\n", assistant: summary
+//   slimorca  ShareGPT conversations (system / human / gpt) in Llama 3 chat format
+//   text      the `text` field with BOS and EOS, loss on every token
+// Masking: by default only assistant messages carry loss (--train-on-input puts the user's and
+// system's in too, as TorchTune 0.6.1 does; its alpaca_dataset defaults to that, its other
+// datasets do not). With max_seq_len,
+// sequences are cut to max_seq_len and the last token becomes <|end_of_text|> (TorchTune's truncate).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/text/llama3_tokenizer.h"
+#include "data/text/records.h"
+
+namespace mgbench::text {
+
+enum class DatasetKind { kAlpaca, kGrammar, kSamsum, kSlimOrca, kText };
+
+/// alpaca | grammar | samsum | slimorca | text; throws ConfigError naming --dataset otherwise.
+DatasetKind parse_dataset_kind(const std::string& name);
+const char* dataset_kind_name(DatasetKind kind);
+
+inline constexpr std::int32_t kIgnoreIndex = -100;
+
+struct SftOptions {
+  DatasetKind kind = DatasetKind::kAlpaca;
+  std::int64_t max_seq_len = 0;  // 0: no truncation
+  bool train_on_input = false;   // also compute the loss on user and system tokens
+};
+
+struct TokenizedSample {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int32_t> labels;  // same length; kIgnoreIndex where no loss
+};
+
+/// The sample of row i of records. Throws DataError naming file, row and field for a missing or
+/// non-string field, a ShareGPT turn with an unknown role, or text that is not UTF-8.
+TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tokenizer,
+                            const SftOptions& options);
+
+/// Every row of path as samples (read_records + make_sample).
+std::vector<TokenizedSample> load_sft_dataset(const std::string& path, const Llama3Tokenizer& tokenizer,
+                                              const SftOptions& options);
+
+}  // namespace mgbench::text

@@ -1,0 +1,148 @@
+"""`mgbench data stats --dump`: templates, masks and truncation equal TorchTune 0.6.1's on real rows
+of every dataset kind (../shared/data/text), plus bad-input errors."""
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from conftest import BIN
+
+SHARED = os.environ.get("MGBENCH_SHARED_DATA", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+TOKENIZER = os.path.join(SHARED, "llama3", "tokenizer.model")
+TEXT = os.path.join(SHARED, "text")
+ROWS = 40
+IGNORE = -100
+
+
+def torchtune():
+    """TorchTune's message transforms and tokenizer; HF `datasets` (imported by torchtune.data but
+    not used by these pieces) is stubbed when absent."""
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        for name in ("datasets", "datasets.distributed"):
+            m = types.ModuleType(name)
+            m.load_dataset, m.Dataset, m.split_dataset_by_node = None, object, None
+            sys.modules[name] = m
+        sys.modules["datasets"].distributed = sys.modules["datasets.distributed"]
+    return pytest.importorskip("torchtune")
+
+
+def dump(kind, path, *extra):
+    proc = subprocess.run([BIN, "data", "stats", "--dataset", kind, "--data", path, "--tokenizer", TOKENIZER,
+                           "--dump", str(ROWS), *extra], capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return [json.loads(line) for line in proc.stdout.decode().splitlines()]
+
+
+def rows(path):
+    if path.endswith(".csv"):
+        import csv
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))[:ROWS]
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)[:ROWS]
+
+
+CASES = {
+    "alpaca": ("alpaca/alpaca_cleaned_first5k.json", None, None),
+    "grammar": ("grammar/c4_200m_first1k.csv", {"input": "input", "output": "target"},
+                "torchtune.data.GrammarErrorCorrectionTemplate"),
+    "samsum": ("samsum/samsum_validation_818.json", {"input": "dialogue", "output": "summary"},
+               "torchtune.data.SummarizeTemplate"),
+    "slimorca": ("slimorca/orca_style_80_from_dpo_en_demo.json", None, None),
+}
+
+
+@pytest.mark.parametrize("max_seq_len", [None, 64])
+@pytest.mark.parametrize("train_on_input", [False, True])
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_samples_equal_torchtune(kind, train_on_input, max_seq_len):
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    torchtune()
+    from torchtune.data import AlpacaToMessages, InputOutputToMessages, ShareGPTToMessages
+    from torchtune.models.llama3 import llama3_tokenizer
+    rel, column_map, template = CASES[kind]
+    path = os.path.join(TEXT, rel)
+    tok = llama3_tokenizer(TOKENIZER, max_seq_len=max_seq_len, prompt_template=template)
+    if kind == "alpaca":
+        transform = AlpacaToMessages(train_on_input=train_on_input)
+    elif kind == "slimorca":
+        transform = ShareGPTToMessages(train_on_input=train_on_input)
+    else:
+        transform = InputOutputToMessages(train_on_input=train_on_input, column_map=column_map)
+    extra = (["--train-on-input"] if train_on_input else []) + (["--max-seq-len", str(max_seq_len)] if max_seq_len else [])
+    ours = dump(kind, path, *extra)
+    source = rows(path)
+    assert len(ours) == len(source) == ROWS
+    for i, (row, sample) in enumerate(zip(source, ours)):
+        out = tok(transform(dict(row)))
+        labels = [IGNORE if m else t for t, m in zip(out["tokens"], out["mask"])]
+        assert sample["tokens"] == out["tokens"], (kind, i)
+        assert sample["labels"] == labels, (kind, i)
+
+
+def test_text_kind_equals_torchtune_text_completion(tmp_path):
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    torchtune()
+    from torchtune.data._utils import truncate
+    from torchtune.models.llama3 import llama3_tokenizer
+    texts = [r["output"] for r in rows(os.path.join(TEXT, "alpaca/alpaca_cleaned_first5k.json"))]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    for max_seq_len in (None, 32):
+        tok = llama3_tokenizer(TOKENIZER, max_seq_len=max_seq_len)
+        ours = dump("text", str(path), *(["--max-seq-len", str(max_seq_len)] if max_seq_len else []))
+        for text, sample in zip(texts, ours):
+            tokens = tok.encode(text, add_bos=True, add_eos=True)
+            if max_seq_len:
+                tokens = truncate(tokens, max_seq_len - 1)  # TorchTune's TextCompletionDataset
+            assert sample["tokens"] == tokens and sample["labels"] == tokens
+
+
+def run_data(path, kind="alpaca"):
+    return subprocess.run([BIN, "data", "stats", "--dataset", kind, "--data", str(path), "--tokenizer", TOKENIZER],
+                          capture_output=True, timeout=60)
+
+
+def test_bad_rows_name_file_and_row(tmp_path):
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps([{"instruction": "a", "output": "b"}, {"instruction": "c"}]))
+    proc = run_data(missing)
+    assert proc.returncode == 1 and b"missing.json' row 2" in proc.stderr and b'"output"' in proc.stderr
+    typed = tmp_path / "typed.jsonl"
+    typed.write_text('{"instruction": "a", "output": "b"}\n\n{"instruction": 5, "output": "b"}\n')
+    proc = run_data(typed)
+    assert proc.returncode == 1 and b"typed.jsonl' line 3" in proc.stderr and b"expected a string" in proc.stderr
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"instruction": "a", "output": "b"}\n{"instruction": "a", \n')
+    proc = run_data(broken)
+    assert proc.returncode == 1 and b"broken.jsonl' line 2" in proc.stderr and b"not valid JSON" in proc.stderr
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"instruction": "caf\xe9", "output": "b"}\n')
+    proc = run_data(latin)
+    assert proc.returncode == 1 and b"latin.jsonl' line 1" in proc.stderr, proc.stderr
+    csv_quote = tmp_path / "quote.csv"
+    csv_quote.write_text('input,output\n"unterminated,x\n')
+    proc = run_data(csv_quote, "grammar")
+    assert proc.returncode == 1 and b"quote.csv" in proc.stderr and b"malformed CSV" in proc.stderr
+    csv_fields = tmp_path / "fields.csv"
+    csv_fields.write_text("input,output\na,b\nc,d,e\n")
+    proc = run_data(csv_fields, "grammar")
+    assert proc.returncode == 1 and b"fields.csv' row 2 (line 3): 3 fields, the header has 2" in proc.stderr
+    orca = tmp_path / "orca.json"
+    orca.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "x"}]}]))
+    proc = run_data(orca, "slimorca")
+    assert proc.returncode == 1 and b"orca.json' row 1" in proc.stderr and b'"bot"' in proc.stderr
+    proc = run_data(tmp_path / "none.json")
+    assert proc.returncode == 1 and b"none.json" in proc.stderr
+    proc = subprocess.run([BIN, "data", "stats", "--dataset", "dolly", "--data", str(missing), "--tokenizer",
+                           TOKENIZER], capture_output=True)
+    assert proc.returncode == 1 and b"--dataset 'dolly'" in proc.stderr
