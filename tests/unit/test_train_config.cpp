@@ -58,8 +58,10 @@ TEST(ImageConfig, ValidationNamesTheOption) {
 }
 
 TEST(LrSchedule, WarmupThenCosine) {
-  EXPECT_DOUBLE_EQ(train::lr_at_step(1.0, 0, 4, 100, true), 0.25);
-  EXPECT_DOUBLE_EQ(train::lr_at_step(1.0, 3, 4, 100, true), 1.0);
+  // torchtune's LambdaLR: the first optimizer step runs with lambda(0) = 0.
+  EXPECT_DOUBLE_EQ(train::lr_at_step(1.0, 0, 4, 100, true), 0.0);
+  EXPECT_DOUBLE_EQ(train::lr_at_step(1.0, 1, 4, 100, true), 0.25);
+  EXPECT_DOUBLE_EQ(train::lr_at_step(1.0, 3, 4, 100, true), 0.75);
   EXPECT_DOUBLE_EQ(train::lr_at_step(1.0, 4, 4, 100, true), 1.0);
   EXPECT_NEAR(train::lr_at_step(1.0, 52, 4, 100, true), 0.5, 1e-12);
   EXPECT_NEAR(train::lr_at_step(1.0, 100, 4, 100, true), 0.0, 1e-12);

@@ -1,0 +1,111 @@
+#include "train/job_support.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/build_info.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/nccl_communicator.h"
+
+namespace mgbench::train {
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+}  // namespace
+
+bool all_succeed(runtime::MpiEnvironment& env, const char* stage, const std::function<void()>& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const int first_failing = env.first_failing_rank(error.empty());
+  if (first_failing < 0) return true;
+  if (env.rank() == first_failing) {
+    log::error("{} failed{}: {}", stage, env.world_size() > 1 ? fmt::format(" on rank {}", env.rank()) : "", error);
+  }
+  return false;
+}
+
+Connection connect(runtime::MpiEnvironment& env, const std::string& device, const std::string& backend,
+                   double comm_timeout_s) {
+  Connection c;
+  // Every rank picks its GPU by local rank, then the node checks that no two ranks share one
+  // (NCCL's rule) from the GPUs' PCI bus ids.
+  if (!all_succeed(env, "device placement", [&] {
+        c.placement = runtime::place_rank(device, runtime::visible_cuda_devices(), env.local_rank());
+        c.backend = runtime::resolve_backend(backend, c.placement, runtime::nccl_built());
+      })) {
+    return c;
+  }
+  const std::vector<std::string> node_gpus =
+      runtime::node_allgather(env.world(), c.placement.is_cuda() ? runtime::cuda_pci_bus_id(c.placement.index) : "cpu");
+  if (!all_succeed(env, "device placement", [&] {
+        if (!c.placement.is_cuda()) return;
+        const int sharing = runtime::check_gpu_sharing(node_gpus, env.local_rank(), c.backend, env.hostname());
+        if (sharing > 1 && env.local_rank() == 0) {
+          log::warn("{} ranks share each GPU on {} (--backend mpi): timings are not per-GPU figures", sharing,
+                    env.hostname());
+        }
+      })) {
+    return c;
+  }
+  if (c.placement.is_cuda()) {
+    log::info("rank {} -> {} ({}), backend {}", env.rank(), c.placement.str(),
+              runtime::cuda_device_description(c.placement.index), c.backend);
+  }
+  std::unique_ptr<runtime::Communicator> comm;
+  if (!all_succeed(env, "creating the communicator", [&] {
+        if (c.backend == "nccl") {
+          comm = runtime::make_nccl_communicator(env.world(), c.placement.index, {comm_timeout_s});
+        } else {
+          comm = std::make_unique<runtime::MpiCommunicator>(env.world());
+        }
+      })) {
+    return c;
+  }
+  c.comm = std::move(comm);
+  return c;
+}
+
+h5::Attributes common_run_attributes(runtime::MpiEnvironment& env, const std::string& resolved_config,
+                                     const std::string& command_line, const std::string& run_name) {
+  return {{"world_size", static_cast<std::int64_t>(env.world_size())},
+          {"hosts", env.all_hosts()},
+          {"started_utc", utc_now_iso8601()},
+          {"mgbench_version", std::string(build_info::kVersion)},
+          {"git_commit", std::string(build_info::kGitCommit)},
+          {"mpi_version", env.library_version()},
+          {"slurm_job_id", env_or("SLURM_JOB_ID", "")},
+          {"command_line", command_line},
+          {"config", resolved_config},
+          {"run_name", run_name}};
+}
+
+h5::Attributes common_rank_attributes(runtime::MpiEnvironment& env) {
+  return {{"hostname", env.hostname()},
+          {"local_rank", static_cast<std::int64_t>(env.local_rank())},
+          {"pid", static_cast<std::int64_t>(getpid())}};
+}
+
+bool create_results_directory(runtime::MpiEnvironment& env, const std::string& results_path) {
+  // Its own stage: rank 0 alone creates the directory, and a failure there must reach the other
+  // ranks through the agreement, not leave them in a barrier.
+  return all_succeed(env, "creating the results directory", [&] {
+    const auto parent = std::filesystem::path(results_path).parent_path();
+    if (env.rank() == 0 && !parent.empty()) std::filesystem::create_directories(parent);
+  });
+}
+
+}  // namespace mgbench::train
