@@ -5,4 +5,5 @@ int image_main(int argc, char** argv);
 int report_main(int argc, char** argv);
 int tokenize_main(int argc, char** argv);
 int data_main(int argc, char** argv);
+int llm_main(int argc, char** argv);
 }  // namespace mgbench::app

@@ -16,6 +16,7 @@ constexpr const char* kUsage = R"(usage: mgbench <command> [options]
 commands:
   image    train MobileNetV2 on MNIST upscaled to --image-size px across MPI ranks
            (strategies ddp, ddp-rr, ddp-ds); per-rank timings into an HDF5 results file
+  llm      LoRA fine-tuning of Llama 3 (TorchTune semantics) across MPI ranks, --eval-only for a loss
   report   print one row per run of one or more results files (paper Table 2 style)
   tokenize UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)
   data     `data stats`: rows and token lengths of a fine-tuning dataset
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   }
   if (command == "image") return mgbench::app::image_main(argc - 1, argv + 1);
   if (command == "report") return mgbench::app::report_main(argc - 1, argv + 1);
+  if (command == "llm") return mgbench::app::llm_main(argc - 1, argv + 1);
   if (command == "tokenize") return mgbench::app::tokenize_main(argc - 1, argv + 1);
   if (command == "data") return mgbench::app::data_main(argc - 1, argv + 1);
   std::cerr << "mgbench: unknown command '" << command << "'\n\n" << kUsage;

@@ -40,9 +40,12 @@ if ! "$PY" -c "import torch, torchvision, h5py, numpy, pytest, sys; sys.exit(not
 fi
 # Test oracles added later than the venv: installed into an existing one too.
 "$PY" -c "import tiktoken, transformers, safetensors, peft" 2>/dev/null || "$PY" -m pip install -q "${ORACLES[@]}"
-# TorchTune (templates and masks oracle) without its dependency tree: its message transforms and
-# Llama 3 tokenizer need only these; the tests stub Hugging Face `datasets`, which they never call.
+# TorchTune (templates and masks oracle) in a folder of its own, added to sys.path only by the
+# tests that use it: it needs an old torchao (0.11, for nf4tensor) that peft refuses. Without its
+# dependency tree: its message transforms and Llama 3 tokenizer need only these, and the tests stub
+# Hugging Face `datasets`, which they never call.
+TORCHTUNE_SITE="$MGBENCH_VENV/torchtune-site"
 TORCHTUNE=("torchtune==0.6.1" "torchao==0.11.0" "sentencepiece==0.2.1" "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3")
-"$PY" -c "import torchtune, torchao, sentencepiece, omegaconf" 2>/dev/null ||
-  "$PY" -m pip install -q --no-deps "${TORCHTUNE[@]}"
+[[ -d "$TORCHTUNE_SITE/torchtune" ]] ||
+  "$PY" -m pip install -q --no-deps --target "$TORCHTUNE_SITE" "${TORCHTUNE[@]}"
 echo "install-deps: ok (python: $PY, $("$PY" -c 'import torch; print("torch", torch.__version__)'))"

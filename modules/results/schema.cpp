@@ -36,6 +36,9 @@ h5::Handle step_record_type() {
   insert(t, "allreduce_window_s", offsetof(StepRecord, allreduce_window_s), H5T_NATIVE_DOUBLE);
   insert(t, "loss_scale", offsetof(StepRecord, loss_scale), H5T_NATIVE_DOUBLE);
   insert(t, "skipped", offsetof(StepRecord, skipped), H5T_NATIVE_INT8);
+  insert(t, "tokens", offsetof(StepRecord, tokens), H5T_NATIVE_INT64);
+  insert(t, "padded_tokens", offsetof(StepRecord, padded_tokens), H5T_NATIVE_INT64);
+  insert(t, "lr", offsetof(StepRecord, lr), H5T_NATIVE_DOUBLE);
   return t;
 }
 
@@ -68,6 +71,10 @@ h5::Handle run_summary_type() {
   insert(t, "test_accuracy", offsetof(RunSummary, test_accuracy), H5T_NATIVE_DOUBLE);
   insert(t, "epochs_completed", offsetof(RunSummary, epochs_completed), H5T_NATIVE_INT64);
   insert(t, "finished_unix_s", offsetof(RunSummary, finished_unix_s), H5T_NATIVE_DOUBLE);
+  insert(t, "s_per_it", offsetof(RunSummary, s_per_it), H5T_NATIVE_DOUBLE);
+  insert(t, "tokens_per_s", offsetof(RunSummary, tokens_per_s), H5T_NATIVE_DOUBLE);
+  insert(t, "mfu", offsetof(RunSummary, mfu), H5T_NATIVE_DOUBLE);
+  insert(t, "eval_loss", offsetof(RunSummary, eval_loss), H5T_NATIVE_DOUBLE);
   return t;
 }
 

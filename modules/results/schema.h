@@ -68,6 +68,9 @@ struct StepRecord {
   double allreduce_window_s = kNaN;  // first bucket all-reduce start -> last end (NaN: 1 rank)
   double loss_scale = kNaN;          // GradScaler scale used in this step (NaN: no loss scaling)
   std::int8_t skipped = 0;           // 1: optimizer step skipped (non-finite gradients, amp-fp16)
+  std::int64_t tokens = 0;           // llm: real (non-padding) input tokens of this rank's step
+  std::int64_t padded_tokens = 0;    // llm: batch x padded length, summed over the micro-batches
+  double lr = kNaN;                  // learning rate used in the step
 };
 
 /// One row of rank_<r>/epochs. Unwritten rows keep epoch = -1.
@@ -140,6 +143,10 @@ struct RunSummary {
   double test_accuracy = kNaN;    // accuracy after the last evaluated epoch, in [0, 1]
   std::int64_t epochs_completed = 0;
   double finished_unix_s = kNaN;  // UTC seconds since 1970 when the run ended
+  double s_per_it = kNaN;         // llm: train_s / optimizer steps (rank 0) [s/it]
+  double tokens_per_s = kNaN;     // llm: real tokens of all ranks / train_s [tokens/s]
+  double mfu = kNaN;              // llm: model FLOPs / (train_s x ranks x peak FLOP/s), NaN without a peak
+  double eval_loss = kNaN;        // llm --eval-only: token-weighted mean cross-entropy
 };
 
 /// HDF5 compound types for the records (native layout in memory, same field names on disk).

@@ -306,6 +306,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
 
       const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, c.lr_schedule == "cosine");
       for (auto& group : s.optimizer->param_groups()) group.options().set_lr(lr);
+      step.lr = lr;
       s.optimizer->zero_grad(/*set_to_none=*/true);
       if (s.share_buffers) {
         clock.enter(results::Phase::kAllreduce);

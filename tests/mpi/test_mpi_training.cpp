@@ -11,6 +11,7 @@
 #include "runtime/mpi_communicator.h"
 #include "mpi_support.h"
 #include "train/image_trainer.h"
+#include "train/llm_tuner.h"
 
 namespace mgbench {
 namespace {
@@ -137,6 +138,65 @@ TEST(Training, MixedPrecisionKeepsRanksInStep) {
     ASSERT_EQ(runs.size(), 3u);
     EXPECT_EQ(runs[2].text("precision").value_or(""), "amp-fp16");
   }
+}
+
+// LLM: N ranks x batch b equals 1 rank x batch N*b (token-weighted loss), adapters identical on all ranks.
+struct LlmTrained {
+  std::vector<torch::Tensor> adapters;
+  std::vector<double> losses;
+};
+
+LlmTrained tune(MPI_Comm comm_world, const train::LlmConfig& config) {
+  runtime::MpiCommunicator comm(comm_world);
+  train::LlmTuner tuner(config, comm, {});
+  tuner.load();
+  results::ResultsWriter writer(config.results, comm_world, "llm", tuner.run_attributes(), tuner.rank_attributes(),
+                                tuner.layout());
+  Progress quiet(false, "tok/s");
+  tuner.run(writer, quiet);
+  writer.finish(results::kStatusCompleted);
+  LlmTrained out;
+  for (const auto& p : tuner.adapter_parameters()) out.adapters.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(LlmTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
+  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
+  const std::string tokenizer = test::shared_data_dir() + "/llama3/tiktoken_small.model";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  SharedDir dir;
+  train::LlmConfig c;
+  c.model = model;
+  c.tokenizer = tokenizer;
+  c.dataset = "alpaca";
+  c.data = test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json";
+  c.limit = 24 * world_size();
+  c.batch_size = 2;
+  c.grad_accum = 2;
+  c.max_steps = 3;
+  c.warmup_steps = 1;
+  c.lr = 1e-3;
+  c.lora_rank = 4;
+  c.precision = "fp32";
+  c.results = dir.file("llm.h5");
+  const LlmTrained distributed = tune(MPI_COMM_WORLD, c);
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  EXPECT_EQ(max_difference_across_ranks(comm, flat(distributed.adapters)), 0.0);
+  if (world_rank() == 0) {
+    auto single = c;
+    single.batch_size = 2 * world_size();
+    single.results = dir.file("llm1.h5");
+    const LlmTrained reference = tune(MPI_COMM_SELF, single);
+    const double diff = (flat(distributed.adapters) - flat(reference.adapters)).abs().max().item<double>();
+    // fp32: only the order of the gradient sums differs (tolerance well under one AdamW step of 1e-3).
+    EXPECT_LT(diff, 2e-5) << "max |adapter(" << world_size() << " ranks x 2) - adapter(1 rank x " << 2 * world_size()
+                          << ")|";
+    auto other = single;
+    other.batch_size = world_size();  // a different global batch must give different adapters
+    other.results = dir.file("llm2.h5");
+    EXPECT_GT((flat(tune(MPI_COMM_SELF, other).adapters) - flat(reference.adapters)).abs().max().item<double>(), 1e-4);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

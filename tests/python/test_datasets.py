@@ -18,8 +18,12 @@ IGNORE = -100
 
 
 def torchtune():
-    """TorchTune's message transforms and tokenizer; HF `datasets` (imported by torchtune.data but
-    not used by these pieces) is stubbed when absent."""
+    """TorchTune's message transforms and tokenizer, from the folder scripts/install-deps.sh puts
+    them in (beside the venv: its torchao would clash with peft's); HF `datasets` (imported by
+    torchtune.data but not used by these pieces) is stubbed when absent."""
+    site = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "torchtune-site")
+    if os.path.isdir(site) and site not in sys.path:
+        sys.path.insert(0, site)
     try:
         import datasets  # noqa: F401
     except ImportError:

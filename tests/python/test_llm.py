@@ -1,0 +1,110 @@
+"""`mgbench llm` end to end: --eval-only loss equals transformers', a 2-rank fine-tuning run writes
+its results and PEFT adapters that peft loads, bad options are named."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import mgbench
+
+SHARED = os.environ.get("MGBENCH_SHARED_DATA", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+SMALL_TOKENIZER = os.path.join(SHARED, "llama3", "tiktoken_small.model")
+ORACLES = os.environ.get("MGBENCH_ORACLE_DIR", "")
+MODEL = os.path.join(ORACLES, "llama_tiny_2256")
+ALPACA = os.path.join(SHARED, "text", "alpaca", "alpaca_cleaned_first5k.json")
+PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def need_model():
+    if not os.path.isdir(MODEL):
+        pytest.skip(f"oracle model {MODEL} not found (needs transformers: tests/python/make_oracles.py)")
+    if not os.path.exists(SMALL_TOKENIZER):
+        pytest.skip("no tiktoken_small.model")
+
+
+def test_eval_only_loss_equals_transformers(tmp_path):
+    need_model()
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tiktoken = pytest.importorskip("tiktoken")
+    from tiktoken.load import load_tiktoken_bpe
+    texts = [row["output"] for row in json.load(open(ALPACA, encoding="utf-8"))[:12]]
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "text", "--data", data,
+                   "--precision", "fp32", "--eval-only", "--batch-size", "3", "--results", tmp_path / "r.h5",
+                   np=2, check=True)
+    ours = float(proc.stdout.split("eval loss:")[1].split()[0])
+    ranks = load_tiktoken_bpe(SMALL_TOKENIZER)
+    enc = tiktoken.Encoding("small", pat_str=PATTERN, mergeable_ranks=ranks, special_tokens={})
+    model = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for t in texts:
+            ids = torch.tensor([[len(ranks)] + enc.encode_ordinary(t) + [len(ranks) + 1]])  # BOS ... EOS
+            logits = model(ids).logits[0, :-1]
+            total += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
+            count += ids.shape[1] - 1
+    assert abs(ours - total / count) < 1e-4, (ours, total / count)
+
+
+def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
+    need_model()
+    results = tmp_path / "llm.h5"
+    out = tmp_path / "adapter"
+    mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "alpaca", "--data", ALPACA,
+            "--limit", "48", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "4", "--warmup-steps", "2",
+            "--lora-rank", "4", "--precision", "fp32", "--results", results, "--output-dir", out,
+            "--run-name", "lora", np=2, check=True)
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        assert run["status"][0] == b"completed"
+        assert run.attrs["task"] == "llm" and run.attrs["dataset"] == "alpaca" and run.attrs["lora_rank"] == 4
+        summary = run["summary"][0]
+        assert summary["s_per_it"] > 0 and summary["tokens_per_s"] > 0 and np.isnan(summary["mfu"])  # CPU: no peak
+        for r in (0, 1):
+            steps = run[f"rank_{r}"]["steps"][:]
+            assert len(steps) == 4 and (steps["epoch"] == 0).all()
+            assert (steps["tokens"] > 0).all() and (steps["padded_tokens"] >= steps["tokens"]).all()
+            assert (steps["samples"] == 4).all()  # batch 2 x grad-accum 2
+            assert steps["lr"][0] == 0.0 and steps["lr"][1] > 0  # torchtune's warm-up starts at 0
+            assert np.isfinite(steps["loss"]).all()
+        # The loss is the global token-weighted mean: identical on both ranks.
+        assert (run["rank_0"]["steps"]["loss"] == run["rank_1"]["steps"]["loss"]).all()
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == 4
+    assert set(config["target_modules"]) == {"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    base = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+    model = peft.PeftModel.from_pretrained(base, str(out))  # PEFT loads mgbench's adapter unchanged
+    loaded = {k for k, _ in model.named_parameters() if "lora_" in k}
+    assert len(loaded) == 2 * 6 * 2
+    assert any(p.abs().sum() > 0 for k, p in model.named_parameters() if "lora_B" in k)  # trained: B moved off zero
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--dataset", "dolly", "--data", "x.json"], "--dataset 'dolly'"),
+    (["--data", "x.json", "--lora-rank", "0"], "--lora-rank 0"),
+    (["--data", "x.json", "--precision", "fp16"], "--precision 'fp16'"),
+    (["--data", "x.json", "--activation-checkpointing", "maybe"], "--activation-checkpointing 'maybe'"),
+    (["--data", "x.json", "--adapter", "dir"], "--adapter"),
+    ([], "--data"),
+])
+def test_bad_options_exit_2(args, needle):
+    proc = mgbench("llm", *args)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+
+
+def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
+    need_model()
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--data", tmp_path / "none.json",
+                   "--results", tmp_path / "r.h5", np=2)
+    assert proc.returncode == 1 and "none.json" in proc.stderr and proc.stderr.count("set-up failed") == 1
+    proc = mgbench("llm", "--model", "tiny", "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--results",
+                   tmp_path / "r.h5")
+    assert proc.returncode == 1 and "--init random" in proc.stderr
