@@ -86,18 +86,21 @@ struct LlmTuner::State {
     return batch;
   }
 
-  /// Sum over the batch of the next-token cross-entropy (fp32), and the number of its targets.
+  /// Sum over the batch of the next-token cross-entropy (fp32). Only positions that have a target
+  /// go through the output projection and the softmax: prompt and padding positions (30-85 % of
+  /// the tokens in alpaca / samsum) cost nothing there, forward or backward.
   torch::Tensor loss_sum(const Batch& batch) {
     const torch::Tensor tokens = batch.tokens.to(device);
-    const torch::Tensor labels = batch.labels.to(device);
-    const torch::Tensor logits = model->forward(tokens);
-    const auto t = logits.size(1);
-    if (t < 2) return torch::zeros({}, logits.options().dtype(torch::kFloat32));
-    const torch::Tensor predicted = logits.narrow(1, 0, t - 1).reshape({-1, logits.size(-1)}).to(torch::kFloat32);
-    const torch::Tensor target = labels.narrow(1, 1, t - 1).reshape({-1});
-    return torch::nn::functional::cross_entropy(
-        predicted, target,
-        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(text::kIgnoreIndex).reduction(torch::kSum));
+    const torch::Tensor h = model->hidden_states(tokens);  // [B, T, H]
+    const auto t = h.size(1);
+    if (t < 2 || batch.label_tokens == 0) return (h.sum() * 0).to(torch::kFloat32);  // keeps the graph
+    const torch::Tensor target = batch.labels.narrow(1, 1, t - 1).reshape({-1});  // CPU, int64
+    const torch::Tensor positions = (target != text::kIgnoreIndex).nonzero().squeeze(1);
+    const torch::Tensor selected =
+        h.narrow(1, 0, t - 1).reshape({-1, h.size(-1)}).index_select(0, positions.to(device));
+    const torch::Tensor logits = torch::nn::functional::linear(selected, model->output_weight()).to(torch::kFloat32);
+    return torch::nn::functional::cross_entropy(logits, target.index_select(0, positions).to(device),
+                                                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   }
 };
 
