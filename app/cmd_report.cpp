@@ -63,7 +63,14 @@ int report_main(int argc, char** argv) {
     std::cerr << "mgbench report: " << e.what() << "\n";
     return 1;
   }
-  report::print(std::cout, report::build_rows(runs), vm.count("csv") != 0 ? report::Format::kCsv : report::Format::kTable);
+  const auto format = vm.count("csv") != 0 ? report::Format::kCsv : report::Format::kTable;
+  std::vector<results::RunRecord> image_runs, llm_runs;
+  for (auto& r : runs) (report::is_llm_run(r) ? llm_runs : image_runs).push_back(r);
+  if (!image_runs.empty() || llm_runs.empty()) report::print(std::cout, report::build_rows(image_runs), format);
+  if (!llm_runs.empty()) {
+    if (!image_runs.empty()) std::cout << "\n";
+    report::print_llm(std::cout, llm_runs, format);
+  }
   if (vm.count("phases") != 0) {
     std::cout << "\n";
     report::print_phases(std::cout, runs);

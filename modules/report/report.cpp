@@ -55,6 +55,62 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
   return rows;
 }
 
+bool is_llm_run(const results::RunRecord& run) { return run.display("task").rfind("llm", 0) == 0; }
+
+void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
+  auto key = [](const results::RunRecord& r) {
+    return fmt::format("{}|{}|{}|{}|{}|{}|{}", r.display("model"), r.display("dataset"), r.display("precision"),
+                       r.display("batch_size"), r.display("grad_accum"), r.display("train_samples"),
+                       r.display("max_seq_len"));
+  };
+  auto efficiency = [&](const results::RunRecord& r) -> std::optional<double> {
+    if (!usable(r) || !std::isfinite(r.summary.tokens_per_s)) return std::nullopt;
+    const results::RunRecord* one = nullptr;
+    for (const auto& o : runs) {
+      if (is_llm_run(o) && usable(o) && o.integer("world_size") == 1 && key(o) == key(r) &&
+          std::isfinite(o.summary.tokens_per_s)) {
+        one = &o;
+      }
+    }
+    if (one == nullptr) return std::nullopt;
+    return r.summary.tokens_per_s / static_cast<double>(r.integer("world_size").value_or(1)) / one->summary.tokens_per_s;
+  };
+  auto loss = [](const results::RunRecord& r) {
+    return std::isfinite(r.summary.eval_loss) ? r.summary.eval_loss : r.summary.final_loss;
+  };
+  if (format == Format::kCsv) {
+    out << "file,run_id,status,task,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
+           "efficiency_vs_1_rank_pct,mfu_pct,loss\n";
+    for (const auto& r : runs) {
+      if (!is_llm_run(r)) continue;
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status, r.display("task"),
+                         r.display("world_size"), r.display("model"), r.display("dataset"), r.display("precision"),
+                         r.display("batch_size"), r.display("grad_accum"), number(r.summary.s_per_it, 4),
+                         number(r.summary.tokens_per_s, 1), percent(efficiency(r)), number(r.summary.mfu * 100.0, 2),
+                         number(loss(r), 4));
+    }
+    return;
+  }
+  out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
+         "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank\n";
+  const char* header = "{:<28} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>6} {:>8} {:<9}\n";
+  out << fmt::format(fmt::runtime(header), "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s",
+                     "eff_1rank", "MFU", "loss", "status");
+  out << fmt::format(fmt::runtime(header), "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "", "");
+  for (const auto& r : runs) {
+    if (!is_llm_run(r)) continue;
+    std::string model = r.display("model");
+    if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
+    out << fmt::format(fmt::runtime(header), r.run_id, r.display("world_size"), model, r.display("dataset"),
+                       r.display("precision"), fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")),
+                       number(r.summary.s_per_it, 3), number(r.summary.tokens_per_s, 0), percent(efficiency(r)),
+                       number(r.summary.mfu * 100.0, 1),
+                       std::isfinite(r.summary.eval_loss) ? "eval " + number(r.summary.eval_loss, 4)
+                                                          : number(r.summary.final_loss, 4),
+                       r.status);
+  }
+}
+
 void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
   if (format == Format::kCsv) {
     out << "file,run_id,status,ranks,strategy,precision,pin_memory,image_size,epochs,batch_size,total_s,"

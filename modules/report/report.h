@@ -29,6 +29,15 @@ enum class Format { kTable, kCsv };
 /// Writes the rows; the table has '#' metadata lines and a units row (nccl-tests style).
 void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 
+/// LLM fine-tuning runs (task llm / llm-eval), as the paper's Table 5 and Fig. 4: ranks, model,
+/// dataset, precision, batch x grad-accum, optimizer steps, s/it, tokens/s (all ranks), per-rank
+/// scaling efficiency vs the 1-rank run of the same workload ((tokens/s / ranks) / tokens/s of 1
+/// rank), MFU, final (or eval) loss, status. Image runs are skipped.
+void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format);
+
+/// True for runs of `mgbench llm`.
+bool is_llm_run(const results::RunRecord& run);
+
 /// Where the training time of each run went: per phase (data, h2d, transform, forward, backward,
 /// allreduce, optimizer) the seconds summed over the run's epochs, min / avg / max across ranks,
 /// and the average share of the training time [%].

@@ -74,6 +74,10 @@ def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
             assert np.isfinite(steps["loss"]).all()
         # The loss is the global token-weighted mean: identical on both ranks.
         assert (run["rank_0"]["steps"]["loss"] == run["rank_1"]["steps"]["loss"]).all()
+    report = mgbench("report", results, check=True).stdout
+    assert "LLM runs" in report and "alpaca" in report and "completed" in report
+    csv = mgbench("report", "--csv", results, check=True).stdout.splitlines()
+    assert csv[0].startswith("file,run_id,status,task,ranks") and ",llm,2," in csv[1]
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 4
     assert set(config["target_modules"]) == {"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
