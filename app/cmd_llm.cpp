@@ -27,7 +27,7 @@ po::options_description llm_options(train::LlmConfig& c, std::int64_t& seed, std
        "Llama 3 tokenizer.model (default: <model>/original/tokenizer.model or <model>/tokenizer.model)")
       ("precision", po::value(&c.precision)->default_value(c.precision), "bf16 | fp32 (the whole model)")
       ("activation-checkpointing", po::value(&activation_checkpointing)->default_value("false"),
-       "true | false (not implemented yet)");
+       "true | false: recompute each decoder layer in backward instead of keeping its activations");
   po::options_description data("Data");
   data.add_options()
       ("dataset", po::value(&c.dataset)->default_value(c.dataset), "alpaca | grammar | samsum | slimorca | text")

@@ -30,6 +30,45 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
+/// Reentrant activation checkpoint of one decoder layer (the scheme of torch.utils.checkpoint's
+/// use_reentrant=True): forward runs the layer without a graph and saves its input; backward
+/// recomputes it with a graph and back-propagates through that, accumulating the layer's
+/// parameter gradients and returning the input's. The RNG state is saved and restored, so dropout
+/// draws the same masks in the recomputation.
+class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
+                               torch::Tensor sin, std::int64_t layer_address) {
+    ctx->saved_data["layer"] = layer_address;
+    ctx->saved_data["cos"] = cos;
+    ctx->saved_data["sin"] = sin;
+    const torch::Generator gen = x.is_cuda() ? at::globalContext().defaultGenerator(x.device())
+                                             : at::globalContext().defaultGenerator(torch::kCPU);
+    ctx->saved_data["rng"] = gen.get_state();
+    ctx->save_for_backward({x});
+    auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(layer_address);
+    return layer->forward(x, cos, sin);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::Generator gen = x.is_cuda() ? at::globalContext().defaultGenerator(x.device())
+                                       : at::globalContext().defaultGenerator(torch::kCPU);
+    const torch::Tensor current = gen.get_state();
+    gen.set_state(ctx->saved_data["rng"].toTensor());
+    torch::Tensor out;
+    {
+      torch::AutoGradMode grad(true);
+      out = layer->forward(x, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor());
+    }
+    gen.set_state(current);
+    torch::autograd::backward({out}, {grad_outputs[0]});
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 // ------------------------------------------------------------------ config
@@ -304,7 +343,17 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens) {
                   dims(tokens.sizes()));
   torch::Tensor h = model->embed_tokens(tokens);
   const auto [cos, sin] = rotary(tokens.size(1), h.scalar_type(), h.device());
-  for (const auto& layer : *model->layers) h = layer->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin);
+  const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  for (const auto& layer : *model->layers) {
+    auto* decoder = layer->as<LlamaDecoderLayerImpl>();
+    if (checkpoint) {
+      // The input must require grad for backward to reach the layer (the embedding is frozen).
+      if (!h.requires_grad()) h = h.detach().requires_grad_(true);
+      h = CheckpointedLayer::apply(h, cos, sin, reinterpret_cast<std::int64_t>(decoder));
+    } else {
+      h = decoder->forward(h, cos, sin);
+    }
+  }
   return model->norm(h);
 }
 

@@ -168,9 +168,16 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   /// extra or mis-shaped tensor.
   void load_lora_adapter(const std::string& safetensors_path);
 
+  /// Activation checkpointing per decoder layer: forward keeps only each layer's input and
+  /// recomputes the layer in backward (a custom autograd function: LibTorch has no
+  /// torch.utils.checkpoint), trading one extra forward for the layers' activations. Used in
+  /// training mode with grad enabled; the gradients are unchanged (LoRA dropout replays its RNG).
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+
   const LlamaConfig& config() const { return config_; }
 
  private:
+  bool checkpointing_ = false;
   /// cos, sin [T, head_dim] in dtype on device (computed in fp32 from the cached inverse frequencies).
   std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t length, torch::Dtype dtype, torch::Device device);
 

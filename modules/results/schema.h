@@ -147,6 +147,7 @@ struct RunSummary {
   double tokens_per_s = kNaN;     // llm: real tokens of all ranks / train_s [tokens/s]
   double mfu = kNaN;              // llm: model FLOPs / (train_s x ranks x peak FLOP/s), NaN without a peak
   double eval_loss = kNaN;        // llm --eval-only: token-weighted mean cross-entropy
+  std::int64_t peak_memory_bytes = -1;  // rank 0: CUDA allocator peak (GPU) or peak resident set size (CPU)
 };
 
 /// HDF5 compound types for the records (native layout in memory, same field names on disk).

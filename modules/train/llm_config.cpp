@@ -33,8 +33,6 @@ void LlmConfig::validate() const {
                   "--backend '{}': expected auto, nccl or mpi", backend);
   MGBENCH_REQUIRE(precision == "bf16" || precision == "fp32", ConfigError, "--precision '{}': expected bf16 or fp32",
                   precision);
-  MGBENCH_REQUIRE(!activation_checkpointing, ConfigError,
-                  "--activation-checkpointing true: not implemented yet (see docs/design.md)");
   MGBENCH_REQUIRE(comm_timeout_s > 0, ConfigError, "--comm-timeout {}: expected > 0 s", comm_timeout_s);
   MGBENCH_REQUIRE(peak_tflops >= 0, ConfigError, "--peak-tflops {}: expected >= 0", peak_tflops);
   MGBENCH_REQUIRE(adapter.empty() || eval_only, ConfigError, "--adapter: only with --eval-only");

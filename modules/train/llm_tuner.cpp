@@ -1,5 +1,7 @@
 #include "train/llm_tuner.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -35,6 +37,15 @@ double device_peak_flops(const runtime::DevicePlacement& p, torch::ScalarType dt
     return (dtype == torch::kBFloat16 ? 989.0 : 67.0) * 1e12;
   }
   return NAN;
+}
+
+/// Peak memory of this process on its device: the CUDA caching allocator's peak allocation, or the
+/// peak resident set size on the CPU (getrusage), in bytes.
+std::int64_t peak_memory_bytes(const torch::Device& device) {
+  if (device.is_cuda()) return device_memory_peaks(device).first;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux: kilobytes
 }
 
 struct Batch {
@@ -159,6 +170,7 @@ void LlmTuner::load() {
   s.model = models::LlamaForCausalLM(model_config);
   if (c.init == "checkpoint") s.model->load_hf_checkpoint(c.model);
   s.model->to(s.device, s.dtype);
+  s.model->set_activation_checkpointing(c.activation_checkpointing);
   models::LoraOptions lora;
   lora.rank = c.lora_rank;
   lora.alpha = c.lora_alpha;
@@ -389,6 +401,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
   summary.samples_per_s = summary.tokens_per_s;
   summary.mfu = totals[1].item<double>() / (summary.train_s * static_cast<double>(s.comm.world_size()) * peak);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
+  summary.peak_memory_bytes = peak_memory_bytes(s.device);
   if (s.comm.rank() == 0) writer.write_summary(summary);
   return summary;
 }

@@ -172,6 +172,38 @@ TEST(Lora, GradientsEqualPeft) {
   }
 }
 
+TEST(Llama, ActivationCheckpointingKeepsTheGradients) {
+  for (const double dropout : {0.0, 0.3}) {
+    SCOPED_TRACE(dropout);
+    auto make = [&] {
+      torch::manual_seed(5);
+      LlamaConfig c = LlamaConfig::preset("tiny");
+      c.vocab_size = 300;
+      LlamaForCausalLM m(c);
+      LoraOptions o;
+      o.dropout = dropout;
+      m->apply_lora(o);
+      torch::NoGradGuard no_grad;
+      for (auto& [_, t] : m->lora_state_dict()) t.normal_(0, 0.1);
+      return m;
+    };
+    LlamaForCausalLM plain = make();
+    LlamaForCausalLM checkpointed = make();
+    checkpointed->set_activation_checkpointing(true);
+    const torch::Tensor ids = torch::randint(0, 300, {2, 24});
+    torch::manual_seed(77);  // same dropout masks in both
+    plain->forward(ids).pow(2).mean().backward();
+    torch::manual_seed(77);
+    checkpointed->forward(ids).pow(2).mean().backward();
+    const auto a = plain->lora_state_dict();
+    const auto b = checkpointed->lora_state_dict();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(b[i].second.grad().defined()) << a[i].first;
+      EXPECT_LT((a[i].second.grad() - b[i].second.grad()).abs().max().item<double>(), 1e-7) << a[i].first;
+    }
+  }
+}
+
 TEST(Lora, AdapterRoundTripsInPeftFormat) {
   LlamaForCausalLM model(LlamaConfig::preset("tiny"));
   model->apply_lora(LoraOptions{});
