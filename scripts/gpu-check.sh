@@ -7,6 +7,10 @@
 #   scripts/fetch-gpu-deps.sh            # beforehand, on a Debian 12 machine with network
 #   scripts/gpu-check.sh                 # on the GPU machine, in the checkout (.gpu-deps/ beside it)
 #
+# Data: MNIST (tests, image benchmarks), the Llama 3 tokenizer and the text samples (LLM stage):
+# ../shared/data does not travel to a lent machine; copy it to shared/data inside the checkout
+# (git-ignored there, ~12 MB) or set DATA to the MNIST folder of a data/ tree holding llama3/ and text/.
+#
 # Brought along in .gpu-deps/ (Debian 12 .debs, unpacked into $PREFIX, never into /): Open MPI
 # 4.1.4 (+ PMIx, hwloc, libevent, libfabric, UCX, verbs), parallel HDF5 1.10.8, Boost 1.74
 # (program_options), spdlog 1.10 / fmt 9, nlohmann-json 3.11, GoogleTest 1.12, Google Benchmark
@@ -92,5 +96,11 @@ if [[ ${SKIP_BENCH:-0} != 1 ]]; then
       || { tail -20 "$OUT/htod-$upscale.log"; fail "mgbench --upscale $upscale failed"; }
   done
   "$BUILD/app/mgbench" report --cuda --phases "$OUT/htod.h5" | tee "$OUT/htod-report.txt"
+  SHARED_DATA=$(dirname "$DATA")
+  stage "benchmark: mgbench llm, llama3-8b shape, random init, bf16, batch 2, alpaca (paper: 0.77 s/it on 1 H100)"
+  "$BUILD/app/mgbench" llm --model llama3-8b --init random --tokenizer "$SHARED_DATA/llama3/tokenizer.model" \
+    --dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 20 \
+    --precision bf16 --results "$OUT/llm.h5" --run-name llama3-8b --progress-interval 5 2>&1 | tail -5
+  "$BUILD/app/mgbench" report --phases "$OUT/llm.h5" | tee "$OUT/llm-report.txt"
 fi
 stage "done; logs and tables in $OUT"
