@@ -167,7 +167,18 @@ void LlmTuner::load() {
                   "tokenizer '{}' has {} tokens but the model's vocabulary is {}: not a Llama 3 model?", tokenizer_path,
                   s.tokenizer->vocab_size(), model_config.vocab_size);
   torch::manual_seed(c.seed);
-  s.model = models::LlamaForCausalLM(model_config);
+  {
+    // Built directly in the run's dtype: an 8B model in bf16 needs 16 GB of host memory, not 32.
+    const caffe2::TypeMeta previous = torch::get_default_dtype();
+    torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(s.dtype));
+    try {
+      s.model = models::LlamaForCausalLM(model_config);
+    } catch (...) {
+      torch::set_default_dtype(previous);
+      throw;
+    }
+    torch::set_default_dtype(previous);
+  }
   if (c.init == "checkpoint") s.model->load_hf_checkpoint(c.model);
   s.model->to(s.device, s.dtype);
   s.model->set_activation_checkpointing(c.activation_checkpointing);
