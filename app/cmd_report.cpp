@@ -1,4 +1,6 @@
 // `mgbench report`: tables from results files. Never initialises MPI and needs no LibTorch (see mgbench-report).
+#include <glob.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -15,7 +17,8 @@ namespace mgbench::app {
 int report_main(int argc, char** argv) {
   po::options_description options(
       "mgbench report: one row per run (ranks, strategy, precision, pin_memory, image size, total time,\n"
-      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] [--phases] [--cuda] FILE|DIR...\n");
+      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] [--phases] [--cuda] FILE|DIR|'PATTERN'...\n"
+      "  DIR: every *.h5 below it; PATTERN: a quoted shell glob (e.g. 'outputs/*/results.h5'), expanded here.\n");
   options.add_options()("csv", "comma-separated values instead of the table")(
       "phases", "also show, per run, the training time by phase (min / avg / max across ranks) and the all-reduce overlap")(
       "cuda", "also show, per run, the CUDA metrics (CUPTI: HtoD copies, API calls, kernels, NCCL, peak memory)")(
@@ -44,7 +47,18 @@ int report_main(int argc, char** argv) {
   }
   std::vector<std::string> files;
   for (const auto& f : vm["files"].as<std::vector<std::string>>()) {
-    if (std::filesystem::is_directory(f)) {
+    if (!std::filesystem::exists(f) && f.find_first_of("*?[") != std::string::npos) {
+      // A pattern the shell did not expand (quoted, or too many files for one command line).
+      glob_t matches{};
+      const int rc = glob(f.c_str(), 0, nullptr, &matches);
+      if (rc != 0) {
+        globfree(&matches);
+        std::cerr << "mgbench report: no file matches '" << f << "'\n";
+        return 1;
+      }
+      for (std::size_t i = 0; i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
+      globfree(&matches);
+    } else if (std::filesystem::is_directory(f)) {
       for (const auto& entry : std::filesystem::recursive_directory_iterator(f)) {
         if (entry.path().extension() == ".h5") files.push_back(entry.path().string());
       }

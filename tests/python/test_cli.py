@@ -83,6 +83,8 @@ def test_report_errors(tmp_path):
     assert mgbench("report").returncode == 2
     proc = mgbench("report", tmp_path / "absent.h5")
     assert proc.returncode == 1 and "absent.h5" in proc.stderr
+    proc = mgbench("report", str(tmp_path / "nothing-*.h5"))
+    assert proc.returncode == 1 and "no file matches" in proc.stderr and "nothing-*.h5" in proc.stderr
     assert mgbench("unknown-command").returncode == 2
 
 
@@ -102,9 +104,9 @@ def test_shell_scripts_parse():
     scripts = sorted((root / "scripts").glob("*.sh")) + sorted((root / "slurm").glob("*.sbatch")) + [root / ".ci" / "run"]
     for script in scripts:
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
-    outside = subprocess.run(["bash", str(root / "slurm" / "image.sbatch")], capture_output=True, text=True,
-                             env={"PATH": "/usr/bin:/bin"})
-    assert outside.returncode == 2 and "not inside a SLURM allocation" in outside.stderr
+    for sbatch in sorted((root / "slurm").glob("*.sbatch")):
+        outside = subprocess.run(["bash", str(sbatch)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+        assert outside.returncode == 2 and "not inside a SLURM allocation" in outside.stderr, sbatch
 
 
 def test_unusable_results_directory_fails_promptly_on_all_ranks(tmp_path, mnist):

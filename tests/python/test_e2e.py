@@ -59,6 +59,9 @@ def test_main_job_two_ranks(tmp_path, mnist):
     assert "all-reduce overlap:" in phases
     cuda = mgbench("report", "--cuda", results, check=True).stdout
     assert "none recorded" in cuda
+    # A quoted glob is expanded by mgbench itself (job arrays produce many files).
+    globbed = mgbench("report", str(tmp_path / "*.h5"), check=True).stdout
+    assert "_e2e" in globbed and "ddp-ds" in globbed
 
 
 def test_amp_fp16_records_the_loss_scale(tmp_path, mnist):
