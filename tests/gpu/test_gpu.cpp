@@ -11,6 +11,7 @@
 #include "results/reader.h"
 #include "runtime/device.h"
 #include "runtime/nccl_communicator.h"
+#include "train/llm_tuner.h"
 
 namespace mgbench {
 namespace {
@@ -144,6 +145,35 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
       for (const auto& f : results::kPhaseFields) phases += e.phases.*f.seconds;
     }
     EXPECT_LE(c.kernel_s, 1.05 * phases + 0.05);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(LlmOnGpu, EvalLossEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  SharedDir dir;
+  if (world_rank() == 0) {
+    train::LlmConfig c;
+    c.model = model;
+    c.tokenizer = test::shared_data_dir() + "/llama3/tiktoken_small.model";
+    c.dataset = "alpaca";
+    c.data = test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json";
+    c.limit = 16;
+    c.precision = "fp32";
+    c.eval_only = true;
+    c.batch_size = 4;
+    runtime::MpiCommunicator self(MPI_COMM_SELF);
+    auto eval_on = [&](runtime::DevicePlacement p) {
+      train::LlmTuner tuner(c, self, p);
+      tuner.load();
+      return tuner.evaluate();
+    };
+    const double cpu = eval_on({});
+    const double gpu = eval_on(my_gpu());
+    // fp32 on both; cuBLAS / SDPA kernels vs CPU kernels differ in summation order only (TF32 off).
+    EXPECT_NEAR(gpu, cpu, 1e-4 * std::abs(cpu));
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
