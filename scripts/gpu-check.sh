@@ -5,7 +5,8 @@
 # upscaling). Aims at under ten minutes on 16 cores.
 #
 #   scripts/fetch-gpu-deps.sh            # beforehand, on a Debian 12 machine with network
-#   scripts/gpu-check.sh                 # on the GPU machine, in the checkout (.gpu-deps/ beside it)
+#   scripts/gpu-check.sh                 # on the GPU machine, in the checkout (.gpu-deps/ beside it;
+#                                        # with this workplace's device tool: carry [".gpu-deps"])
 #
 # Data: MNIST (tests, image benchmarks), the Llama 3 tokenizer and the text samples (LLM stage):
 # ../shared/data does not travel to a lent machine; copy it to shared/data inside the checkout
