@@ -34,11 +34,9 @@ int data_main(int argc, char** argv) {
   all.add(options).add(hidden);
   po::variables_map vm;
   try {
-    for (int i = 1; i < argc; ++i) {
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-        std::cout << options << "\n";
-        return 0;
-      }
+    if (wants_help(argc, argv)) {
+      std::cout << options << "\n";
+      return 0;
     }
     po::positional_options_description positional;
     positional.add("action", 1);

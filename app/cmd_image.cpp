@@ -1,13 +1,7 @@
 // `mgbench image`: option parsing and hand-over to the image job. No logic beyond parsing.
-#include <iostream>
-#include <sstream>
-
-#include <fmt/format.h>
-
 #include "commands.h"
 #include "core/error.h"
-#include "core/log.h"
-#include "options.h"
+#include "job_cli.h"
 #include "runtime/mpi_env.h"
 #include "train/image_config.h"
 #include "train/image_job.h"
@@ -106,31 +100,14 @@ int image_main(int argc, char** argv) {
   std::int64_t seed = 0;
   const po::options_description options = image_options(config, seed);
   po::variables_map vm;
-  try {
-    parse(argc, argv, options, vm);
-    if (vm.count("help") != 0) {
-      if (env.rank() == 0) std::cout << options << "\n";
-      return 0;
-    }
-    MGBENCH_REQUIRE(seed >= 0, ConfigError, "--seed {}: expected >= 0", seed);
-    config.seed = static_cast<std::uint64_t>(seed);
-    config.validate();
-  } catch (const ConfigError& e) {
-    // Every rank parses the same argv and fails alike: report once, exit cleanly.
-    if (env.rank() == 0) std::cerr << "mgbench image: " << e.what() << "\n(see mgbench image --help)\n";
-    return 2;
+  if (auto done = parse_job_options(env, "image", argc, argv, options, vm, [&] {
+        MGBENCH_REQUIRE(seed >= 0, ConfigError, "--seed {}: expected >= 0", seed);
+        config.seed = static_cast<std::uint64_t>(seed);
+        config.validate();
+      })) {
+    return *done;
   }
-  log::init(env.rank(), env.world_size(), vm.count("verbose") != 0);
-  const std::string resolved = to_ini(vm, "dry-run,verbose");
-  if (env.rank() == 0) {
-    std::cout << fmt::format("# mgbench image: {} rank(s) on {}\n", env.world_size(), env.all_hosts());
-    std::cout << "# resolved configuration (also stored in the results file as the run's `config` attribute)\n";
-    std::istringstream lines(resolved);
-    for (std::string line; std::getline(lines, line);) std::cout << "#   " << line << "\n";
-    std::cout << std::flush;
-  } else {
-    env.all_hosts();  // collective
-  }
+  const std::string resolved = announce_job(env, "image", vm);
   if (vm.count("dry-run") != 0) return 0;
   return train::run_image_job(config, env, resolved, join_command_line(argc, argv));
 }

@@ -1,13 +1,9 @@
 // `mgbench llm`: option parsing and hand-over to the LLM job. No logic beyond parsing.
-#include <iostream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "commands.h"
 #include "core/error.h"
-#include "core/log.h"
-#include "options.h"
+#include "job_cli.h"
 #include "runtime/mpi_env.h"
 #include "train/llm_config.h"
 #include "train/llm_job.h"
@@ -87,37 +83,22 @@ int llm_main(int argc, char** argv) {
   std::string targets, activation_checkpointing;
   const po::options_description options = llm_options(config, seed, targets, activation_checkpointing);
   po::variables_map vm;
-  try {
-    parse(argc, argv, options, vm);
-    if (vm.count("help") != 0) {
-      if (env.rank() == 0) std::cout << options << "\n";
-      return 0;
-    }
-    MGBENCH_REQUIRE(seed >= 0, ConfigError, "--seed {}: expected >= 0", seed);
-    config.seed = static_cast<std::uint64_t>(seed);
-    MGBENCH_REQUIRE(activation_checkpointing == "true" || activation_checkpointing == "false", ConfigError,
-                    "--activation-checkpointing '{}': expected true or false", activation_checkpointing);
-    config.activation_checkpointing = activation_checkpointing == "true";
-    config.lora_targets.clear();
-    std::stringstream list(targets);
-    for (std::string t; std::getline(list, t, ',');) {
-      if (!t.empty()) config.lora_targets.push_back(t);
-    }
-    config.validate();
-  } catch (const ConfigError& e) {
-    if (env.rank() == 0) std::cerr << "mgbench llm: " << e.what() << "\n(see mgbench llm --help)\n";
-    return 2;
+  if (auto done = parse_job_options(env, "llm", argc, argv, options, vm, [&] {
+        MGBENCH_REQUIRE(seed >= 0, ConfigError, "--seed {}: expected >= 0", seed);
+        config.seed = static_cast<std::uint64_t>(seed);
+        MGBENCH_REQUIRE(activation_checkpointing == "true" || activation_checkpointing == "false", ConfigError,
+                        "--activation-checkpointing '{}': expected true or false", activation_checkpointing);
+        config.activation_checkpointing = activation_checkpointing == "true";
+        config.lora_targets.clear();
+        std::stringstream list(targets);
+        for (std::string t; std::getline(list, t, ',');) {
+          if (!t.empty()) config.lora_targets.push_back(t);
+        }
+        config.validate();
+      })) {
+    return *done;
   }
-  log::init(env.rank(), env.world_size(), vm.count("verbose") != 0);
-  const std::string resolved = to_ini(vm, "dry-run,verbose");
-  if (env.rank() == 0) {
-    std::cout << fmt::format("# mgbench llm: {} rank(s) on {}\n", env.world_size(), env.all_hosts());
-    std::istringstream lines(resolved);
-    for (std::string line; std::getline(lines, line);) std::cout << "#   " << line << "\n";
-    std::cout << std::flush;
-  } else {
-    env.all_hosts();
-  }
+  const std::string resolved = announce_job(env, "llm", vm);
   if (vm.count("dry-run") != 0) return 0;
   return train::run_llm_job(config, env, resolved, join_command_line(argc, argv));
 }

@@ -25,11 +25,9 @@ int tokenize_main(int argc, char** argv) {
       "report-speed", "print the encoding speed (tokens/s, excluding file loading) on stderr")("help,h", "show this help");
   po::variables_map vm;
   try {
-    for (int i = 1; i < argc; ++i) {
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-        std::cout << options << "\n";
-        return 0;
-      }
+    if (wants_help(argc, argv)) {
+      std::cout << options << "\n";
+      return 0;
     }
     parse(argc, argv, options, vm);
   } catch (const ConfigError& e) {

@@ -56,6 +56,14 @@ std::string to_ini(const po::variables_map& vm, const std::string& skip) {
   return out.str();
 }
 
+bool wants_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
 std::string join_command_line(int argc, char** argv) {
   std::string out;
   for (int i = 0; i < argc; ++i) out += (i > 0 ? " " : "") + std::string(argv[i]);

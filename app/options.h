@@ -18,6 +18,10 @@ void parse(int argc, char** argv, const po::options_description& options, po::va
 /// leaving out `config` itself and options listed in skip (comma-separated).
 std::string to_ini(const po::variables_map& vm, const std::string& skip = "");
 
+/// True when argv holds -h or --help: commands with required options print their help before
+/// parsing would complain about a missing one.
+bool wants_help(int argc, char** argv);
+
 /// argv joined with spaces.
 std::string join_command_line(int argc, char** argv);
 

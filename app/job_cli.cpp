@@ -1,0 +1,45 @@
+#include "job_cli.h"
+
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace mgbench::app {
+
+std::optional<int> parse_job_options(const runtime::MpiEnvironment& env, const std::string& command, int argc,
+                                     char** argv, const po::options_description& options, po::variables_map& vm,
+                                     const std::function<void()>& finish) {
+  try {
+    parse(argc, argv, options, vm);
+    if (vm.count("help") != 0) {
+      if (env.rank() == 0) std::cout << options << "\n";
+      return 0;
+    }
+    finish();
+  } catch (const ConfigError& e) {
+    // Every rank parses the same argv and fails alike: report once, exit cleanly.
+    if (env.rank() == 0) std::cerr << "mgbench " << command << ": " << e.what() << "\n(see mgbench " << command << " --help)\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+std::string announce_job(const runtime::MpiEnvironment& env, const std::string& command, const po::variables_map& vm) {
+  log::init(env.rank(), env.world_size(), vm.count("verbose") != 0);
+  const std::string resolved = to_ini(vm, "dry-run,verbose");
+  const std::string hosts = env.all_hosts();  // collective
+  if (env.rank() == 0) {
+    std::cout << fmt::format("# mgbench {}: {} rank(s) on {}\n", command, env.world_size(), hosts);
+    std::cout << "# resolved configuration (also stored in the results file as the run's `config` attribute)\n";
+    std::istringstream lines(resolved);
+    for (std::string line; std::getline(lines, line);) std::cout << "#   " << line << "\n";
+    std::cout << std::flush;
+  }
+  return resolved;
+}
+
+}  // namespace mgbench::app
