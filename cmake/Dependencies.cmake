@@ -4,6 +4,15 @@
 #   PkgConfig::PCRE2, GTest::gtest_main, benchmark::benchmark; with a CUDA toolkit also mgbench::nccl,
 #   mgbench::cupti and mgbench::nvtx (MGBENCH_HAVE_CUDA / _NCCL / _CUPTI / _NVTX).
 
+# mgbench_imported_library(<name> <include dir> <library>): an INTERFACE target mgbench::<name>
+# for a library found by path (no CMake package of its own).
+function(mgbench_imported_library name include_dir library)
+  add_library(mgbench_${name} INTERFACE)
+  target_include_directories(mgbench_${name} SYSTEM INTERFACE "${include_dir}")
+  target_link_libraries(mgbench_${name} INTERFACE "${library}")
+  add_library(mgbench::${name} ALIAS mgbench_${name})
+endfunction()
+
 find_package(MPI REQUIRED COMPONENTS C CXX)
 find_package(ZLIB REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
@@ -16,10 +25,7 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # libcsv (RFC 4180 CSV parsing; Debian libcsv-dev, no pkg-config file).
 find_path(MGBENCH_CSV_INCLUDE_DIR csv.h REQUIRED)
 find_library(MGBENCH_CSV_LIBRARY csv REQUIRED)
-add_library(mgbench_csv INTERFACE)
-target_include_directories(mgbench_csv SYSTEM INTERFACE "${MGBENCH_CSV_INCLUDE_DIR}")
-target_link_libraries(mgbench_csv INTERFACE "${MGBENCH_CSV_LIBRARY}")
-add_library(mgbench::csv ALIAS mgbench_csv)
+mgbench_imported_library(csv "${MGBENCH_CSV_INCLUDE_DIR}" "${MGBENCH_CSV_LIBRARY}")
 
 # --- HDF5, the MPI-parallel build (Debian: libhdf5-openmpi-dev) ------------------------------
 # MGBENCH_HDF5_INCLUDE_DIR + MGBENCH_HDF5_LIBRARY name a parallel HDF5 directly (a relocated or
@@ -137,12 +143,9 @@ if(MGBENCH_HAVE_CUDA)
   find_library(MGBENCH_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
   # The wheel's CUDA libraries first in the run path: the toolkit's lib/ holds the same sonames
   # (libcupti.so.13, libnccl.so.2), and one process must load LibTorch's copies only.
-  target_link_options(mgbench_torch INTERFACE "-Wl,-rpath,${_site}/nvidia/cu13/lib:${_site}/nvidia/nccl/lib")
+  target_link_options(mgbench_torch INTERFACE "-Wl,-rpath,${_site}/nvidia/cu13/lib:${MGBENCH_NCCL_ROOT}/lib")
   if(MGBENCH_NCCL_INCLUDE_DIR AND MGBENCH_NCCL_LIBRARY)
-    add_library(mgbench_nccl INTERFACE)
-    target_include_directories(mgbench_nccl SYSTEM INTERFACE "${MGBENCH_NCCL_INCLUDE_DIR}")
-    target_link_libraries(mgbench_nccl INTERFACE "${MGBENCH_NCCL_LIBRARY}")
-    add_library(mgbench::nccl ALIAS mgbench_nccl)
+    mgbench_imported_library(nccl "${MGBENCH_NCCL_INCLUDE_DIR}" "${MGBENCH_NCCL_LIBRARY}")
     set(MGBENCH_HAVE_NCCL ON)
     message(STATUS "mgbench: NCCL ${MGBENCH_NCCL_LIBRARY}")
   else()
@@ -156,10 +159,7 @@ if(MGBENCH_HAVE_CUDA)
     get_target_property(MGBENCH_CUPTI_INCLUDE_DIR CUDA::cupti INTERFACE_INCLUDE_DIRECTORIES)
   endif()
   if(MGBENCH_CUPTI_INCLUDE_DIR AND MGBENCH_CUPTI_LIBRARY)
-    add_library(mgbench_cupti INTERFACE)
-    target_include_directories(mgbench_cupti SYSTEM INTERFACE "${MGBENCH_CUPTI_INCLUDE_DIR}")
-    target_link_libraries(mgbench_cupti INTERFACE "${MGBENCH_CUPTI_LIBRARY}")
-    add_library(mgbench::cupti ALIAS mgbench_cupti)
+    mgbench_imported_library(cupti "${MGBENCH_CUPTI_INCLUDE_DIR}" "${MGBENCH_CUPTI_LIBRARY}")
     set(MGBENCH_HAVE_CUPTI ON)
     message(STATUS "mgbench: CUPTI ${MGBENCH_CUPTI_LIBRARY}")
   endif()
@@ -167,10 +167,7 @@ if(MGBENCH_HAVE_CUDA)
   # NVTX 3 is header-only (a tool such as Nsight Systems injects itself at run time).
   find_path(MGBENCH_NVTX_INCLUDE_DIR nvtx3/nvToolsExt.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   if(MGBENCH_NVTX_INCLUDE_DIR)
-    add_library(mgbench_nvtx INTERFACE)
-    target_include_directories(mgbench_nvtx SYSTEM INTERFACE "${MGBENCH_NVTX_INCLUDE_DIR}")
-    target_link_libraries(mgbench_nvtx INTERFACE ${CMAKE_DL_LIBS})
-    add_library(mgbench::nvtx ALIAS mgbench_nvtx)
+    mgbench_imported_library(nvtx "${MGBENCH_NVTX_INCLUDE_DIR}" "${CMAKE_DL_LIBS}")
     set(MGBENCH_HAVE_NVTX ON)
   endif()
 endif()

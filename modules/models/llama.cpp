@@ -37,14 +37,17 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 /// draws the same masks in the recomputation.
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
+  /// The generator dropout draws from for tensors on x's device.
+  static torch::Generator generator_of(const torch::Tensor& x) {
+    return at::globalContext().defaultGenerator(x.is_cuda() ? x.device() : torch::Device(torch::kCPU));
+  }
+
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
                                torch::Tensor sin, std::int64_t layer_address) {
     ctx->saved_data["layer"] = layer_address;
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
-    const torch::Generator gen = x.is_cuda() ? at::globalContext().defaultGenerator(x.device())
-                                             : at::globalContext().defaultGenerator(torch::kCPU);
-    ctx->saved_data["rng"] = gen.get_state();
+    ctx->saved_data["rng"] = generator_of(x).get_state();
     ctx->save_for_backward({x});
     auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(layer_address);
     return layer->forward(x, cos, sin);
@@ -54,8 +57,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                                                  torch::autograd::variable_list grad_outputs) {
     auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    torch::Generator gen = x.is_cuda() ? at::globalContext().defaultGenerator(x.device())
-                                       : at::globalContext().defaultGenerator(torch::kCPU);
+    torch::Generator gen = generator_of(x);
     const torch::Tensor current = gen.get_state();
     gen.set_state(ctx->saved_data["rng"].toTensor());
     torch::Tensor out;

@@ -106,18 +106,9 @@ h5::Handle cuda_summary_type() {
   return t;
 }
 
-namespace {
-h5::Handle fixed_string(std::size_t bytes) {
-  auto s = h5::wrap_type(H5Tcopy(H5T_C_S1), "copy string type");
-  check_status(H5Tset_size(s, bytes), "string size");
-  check_status(H5Tset_strpad(s, H5T_STR_NULLTERM), "string padding");
-  return s;
-}
-}  // namespace
-
 h5::Handle cuda_api_type() {
   auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(CudaApiRecord)), "create CUDA API type");
-  insert(t, "name", offsetof(CudaApiRecord, name), fixed_string(sizeof(CudaApiRecord::name)));
+  insert(t, "name", offsetof(CudaApiRecord, name), h5::fixed_string_type(sizeof(CudaApiRecord::name)));
   insert(t, "calls", offsetof(CudaApiRecord, calls), H5T_NATIVE_INT64);
   insert(t, "time_s", offsetof(CudaApiRecord, time_s), H5T_NATIVE_DOUBLE);
   return t;
@@ -125,7 +116,7 @@ h5::Handle cuda_api_type() {
 
 h5::Handle cuda_kernel_type() {
   auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(CudaKernelRecord)), "create CUDA kernel type");
-  insert(t, "name", offsetof(CudaKernelRecord, name), fixed_string(sizeof(CudaKernelRecord::name)));
+  insert(t, "name", offsetof(CudaKernelRecord, name), h5::fixed_string_type(sizeof(CudaKernelRecord::name)));
   insert(t, "count", offsetof(CudaKernelRecord, count), H5T_NATIVE_INT64);
   insert(t, "time_s", offsetof(CudaKernelRecord, time_s), H5T_NATIVE_DOUBLE);
   insert(t, "nccl", offsetof(CudaKernelRecord, nccl), H5T_NATIVE_INT8);

@@ -159,6 +159,11 @@ std::optional<DeviceBatch> DeviceFeeder::next(PhaseClock& clock) {
 }
 
 // ---------------------------------------------------------------- device helpers
+torch::Device to_torch_device(const runtime::DevicePlacement& placement) {
+  return placement.is_cuda() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
+                             : torch::Device(torch::kCPU);
+}
+
 void configure_device(const torch::Device& device, bool cudnn_benchmark) {
 #ifdef MGBENCH_HAVE_CUDA
   if (!device.is_cuda()) return;

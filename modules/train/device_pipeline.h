@@ -19,6 +19,7 @@
 
 #include "data/loader.h"
 #include "results/schema.h"
+#include "runtime/device.h"
 
 namespace mgbench::train {
 
@@ -60,6 +61,9 @@ class DeviceFeeder {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// The torch device of a rank's placement (runtime/device.h is torch-free): cuda:N or cpu.
+torch::Device to_torch_device(const runtime::DevicePlacement& placement);
 
 /// Process-wide CUDA settings for a run on `device`: current device, cuDNN benchmark mode.
 /// No-op on the CPU.

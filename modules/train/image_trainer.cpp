@@ -86,8 +86,7 @@ ImageTrainer::ImageTrainer(ImageConfig config, runtime::Communicator& comm, int 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   s.threads = s.config.threads > 0 ? s.config.threads : std::max(1, cores / std::max(1, local_size));
   s.placement = placement;
-  s.device = placement.is_cuda() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
-                                 : torch::Device(torch::kCPU);
+  s.device = to_torch_device(placement);
   s.precision = parse_precision(s.config.precision);
   s.dtype = s.precision.param_dtype;
   s.window = profile::parse_profile_window(s.config.profile_window);

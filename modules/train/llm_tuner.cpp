@@ -119,8 +119,7 @@ LlmTuner::LlmTuner(LlmConfig config, runtime::Communicator& comm, runtime::Devic
     : state_(std::make_unique<State>(std::move(config), comm, placement)) {
   auto& s = *state_;
   s.config.validate();
-  s.device = placement.is_cuda() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index))
-                                 : torch::Device(torch::kCPU);
+  s.device = to_torch_device(placement);
   s.dtype = s.config.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
 }
 
@@ -249,9 +248,7 @@ h5::Attributes LlmTuner::run_attributes() const {
           {"lora_targets", targets},
           {"seed", static_cast<std::int64_t>(c.seed)},
           {"backend", s.comm.backend()},
-          {"device", std::string(s.device.is_cuda() ? "cuda" : "cpu")},
-          {"pin_memory", std::string("false")},
-          {"image_size", std::int64_t{0}}};
+          {"device", std::string(s.device.is_cuda() ? "cuda" : "cpu")}};
 }
 
 h5::Attributes LlmTuner::rank_attributes() const {
@@ -269,16 +266,16 @@ double LlmTuner::evaluate() {
   const std::int64_t world = s.comm.world_size();
   const std::int64_t begin = n * s.comm.rank() / world;
   const std::int64_t end = n * (s.comm.rank() + 1) / world;
-  double loss = 0;
+  torch::Tensor loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(s.device));
   std::int64_t tokens = 0;
   for (std::int64_t start = begin; start < end; start += s.config.batch_size) {
     std::vector<std::int64_t> indices;
     for (std::int64_t i = start; i < std::min(end, start + s.config.batch_size); ++i) indices.push_back(i);
     const Batch batch = s.collate(indices);
-    loss += s.loss_sum(batch).item<double>();
+    loss += s.loss_sum(batch).to(torch::kFloat64);  // summed on the device: one host sync at the end
     tokens += batch.label_tokens;
   }
-  torch::Tensor totals = torch::tensor({loss, static_cast<double>(tokens)}, torch::kFloat64).to(s.device);
+  torch::Tensor totals = torch::stack({loss, torch::full({}, static_cast<double>(tokens), loss.options())});
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
   totals = totals.cpu();
   s.model->train();
@@ -327,7 +324,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
       const double step_start = now_s();
       const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, /*cosine=*/true);
       for (auto& group : s.optimizer->param_groups()) group.options().set_lr(lr);
-      double local_loss = 0;
+      torch::Tensor local_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(s.device));
       std::int64_t local_label_tokens = 0;
       for (std::int64_t micro = 0; micro < c.grad_accum; ++micro) {
         const auto& planned = plan[static_cast<std::size_t>(step_in_epoch * c.grad_accum + micro)];
@@ -339,7 +336,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
         const bool last = micro + 1 == c.grad_accum;
         if (last && s.grad_sync) s.grad_sync->prepare();  // DDP's no_sync for the earlier micro-batches
         loss.backward();
-        local_loss += loss.item<double>();
+        local_loss += loss.detach().to(torch::kFloat64);  // stays on the device: one host sync per step, below
         local_label_tokens += batch.label_tokens;
         step.tokens += batch.real_tokens;
         step.padded_tokens += batch.tokens.numel();
@@ -348,8 +345,8 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
       }
       clock.enter(results::Phase::kAllreduce);
       if (s.grad_sync) s.grad_sync->finish();  // mean over ranks of each rank's summed gradient
-      torch::Tensor totals =
-          torch::tensor({local_loss, static_cast<double>(local_label_tokens)}, torch::kFloat64).to(s.device);
+      torch::Tensor totals = torch::stack({local_loss, torch::full({}, static_cast<double>(local_label_tokens),
+                                                                   local_loss.options())});
       s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
       totals = totals.cpu();
       const double step_tokens = totals[1].item<double>();
@@ -409,7 +406,6 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
   totals = totals.cpu();
   summary.s_per_it = summary.train_s / static_cast<double>(std::max<std::int64_t>(global_step, 1));
   summary.tokens_per_s = totals[0].item<double>() / summary.train_s;
-  summary.samples_per_s = summary.tokens_per_s;
   summary.mfu = totals[1].item<double>() / (summary.train_s * static_cast<double>(s.comm.world_size()) * peak);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
   summary.peak_memory_bytes = peak_memory_bytes(s.device);

@@ -11,6 +11,7 @@
 #include "results/reader.h"
 #include "runtime/device.h"
 #include "runtime/nccl_communicator.h"
+#include "train/device_pipeline.h"
 #include "train/llm_tuner.h"
 
 namespace mgbench {
@@ -18,21 +19,15 @@ namespace {
 
 using namespace test;  // NOLINT: the mpi test helpers
 
-int local_rank() {
+/// {local rank, ranks on this node}, from MPI_Comm_split_type as the jobs find them.
+std::pair<int, int> node_position() {
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int r = 0;
-  MPI_Comm_rank(node, &r);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_size(node, &size);
   MPI_Comm_free(&node);
-  return r;
-}
-int local_size() {
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int n = 0;
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n;
+  return {rank, size};
 }
 
 #define SKIP_WITHOUT_GPU()                                                               \
@@ -40,14 +35,13 @@ int local_size() {
   } else                                                                                 \
     GTEST_SKIP() << "no CUDA device visible"
 
-runtime::DevicePlacement my_gpu() { return runtime::place_rank("cuda", runtime::visible_cuda_devices(), local_rank()); }
-torch::Device torch_device(const runtime::DevicePlacement& p) {
-  return {torch::kCUDA, static_cast<c10::DeviceIndex>(p.index)};
+runtime::DevicePlacement my_gpu() {
+  return runtime::place_rank("cuda", runtime::visible_cuda_devices(), node_position().first);
 }
 
 TEST(GpuTransforms, DeviceUpscaleMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const torch::Device gpu = torch_device(my_gpu());
+  const torch::Device gpu = train::to_torch_device(my_gpu());
   const torch::Tensor images = torch::randint(0, 256, {8, 1, 28, 28}, torch::kUInt8);
   for (const std::int64_t size : {100, 224, 500}) {
     const torch::Tensor cpu = data::normalize_and_resize(images, size, torch::kFloat32, 0.1307, 0.3081);
@@ -59,12 +53,12 @@ TEST(GpuTransforms, DeviceUpscaleMatchesCpu) {
 
 TEST(Nccl, AllReduceAndBroadcastEqualMpi) {
   SKIP_WITHOUT_GPU();
-  if (local_size() > runtime::visible_cuda_devices()) {
-    GTEST_SKIP() << local_size() << " ranks but " << runtime::visible_cuda_devices()
+  if (node_position().second > runtime::visible_cuda_devices()) {
+    GTEST_SKIP() << node_position().second << " ranks but " << runtime::visible_cuda_devices()
                  << " GPU(s) on this node: NCCL needs one GPU per rank (the mpi-backend test covers sharing)";
   }
   const auto placement = my_gpu();
-  const torch::Device gpu = torch_device(placement);
+  const torch::Device gpu = train::to_torch_device(placement);
   auto nccl = runtime::make_nccl_communicator(MPI_COMM_WORLD, placement.index);
   runtime::MpiCommunicator mpi(MPI_COMM_WORLD);
   torch::manual_seed(1234 + world_rank());

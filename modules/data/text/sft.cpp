@@ -86,10 +86,7 @@ TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Ll
   mask.push_back(true);
   if (max_seq_len > 0) {
     truncate(tokens, static_cast<std::size_t>(max_seq_len), tok.eos_id());
-    std::vector<bool> m(mask.begin(), mask.end());
-    if (m.size() > static_cast<std::size_t>(max_seq_len)) m.resize(static_cast<std::size_t>(max_seq_len));
-    if (!m.empty()) m.back() = true;
-    mask.assign(m.begin(), m.end());
+    truncate(mask, static_cast<std::size_t>(max_seq_len), true);
   }
   TokenizedSample s;
   s.tokens = tokens;
