@@ -89,27 +89,4 @@ std::string cuda_pci_bus_id(int index) { return fmt::format("none:{}", index); }
 std::string cuda_device_description(int) { return ""; }
 #endif
 
-std::vector<std::string> node_allgather(MPI_Comm world, const std::string& value) {
-  int rank = 0;
-  MGBENCH_CHECK_MPI(MPI_Comm_rank(world, &rank));
-  MPI_Comm node = MPI_COMM_NULL;
-  MGBENCH_CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  int size = 0;
-  MPI_Comm_size(node, &size);
-  const int length = static_cast<int>(value.size());
-  std::vector<int> lengths(static_cast<std::size_t>(size));
-  MGBENCH_CHECK_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, node));
-  std::vector<int> offsets(static_cast<std::size_t>(size), 0);
-  for (std::size_t i = 1; i < offsets.size(); ++i) offsets[i] = offsets[i - 1] + lengths[i - 1];
-  std::string all(static_cast<std::size_t>(offsets.back() + lengths.back()), '\0');
-  MGBENCH_CHECK_MPI(MPI_Allgatherv(value.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
-                                   node));
-  MPI_Comm_free(&node);
-  std::vector<std::string> values;
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    values.push_back(all.substr(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(lengths[i])));
-  }
-  return values;
-}
-
 }  // namespace mgbench::runtime

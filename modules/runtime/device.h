@@ -2,8 +2,6 @@
 // Rank -> device binding: one MPI rank per GPU, chosen by local rank (the rank's index among
 // the ranks of its node, from MPI_Comm_split_type), and the communication backend that goes
 // with the device. No LibTorch here.
-#include <mpi.h>
-
 #include <string>
 #include <vector>
 
@@ -34,7 +32,7 @@ DevicePlacement place_rank(const std::string& requested, int visible_gpus, int l
 std::string resolve_backend(const std::string& requested, const DevicePlacement& device, bool nccl_built);
 
 /// gpu_ids: the physical id (PCI bus id) of each local rank's GPU, in local-rank order, as
-/// gathered over the node. NCCL cannot place two ranks of one communicator on one GPU: with
+/// gathered over the node (MpiEnvironment::node_allgather). NCCL cannot place two ranks of one communicator on one GPU: with
 /// backend "nccl" a repeated id throws ConfigError naming the ranks, the GPU, the number of
 /// GPUs and the way out (fewer ranks per node, or --backend mpi). With "mpi" sharing is allowed.
 /// Returns the number of local ranks sharing this rank's GPU (1 = exclusive).
@@ -47,8 +45,5 @@ int visible_cuda_devices();
 std::string cuda_pci_bus_id(int index);
 /// Human-readable description ("NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90"); "" without CUDA.
 std::string cuda_device_description(int index);
-
-/// value of every rank of this rank's node, in local-rank order. Collective over world.
-std::vector<std::string> node_allgather(MPI_Comm world, const std::string& value);
 
 }  // namespace mgbench::runtime

@@ -4,7 +4,6 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/error.h"
-#include "core/timer.h"
 
 namespace mgbench::runtime {
 namespace {
@@ -103,9 +102,8 @@ void GradSync::launch_ready_in_order() {
   }
 }
 
-double GradSync::finish() {
+void GradSync::finish() {
   in_backward_ = false;
-  Stopwatch wait;
   // Parameters that got no gradient this step still take part, with zeros.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!ready_[i]) {
@@ -136,7 +134,6 @@ double GradSync::finish() {
       }
     }
   }
-  return wait.elapsed();
 }
 
 double GradSync::window_s() {

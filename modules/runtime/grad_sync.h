@@ -36,10 +36,9 @@ class GradSync {
   /// Before each backward: forget the previous step's readiness.
   void prepare();
   /// After backward: all-reduce every bucket not yet launched (a parameter without gradient
-  /// contributes zeros), wait for all, and set each param.grad() to the mean over ranks.
-  /// Returns the host seconds spent here (with NCCL the wait is a stream wait: use the step's
-  /// device timeline for the exposed time).
-  double finish();
+  /// contributes zeros), wait for all (a stream wait with NCCL), and set each param.grad() to the
+  /// mean over ranks. The time this exposes is measured by the caller's phase clock.
+  void finish();
   /// The all-reduce window of the last step: seconds from the start of the first bucket's
   /// all-reduce to the end of the last one, on the backend's clock (see Work). Call after the
   /// step's results were read (with NCCL it waits for the last all-reduce on the host).

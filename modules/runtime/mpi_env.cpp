@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/mpi_strings.h"
 #include "core/log.h"
 
 namespace mgbench::runtime {
@@ -19,11 +20,9 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MGBENCH_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MGBENCH_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
-  MPI_Comm node = MPI_COMM_NULL;
-  MGBENCH_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  MGBENCH_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
-  MGBENCH_CHECK_MPI(MPI_Comm_size(node, &local_size_));
-  MPI_Comm_free(&node);
+  MGBENCH_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_));
+  MGBENCH_CHECK_MPI(MPI_Comm_rank(node_, &local_rank_));
+  MGBENCH_CHECK_MPI(MPI_Comm_size(node_, &local_size_));
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   hostname_ = host;
@@ -40,7 +39,14 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
 MpiEnvironment::~MpiEnvironment() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized == 0) MPI_Finalize();
+  if (finalized == 0) {
+    if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+    MPI_Finalize();
+  }
+}
+
+std::vector<std::string> MpiEnvironment::node_allgather(const std::string& value) const {
+  return allgather_strings(node_, value);
 }
 
 std::string MpiEnvironment::library_version() const {

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 namespace mgbench::runtime {
 
@@ -27,6 +28,8 @@ class MpiEnvironment {
   std::string library_version() const;
   /// Host names of all ranks, comma-separated in rank order, duplicates removed. Collective.
   std::string all_hosts() const;
+  /// value of every rank of this rank's node, in local-rank order. Collective over the world.
+  std::vector<std::string> node_allgather(const std::string& value) const;
 
   /// The lowest rank whose ok is false, or -1 when every rank is ok. Collective: lets ranks fail
   /// set-up together (clean exit) instead of aborting.
@@ -41,6 +44,7 @@ class MpiEnvironment {
   int world_size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  MPI_Comm node_ = MPI_COMM_NULL;  // the ranks of this node (MPI_Comm_split_type)
   std::string hostname_;
 };
 

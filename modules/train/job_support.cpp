@@ -50,7 +50,7 @@ Connection connect(runtime::MpiEnvironment& env, const std::string& device, cons
     return c;
   }
   const std::vector<std::string> node_gpus =
-      runtime::node_allgather(env.world(), c.placement.is_cuda() ? runtime::cuda_pci_bus_id(c.placement.index) : "cpu");
+      env.node_allgather(c.placement.is_cuda() ? runtime::cuda_pci_bus_id(c.placement.index) : "cpu");
   if (!all_succeed(env, "device placement", [&] {
         if (!c.placement.is_cuda()) return;
         const int sharing = runtime::check_gpu_sharing(node_gpus, env.local_rank(), c.backend, env.hostname());
