@@ -80,15 +80,9 @@ po::options_description image_options(train::ImageConfig& c, std::int64_t& seed)
       ("cupti", po::value(&c.cupti)->default_value(c.cupti),
        "true | false: CUDA memcpy / API / kernel totals per rank into the results file")
       ("nvtx", po::value(&c.nvtx)->default_value(c.nvtx), "true | false: NVTX ranges around the phases (Nsight Systems)");
-  po::options_description general("General");
-  general.add_options()
-      ("config", po::value<std::string>(), "INI file of `option = value` lines; the command line overrides it")
-      ("dry-run", "validate the configuration, print it and exit")
-      ("verbose", "log at debug level on every rank")
-      ("help,h", "show this help");
   po::options_description all("mgbench image: train MobileNetV2 on MNIST upscaled, across MPI ranks.\n"
                               "usage: mpirun -np N mgbench image [options]\n");
-  all.add(data).add(dist).add(compute).add(optim).add(output).add(profiling).add(general);
+  all.add(data).add(dist).add(compute).add(optim).add(output).add(profiling).add(job_general_options());
   return all;
 }
 

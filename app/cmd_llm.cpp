@@ -62,15 +62,9 @@ po::options_description llm_options(train::LlmConfig& c, std::int64_t& seed, std
       ("run-name", po::value(&c.run_name)->default_value(c.run_name), "name appended to the run id")
       ("progress-interval", po::value(&c.progress_interval_s)->default_value(c.progress_interval_s),
        "seconds between progress lines when stderr is not a terminal");
-  po::options_description general("General");
-  general.add_options()
-      ("config", po::value<std::string>(), "INI file of `option = value` lines; the command line overrides it")
-      ("dry-run", "validate the configuration, print it and exit")
-      ("verbose", "log at debug level on every rank")
-      ("help,h", "show this help");
   po::options_description all("mgbench llm: LoRA fine-tuning of Llama 3 (TorchTune recipe semantics) across MPI ranks.\n"
                               "usage: mpirun -np N mgbench llm --model DIR|PRESET --data FILE [options]\n");
-  all.add(model).add(data).add(optim).add(run).add(general);
+  all.add(model).add(data).add(optim).add(run).add(job_general_options());
   return all;
 }
 

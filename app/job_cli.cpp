@@ -10,6 +10,16 @@
 
 namespace mgbench::app {
 
+po::options_description job_general_options() {
+  po::options_description general("General");
+  general.add_options()
+      ("config", po::value<std::string>(), "INI file of `option = value` lines; the command line overrides it")
+      ("dry-run", "validate the configuration, print it and exit")
+      ("verbose", "log at debug level on every rank")
+      ("help,h", "show this help");
+  return general;
+}
+
 std::optional<int> parse_job_options(const runtime::MpiEnvironment& env, const std::string& command, int argc,
                                      char** argv, const po::options_description& options, po::variables_map& vm,
                                      const std::function<void()>& finish) {

@@ -10,6 +10,9 @@
 
 namespace mgbench::app {
 
+/// The options every job command has: --config, --dry-run, --verbose, --help.
+po::options_description job_general_options();
+
 /// Parses argv into vm on every rank, then runs `finish` (completes and validates the config;
 /// throws ConfigError). Returns the exit code when the command is already done: 0 after --help
 /// (printed by rank 0), 2 for a bad option (every rank fails alike; rank 0 prints it once, naming

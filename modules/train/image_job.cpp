@@ -24,34 +24,12 @@ int run_image_job(const ImageConfig& config, runtime::MpiEnvironment& env, const
     return 1;
   }
 
-  h5::Attributes run_attributes = trainer->run_attributes();
-  for (auto&& attribute : common_run_attributes(env, resolved_config, command_line, config.run_name)) {
-    run_attributes.push_back(std::move(attribute));
-  }
-  h5::Attributes rank_attributes = trainer->rank_attributes();
-  for (auto&& attribute : common_rank_attributes(env)) rank_attributes.push_back(std::move(attribute));
-
-  std::unique_ptr<results::ResultsWriter> writer;
-  if (!create_results_directory(env, config.results)) return 1;
-  if (!all_succeed(env, "opening the results file", [&] {
-        writer = std::make_unique<results::ResultsWriter>(config.results, env.world(), config.run_name,
-                                                          run_attributes, rank_attributes,
-                                                          trainer->layout());
-      })) {
-    return 1;
-  }
-  log::info("results: {} run {}", writer->path(), writer->run_id());
-
+  const auto writer = open_run(env, {config.results, config.run_name, resolved_config, command_line},
+                               trainer->run_attributes(), trainer->rank_attributes(), trainer->layout());
+  if (!writer) return 1;
   Progress progress(env.rank() == 0, "img/s", config.progress_interval_s);
   results::RunSummary summary;
-  try {
-    summary = trainer->run(*writer, progress);
-  } catch (const std::exception& e) {
-    log::error("training failed on rank {} ({}): {}", env.rank(), env.hostname(), e.what());
-    writer->mark_failed(e.what());
-    env.abort(1);
-  }
-  writer->finish(results::kStatusCompleted);
+  run_or_abort(env, *writer, "training", [&] { summary = trainer->run(*writer, progress); });
   log::info("done: {} epochs in {:.1f} s | test accuracy {:.2f} % | {:.1f} img/s (all ranks) | {} run {}",
             summary.epochs_completed, summary.total_s, 100 * summary.test_accuracy, summary.samples_per_s,
             config.results, writer->run_id());

@@ -79,8 +79,9 @@ Connection connect(runtime::MpiEnvironment& env, const std::string& device, cons
   return c;
 }
 
-h5::Attributes common_run_attributes(runtime::MpiEnvironment& env, const std::string& resolved_config,
-                                     const std::string& command_line, const std::string& run_name) {
+namespace {
+
+h5::Attributes common_run_attributes(runtime::MpiEnvironment& env, const RunIdentity& run) {
   return {{"world_size", static_cast<std::int64_t>(env.world_size())},
           {"hosts", env.all_hosts()},
           {"started_utc", utc_now_iso8601()},
@@ -88,24 +89,49 @@ h5::Attributes common_run_attributes(runtime::MpiEnvironment& env, const std::st
           {"git_commit", std::string(build_info::kGitCommit)},
           {"mpi_version", env.library_version()},
           {"slurm_job_id", env_or("SLURM_JOB_ID", "")},
-          {"command_line", command_line},
-          {"config", resolved_config},
-          {"run_name", run_name}};
+          {"command_line", run.command_line},
+          {"config", run.resolved_config},
+          {"run_name", run.run_name}};
 }
 
-h5::Attributes common_rank_attributes(runtime::MpiEnvironment& env) {
-  return {{"hostname", env.hostname()},
-          {"local_rank", static_cast<std::int64_t>(env.local_rank())},
-          {"pid", static_cast<std::int64_t>(getpid())}};
-}
+}  // namespace
 
-bool create_results_directory(runtime::MpiEnvironment& env, const std::string& results_path) {
+std::unique_ptr<results::ResultsWriter> open_run(runtime::MpiEnvironment& env, const RunIdentity& run,
+                                                 h5::Attributes run_attributes, h5::Attributes rank_attributes,
+                                                 const results::RankLayout& layout) {
+  for (auto&& a : common_run_attributes(env, run)) run_attributes.push_back(std::move(a));
+  rank_attributes.emplace_back("hostname", env.hostname());
+  rank_attributes.emplace_back("local_rank", static_cast<std::int64_t>(env.local_rank()));
+  rank_attributes.emplace_back("pid", static_cast<std::int64_t>(getpid()));
   // Its own stage: rank 0 alone creates the directory, and a failure there must reach the other
   // ranks through the agreement, not leave them in a barrier.
-  return all_succeed(env, "creating the results directory", [&] {
-    const auto parent = std::filesystem::path(results_path).parent_path();
-    if (env.rank() == 0 && !parent.empty()) std::filesystem::create_directories(parent);
-  });
+  if (!all_succeed(env, "creating the results directory", [&] {
+        const auto parent = std::filesystem::path(run.results).parent_path();
+        if (env.rank() == 0 && !parent.empty()) std::filesystem::create_directories(parent);
+      })) {
+    return nullptr;
+  }
+  std::unique_ptr<results::ResultsWriter> writer;
+  if (!all_succeed(env, "opening the results file", [&] {
+        writer = std::make_unique<results::ResultsWriter>(run.results, env.world(), run.run_name, run_attributes,
+                                                          rank_attributes, layout);
+      })) {
+    return nullptr;
+  }
+  log::info("results: {} run {}", writer->path(), writer->run_id());
+  return writer;
+}
+
+void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, const char* what,
+                  const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    log::error("{} failed on rank {} ({}): {}", what, env.rank(), env.hostname(), e.what());
+    writer.mark_failed(e.what());
+    env.abort(1);
+  }
+  writer.finish(results::kStatusCompleted);
 }
 
 }  // namespace mgbench::train

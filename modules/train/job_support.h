@@ -6,6 +6,7 @@
 #include <string>
 
 #include "results/hdf5.h"
+#include "results/writer.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/mpi_env.h"
@@ -28,15 +29,25 @@ struct Connection {
 Connection connect(runtime::MpiEnvironment& env, const std::string& device, const std::string& backend,
                    double comm_timeout_s);
 
-/// Attributes every run records: world size, hosts, start time, versions, SLURM job id, command
-/// line, resolved config, run name. Collective (hosts).
-h5::Attributes common_run_attributes(runtime::MpiEnvironment& env, const std::string& resolved_config,
-                                     const std::string& command_line, const std::string& run_name);
+/// Where and how a run is recorded (the options every job has).
+struct RunIdentity {
+  std::string results;          // --results
+  std::string run_name;         // --run-name
+  std::string resolved_config;  // the resolved options as INI
+  std::string command_line;
+};
 
-/// Rank attributes every run records: hostname, local rank, pid.
-h5::Attributes common_rank_attributes(runtime::MpiEnvironment& env);
+/// Creates the run in the results file with the job's attributes plus the common ones, as agreed
+/// stages (rank 0 creates the directory; every rank opens the file). nullptr when a stage failed
+/// (logged once; every rank returns).
+std::unique_ptr<results::ResultsWriter> open_run(runtime::MpiEnvironment& env, const RunIdentity& run,
+                                                 h5::Attributes run_attributes, h5::Attributes rank_attributes,
+                                                 const results::RankLayout& layout);
 
-/// Creates the results file's directory (rank 0) as an agreed stage. False when it failed.
-bool create_results_directory(runtime::MpiEnvironment& env, const std::string& results_path);
+/// Runs body (training). If it throws on any rank, that rank logs "<what> failed on rank r (host):
+/// ...", marks the run failed in the results file and ends the whole job (MPI_Abort), so no rank
+/// waits in a collective. Otherwise records the run completed (collective).
+void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, const char* what,
+                  const std::function<void()>& body);
 
 }  // namespace mgbench::train

@@ -24,33 +24,15 @@ int run_llm_job(const LlmConfig& config, runtime::MpiEnvironment& env, const std
       })) {
     return 1;
   }
-  h5::Attributes run_attributes = tuner->run_attributes();
-  for (auto&& a : common_run_attributes(env, resolved_config, command_line, config.run_name)) {
-    run_attributes.push_back(std::move(a));
-  }
-  h5::Attributes rank_attributes = tuner->rank_attributes();
-  for (auto&& a : common_rank_attributes(env)) rank_attributes.push_back(std::move(a));
-  if (!create_results_directory(env, config.results)) return 1;
-  std::unique_ptr<results::ResultsWriter> writer;
-  if (!all_succeed(env, "opening the results file", [&] {
-        writer = std::make_unique<results::ResultsWriter>(config.results, env.world(), config.run_name, run_attributes,
-                                                          rank_attributes, tuner->layout());
-      })) {
-    return 1;
-  }
-  log::info("results: {} run {}", writer->path(), writer->run_id());
+  const auto writer = open_run(env, {config.results, config.run_name, resolved_config, command_line},
+                               tuner->run_attributes(), tuner->rank_attributes(), tuner->layout());
+  if (!writer) return 1;
   Progress progress(env.rank() == 0, "tok/s", config.progress_interval_s);
   results::RunSummary summary;
-  try {
+  run_or_abort(env, *writer, config.eval_only ? "evaluation" : "fine-tuning", [&] {
     summary = tuner->run(*writer, progress);
     if (!config.output_dir.empty() && !config.eval_only && env.rank() == 0) tuner->save_adapter(config.output_dir);
-  } catch (const std::exception& e) {
-    log::error("{} failed on rank {} ({}): {}", config.eval_only ? "evaluation" : "fine-tuning", env.rank(),
-               env.hostname(), e.what());
-    writer->mark_failed(e.what());
-    env.abort(1);
-  }
-  writer->finish(results::kStatusCompleted);
+  });
   if (config.eval_only) {
     if (env.rank() == 0) std::cout << fmt::format("eval loss: {:.6f}\n", summary.eval_loss) << std::flush;
     return 0;
