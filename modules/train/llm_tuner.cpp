@@ -71,7 +71,6 @@ struct LlmTuner::State {
   std::unique_ptr<runtime::GradSync> grad_sync;
   data::EpochPlanOptions plan_options;
   std::int64_t steps_per_epoch = 0;
-  std::string model_source;  // preset name or checkpoint directory
 
   State(LlmConfig c, runtime::Communicator& comm_, runtime::DevicePlacement p)
       : config(std::move(c)), comm(comm_), placement(p) {}
@@ -129,7 +128,12 @@ void LlmTuner::load() {
   auto& s = *state_;
   const auto& c = s.config;
   const bool is_dir = fs::is_directory(c.model);
-  s.model_source = c.model;
+  // The model first: a name that is neither a directory nor a preset is the error to report.
+  const models::LlamaConfig model_config = is_dir
+                                               ? models::LlamaConfig::from_hf_json((fs::path(c.model) / "config.json").string())
+                                               : models::LlamaConfig::preset(c.model);
+  MGBENCH_REQUIRE(is_dir || c.init == "random", ConfigError,
+                  "--model {} is a preset (shapes, no weights): use --init random, or --model <checkpoint dir>", c.model);
 
   // Tokenizer: given, or the checkpoint's (Meta ships original/tokenizer.model).
   std::string tokenizer_path = c.tokenizer;
@@ -153,15 +157,6 @@ void LlmTuner::load() {
   if (c.limit > 0 && static_cast<std::int64_t>(s.samples.size()) > c.limit) s.samples.resize(static_cast<std::size_t>(c.limit));
   MGBENCH_REQUIRE(!s.samples.empty(), DataError, "dataset '{}': no rows", c.data);
 
-  // Model: a preset (random weights only) or a Hugging Face checkpoint directory.
-  models::LlamaConfig model_config;
-  if (is_dir) {
-    model_config = models::LlamaConfig::from_hf_json((fs::path(c.model) / "config.json").string());
-  } else {
-    model_config = models::LlamaConfig::preset(c.model);
-    MGBENCH_REQUIRE(c.init == "random", ConfigError,
-                    "--model {} is a preset (shapes, no weights): use --init random, or --model <checkpoint dir>", c.model);
-  }
   MGBENCH_REQUIRE(s.tokenizer->vocab_size() <= model_config.vocab_size, DataError,
                   "tokenizer '{}' has {} tokens but the model's vocabulary is {}: not a Llama 3 model?", tokenizer_path,
                   s.tokenizer->vocab_size(), model_config.vocab_size);
@@ -319,6 +314,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
     std::vector<results::StepRecord> steps;
     const auto plan = data::plan_epoch(s.plan_options, epoch);
     double loss_sum = 0;
+    std::int64_t loss_steps = 0;  // steps with a loss (a step whose labels are all masked has none)
     for (std::int64_t step_in_epoch = 0; step_in_epoch < s.steps_per_epoch; ++step_in_epoch) {
       results::StepRecord step;
       const double step_start = now_s();
@@ -375,7 +371,10 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
       MGBENCH_REQUIRE(step.skipped != 0 || std::isfinite(step.loss), Error,
                       "loss became {} at epoch {} step {} (lr {}): training diverged", step.loss, epoch + 1,
                       step_in_epoch + 1, lr);
-      if (std::isfinite(step.loss)) loss_sum += step.loss;
+      if (std::isfinite(step.loss)) {
+        loss_sum += step.loss;
+        ++loss_steps;
+      }
       epoch_record.samples += step.samples;
       epoch_record.loaded_samples += step.samples;
       epoch_record.phases += step.phases;
@@ -389,7 +388,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
     }
     epoch_record.train_s = epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
-    epoch_record.loss_mean = steps.empty() ? results::kNaN : loss_sum / static_cast<double>(steps.size());
+    epoch_record.loss_mean = loss_steps == 0 ? results::kNaN : loss_sum / static_cast<double>(loss_steps);
     epoch_record.samples_per_s = static_cast<double>(epoch_record.samples) / epoch_record.train_s;
     summary.train_s += epoch_record.train_s;
     writer.write_steps(epoch, steps);

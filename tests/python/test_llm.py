@@ -112,3 +112,5 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
     proc = mgbench("llm", "--model", "tiny", "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--results",
                    tmp_path / "r.h5")
     assert proc.returncode == 1 and "--init random" in proc.stderr
+    proc = mgbench("llm", "--model", tmp_path / "no-such-model", "--data", ALPACA, "--results", tmp_path / "r.h5")
+    assert proc.returncode == 1 and "no-such-model': unknown preset" in proc.stderr
