@@ -82,7 +82,7 @@ po::options_description image_options(train::ImageConfig& c, std::int64_t& seed)
       ("nvtx", po::value(&c.nvtx)->default_value(c.nvtx), "true | false: NVTX ranges around the phases (Nsight Systems)");
   po::options_description all("mgbench image: train MobileNetV2 on MNIST upscaled, across MPI ranks.\n"
                               "usage: mpirun -np N mgbench image [options]\n");
-  all.add(data).add(dist).add(compute).add(optim).add(output).add(profiling).add(job_general_options());
+  all.add(data).add(dist).add(compute).add(optim).add(output).add(profiling).add(checkpoint_options(c.checkpoint)).add(job_general_options());
   return all;
 }
 

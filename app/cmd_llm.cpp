@@ -64,7 +64,7 @@ po::options_description llm_options(train::LlmConfig& c, std::int64_t& seed, std
        "seconds between progress lines when stderr is not a terminal");
   po::options_description all("mgbench llm: LoRA fine-tuning of Llama 3 (TorchTune recipe semantics) across MPI ranks.\n"
                               "usage: mpirun -np N mgbench llm --model DIR|PRESET --data FILE [options]\n");
-  all.add(model).add(data).add(optim).add(run).add(job_general_options());
+  all.add(model).add(data).add(optim).add(run).add(checkpoint_options(c.checkpoint)).add(job_general_options());
   return all;
 }
 

@@ -20,6 +20,19 @@ po::options_description job_general_options() {
   return general;
 }
 
+po::options_description checkpoint_options(train::CheckpointOptions& o) {
+  po::options_description group("Checkpoints and preemption (SIGTERM / SIGUSR1: stop at the next step, checkpoint, exit 75)");
+  group.add_options()
+      ("checkpoint-dir", po::value(&o.dir)->default_value(o.dir),
+       "directory of checkpoints (one subdirectory per run configuration); empty: none")
+      ("checkpoint-every", po::value(&o.every_steps)->default_value(o.every_steps),
+       "optimizer steps between checkpoints (0: only when stopped by a signal and at the end)")
+      ("resume", po::bool_switch(&o.resume),
+       "continue the latest checkpoint of this configuration in --checkpoint-dir (its run, its results file); "
+       "start a new run when there is none");
+  return group;
+}
+
 std::optional<int> parse_job_options(const runtime::MpiEnvironment& env, const std::string& command, int argc,
                                      char** argv, const po::options_description& options, po::variables_map& vm,
                                      const std::function<void()>& finish) {

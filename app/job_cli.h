@@ -7,11 +7,15 @@
 
 #include "options.h"
 #include "runtime/mpi_env.h"
+#include "train/checkpoint_options.h"
 
 namespace mgbench::app {
 
 /// The options every job command has: --config, --dry-run, --verbose, --help.
 po::options_description job_general_options();
+
+/// The preemption options every job command has: --checkpoint-dir, --checkpoint-every, --resume.
+po::options_description checkpoint_options(train::CheckpointOptions& options);
 
 /// Parses argv into vm on every rank, then runs `finish` (completes and validates the config;
 /// throws ConfigError). Returns the exit code when the command is already done: 0 after --help

@@ -230,6 +230,12 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     out.flush();
     MGBENCH_REQUIRE(out.good(), DataError, "safetensors '{}': write failed ({})", tmp, std::strerror(errno));
   }
+  // On stable storage before it takes the final name: a node failure right after the rename
+  // must not leave a complete-looking file with lost pages.
+  const int fd = ::open(tmp.c_str(), O_RDONLY);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  MGBENCH_REQUIRE(synced, DataError, "safetensors '{}': fsync failed ({})", tmp, std::strerror(errno));
   std::filesystem::rename(tmp, path);
 }
 

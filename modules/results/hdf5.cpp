@@ -52,6 +52,7 @@ Handle fixed_string_type(std::size_t length) {
 
 void write_attribute(hid_t object, const std::string& name, const AttrValue& value) {
   const std::string what = fmt::format("write attribute '{}'", name);
+  if (H5Aexists(object, name.c_str()) > 0) check_status(H5Adelete(object, name.c_str()), what);  // replaced
   Handle space = wrap_space(H5Screate(H5S_SCALAR), what);
   if (const auto* s = std::get_if<std::string>(&value)) {
     Handle type = wrap_type(H5Tcopy(H5T_C_S1), what);

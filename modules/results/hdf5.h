@@ -66,7 +66,7 @@ Handle wrap_attr(hid_t id, const std::string& what);
 using AttrValue = std::variant<std::string, std::int64_t, double>;
 using Attributes = std::vector<std::pair<std::string, AttrValue>>;
 
-/// Writes (creates) a scalar attribute: strings as variable-length UTF-8, numbers as
+/// Writes (creates, or replaces) a scalar attribute: strings as variable-length UTF-8, numbers as
 /// native int64 / double. In a parallel file this is collective with identical arguments.
 void write_attribute(hid_t object, const std::string& name, const AttrValue& value);
 void write_attributes(hid_t object, const Attributes& attributes);

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/mpi_strings.h"
+#include "core/timer.h"
 
 namespace mgbench::results {
 namespace {
@@ -98,36 +99,30 @@ std::string sanitize_run_name(const std::string& name) {
   return out;
 }
 
-ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
-                             const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes,
-                             const RankLayout& layout)
-    : path_(path), layout_(layout) {
-  h5::silence_error_stack();
-  MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
-  MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
-  MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
-
+void ResultsWriter::open_file(bool create) {
   // Rank 0 inspects the path so that every rank fails, or proceeds, together.
   std::string problem;
   bool exists = false;
   if (rank_ == 0) {
-    exists = access(path.c_str(), F_OK) == 0;
-    if (exists && H5Fis_hdf5(path.c_str()) <= 0) {
+    exists = access(path_.c_str(), F_OK) == 0;
+    if (!exists && !create) {
+      problem = fmt::format("results file '{}' of the run to resume does not exist (moved or deleted?)", path_);
+    } else if (exists && H5Fis_hdf5(path_.c_str()) <= 0) {
       problem = fmt::format("results file '{}' exists and is not an HDF5 file; refusing to touch it "
-                            "(choose another --results path)", path);
+                            "(choose another --results path)", path_);
     }
   }
   problem = broadcast_string(comm_, problem);
   if (!problem.empty()) throw ResultsError(problem);
   exists = broadcast_string(comm_, exists ? "1" : "0") == "1";
 
-  const std::string open_what = fmt::format("{} results file '{}'", exists ? "open" : "create", path);
+  const std::string open_what = fmt::format("{} results file '{}'", exists ? "open" : "create", path_);
   h5::Handle fapl = h5::wrap_plist(H5Pcreate(H5P_FILE_ACCESS), open_what);
   check_status(H5Pset_fapl_mpio(fapl, comm_, MPI_INFO_NULL), open_what);
   check_status(H5Pset_all_coll_metadata_ops(fapl, true), open_what);
   check_status(H5Pset_coll_metadata_write(fapl, true), open_what);
   if (exists) {
-    file_ = h5::wrap_file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl), open_what);
+    file_ = h5::wrap_file(H5Fopen(path_.c_str(), H5F_ACC_RDWR, fapl), open_what);
     const h5::Attributes root = h5::read_attributes(file_);
     bool is_mgbench = false;
     for (const auto& [name, value] : root) {
@@ -138,13 +133,24 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
     if (!is_mgbench || !h5::link_exists(file_, "runs")) {
       throw ResultsError(fmt::format("'{}' is an HDF5 file but not an mgbench results file (no schema=\"{}\" "
                                      "attribute or /runs group); choose another --results path",
-                                     path, kSchemaName));
+                                     path_, kSchemaName));
     }
   } else {
-    file_ = h5::wrap_file(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
+    file_ = h5::wrap_file(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
     h5::write_attributes(file_, {{"schema", std::string(kSchemaName)}, {"schema_version", kSchemaVersion}});
     h5::wrap_group(H5Gcreate2(file_, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create /runs");
   }
+}
+
+ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
+                             const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes,
+                             const RankLayout& layout)
+    : path_(path), layout_(layout) {
+  h5::silence_error_stack();
+  MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
+  open_file(/*create=*/true);
 
   // Run id: rank 0's UTC start time and the run name, made unique in this file. Every rank runs
   // the loop: with collective metadata operations, H5Lexists is a collective call.
@@ -224,6 +230,85 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   }
   if (rank_ == 0) write_status(kStatusRunning, "");
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
+}
+
+ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_id,
+                             const RankLayout& layout)
+    : path_(path), run_id_(run_id), layout_(layout) {
+  h5::silence_error_stack();
+  MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
+  open_file(/*create=*/false);
+  const std::string run_path = "runs/" + run_id_;
+  if (!h5::link_exists(file_, run_path)) {
+    throw ResultsError(fmt::format("results file '{}' has no run '{}' to resume", path_, run_id_));
+  }
+  run_group_ = h5::wrap_group(H5Gopen2(file_, run_path.c_str(), H5P_DEFAULT), "open group /" + run_path);
+  std::int64_t stored_world = -1;
+  std::int64_t resumes = 0;
+  for (const auto& [name, value] : h5::read_attributes(run_group_)) {
+    if (name == "world_size" && std::holds_alternative<std::int64_t>(value)) stored_world = std::get<std::int64_t>(value);
+    if (name == "resumes" && std::holds_alternative<std::int64_t>(value)) resumes = std::get<std::int64_t>(value);
+  }
+  MGBENCH_REQUIRE(stored_world == world_size_, ResultsError,
+                  "run '{}' in '{}' was started by {} rank(s); resume it with the same number, not {}", run_id_, path_,
+                  stored_world, world_size_);
+  status_ = h5::wrap_dataset(H5Dopen2(run_group_, "status", H5P_DEFAULT), "open /" + run_path + "/status");
+  error_ = h5::wrap_dataset(H5Dopen2(run_group_, "error", H5P_DEFAULT), "open /" + run_path + "/error");
+  summary_ = h5::wrap_dataset(H5Dopen2(run_group_, "summary", H5P_DEFAULT), "open /" + run_path + "/summary");
+  summary_type_ = run_summary_type();
+  step_type_ = step_record_type();
+  epoch_type_ = epoch_record_type();
+  open_own_tables();
+  h5::write_attribute(run_group_, "resumes", resumes + 1);
+  h5::write_attribute(run_group_, "resumed_utc", broadcast_string(comm_, rank_ == 0 ? utc_now_iso8601() : ""));
+  if (rank_ == 0) write_status(kStatusRunning, "");
+  check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
+}
+
+void ResultsWriter::open_own_tables() {
+  // With collective metadata operations every open is collective: every rank opens every rank's
+  // tables in the same order and keeps its own.
+  for (int r = 0; r < world_size_; ++r) {
+    const std::string group_path = fmt::format("runs/{}/rank_{}", run_id_, r);
+    auto open = [&](const char* name, bool required) {
+      const std::string path = group_path + "/" + name;
+      if (!required && !h5::link_exists(file_, path)) return h5::Handle();
+      return h5::wrap_dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), "open /" + path);
+    };
+    h5::Handle steps = open("steps", true);
+    h5::Handle epochs = open("epochs", true);
+    h5::Handle indices = open("indices", false);
+    h5::Handle cuda_summary = open("cuda_summary", false);
+    h5::Handle cuda_api = open("cuda_api", false);
+    h5::Handle cuda_kernels = open("cuda_kernels", false);
+    if (r == rank_) {
+      steps_ = std::move(steps);
+      epochs_ = std::move(epochs);
+      indices_ = std::move(indices);
+      cuda_summary_ = std::move(cuda_summary);
+      cuda_api_ = std::move(cuda_api);
+      cuda_kernels_ = std::move(cuda_kernels);
+    }
+  }
+  auto rows = [&](hid_t dataset) {
+    h5::Handle space = h5::wrap_space(H5Dget_space(dataset), fmt::format("dataspace of rank {}'s table", rank_));
+    hsize_t dims[2] = {0, 0};
+    H5Sget_simple_extent_dims(space, dims, nullptr);
+    return std::array<std::int64_t, 2>{static_cast<std::int64_t>(dims[0]), static_cast<std::int64_t>(dims[1])};
+  };
+  const bool same = rows(steps_)[0] == layout_.epochs * layout_.steps_per_epoch && rows(epochs_)[0] == layout_.epochs &&
+                    (layout_.indices_per_epoch == 0) == !indices_.valid() &&
+                    (!indices_.valid() || rows(indices_)[1] == layout_.indices_per_epoch) &&
+                    layout_.cuda_metrics == cuda_summary_.valid();
+  // Agreed, so that a mismatch on one rank fails every rank alike.
+  int mismatch = same ? 0 : 1;
+  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &mismatch, 1, MPI_INT, MPI_MAX, comm_));
+  MGBENCH_REQUIRE(mismatch == 0, ResultsError,
+                  "run '{}' in '{}' has tables of another shape than this job's (epochs, steps per epoch, indices or "
+                  "CUDA metrics differ): it is not the same configuration",
+                  run_id_, path_);
 }
 
 ResultsWriter::~ResultsWriter() {

@@ -37,6 +37,12 @@ class ResultsWriter {
   ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
                 const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes,
                 const RankLayout& layout);
+  /// Collective over comm. Continues run `run_id` of the existing results file path (a resumed,
+  /// preempted run): reopens its tables, checks that they match this job (same world size and
+  /// layout), sets the status back to "running" and counts the resume in the run's `resumes`
+  /// attribute (`resumed_utc`: when). Rows already written stay; later writes overwrite in place.
+  /// Throws ResultsError (same message on every rank) when the file or run is missing or differs.
+  ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_id, const RankLayout& layout);
   ~ResultsWriter();
   ResultsWriter(const ResultsWriter&) = delete;
   ResultsWriter& operator=(const ResultsWriter&) = delete;
@@ -64,6 +70,11 @@ class ResultsWriter {
   void mark_failed(const std::string& message) noexcept;
 
  private:
+  /// Opens (or, when create is true and it does not exist, creates) path_ collectively.
+  void open_file(bool create);
+  /// Opens every rank's tables of the run (collectively), keeps this rank's and checks their
+  /// sizes against layout_ (agreed: a mismatch anywhere throws everywhere).
+  void open_own_tables();
   void write_status(std::string_view status, const std::string& message);
   void write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows, const void* rows,
                   const char* what);

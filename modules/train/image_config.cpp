@@ -7,6 +7,7 @@
 namespace mgbench::train {
 
 void ImageConfig::validate() const {
+  checkpoint.validate();
   MGBENCH_REQUIRE(image_size >= 1 && image_size <= 4096, ConfigError, "--image-size {}: expected 1-4096 px", image_size);
   MGBENCH_REQUIRE(epochs >= 1, ConfigError, "--epochs {}: expected >= 1", epochs);
   MGBENCH_REQUIRE(batch_size >= 1, ConfigError, "--batch-size {}: expected >= 1", batch_size);

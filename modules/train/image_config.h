@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "train/checkpoint_options.h"
+
 namespace mgbench::train {
 
 struct ImageConfig {
@@ -47,6 +49,7 @@ struct ImageConfig {
   // evaluation and output
   std::int64_t eval_every = 1;  // epochs; the last epoch is always evaluated
   std::string results = "outputs/results.h5";
+  CheckpointOptions checkpoint;  // --checkpoint-dir, --checkpoint-every, --resume
   std::string run_name;
   bool record_indices = false;
   double progress_interval_s = 10.0;

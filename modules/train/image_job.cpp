@@ -24,15 +24,22 @@ int run_image_job(const ImageConfig& config, runtime::MpiEnvironment& env, const
     return 1;
   }
 
-  const auto writer = open_run(env, {config.results, config.run_name, resolved_config, command_line},
-                               trainer->run_attributes(), trainer->rank_attributes(), trainer->layout());
-  if (!writer) return 1;
+  const auto job = start_run(env, {config.results, config.run_name, resolved_config, command_line}, config.checkpoint,
+                             "image", trainer->run_attributes(), trainer->rank_attributes(), trainer->layout());
+  if (!job) return 1;
+  if (job->already_completed) return 0;
+  results::ResultsWriter& writer = *job->writer;
   Progress progress(env.rank() == 0, "img/s", config.progress_interval_s);
   results::RunSummary summary;
-  run_or_abort(env, *writer, "training", [&] { summary = trainer->run(*writer, progress); });
+  run_or_abort(
+      env, writer, "training", [&] { summary = trainer->run(writer, progress, &job->control); }, &job->control);
+  if (job->control.preempted) {
+    log::info("preempted: run {} in {} marked preempted", writer.run_id(), writer.path());
+    return kExitPreempted;
+  }
   log::info("done: {} epochs in {:.1f} s | test accuracy {:.2f} % | {:.1f} img/s (all ranks) | {} run {}",
             summary.epochs_completed, summary.total_s, 100 * summary.test_accuracy, summary.samples_per_s,
-            config.results, writer->run_id());
+            writer.path(), writer.run_id());
   return 0;
 }
 

@@ -10,7 +10,8 @@
 
 namespace mgbench::train {
 
-/// Returns the process exit code (0 on success, 1 when set-up failed on some rank). Does not
+/// Returns the process exit code (0 on success, 1 when set-up failed on some rank, 75 when the run
+/// stopped on SIGTERM / SIGUSR1 and was marked preempted: job_support.h). Does not
 /// return when training fails after the run started (the job is aborted).
 /// resolved_config: the configuration as INI text, stored with the run; command_line: argv.
 int run_image_job(const ImageConfig& config, runtime::MpiEnvironment& env, const std::string& resolved_config,

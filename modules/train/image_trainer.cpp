@@ -225,12 +225,90 @@ std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
   return {counts[0].item<std::int64_t>(), counts[1].item<std::int64_t>()};
 }
 
-results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& progress) {
+namespace {
+
+/// Where an image run stands at a step boundary, besides model and optimizer: what a checkpoint
+/// carries so that a resumed run continues as if never stopped.
+struct ImageRunState {
+  std::int64_t epoch = 0;             // the epoch in progress
+  std::int64_t consumed = 0;          // plan entries of that epoch already taken (ddp-rr: loaded ones too)
+  std::int64_t global_step = 0;       // optimizer steps done
+  double elapsed_s = 0;               // run time so far (excludes the time a preempted run was away)
+  double epoch_elapsed_s = 0;         // time spent in the epoch in progress
+  double loss_sum = 0;                // of the epoch's finite step losses
+  std::int64_t computed_samples = 0;  // over the run, this rank
+  results::RunSummary summary;        // train_s, eval_s, test_accuracy, final_loss, epochs_completed
+  results::EpochRecord epoch_record;  // the epoch in progress
+  std::vector<results::StepRecord> steps;
+  std::vector<std::int64_t> computed_indices;
+
+  void save(CheckpointState& c) const {
+    c.put("epoch", epoch);
+    c.put("consumed", consumed);
+    c.put("global_step", global_step);
+    c.put("elapsed_s", elapsed_s);
+    c.put("epoch_elapsed_s", epoch_elapsed_s);
+    c.put("loss_sum", loss_sum);
+    c.put("computed_samples", computed_samples);
+    c.put_records<results::RunSummary>("records/summary", {&summary, 1});
+    c.put_records<results::EpochRecord>("records/epoch", {&epoch_record, 1});
+    c.put_records<results::StepRecord>("records/steps", steps);
+    c.put_records<std::int64_t>("records/indices", computed_indices);
+  }
+  void load(const CheckpointState& c) {
+    epoch = c.integer("epoch");
+    consumed = c.integer("consumed");
+    global_step = c.integer("global_step");
+    elapsed_s = c.number("elapsed_s");
+    epoch_elapsed_s = c.number("epoch_elapsed_s");
+    loss_sum = c.number("loss_sum");
+    computed_samples = c.integer("computed_samples");
+    const auto summaries = c.records<results::RunSummary>("records/summary");
+    const auto epochs = c.records<results::EpochRecord>("records/epoch");
+    MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1, DataError,
+                    "checkpoint '{}': expected one summary and one epoch record", c.source());
+    summary = summaries[0];
+    epoch_record = epochs[0];
+    steps = c.records<results::StepRecord>("records/steps");
+    computed_indices = c.records<std::int64_t>("records/indices");
+  }
+};
+
+}  // namespace
+
+results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& progress, RunControl* control) {
   auto& s = *state_;
   const auto& c = s.config;
   const bool distributed = s.comm.world_size() > 1;
   const auto layout = this->layout();
   const std::int64_t total_steps = layout.steps_per_epoch * c.epochs;
+  RunControl no_control;
+  RunControl& ctl = control != nullptr ? *control : no_control;
+
+  ImageRunState run;
+  run.summary.train_s = 0;
+  run.summary.eval_s = 0;
+  auto state_of_model = [&](CheckpointState& state) {
+    put_module(state, "model/", *s.model);
+    put_optimizer(state, "optimizer", *s.optimizer);
+    if (s.scaler) {
+      state.put("scaler.scale", s.scaler->get_scale());
+      state.put("scaler.growth_tracker", s.scaler->growth_tracker());
+    }
+    put_rng(state, s.device);
+  };
+  if (ctl.resume != nullptr) {
+    const CheckpointState& saved = *ctl.resume;
+    load_module(saved, "model/", *s.model);
+    load_optimizer(saved, "optimizer", *s.optimizer);
+    if (s.scaler) s.scaler->load_state(saved.number("scaler.scale"), saved.integer("scaler.growth_tracker"));
+    load_rng(saved, s.device);
+    run.load(saved);
+    MGBENCH_REQUIRE(run.epoch <= c.epochs && run.consumed >= 0, DataError,
+                    "checkpoint '{}': position epoch {} is outside this run's {} epochs", saved.source(), run.epoch + 1,
+                    c.epochs);
+    log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.steps.size() + 1, run.global_step);
+  }
 
   // DDP start-up: every rank starts from rank 0's parameters and buffers.
   runtime::broadcast_coalesced(s.comm, s.model->parameters(), 0);
@@ -246,12 +324,8 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
   }
   s.share_buffers = distributed && !c.freeze_batchnorm && !s.synced_buffers.empty();
 
-  results::RunSummary summary;
-  summary.train_s = 0;
-  summary.eval_s = 0;
-  std::int64_t computed_samples = 0;
-  std::int64_t global_step = 0;
-  const double run_start_s = now_s();
+  results::RunSummary& summary = run.summary;
+  const double run_start_s = now_s() - run.elapsed_s;  // a resumed run's clock continues
   s.model->train();
   PhaseClock clock(s.device);
 
@@ -271,29 +345,46 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       window_closed_s = now_s() - run_start_s;
     }
   };
+  // Checkpoint of the state at this step boundary (collective; a failed save is logged, training goes on).
+  auto checkpoint = [&](bool completed) {
+    if (ctl.checkpointer == nullptr || !ctl.checkpointer->enabled()) return;
+    CheckpointState state;
+    state_of_model(state);
+    run.save(state);
+    CheckpointManifest m = ctl.checkpointer->manifest(run.global_step, run.epoch, completed);
+    m.results = writer.path();
+    m.run_id = writer.run_id();
+    if (ctl.stop != nullptr && ctl.stop->agreed_signal() != 0) m.stop_signal = runtime::stop_signal_name(ctl.stop->agreed_signal());
+    if (!ctl.checkpointer->save(m, state)) log::warn("checkpoint at step {} not written; the previous one stays", run.global_step);
+  };
 
-  for (std::int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+  for (; run.epoch < c.epochs; ++run.epoch) {
+    const std::int64_t epoch = run.epoch;
     const Stopwatch epoch_clock;
-    results::EpochRecord epoch_record;
+    results::EpochRecord& epoch_record = run.epoch_record;
     epoch_record.epoch = static_cast<std::int32_t>(epoch);
-    std::vector<results::StepRecord> steps;
+    std::vector<results::StepRecord>& steps = run.steps;
     steps.reserve(static_cast<std::size_t>(layout.steps_per_epoch));
-    std::vector<std::int64_t> computed_indices;
-    double loss_sum = 0;
 
     // Page-locked batches only help (and only exist) for copies to a GPU.
     const bool pin = c.pin_memory && s.device.is_cuda();
     data::HostTransform host_transform;
     if (s.host_upscale()) host_transform = [&s](const torch::Tensor& images) { return s.upscale(images); };
-    data::ImageLoader loader(s.train_set, data::plan_epoch(s.plan_options, epoch), c.prefetch, pin, host_transform);
+    std::vector<data::PlannedBatch> plan = data::plan_epoch(s.plan_options, epoch);
+    MGBENCH_REQUIRE(run.consumed <= static_cast<std::int64_t>(plan.size()), DataError,
+                    "checkpoint position: {} batches consumed of epoch {}, which has {}", run.consumed, epoch + 1,
+                    plan.size());
+    plan.erase(plan.begin(), plan.begin() + run.consumed);  // a resumed epoch: the batches not yet taken
+    data::ImageLoader loader(s.train_set, std::move(plan), c.prefetch, pin, host_transform);
     DeviceFeeder feeder(loader, s.device, /*async=*/pin, /*depth=*/std::max(2, c.prefetch));
     results::PhaseTimes pending;  // time of batches loaded but not computed (ddp-rr), charged to the next step
     while (true) {
       results::StepRecord step;
       const double step_start = now_s();
-      update_profile_window(step_start - run_start_s, global_step);
+      update_profile_window(step_start - run_start_s, run.global_step);
       std::optional<DeviceBatch> batch = feeder.next(clock);
       if (!batch) break;
+      ++run.consumed;
       epoch_record.loaded_samples += batch->labels.size(0);
       if (!batch->plan.compute) {
         // ddp-rr: this rank loads and transfers the batch but another rank computes it.
@@ -303,7 +394,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       clock.enter(results::Phase::kTransform);
       const torch::Tensor x = s.to_model_input(batch->images);
 
-      const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, c.lr_schedule == "cosine");
+      const double lr = lr_at_step(c.lr, run.global_step, c.warmup_steps, total_steps, c.lr_schedule == "cosine");
       for (auto& group : s.optimizer->param_groups()) group.options().set_lr(lr);
       step.lr = lr;
       s.optimizer->zero_grad(/*set_to_none=*/true);
@@ -358,29 +449,53 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
         throw Error(fmt::format("loss became {} at epoch {} step {} (lr {}): training diverged; lower --lr", step.loss,
                                 epoch + 1, step.step + 1, lr));
       }
-      if (std::isfinite(step.loss)) loss_sum += step.loss;
-      if (s.window.contains(step.start_s, global_step)) window_samples += step.samples;
+      if (std::isfinite(step.loss)) run.loss_sum += step.loss;
+      if (s.window.contains(step.start_s, run.global_step)) window_samples += step.samples;
       epoch_record.samples += step.samples;
       if (c.record_indices) {
-        computed_indices.insert(computed_indices.end(), batch->plan.indices.begin(), batch->plan.indices.end());
+        run.computed_indices.insert(run.computed_indices.end(), batch->plan.indices.begin(), batch->plan.indices.end());
       }
       epoch_record.phases += step.phases;
       steps.push_back(step);
-      ++global_step;
+      ++run.global_step;
 
       const double elapsed = now_s() - run_start_s;
       progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step.step + 1, layout.steps_per_epoch,
                        step.loss, static_cast<double>(epoch_record.samples) / epoch_clock.elapsed(), elapsed,
-                       elapsed / static_cast<double>(global_step) * static_cast<double>(total_steps - global_step)});
+                       elapsed / static_cast<double>(run.global_step) * static_cast<double>(total_steps - run.global_step)});
+
+      // Step boundary: every rank learns of a stop request at the same step.
+      const bool stop = ctl.stop != nullptr && ctl.stop->poll();
+      if (stop || (ctl.checkpointer != nullptr && ctl.checkpointer->due(run.global_step))) {
+        // The checkpoint holds the time so far; writing it is not training time (excluded from train_s).
+        const double epoch_elapsed_before = run.epoch_elapsed_s;
+        const Stopwatch checkpoint_clock;
+        run.elapsed_s = now_s() - run_start_s;
+        run.epoch_elapsed_s = epoch_elapsed_before + epoch_clock.elapsed();
+        checkpoint(/*completed=*/false);
+        run.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
+      }
+      if (stop) {
+        writer.write_steps(epoch, steps);  // the epoch's steps so far; the epoch row is written when it ends
+        if (c.record_indices) writer.write_indices(epoch, run.computed_indices);
+        ctl.preempted = true;
+        summary.total_s = now_s() - run_start_s;
+        log::info("stopped on {} after global step {} (epoch {}, step {}){}",
+                  runtime::stop_signal_name(ctl.stop->agreed_signal()), run.global_step, epoch + 1, steps.size(),
+                  ctl.checkpointer != nullptr && ctl.checkpointer->enabled()
+                      ? fmt::format(": continue with --resume --checkpoint-dir {}", ctl.checkpointer->options().dir)
+                      : std::string(": no --checkpoint-dir, nothing to resume from"));
+        return summary;
+      }
     }
     // ddp-rr: batches loaded after this rank's last computed one belong to the epoch, not a step.
     epoch_record.phases += pending;
     pending = {};
-    epoch_record.train_s = epoch_clock.elapsed();
+    epoch_record.train_s = run.epoch_elapsed_s + epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
-    epoch_record.loss_mean = steps.empty() ? results::kNaN : loss_sum / static_cast<double>(steps.size());
+    epoch_record.loss_mean = steps.empty() ? results::kNaN : run.loss_sum / static_cast<double>(steps.size());
     epoch_record.samples_per_s = static_cast<double>(epoch_record.samples) / epoch_record.train_s;
-    computed_samples += epoch_record.samples;
+    run.computed_samples += epoch_record.samples;
     summary.train_s += epoch_record.train_s;
 
     if ((epoch + 1) % c.eval_every == 0 || epoch + 1 == c.epochs) {
@@ -395,7 +510,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     }
     writer.write_steps(epoch, steps);
     writer.write_epoch(epoch_record);
-    if (c.record_indices) writer.write_indices(epoch, computed_indices);
+    if (c.record_indices) writer.write_indices(epoch, run.computed_indices);
     summary.final_loss = epoch_record.loss_mean;
     summary.epochs_completed = epoch + 1;
     progress.message(fmt::format(
@@ -405,6 +520,13 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
             ? fmt::format(" | test accuracy {:.2f} % ({}/{})", 100 * epoch_record.test_accuracy,
                           epoch_record.test_correct, epoch_record.test_samples)
             : std::string()));
+    // The next epoch starts from nothing.
+    run.consumed = 0;
+    run.epoch_elapsed_s = 0;
+    run.loss_sum = 0;
+    run.epoch_record = {};
+    run.steps.clear();
+    run.computed_indices.clear();
   }
   summary.total_s = now_s() - run_start_s;
   if (s.cupti) {
@@ -425,13 +547,15 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
 
   // Global figures: samples computed by all ranks, mean final loss over ranks.
   torch::Tensor totals =
-      torch::tensor({static_cast<double>(computed_samples), summary.final_loss}, torch::kFloat64).to(s.device);
+      torch::tensor({static_cast<double>(run.computed_samples), summary.final_loss}, torch::kFloat64).to(s.device);
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
   totals = totals.cpu();
   summary.samples_per_s = totals[0].item<double>() / summary.train_s;
   summary.final_loss = totals[1].item<double>() / s.comm.world_size();
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
   if (s.comm.rank() == 0) writer.write_summary(summary);
+  run.elapsed_s = summary.total_s;
+  checkpoint(/*completed=*/true);  // the final state: a later --resume finds the run done
   return summary;
 }
 

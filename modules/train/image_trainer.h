@@ -28,6 +28,7 @@
 #include "results/writer.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "train/checkpoint.h"
 #include "train/image_config.h"
 
 namespace mgbench::train {
@@ -55,7 +56,12 @@ class ImageTrainer {
   std::vector<torch::Tensor> buffers() const;
 
   /// Trains and evaluates; writes steps, epochs and (rank 0) the summary. Returns the summary.
-  results::RunSummary run(results::ResultsWriter& writer, Progress& progress);
+  /// control (optional): continues from control->resume, writes checkpoints through
+  /// control->checkpointer (every --checkpoint-every steps and at the end), and stops at the step
+  /// boundary control->stop agrees on: then the epoch's steps so far are written, a checkpoint is
+  /// taken, control->preempted is set and the partial summary returned (not written).
+  /// Throws DataError for a checkpoint that does not fit this model or run.
+  results::RunSummary run(results::ResultsWriter& writer, Progress& progress, RunControl* control = nullptr);
 
  private:
   struct State;

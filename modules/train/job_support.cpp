@@ -122,8 +122,81 @@ std::unique_ptr<results::ResultsWriter> open_run(runtime::MpiEnvironment& env, c
   return writer;
 }
 
+std::string run_configuration_text(const std::string& task, const h5::Attributes& job_attributes) {
+  std::string text = job_attributes.empty() || job_attributes.front().first != "task" ? "task=" + task + "\n" : "";
+  for (const auto& [name, value] : job_attributes) {
+    text += name + "=";
+    if (const auto* v = std::get_if<std::string>(&value)) {
+      text += *v;
+    } else if (const auto* i = std::get_if<std::int64_t>(&value)) {
+      text += std::to_string(*i);
+    } else {
+      text += fmt::format("{:.17g}", std::get<double>(value));
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentity& run,
+                                  const CheckpointOptions& checkpoints, const std::string& task,
+                                  h5::Attributes run_attributes, h5::Attributes rank_attributes,
+                                  const results::RankLayout& layout) {
+  auto job = std::make_unique<JobRun>();
+  runtime::install_stop_handlers();
+  if (!all_succeed(env, "setting up checkpoints", [&] {
+        job->checkpointer =
+            std::make_unique<Checkpointer>(checkpoints, env, task, run_configuration_text(task, run_attributes));
+      })) {
+    return nullptr;
+  }
+  if (checkpoints.resume) {
+    if (!all_succeed(env, "looking for a checkpoint to resume", [&] { job->resumed_from = job->checkpointer->latest(); })) {
+      return nullptr;
+    }
+    if (!job->resumed_from) {
+      if (env.rank() == 0) {
+        log::info("--resume: no checkpoint of this configuration in {}: starting a new run",
+                  job->checkpointer->directory());
+      }
+    } else if (job->resumed_from->completed) {
+      if (env.rank() == 0) {
+        log::info("--resume: run {} in {} already completed (checkpoint {}): nothing to do", job->resumed_from->run_id,
+                  job->resumed_from->results, job->resumed_from->path);
+      }
+      job->already_completed = true;
+      return job;
+    } else {
+      const CheckpointManifest& from = *job->resumed_from;
+      if (!all_succeed(env, "reading the checkpoint", [&] { job->resume_state = job->checkpointer->load(from); })) {
+        return nullptr;
+      }
+      if (env.rank() == 0 && from.results != run.results) {
+        log::info("--resume: the run continues in its own results file {} (not --results {})", from.results,
+                  run.results);
+      }
+      if (!all_succeed(env, "reopening the results file", [&] {
+            job->writer = std::make_unique<results::ResultsWriter>(from.results, env.world(), from.run_id, layout);
+          })) {
+        return nullptr;
+      }
+      job->control.resume = &job->resume_state;
+      log::info("results: {} run {} resumed from {} (global step {})", from.results, from.run_id, from.path,
+                from.global_step);
+    }
+  }
+  if (!job->writer) {
+    job->writer = open_run(env, run, std::move(run_attributes), std::move(rank_attributes), layout);
+    if (!job->writer) return nullptr;
+  }
+  job->stop = std::make_unique<runtime::StopAgreement>(env.world());
+  job->control.checkpointer = job->checkpointer.get();
+  job->control.stop = job->stop.get();
+  return job;
+}
+
 void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, const char* what,
-                  const std::function<void()>& body) {
+                  const std::function<void()>& body, const RunControl* control) {
   try {
     body();
   } catch (const std::exception& e) {
@@ -131,7 +204,7 @@ void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, 
     writer.mark_failed(e.what());
     env.abort(1);
   }
-  writer.finish(results::kStatusCompleted);
+  writer.finish(control != nullptr && control->preempted ? results::kStatusPreempted : results::kStatusCompleted);
 }
 
 }  // namespace mgbench::train

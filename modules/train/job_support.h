@@ -10,6 +10,8 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/mpi_env.h"
+#include "runtime/stop_request.h"
+#include "train/checkpoint.h"
 
 namespace mgbench::train {
 
@@ -44,10 +46,41 @@ std::unique_ptr<results::ResultsWriter> open_run(runtime::MpiEnvironment& env, c
                                                  h5::Attributes run_attributes, h5::Attributes rank_attributes,
                                                  const results::RankLayout& layout);
 
+/// Exit code of a run that stopped early on SIGTERM / SIGUSR1 (sysexits' EX_TEMPFAIL, "try
+/// again"): the batch scripts requeue the job on it.
+inline constexpr int kExitPreempted = 75;
+
+/// A run being recorded, with its preemption and resume machinery.
+struct JobRun {
+  std::unique_ptr<results::ResultsWriter> writer;
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::unique_ptr<runtime::StopAgreement> stop;
+  std::optional<CheckpointManifest> resumed_from;
+  CheckpointState resume_state;
+  RunControl control;              // points into this object: JobRun does not move
+  bool already_completed = false;  // --resume found the run finished: nothing to do
+};
+
+/// The configuration text that names a run configuration's checkpoints: the job's run attributes
+/// as "name=value" lines, led by "task=<task>" unless they start with it (not the world size: a resume with another number of
+/// ranks is refused with a message, not silently started afresh).
+std::string run_configuration_text(const std::string& task, const h5::Attributes& job_attributes);
+
+/// Starts recording a run, as agreed stages: installs the stop-signal handlers; with --resume,
+/// looks for the latest checkpoint of this configuration (checkpoint.h) and, when there is one,
+/// reads this rank's state and continues its run in its results file (the checkpoint's, which
+/// may differ from run.results); otherwise creates a new run (open_run). nullptr when a stage
+/// failed (logged once; every rank returns).
+std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentity& run,
+                                  const CheckpointOptions& checkpoints, const std::string& task,
+                                  h5::Attributes run_attributes, h5::Attributes rank_attributes,
+                                  const results::RankLayout& layout);
+
 /// Runs body (training). If it throws on any rank, that rank logs "<what> failed on rank r (host):
 /// ...", marks the run failed in the results file and ends the whole job (MPI_Abort), so no rank
-/// waits in a collective. Otherwise records the run completed (collective).
+/// waits in a collective. Otherwise records the run "completed", or "preempted" when
+/// control->preempted (collective).
 void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, const char* what,
-                  const std::function<void()>& body);
+                  const std::function<void()>& body, const RunControl* control = nullptr);
 
 }  // namespace mgbench::train

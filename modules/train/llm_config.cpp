@@ -5,6 +5,7 @@
 namespace mgbench::train {
 
 void LlmConfig::validate() const {
+  checkpoint.validate();
   MGBENCH_REQUIRE(!model.empty(), ConfigError, "--model: expected a preset name or a checkpoint directory");
   MGBENCH_REQUIRE(init == "checkpoint" || init == "random", ConfigError, "--init '{}': expected checkpoint or random",
                   init);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "train/checkpoint_options.h"
+
 namespace mgbench::train {
 
 struct LlmConfig {
@@ -47,6 +49,7 @@ struct LlmConfig {
   std::string adapter;     // --eval-only: a PEFT adapter directory to load
   std::string output_dir;  // adapters written here at the end (PEFT format); "" = none
   std::string results = "outputs/results.h5";
+  CheckpointOptions checkpoint;  // --checkpoint-dir, --checkpoint-every, --resume
   std::string run_name;
   double progress_interval_s = 10.0;
 

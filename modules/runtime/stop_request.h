@@ -1,0 +1,55 @@
+#pragma once
+// Preemption: a rank asked to stop (SIGTERM from SLURM's time limit or scancel, SIGUSR1 from
+// `#SBATCH --signal=B:USR1@120` forwarded by the batch script, or from `mpirun` which forwards
+// SIGUSR1/SIGUSR2) finishes its current step, and every rank of the job stops at the same step
+// boundary, so the checkpoint written there is consistent across ranks.
+//
+// The agreement costs no stall: at step boundary k each rank starts a non-blocking MAX reduction
+// of "a signal arrived here" on a communicator of its own (MPI_Iallreduce) and completes the one
+// started at boundary k-1, which has long finished. Every rank thus learns the same answer at the
+// same boundary, one step after the first rank saw the signal.
+#include <mpi.h>
+
+namespace mgbench::runtime {
+
+/// Installs handlers for SIGTERM and SIGUSR1 that record the request (async-signal-safe: a flag).
+/// A second signal of the same kind ends the process as the default action would, so an operator
+/// can still force it. Idempotent.
+void install_stop_handlers();
+
+/// The first stop signal this process received (SIGTERM, SIGUSR1), or 0.
+int stop_signal_received() noexcept;
+
+/// Records a stop request as if `signal_number` had arrived (tests, and callers that stop for
+/// reasons of their own).
+void request_stop(int signal_number) noexcept;
+
+/// "SIGTERM", "SIGUSR1", or "signal N".
+const char* stop_signal_name(int signal_number) noexcept;
+
+class StopAgreement {
+ public:
+  /// Duplicates comm (collective).
+  explicit StopAgreement(MPI_Comm comm);
+  /// Completes an outstanding reduction (every rank has started the same number of them).
+  ~StopAgreement();
+  StopAgreement(const StopAgreement&) = delete;
+  StopAgreement& operator=(const StopAgreement&) = delete;
+
+  /// Call at every step boundary, on every rank, the same number of times. True on every rank at
+  /// the same call, the call after the first one at which some rank had received a stop signal.
+  /// Throws CommError when MPI fails.
+  bool poll();
+
+  /// The signal that made the job stop (the highest-numbered one any rank reported), 0 before.
+  int agreed_signal() const { return agreed_signal_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  int local_ = 0;
+  int reduced_ = 0;
+  int agreed_signal_ = 0;
+};
+
+}  // namespace mgbench::runtime

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# A one-node SLURM cluster for tests, from Debian's slurm-wlm and munge, in a directory of its own.
+#   source tests/slurm/cluster.sh
+#   slurm_cluster_start DIR   # exit status 77 (skip) with a reason on stderr when it cannot run
+#   ... sbatch --wait ...     # SLURM_CONF is exported
+#   slurm_cluster_stop        # stops the daemons this shell started (by pid), nothing else
+# Needs root (slurmd launches jobs as their user; munged runs as user munge). Ports 16817/16818 and
+# the cluster's own munge socket keep it apart from any SLURM or munge already on the machine.
+
+SLURM_CLUSTER_PIDS=()
+
+slurm_cluster_skip() {
+  echo "SKIPPED: $*" >&2
+  return 77
+}
+
+slurm_cluster_start() {
+  local dir=$1
+  [[ $(id -u) -eq 0 ]] || { slurm_cluster_skip "a test SLURM needs root (slurmd, munged as user munge)"; return; }
+  local b
+  for b in munged slurmctld slurmd sbatch srun sinfo; do
+    command -v "$b" >/dev/null || PATH=$PATH:/usr/sbin command -v "$b" >/dev/null ||
+      { slurm_cluster_skip "$b not installed (Debian: apt-get install slurm-wlm munge)"; return; }
+  done
+  id munge >/dev/null 2>&1 || { slurm_cluster_skip "no user munge (Debian package munge)"; return; }
+  export PATH=$PATH:/usr/sbin
+  local plugins
+  plugins=$(dirname "$(dpkg -L slurm-wlm-basic-plugins 2>/dev/null | grep -m1 '/mpi_pmix.so$')" 2>/dev/null)
+  [[ -n "$plugins" && -e "$plugins/mpi_pmix.so" ]] || { slurm_cluster_skip "SLURM's mpi/pmix plugin not found"; return; }
+
+  mkdir -p "$dir"/{state,spool,munge,log}
+  dir=$(cd "$dir" && pwd)
+  local host
+  host=$(hostname -s)
+  # munged: its own key, socket and state, owned by munge and closed to others (munged checks).
+  mkdir -p "$dir/munge/run"
+  chown -R munge:munge "$dir/munge"
+  chmod 711 "$dir/munge"
+  chmod 755 "$dir/munge/run"
+  dd if=/dev/urandom of="$dir/munge/munge.key" bs=128 count=1 status=none
+  chown munge:munge "$dir/munge/munge.key"
+  chmod 400 "$dir/munge/munge.key"
+  local socket="$dir/munge/run/munge.socket"
+  setpriv --reuid=munge --regid=munge --init-groups munged --key-file="$dir/munge/munge.key" --socket="$socket" \
+    --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed" ||
+    { cat "$dir/munge/munged.log" >&2 2>/dev/null; echo "slurm fixture: munged did not start" >&2; return 1; }
+  SLURM_CLUSTER_PIDS+=("$(cat "$dir/munge/munged.pid")")
+
+  cat >"$dir/slurm.conf" <<CONF
+ClusterName=mgbench-test
+SlurmctldHost=$host
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$socket
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+PluginDir=$plugins
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/builtin
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+KillWait=10
+NodeName=$host CPUs=$(nproc) State=UNKNOWN
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+CONF
+  export SLURM_CONF="$dir/slurm.conf"
+  slurmctld -f "$SLURM_CONF" -i || { cat "$dir/log/slurmctld.log" >&2; return 1; }
+  sleep 1
+  SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmctld.pid")")
+  slurmd -f "$SLURM_CONF" || { cat "$dir/log/slurmd.log" >&2; return 1; }
+  sleep 1
+  SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmd.pid")")
+  local i
+  for i in $(seq 60); do
+    if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then return 0; fi
+    sleep 1
+  done
+  echo "slurm fixture: node never became idle" >&2
+  sinfo -N -l >&2 || true
+  tail -20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2
+  return 1
+}
+
+slurm_cluster_stop() {
+  local pid i
+  for pid in "${SLURM_CLUSTER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for i in $(seq 20); do
+    local alive=0
+    for pid in "${SLURM_CLUSTER_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.5
+  done
+  for pid in "${SLURM_CLUSTER_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  SLURM_CLUSTER_PIDS=()
+}
