@@ -14,8 +14,13 @@
 namespace mgbench::runtime {
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
-  int provided = 0;
-  MGBENCH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized == 0) {
+    int provided = 0;
+    MGBENCH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    owns_mpi_ = true;
+  }
   // Errors come back as return codes, checked by MGBENCH_CHECK_MPI, instead of aborting silently.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MGBENCH_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
@@ -41,7 +46,7 @@ MpiEnvironment::~MpiEnvironment() {
   MPI_Finalized(&finalized);
   if (finalized == 0) {
     if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
-    MPI_Finalize();
+    if (owns_mpi_) MPI_Finalize();
   }
 }
 

@@ -10,10 +10,11 @@ namespace mgbench::runtime {
 
 class MpiEnvironment {
  public:
-  /// MPI_Init_thread (MPI_THREAD_MULTIPLE requested: gradient hooks may run on autograd threads).
+  /// MPI_Init_thread (MPI_THREAD_MULTIPLE requested: gradient hooks may run on autograd threads),
+  /// unless MPI is already initialised (a host program or a test harness owns it).
   /// Local rank and local size come from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
   MpiEnvironment(int* argc, char*** argv);
-  /// MPI_Finalize, unless the job was aborted.
+  /// MPI_Finalize when this object initialised MPI, unless the job was aborted.
   ~MpiEnvironment();
   MpiEnvironment(const MpiEnvironment&) = delete;
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
@@ -44,6 +45,7 @@ class MpiEnvironment {
   int world_size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  bool owns_mpi_ = false;
   MPI_Comm node_ = MPI_COMM_NULL;  // the ranks of this node (MPI_Comm_split_type)
   std::string hostname_;
 };

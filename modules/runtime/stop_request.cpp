@@ -35,6 +35,8 @@ void request_stop(int signal_number) noexcept {
   if (g_stop_signal == 0) g_stop_signal = signal_number;
 }
 
+void clear_stop_request() noexcept { g_stop_signal = 0; }
+
 const char* stop_signal_name(int signal_number) noexcept {
   switch (signal_number) {
     case SIGTERM: return "SIGTERM";

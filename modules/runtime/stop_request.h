@@ -24,7 +24,10 @@ int stop_signal_received() noexcept;
 /// reasons of their own).
 void request_stop(int signal_number) noexcept;
 
-/// "SIGTERM", "SIGUSR1", or "signal N".
+/// Forgets a recorded request (a program that handled the stop and carries on, e.g. a test).
+void clear_stop_request() noexcept;
+
+/// "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", or "a stop request".
 const char* stop_signal_name(int signal_number) noexcept;
 
 class StopAgreement {

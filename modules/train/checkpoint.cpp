@@ -406,8 +406,8 @@ bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointStat
       })) {
     return false;
   }
-  log::info("checkpoint: step {} of epoch {} -> {} ({:.2f} s)", manifest.global_step, manifest.epoch + 1,
-            final_dir.string(), clock.elapsed());
+  log::info("checkpoint{}: global step {} -> {} ({:.2f} s)", manifest.completed ? " (run completed)" : "",
+            manifest.global_step, final_dir.string(), clock.elapsed());
   return true;
 }
 

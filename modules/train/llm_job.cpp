@@ -24,15 +24,26 @@ int run_llm_job(const LlmConfig& config, runtime::MpiEnvironment& env, const std
       })) {
     return 1;
   }
-  const auto writer = open_run(env, {config.results, config.run_name, resolved_config, command_line},
-                               tuner->run_attributes(), tuner->rank_attributes(), tuner->layout());
-  if (!writer) return 1;
+  const auto job = start_run(env, {config.results, config.run_name, resolved_config, command_line}, config.checkpoint,
+                             "llm", tuner->run_attributes(), tuner->rank_attributes(), tuner->layout());
+  if (!job) return 1;
+  if (job->already_completed) return 0;
+  results::ResultsWriter& writer = *job->writer;
   Progress progress(env.rank() == 0, "tok/s", config.progress_interval_s);
   results::RunSummary summary;
-  run_or_abort(env, *writer, config.eval_only ? "evaluation" : "fine-tuning", [&] {
-    summary = tuner->run(*writer, progress);
-    if (!config.output_dir.empty() && !config.eval_only && env.rank() == 0) tuner->save_adapter(config.output_dir);
-  });
+  run_or_abort(
+      env, writer, config.eval_only ? "evaluation" : "fine-tuning",
+      [&] {
+        summary = tuner->run(writer, progress, &job->control);
+        if (!config.output_dir.empty() && !config.eval_only && !job->control.preempted && env.rank() == 0) {
+          tuner->save_adapter(config.output_dir);
+        }
+      },
+      &job->control);
+  if (job->control.preempted) {
+    log::info("preempted: run {} in {} marked preempted", writer.run_id(), writer.path());
+    return kExitPreempted;
+  }
   if (config.eval_only) {
     if (env.rank() == 0) std::cout << fmt::format("eval loss: {:.6f}\n", summary.eval_loss) << std::flush;
     return 0;
@@ -42,7 +53,7 @@ int run_llm_job(const LlmConfig& config, runtime::MpiEnvironment& env, const std
             summary.epochs_completed, summary.final_loss, summary.s_per_it, summary.tokens_per_s,
             static_cast<double>(summary.peak_memory_bytes) / (1024.0 * 1024.0),
             std::isfinite(summary.mfu) ? fmt::format("{:.1f} %", 100 * summary.mfu) : std::string("n/a (no device peak)"),
-            config.results, writer->run_id());
+            writer.path(), writer.run_id());
   if (!config.output_dir.empty()) log::info("adapters: {} (PEFT format)", config.output_dir);
   return 0;
 }

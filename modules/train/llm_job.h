@@ -8,7 +8,8 @@
 
 namespace mgbench::train {
 
-/// Returns the process exit code: 0 done, 1 a set-up failure (every rank exits cleanly). A
+/// Returns the process exit code: 0 done, 1 a set-up failure (every rank exits cleanly), 75 the
+/// run stopped on SIGTERM / SIGUSR1 and was marked preempted (job_support.h). A
 /// failure during training marks the run failed and aborts the job.
 int run_llm_job(const LlmConfig& config, runtime::MpiEnvironment& env, const std::string& resolved_config,
                 const std::string& command_line);

@@ -278,22 +278,95 @@ double LlmTuner::evaluate() {
   return totals[0].item<double>() / totals[1].item<double>();
 }
 
-results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& progress) {
+namespace {
+
+/// Where a fine-tuning run stands at a step boundary, besides adapters and optimizer (see
+/// ImageRunState in image_trainer.cpp: the same idea).
+struct LlmRunState {
+  std::int64_t epoch = 0;
+  std::int64_t step_in_epoch = 0;  // optimizer steps of the epoch done
+  std::int64_t global_step = 0;
+  double elapsed_s = 0;
+  double epoch_elapsed_s = 0;
+  double loss_sum = 0;
+  std::int64_t loss_steps = 0;
+  double flops = 0;
+  std::int64_t real_tokens = 0;
+  results::RunSummary summary;
+  results::EpochRecord epoch_record;
+  std::vector<results::StepRecord> steps;
+
+  void save(CheckpointState& c) const {
+    c.put("epoch", epoch);
+    c.put("step_in_epoch", step_in_epoch);
+    c.put("global_step", global_step);
+    c.put("elapsed_s", elapsed_s);
+    c.put("epoch_elapsed_s", epoch_elapsed_s);
+    c.put("loss_sum", loss_sum);
+    c.put("loss_steps", loss_steps);
+    c.put("flops", flops);
+    c.put("real_tokens", real_tokens);
+    c.put_records<results::RunSummary>("records/summary", {&summary, 1});
+    c.put_records<results::EpochRecord>("records/epoch", {&epoch_record, 1});
+    c.put_records<results::StepRecord>("records/steps", steps);
+  }
+  void load(const CheckpointState& c) {
+    epoch = c.integer("epoch");
+    step_in_epoch = c.integer("step_in_epoch");
+    global_step = c.integer("global_step");
+    elapsed_s = c.number("elapsed_s");
+    epoch_elapsed_s = c.number("epoch_elapsed_s");
+    loss_sum = c.number("loss_sum");
+    loss_steps = c.integer("loss_steps");
+    flops = c.number("flops");
+    real_tokens = c.integer("real_tokens");
+    const auto summaries = c.records<results::RunSummary>("records/summary");
+    const auto epochs = c.records<results::EpochRecord>("records/epoch");
+    MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1, DataError,
+                    "checkpoint '{}': expected one summary and one epoch record", c.source());
+    summary = summaries[0];
+    epoch_record = epochs[0];
+    steps = c.records<results::StepRecord>("records/steps");
+  }
+};
+
+}  // namespace
+
+results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& progress, RunControl* control) {
   auto& s = *state_;
   const auto& c = s.config;
   const bool distributed = s.comm.world_size() > 1;
-  results::RunSummary summary;
-  const double run_start_s = now_s();
   if (c.eval_only) {
+    results::RunSummary summary;
     const Stopwatch clock;
     summary.eval_loss = evaluate();
     summary.eval_s = clock.elapsed();
-    summary.total_s = now_s() - run_start_s;
+    summary.total_s = clock.elapsed();
     summary.train_s = 0;
     summary.final_loss = summary.eval_loss;
     summary.finished_unix_s = static_cast<double>(std::time(nullptr));
     if (s.comm.rank() == 0) writer.write_summary(summary);
     return summary;
+  }
+  RunControl no_control;
+  RunControl& ctl = control != nullptr ? *control : no_control;
+  // The trained tensors (LoRA adapters) by name: the frozen base is rebuilt from --model / --seed.
+  std::vector<std::pair<std::string, torch::Tensor>> trained;
+  for (const auto& p : s.model->named_parameters()) {
+    if (p.value().requires_grad()) trained.emplace_back(p.key(), p.value());
+  }
+  LlmRunState run;
+  run.summary.train_s = 0;
+  if (ctl.resume != nullptr) {
+    const CheckpointState& saved = *ctl.resume;
+    load_tensors(saved, "model/", trained);
+    load_optimizer(saved, "optimizer", *s.optimizer);
+    load_rng(saved, s.device);
+    run.load(saved);
+    MGBENCH_REQUIRE(run.epoch <= c.epochs && run.step_in_epoch >= 0 && run.step_in_epoch <= s.steps_per_epoch,
+                    DataError, "checkpoint '{}': position epoch {} step {} is outside this run ({} epochs of {} steps)",
+                    saved.source(), run.epoch + 1, run.step_in_epoch, c.epochs, s.steps_per_epoch);
+    log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.step_in_epoch + 1, run.global_step);
   }
 
   runtime::broadcast_coalesced(s.comm, s.trainable, 0);  // identical adapters everywhere (A is random)
@@ -301,24 +374,35 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
   const std::int64_t total_steps = s.steps_per_epoch * c.epochs;
   const double peak = device_peak_flops(s.placement, s.dtype, c.peak_tflops);
   PhaseClock clock(s.device);
-  summary.train_s = 0;
-  std::int64_t global_step = 0;
-  double flops = 0;
-  std::int64_t real_tokens_total = 0;
+  results::RunSummary& summary = run.summary;
+  const double run_start_s = now_s() - run.elapsed_s;  // a resumed run's clock continues
   s.model->train();
+  auto checkpoint = [&](bool completed) {
+    if (ctl.checkpointer == nullptr || !ctl.checkpointer->enabled()) return;
+    CheckpointState state;
+    put_tensors(state, "model/", trained);
+    put_optimizer(state, "optimizer", *s.optimizer);
+    put_rng(state, s.device);
+    run.save(state);
+    CheckpointManifest m = ctl.checkpointer->manifest(run.global_step, run.epoch, completed);
+    m.results = writer.path();
+    m.run_id = writer.run_id();
+    if (ctl.stop != nullptr && ctl.stop->agreed_signal() != 0) m.stop_signal = runtime::stop_signal_name(ctl.stop->agreed_signal());
+    if (!ctl.checkpointer->save(m, state)) log::warn("checkpoint at step {} not written; the previous one stays", run.global_step);
+  };
 
-  for (std::int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+  for (; run.epoch < c.epochs; ++run.epoch) {
+    const std::int64_t epoch = run.epoch;
     const Stopwatch epoch_clock;
-    results::EpochRecord epoch_record;
+    results::EpochRecord& epoch_record = run.epoch_record;
     epoch_record.epoch = static_cast<std::int32_t>(epoch);
-    std::vector<results::StepRecord> steps;
+    std::vector<results::StepRecord>& steps = run.steps;
     const auto plan = data::plan_epoch(s.plan_options, epoch);
-    double loss_sum = 0;
-    std::int64_t loss_steps = 0;  // steps with a loss (a step whose labels are all masked has none)
-    for (std::int64_t step_in_epoch = 0; step_in_epoch < s.steps_per_epoch; ++step_in_epoch) {
+    for (; run.step_in_epoch < s.steps_per_epoch; ++run.step_in_epoch) {
+      const std::int64_t step_in_epoch = run.step_in_epoch;
       results::StepRecord step;
       const double step_start = now_s();
-      const double lr = lr_at_step(c.lr, global_step, c.warmup_steps, total_steps, /*cosine=*/true);
+      const double lr = lr_at_step(c.lr, run.global_step, c.warmup_steps, total_steps, /*cosine=*/true);
       for (auto& group : s.optimizer->param_groups()) group.options().set_lr(lr);
       torch::Tensor local_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(s.device));
       std::int64_t local_label_tokens = 0;
@@ -337,7 +421,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
         step.tokens += batch.real_tokens;
         step.padded_tokens += batch.tokens.numel();
         step.samples += batch.tokens.size(0);
-        flops += step_flops(static_cast<double>(batch.tokens.numel()), static_cast<double>(batch.tokens.size(1)));
+        run.flops += step_flops(static_cast<double>(batch.tokens.numel()), static_cast<double>(batch.tokens.size(1)));
       }
       clock.enter(results::Phase::kAllreduce);
       if (s.grad_sync) s.grad_sync->finish();  // mean over ranks of each rank's summed gradient
@@ -372,23 +456,47 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
                       "loss became {} at epoch {} step {} (lr {}): training diverged", step.loss, epoch + 1,
                       step_in_epoch + 1, lr);
       if (std::isfinite(step.loss)) {
-        loss_sum += step.loss;
-        ++loss_steps;
+        run.loss_sum += step.loss;
+        ++run.loss_steps;
       }
       epoch_record.samples += step.samples;
       epoch_record.loaded_samples += step.samples;
       epoch_record.phases += step.phases;
-      real_tokens_total += step.tokens;
+      run.real_tokens += step.tokens;
       steps.push_back(step);
-      ++global_step;
+      ++run.global_step;
       const double elapsed = now_s() - run_start_s;
       progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step_in_epoch + 1, s.steps_per_epoch,
-                       step.loss, static_cast<double>(real_tokens_total) / elapsed, elapsed,
-                       elapsed / static_cast<double>(global_step) * static_cast<double>(total_steps - global_step)});
+                       step.loss, static_cast<double>(run.real_tokens) / elapsed, elapsed,
+                       elapsed / static_cast<double>(run.global_step) * static_cast<double>(total_steps - run.global_step)});
+
+      // Step boundary: every rank learns of a stop request at the same step.
+      const bool stop = ctl.stop != nullptr && ctl.stop->poll();
+      if (stop || (ctl.checkpointer != nullptr && ctl.checkpointer->due(run.global_step))) {
+        const double epoch_elapsed_before = run.epoch_elapsed_s;
+        const Stopwatch checkpoint_clock;
+        run.elapsed_s = now_s() - run_start_s;
+        run.epoch_elapsed_s = epoch_elapsed_before + epoch_clock.elapsed();
+        ++run.step_in_epoch;  // the position after this step
+        checkpoint(/*completed=*/false);
+        --run.step_in_epoch;
+        run.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();  // writing it is not training time
+      }
+      if (stop) {
+        writer.write_steps(epoch, steps);  // the epoch's steps so far; the epoch row is written when it ends
+        ctl.preempted = true;
+        summary.total_s = now_s() - run_start_s;
+        log::info("stopped on {} after global step {} (epoch {}, step {}){}",
+                  runtime::stop_signal_name(ctl.stop->agreed_signal()), run.global_step, epoch + 1, steps.size(),
+                  ctl.checkpointer != nullptr && ctl.checkpointer->enabled()
+                      ? fmt::format(": continue with --resume --checkpoint-dir {}", ctl.checkpointer->options().dir)
+                      : std::string(": no --checkpoint-dir, nothing to resume from"));
+        return summary;
+      }
     }
-    epoch_record.train_s = epoch_clock.elapsed();
+    epoch_record.train_s = run.epoch_elapsed_s + epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
-    epoch_record.loss_mean = loss_steps == 0 ? results::kNaN : loss_sum / static_cast<double>(loss_steps);
+    epoch_record.loss_mean = run.loss_steps == 0 ? results::kNaN : run.loss_sum / static_cast<double>(run.loss_steps);
     epoch_record.samples_per_s = static_cast<double>(epoch_record.samples) / epoch_record.train_s;
     summary.train_s += epoch_record.train_s;
     writer.write_steps(epoch, steps);
@@ -398,17 +506,26 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
     progress.message(fmt::format("epoch {}/{}: loss {:.4f} | {:.3f} s/it | train {:.1f} s", epoch + 1, c.epochs,
                                  epoch_record.loss_mean, epoch_record.train_s / static_cast<double>(steps.size()),
                                  epoch_record.train_s));
+    // The next epoch starts from nothing.
+    run.step_in_epoch = 0;
+    run.epoch_elapsed_s = 0;
+    run.loss_sum = 0;
+    run.loss_steps = 0;
+    run.epoch_record = {};
+    run.steps.clear();
   }
   summary.total_s = now_s() - run_start_s;
-  torch::Tensor totals = torch::tensor({static_cast<double>(real_tokens_total), flops}, torch::kFloat64).to(s.device);
+  torch::Tensor totals = torch::tensor({static_cast<double>(run.real_tokens), run.flops}, torch::kFloat64).to(s.device);
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
   totals = totals.cpu();
-  summary.s_per_it = summary.train_s / static_cast<double>(std::max<std::int64_t>(global_step, 1));
+  summary.s_per_it = summary.train_s / static_cast<double>(std::max<std::int64_t>(run.global_step, 1));
   summary.tokens_per_s = totals[0].item<double>() / summary.train_s;
   summary.mfu = totals[1].item<double>() / (summary.train_s * static_cast<double>(s.comm.world_size()) * peak);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   if (s.comm.rank() == 0) writer.write_summary(summary);
+  run.elapsed_s = summary.total_s;
+  checkpoint(/*completed=*/true);  // the final state: a later --resume finds the run done
   return summary;
 }
 

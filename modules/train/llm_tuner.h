@@ -24,6 +24,7 @@
 #include "results/writer.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "train/checkpoint.h"
 #include "train/llm_config.h"
 
 namespace mgbench::train {
@@ -42,8 +43,10 @@ class LlmTuner {
   h5::Attributes run_attributes() const;
   h5::Attributes rank_attributes() const;
 
-  /// Fine-tunes; writes steps, epochs and (rank 0) the summary.
-  results::RunSummary run(results::ResultsWriter& writer, Progress& progress);
+  /// Fine-tunes; writes steps, epochs and (rank 0) the summary. control (optional): resume,
+  /// checkpoints (the trained tensors, i.e. the adapters, with optimizer, RNG and position; the
+  /// frozen base comes from --model / --seed again) and the agreed stop, as ImageTrainer::run.
+  results::RunSummary run(results::ResultsWriter& writer, Progress& progress, RunControl* control = nullptr);
   /// Token-weighted mean cross-entropy over the whole dataset (each rank a contiguous shard, sums
   /// reduced over ranks). Collective.
   double evaluate();
