@@ -1,0 +1,210 @@
+"""Preemption and resume with real signals, as SLURM delivers them.
+
+A run stopped by SIGUSR1 (sent to mpirun, which forwards it) or SIGTERM (sent to every rank, as
+SLURM does at the time limit) exits 75 with its run marked `preempted`; `--resume` continues the same
+run and ends with exactly the parameters of an uninterrupted run (fp64 / fp32 on the CPU, compared
+bitwise from the final checkpoints with the safetensors package). A job killed without warning
+(SIGKILL) loses only the steps since its last checkpoint and leaves earlier runs intact.
+"""
+import glob
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import BIN, ENV, MPIEXEC, SHARED, SMALL, mgbench
+
+h5py = pytest.importorskip("h5py")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+EXIT_PREEMPTED = 75
+IMAGE_BASE = ["image", *SMALL, "--data", SHARED / "mnist", "--limit-train", "512", "--limit-test", "256",
+              "--batch-size", "32", "--precision", "fp64"]
+IMAGE = [*IMAGE_BASE, "--epochs", "2"]  # 2 ranks: 8 steps per epoch, 16 in all
+MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
+LLM = ["llm", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_small.model", "--dataset", "alpaca",
+       "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json", "--limit", "400", "--batch-size", "2",
+       "--grad-accum", "2", "--max-steps", "60", "--warmup-steps", "2", "--lora-rank", "4", "--precision", "fp32",
+       "--progress-interval", "1000", "--device", "cpu"]
+RANK_ENV = dict(ENV, OMP_NUM_THREADS="1")
+
+
+def start(args, np=2):
+    cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", BIN, *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RANK_ENV)
+
+
+def wait_for_checkpoint(directory, step, proc, timeout=240):
+    """Waits until checkpoint step-<step> (or a later one) is committed."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        done = [int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{directory}/*/step-?????????")]
+        if any(s >= step for s in done):
+            return
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"run ended ({proc.returncode}) before checkpoint {step}:\n{out}\n{err}")
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"no checkpoint {step} in {directory} after {timeout} s")
+
+
+def rank_pids(proc):
+    """The ranks: mpirun's child processes running mgbench."""
+    out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def final_tensors(directory, rank):
+    (latest,) = sorted(glob.glob(f"{directory}/*/step-?????????"))[-1:]
+    tensors = safetensors_torch.load_file(f"{latest}/rank-{rank:05d}.safetensors")
+    return {k: v for k, v in tensors.items() if k.startswith("model/")}
+
+
+def only_run(results):
+    f = h5py.File(results, "r")
+    runs = list(f["runs"].values())
+    return f, runs
+
+
+def assert_same_parameters(a_dir, b_dir, ranks=2):
+    for r in range(ranks):
+        a, b = final_tensors(a_dir, r), final_tensors(b_dir, r)
+        assert a.keys() == b.keys() and len(a) > 0
+        for k in a:
+            assert np.array_equal(a[k].numpy(), b[k].numpy()), f"rank {r}: {k} differs"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_image(tmp_path_factory, request):
+    if not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {SHARED / 'mnist'}")
+    d = tmp_path_factory.mktemp("uninterrupted")
+    proc = start([*IMAGE, "--checkpoint-dir", d / "ck", "--results", d / "r.h5"])
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return d
+
+
+def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp_path, uninterrupted_image):
+    ck, results = tmp_path / "ck", tmp_path / "r.h5"
+    proc = start([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results])
+    wait_for_checkpoint(ck, 3, proc)
+    proc.send_signal(signal.SIGUSR1)  # what `#SBATCH --signal=B:USR1@120` + the batch script's trap do
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, err
+    assert "stopped on SIGUSR1" in err
+    f, runs = only_run(results)
+    with f:
+        (run,) = runs
+        assert run["status"][0] == b"preempted"
+        steps = run["rank_0"]["steps"][:]
+        done = int((steps["step_s"] > 0).sum())
+        assert 3 < done < 16  # stopped after the checkpoint at step 3, well before the end
+        run_id = run.attrs["run_id"]
+    (manifest,) = glob.glob(f"{ck}/*/step-?????????/checkpoint.json")[-1:]
+    assert '"stop_signal": "SIGUSR1"' in Path(manifest).read_text()
+
+    # --resume continues the same run in the same file, whatever --results says now.
+    proc = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", tmp_path / "ignored.h5", np=2)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "ignored.h5").exists()
+    f, runs = only_run(results)
+    with f:
+        (run,) = runs
+        assert run.attrs["run_id"] == run_id and run.attrs["resumes"] == 1
+        assert run["status"][0] == b"completed"
+        with h5py.File(uninterrupted_image / "r.h5", "r") as g:
+            (ref,) = g["runs"].values()
+            for r in (0, 1):
+                np.testing.assert_array_equal(run[f"rank_{r}"]["steps"]["loss"], ref[f"rank_{r}"]["steps"]["loss"])
+                np.testing.assert_array_equal(run[f"rank_{r}"]["epochs"]["samples"], ref[f"rank_{r}"]["epochs"]["samples"])
+                np.testing.assert_array_equal(run[f"rank_{r}"]["epochs"]["test_correct"],
+                                              ref[f"rank_{r}"]["epochs"]["test_correct"])
+            assert run["summary"][0]["test_accuracy"] == ref["summary"][0]["test_accuracy"]
+    assert_same_parameters(ck, uninterrupted_image / "ck")
+
+    # Resuming a completed run does nothing.
+    again = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
+    assert again.returncode == 0 and "already completed" in again.stderr
+    f, runs = only_run(results)
+    with f:
+        assert len(runs) == 1
+
+
+def test_sigkill_loses_only_the_steps_since_the_last_checkpoint(tmp_path, uninterrupted_image):
+    ck, results = tmp_path / "ck", tmp_path / "r.h5"
+    earlier = mgbench(*IMAGE_BASE, "--epochs", "1", "--results", results, "--run-name", "earlier", np=2)
+    assert earlier.returncode == 0, earlier.stderr
+    proc = start([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results])
+    wait_for_checkpoint(ck, 6, proc)
+    for pid in rank_pids(proc):  # a node failure: no signal the ranks could handle
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.communicate(timeout=60)
+    report = subprocess.run([BIN, "report", str(results)], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr  # the file, the earlier run included, is intact
+    f, runs = only_run(results)
+    with f:
+        status = sorted(r["status"][0] for r in runs)
+        assert status == [b"completed", b"running"]
+    proc = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed from" in proc.stderr, proc.stderr
+    f, runs = only_run(results)
+    with f:
+        assert sorted(r["status"][0] for r in runs) == [b"completed", b"completed"]
+    assert_same_parameters(ck, uninterrupted_image / "ck")
+
+
+def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path):
+    if not MODEL.exists():
+        pytest.skip(f"no oracle model at {MODEL} (ctest runs the oracles fixture first)")
+    ref_ck = tmp_path / "ref"
+    ref = mgbench(*LLM, "--checkpoint-dir", ref_ck, "--results", tmp_path / "ref.h5", np=2)
+    assert ref.returncode == 0, ref.stderr
+    ck, results, adapters = tmp_path / "ck", tmp_path / "r.h5", tmp_path / "adapters"
+    proc = start([*LLM, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--results", results,
+                  "--output-dir", adapters])
+    wait_for_checkpoint(ck, 5, proc)
+    for pid in rank_pids(proc):  # SLURM's time limit: SIGTERM to every task
+        os.kill(pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, err
+    assert not adapters.exists()  # adapters are written when the run completes, not at a stop
+    f, runs = only_run(results)
+    with f:
+        assert runs[0]["status"][0] == b"preempted"
+    proc = mgbench(*LLM, "--checkpoint-dir", ck, "--resume", "--results", results, "--output-dir", adapters, np=2)
+    assert proc.returncode == 0, proc.stderr
+    assert (adapters / "adapter_model.safetensors").exists()
+    assert_same_parameters(ck, ref_ck)
+    f, runs = only_run(results)
+    with f:
+        assert len(runs) == 1 and runs[0]["status"][0] == b"completed"
+        with h5py.File(tmp_path / "ref.h5", "r") as g:
+            (r,) = g["runs"].values()
+            np.testing.assert_array_equal(runs[0]["rank_0"]["steps"]["loss"], r["rank_0"]["steps"]["loss"])
+
+
+def test_resume_with_another_number_of_ranks_is_refused(tmp_path):
+    if not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip("no MNIST")
+    ck = tmp_path / "ck"
+    proc = start([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "2", "--results", tmp_path / "r.h5"])
+    wait_for_checkpoint(ck, 2, proc)
+    proc.send_signal(signal.SIGUSR1)
+    proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED
+    bad = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", tmp_path / "r.h5", np=3)
+    assert bad.returncode == 1
+    assert "written by 2 rank(s); resume with the same number of ranks, not 3" in bad.stderr
+
+
+def test_checkpoint_options_need_a_directory():
+    proc = mgbench(*IMAGE, "--resume")
+    assert proc.returncode == 2 and "--checkpoint-dir" in proc.stderr
