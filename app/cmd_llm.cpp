@@ -30,6 +30,8 @@ po::options_description llm_options(train::LlmConfig& c, std::int64_t& seed, std
       ("data", po::value(&c.data), "dataset file: .json (array), .jsonl, .csv, .tsv, optionally .gz")
       ("max-seq-len", po::value(&c.max_seq_len)->default_value(c.max_seq_len), "truncate samples (0: no truncation)")
       ("train-on-input", po::bool_switch(&c.train_on_input), "also train on the prompt tokens")
+      ("pin-memory", po::value(&c.pin_memory)->default_value(c.pin_memory),
+       "true | false: page-locked token batches, copied to the GPU without blocking (the papers' pin_memory)")
       ("limit", po::value(&c.limit)->default_value(c.limit), "use the first N rows (0: all)")
       ("shuffle", po::value(&c.shuffle)->default_value(c.shuffle), "reshuffle every epoch (seed + epoch)")
       ("seed", po::value(&seed)->default_value(static_cast<std::int64_t>(c.seed)), "seed of adapters and shuffling");

@@ -93,6 +93,9 @@ struct LlmTuner::State {
       }
       batch.real_tokens += static_cast<std::int64_t>(s.tokens.size());
     }
+    // Page-locked: the copy to the GPU (loss_sum) does not block the host (the allocator keeps the
+    // pinned block until the copy has completed).
+    if (config.pin_memory && device.is_cuda()) batch.tokens = batch.tokens.pin_memory();
     return batch;
   }
 
@@ -100,7 +103,7 @@ struct LlmTuner::State {
   /// go through the output projection and the softmax: prompt and padding positions (30-85 % of
   /// the tokens in alpaca / samsum) cost nothing there, forward or backward.
   torch::Tensor loss_sum(const Batch& batch) {
-    const torch::Tensor tokens = batch.tokens.to(device);
+    const torch::Tensor tokens = batch.tokens.to(device, /*non_blocking=*/batch.tokens.is_pinned());
     const torch::Tensor h = model->hidden_states(tokens);  // [B, T, H]
     const auto t = h.size(1);
     if (t < 2 || batch.label_tokens == 0) return (h.sum() * 0).to(torch::kFloat32);  // keeps the graph
@@ -128,6 +131,9 @@ void LlmTuner::load() {
   auto& s = *state_;
   const auto& c = s.config;
   const bool is_dir = fs::is_directory(c.model);
+  if (c.pin_memory && !s.device.is_cuda()) {
+    log::warn("--pin-memory true has no effect on the CPU (page-locked memory is for GPU copies)");
+  }
   // The model first: a name that is neither a directory nor a preset is the error to report.
   const models::LlamaConfig model_config = is_dir
                                                ? models::LlamaConfig::from_hf_json((fs::path(c.model) / "config.json").string())
@@ -228,6 +234,7 @@ h5::Attributes LlmTuner::run_attributes() const {
           {"trainable_parameters", trainable},
           {"init", c.init},
           {"dataset", c.dataset},
+          {"pin_memory", std::string(c.pin_memory ? "true" : "false")},
           {"data_file", c.data},
           {"train_samples", static_cast<std::int64_t>(s.samples.size())},
           {"max_seq_len", c.max_seq_len},

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster for tests, from Debian's slurm-wlm and munge, in a directory of its own.
-#   source tests/slurm/cluster.sh
-#   slurm_cluster_start DIR   # exit status 77 (skip) with a reason on stderr when it cannot run
-#   ... sbatch --wait ...     # SLURM_CONF is exported
-#   slurm_cluster_stop        # stops the daemons this shell started (by pid), nothing else
+#   tests/slurm/cluster.sh start DIR   # exit 77 (skip) with "SKIPPED: reason" on stderr when it cannot
+#                                      # run; then: export SLURM_CONF=DIR/slurm.conf; sbatch --wait ...
+#   tests/slurm/cluster.sh stop DIR    # stops the daemons it started (pids in DIR/pids), nothing else
 # Needs root (slurmd launches jobs as their user; munged runs as user munge). Ports 16817/16818 and
 # the cluster's own munge socket keep it apart from any SLURM or munge already on the machine.
+set -uo pipefail
 
 SLURM_CLUSTER_PIDS=()
 
@@ -45,6 +45,7 @@ slurm_cluster_start() {
     --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed" ||
     { cat "$dir/munge/munged.log" >&2 2>/dev/null; echo "slurm fixture: munged did not start" >&2; return 1; }
   SLURM_CLUSTER_PIDS+=("$(cat "$dir/munge/munged.pid")")
+  echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
 
   cat >"$dir/slurm.conf" <<CONF
 ClusterName=mgbench-test
@@ -79,9 +80,11 @@ CONF
   slurmctld -f "$SLURM_CONF" -i || { cat "$dir/log/slurmctld.log" >&2; return 1; }
   sleep 1
   SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmctld.pid")")
+  echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
   slurmd -f "$SLURM_CONF" || { cat "$dir/log/slurmd.log" >&2; return 1; }
   sleep 1
   SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmd.pid")")
+  echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
   local i
   for i in $(seq 60); do
     if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then return 0; fi
@@ -94,7 +97,9 @@ CONF
 }
 
 slurm_cluster_stop() {
-  local pid i
+  local dir=$1 pid i
+  [[ -f "$dir/pids" ]] || return 0
+  read -r -a SLURM_CLUSTER_PIDS <"$dir/pids"
   for pid in "${SLURM_CLUSTER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for i in $(seq 20); do
     local alive=0
@@ -104,4 +109,15 @@ slurm_cluster_stop() {
   done
   for pid in "${SLURM_CLUSTER_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   SLURM_CLUSTER_PIDS=()
+  rm -f "$dir/pids"
 }
+
+case "${1:-}" in
+  start) [[ -n "${2:-}" ]] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+    slurm_cluster_start "$2"; rc=$?
+    ((rc == 0 || rc == 77)) || slurm_cluster_stop "$2"  # a half-started cluster goes away again
+    exit $rc ;;
+  stop) [[ -n "${2:-}" ]] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+    slurm_cluster_stop "$2" ;;
+  *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,76 @@
+# Shared by the sbatch scripts of slurm/ (sourced from $SLURM_SUBMIT_DIR/slurm/common.sh): checks,
+# the launch of one MPI rank per task, signal forwarding and requeue on preemption.
+#
+# Environment (all optional):
+#   MGBENCH           the binary (default build/app/mgbench, relative to the submit directory)
+#   MGBENCH_OUTPUTS   where each job writes <job id>/results.h5 and <job id>/checkpoints (default outputs)
+#   MGBENCH_LAUNCHER  srun (default: srun --mpi=pmix) | mpirun (Open MPI's mpirun inside the allocation)
+#   MGBENCH_NSYS      non-empty: wrap every rank in `nsys profile` (slurm/profile.sbatch sets it)
+#   MGBENCH_REQUEUE   1 (default): requeue the job when mgbench stopped on a signal (exit 75) so that it
+#                     resumes from its checkpoint; 0: just end
+# Preemption: the scripts ask for `--signal=B:USR1@120`, so SLURM signals this batch shell two minutes
+# before the time limit; the trap below forwards SIGUSR1 to the launcher, which passes it to every
+# rank; mgbench stops at the next step, checkpoints, marks the run preempted and exits 75; the job is
+# requeued (same job id, same outputs directory) and the next start continues with --resume.
+
+mgbench_fail() {
+  echo "${MGBENCH_SCRIPT:-slurm}: $*" >&2
+  exit 2
+}
+
+# mgbench_require_file DESCRIPTION PATH: fail fast, naming the path, when it does not exist.
+mgbench_require_path() {
+  [[ -e "$2" ]] || mgbench_fail "$1 '$2' does not exist"
+}
+
+mgbench_setup() {
+  MGBENCH=${MGBENCH:-build/app/mgbench}
+  [[ -x "$MGBENCH" ]] || mgbench_fail "mgbench binary '$MGBENCH' not found or not executable (build it, or set MGBENCH)"
+  MGBENCH_JOB_DIR=${MGBENCH_OUTPUTS:-outputs}/${SLURM_JOB_ID}
+  mkdir -p "$MGBENCH_JOB_DIR" || mgbench_fail "cannot create '$MGBENCH_JOB_DIR'"
+  # One OpenMP / intra-op thread per allocated core of the task.
+  export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
+  # NCCL (GPU runs), as documented lines: uncomment what the cluster needs.
+  # export NCCL_DEBUG=WARN                # NCCL's own diagnostics
+  # export NCCL_IB_HCA=mlx5               # the InfiniBand adapters to use across nodes
+  # export NCCL_SOCKET_IFNAME=ib0         # bootstrap network interface
+  # export NCCL_P2P_LEVEL=NVL             # restrict peer-to-peer to NVLink
+  # export NCCL_ASYNC_ERROR_HANDLING=1    # mgbench's own watchdog (--comm-timeout) aborts hung collectives
+  echo "# job $SLURM_JOB_ID on $(hostname): ${SLURM_NTASKS:-?} task(s), restart ${SLURM_RESTART_COUNT:-0}, outputs $MGBENCH_JOB_DIR"
+}
+
+# mgbench_run ARGS...: runs "$MGBENCH" ARGS... as one rank per task; returns its exit status.
+mgbench_run() {
+  local launcher
+  if [[ "${MGBENCH_LAUNCHER:-srun}" == mpirun ]]; then
+    # Open MPI reads the allocation from SLURM; one rank per task, bound to its cores.
+    launcher=(mpirun --map-by "ppr:${SLURM_NTASKS_PER_NODE:-1}:node:PE=${SLURM_CPUS_PER_TASK:-1}" --bind-to core)
+  else
+    launcher=(srun --mpi=pmix --cpu-bind=cores)
+  fi
+  local wrapper=()
+  if [[ -n "${MGBENCH_NSYS:-}" ]]; then
+    command -v nsys >/dev/null || mgbench_fail "MGBENCH_NSYS is set but nsys is not on PATH (module load nsight-systems?)"
+    mkdir -p "$MGBENCH_JOB_DIR/nsys"
+    # %q{SLURM_PROCID}: one report per rank. NVTX ranges come from mgbench --nvtx true.
+    wrapper=(nsys profile --trace=cuda,nvtx,mpi,osrt --cuda-memory-usage=true --sample=none --force-overwrite=true
+      --output="$MGBENCH_JOB_DIR/nsys/rank%q{SLURM_PROCID}")
+  fi
+  local pid rc
+  "${launcher[@]}" "${wrapper[@]}" "$MGBENCH" "$@" &
+  pid=$!
+  # Forward the stop signals to the launcher, which passes them to every rank.
+  trap 'echo "# SIGUSR1: asking mgbench to checkpoint and stop"; kill -USR1 "$pid" 2>/dev/null || true' USR1
+  trap 'echo "# SIGTERM: asking mgbench to checkpoint and stop"; kill -TERM "$pid" 2>/dev/null || true' TERM
+  while :; do
+    rc=0
+    wait "$pid" || rc=$?
+    kill -0 "$pid" 2>/dev/null || break  # wait returned because of a trapped signal: wait again
+  done
+  trap - USR1 TERM
+  if [[ $rc -eq 75 && "${MGBENCH_REQUEUE:-1}" == 1 ]]; then
+    echo "# mgbench stopped on a signal (exit 75): requeueing job $SLURM_JOB_ID to resume from its checkpoint"
+    scontrol requeue "$SLURM_JOB_ID"
+  fi
+  return "$rc"
+}

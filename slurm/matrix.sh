@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Submits the papers' experiment matrices, one SLURM job per point (not a job array: the points need
+# different numbers of GPUs, and a job array shares one resource request). Every point writes
+# <outputs>/<job id>/results.h5; the whole matrix is analysed with one command:
+#   mgbench report '<outputs>/*/results.h5'          (add --csv for a spreadsheet)
+#
+#   slurm/matrix.sh image [--dry-run] [--test-only] [--cpu] [-- extra mgbench image options]
+#   slurm/matrix.sh llm   [--dry-run] [--test-only] [--cpu] [-- extra mgbench llm options]
+#
+# image (Lawenda et al. 2025, Figs. 1-6, Table 2): GPUS x STRATEGIES x PRECISIONS x PIN x SIZES
+# llm   (Lawenda et al. 2025, sec. 4, Table 3):    GPUS x DATASETS x PIN
+# Each axis is an environment variable (space-separated), defaults below. Also:
+#   OUTPUTS        results root of this matrix (default outputs/matrix-<task>-<UTC time>)
+#   MNIST          --data of the image points (default $HOME/mnist)
+#   DATA_DIR       directory of the LLM datasets: <DATA_DIR>/<dataset>.jsonl (or .json, .csv)
+#   SBATCH_ARGS    extra sbatch options (account, partition, QoS, time)
+# --cpu: CPU variants (no GPUs requested, --device cpu), for workstations and the CI's test SLURM.
+# --dry-run: print the sbatch commands only. --test-only: sbatch --test-only (validates, runs nothing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+task=${1:-}
+[[ "$task" == image || "$task" == llm ]] || { sed -n '2,21p' "$0" >&2; exit 2; }
+shift
+dry_run=0 test_only=() cpu=0 extra=()
+while (($#)); do
+  case "$1" in
+    --dry-run) dry_run=1 ;;
+    --test-only) test_only=(--test-only) ;;
+    --cpu) cpu=1 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "slurm/matrix.sh: unknown argument '$1' (see the header of slurm/matrix.sh)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+GPUS=${GPUS:-"1 2 3 4"}
+OUTPUTS=${OUTPUTS:-outputs/matrix-$task-$(date -u +%Y%m%dT%H%M%SZ)}
+read -r -a sbatch_args <<<"${SBATCH_ARGS:-}"
+device=()
+((cpu)) && device=(--device cpu)
+
+submit() {  # submit RANKS NAME SCRIPT ARGS...
+  local ranks=$1 name=$2 script=$3
+  shift 3
+  local resources=(--ntasks-per-node="$ranks")
+  if ((cpu)); then
+    resources+=(--gpus-per-task=0 --cpus-per-task=1)
+  else
+    resources+=(--gpus-per-task=1)
+  fi
+  local cmd=(sbatch "${test_only[@]}" --parsable --job-name="$name" "${resources[@]}" "${sbatch_args[@]}"
+    --output="$OUTPUTS/%x-%j.out" "$script" "$@" "${device[@]}" "${extra[@]}")
+  if ((dry_run)); then
+    printf '%q ' env MGBENCH_OUTPUTS="$OUTPUTS" "${cmd[@]}"
+    echo
+  else
+    MGBENCH_OUTPUTS="$OUTPUTS" "${cmd[@]}"
+  fi
+}
+
+((dry_run)) || mkdir -p "$OUTPUTS"
+n=0
+if [[ "$task" == image ]]; then
+  MNIST=${MNIST:-$HOME/mnist}
+  ((dry_run)) || [[ -d "$MNIST" ]] || { echo "slurm/matrix.sh: MNIST directory '$MNIST' does not exist (set MNIST)" >&2; exit 2; }
+  for gpus in $GPUS; do
+    for strategy in ${STRATEGIES:-ddp ddp-rr ddp-ds}; do
+      for precision in ${PRECISIONS:-fp64 fp32 fp16}; do
+        for pin in ${PIN:-false true}; do
+          for size in ${SIZES:-100 300 500 700}; do
+            name="img-${gpus}g-$strategy-$precision-pin$pin-${size}px"
+            submit "$gpus" "$name" slurm/image.sbatch --config inputs/configs/paper-table2.ini --data "$MNIST" \
+              --strategy "$strategy" --precision "$precision" --pin-memory "$pin" --image-size "$size" \
+              --run-name "$name"
+            n=$((n + 1))
+          done
+        done
+      done
+    done
+  done
+else
+  DATA_DIR=${DATA_DIR:-$HOME/data}
+  for gpus in $GPUS; do
+    for dataset in ${DATASETS:-alpaca grammar samsum slimorca}; do
+      for pin in ${PIN:-false true}; do
+        data=""
+        for ext in jsonl json csv parquet; do
+          [[ -e "$DATA_DIR/$dataset.$ext" ]] && { data="$DATA_DIR/$dataset.$ext"; break; }
+        done
+        if [[ -z "$data" ]]; then
+          ((dry_run)) || { echo "slurm/matrix.sh: no $DATA_DIR/$dataset.{jsonl,json,csv} (set DATA_DIR)" >&2; exit 2; }
+          data="$DATA_DIR/$dataset.jsonl"
+        fi
+        name="llm-${gpus}g-$dataset-pin$pin"
+        submit "$gpus" "$name" slurm/llm.sbatch --dataset "$dataset" --data "$data" --pin-memory "$pin" --run-name "$name"
+        n=$((n + 1))
+      done
+    done
+  done
+fi
+echo "# $n job(s) for $OUTPUTS; when done: mgbench report '$OUTPUTS/*/results.h5'" >&2

@@ -1,0 +1,172 @@
+"""The slurm/ scripts against a real one-node SLURM (slurmctld, slurmd, munged from Debian's packages,
+started by tests/slurm/cluster.sh and stopped by pid). CPU variants: --gpus-per-task=0, --device cpu.
+
+Skipped, with the reason, where a SLURM cannot be started (not root, packages absent).
+"""
+import glob
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, ENV, SHARED, SMALL
+
+h5py = pytest.importorskip("h5py")
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+MNIST = SHARED / "mnist"
+MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
+CPU = ["--gpus-per-task=0", "--cpus-per-task=1", "--time=10"]
+IMAGE_ARGS = ["--device", "cpu", "--data", MNIST, "--image-size", "32", "--width-mult", "0.25", "--threads", "1",
+              "--limit-test", "128", "--batch-size", "32", "--progress-interval", "1000"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {MNIST}")
+    d = tmp_path_factory.mktemp("slurm")
+    os.chmod(d, 0o755)  # munged and slurmd need to traverse it
+    for parent in d.parents:
+        if parent == Path("/"):
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o111)
+    started = subprocess.run([str(CLUSTER), "start", str(d)], capture_output=True, text=True)
+    if started.returncode == 77:
+        pytest.skip(started.stderr.strip().splitlines()[-1])
+    assert started.returncode == 0, started.stdout + started.stderr
+    env = dict(ENV, SLURM_CONF=str(d / "slurm.conf"), PATH=os.environ["PATH"] + ":/usr/sbin", MGBENCH=BIN)
+    env.pop("OMPI_MCA_rmaps_base_oversubscribe", None)
+    yield env
+    subprocess.run([str(CLUSTER), "stop", str(d)])
+
+
+def sbatch(env, *args, wait=True, cwd=ROOT):
+    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def job_state(env, job):
+    out = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True, env=env).stdout
+    state = re.search(r"JobState=(\S+)", out)
+    restarts = re.search(r"Restarts=(\d+)", out)
+    return (state.group(1) if state else "GONE"), int(restarts.group(1)) if restarts else 0
+
+
+def only_run(path):
+    f = h5py.File(path, "r")
+    (run,) = f["runs"].values()
+    return f, run
+
+
+def test_every_script_passes_sbatch_test_only(slurm, tmp_path):
+    for script in sorted((ROOT / "slurm").glob("*.sbatch")):
+        proc = sbatch(slurm, "--test-only", *CPU, "--ntasks-per-node=1", f"--output={tmp_path}/%j.out", script,
+                      wait=False)
+        assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
+    env = dict(slurm, GPUS="1 2", STRATEGIES="ddp-ds", PRECISIONS="fp32", PIN="false", SIZES="32", MNIST=str(MNIST),
+               OUTPUTS=str(tmp_path / "m"))
+    proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "image", "--cpu", "--test-only"], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0 and "2 job(s)" in proc.stderr, proc.stderr
+    proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "llm", "--dry-run"], capture_output=True, text=True,
+                          env=dict(slurm, GPUS="1 2 4"))
+    assert proc.returncode == 0 and proc.stdout.count("slurm/llm.sbatch") == 3 * 4 * 2, proc.stdout + proc.stderr
+
+
+def test_image_script_runs_one_rank_per_task_under_srun_pmix(slurm, tmp_path):
+    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"))
+    proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/%j.out", "slurm/image.sbatch",
+                  *IMAGE_ARGS, "--limit-train", "256", "--epochs", "1")
+    job = proc.stdout.strip().split(";")[0]
+    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
+    assert proc.returncode == 0, proc.stderr + log
+    f, run = only_run(tmp_path / "out" / job / "results.h5")
+    with f:
+        assert run["status"][0] == b"completed"
+        assert run.attrs["world_size"] == 2 and run.attrs["slurm_job_id"] == job
+        assert sorted(run[f"rank_{r}"].attrs["local_rank"] for r in (0, 1)) == [0, 1]
+        assert run.attrs["backend"] == "mpi" and run["summary"][0]["test_accuracy"] > 0
+
+
+def test_llm_script_runs_and_writes_adapters(slurm, tmp_path):
+    if not MODEL.exists():
+        pytest.fail(f"no oracle model at {MODEL}: ctest runs the oracles fixture first")
+    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"))
+    proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/%j.out", "slurm/llm.sbatch",
+                  "--device", "cpu", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_small.model",
+                  "--dataset", "alpaca", "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json",
+                  "--limit", "32", "--batch-size", "2", "--max-steps", "3", "--warmup-steps", "1", "--lora-rank", "4",
+                  "--precision", "fp32", "--progress-interval", "1000")
+    job = proc.stdout.strip().split(";")[0]
+    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
+    assert proc.returncode == 0, proc.stderr + log
+    assert (tmp_path / "out" / job / "adapter" / "adapter_model.safetensors").exists()
+    f, run = only_run(tmp_path / "out" / job / "results.h5")
+    with f:
+        assert run["status"][0] == b"completed" and run.attrs["task"] == "llm" and run.attrs["world_size"] == 2
+
+
+def test_matrix_points_are_analysed_together(slurm, tmp_path):
+    outputs = tmp_path / "m"
+    env = dict(slurm, GPUS="1 2", STRATEGIES="ddp-ds", PRECISIONS="fp32", PIN="false", SIZES="32", MNIST=str(MNIST),
+               OUTPUTS=str(outputs))
+    proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "image", "--cpu", "--", "--width-mult", "0.25",
+                           "--threads", "1", "--limit-train", "128", "--limit-test", "64", "--epochs", "1",
+                           "--batch-size", "32", "--progress-interval", "1000"],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    jobs = proc.stdout.split()
+    assert len(jobs) == 2
+    deadline = time.time() + 400
+    while time.time() < deadline and any(job_state(env, j)[0] in ("PENDING", "RUNNING", "CONFIGURING") for j in jobs):
+        time.sleep(1)
+    states = [job_state(env, j)[0] for j in jobs]
+    logs = "\n".join(Path(p).read_text() for p in glob.glob(f"{outputs}/*.out"))
+    assert states == ["COMPLETED", "COMPLETED"], f"{states}\n{logs}"
+    report = subprocess.run([BIN, "report", "--csv", f"{outputs}/*/results.h5"], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    rows = report.stdout.strip().splitlines()[1:]
+    assert len(rows) == 2 and all(",completed," in r for r in rows), report.stdout
+    assert sorted(r.split(",")[3] for r in rows) == ["1", "2"]  # the ranks column
+
+
+def test_usr1_before_the_time_limit_checkpoints_requeues_and_resumes(slurm, tmp_path):
+    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_CHECKPOINT_EVERY="2")
+    proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/job.out", "slurm/image.sbatch",
+                  *IMAGE_ARGS, "--limit-train", "1024", "--epochs", "2", "--precision", "fp64", wait=False)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+    checkpoints = tmp_path / "out" / job / "checkpoints"
+    deadline = time.time() + 300
+    while time.time() < deadline and not glob.glob(f"{checkpoints}/*/step-?????????"):
+        assert job_state(env, job)[0] in ("PENDING", "RUNNING", "CONFIGURING"), (tmp_path / "job.out").read_text()
+        time.sleep(0.2)
+    # What `#SBATCH --signal=B:USR1@120` does two minutes before the time limit.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, env=env)
+    deadline = time.time() + 500
+    while time.time() < deadline:
+        state, restarts = job_state(env, job)
+        if state == "COMPLETED" or state in ("FAILED", "CANCELLED", "TIMEOUT", "GONE"):
+            break
+        time.sleep(1)
+    log = (tmp_path / "job.out").read_text()
+    assert (state, restarts) == ("COMPLETED", 1), log
+    assert "requeueing job" in log and "stopped on SIGUSR1" in log, log
+    f, run = only_run(tmp_path / "out" / job / "results.h5")
+    with f:
+        assert run["status"][0] == b"completed" and run.attrs["resumes"] == 1
+        steps = run["rank_0"]["steps"][:]
+        assert (steps["step_s"] > 0).all()  # every step of both epochs recorded, once
+
+
+def test_missing_binary_fails_fast_with_the_path(slurm, tmp_path):
+    env = dict(slurm, MGBENCH="/nonexistent/mgbench")
+    proc = sbatch(env, *CPU, "--ntasks-per-node=1", f"--output={tmp_path}/%j.out", "slurm/image.sbatch")
+    assert proc.returncode != 0
+    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
+    assert "mgbench binary '/nonexistent/mgbench' not found" in log, log
