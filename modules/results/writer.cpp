@@ -1,8 +1,10 @@
 #include "results/writer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 
@@ -87,6 +89,36 @@ std::string compact_utc_now() {
   return buf;
 }
 
+/// Takes the exclusive write lock of path ("<path>.lock", fcntl): "" and fd set, or the problem.
+std::string lock_for_writing(const std::string& path, int& fd) {
+  const std::string lock_path = path + ".lock";
+  fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return fmt::format("cannot create the lock file '{}' of results file '{}' ({})", lock_path, path,
+                       std::strerror(errno));
+  }
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (fcntl(fd, F_SETLK, &lock) == 0) return "";
+  const int error = errno;
+  std::string holder = "another process";
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  if (fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK) holder = fmt::format("process {}", probe.l_pid);
+  ::close(fd);
+  fd = -1;
+  if (error == EACCES || error == EAGAIN) {
+    return fmt::format("results file '{}' is being written by another job ({} holds '{}'); one HDF5 file takes one "
+                       "writing job at a time: give each job its own --results (the slurm/ scripts use "
+                       "outputs/<job id>/results.h5) and analyse them together with mgbench report",
+                       path, holder, lock_path);
+  }
+  return fmt::format("cannot lock '{}' ({}): POSIX locks unavailable on this file system? (Lustre: mount with "
+                     "-o flock)", lock_path, std::strerror(error));
+}
+
 }  // namespace
 
 std::string sanitize_run_name(const std::string& name) {
@@ -104,8 +136,11 @@ void ResultsWriter::open_file(bool create) {
   std::string problem;
   bool exists = false;
   if (rank_ == 0) {
+    problem = lock_for_writing(path_, lock_.fd);
     exists = access(path_.c_str(), F_OK) == 0;
-    if (!exists && !create) {
+    if (!problem.empty()) {
+      // another job writes the file: touch nothing
+    } else if (!exists && !create) {
       problem = fmt::format("results file '{}' of the run to resume does not exist (moved or deleted?)", path_);
     } else if (exists && H5Fis_hdf5(path_.c_str()) <= 0) {
       problem = fmt::format("results file '{}' exists and is not an HDF5 file; refusing to touch it "
@@ -311,6 +346,11 @@ void ResultsWriter::open_own_tables() {
                   run_id_, path_);
 }
 
+void ResultsWriter::LockFile::close() noexcept {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
 ResultsWriter::~ResultsWriter() {
   if (!finished_ && world_size_ > 1) {
     // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
@@ -400,6 +440,7 @@ void ResultsWriter::finish(std::string_view status) {
     h->reset();
   }
   file_.reset();
+  lock_.close();  // after the file is closed: the next job may open it
   finished_ = true;
 }
 

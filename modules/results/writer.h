@@ -1,6 +1,12 @@
 #pragma once
 // ResultsWriter: every rank of a job writes into one shared HDF5 file (parallel HDF5, MPI-IO).
 //
+// One writer job per file: rank 0 holds an exclusive POSIX lock on "<file>.lock" while the job has
+// the file open (HDF5 files cannot take two writing processes: each caches metadata and would
+// overwrite the other's). A second job on the same file fails at once with a message naming the
+// lock holder; jobs one after another append runs to one file as before. The lock goes with the
+// process (also on SIGKILL). Parallel file systems need POSIX locks enabled (Lustre: -o flock).
+//
 // Crash safety: all structure of a run (groups, attributes, fixed-size datasets with their
 // space allocated) is created collectively when the run starts and flushed at once. From then on
 // ranks only overwrite raw data in place, which never touches HDF5 metadata, so a SIGKILL at any
@@ -86,6 +92,14 @@ class ResultsWriter {
   int world_size_ = 1;
   RankLayout layout_;
   bool finished_ = false;
+  /// Rank 0's open "<file>.lock", holding the write lock until closed. Declared before the HDF5
+  /// handles, so that it is released after them, also when a constructor throws.
+  struct LockFile {
+    int fd = -1;
+    void close() noexcept;
+    ~LockFile() { close(); }
+  };
+  LockFile lock_;
   h5::Handle file_;
   h5::Handle run_group_;
   h5::Handle status_;

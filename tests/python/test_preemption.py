@@ -4,7 +4,8 @@ A run stopped by SIGUSR1 (sent to mpirun, which forwards it) or SIGTERM (sent to
 SLURM does at the time limit) exits 75 with its run marked `preempted`; `--resume` continues the same
 run and ends with exactly the parameters of an uninterrupted run (fp64 / fp32 on the CPU, compared
 bitwise from the final checkpoints with the safetensors package). A job killed without warning
-(SIGKILL) loses only the steps since its last checkpoint and leaves earlier runs intact.
+(SIGKILL) loses only the steps since its last checkpoint and leaves earlier runs intact. Two jobs
+never write one results file at once: the second is refused, naming the lock.
 """
 import glob
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN, ENV, MPIEXEC, SHARED, SMALL, mgbench
+from conftest import BIN, ENV, MPIEXEC, SHARED, SMALL, mgbench, mnist  # noqa: F401 (fixture)
 
 h5py = pytest.importorskip("h5py")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -208,3 +209,20 @@ def test_resume_with_another_number_of_ranks_is_refused(tmp_path):
 def test_checkpoint_options_need_a_directory():
     proc = mgbench(*IMAGE, "--resume")
     assert proc.returncode == 2 and "--checkpoint-dir" in proc.stderr
+
+
+def test_two_jobs_on_one_results_file_the_second_is_refused_and_nothing_is_corrupted(tmp_path, mnist):
+    results = tmp_path / "shared.h5"
+    first = start([*IMAGE, "--checkpoint-dir", tmp_path / "ck", "--checkpoint-every", "1", "--results", results])
+    wait_for_checkpoint(tmp_path / "ck", 1, first)  # the first job has the file open
+    second = mgbench(*IMAGE_BASE, "--epochs", "1", "--results", results, np=2)
+    assert second.returncode == 1
+    assert "is being written by another job" in second.stderr and "shared.h5.lock" in second.stderr, second.stderr
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+    # One job after the other: runs append to the one file.
+    third = mgbench(*IMAGE_BASE, "--epochs", "1", "--results", results, np=2)
+    assert third.returncode == 0, third.stderr
+    f, runs = only_run(results)
+    with f:
+        assert [r["status"][0] for r in runs] == [b"completed", b"completed"]
