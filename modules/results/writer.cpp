@@ -255,12 +255,8 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
       cuda_kernels = create_table(group, "cuda_kernels", cuda_kernel_type(), kernel_rows, &empty_kernel, group_path);
     }
     if (r == rank_) {
-      steps_ = std::move(steps);
-      epochs_ = std::move(epochs);
-      indices_ = std::move(indices);
-      cuda_summary_ = std::move(cuda_summary);
-      cuda_api_ = std::move(cuda_api);
-      cuda_kernels_ = std::move(cuda_kernels);
+      own_ = {std::move(steps), std::move(epochs), std::move(indices), std::move(cuda_summary), std::move(cuda_api),
+              std::move(cuda_kernels)};
     }
   }
   if (rank_ == 0) write_status(kStatusRunning, "");
@@ -283,7 +279,9 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   std::int64_t stored_world = -1;
   std::int64_t resumes = 0;
   for (const auto& [name, value] : h5::read_attributes(run_group_)) {
-    if (name == "world_size" && std::holds_alternative<std::int64_t>(value)) stored_world = std::get<std::int64_t>(value);
+    if (name == "world_size" && std::holds_alternative<std::int64_t>(value)) {
+      stored_world = std::get<std::int64_t>(value);
+    }
     if (name == "resumes" && std::holds_alternative<std::int64_t>(value)) resumes = std::get<std::int64_t>(value);
   }
   MGBENCH_REQUIRE(stored_world == world_size_, ResultsError,
@@ -319,12 +317,8 @@ void ResultsWriter::open_own_tables() {
     h5::Handle cuda_api = open("cuda_api", false);
     h5::Handle cuda_kernels = open("cuda_kernels", false);
     if (r == rank_) {
-      steps_ = std::move(steps);
-      epochs_ = std::move(epochs);
-      indices_ = std::move(indices);
-      cuda_summary_ = std::move(cuda_summary);
-      cuda_api_ = std::move(cuda_api);
-      cuda_kernels_ = std::move(cuda_kernels);
+      own_ = {std::move(steps), std::move(epochs), std::move(indices), std::move(cuda_summary), std::move(cuda_api),
+              std::move(cuda_kernels)};
     }
   }
   auto rows = [&](hid_t dataset) {
@@ -333,10 +327,11 @@ void ResultsWriter::open_own_tables() {
     H5Sget_simple_extent_dims(space, dims, nullptr);
     return std::array<std::int64_t, 2>{static_cast<std::int64_t>(dims[0]), static_cast<std::int64_t>(dims[1])};
   };
-  const bool same = rows(steps_)[0] == layout_.epochs * layout_.steps_per_epoch && rows(epochs_)[0] == layout_.epochs &&
-                    (layout_.indices_per_epoch == 0) == !indices_.valid() &&
-                    (!indices_.valid() || rows(indices_)[1] == layout_.indices_per_epoch) &&
-                    layout_.cuda_metrics == cuda_summary_.valid();
+  const bool same = rows(own_.steps)[0] == layout_.epochs * layout_.steps_per_epoch &&
+                    rows(own_.epochs)[0] == layout_.epochs &&
+                    (layout_.indices_per_epoch == 0) == !own_.indices.valid() &&
+                    (!own_.indices.valid() || rows(own_.indices)[1] == layout_.indices_per_epoch) &&
+                    layout_.cuda_metrics == own_.cuda_summary.valid();
   // Agreed, so that a mismatch on one rank fails every rank alike.
   int mismatch = same ? 0 : 1;
   MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &mismatch, 1, MPI_INT, MPI_MAX, comm_));
@@ -356,8 +351,8 @@ ResultsWriter::~ResultsWriter() {
     // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
     // other ranks may be gone, so release the handles instead of waiting on them. Everything
     // written so far is already in the file (raw data goes straight to MPI-IO).
-    for (h5::Handle* h : {&cuda_kernels_, &cuda_api_, &cuda_summary_, &indices_, &epochs_, &steps_, &summary_, &error_,
-                          &status_, &run_group_, &file_}) {
+    for (h5::Handle* h : {&own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices, &own_.epochs,
+                          &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
       h->release();
     }
   }
@@ -386,34 +381,37 @@ void ResultsWriter::write_steps(std::int64_t epoch, std::span<const StepRecord> 
                   "rank {} has {} steps in epoch {}, more than the {} the results layout reserved", rank_,
                   steps.size(), epoch, layout_.steps_per_epoch);
   if (steps.empty()) return;
-  write_rows(steps_, step_type_, epoch * layout_.steps_per_epoch, static_cast<std::int64_t>(steps.size()),
+  write_rows(own_.steps, step_type_, epoch * layout_.steps_per_epoch, static_cast<std::int64_t>(steps.size()),
              steps.data(), "steps");
 }
 
 void ResultsWriter::write_epoch(const EpochRecord& record) {
-  write_rows(epochs_, epoch_type_, record.epoch, 1, &record, "epochs");
+  write_rows(own_.epochs, epoch_type_, record.epoch, 1, &record, "epochs");
 }
 
 void ResultsWriter::write_cuda_metrics(const CudaSummaryRecord& summary, std::span<const CudaApiRecord> api,
                                        std::span<const CudaKernelRecord> kernels) {
-  MGBENCH_REQUIRE(cuda_summary_.valid(), ResultsError, "write_cuda_metrics: the run was created without CUDA tables");
+  MGBENCH_REQUIRE(own_.cuda_summary.valid(), ResultsError,
+                  "write_cuda_metrics: the run was created without CUDA tables");
   MGBENCH_REQUIRE(static_cast<std::int64_t>(api.size()) <= kCudaApiRows &&
                       static_cast<std::int64_t>(kernels.size()) <= kCudaKernelRows,
                   ResultsError, "write_cuda_metrics: {} API rows / {} kernel rows exceed {} / {}", api.size(),
                   kernels.size(), kCudaApiRows, kCudaKernelRows);
-  write_rows(cuda_summary_, cuda_summary_type(), 0, 1, &summary, "cuda_summary");
-  if (!api.empty()) write_rows(cuda_api_, cuda_api_type(), 0, static_cast<std::int64_t>(api.size()), api.data(), "cuda_api");
+  write_rows(own_.cuda_summary, cuda_summary_type(), 0, 1, &summary, "cuda_summary");
+  if (!api.empty()) {
+    write_rows(own_.cuda_api, cuda_api_type(), 0, static_cast<std::int64_t>(api.size()), api.data(), "cuda_api");
+  }
   if (!kernels.empty()) {
-    write_rows(cuda_kernels_, cuda_kernel_type(), 0, static_cast<std::int64_t>(kernels.size()), kernels.data(),
+    write_rows(own_.cuda_kernels, cuda_kernel_type(), 0, static_cast<std::int64_t>(kernels.size()), kernels.data(),
                "cuda_kernels");
   }
 }
 
 void ResultsWriter::write_indices(std::int64_t epoch, std::span<const std::int64_t> indices) {
-  MGBENCH_REQUIRE(indices_.valid() && static_cast<std::int64_t>(indices.size()) == layout_.indices_per_epoch,
+  MGBENCH_REQUIRE(own_.indices.valid() && static_cast<std::int64_t>(indices.size()) == layout_.indices_per_epoch,
                   ResultsError, "rank {}: {} indices for epoch {}, the results layout reserved {}", rank_,
                   indices.size(), epoch, layout_.indices_per_epoch);
-  write_rows(indices_, H5T_NATIVE_INT64, epoch, 1, indices.data(), "indices");
+  write_rows(own_.indices, H5T_NATIVE_INT64, epoch, 1, indices.data(), "indices");
 }
 
 void ResultsWriter::write_summary(const RunSummary& summary) {
@@ -436,7 +434,8 @@ void ResultsWriter::finish(std::string_view status) {
   if (rank_ == 0) write_status(status, "");
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
   for (h5::Handle* h :
-       {&cuda_kernels_, &cuda_api_, &cuda_summary_, &indices_, &epochs_, &steps_, &summary_, &error_, &status_, &run_group_}) {
+       {&own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices, &own_.epochs, &own_.steps, &summary_,
+        &error_, &status_, &run_group_}) {
     h->reset();
   }
   file_.reset();

@@ -105,12 +105,11 @@ class ResultsWriter {
   h5::Handle status_;
   h5::Handle error_;
   h5::Handle summary_;
-  h5::Handle steps_;
-  h5::Handle epochs_;
-  h5::Handle indices_;
-  h5::Handle cuda_summary_;
-  h5::Handle cuda_api_;
-  h5::Handle cuda_kernels_;
+  /// This rank's tables (rank_<r>/...); indices and cuda_* only when the layout has them.
+  struct RankTables {
+    h5::Handle steps, epochs, indices, cuda_summary, cuda_api, cuda_kernels;
+  };
+  RankTables own_;
   h5::Handle step_type_;
   h5::Handle epoch_type_;
   h5::Handle summary_type_;

@@ -225,57 +225,6 @@ std::pair<std::int64_t, std::int64_t> ImageTrainer::State::evaluate() {
   return {counts[0].item<std::int64_t>(), counts[1].item<std::int64_t>()};
 }
 
-namespace {
-
-/// Where an image run stands at a step boundary, besides model and optimizer: what a checkpoint
-/// carries so that a resumed run continues as if never stopped.
-struct ImageRunState {
-  std::int64_t epoch = 0;             // the epoch in progress
-  std::int64_t consumed = 0;          // plan entries of that epoch already taken (ddp-rr: loaded ones too)
-  std::int64_t global_step = 0;       // optimizer steps done
-  double elapsed_s = 0;               // run time so far (excludes the time a preempted run was away)
-  double epoch_elapsed_s = 0;         // time spent in the epoch in progress
-  double loss_sum = 0;                // of the epoch's finite step losses
-  std::int64_t computed_samples = 0;  // over the run, this rank
-  results::RunSummary summary;        // train_s, eval_s, test_accuracy, final_loss, epochs_completed
-  results::EpochRecord epoch_record;  // the epoch in progress
-  std::vector<results::StepRecord> steps;
-  std::vector<std::int64_t> computed_indices;
-
-  void save(CheckpointState& c) const {
-    c.put("epoch", epoch);
-    c.put("consumed", consumed);
-    c.put("global_step", global_step);
-    c.put("elapsed_s", elapsed_s);
-    c.put("epoch_elapsed_s", epoch_elapsed_s);
-    c.put("loss_sum", loss_sum);
-    c.put("computed_samples", computed_samples);
-    c.put_records<results::RunSummary>("records/summary", {&summary, 1});
-    c.put_records<results::EpochRecord>("records/epoch", {&epoch_record, 1});
-    c.put_records<results::StepRecord>("records/steps", steps);
-    c.put_records<std::int64_t>("records/indices", computed_indices);
-  }
-  void load(const CheckpointState& c) {
-    epoch = c.integer("epoch");
-    consumed = c.integer("consumed");
-    global_step = c.integer("global_step");
-    elapsed_s = c.number("elapsed_s");
-    epoch_elapsed_s = c.number("epoch_elapsed_s");
-    loss_sum = c.number("loss_sum");
-    computed_samples = c.integer("computed_samples");
-    const auto summaries = c.records<results::RunSummary>("records/summary");
-    const auto epochs = c.records<results::EpochRecord>("records/epoch");
-    MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1, DataError,
-                    "checkpoint '{}': expected one summary and one epoch record", c.source());
-    summary = summaries[0];
-    epoch_record = epochs[0];
-    steps = c.records<results::StepRecord>("records/steps");
-    computed_indices = c.records<std::int64_t>("records/indices");
-  }
-};
-
-}  // namespace
-
 results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& progress, RunControl* control) {
   auto& s = *state_;
   const auto& c = s.config;
@@ -285,10 +234,13 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
   RunControl no_control;
   RunControl& ctl = control != nullptr ? *control : no_control;
 
-  ImageRunState run;
+  // Where the run stands (a resumed run: where it stopped). position = plan entries of the epoch taken.
+  RunProgress run;
   run.summary.train_s = 0;
   run.summary.eval_s = 0;
-  auto state_of_model = [&](CheckpointState& state) {
+  std::int64_t computed_samples = 0;           // over the run, this rank
+  std::vector<std::int64_t> computed_indices;  // of the epoch in progress (--record-indices)
+  auto put_state = [&](CheckpointState& state) {
     put_module(state, "model/", *s.model);
     put_optimizer(state, "optimizer", *s.optimizer);
     if (s.scaler) {
@@ -296,6 +248,8 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       state.put("scaler.growth_tracker", s.scaler->growth_tracker());
     }
     put_rng(state, s.device);
+    state.put("computed_samples", computed_samples);
+    state.put_records<std::int64_t>("records/indices", computed_indices);
   };
   if (ctl.resume != nullptr) {
     const CheckpointState& saved = *ctl.resume;
@@ -304,9 +258,10 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     if (s.scaler) s.scaler->load_state(saved.number("scaler.scale"), saved.integer("scaler.growth_tracker"));
     load_rng(saved, s.device);
     run.load(saved);
-    MGBENCH_REQUIRE(run.epoch <= c.epochs && run.consumed >= 0, DataError,
-                    "checkpoint '{}': position epoch {} is outside this run's {} epochs", saved.source(), run.epoch + 1,
-                    c.epochs);
+    computed_samples = saved.integer("computed_samples");
+    computed_indices = saved.records<std::int64_t>("records/indices");
+    MGBENCH_REQUIRE(run.epoch <= c.epochs, DataError, "checkpoint '{}': epoch {} is outside this run's {} epochs",
+                    saved.source(), run.epoch + 1, c.epochs);
     log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.steps.size() + 1, run.global_step);
   }
 
@@ -345,19 +300,6 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       window_closed_s = now_s() - run_start_s;
     }
   };
-  // Checkpoint of the state at this step boundary (collective; a failed save is logged, training goes on).
-  auto checkpoint = [&](bool completed) {
-    if (ctl.checkpointer == nullptr || !ctl.checkpointer->enabled()) return;
-    CheckpointState state;
-    state_of_model(state);
-    run.save(state);
-    CheckpointManifest m = ctl.checkpointer->manifest(run.global_step, run.epoch, completed);
-    m.results = writer.path();
-    m.run_id = writer.run_id();
-    if (ctl.stop != nullptr && ctl.stop->agreed_signal() != 0) m.stop_signal = runtime::stop_signal_name(ctl.stop->agreed_signal());
-    if (!ctl.checkpointer->save(m, state)) log::warn("checkpoint at step {} not written; the previous one stays", run.global_step);
-  };
-
   for (; run.epoch < c.epochs; ++run.epoch) {
     const std::int64_t epoch = run.epoch;
     const Stopwatch epoch_clock;
@@ -371,10 +313,10 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     data::HostTransform host_transform;
     if (s.host_upscale()) host_transform = [&s](const torch::Tensor& images) { return s.upscale(images); };
     std::vector<data::PlannedBatch> plan = data::plan_epoch(s.plan_options, epoch);
-    MGBENCH_REQUIRE(run.consumed <= static_cast<std::int64_t>(plan.size()), DataError,
-                    "checkpoint position: {} batches consumed of epoch {}, which has {}", run.consumed, epoch + 1,
+    MGBENCH_REQUIRE(run.position <= static_cast<std::int64_t>(plan.size()), DataError,
+                    "checkpoint position: {} batches taken of epoch {}, which has {}", run.position, epoch + 1,
                     plan.size());
-    plan.erase(plan.begin(), plan.begin() + run.consumed);  // a resumed epoch: the batches not yet taken
+    plan.erase(plan.begin(), plan.begin() + run.position);  // a resumed epoch: the batches not yet taken
     data::ImageLoader loader(s.train_set, std::move(plan), c.prefetch, pin, host_transform);
     DeviceFeeder feeder(loader, s.device, /*async=*/pin, /*depth=*/std::max(2, c.prefetch));
     results::PhaseTimes pending;  // time of batches loaded but not computed (ddp-rr), charged to the next step
@@ -384,7 +326,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       update_profile_window(step_start - run_start_s, run.global_step);
       std::optional<DeviceBatch> batch = feeder.next(clock);
       if (!batch) break;
-      ++run.consumed;
+      ++run.position;
       epoch_record.loaded_samples += batch->labels.size(0);
       if (!batch->plan.compute) {
         // ddp-rr: this rank loads and transfers the batch but another rank computes it.
@@ -449,11 +391,14 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
         throw Error(fmt::format("loss became {} at epoch {} step {} (lr {}): training diverged; lower --lr", step.loss,
                                 epoch + 1, step.step + 1, lr));
       }
-      if (std::isfinite(step.loss)) run.loss_sum += step.loss;
+      if (std::isfinite(step.loss)) {  // amp-fp16 steps skipped by the GradScaler have none
+        run.loss_sum += step.loss;
+        ++run.loss_steps;
+      }
       if (s.window.contains(step.start_s, run.global_step)) window_samples += step.samples;
       epoch_record.samples += step.samples;
       if (c.record_indices) {
-        run.computed_indices.insert(run.computed_indices.end(), batch->plan.indices.begin(), batch->plan.indices.end());
+        computed_indices.insert(computed_indices.end(), batch->plan.indices.begin(), batch->plan.indices.end());
       }
       epoch_record.phases += step.phases;
       steps.push_back(step);
@@ -462,29 +407,13 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       const double elapsed = now_s() - run_start_s;
       progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step.step + 1, layout.steps_per_epoch,
                        step.loss, static_cast<double>(epoch_record.samples) / epoch_clock.elapsed(), elapsed,
-                       elapsed / static_cast<double>(run.global_step) * static_cast<double>(total_steps - run.global_step)});
+                       elapsed / static_cast<double>(run.global_step) *
+                           static_cast<double>(total_steps - run.global_step)});
 
       // Step boundary: every rank learns of a stop request at the same step.
-      const bool stop = ctl.stop != nullptr && ctl.stop->poll();
-      if (stop || (ctl.checkpointer != nullptr && ctl.checkpointer->due(run.global_step))) {
-        // The checkpoint holds the time so far; writing it is not training time (excluded from train_s).
-        const double epoch_elapsed_before = run.epoch_elapsed_s;
-        const Stopwatch checkpoint_clock;
-        run.elapsed_s = now_s() - run_start_s;
-        run.epoch_elapsed_s = epoch_elapsed_before + epoch_clock.elapsed();
-        checkpoint(/*completed=*/false);
-        run.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
-      }
-      if (stop) {
-        writer.write_steps(epoch, steps);  // the epoch's steps so far; the epoch row is written when it ends
-        if (c.record_indices) writer.write_indices(epoch, run.computed_indices);
-        ctl.preempted = true;
+      if (at_step_boundary(ctl, run, now_s() - run_start_s, epoch_clock.elapsed(), writer, put_state)) {
+        writer.write_steps(epoch, steps);  // the epoch's steps so far; its row is written when it ends
         summary.total_s = now_s() - run_start_s;
-        log::info("stopped on {} after global step {} (epoch {}, step {}){}",
-                  runtime::stop_signal_name(ctl.stop->agreed_signal()), run.global_step, epoch + 1, steps.size(),
-                  ctl.checkpointer != nullptr && ctl.checkpointer->enabled()
-                      ? fmt::format(": continue with --resume --checkpoint-dir {}", ctl.checkpointer->options().dir)
-                      : std::string(": no --checkpoint-dir, nothing to resume from"));
         return summary;
       }
     }
@@ -493,9 +422,9 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     pending = {};
     epoch_record.train_s = run.epoch_elapsed_s + epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
-    epoch_record.loss_mean = steps.empty() ? results::kNaN : run.loss_sum / static_cast<double>(steps.size());
+    epoch_record.loss_mean = run.loss_steps == 0 ? results::kNaN : run.loss_sum / static_cast<double>(run.loss_steps);
     epoch_record.samples_per_s = static_cast<double>(epoch_record.samples) / epoch_record.train_s;
-    run.computed_samples += epoch_record.samples;
+    computed_samples += epoch_record.samples;
     summary.train_s += epoch_record.train_s;
 
     if ((epoch + 1) % c.eval_every == 0 || epoch + 1 == c.epochs) {
@@ -510,7 +439,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     }
     writer.write_steps(epoch, steps);
     writer.write_epoch(epoch_record);
-    if (c.record_indices) writer.write_indices(epoch, run.computed_indices);
+    if (c.record_indices) writer.write_indices(epoch, computed_indices);
     summary.final_loss = epoch_record.loss_mean;
     summary.epochs_completed = epoch + 1;
     progress.message(fmt::format(
@@ -520,13 +449,8 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
             ? fmt::format(" | test accuracy {:.2f} % ({}/{})", 100 * epoch_record.test_accuracy,
                           epoch_record.test_correct, epoch_record.test_samples)
             : std::string()));
-    // The next epoch starts from nothing.
-    run.consumed = 0;
-    run.epoch_elapsed_s = 0;
-    run.loss_sum = 0;
-    run.epoch_record = {};
-    run.steps.clear();
-    run.computed_indices.clear();
+    run.next_epoch();
+    computed_indices.clear();
   }
   summary.total_s = now_s() - run_start_s;
   if (s.cupti) {
@@ -547,7 +471,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
 
   // Global figures: samples computed by all ranks, mean final loss over ranks.
   torch::Tensor totals =
-      torch::tensor({static_cast<double>(run.computed_samples), summary.final_loss}, torch::kFloat64).to(s.device);
+      torch::tensor({static_cast<double>(computed_samples), summary.final_loss}, torch::kFloat64).to(s.device);
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
   totals = totals.cpu();
   summary.samples_per_s = totals[0].item<double>() / summary.train_s;
@@ -555,7 +479,7 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
   if (s.comm.rank() == 0) writer.write_summary(summary);
   run.elapsed_s = summary.total_s;
-  checkpoint(/*completed=*/true);  // the final state: a later --resume finds the run done
+  save_checkpoint(ctl, run, /*completed=*/true, writer, put_state);  // a later --resume finds the run done
   return summary;
 }
 

@@ -151,7 +151,8 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentit
     return nullptr;
   }
   if (checkpoints.resume) {
-    if (!all_succeed(env, "looking for a checkpoint to resume", [&] { job->resumed_from = job->checkpointer->latest(); })) {
+    const auto find_latest = [&] { job->resumed_from = job->checkpointer->latest(); };
+    if (!all_succeed(env, "looking for a checkpoint to resume", find_latest)) {
       return nullptr;
     }
     if (!job->resumed_from) {

@@ -62,8 +62,8 @@ struct JobRun {
 };
 
 /// The configuration text that names a run configuration's checkpoints: the job's run attributes
-/// as "name=value" lines, led by "task=<task>" unless they start with it (not the world size: a resume with another number of
-/// ranks is refused with a message, not silently started afresh).
+/// as "name=value" lines, led by "task=<task>" unless they start with it. Not the world size: a
+/// resume with another number of ranks is refused with a message, not silently started afresh.
 std::string run_configuration_text(const std::string& task, const h5::Attributes& job_attributes);
 
 /// Starts recording a run, as agreed stages: installs the stop-signal handlers; with --resume,

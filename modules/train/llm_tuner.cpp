@@ -285,60 +285,6 @@ double LlmTuner::evaluate() {
   return totals[0].item<double>() / totals[1].item<double>();
 }
 
-namespace {
-
-/// Where a fine-tuning run stands at a step boundary, besides adapters and optimizer (see
-/// ImageRunState in image_trainer.cpp: the same idea).
-struct LlmRunState {
-  std::int64_t epoch = 0;
-  std::int64_t step_in_epoch = 0;  // optimizer steps of the epoch done
-  std::int64_t global_step = 0;
-  double elapsed_s = 0;
-  double epoch_elapsed_s = 0;
-  double loss_sum = 0;
-  std::int64_t loss_steps = 0;
-  double flops = 0;
-  std::int64_t real_tokens = 0;
-  results::RunSummary summary;
-  results::EpochRecord epoch_record;
-  std::vector<results::StepRecord> steps;
-
-  void save(CheckpointState& c) const {
-    c.put("epoch", epoch);
-    c.put("step_in_epoch", step_in_epoch);
-    c.put("global_step", global_step);
-    c.put("elapsed_s", elapsed_s);
-    c.put("epoch_elapsed_s", epoch_elapsed_s);
-    c.put("loss_sum", loss_sum);
-    c.put("loss_steps", loss_steps);
-    c.put("flops", flops);
-    c.put("real_tokens", real_tokens);
-    c.put_records<results::RunSummary>("records/summary", {&summary, 1});
-    c.put_records<results::EpochRecord>("records/epoch", {&epoch_record, 1});
-    c.put_records<results::StepRecord>("records/steps", steps);
-  }
-  void load(const CheckpointState& c) {
-    epoch = c.integer("epoch");
-    step_in_epoch = c.integer("step_in_epoch");
-    global_step = c.integer("global_step");
-    elapsed_s = c.number("elapsed_s");
-    epoch_elapsed_s = c.number("epoch_elapsed_s");
-    loss_sum = c.number("loss_sum");
-    loss_steps = c.integer("loss_steps");
-    flops = c.number("flops");
-    real_tokens = c.integer("real_tokens");
-    const auto summaries = c.records<results::RunSummary>("records/summary");
-    const auto epochs = c.records<results::EpochRecord>("records/epoch");
-    MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1, DataError,
-                    "checkpoint '{}': expected one summary and one epoch record", c.source());
-    summary = summaries[0];
-    epoch_record = epochs[0];
-    steps = c.records<results::StepRecord>("records/steps");
-  }
-};
-
-}  // namespace
-
 results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& progress, RunControl* control) {
   auto& s = *state_;
   const auto& c = s.config;
@@ -362,18 +308,30 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
   for (const auto& p : s.model->named_parameters()) {
     if (p.value().requires_grad()) trained.emplace_back(p.key(), p.value());
   }
-  LlmRunState run;
+  // Where the run stands (a resumed run: where it stopped). position = optimizer steps of the epoch done.
+  RunProgress run;
   run.summary.train_s = 0;
+  double flops = 0;
+  std::int64_t real_tokens_total = 0;
+  auto put_state = [&](CheckpointState& state) {
+    put_tensors(state, "model/", trained);
+    put_optimizer(state, "optimizer", *s.optimizer);
+    put_rng(state, s.device);
+    state.put("flops", flops);
+    state.put("real_tokens", real_tokens_total);
+  };
   if (ctl.resume != nullptr) {
     const CheckpointState& saved = *ctl.resume;
     load_tensors(saved, "model/", trained);
     load_optimizer(saved, "optimizer", *s.optimizer);
     load_rng(saved, s.device);
     run.load(saved);
-    MGBENCH_REQUIRE(run.epoch <= c.epochs && run.step_in_epoch >= 0 && run.step_in_epoch <= s.steps_per_epoch,
-                    DataError, "checkpoint '{}': position epoch {} step {} is outside this run ({} epochs of {} steps)",
-                    saved.source(), run.epoch + 1, run.step_in_epoch, c.epochs, s.steps_per_epoch);
-    log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.step_in_epoch + 1, run.global_step);
+    flops = saved.number("flops");
+    real_tokens_total = saved.integer("real_tokens");
+    MGBENCH_REQUIRE(run.epoch <= c.epochs && run.position <= s.steps_per_epoch, DataError,
+                    "checkpoint '{}': position epoch {} step {} is outside this run ({} epochs of {} steps)",
+                    saved.source(), run.epoch + 1, run.position, c.epochs, s.steps_per_epoch);
+    log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.position + 1, run.global_step);
   }
 
   runtime::broadcast_coalesced(s.comm, s.trainable, 0);  // identical adapters everywhere (A is random)
@@ -384,19 +342,6 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
   results::RunSummary& summary = run.summary;
   const double run_start_s = now_s() - run.elapsed_s;  // a resumed run's clock continues
   s.model->train();
-  auto checkpoint = [&](bool completed) {
-    if (ctl.checkpointer == nullptr || !ctl.checkpointer->enabled()) return;
-    CheckpointState state;
-    put_tensors(state, "model/", trained);
-    put_optimizer(state, "optimizer", *s.optimizer);
-    put_rng(state, s.device);
-    run.save(state);
-    CheckpointManifest m = ctl.checkpointer->manifest(run.global_step, run.epoch, completed);
-    m.results = writer.path();
-    m.run_id = writer.run_id();
-    if (ctl.stop != nullptr && ctl.stop->agreed_signal() != 0) m.stop_signal = runtime::stop_signal_name(ctl.stop->agreed_signal());
-    if (!ctl.checkpointer->save(m, state)) log::warn("checkpoint at step {} not written; the previous one stays", run.global_step);
-  };
 
   for (; run.epoch < c.epochs; ++run.epoch) {
     const std::int64_t epoch = run.epoch;
@@ -405,8 +350,8 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
     epoch_record.epoch = static_cast<std::int32_t>(epoch);
     std::vector<results::StepRecord>& steps = run.steps;
     const auto plan = data::plan_epoch(s.plan_options, epoch);
-    for (; run.step_in_epoch < s.steps_per_epoch; ++run.step_in_epoch) {
-      const std::int64_t step_in_epoch = run.step_in_epoch;
+    while (run.position < s.steps_per_epoch) {
+      const std::int64_t step_in_epoch = run.position;
       results::StepRecord step;
       const double step_start = now_s();
       const double lr = lr_at_step(c.lr, run.global_step, c.warmup_steps, total_steps, /*cosine=*/true);
@@ -428,7 +373,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
         step.tokens += batch.real_tokens;
         step.padded_tokens += batch.tokens.numel();
         step.samples += batch.tokens.size(0);
-        run.flops += step_flops(static_cast<double>(batch.tokens.numel()), static_cast<double>(batch.tokens.size(1)));
+        flops += step_flops(static_cast<double>(batch.tokens.numel()), static_cast<double>(batch.tokens.size(1)));
       }
       clock.enter(results::Phase::kAllreduce);
       if (s.grad_sync) s.grad_sync->finish();  // mean over ranks of each rank's summed gradient
@@ -469,35 +414,20 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
       epoch_record.samples += step.samples;
       epoch_record.loaded_samples += step.samples;
       epoch_record.phases += step.phases;
-      run.real_tokens += step.tokens;
+      real_tokens_total += step.tokens;
       steps.push_back(step);
       ++run.global_step;
       const double elapsed = now_s() - run_start_s;
       progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step_in_epoch + 1, s.steps_per_epoch,
-                       step.loss, static_cast<double>(run.real_tokens) / elapsed, elapsed,
-                       elapsed / static_cast<double>(run.global_step) * static_cast<double>(total_steps - run.global_step)});
+                       step.loss, static_cast<double>(real_tokens_total) / elapsed, elapsed,
+                       elapsed / static_cast<double>(run.global_step) *
+                           static_cast<double>(total_steps - run.global_step)});
 
+      ++run.position;
       // Step boundary: every rank learns of a stop request at the same step.
-      const bool stop = ctl.stop != nullptr && ctl.stop->poll();
-      if (stop || (ctl.checkpointer != nullptr && ctl.checkpointer->due(run.global_step))) {
-        const double epoch_elapsed_before = run.epoch_elapsed_s;
-        const Stopwatch checkpoint_clock;
-        run.elapsed_s = now_s() - run_start_s;
-        run.epoch_elapsed_s = epoch_elapsed_before + epoch_clock.elapsed();
-        ++run.step_in_epoch;  // the position after this step
-        checkpoint(/*completed=*/false);
-        --run.step_in_epoch;
-        run.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();  // writing it is not training time
-      }
-      if (stop) {
-        writer.write_steps(epoch, steps);  // the epoch's steps so far; the epoch row is written when it ends
-        ctl.preempted = true;
+      if (at_step_boundary(ctl, run, now_s() - run_start_s, epoch_clock.elapsed(), writer, put_state)) {
+        writer.write_steps(epoch, steps);  // the epoch's steps so far; its row is written when it ends
         summary.total_s = now_s() - run_start_s;
-        log::info("stopped on {} after global step {} (epoch {}, step {}){}",
-                  runtime::stop_signal_name(ctl.stop->agreed_signal()), run.global_step, epoch + 1, steps.size(),
-                  ctl.checkpointer != nullptr && ctl.checkpointer->enabled()
-                      ? fmt::format(": continue with --resume --checkpoint-dir {}", ctl.checkpointer->options().dir)
-                      : std::string(": no --checkpoint-dir, nothing to resume from"));
         return summary;
       }
     }
@@ -513,16 +443,10 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
     progress.message(fmt::format("epoch {}/{}: loss {:.4f} | {:.3f} s/it | train {:.1f} s", epoch + 1, c.epochs,
                                  epoch_record.loss_mean, epoch_record.train_s / static_cast<double>(steps.size()),
                                  epoch_record.train_s));
-    // The next epoch starts from nothing.
-    run.step_in_epoch = 0;
-    run.epoch_elapsed_s = 0;
-    run.loss_sum = 0;
-    run.loss_steps = 0;
-    run.epoch_record = {};
-    run.steps.clear();
+    run.next_epoch();
   }
   summary.total_s = now_s() - run_start_s;
-  torch::Tensor totals = torch::tensor({static_cast<double>(run.real_tokens), run.flops}, torch::kFloat64).to(s.device);
+  torch::Tensor totals = torch::tensor({static_cast<double>(real_tokens_total), flops}, torch::kFloat64).to(s.device);
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
   totals = totals.cpu();
   summary.s_per_it = summary.train_s / static_cast<double>(std::max<std::int64_t>(run.global_step, 1));
@@ -532,7 +456,7 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   if (s.comm.rank() == 0) writer.write_summary(summary);
   run.elapsed_s = summary.total_s;
-  checkpoint(/*completed=*/true);  // the final state: a later --resume finds the run done
+  save_checkpoint(ctl, run, /*completed=*/true, writer, put_state);  // a later --resume finds the run done
   return summary;
 }
 
