@@ -15,6 +15,9 @@ namespace mgbench::train {
 
 int run_llm_job(const LlmConfig& config, runtime::MpiEnvironment& env, const std::string& resolved_config,
                 const std::string& command_line) {
+  // From the start: a stop requested during set-up takes effect at the first step boundary (a
+  // checkpoint and exit 75, which the batch scripts requeue) instead of killing the job.
+  runtime::install_stop_handlers();
   Connection connection = connect(env, config.device, config.backend, config.comm_timeout_s);
   if (!connection.comm) return 1;
   std::unique_ptr<LlmTuner> tuner;

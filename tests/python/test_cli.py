@@ -101,7 +101,9 @@ def test_shell_scripts_parse():
     import subprocess
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
-    scripts = sorted((root / "scripts").glob("*.sh")) + sorted((root / "slurm").glob("*.sbatch")) + [root / ".ci" / "run"]
+    scripts = (sorted((root / "scripts").glob("*.sh")) + sorted((root / "slurm").glob("*.sbatch")) +
+               sorted((root / "slurm").glob("*.sh")) + sorted((root / "tests" / "slurm").glob("*.sh")) +
+               [root / ".ci" / "run"])
     for script in scripts:
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
     for sbatch in sorted((root / "slurm").glob("*.sbatch")):
