@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README command 2: install what is missing, build, run every test (unit, mpi, e2e).
+# README command 2: install what is missing, build, run every test (unit, mpi, e2e, slurm).
 #   scripts/test.sh [ctest options, e.g. -L unit]
 set -euo pipefail
 cd "$(dirname "$0")/.."
