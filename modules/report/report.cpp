@@ -154,6 +154,11 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
     out << fmt::format("# {} ({} ranks, {}, {}, {} px): training time by phase, summed over {} epoch(s)\n",
                        run.run_id, run.display("world_size"), run.display("strategy"), run.display("precision"),
                        run.display("image_size"), run.epochs.empty() ? 0 : run.epochs.front().size());
+    if (run.epochs.empty() || run.epochs.front().empty()) {
+      // A run preempted (or failed, or still running) in its first epoch has no epoch rows yet.
+      out << fmt::format("(no completed epoch yet: status {})\n", run.status);
+      continue;
+    }
     out << fmt::format(fmt::runtime(row), "phase", "min", "avg", "max", "share");
     out << fmt::format(fmt::runtime(row), "", "(s)", "(s)", "(s)", "(%)");
     std::vector<double> train_s;
