@@ -175,3 +175,15 @@ def test_missing_binary_fails_fast_with_the_path(slurm, tmp_path):
     assert proc.returncode != 0
     log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
     assert "mgbench binary '/nonexistent/mgbench' not found" in log, log
+
+
+def test_image_script_with_open_mpi_mpirun_inside_the_allocation(slurm, tmp_path):
+    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_LAUNCHER="mpirun")
+    proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/%j.out", "slurm/image.sbatch",
+                  *IMAGE_ARGS, "--limit-train", "128", "--epochs", "1")
+    job = proc.stdout.strip().split(";")[0]
+    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
+    assert proc.returncode == 0, proc.stderr + log
+    f, run = only_run(tmp_path / "out" / job / "results.h5")
+    with f:
+        assert run["status"][0] == b"completed" and run.attrs["world_size"] == 2
