@@ -18,11 +18,6 @@ mgbench_fail() {
   exit 2
 }
 
-# mgbench_require_file DESCRIPTION PATH: fail fast, naming the path, when it does not exist.
-mgbench_require_path() {
-  [[ -e "$2" ]] || mgbench_fail "$1 '$2' does not exist"
-}
-
 mgbench_setup() {
   MGBENCH=${MGBENCH:-build/app/mgbench}
   [[ -x "$MGBENCH" ]] || mgbench_fail "mgbench binary '$MGBENCH' not found or not executable (build it, or set MGBENCH)"
@@ -35,7 +30,7 @@ mgbench_setup() {
   # export NCCL_IB_HCA=mlx5               # the InfiniBand adapters to use across nodes
   # export NCCL_SOCKET_IFNAME=ib0         # bootstrap network interface
   # export NCCL_P2P_LEVEL=NVL             # restrict peer-to-peer to NVLink
-  # export NCCL_ASYNC_ERROR_HANDLING=1    # mgbench's own watchdog (--comm-timeout) aborts hung collectives
+  # (hung collectives: mgbench's own watchdog aborts the job after --comm-timeout seconds)
   echo "# job $SLURM_JOB_ID on $(hostname): ${SLURM_NTASKS:-?} task(s), restart ${SLURM_RESTART_COUNT:-0}, outputs $MGBENCH_JOB_DIR"
 }
 

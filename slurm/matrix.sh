@@ -12,7 +12,7 @@
 # Each axis is an environment variable (space-separated), defaults below. Also:
 #   OUTPUTS        results root of this matrix (default outputs/matrix-<task>-<UTC time>)
 #   MNIST          --data of the image points (default $HOME/mnist)
-#   DATA_DIR       directory of the LLM datasets: <DATA_DIR>/<dataset>.jsonl (or .json, .csv)
+#   DATA_DIR       directory of the LLM datasets: <DATA_DIR>/<dataset>.jsonl (or .json, .csv, .tsv)
 #   SBATCH_ARGS    extra sbatch options (account, partition, QoS, time)
 # --cpu: CPU variants (no GPUs requested, --device cpu), for workstations and the CI's test SLURM.
 # --dry-run: print the sbatch commands only. --test-only: sbatch --test-only (validates, runs nothing).
@@ -85,11 +85,11 @@ else
     for dataset in ${DATASETS:-alpaca grammar samsum slimorca}; do
       for pin in ${PIN:-false true}; do
         data=""
-        for ext in jsonl json csv parquet; do
+        for ext in jsonl json csv tsv; do
           [[ -e "$DATA_DIR/$dataset.$ext" ]] && { data="$DATA_DIR/$dataset.$ext"; break; }
         done
         if [[ -z "$data" ]]; then
-          ((dry_run)) || { echo "slurm/matrix.sh: no $DATA_DIR/$dataset.{jsonl,json,csv} (set DATA_DIR)" >&2; exit 2; }
+          ((dry_run)) || { echo "slurm/matrix.sh: no $DATA_DIR/$dataset.{jsonl,json,csv,tsv} (set DATA_DIR)" >&2; exit 2; }
           data="$DATA_DIR/$dataset.jsonl"
         fi
         name="llm-${gpus}g-$dataset-pin$pin"

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/durable.h"
 #include "core/error.h"
 
 namespace mgbench::models {
@@ -232,10 +233,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
   // On stable storage before it takes the final name: a node failure right after the rename
   // must not leave a complete-looking file with lost pages.
-  const int fd = ::open(tmp.c_str(), O_RDONLY);
-  const bool synced = fd >= 0 && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  MGBENCH_REQUIRE(synced, DataError, "safetensors '{}': fsync failed ({})", tmp, std::strerror(errno));
+  sync_to_disk(tmp);
   std::filesystem::rename(tmp, path);
 }
 

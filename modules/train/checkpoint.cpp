@@ -1,10 +1,9 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -16,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/build_info.h"
+#include "core/durable.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mpi_strings.h"
@@ -88,14 +88,6 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   return m;
 }
 
-/// fsync of a file or directory (directory: makes a rename in it durable).
-void sync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  const bool ok = fd >= 0 && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  MGBENCH_REQUIRE(ok, DataError, "checkpoint: fsync of '{}' failed ({})", path, std::strerror(errno));
-}
-
 void write_text_file(const std::string& path, const std::string& text) {
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -103,7 +95,7 @@ void write_text_file(const std::string& path, const std::string& text) {
     out.flush();
     MGBENCH_REQUIRE(out.good(), DataError, "checkpoint: cannot write '{}' ({})", path, std::strerror(errno));
   }
-  sync_path(path);
+  sync_to_disk(path);
 }
 
 std::string read_text_file(const std::string& path) {
@@ -135,7 +127,8 @@ CheckpointState::CheckpointState(CheckpointState&&) noexcept = default;
 CheckpointState& CheckpointState::operator=(CheckpointState&&) noexcept = default;
 
 void CheckpointState::put(const std::string& name, const torch::Tensor& tensor) {
-  tensors_.emplace_back(name, tensor.detach().to(torch::kCPU).contiguous().clone());
+  // One copy, also for a CPU tensor (the state must not change with later training steps).
+  tensors_.emplace_back(name, tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous());
 }
 void CheckpointState::put(const std::string& key, std::int64_t value) { metadata_[key] = std::to_string(value); }
 void CheckpointState::put(const std::string& key, double value) { metadata_[key] = fmt::format("{:.17g}", value); }
@@ -189,9 +182,6 @@ double CheckpointState::number(const std::string& key) const {
     if (used == v.size()) return value;
   } catch (const std::exception&) {
   }
-  if (v == "nan" || v == "-nan") return std::numeric_limits<double>::quiet_NaN();
-  if (v == "inf") return std::numeric_limits<double>::infinity();
-  if (v == "-inf") return -std::numeric_limits<double>::infinity();
   throw DataError(fmt::format("checkpoint '{}': metadata '{}' = '{}' is not a number", source_, key, v));
 }
 
@@ -386,10 +376,10 @@ bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointStat
         CheckpointManifest m = manifest;
         m.written_utc = utc_now_iso8601();
         write_text_file((partial / kManifestFile).string(), to_json(m).dump(2) + "\n");
-        sync_path(partial.string());
+        sync_to_disk(partial.string());
         fs::remove_all(final_dir);  // a checkpoint of the same step (a resumed run that stopped at once)
         fs::rename(partial, final_dir);
-        sync_path(directory_);
+        sync_to_disk(directory_);
         // Keep the newest two complete checkpoints; drop older ones and abandoned .partial dirs.
         std::vector<std::pair<std::int64_t, fs::path>> complete;
         for (const auto& entry : fs::directory_iterator(directory_)) {

@@ -9,7 +9,8 @@
 //       rank-<r>.safetensors      each rank's state: model parameters and buffers ("model/<name>"),
 //                                 optimizer state (LibTorch's own serialisation, as bytes), RNG
 //                                 states, the partial epoch's records; scalars in the metadata
-// <config id> is the CRC-32 of the configuration text (the job's run attributes and world size).
+// <config id> is the CRC-32 of the configuration text (the job's run attributes; not the world
+// size, so that a resume with another number of ranks finds the checkpoint and is refused).
 //
 // Atomicity: ranks write into step-<N>.partial/ (each file written, fsynced, renamed); only when
 // every rank succeeded does rank 0 write the manifest and rename the directory to step-<N>. A job

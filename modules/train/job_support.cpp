@@ -156,15 +156,11 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentit
       return nullptr;
     }
     if (!job->resumed_from) {
-      if (env.rank() == 0) {
-        log::info("--resume: no checkpoint of this configuration in {}: starting a new run",
-                  job->checkpointer->directory());
-      }
+      log::info("--resume: no checkpoint of this configuration in {}: starting a new run",
+                job->checkpointer->directory());
     } else if (job->resumed_from->completed) {
-      if (env.rank() == 0) {
-        log::info("--resume: run {} in {} already completed (checkpoint {}): nothing to do", job->resumed_from->run_id,
-                  job->resumed_from->results, job->resumed_from->path);
-      }
+      log::info("--resume: run {} in {} already completed (checkpoint {}): nothing to do", job->resumed_from->run_id,
+                job->resumed_from->results, job->resumed_from->path);
       job->already_completed = true;
       return job;
     } else {
@@ -172,7 +168,7 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentit
       if (!all_succeed(env, "reading the checkpoint", [&] { job->resume_state = job->checkpointer->load(from); })) {
         return nullptr;
       }
-      if (env.rank() == 0 && from.results != run.results) {
+      if (from.results != run.results) {
         log::info("--resume: the run continues in its own results file {} (not --results {})", from.results,
                   run.results);
       }

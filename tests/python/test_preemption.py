@@ -66,10 +66,10 @@ def final_tensors(directory, rank):
     return {k: v for k, v in tensors.items() if k.startswith("model/")}
 
 
-def only_run(results):
+def open_runs(results):
+    """The open file and its runs (by name: run ids start with their UTC start time)."""
     f = h5py.File(results, "r")
-    runs = list(f["runs"].values())
-    return f, runs
+    return f, list(f["runs"].values())
 
 
 def assert_same_parameters(a_dir, b_dir, ranks=2):
@@ -99,7 +99,7 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == EXIT_PREEMPTED, err
     assert "stopped on SIGUSR1" in err
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         (run,) = runs
         assert run["status"][0] == b"preempted"
@@ -114,7 +114,7 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
     proc = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", tmp_path / "ignored.h5", np=2)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "ignored.h5").exists()
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         (run,) = runs
         assert run.attrs["run_id"] == run_id and run.attrs["resumes"] == 1
@@ -132,7 +132,7 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
     # Resuming a completed run does nothing.
     again = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
     assert again.returncode == 0 and "already completed" in again.stderr
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         assert len(runs) == 1
 
@@ -149,14 +149,14 @@ def test_sigkill_loses_only_the_steps_since_the_last_checkpoint(tmp_path, uninte
     proc.communicate(timeout=60)
     report = subprocess.run([BIN, "report", str(results)], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr  # the file, the earlier run included, is intact
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         status = sorted(r["status"][0] for r in runs)
         assert status == [b"completed", b"running"]
     proc = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
     assert proc.returncode == 0, proc.stderr
     assert "resumed from" in proc.stderr, proc.stderr
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         assert sorted(r["status"][0] for r in runs) == [b"completed", b"completed"]
     assert_same_parameters(ck, uninterrupted_image / "ck")
@@ -177,14 +177,14 @@ def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path):
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == EXIT_PREEMPTED, err
     assert not adapters.exists()  # adapters are written when the run completes, not at a stop
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         assert runs[0]["status"][0] == b"preempted"
     proc = mgbench(*LLM, "--checkpoint-dir", ck, "--resume", "--results", results, "--output-dir", adapters, np=2)
     assert proc.returncode == 0, proc.stderr
     assert (adapters / "adapter_model.safetensors").exists()
     assert_same_parameters(ck, ref_ck)
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         assert len(runs) == 1 and runs[0]["status"][0] == b"completed"
         with h5py.File(tmp_path / "ref.h5", "r") as g:
@@ -223,6 +223,6 @@ def test_two_jobs_on_one_results_file_the_second_is_refused_and_nothing_is_corru
     # One job after the other: runs append to the one file.
     third = mgbench(*IMAGE_BASE, "--epochs", "1", "--results", results, np=2)
     assert third.returncode == 0, third.stderr
-    f, runs = only_run(results)
+    f, runs = open_runs(results)
     with f:
         assert [r["status"][0] for r in runs] == [b"completed", b"completed"]

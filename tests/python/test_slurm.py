@@ -50,6 +50,13 @@ def sbatch(env, *args, wait=True, cwd=ROOT):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
+def completed_job(proc, log_dir):
+    """The job id of an `sbatch --parsable --wait` that succeeded; its logs (*.out) when it did not."""
+    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{log_dir}/*.out"))
+    assert proc.returncode == 0, proc.stderr + log
+    return proc.stdout.strip().split(";")[0]
+
+
 def job_state(env, job):
     out = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True, env=env).stdout
     state = re.search(r"JobState=(\S+)", out)
@@ -82,9 +89,7 @@ def test_image_script_runs_one_rank_per_task_under_srun_pmix(slurm, tmp_path):
     env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"))
     proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/%j.out", "slurm/image.sbatch",
                   *IMAGE_ARGS, "--limit-train", "256", "--epochs", "1")
-    job = proc.stdout.strip().split(";")[0]
-    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
-    assert proc.returncode == 0, proc.stderr + log
+    job = completed_job(proc, tmp_path)
     f, run = only_run(tmp_path / "out" / job / "results.h5")
     with f:
         assert run["status"][0] == b"completed"
@@ -102,9 +107,7 @@ def test_llm_script_runs_and_writes_adapters(slurm, tmp_path):
                   "--dataset", "alpaca", "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json",
                   "--limit", "32", "--batch-size", "2", "--max-steps", "3", "--warmup-steps", "1", "--lora-rank", "4",
                   "--precision", "fp32", "--progress-interval", "1000")
-    job = proc.stdout.strip().split(";")[0]
-    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
-    assert proc.returncode == 0, proc.stderr + log
+    job = completed_job(proc, tmp_path)
     assert (tmp_path / "out" / job / "adapter" / "adapter_model.safetensors").exists()
     f, run = only_run(tmp_path / "out" / job / "results.h5")
     with f:
@@ -181,9 +184,7 @@ def test_image_script_with_open_mpi_mpirun_inside_the_allocation(slurm, tmp_path
     env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_LAUNCHER="mpirun")
     proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/%j.out", "slurm/image.sbatch",
                   *IMAGE_ARGS, "--limit-train", "128", "--epochs", "1")
-    job = proc.stdout.strip().split(";")[0]
-    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
-    assert proc.returncode == 0, proc.stderr + log
+    job = completed_job(proc, tmp_path)
     f, run = only_run(tmp_path / "out" / job / "results.h5")
     with f:
         assert run["status"][0] == b"completed" and run.attrs["world_size"] == 2
