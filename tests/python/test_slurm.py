@@ -64,6 +64,14 @@ def job_state(env, job):
     return (state.group(1) if state else "GONE"), int(restarts.group(1)) if restarts else 0
 
 
+def controller_log(env, job):
+    """slurmctld's log lines about one job, for a failure message."""
+    conf = Path(env["SLURM_CONF"]).read_text()
+    path = Path(re.search(r"^SlurmctldLogFile=(\S+)", conf, re.M).group(1))
+    lines = [l for l in path.read_text().splitlines() if re.search(rf"JobId={job}\b", l)]
+    return "\nslurmctld:\n" + "\n".join(lines)
+
+
 def only_run(path):
     f = h5py.File(path, "r")
     (run,) = f["runs"].values()
@@ -158,12 +166,15 @@ def test_usr1_before_the_time_limit_checkpoints_requeues_and_resumes(slurm, tmp_
         if state == "COMPLETED" or state in ("FAILED", "CANCELLED", "TIMEOUT", "GONE"):
             break
         if state == "PENDING" and restarts == 1 and not released:
-            # SLURM holds a requeued job ~2 minutes (its BeginTime); an operator's release keeps the test short.
+            # SLURM holds a requeued job ~2 minutes (its BeginTime); an operator's release keeps the test short,
+            # but not within the second of the requeue: slurmctld refuses a credential issued in the second
+            # the old one was revoked ("Killing non-startable batch JobId=N: Job credential revoked").
+            time.sleep(2)
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env)
             released = True
         time.sleep(0.5)
     log = (tmp_path / "job.out").read_text()
-    assert (state, restarts) == ("COMPLETED", 1), log
+    assert (state, restarts) == ("COMPLETED", 1), log + controller_log(env, job)
     assert "requeueing job" in log and "stopped on SIGUSR1" in log, log
     f, run = only_run(tmp_path / "out" / job / "results.h5")
     with f:

@@ -92,7 +92,7 @@ CONF
   done
   echo "slurm fixture: node never became idle" >&2
   sinfo -N -l >&2 || true
-  tail -20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2
+  tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2
   return 1
 }
 
