@@ -22,6 +22,24 @@ std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:
 
 std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
 
+/// How often a run was resumed from a checkpoint (`mgbench ... --resume`); 0 when never.
+std::int64_t resumes(const results::RunRecord& r) { return r.integer("resumes").value_or(0); }
+
+/// '#' lines under a table: why a run failed, which runs were preempted or resumed.
+void print_notes(std::ostream& out, const results::RunRecord& r) {
+  if (r.status == "failed" && !r.error.empty()) {
+    out << fmt::format("# {} failed: {}\n", r.run_id, r.error);
+  } else if (r.status == "preempted") {
+    out << fmt::format("# {} preempted: it continues with the same options plus --resume --checkpoint-dir\n",
+                       r.run_id);
+  }
+  if (resumes(r) > 0) {
+    out << fmt::format("# {} resumed {} time(s) from a checkpoint: its times leave out the time away and the "
+                       "checkpoint writing, and include each restart's warm-up\n",
+                       r.run_id, resumes(r));
+  }
+}
+
 }  // namespace
 
 std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
@@ -80,14 +98,14 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   };
   if (format == Format::kCsv) {
     out << "file,run_id,status,task,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
-           "efficiency_vs_1_rank_pct,mfu_pct,loss\n";
+           "efficiency_vs_1_rank_pct,mfu_pct,loss,resumes\n";
     for (const auto& r : runs) {
       if (!is_llm_run(r)) continue;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status, r.display("task"),
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status, r.display("task"),
                          r.display("world_size"), r.display("model"), r.display("dataset"), r.display("precision"),
                          r.display("batch_size"), r.display("grad_accum"), number(r.summary.s_per_it, 4),
                          number(r.summary.tokens_per_s, 1), percent(efficiency(r)), number(r.summary.mfu * 100.0, 2),
-                         number(loss(r), 4));
+                         number(loss(r), 4), resumes(r));
     }
     return;
   }
@@ -109,20 +127,23 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
                                                           : number(r.summary.final_loss, 4),
                        r.status);
   }
+  for (const auto& r : runs) {
+    if (is_llm_run(r)) print_notes(out, r);
+  }
 }
 
 void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
   if (format == Format::kCsv) {
     out << "file,run_id,status,ranks,strategy,precision,pin_memory,image_size,epochs,batch_size,total_s,"
-           "test_accuracy_pct,img_per_s,efficiency_vs_1_rank_pct,efficiency_vs_fp64_pct\n";
+           "test_accuracy_pct,img_per_s,efficiency_vs_1_rank_pct,efficiency_vs_fp64_pct,resumes\n";
     for (const auto& row : rows) {
       const auto& r = *row.run;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
                          r.display("world_size"), r.display("strategy"), r.display("precision"),
                          r.display("pin_memory"), r.display("image_size"), r.display("epochs"),
                          r.display("batch_size"), number(r.summary.total_s, 3),
                          number(r.summary.test_accuracy * 100.0, 2), number(r.summary.samples_per_s, 1),
-                         percent(row.efficiency_vs_1_rank), percent(row.efficiency_vs_fp64));
+                         percent(row.efficiency_vs_1_rank), percent(row.efficiency_vs_fp64), resumes(r));
     }
     return;
   }
@@ -141,11 +162,7 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
                        number(r.summary.samples_per_s, 1), percent(row.efficiency_vs_1_rank),
                        percent(row.efficiency_vs_fp64), r.status);
   }
-  for (const auto& row : rows) {
-    if (row.run->status == "failed" && !row.run->error.empty()) {
-      out << fmt::format("# {} failed: {}\n", row.run->run_id, row.run->error);
-    }
-  }
+  for (const auto& row : rows) print_notes(out, *row.run);
 }
 
 void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs) {

@@ -26,13 +26,15 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs);
 
 enum class Format { kTable, kCsv };
 
-/// Writes the rows; the table has '#' metadata lines and a units row (nccl-tests style).
+/// Writes the rows; the table has '#' metadata lines and a units row (nccl-tests style), and
+/// '#' notes under it for failed, preempted and resumed runs; the CSV ends with `resumes`.
 void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 
 /// LLM fine-tuning runs (task llm / llm-eval), as the paper's Table 5 and Fig. 4: ranks, model,
 /// dataset, precision, batch x grad-accum, optimizer steps, s/it, tokens/s (all ranks), per-rank
 /// scaling efficiency vs the 1-rank run of the same workload ((tokens/s / ranks) / tokens/s of 1
-/// rank), MFU, final (or eval) loss, status. Image runs are skipped.
+/// rank), MFU, final (or eval) loss, status, and the notes and `resumes` column of print().
+/// Image runs are skipped.
 void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format);
 
 /// True for runs of `mgbench llm`.

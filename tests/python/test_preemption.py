@@ -109,6 +109,8 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
         run_id = run.attrs["run_id"]
     (manifest,) = glob.glob(f"{ck}/*/step-?????????/checkpoint.json")[-1:]
     assert '"stop_signal": "SIGUSR1"' in Path(manifest).read_text()
+    report = mgbench("report", results, check=True).stdout
+    assert f"# {run_id} preempted: it continues with the same options plus --resume" in report, report
 
     # --resume continues the same run in the same file, whatever --results says now.
     proc = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", tmp_path / "ignored.h5", np=2)
@@ -128,6 +130,11 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
                                               ref[f"rank_{r}"]["epochs"]["test_correct"])
             assert run["summary"][0]["test_accuracy"] == ref["summary"][0]["test_accuracy"]
     assert_same_parameters(ck, uninterrupted_image / "ck")
+    report = mgbench("report", results, check=True).stdout
+    assert f"# {run_id} resumed 1 time(s) from a checkpoint" in report, report
+    csv = mgbench("report", "--csv", results, check=True).stdout.splitlines()
+    assert csv[0].endswith(",resumes") and csv[1].startswith(f"{results},{run_id},completed,") and \
+        csv[1].endswith(",1"), csv
 
     # Resuming a completed run does nothing.
     again = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)

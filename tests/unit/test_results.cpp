@@ -117,6 +117,33 @@ TEST(Report, EfficienciesAsThePaper) {
   EXPECT_NE(csv.str().find(",168.40"), std::string::npos) << csv.str();
 }
 
+TEST(Report, NotesAndCsvColumnForPreemptedAndResumedRuns) {
+  RunRecord preempted = fake_run(2, "fp32", std::nan(""));
+  preempted.status = "preempted";
+  RunRecord resumed = fake_run(2, "fp64", 100);
+  resumed.attributes.emplace_back("resumes", std::int64_t{2});
+  const RunRecord plain = fake_run(1, "fp64", 180);
+  const std::vector<RunRecord> runs = {preempted, resumed, plain};  // rows point into it
+  const auto rows = report::build_rows(runs);
+  std::ostringstream table;
+  report::print(table, rows, report::Format::kTable);
+  EXPECT_NE(table.str().find("# fp322 preempted: it continues with the same options plus --resume"), std::string::npos)
+      << table.str();
+  EXPECT_NE(table.str().find("# fp642 resumed 2 time(s) from a checkpoint"), std::string::npos) << table.str();
+  EXPECT_EQ(table.str().find("# fp641 "), std::string::npos) << table.str();
+  EXPECT_NEAR(*rows[1].efficiency_vs_1_rank, 1.8, 1e-12);  // a resumed, completed run still counts
+  std::ostringstream csv;
+  report::print(csv, rows, report::Format::kCsv);
+  std::istringstream lines(csv.str());
+  std::string header, first, second, third;
+  std::getline(lines, header);
+  std::getline(lines, first);
+  std::getline(lines, second);
+  std::getline(lines, third);
+  EXPECT_TRUE(header.ends_with(",resumes")) << header;
+  EXPECT_TRUE(first.ends_with(",0") && second.ends_with(",2") && third.ends_with(",0")) << csv.str();
+}
+
 TEST(Report, PhasesMinAvgMaxAcrossRanks) {
   RunRecord run = fake_run(2, "fp32", 10);
   for (double forward : {1.0, 3.0}) {
