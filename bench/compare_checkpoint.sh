@@ -6,19 +6,20 @@
 # both runs: it is always on.
 #   bench/compare_checkpoint.sh [DATA_DIR]
 # Environment: NP (2), SIZE (32), TRAIN (2048), BATCH (32), PRECISION (fp32), EVERY (4), REPEATS (3),
-#   MGBENCH (build/app/mgbench), CKPT_DIR (a temporary directory; point it at the cluster's
-#   parallel file system to measure that).
+#   DEVICE (cpu; cuda: one GPU per rank), THREADS (1), MGBENCH (build/app/mgbench), CKPT_DIR (a temporary
+#   directory; point it at the cluster's parallel file system to measure that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data/mnist}
 NP=${NP:-2} SIZE=${SIZE:-32} TRAIN=${TRAIN:-2048} BATCH=${BATCH:-32} PRECISION=${PRECISION:-fp32}
-EVERY=${EVERY:-4} REPEATS=${REPEATS:-3} MGBENCH=${MGBENCH:-build/app/mgbench}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+EVERY=${EVERY:-4} REPEATS=${REPEATS:-3} MGBENCH=${MGBENCH:-build/app/mgbench} DEVICE=${DEVICE:-cpu}
+THREADS=${THREADS:-1}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$THREADS
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 CKPT_DIR=${CKPT_DIR:-$OUT/ck}
 ARGS=(image --data "$DATA" --image-size "$SIZE" --limit-train "$TRAIN" --limit-test 256 --epochs 1
-  --batch-size "$BATCH" --precision "$PRECISION" --threads 1 --progress-interval 1000 --device cpu)
+  --batch-size "$BATCH" --precision "$PRECISION" --threads "$THREADS" --progress-interval 1000 --device "$DEVICE")
 total_s() { "$MGBENCH" report --csv "$1" | awk -F, 'NR == 2 {print $11}'; }
 printf '%-6s %12s %12s %7s %14s\n' run "plain (s)" "ckpt (s)" ratio "s/checkpoint"
 for r in $(seq "$REPEATS"); do

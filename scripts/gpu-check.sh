@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One command for an H100/H200 machine: build mgbench against the PyTorch that machine has
-# (python3 with torch 2.11.0+cu130), run the unit, mpi, GPU and CPU end-to-end tests, then the
-# benchmark tables (mgbench vs the Python torch peer; HtoD bytes per sample with device vs host
-# upscaling). Aims at under ten minutes on 16 cores.
+# (python3 with torch 2.11.0+cu130), run the unit, mpi, GPU and CPU end-to-end tests and a
+# preemption (SIGUSR1, exit 75, --resume) on the GPU, then the benchmark tables (mgbench vs the
+# Python torch peer; HtoD bytes per sample with device vs host upscaling; the checkpoint cost).
+# Aims at under ten minutes on 16 cores.
 #
 #   scripts/fetch-gpu-deps.sh            # beforehand, on a Debian 12 machine with network
 #   scripts/gpu-check.sh                 # on the GPU machine, in the checkout (.gpu-deps/ beside it;
@@ -81,6 +82,27 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   (cd "$BUILD" && ctest -L gpu --timeout 600 -V >"$OUT/ctest-gpu.log" 2>&1) || true
   grep -E "tests passed|FAILED|\(Failed\)|\(Skipped\)|Not Run" "$OUT/ctest.log" "$OUT/ctest-gpu.log" || true
   grep -E "^\S+: \[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|Skipped" "$OUT/ctest-gpu.log" | head -60 || true
+
+  stage "preemption on the GPU: SIGUSR1 after the first checkpoint, exit 75, then --resume (64 px, amp-bf16)"
+  PREEMPT=(image --data "$DATA" --image-size 64 --batch-size 64 --limit-train 4096 --limit-test 256 --epochs 2
+    --precision amp-bf16 --pin-memory true --checkpoint-dir "$OUT/preempt-ck" --checkpoint-every 8
+    --results "$OUT/preempt.h5" --progress-interval 1000)
+  rm -rf "$OUT/preempt-ck" "$OUT/preempt.h5" "$OUT/preempt.h5.lock"
+  mpirun -np 1 "$BUILD/app/mgbench" "${PREEMPT[@]}" >"$OUT/preempt-1.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1200); do
+    compgen -G "$OUT/preempt-ck/*/step-?????????" >/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -USR1 "$pid" 2>/dev/null || true
+  rc=0
+  wait "$pid" || rc=$?
+  echo "interrupted part: exit $rc (75 expected)"
+  grep -E "checkpoint:|stopped on|preempted" "$OUT/preempt-1.log" | tail -4 || true
+  mpirun -np 1 "$BUILD/app/mgbench" "${PREEMPT[@]}" --resume >"$OUT/preempt-2.log" 2>&1 ||
+    { tail -20 "$OUT/preempt-2.log"; echo "gpu-check.sh: the resumed part failed"; }
+  "$BUILD/app/mgbench" report "$OUT/preempt.h5" | tee "$OUT/preempt-report.txt" || true
 fi
 
 if [[ ${SKIP_BENCH:-0} != 1 ]]; then
@@ -97,6 +119,10 @@ if [[ ${SKIP_BENCH:-0} != 1 ]]; then
       || { tail -20 "$OUT/htod-$upscale.log"; fail "mgbench --upscale $upscale failed"; }
   done
   "$BUILD/app/mgbench" report --cuda --phases "$OUT/htod.h5" | tee "$OUT/htod-report.txt"
+  stage "benchmark: checkpoint cost on the GPU (1 rank, 224 px, amp-bf16, a checkpoint every 16 steps vs none)"
+  DEVICE=cuda NP=1 SIZE=224 BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 EVERY=16 REPEATS=2 THREADS=8 \
+    MGBENCH="$BUILD/app/mgbench" CKPT_DIR="$OUT/bench-ck" bench/compare_checkpoint.sh "$DATA" 2>&1 |
+    tee "$OUT/checkpoint-bench.txt" || true
   SHARED_DATA=$(dirname "$DATA")
   stage "benchmark: mgbench llm, llama3-8b shape, random init, bf16, batch 2, alpaca (paper: 0.77 s/it on 1 H100)"
   "$BUILD/app/mgbench" llm --model llama3-8b --init random --tokenizer "$SHARED_DATA/llama3/tokenizer.model" \
