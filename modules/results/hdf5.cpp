@@ -71,6 +71,12 @@ void write_attribute(hid_t object, const std::string& name, const AttrValue& val
   }
 }
 
+std::string exact_text(const AttrValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value)) return *s;
+  if (const auto* i = std::get_if<std::int64_t>(&value)) return std::to_string(*i);
+  return fmt::format("{:.17g}", std::get<double>(value));
+}
+
 void write_attributes(hid_t object, const Attributes& attributes) {
   for (const auto& [name, value] : attributes) write_attribute(object, name, value);
 }

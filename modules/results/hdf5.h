@@ -66,6 +66,10 @@ Handle wrap_attr(hid_t id, const std::string& what);
 using AttrValue = std::variant<std::string, std::int64_t, double>;
 using Attributes = std::vector<std::pair<std::string, AttrValue>>;
 
+/// The value as exact text: a string as is, an integer in decimal, a double with 17 significant
+/// digits (reads back to the same double). For encodings and identities, not for display.
+std::string exact_text(const AttrValue& value);
+
 /// Writes (creates, or replaces) a scalar attribute: strings as variable-length UTF-8, numbers as
 /// native int64 / double. In a parallel file this is collective with identical arguments.
 void write_attribute(hid_t object, const std::string& name, const AttrValue& value);

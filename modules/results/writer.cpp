@@ -23,18 +23,10 @@ using h5::check_status;
 std::string encode_attributes(const h5::Attributes& attributes) {
   std::string out;
   for (const auto& [name, value] : attributes) {
-    char kind = 's';
-    std::string text;
-    if (const auto* s = std::get_if<std::string>(&value)) {
-      text = *s;
-    } else if (const auto* i = std::get_if<std::int64_t>(&value)) {
-      kind = 'i';
-      text = std::to_string(*i);
-    } else {
-      kind = 'd';
-      text = fmt::format("{:.17g}", std::get<double>(value));
-    }
-    out += kind + name + '\x1f' + text + '\x1e';
+    const char kind = std::holds_alternative<std::string>(value) ? 's'
+                      : std::holds_alternative<std::int64_t>(value) ? 'i'
+                                                                     : 'd';
+    out += kind + name + '\x1f' + h5::exact_text(value) + '\x1e';
   }
   return out;
 }

@@ -36,10 +36,7 @@ int run_image_job(const ImageConfig& config, runtime::MpiEnvironment& env, const
   results::RunSummary summary;
   run_or_abort(
       env, writer, "training", [&] { summary = trainer->run(writer, progress, &job->control); }, &job->control);
-  if (job->control.preempted) {
-    log::info("preempted: run {} in {} marked preempted", writer.run_id(), writer.path());
-    return kExitPreempted;
-  }
+  if (job->control.preempted) return kExitPreempted;
   log::info("done: {} epochs in {:.1f} s | test accuracy {:.2f} % | {:.1f} img/s (all ranks) | {} run {}",
             summary.epochs_completed, summary.total_s, 100 * summary.test_accuracy, summary.samples_per_s,
             writer.path(), writer.run_id());

@@ -124,17 +124,7 @@ std::unique_ptr<results::ResultsWriter> open_run(runtime::MpiEnvironment& env, c
 
 std::string run_configuration_text(const std::string& task, const h5::Attributes& job_attributes) {
   std::string text = job_attributes.empty() || job_attributes.front().first != "task" ? "task=" + task + "\n" : "";
-  for (const auto& [name, value] : job_attributes) {
-    text += name + "=";
-    if (const auto* v = std::get_if<std::string>(&value)) {
-      text += *v;
-    } else if (const auto* i = std::get_if<std::int64_t>(&value)) {
-      text += std::to_string(*i);
-    } else {
-      text += fmt::format("{:.17g}", std::get<double>(value));
-    }
-    text += "\n";
-  }
+  for (const auto& [name, value] : job_attributes) text += name + "=" + h5::exact_text(value) + "\n";
   return text;
 }
 
@@ -143,7 +133,6 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentit
                                   h5::Attributes run_attributes, h5::Attributes rank_attributes,
                                   const results::RankLayout& layout) {
   auto job = std::make_unique<JobRun>();
-  runtime::install_stop_handlers();
   if (!all_succeed(env, "setting up checkpoints", [&] {
         job->checkpointer =
             std::make_unique<Checkpointer>(checkpoints, env, task, run_configuration_text(task, run_attributes));
@@ -201,7 +190,9 @@ void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, 
     writer.mark_failed(e.what());
     env.abort(1);
   }
-  writer.finish(control != nullptr && control->preempted ? results::kStatusPreempted : results::kStatusCompleted);
+  const bool preempted = control != nullptr && control->preempted;
+  writer.finish(preempted ? results::kStatusPreempted : results::kStatusCompleted);
+  if (preempted) log::info("preempted: run {} in {} marked preempted", writer.run_id(), writer.path());
 }
 
 }  // namespace mgbench::train

@@ -66,11 +66,11 @@ struct JobRun {
 /// resume with another number of ranks is refused with a message, not silently started afresh.
 std::string run_configuration_text(const std::string& task, const h5::Attributes& job_attributes);
 
-/// Starts recording a run, as agreed stages: installs the stop-signal handlers; with --resume,
-/// looks for the latest checkpoint of this configuration (checkpoint.h) and, when there is one,
-/// reads this rank's state and continues its run in its results file (the checkpoint's, which
-/// may differ from run.results); otherwise creates a new run (open_run). nullptr when a stage
-/// failed (logged once; every rank returns).
+/// Starts recording a run, as agreed stages: with --resume, looks for the latest checkpoint of
+/// this configuration (checkpoint.h) and, when there is one, reads this rank's state and continues
+/// its run in its results file (the checkpoint's, which may differ from run.results); otherwise
+/// creates a new run (open_run). nullptr when a stage failed (logged once; every rank returns).
+/// The job installs the stop-signal handlers (runtime/stop_request.h) before its set-up, not here.
 std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentity& run,
                                   const CheckpointOptions& checkpoints, const std::string& task,
                                   h5::Attributes run_attributes, h5::Attributes rank_attributes,
@@ -78,7 +78,7 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const RunIdentit
 
 /// Runs body (training). If it throws on any rank, that rank logs "<what> failed on rank r (host):
 /// ...", marks the run failed in the results file and ends the whole job (MPI_Abort), so no rank
-/// waits in a collective. Otherwise records the run "completed", or "preempted" when
+/// waits in a collective. Otherwise records the run "completed", or "preempted" (and says so) when
 /// control->preempted (collective).
 void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, const char* what,
                   const std::function<void()>& body, const RunControl* control = nullptr);

@@ -43,10 +43,7 @@ int run_llm_job(const LlmConfig& config, runtime::MpiEnvironment& env, const std
         }
       },
       &job->control);
-  if (job->control.preempted) {
-    log::info("preempted: run {} in {} marked preempted", writer.run_id(), writer.path());
-    return kExitPreempted;
-  }
+  if (job->control.preempted) return kExitPreempted;
   if (config.eval_only) {
     if (env.rank() == 0) std::cout << fmt::format("eval loss: {:.6f}\n", summary.eval_loss) << std::flush;
     return 0;
