@@ -68,14 +68,16 @@ int data_main(int argc, char** argv) {
     std::int64_t trained = 0, truncated = 0;
     for (const auto& s : samples) {
       lengths.push_back(static_cast<std::int64_t>(s.tokens.size()));
-      trained += std::count_if(s.labels.begin(), s.labels.end(), [](std::int32_t l) { return l != text::kIgnoreIndex; });
+      trained +=
+          std::count_if(s.labels.begin(), s.labels.end(), [](std::int32_t l) { return l != text::kIgnoreIndex; });
       truncated += (max_seq_len > 0 && static_cast<std::int64_t>(s.tokens.size()) >= max_seq_len) ? 1 : 0;
     }
     std::sort(lengths.begin(), lengths.end());
     const auto total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
     auto pct = [&](double p) {
       if (lengths.empty()) return std::int64_t{0};
-      return lengths[static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(lengths.size()))) - (p > 0 ? 1 : 0)];
+      return lengths[static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(lengths.size()))) -
+                     (p > 0 ? 1 : 0)];
     };
     std::cout << fmt::format("# {} ({}), {} rows, Llama 3 tokens, max_seq_len {}\n", data, dataset, samples.size(),
                              max_seq_len > 0 ? std::to_string(max_seq_len) : "none");

@@ -17,10 +17,12 @@ namespace mgbench::app {
 int report_main(int argc, char** argv) {
   po::options_description options(
       "mgbench report: one row per run (ranks, strategy, precision, pin_memory, image size, total time,\n"
-      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] [--phases] [--cuda] FILE|DIR|'PATTERN'...\n"
+      "test accuracy, efficiency vs 1 rank and vs FP64).\nusage: mgbench report [--csv] [--phases] [--cuda] "
+      "FILE|DIR|'PATTERN'...\n"
       "  DIR: every *.h5 below it; PATTERN: a quoted shell glob (e.g. 'outputs/*/results.h5'), expanded here.\n");
   options.add_options()("csv", "comma-separated values instead of the table")(
-      "phases", "also show, per run, the training time by phase (min / avg / max across ranks) and the all-reduce overlap")(
+      "phases",
+      "also show, per run, the training time by phase (min / avg / max across ranks) and the all-reduce overlap")(
       "cuda", "also show, per run, the CUDA metrics (CUPTI: HtoD copies, API calls, kernels, NCCL, peak memory)")(
       "help,h", "show this help");
   po::options_description hidden;

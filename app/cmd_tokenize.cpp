@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "core/timer.h"
 #include "core/error.h"
+#include "core/timer.h"
 #include "data/text/llama3_tokenizer.h"
 #include "options.h"
 
@@ -22,7 +22,8 @@ int tokenize_main(int argc, char** argv) {
                         "tiktoken file (Llama 3's tokenizer.model: '<base64 token> <rank>' lines)")(
       "bos", "prepend <|begin_of_text|> (128000)")("eos", "append <|end_of_text|> (128001)")(
       "decode", "the reverse: ids on stdin -> text on stdout")(
-      "report-speed", "print the encoding speed (tokens/s, excluding file loading) on stderr")("help,h", "show this help");
+      "report-speed", "print the encoding speed (tokens/s, excluding file loading) on stderr")("help,h",
+                                                                                               "show this help");
   po::variables_map vm;
   try {
     if (wants_help(argc, argv)) {
@@ -49,8 +50,8 @@ int tokenize_main(int argc, char** argv) {
     const auto ids = tok.encode(input, vm.count("bos") != 0, vm.count("eos") != 0);
     const double seconds = now_s() - start;
     if (vm.count("report-speed") != 0) {
-      std::cerr << fmt::format("encode: {} tokens from {} bytes in {:.4f} s = {:.0f} tokens/s\n", ids.size(), input.size(),
-                               seconds, static_cast<double>(ids.size()) / seconds);
+      std::cerr << fmt::format("encode: {} tokens from {} bytes in {:.4f} s = {:.0f} tokens/s\n", ids.size(),
+                               input.size(), seconds, static_cast<double>(ids.size()) / seconds);
     }
     std::string line;
     for (std::size_t i = 0; i < ids.size(); ++i) {

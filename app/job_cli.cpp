@@ -12,24 +12,27 @@ namespace mgbench::app {
 
 po::options_description job_general_options() {
   po::options_description general("General");
-  general.add_options()
-      ("config", po::value<std::string>(), "INI file of `option = value` lines; the command line overrides it")
-      ("dry-run", "validate the configuration, print it and exit")
-      ("verbose", "log at debug level on every rank")
-      ("help,h", "show this help");
+  // clang-format off: one option per line
+  general.add_options()("config", po::value<std::string>(),
+                        "INI file of `option = value` lines; the command line overrides it")(
+      "dry-run", "validate the configuration, print it and exit")("verbose", "log at debug level on every rank")(
+      "help,h", "show this help");
+  // clang-format on
   return general;
 }
 
 po::options_description checkpoint_options(train::CheckpointOptions& o) {
-  po::options_description group("Checkpoints and preemption (SIGTERM / SIGUSR1: stop at the next step, checkpoint, exit 75)");
-  group.add_options()
-      ("checkpoint-dir", po::value(&o.dir)->default_value(o.dir),
-       "directory of checkpoints (one subdirectory per run configuration); empty: none")
-      ("checkpoint-every", po::value(&o.every_steps)->default_value(o.every_steps),
-       "optimizer steps between checkpoints (0: only when stopped by a signal and at the end)")
-      ("resume", po::bool_switch(&o.resume),
-       "continue the latest checkpoint of this configuration in --checkpoint-dir (its run, its results file); "
-       "start a new run when there is none");
+  po::options_description group(
+      "Checkpoints and preemption (SIGTERM / SIGUSR1: stop at the next step, checkpoint, exit 75)");
+  // clang-format off: one option per line
+  group.add_options()("checkpoint-dir", po::value(&o.dir)->default_value(o.dir),
+                      "directory of checkpoints (one subdirectory per run configuration); empty: none")(
+      "checkpoint-every", po::value(&o.every_steps)->default_value(o.every_steps),
+      "optimizer steps between checkpoints (0: only when stopped by a signal and at the end)")(
+      "resume", po::bool_switch(&o.resume),
+      "continue the latest checkpoint of this configuration in --checkpoint-dir (its run, its results file); "
+      "start a new run when there is none");
+  // clang-format on
   return group;
 }
 
@@ -45,7 +48,8 @@ std::optional<int> parse_job_options(const runtime::MpiEnvironment& env, const s
     finish();
   } catch (const ConfigError& e) {
     // Every rank parses the same argv and fails alike: report once, exit cleanly.
-    if (env.rank() == 0) std::cerr << "mgbench " << command << ": " << e.what() << "\n(see mgbench " << command << " --help)\n";
+    if (env.rank() == 0)
+      std::cerr << "mgbench " << command << ": " << e.what() << "\n(see mgbench " << command << " --help)\n";
     return 2;
   }
   return std::nullopt;

@@ -51,7 +51,12 @@ void BM_Assemble(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 
-BENCHMARK(BM_TransformMgbench)->Name("BM_Transform/mgbench")->Arg(32)->Arg(100)->Arg(224)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TransformMgbench)
+    ->Name("BM_Transform/mgbench")
+    ->Arg(32)
+    ->Arg(100)
+    ->Arg(224)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TransformPeer)->Name("BM_Transform/peer")->Arg(32)->Arg(100)->Arg(224)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Assemble)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 

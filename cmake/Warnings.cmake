@@ -1,6 +1,12 @@
-# mgbench_warnings(<target>): the warning set every mgbench target compiles with.
+# mgbench_warnings(<target>): the warning set every mgbench target compiles with; with
+# -DMGBENCH_WERROR=ON (CI: scripts/test.sh) warnings in the project's own code are errors
+# (third-party headers are system includes and stay out of it).
+option(MGBENCH_WERROR "Treat warnings in mgbench's own code as errors" OFF)
 function(mgbench_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(MGBENCH_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
 endfunction()
 
 # mgbench_use_torch_pch(<target>): reuse the precompiled LibTorch header of mgbench_torch_pch.

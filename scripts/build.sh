@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds mgbench in BUILD_DIR (default: build) against the venv's LibTorch.
 #   scripts/build.sh [extra cmake -D options]
+# MGBENCH_WERROR=ON|OFF (scripts/test.sh, i.e. CI: ON): warnings in mgbench's own code are errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
@@ -13,5 +14,8 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DMGBENCH_PYTHON="$MGBENCH_VENV/bin/python" "$@"
+fi
+if [[ -n ${MGBENCH_WERROR:-} ]] && ! grep -q "^MGBENCH_WERROR:BOOL=$MGBENCH_WERROR\$" "$BUILD_DIR/CMakeCache.txt"; then
+  cmake -S . -B "$BUILD_DIR" -DMGBENCH_WERROR="$MGBENCH_WERROR" >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -2,7 +2,7 @@
 # Installs what mgbench needs on a Debian/Ubuntu workstation, skipping what is already there:
 #   - Debian packages: compilers, CMake, Ninja, ccache, Open MPI, HDF5 built with Open MPI,
 #     Boost.Program_options, zlib, spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark,
-#     slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here);
+#     clang-format (the style check), slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here);
 #   - a Python virtual environment with the PyPI torch wheel pinned to 2.11.0 (its LibTorch is
 #     what mgbench links), torchvision (test oracle, benchmark peer), h5py, numpy, pytest.
 # The venv lives outside the checkout so clean clones reuse it:
@@ -16,7 +16,7 @@ TORCHVISION_VERSION=0.26.0
 APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev
+  libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev clang-format
   slurm-wlm munge)  # slurm-wlm, munge: the test SLURM of tests/slurm (label slurm)
 
 missing=()

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+MGBENCH_WERROR=${MGBENCH_WERROR:-ON} scripts/build.sh  # CI builds treat mgbench's own warnings as errors
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # CI runs as root
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 "$@"

@@ -4,9 +4,7 @@
 
 namespace mgbench {
 
-int exit_code_for(const std::exception& e) noexcept {
-  return dynamic_cast<const ConfigError*>(&e) != nullptr ? 2 : 1;
-}
+int exit_code_for(const std::exception& e) noexcept { return dynamic_cast<const ConfigError*>(&e) != nullptr ? 2 : 1; }
 
 namespace detail {
 void throw_mpi_error(int code, const char* call, const char* file, int line) {

@@ -50,14 +50,14 @@ namespace detail {
 }  // namespace mgbench
 
 /// Throws ExceptionType with a formatted message when cond is false.
-#define MGBENCH_REQUIRE(cond, ExceptionType, ...)                   \
-  do {                                                              \
-    if (!(cond)) throw ExceptionType(fmt::format(__VA_ARGS__));     \
+#define MGBENCH_REQUIRE(cond, ExceptionType, ...)               \
+  do {                                                          \
+    if (!(cond)) throw ExceptionType(fmt::format(__VA_ARGS__)); \
   } while (0)
 
 /// Checks an MPI call; throws CommError naming the call, the MPI error string and file:line.
-#define MGBENCH_CHECK_MPI(call)                                                    \
-  do {                                                                             \
-    const int mgbench_mpi_rc_ = (call);                                            \
+#define MGBENCH_CHECK_MPI(call)                                                                               \
+  do {                                                                                                        \
+    const int mgbench_mpi_rc_ = (call);                                                                       \
     if (mgbench_mpi_rc_ != 0) ::mgbench::detail::throw_mpi_error(mgbench_mpi_rc_, #call, __FILE__, __LINE__); \
   } while (0)

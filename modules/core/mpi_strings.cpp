@@ -23,8 +23,8 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& min
   std::vector<int> offsets(sizes.size(), 0);
   for (std::size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
   std::string all(static_cast<std::size_t>(offsets.back() + sizes.back()), '\0');
-  MGBENCH_CHECK_MPI(MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(),
-                                   MPI_CHAR, comm));
+  MGBENCH_CHECK_MPI(
+      MPI_Allgatherv(mine.data(), my_size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, comm));
   std::vector<std::string> out;
   for (std::size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(offsets[r], sizes[r]));
   return out;

@@ -45,8 +45,8 @@ void Progress::update(const ProgressState& s) {
 }
 
 void Progress::draw(const ProgressState& s) {
-  const std::string stats = fmt::format("loss {:.4f} | {:.1f} {} | elapsed {} | ETA {}", s.loss, s.samples_per_s,
-                                        unit_, format_duration(s.elapsed_s), format_duration(s.eta_s));
+  const std::string stats = fmt::format("loss {:.4f} | {:.1f} {} | elapsed {} | ETA {}", s.loss, s.samples_per_s, unit_,
+                                        format_duration(s.elapsed_s), format_duration(s.eta_s));
   if (live_) {
     constexpr int kWidth = 24;
     const double frac = s.steps > 0 ? static_cast<double>(s.step) / static_cast<double>(s.steps) : 0.0;

@@ -8,7 +8,7 @@
 namespace mgbench {
 
 struct ProgressState {
-  int epoch = 0;           // 1-based
+  int epoch = 0;  // 1-based
   int epochs = 0;
   std::int64_t step = 0;   // 1-based, within the epoch
   std::int64_t steps = 0;  // steps in the epoch

@@ -60,14 +60,14 @@ IdxArray read_idx_u8(const std::string& path, int expected_ndims) {
     std::array<unsigned char, 4> be{};
     MGBENCH_REQUIRE(read_bytes(f, be.data(), be.size(), path) == be.size(), DataError,
                     "{}: truncated IDX header (dimension {} of {})", path, d + 1, ndims);
-    const std::int64_t dim = (std::int64_t{be[0]} << 24) | (std::int64_t{be[1]} << 16) | (std::int64_t{be[2]} << 8) |
-                             std::int64_t{be[3]};
+    const std::int64_t dim =
+        (std::int64_t{be[0]} << 24) | (std::int64_t{be[1]} << 16) | (std::int64_t{be[2]} << 8) | std::int64_t{be[3]};
     MGBENCH_REQUIRE(dim > 0 && dim <= (std::int64_t{1} << 31), DataError, "{}: IDX dimension {} has size {}", path,
                     d + 1, dim);
     out.dims.push_back(dim);
     total *= dim;
-    MGBENCH_REQUIRE(total <= (std::int64_t{1} << 36), DataError, "{}: IDX array of {} bytes is implausibly large",
-                    path, total);
+    MGBENCH_REQUIRE(total <= (std::int64_t{1} << 36), DataError, "{}: IDX array of {} bytes is implausibly large", path,
+                    total);
   }
   out.data.resize(static_cast<std::size_t>(total));
   const std::size_t body = read_bytes(f, out.data.data(), out.data.size(), path);

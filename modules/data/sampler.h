@@ -26,9 +26,9 @@ std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_
                                                       std::int64_t epoch, bool shuffle, bool drop_last);
 
 struct PlannedBatch {
-  std::int64_t batch_index = 0;         // position in the epoch's loading order
-  std::vector<std::int64_t> indices;    // dataset indices of the batch
-  bool compute = true;                  // false: loaded and transferred only (ddp-rr)
+  std::int64_t batch_index = 0;       // position in the epoch's loading order
+  std::vector<std::int64_t> indices;  // dataset indices of the batch
+  bool compute = true;                // false: loaded and transferred only (ddp-rr)
 };
 
 struct EpochPlanOptions {

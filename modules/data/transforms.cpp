@@ -4,8 +4,8 @@
 
 namespace mgbench::data {
 
-torch::Tensor normalize_and_resize(const torch::Tensor& images, std::int64_t size, torch::ScalarType dtype,
-                                   double mean, double std) {
+torch::Tensor normalize_and_resize(const torch::Tensor& images, std::int64_t size, torch::ScalarType dtype, double mean,
+                                   double std) {
   if (images.dim() != 4 || images.scalar_type() != torch::kUInt8 || size < 1) {
     throw std::invalid_argument("normalize_and_resize expects uint8 [B, C, h, w] and size >= 1");
   }

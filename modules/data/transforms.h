@@ -11,7 +11,7 @@ namespace mgbench::data {
 /// behaviour of torchvision.transforms.Resize on tensors for upscaling). Normalising before
 /// resizing equals resizing first: bilinear weights sum to one.
 /// Throws std::invalid_argument when images is not 4-D uint8 or size < 1.
-torch::Tensor normalize_and_resize(const torch::Tensor& images, std::int64_t size, torch::ScalarType dtype,
-                                   double mean, double std);
+torch::Tensor normalize_and_resize(const torch::Tensor& images, std::int64_t size, torch::ScalarType dtype, double mean,
+                                   double std);
 
 }  // namespace mgbench::data

@@ -1,9 +1,9 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -82,7 +82,8 @@ void LlamaConfig::validate() const {
                   num_attention_heads, num_key_value_heads);
   MGBENCH_REQUIRE(head_dim > 0 && head_dim % 2 == 0, ConfigError, "Llama config: head_dim {} must be even and > 0",
                   head_dim);
-  MGBENCH_REQUIRE(rms_norm_eps > 0 && rope_theta > 0, ConfigError, "Llama config: rms_norm_eps and rope_theta must be > 0");
+  MGBENCH_REQUIRE(rms_norm_eps > 0 && rope_theta > 0, ConfigError,
+                  "Llama config: rms_norm_eps and rope_theta must be > 0");
 }
 
 std::int64_t LlamaConfig::num_parameters() const {
@@ -110,7 +111,8 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   try {
     if (j.contains("model_type")) {
       const auto type = j["model_type"].get<std::string>();
-      MGBENCH_REQUIRE(type == "llama", DataError, "model config '{}': model_type \"{}\", expected \"llama\"", path, type);
+      MGBENCH_REQUIRE(type == "llama", DataError, "model config '{}': model_type \"{}\", expected \"llama\"", path,
+                      type);
     }
     c.vocab_size = field("vocab_size").get<std::int64_t>();
     c.hidden_size = field("hidden_size").get<std::int64_t>();
@@ -119,14 +121,14 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
     c.num_attention_heads = field("num_attention_heads").get<std::int64_t>();
     c.num_key_value_heads = j.value("num_key_value_heads", c.num_attention_heads);
     c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<std::int64_t>()
-                                                                      : c.hidden_size / c.num_attention_heads;
+                                                                    : c.hidden_size / c.num_attention_heads;
     c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
     c.max_position_embeddings = j.value("max_position_embeddings", std::int64_t{2048});
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
     // RoPE: transformers <= 4 writes rope_theta + rope_scaling; transformers 5 rope_parameters.
     nlohmann::json rope = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? j["rope_parameters"]
-                          : j.contains("rope_scaling") && j["rope_scaling"].is_object() ? j["rope_scaling"]
-                                                                                       : nlohmann::json::object();
+                          : j.contains("rope_scaling") && j["rope_scaling"].is_object()     ? j["rope_scaling"]
+                                                                                            : nlohmann::json::object();
     c.rope_theta = j.contains("rope_theta") ? j["rope_theta"].get<double>() : rope.value("rope_theta", 10000.0);
     const std::string rope_type = rope.value("rope_type", rope.value("type", std::string("default")));
     if (rope_type == "llama3") {
@@ -183,18 +185,19 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
     c.max_position_embeddings = 2048;
     return c;
   }
-  throw ConfigError(fmt::format("--model '{}': unknown preset (presets: llama3-8b, llama3.1-8b, llama3.2-1b, tiny; "
-                                "or a directory with config.json and safetensors)",
-                                name));
+  throw ConfigError(
+      fmt::format("--model '{}': unknown preset (presets: llama3-8b, llama3.1-8b, llama3.2-1b, tiny; "
+                  "or a directory with config.json and safetensors)",
+                  name));
 }
 
 // ------------------------------------------------------------------ rotary
 torch::Tensor llama_inv_freq(const LlamaConfig& c) {
   // fp32 arithmetic, as transformers computes it (the checkpoints were trained with those values).
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  torch::Tensor inv_freq =
-      1.0 / torch::pow(torch::tensor(c.rope_theta, f32),
-                       torch::arange(0, c.head_dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(c.head_dim));
+  torch::Tensor inv_freq = 1.0 / torch::pow(torch::tensor(c.rope_theta, f32),
+                                            torch::arange(0, c.head_dim, 2, torch::kInt64).to(torch::kFloat32) /
+                                                static_cast<double>(c.head_dim));
   if (!c.rope_scaling) return inv_freq;
   const auto& s = *c.rope_scaling;
   const double old_context = static_cast<double>(s.original_max_position_embeddings);
@@ -220,9 +223,10 @@ std::vector<std::string> LoraOptions::hf_targets() const {
                t == "down_proj") {
       out.push_back(t);
     } else {
-      throw ConfigError(fmt::format("--lora-targets: unknown target '{}' (expected q_proj, k_proj, v_proj, output_proj, "
-                                    "mlp, or gate_proj / up_proj / down_proj)",
-                                    t));
+      throw ConfigError(
+          fmt::format("--lora-targets: unknown target '{}' (expected q_proj, k_proj, v_proj, output_proj, "
+                      "mlp, or gate_proj / up_proj / down_proj)",
+                      t));
     }
   }
   return out;
@@ -303,7 +307,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c) {
   mlp = register_module("mlp", LlamaMLP(c));
 }
 
-torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                             const torch::Tensor& sin) {
   const torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin);
   return h + mlp(post_attention_layernorm(h));
 }
@@ -326,7 +331,7 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config) : config_(
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
     if (p.key().find("norm") != std::string::npos) continue;  // RMSNorm weights stay ones
-    p.value().normal_(0.0, 0.02);  // transformers' initializer_range
+    p.value().normal_(0.0, 0.02);                             // transformers' initializer_range
   }
 }
 
@@ -377,9 +382,9 @@ std::vector<torch::Tensor> LlamaForCausalLMImpl::apply_lora(const LoraOptions& o
   for (const auto& layer_module : *model->layers) {
     auto* layer = layer_module->as<LlamaDecoderLayerImpl>();
     std::pair<const char*, LoraLinear> projections[] = {
-        {"q_proj", layer->self_attn->q_proj},   {"k_proj", layer->self_attn->k_proj},
-        {"v_proj", layer->self_attn->v_proj},   {"o_proj", layer->self_attn->o_proj},
-        {"gate_proj", layer->mlp->gate_proj},   {"up_proj", layer->mlp->up_proj},
+        {"q_proj", layer->self_attn->q_proj}, {"k_proj", layer->self_attn->k_proj},
+        {"v_proj", layer->self_attn->v_proj}, {"o_proj", layer->self_attn->o_proj},
+        {"gate_proj", layer->mlp->gate_proj}, {"up_proj", layer->mlp->up_proj},
         {"down_proj", layer->mlp->down_proj}};
     for (auto& [name, projection] : projections) {
       if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
@@ -409,8 +414,10 @@ void LlamaForCausalLMImpl::load_lora_adapter(const std::string& path) {
   torch::NoGradGuard no_grad;
   std::size_t loaded = 0;
   for (auto& [name, tensor] : lora_state_dict()) {
-    MGBENCH_REQUIRE(file.contains(name), DataError, "adapter '{}': tensor '{}' is missing (adapter made with other "
-                    "--lora-targets?)", path, name);
+    MGBENCH_REQUIRE(file.contains(name), DataError,
+                    "adapter '{}': tensor '{}' is missing (adapter made with other "
+                    "--lora-targets?)",
+                    path, name);
     const torch::Tensor t = file.tensor(name);
     MGBENCH_REQUIRE(t.sizes() == tensor.sizes(), DataError,
                     "adapter '{}': tensor '{}' has shape {}, expected {} (another --lora-rank?)", path, name,

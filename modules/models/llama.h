@@ -184,7 +184,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   LlamaConfig config_;
   LlamaBody model{nullptr};
   LoraLinear lm_head{nullptr};  // absent when tied
-  torch::Tensor inv_freq_;             // [head_dim / 2] fp32, not a parameter or buffer
+  torch::Tensor inv_freq_;      // [head_dim / 2] fp32, not a parameter or buffer
 };
 TORCH_MODULE(LlamaForCausalLM);
 

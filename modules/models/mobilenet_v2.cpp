@@ -9,7 +9,7 @@ namespace {
 namespace nn = torch::nn;
 
 // t (expansion), c (output channels), n (repeats), s (stride of the first repeat): the paper's Table 2.
-constexpr std::int64_t kSettings[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2},  {6, 64, 4, 2},
+constexpr std::int64_t kSettings[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
                                           {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
 
 }  // namespace

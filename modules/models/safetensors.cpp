@@ -25,9 +25,9 @@ struct DtypeName {
   const char* name;
   torch::ScalarType type;
 };
-constexpr DtypeName kDtypes[] = {{"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kFloat16},
+constexpr DtypeName kDtypes[] = {{"F64", torch::kFloat64},   {"F32", torch::kFloat32}, {"F16", torch::kFloat16},
                                  {"BF16", torch::kBFloat16}, {"I64", torch::kInt64},   {"I32", torch::kInt32},
-                                 {"I16", torch::kInt16},    {"I8", torch::kInt8},     {"U8", torch::kUInt8},
+                                 {"I16", torch::kInt16},     {"I8", torch::kInt8},     {"U8", torch::kUInt8},
                                  {"BOOL", torch::kBool}};
 
 constexpr std::uint64_t kMaxHeaderBytes = 100 * 1024 * 1024;  // the reference implementation's limit
@@ -87,8 +87,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), mapping
     try {
       Entry e;
       const std::string dtype = value.at("dtype").get<std::string>();
-      const auto* found = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                                       [&](const DtypeName& d) { return dtype == d.name; });
+      const auto* found =
+          std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const DtypeName& d) { return dtype == d.name; });
       MGBENCH_REQUIRE(found != std::end(kDtypes), DataError, "{}: unsupported dtype '{}'", where, dtype);
       e.dtype = found->type;
       e.shape = value.at("shape").get<std::vector<std::int64_t>>();
@@ -139,7 +139,8 @@ torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
     return t;
   }
   std::shared_ptr<Mapping> keep = mapping_;
-  return torch::from_blob(data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
+  return torch::from_blob(
+      data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {
@@ -209,8 +210,9 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     const auto* found = std::find_if(std::begin(kDtypes), std::end(kDtypes),
                                      [&](const DtypeName& d) { return d.type == t.scalar_type(); });
     if (found == std::end(kDtypes)) {
-      throw std::invalid_argument(fmt::format("write_safetensors: tensor '{}' has dtype {}, which safetensors cannot hold",
-                                              name, c10::toString(t.scalar_type())));
+      throw std::invalid_argument(
+          fmt::format("write_safetensors: tensor '{}' has dtype {}, which safetensors cannot hold", name,
+                      c10::toString(t.scalar_type())));
     }
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     header[name] = {{"dtype", found->name}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};

@@ -34,9 +34,9 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
       MGBENCH_REQUIRE(!strict, DataError, "{}: tensor '{}' missing", source, name);
       continue;
     }
-    MGBENCH_REQUIRE(it->second.sizes() == target.sizes(), DataError, "{}: tensor '{}' has shape {}, the model expects {}",
-                    source, name, fmt::format("{}", fmt::join(it->second.sizes(), "x")),
-                    fmt::format("{}", fmt::join(target.sizes(), "x")));
+    MGBENCH_REQUIRE(
+        it->second.sizes() == target.sizes(), DataError, "{}: tensor '{}' has shape {}, the model expects {}", source,
+        name, fmt::format("{}", fmt::join(it->second.sizes(), "x")), fmt::format("{}", fmt::join(target.sizes(), "x")));
     target.copy_(it->second);
   }
 }

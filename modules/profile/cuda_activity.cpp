@@ -24,7 +24,8 @@ void copy_name(char (&dst)[N], const std::string& src) {
 std::string clean_api_name(std::string_view raw) {
   const auto v = raw.rfind("_v");
   if (v != std::string_view::npos && v + 2 < raw.size() &&
-      std::all_of(raw.begin() + static_cast<std::ptrdiff_t>(v + 2), raw.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      std::all_of(raw.begin() + static_cast<std::ptrdiff_t>(v + 2), raw.end(),
+                  [](char c) { return c >= '0' && c <= '9'; })) {
     raw = raw.substr(0, v);
   }
   return std::string(raw);
@@ -52,11 +53,16 @@ std::string clean_kernel_name(std::string_view raw) {
   return name;
 }
 
-bool is_nccl_kernel(std::string_view name) { return name.rfind("ncclDevKernel", 0) == 0 || name.rfind("ncclKernel", 0) == 0; }
+bool is_nccl_kernel(std::string_view name) {
+  return name.rfind("ncclDevKernel", 0) == 0 || name.rfind("ncclKernel", 0) == 0;
+}
 
 void ActivityAggregator::add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::uint64_t start_ns, std::uint64_t end_ns,
                                     bool pinned_host) {
-  Totals* t = kind == MemcpyKind::kHtoD ? &htod_ : kind == MemcpyKind::kDtoH ? &dtoh_ : kind == MemcpyKind::kDtoD ? &dtod_ : nullptr;
+  Totals* t = kind == MemcpyKind::kHtoD   ? &htod_
+              : kind == MemcpyKind::kDtoH ? &dtoh_
+              : kind == MemcpyKind::kDtoD ? &dtod_
+                                          : nullptr;
   if (t == nullptr) return;
   ++t->count;
   t->bytes += bytes;

@@ -18,15 +18,15 @@ enum class MemcpyKind { kHtoD, kDtoH, kDtoD, kOther };
 
 /// API functions always listed in cuda_api (zero when not called), in this order.
 inline constexpr const char* kReportedApis[] = {
-    "cudaLaunchKernel",     "cudaLaunchKernelExC", "cudaMemcpyAsync",     "cudaStreamSynchronize",
-    "cudaEventSynchronize", "cudaEventDestroy",    "cudaEventRecord",     "cudaEventQuery",
-    "cudaStreamWaitEvent",  "cudaMalloc",          "cudaFree",            "cudaHostAlloc",
-    "cudaDeviceSynchronize", "cuLaunchKernel",     "cuLaunchKernelEx"};
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync",       "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cudaEventDestroy", "cudaEventRecord",     "cudaEventQuery",        "cudaStreamWaitEvent",   "cudaMalloc",
+    "cudaFree",         "cudaHostAlloc",       "cudaDeviceSynchronize", "cuLaunchKernel",        "cuLaunchKernelEx"};
 
 /// "cudaLaunchKernel_v7000" -> "cudaLaunchKernel" (CUPTI's callback names carry the version).
 std::string clean_api_name(std::string_view raw);
 /// Demangles a kernel symbol and drops its argument list: "_Z3addPfS_" -> "add",
-/// "void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)" -> "at::native::vectorized_elementwise_kernel<4, ...>".
+/// "void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)" -> "at::native::vectorized_elementwise_kernel<4,
+/// ...>".
 std::string clean_kernel_name(std::string_view raw);
 /// NCCL's kernels: ncclDevKernel_* (NCCL >= 2.19) and ncclKernel_* (older).
 bool is_nccl_kernel(std::string_view clean_name);

@@ -47,7 +47,8 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 std::string api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   const char* name = nullptr;
-  if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || name == nullptr) return fmt::format("cbid_{}", cbid);
+  if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || name == nullptr)
+    return fmt::format("cbid_{}", cbid);
   return name;
 }
 

@@ -30,13 +30,13 @@ void print_notes(std::ostream& out, const results::RunRecord& r) {
   if (r.status == "failed" && !r.error.empty()) {
     out << fmt::format("# {} failed: {}\n", r.run_id, r.error);
   } else if (r.status == "preempted") {
-    out << fmt::format("# {} preempted: it continues with the same options plus --resume --checkpoint-dir\n",
-                       r.run_id);
+    out << fmt::format("# {} preempted: it continues with the same options plus --resume --checkpoint-dir\n", r.run_id);
   }
   if (resumes(r) > 0) {
-    out << fmt::format("# {} resumed {} time(s) from a checkpoint: its times leave out the time away and the "
-                       "checkpoint writing, and include each restart's warm-up\n",
-                       r.run_id, resumes(r));
+    out << fmt::format(
+        "# {} resumed {} time(s) from a checkpoint: its times leave out the time away and the "
+        "checkpoint writing, and include each restart's warm-up\n",
+        r.run_id, resumes(r));
   }
 }
 
@@ -91,7 +91,8 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
       }
     }
     if (one == nullptr) return std::nullopt;
-    return r.summary.tokens_per_s / static_cast<double>(r.integer("world_size").value_or(1)) / one->summary.tokens_per_s;
+    return r.summary.tokens_per_s / static_cast<double>(r.integer("world_size").value_or(1)) /
+           one->summary.tokens_per_s;
   };
   auto loss = [](const results::RunRecord& r) {
     return std::isfinite(r.summary.eval_loss) ? r.summary.eval_loss : r.summary.final_loss;
@@ -101,11 +102,11 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
            "efficiency_vs_1_rank_pct,mfu_pct,loss,resumes\n";
     for (const auto& r : runs) {
       if (!is_llm_run(r)) continue;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status, r.display("task"),
-                         r.display("world_size"), r.display("model"), r.display("dataset"), r.display("precision"),
-                         r.display("batch_size"), r.display("grad_accum"), number(r.summary.s_per_it, 4),
-                         number(r.summary.tokens_per_s, 1), percent(efficiency(r)), number(r.summary.mfu * 100.0, 2),
-                         number(loss(r), 4), resumes(r));
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
+                         r.display("task"), r.display("world_size"), r.display("model"), r.display("dataset"),
+                         r.display("precision"), r.display("batch_size"), r.display("grad_accum"),
+                         number(r.summary.s_per_it, 4), number(r.summary.tokens_per_s, 1), percent(efficiency(r)),
+                         number(r.summary.mfu * 100.0, 2), number(loss(r), 4), resumes(r));
     }
     return;
   }
@@ -119,13 +120,12 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
     if (!is_llm_run(r)) continue;
     std::string model = r.display("model");
     if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
-    out << fmt::format(fmt::runtime(header), r.run_id, r.display("world_size"), model, r.display("dataset"),
-                       r.display("precision"), fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")),
-                       number(r.summary.s_per_it, 3), number(r.summary.tokens_per_s, 0), percent(efficiency(r)),
-                       number(r.summary.mfu * 100.0, 1),
-                       std::isfinite(r.summary.eval_loss) ? "eval " + number(r.summary.eval_loss, 4)
-                                                          : number(r.summary.final_loss, 4),
-                       r.status);
+    out << fmt::format(
+        fmt::runtime(header), r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
+        fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")), number(r.summary.s_per_it, 3),
+        number(r.summary.tokens_per_s, 0), percent(efficiency(r)), number(r.summary.mfu * 100.0, 1),
+        std::isfinite(r.summary.eval_loss) ? "eval " + number(r.summary.eval_loss, 4) : number(r.summary.final_loss, 4),
+        r.status);
   }
   for (const auto& r : runs) {
     if (is_llm_run(r)) print_notes(out, r);
@@ -140,10 +140,10 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
       const auto& r = *row.run;
       out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
                          r.display("world_size"), r.display("strategy"), r.display("precision"),
-                         r.display("pin_memory"), r.display("image_size"), r.display("epochs"),
-                         r.display("batch_size"), number(r.summary.total_s, 3),
-                         number(r.summary.test_accuracy * 100.0, 2), number(r.summary.samples_per_s, 1),
-                         percent(row.efficiency_vs_1_rank), percent(row.efficiency_vs_fp64), resumes(r));
+                         r.display("pin_memory"), r.display("image_size"), r.display("epochs"), r.display("batch_size"),
+                         number(r.summary.total_s, 3), number(r.summary.test_accuracy * 100.0, 2),
+                         number(r.summary.samples_per_s, 1), percent(row.efficiency_vs_1_rank),
+                         percent(row.efficiency_vs_fp64), resumes(r));
     }
     return;
   }
@@ -151,8 +151,8 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
   out << "# efficiency vs 1 rank = T(1 rank) / T(n ranks); vs FP64 = T(fp64) / T(precision), same ranks "
          "(Lawenda et al. 2025, Table 2)\n";
   const char* header = "{:<36} {:>5} {:<7} {:<9} {:<5} {:>5} {:>6} {:>10} {:>8} {:>9} {:>9} {:>9} {:<9}\n";
-  out << fmt::format(fmt::runtime(header), "run", "ranks", "strat", "precision", "pin", "size", "epochs",
-                     "total", "test_acc", "thruput", "eff_1rank", "eff_fp64", "status");
+  out << fmt::format(fmt::runtime(header), "run", "ranks", "strat", "precision", "pin", "size", "epochs", "total",
+                     "test_acc", "thruput", "eff_1rank", "eff_fp64", "status");
   out << fmt::format(fmt::runtime(header), "", "", "", "", "", "(px)", "", "(s)", "(%)", "(img/s)", "(%)", "(%)", "");
   for (const auto& row : rows) {
     const auto& r = *row.run;
@@ -168,8 +168,8 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
 void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs) {
   const char* row = "{:<10} {:>10} {:>10} {:>10} {:>8}\n";
   for (const auto& run : runs) {
-    out << fmt::format("# {} ({} ranks, {}, {}, {} px): training time by phase, summed over {} epoch(s)\n",
-                       run.run_id, run.display("world_size"), run.display("strategy"), run.display("precision"),
+    out << fmt::format("# {} ({} ranks, {}, {}, {} px): training time by phase, summed over {} epoch(s)\n", run.run_id,
+                       run.display("world_size"), run.display("strategy"), run.display("precision"),
                        run.display("image_size"), run.epochs.empty() ? 0 : run.epochs.front().size());
     if (run.epochs.empty() || run.epochs.front().empty()) {
       // A run preempted (or failed, or still running) in its first epoch has no epoch rows yet.
@@ -206,8 +206,8 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
       sum += t;
     }
     if (!train_s.empty()) {
-      out << fmt::format(fmt::runtime(row), "train", number(lo, 3), number(sum / static_cast<double>(train_s.size()), 3),
-                         number(hi, 3), "100.0");
+      out << fmt::format(fmt::runtime(row), "train", number(lo, 3),
+                         number(sum / static_cast<double>(train_s.size()), 3), number(hi, 3), "100.0");
     }
     double window = 0, exposed = 0;
     for (const auto& rank : run.epochs) {
@@ -217,9 +217,10 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
       }
     }
     if (window > 0) {
-      out << fmt::format("all-reduce overlap: {:.1f} % of the all-reduce window hidden behind backward "
-                         "(window {:.3f} s, exposed {:.3f} s, summed over ranks)\n",
-                         100.0 * std::max(0.0, 1.0 - exposed / window), window, exposed);
+      out << fmt::format(
+          "all-reduce overlap: {:.1f} % of the all-reduce window hidden behind backward "
+          "(window {:.3f} s, exposed {:.3f} s, summed over ranks)\n",
+          100.0 * std::max(0.0, 1.0 - exposed / window), window, exposed);
     }
     out << "\n";
   }
@@ -238,8 +239,8 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
     const char* row = "{:<6} {:>9} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10}\n";
     out << fmt::format(fmt::runtime(row), "rank", "window", "HtoD", "HtoD", "HtoD/smp", "HtoD", "HtoD", "kernels",
                        "kernels", "NCCL", "NCCL", "peak alloc", "peak resv");
-    out << fmt::format(fmt::runtime(row), "", "(s)", "(count)", "(MiB)", "(B)", "(s)", "(%)", "(s)", "(%)", "(s)", "(%)",
-                       "(MiB)", "(MiB)");
+    out << fmt::format(fmt::runtime(row), "", "(s)", "(count)", "(MiB)", "(B)", "(s)", "(%)", "(s)", "(%)", "(s)",
+                       "(%)", "(MiB)", "(MiB)");
     constexpr double kMiB = 1024.0 * 1024.0;
     for (std::size_t r = 0; r < run.cuda.size(); ++r) {
       const auto& c = run.cuda[r];
@@ -249,7 +250,8 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
                          c.samples > 0 ? number(static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples), 0)
                                        : std::string("-"),
                          number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
-                         number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
+                         number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3),
+                         number(100 * c.nccl_kernel_s / w, 1),
                          number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),
                          number(static_cast<double>(c.peak_reserved_bytes) / kMiB, 0));
       if (c.dropped_records > 0) out << fmt::format("  (rank {}: {} CUPTI records dropped)\n", r, c.dropped_records);

@@ -126,8 +126,7 @@ herr_t read_one_attribute(hid_t location, const char* name, const H5A_info_t*, v
 Attributes read_attributes(hid_t object) {
   Attributes out;
   hsize_t index = 0;
-  check_status(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &index, read_one_attribute, &out),
-               "iterate attributes");
+  check_status(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &index, read_one_attribute, &out), "iterate attributes");
   return out;
 }
 

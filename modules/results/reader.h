@@ -11,15 +11,15 @@
 namespace mgbench::results {
 
 struct RunRecord {
-  std::string file;     // path of the results file
-  std::string run_id;   // name of the group under /runs
+  std::string file;    // path of the results file
+  std::string run_id;  // name of the group under /runs
   h5::Attributes attributes;
-  std::string status;   // running | completed | failed | preempted
-  std::string error;    // message of a failed run
+  std::string status;  // running | completed | failed | preempted
+  std::string error;   // message of a failed run
   RunSummary summary;
-  std::vector<std::vector<EpochRecord>> epochs;  // [rank][epoch], unwritten rows dropped
-  std::vector<CudaSummaryRecord> cuda;           // [rank] CUDA metrics of GPU runs (empty otherwise)
-  std::vector<std::vector<CudaApiRecord>> cuda_api;        // [rank], used rows only
+  std::vector<std::vector<EpochRecord>> epochs;             // [rank][epoch], unwritten rows dropped
+  std::vector<CudaSummaryRecord> cuda;                      // [rank] CUDA metrics of GPU runs (empty otherwise)
+  std::vector<std::vector<CudaApiRecord>> cuda_api;         // [rank], used rows only
   std::vector<std::vector<CudaKernelRecord>> cuda_kernels;  // [rank], used rows only
 
   /// Attribute lookups; std::nullopt when absent or of another type.

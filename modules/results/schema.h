@@ -57,14 +57,14 @@ inline PhaseTimes& operator+=(PhaseTimes& total, const PhaseTimes& more) {
 
 /// One row of rank_<r>/steps. Unwritten rows (run killed or stopped early) keep epoch = -1.
 struct StepRecord {
-  std::int32_t epoch = -1;       // 0-based
-  std::int64_t step = -1;        // 0-based, within the epoch
-  std::int64_t batch_index = -1; // index of the batch in the epoch's loading order
-  double start_s = kNaN;         // step start, seconds since the run started
+  std::int32_t epoch = -1;        // 0-based
+  std::int64_t step = -1;         // 0-based, within the epoch
+  std::int64_t batch_index = -1;  // index of the batch in the epoch's loading order
+  double start_s = kNaN;          // step start, seconds since the run started
   PhaseTimes phases;
-  double step_s = kNaN;          // wall time of the whole step
-  double loss = kNaN;            // mean loss of this rank's micro-batch
-  std::int64_t samples = 0;      // samples computed on in this step
+  double step_s = kNaN;              // wall time of the whole step
+  double loss = kNaN;                // mean loss of this rank's micro-batch
+  std::int64_t samples = 0;          // samples computed on in this step
   double allreduce_window_s = kNaN;  // first bucket all-reduce start -> last end (NaN: 1 rank)
   double loss_scale = kNaN;          // GradScaler scale used in this step (NaN: no loss scaling)
   std::int8_t skipped = 0;           // 1: optimizer step skipped (non-finite gradients, amp-fp16)
@@ -97,7 +97,7 @@ struct CudaSummaryRecord {
   double window_s = kNaN;        // window length [s]
   std::int64_t htod_count = 0;   // host-to-device memcpy operations
   std::int64_t htod_bytes = 0;
-  double htod_s = 0;             // device time of those copies
+  double htod_s = 0;                   // device time of those copies
   std::int64_t htod_pinned_count = 0;  // of which from page-locked host memory
   std::int64_t dtoh_count = 0;
   std::int64_t dtoh_bytes = 0;
@@ -109,17 +109,17 @@ struct CudaSummaryRecord {
   double kernel_s = 0;            // summed kernel time (concurrent kernels counted each)
   std::int64_t nccl_kernel_count = 0;
   double nccl_kernel_s = 0;
-  std::int64_t samples = 0;       // samples computed in the window
+  std::int64_t samples = 0;                // samples computed in the window
   std::int64_t peak_allocated_bytes = -1;  // caching allocator peaks over the run
   std::int64_t peak_reserved_bytes = -1;
-  std::int64_t dropped_records = 0;        // CUPTI records lost (buffers full)
+  std::int64_t dropped_records = 0;  // CUPTI records lost (buffers full)
 };
 
 /// A row of rank_<r>/cuda_api: one CUDA runtime/driver API function in the window.
 struct CudaApiRecord {
   char name[64] = {};  // e.g. "cudaLaunchKernel" (version suffix removed)
   std::int64_t calls = 0;
-  double time_s = 0;   // host time inside the call, summed
+  double time_s = 0;  // host time inside the call, summed
 };
 
 /// A row of rank_<r>/cuda_kernels: one kernel (by demangled name, arguments removed) in the window.
@@ -135,18 +135,18 @@ inline constexpr std::int64_t kCudaKernelRows = 48;  // (unused rows: empty name
 
 /// /runs/<id>/summary, written by rank 0 when the run ends.
 struct RunSummary {
-  double total_s = kNaN;          // wall time from the start of training to the end of the run
-  double train_s = kNaN;          // sum of epoch training times (rank 0)
-  double eval_s = kNaN;           // sum of evaluation times (rank 0)
-  double samples_per_s = kNaN;    // samples computed on by all ranks / train_s [img/s]
-  double final_loss = kNaN;       // loss_mean of the last epoch (rank 0)
-  double test_accuracy = kNaN;    // accuracy after the last evaluated epoch, in [0, 1]
+  double total_s = kNaN;        // wall time from the start of training to the end of the run
+  double train_s = kNaN;        // sum of epoch training times (rank 0)
+  double eval_s = kNaN;         // sum of evaluation times (rank 0)
+  double samples_per_s = kNaN;  // samples computed on by all ranks / train_s [img/s]
+  double final_loss = kNaN;     // loss_mean of the last epoch (rank 0)
+  double test_accuracy = kNaN;  // accuracy after the last evaluated epoch, in [0, 1]
   std::int64_t epochs_completed = 0;
-  double finished_unix_s = kNaN;  // UTC seconds since 1970 when the run ended
-  double s_per_it = kNaN;         // llm: train_s / optimizer steps (rank 0) [s/it]
-  double tokens_per_s = kNaN;     // llm: real tokens of all ranks / train_s [tokens/s]
-  double mfu = kNaN;              // llm: model FLOPs / (train_s x ranks x peak FLOP/s), NaN without a peak
-  double eval_loss = kNaN;        // llm --eval-only: token-weighted mean cross-entropy
+  double finished_unix_s = kNaN;        // UTC seconds since 1970 when the run ended
+  double s_per_it = kNaN;               // llm: train_s / optimizer steps (rank 0) [s/it]
+  double tokens_per_s = kNaN;           // llm: real tokens of all ranks / train_s [tokens/s]
+  double mfu = kNaN;                    // llm: model FLOPs / (train_s x ranks x peak FLOP/s), NaN without a peak
+  double eval_loss = kNaN;              // llm --eval-only: token-weighted mean cross-entropy
   std::int64_t peak_memory_bytes = -1;  // rank 0: CUDA allocator peak (GPU) or peak resident set size (CPU)
 };
 

@@ -23,9 +23,9 @@ using h5::check_status;
 std::string encode_attributes(const h5::Attributes& attributes) {
   std::string out;
   for (const auto& [name, value] : attributes) {
-    const char kind = std::holds_alternative<std::string>(value) ? 's'
+    const char kind = std::holds_alternative<std::string>(value)    ? 's'
                       : std::holds_alternative<std::int64_t>(value) ? 'i'
-                                                                     : 'd';
+                                                                    : 'd';
     out += kind + name + '\x1f' + h5::exact_text(value) + '\x1e';
   }
   return out;
@@ -54,8 +54,8 @@ h5::Attributes decode_attributes(const std::string& encoded) {
 
 /// A fixed-size, contiguous dataset whose space is allocated and filled at creation, so that
 /// later writes touch only raw data.
-h5::Handle create_table(hid_t group, const char* name, hid_t type, std::span<const hsize_t> dims,
-                        const void* fill, const std::string& where) {
+h5::Handle create_table(hid_t group, const char* name, hid_t type, std::span<const hsize_t> dims, const void* fill,
+                        const std::string& where) {
   const std::string what = fmt::format("create dataset {}/{}", where, name);
   h5::Handle space = h5::wrap_space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), what);
   h5::Handle dcpl = h5::wrap_plist(H5Pcreate(H5P_DATASET_CREATE), what);
@@ -102,13 +102,16 @@ std::string lock_for_writing(const std::string& path, int& fd) {
   ::close(fd);
   fd = -1;
   if (error == EACCES || error == EAGAIN) {
-    return fmt::format("results file '{}' is being written by another job ({} holds '{}'); one HDF5 file takes one "
-                       "writing job at a time: give each job its own --results (the slurm/ scripts use "
-                       "outputs/<job id>/results.h5) and analyse them together with mgbench report",
-                       path, holder, lock_path);
+    return fmt::format(
+        "results file '{}' is being written by another job ({} holds '{}'); one HDF5 file takes one "
+        "writing job at a time: give each job its own --results (the slurm/ scripts use "
+        "outputs/<job id>/results.h5) and analyse them together with mgbench report",
+        path, holder, lock_path);
   }
-  return fmt::format("cannot lock '{}' ({}): POSIX locks unavailable on this file system? (Lustre: mount with "
-                     "-o flock)", lock_path, std::strerror(error));
+  return fmt::format(
+      "cannot lock '{}' ({}): POSIX locks unavailable on this file system? (Lustre: mount with "
+      "-o flock)",
+      lock_path, std::strerror(error));
 }
 
 }  // namespace
@@ -116,8 +119,8 @@ std::string lock_for_writing(const std::string& path, int& fd) {
 std::string sanitize_run_name(const std::string& name) {
   std::string out = name;
   for (char& c : out) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) c = '_';
   }
   return out;
@@ -135,8 +138,10 @@ void ResultsWriter::open_file(bool create) {
     } else if (!exists && !create) {
       problem = fmt::format("results file '{}' of the run to resume does not exist (moved or deleted?)", path_);
     } else if (exists && H5Fis_hdf5(path_.c_str()) <= 0) {
-      problem = fmt::format("results file '{}' exists and is not an HDF5 file; refusing to touch it "
-                            "(choose another --results path)", path_);
+      problem = fmt::format(
+          "results file '{}' exists and is not an HDF5 file; refusing to touch it "
+          "(choose another --results path)",
+          path_);
     }
   }
   problem = broadcast_string(comm_, problem);
@@ -158,9 +163,10 @@ void ResultsWriter::open_file(bool create) {
       }
     }
     if (!is_mgbench || !h5::link_exists(file_, "runs")) {
-      throw ResultsError(fmt::format("'{}' is an HDF5 file but not an mgbench results file (no schema=\"{}\" "
-                                     "attribute or /runs group); choose another --results path",
-                                     path_, kSchemaName));
+      throw ResultsError(
+          fmt::format("'{}' is an HDF5 file but not an mgbench results file (no schema=\"{}\" "
+                      "attribute or /runs group); choose another --results path",
+                      path_, kSchemaName));
     }
   } else {
     file_ = h5::wrap_file(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
@@ -209,8 +215,8 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   std::array<std::int64_t, kLayoutFields> mine{layout.epochs, layout.steps_per_epoch, layout.indices_per_epoch,
                                                layout.cuda_metrics ? 1 : 0};
   std::vector<std::int64_t> layouts(kLayoutFields * static_cast<std::size_t>(world_size_));
-  MGBENCH_CHECK_MPI(MPI_Allgather(mine.data(), kLayoutFields, MPI_INT64_T, layouts.data(), kLayoutFields, MPI_INT64_T,
-                                  comm_));
+  MGBENCH_CHECK_MPI(
+      MPI_Allgather(mine.data(), kLayoutFields, MPI_INT64_T, layouts.data(), kLayoutFields, MPI_INT64_T, comm_));
   const std::vector<std::string> rank_attrs = allgather_strings(comm_, encode_attributes(rank_attributes));
 
   step_type_ = step_record_type();
@@ -247,8 +253,8 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
       cuda_kernels = create_table(group, "cuda_kernels", cuda_kernel_type(), kernel_rows, &empty_kernel, group_path);
     }
     if (r == rank_) {
-      own_ = {std::move(steps), std::move(epochs), std::move(indices), std::move(cuda_summary), std::move(cuda_api),
-              std::move(cuda_kernels)};
+      own_ = {std::move(steps),        std::move(epochs),   std::move(indices),
+              std::move(cuda_summary), std::move(cuda_api), std::move(cuda_kernels)};
     }
   }
   if (rank_ == 0) write_status(kStatusRunning, "");
@@ -309,8 +315,8 @@ void ResultsWriter::open_own_tables() {
     h5::Handle cuda_api = open("cuda_api", false);
     h5::Handle cuda_kernels = open("cuda_kernels", false);
     if (r == rank_) {
-      own_ = {std::move(steps), std::move(epochs), std::move(indices), std::move(cuda_summary), std::move(cuda_api),
-              std::move(cuda_kernels)};
+      own_ = {std::move(steps),        std::move(epochs),   std::move(indices),
+              std::move(cuda_summary), std::move(cuda_api), std::move(cuda_kernels)};
     }
   }
   auto rows = [&](hid_t dataset) {
@@ -351,8 +357,8 @@ ResultsWriter::~ResultsWriter() {
   if (comm_ != MPI_COMM_NULL && finished_) MPI_Comm_free(&comm_);
 }
 
-void ResultsWriter::write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows,
-                               const void* rows, const char* what) {
+void ResultsWriter::write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows, const void* rows,
+                               const char* what) {
   const std::string context = fmt::format("write {} of rank {} in '{}' run {}", what, rank_, path_, run_id_);
   h5::Handle file_space = h5::wrap_space(H5Dget_space(dataset), context);
   const int ndims = H5Sget_simple_extent_ndims(file_space);
@@ -370,8 +376,8 @@ void ResultsWriter::write_rows(hid_t dataset, hid_t type, std::int64_t first_row
 
 void ResultsWriter::write_steps(std::int64_t epoch, std::span<const StepRecord> steps) {
   MGBENCH_REQUIRE(static_cast<std::int64_t>(steps.size()) <= layout_.steps_per_epoch, ResultsError,
-                  "rank {} has {} steps in epoch {}, more than the {} the results layout reserved", rank_,
-                  steps.size(), epoch, layout_.steps_per_epoch);
+                  "rank {} has {} steps in epoch {}, more than the {} the results layout reserved", rank_, steps.size(),
+                  epoch, layout_.steps_per_epoch);
   if (steps.empty()) return;
   write_rows(own_.steps, step_type_, epoch * layout_.steps_per_epoch, static_cast<std::int64_t>(steps.size()),
              steps.data(), "steps");
@@ -425,9 +431,8 @@ void ResultsWriter::write_status(std::string_view status, const std::string& mes
 void ResultsWriter::finish(std::string_view status) {
   if (rank_ == 0) write_status(status, "");
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
-  for (h5::Handle* h :
-       {&own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices, &own_.epochs, &own_.steps, &summary_,
-        &error_, &status_, &run_group_}) {
+  for (h5::Handle* h : {&own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices, &own_.epochs,
+                        &own_.steps, &summary_, &error_, &status_, &run_group_}) {
     h->reset();
   }
   file_.reset();

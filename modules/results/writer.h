@@ -41,8 +41,7 @@ class ResultsWriter {
   /// Throws ResultsError (same message on every rank) when path exists and is not an mgbench
   /// results file, or cannot be opened or written.
   ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
-                const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes,
-                const RankLayout& layout);
+                const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes, const RankLayout& layout);
   /// Collective over comm. Continues run `run_id` of the existing results file path (a resumed,
   /// preempted run): reopens its tables, checks that they match this job (same world size and
   /// layout), sets the status back to "running" and counts the resume in the run's `resumes`

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/error.h"
 #include "core/config.h"
+#include "core/error.h"
 
 #ifdef MGBENCH_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -32,10 +32,10 @@ DevicePlacement place_rank(const std::string& requested, int visible_gpus, int l
 std::string resolve_backend(const std::string& requested, const DevicePlacement& device, bool nccl_built);
 
 /// gpu_ids: the physical id (PCI bus id) of each local rank's GPU, in local-rank order, as
-/// gathered over the node (MpiEnvironment::node_allgather). NCCL cannot place two ranks of one communicator on one GPU: with
-/// backend "nccl" a repeated id throws ConfigError naming the ranks, the GPU, the number of
-/// GPUs and the way out (fewer ranks per node, or --backend mpi). With "mpi" sharing is allowed.
-/// Returns the number of local ranks sharing this rank's GPU (1 = exclusive).
+/// gathered over the node (MpiEnvironment::node_allgather). NCCL cannot place two ranks of one communicator on one GPU:
+/// with backend "nccl" a repeated id throws ConfigError naming the ranks, the GPU, the number of GPUs and the way out
+/// (fewer ranks per node, or --backend mpi). With "mpi" sharing is allowed. Returns the number of local ranks sharing
+/// this rank's GPU (1 = exclusive).
 int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, const std::string& backend,
                       const std::string& hostname);
 

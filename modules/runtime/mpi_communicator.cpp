@@ -125,7 +125,8 @@ std::unique_ptr<Work> MpiCommunicator::broadcast(torch::Tensor& tensor, int root
   Staged staged = stage(tensor);
   const MPI_Datatype type = mpi_datatype(staged.buffer.scalar_type());
   MPI_Request request = MPI_REQUEST_NULL;
-  MGBENCH_CHECK_MPI(MPI_Ibcast(staged.buffer.data_ptr(), static_cast<int>(tensor.numel()), type, root, comm_, &request));
+  MGBENCH_CHECK_MPI(
+      MPI_Ibcast(staged.buffer.data_ptr(), static_cast<int>(tensor.numel()), type, root, comm_, &request));
   return std::make_unique<MpiWork>(request, "MPI_Ibcast", std::move(staged));
 }
 

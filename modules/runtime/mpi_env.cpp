@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/mpi_strings.h"
 #include "core/log.h"
+#include "core/mpi_strings.h"
 
 namespace mgbench::runtime {
 

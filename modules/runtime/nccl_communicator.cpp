@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
 #include "core/config.h"
+#include "core/error.h"
 
 #ifndef MGBENCH_HAVE_NCCL
 
@@ -35,13 +35,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions)
 namespace mgbench::runtime {
 namespace {
 
-#define MGBENCH_CHECK_NCCL(call)                                                                            \
-  do {                                                                                                      \
-    const ncclResult_t rc_ = (call);                                                                        \
-    if (rc_ != ncclSuccess) {                                                                               \
-      throw CommError(fmt::format("NCCL: {} failed: {} ({}) [{}:{}]", #call, ncclGetErrorString(rc_),      \
-                                  ncclGetLastError(nullptr), __FILE__, __LINE__));                          \
-    }                                                                                                       \
+#define MGBENCH_CHECK_NCCL(call)                                                                      \
+  do {                                                                                                \
+    const ncclResult_t rc_ = (call);                                                                  \
+    if (rc_ != ncclSuccess) {                                                                         \
+      throw CommError(fmt::format("NCCL: {} failed: {} ({}) [{}:{}]", #call, ncclGetErrorString(rc_), \
+                                  ncclGetLastError(nullptr), __FILE__, __LINE__));                    \
+    }                                                                                                 \
   } while (0)
 
 ncclDataType_t nccl_type(torch::ScalarType t) {
@@ -168,8 +168,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void require_on_device(const torch::Tensor& t, const char* op) const {
-    MGBENCH_REQUIRE(t.device() == device_, CommError, "NCCL backend {}: tensor on {}, expected {}", op, t.device().str(),
-                    device_.str());
+    MGBENCH_REQUIRE(t.device() == device_, CommError, "NCCL backend {}: tensor on {}, expected {}", op,
+                    t.device().str(), device_.str());
     MGBENCH_REQUIRE(t.is_contiguous(), CommError, "NCCL backend {}: tensor must be contiguous", op);
   }
 
@@ -204,7 +204,8 @@ class NcclCommunicator final : public Communicator {
       if (stop_) break;
       const double now = now_s();
       if (init_deadline_s_ > 0 && now > init_deadline_s_) {
-        fail(fmt::format("ncclCommInitRank did not complete in {:.0f} s (a peer rank died or hangs)", options_.timeout_s));
+        fail(fmt::format("ncclCommInitRank did not complete in {:.0f} s (a peer rank died or hangs)",
+                         options_.timeout_s));
       }
       if (ncclComm_t comm = comm_; comm != nullptr) {
         ncclResult_t async = ncclSuccess;
@@ -247,7 +248,7 @@ class NcclCommunicator final : public Communicator {
   std::atomic<double> init_deadline_s_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<Inflight>> inflight_;
+  std::deque<std::shared_ptr<Inflight> > inflight_;
   bool stop_ = false;
   std::thread watchdog_;
 };

@@ -39,11 +39,16 @@ void clear_stop_request() noexcept { g_stop_signal = 0; }
 
 const char* stop_signal_name(int signal_number) noexcept {
   switch (signal_number) {
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGINT: return "SIGINT";
-    default: return "a stop request";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "a stop request";
   }
 }
 

@@ -366,9 +366,8 @@ bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointStat
       })) {
     return false;
   }
-  if (!all_succeed(env_, "writing the checkpoint", [&] {
-        state.write((partial / rank_file_name(env_.rank())).string());
-      })) {
+  if (!all_succeed(env_, "writing the checkpoint",
+                   [&] { state.write((partial / rank_file_name(env_.rank())).string()); })) {
     return false;
   }
   if (!all_succeed(env_, "committing the checkpoint", [&] {

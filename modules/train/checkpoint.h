@@ -56,7 +56,7 @@ struct CheckpointManifest {
   bool completed = false;        // the run had finished: nothing left to resume
   std::string results;           // the results file and run the checkpoint belongs to
   std::string run_id;
-  std::string stop_signal;       // "SIGUSR1", "SIGTERM" or "" (periodic / final checkpoint)
+  std::string stop_signal;  // "SIGUSR1", "SIGTERM" or "" (periodic / final checkpoint)
   std::string written_utc;
 };
 
@@ -179,15 +179,15 @@ struct RunControl {
 /// besides the model and optimizer so that a resumed run continues as if never stopped. Trainers
 /// add their own counters to the same CheckpointState.
 struct RunProgress {
-  std::int64_t epoch = 0;            // the epoch in progress (0-based; == epochs when done)
-  std::int64_t position = 0;         // within it: plan entries taken (image) / optimizer steps done (llm)
-  std::int64_t global_step = 0;      // optimizer steps done over the run
-  double elapsed_s = 0;              // run time so far [s], excluding time away while preempted
-  double epoch_elapsed_s = 0;        // time in the epoch in progress before this process took it over [s]
-  double loss_sum = 0;               // the epoch's finite step losses
-  std::int64_t loss_steps = 0;       // and their number
-  results::RunSummary summary;       // accumulated: train_s, eval_s, test_accuracy, final_loss, epochs_completed
-  results::EpochRecord epoch_record;  // the epoch in progress
+  std::int64_t epoch = 0;                  // the epoch in progress (0-based; == epochs when done)
+  std::int64_t position = 0;               // within it: plan entries taken (image) / optimizer steps done (llm)
+  std::int64_t global_step = 0;            // optimizer steps done over the run
+  double elapsed_s = 0;                    // run time so far [s], excluding time away while preempted
+  double epoch_elapsed_s = 0;              // time in the epoch in progress before this process took it over [s]
+  double loss_sum = 0;                     // the epoch's finite step losses
+  std::int64_t loss_steps = 0;             // and their number
+  results::RunSummary summary;             // accumulated: train_s, eval_s, test_accuracy, final_loss, epochs_completed
+  results::EpochRecord epoch_record;       // the epoch in progress
   std::vector<results::StepRecord> steps;  // the epoch's steps so far
 
   void save(CheckpointState& state) const;

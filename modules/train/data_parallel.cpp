@@ -11,15 +11,16 @@ DataParallel::DataParallel(models::MobileNetV2 module, std::vector<torch::Device
   if (devices_.empty()) throw std::invalid_argument("DataParallel: no devices");
   const auto params = module_->parameters();
   if (!params.empty() && params.front().device() != devices_.front()) {
-    throw std::invalid_argument("DataParallel: the module must be on devices[0] (" + devices_.front().str() + "), not " +
-                                params.front().device().str());
+    throw std::invalid_argument("DataParallel: the module must be on devices[0] (" + devices_.front().str() +
+                                "), not " + params.front().device().str());
   }
 }
 
 torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   if (devices_.size() == 1) return module_->forward(x);
   std::vector<torch::Tensor> chunks = x.chunk(static_cast<std::int64_t>(devices_.size()), 0);
-  const std::vector<torch::Device> used(devices_.begin(), devices_.begin() + static_cast<std::ptrdiff_t>(chunks.size()));
+  const std::vector<torch::Device> used(devices_.begin(),
+                                        devices_.begin() + static_cast<std::ptrdiff_t>(chunks.size()));
   std::vector<std::shared_ptr<models::MobileNetV2Impl>> replicas = torch::nn::parallel::replicate(module_.ptr(), used);
   std::vector<torch::Tensor> inputs;
   for (std::size_t i = 0; i < chunks.size(); ++i) inputs.push_back(chunks[i].to(used[i], /*non_blocking=*/true));

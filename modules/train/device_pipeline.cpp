@@ -54,7 +54,9 @@ struct PhaseClock::Impl {
   }
 };
 
-PhaseClock::PhaseClock(const torch::Device& device) : impl_(std::make_unique<Impl>()) { impl_->cuda = device.is_cuda(); }
+PhaseClock::PhaseClock(const torch::Device& device) : impl_(std::make_unique<Impl>()) {
+  impl_->cuda = device.is_cuda();
+}
 PhaseClock::~PhaseClock() = default;
 
 void PhaseClock::enter(Phase phase) {

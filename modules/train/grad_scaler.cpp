@@ -38,7 +38,8 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (p.grad().scalar_type() == torch::kHalf) {
-        throw std::invalid_argument("GradScaler::unscale: fp16 gradients (use fp32 master weights: --precision amp-fp16)");
+        throw std::invalid_argument(
+            "GradScaler::unscale: fp16 gradients (use fp32 master weights: --precision amp-fp16)");
       }
       groups[{p.grad().device().str(), static_cast<int>(p.grad().scalar_type())}].push_back(p.mutable_grad());
     }

@@ -8,7 +8,8 @@ namespace mgbench::train {
 
 void ImageConfig::validate() const {
   checkpoint.validate();
-  MGBENCH_REQUIRE(image_size >= 1 && image_size <= 4096, ConfigError, "--image-size {}: expected 1-4096 px", image_size);
+  MGBENCH_REQUIRE(image_size >= 1 && image_size <= 4096, ConfigError, "--image-size {}: expected 1-4096 px",
+                  image_size);
   MGBENCH_REQUIRE(epochs >= 1, ConfigError, "--epochs {}: expected >= 1", epochs);
   MGBENCH_REQUIRE(batch_size >= 1, ConfigError, "--batch-size {}: expected >= 1", batch_size);
   MGBENCH_REQUIRE(limit_train >= 0, ConfigError, "--limit-train {}: expected >= 0 (0 = all)", limit_train);

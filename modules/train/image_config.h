@@ -29,9 +29,9 @@ struct ImageConfig {
   std::string upscale = "device";  // device: uint8 28x28 crosses PCIe, upscaled there | host: the paper's float SxS
   bool cudnn_benchmark = true;     // cuDNN autotuning of convolution algorithms (GPU)
   double comm_timeout_s = 600;     // a collective in flight longer than this aborts the job (NCCL)
-  int threads = 0;   // intra-op threads per rank; 0: cores of the node / ranks on the node
-  int prefetch = 2;  // batches the loader assembles ahead
-  bool channels_last = true;  // NHWC activations and conv weights (oneDNN on CPU, tensor cores on GPU)
+  int threads = 0;                 // intra-op threads per rank; 0: cores of the node / ranks on the node
+  int prefetch = 2;                // batches the loader assembles ahead
+  bool channels_last = true;       // NHWC activations and conv weights (oneDNN on CPU, tensor cores on GPU)
   // model
   double width_mult = 1.0;
   double dropout = 0.2;

@@ -110,8 +110,14 @@ void ImageTrainer::load_data() {
 
   // dp: one process, the whole batch per step (its multi-GPU replication: see image_trainer.h).
   const std::string plan_strategy = c.strategy == "dp" ? "ddp-ds" : c.strategy;
-  s.plan_options = {data::parse_strategy(plan_strategy), s.train_set.size(), c.batch_size, s.comm.world_size(),
-                    s.comm.rank(), c.seed, c.shuffle, c.drop_last};
+  s.plan_options = {data::parse_strategy(plan_strategy),
+                    s.train_set.size(),
+                    c.batch_size,
+                    s.comm.world_size(),
+                    s.comm.rank(),
+                    c.seed,
+                    c.shuffle,
+                    c.drop_last};
   torch::set_num_threads(s.threads);
   torch::manual_seed(c.seed);
   s.model = models::MobileNetV2(models::MobileNetV2Options{data::kMnistClasses, c.width_mult, c.dropout});
@@ -133,10 +139,11 @@ void ImageTrainer::load_data() {
   std::vector<torch::Tensor> params = s.model->parameters();
   if (c.optimizer == "sgd") {
     s.optimizer = std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay).nesterov(c.momentum > 0));
+        params,
+        torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay).nesterov(c.momentum > 0));
   } else {
-    s.optimizer = std::make_unique<torch::optim::AdamW>(params,
-                                                        torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+    s.optimizer =
+        std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
   }
 }
 
@@ -405,10 +412,10 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
       ++run.global_step;
 
       const double elapsed = now_s() - run_start_s;
-      progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step.step + 1, layout.steps_per_epoch,
-                       step.loss, static_cast<double>(epoch_record.samples) / epoch_clock.elapsed(), elapsed,
-                       elapsed / static_cast<double>(run.global_step) *
-                           static_cast<double>(total_steps - run.global_step)});
+      progress.update(
+          {static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step.step + 1, layout.steps_per_epoch, step.loss,
+           static_cast<double>(epoch_record.samples) / epoch_clock.elapsed(), elapsed,
+           elapsed / static_cast<double>(run.global_step) * static_cast<double>(total_steps - run.global_step)});
 
       // Step boundary: every rank learns of a stop request at the same step.
       if (at_step_boundary(ctl, run, now_s() - run_start_s, epoch_clock.elapsed(), writer, put_state)) {
@@ -442,13 +449,13 @@ results::RunSummary ImageTrainer::run(results::ResultsWriter& writer, Progress& 
     if (c.record_indices) writer.write_indices(epoch, computed_indices);
     summary.final_loss = epoch_record.loss_mean;
     summary.epochs_completed = epoch + 1;
-    progress.message(fmt::format(
-        "epoch {}/{}: loss {:.4f} | {:.1f} img/s per rank | train {:.1f} s{}", epoch + 1, c.epochs,
-        epoch_record.loss_mean, epoch_record.samples_per_s, epoch_record.train_s,
-        std::isfinite(epoch_record.test_accuracy)
-            ? fmt::format(" | test accuracy {:.2f} % ({}/{})", 100 * epoch_record.test_accuracy,
-                          epoch_record.test_correct, epoch_record.test_samples)
-            : std::string()));
+    progress.message(
+        fmt::format("epoch {}/{}: loss {:.4f} | {:.1f} img/s per rank | train {:.1f} s{}", epoch + 1, c.epochs,
+                    epoch_record.loss_mean, epoch_record.samples_per_s, epoch_record.train_s,
+                    std::isfinite(epoch_record.test_accuracy)
+                        ? fmt::format(" | test accuracy {:.2f} % ({}/{})", 100 * epoch_record.test_accuracy,
+                                      epoch_record.test_correct, epoch_record.test_samples)
+                        : std::string()));
     run.next_epoch();
     computed_indices.clear();
   }

@@ -37,7 +37,8 @@ class ImageTrainer {
  public:
   /// local_size: ranks on this node (for the default thread count); placement: this rank's
   /// device. Throws ConfigError for an invalid config (or dp with more than one rank).
-  ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size, runtime::DevicePlacement placement = {});
+  ImageTrainer(ImageConfig config, runtime::Communicator& comm, int local_size,
+               runtime::DevicePlacement placement = {});
   ~ImageTrainer();
 
   /// Reads the training and test sets (DataError naming the file when one is unusable) and

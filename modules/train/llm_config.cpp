@@ -9,9 +9,9 @@ void LlmConfig::validate() const {
   MGBENCH_REQUIRE(!model.empty(), ConfigError, "--model: expected a preset name or a checkpoint directory");
   MGBENCH_REQUIRE(init == "checkpoint" || init == "random", ConfigError, "--init '{}': expected checkpoint or random",
                   init);
-  MGBENCH_REQUIRE(dataset == "alpaca" || dataset == "grammar" || dataset == "samsum" || dataset == "slimorca" ||
-                      dataset == "text",
-                  ConfigError, "--dataset '{}': expected alpaca, grammar, samsum, slimorca or text", dataset);
+  MGBENCH_REQUIRE(
+      dataset == "alpaca" || dataset == "grammar" || dataset == "samsum" || dataset == "slimorca" || dataset == "text",
+      ConfigError, "--dataset '{}': expected alpaca, grammar, samsum, slimorca or text", dataset);
   MGBENCH_REQUIRE(!data.empty(), ConfigError, "--data: expected the dataset file (.json, .jsonl, .csv, .tsv)");
   MGBENCH_REQUIRE(max_seq_len >= 0, ConfigError, "--max-seq-len {}: expected >= 0 (0 = no truncation)", max_seq_len);
   MGBENCH_REQUIRE(limit >= 0, ConfigError, "--limit {}: expected >= 0", limit);

@@ -20,8 +20,8 @@ struct LlmConfig {
   std::string data;                // local file (.json, .jsonl, .csv, .tsv[.gz])
   std::int64_t max_seq_len = 0;    // 0: no truncation (TorchTune's default)
   bool train_on_input = false;
-  bool pin_memory = false;         // page-locked token batches, copied asynchronously (GPU)
-  std::int64_t limit = 0;  // use the first N rows (0: all)
+  bool pin_memory = false;  // page-locked token batches, copied asynchronously (GPU)
+  std::int64_t limit = 0;   // use the first N rows (0: all)
   bool shuffle = true;
   std::uint64_t seed = 42;
   // optimisation

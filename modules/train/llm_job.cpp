@@ -48,12 +48,13 @@ int run_llm_job(const LlmConfig& config, runtime::MpiEnvironment& env, const std
     if (env.rank() == 0) std::cout << fmt::format("eval loss: {:.6f}\n", summary.eval_loss) << std::flush;
     return 0;
   }
-  log::info("done: {} epoch(s) | loss {:.4f} | {:.3f} s/it | {:.0f} tokens/s (all ranks) | peak memory {:.0f} MiB | "
-            "MFU {} | {} run {}",
-            summary.epochs_completed, summary.final_loss, summary.s_per_it, summary.tokens_per_s,
-            static_cast<double>(summary.peak_memory_bytes) / (1024.0 * 1024.0),
-            std::isfinite(summary.mfu) ? fmt::format("{:.1f} %", 100 * summary.mfu) : std::string("n/a (no device peak)"),
-            writer.path(), writer.run_id());
+  log::info(
+      "done: {} epoch(s) | loss {:.4f} | {:.3f} s/it | {:.0f} tokens/s (all ranks) | peak memory {:.0f} MiB | "
+      "MFU {} | {} run {}",
+      summary.epochs_completed, summary.final_loss, summary.s_per_it, summary.tokens_per_s,
+      static_cast<double>(summary.peak_memory_bytes) / (1024.0 * 1024.0),
+      std::isfinite(summary.mfu) ? fmt::format("{:.1f} %", 100 * summary.mfu) : std::string("n/a (no device peak)"),
+      writer.path(), writer.run_id());
   if (!config.output_dir.empty()) log::info("adapters: {} (PEFT format)", config.output_dir);
   return 0;
 }

@@ -107,13 +107,14 @@ struct LlmTuner::State {
     const torch::Tensor h = model->hidden_states(tokens);  // [B, T, H]
     const auto t = h.size(1);
     if (t < 2 || batch.label_tokens == 0) return (h.sum() * 0).to(torch::kFloat32);  // keeps the graph
-    const torch::Tensor target = batch.labels.narrow(1, 1, t - 1).reshape({-1});  // CPU, int64
+    const torch::Tensor target = batch.labels.narrow(1, 1, t - 1).reshape({-1});     // CPU, int64
     const torch::Tensor positions = (target != text::kIgnoreIndex).nonzero().squeeze(1);
     const torch::Tensor selected =
         h.narrow(1, 0, t - 1).reshape({-1, h.size(-1)}).index_select(0, positions.to(device));
     const torch::Tensor logits = torch::nn::functional::linear(selected, model->output_weight()).to(torch::kFloat32);
-    return torch::nn::functional::cross_entropy(logits, target.index_select(0, positions).to(device),
-                                                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    return torch::nn::functional::cross_entropy(
+        logits, target.index_select(0, positions).to(device),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   }
 };
 
@@ -135,11 +136,12 @@ void LlmTuner::load() {
     log::warn("--pin-memory true has no effect on the CPU (page-locked memory is for GPU copies)");
   }
   // The model first: a name that is neither a directory nor a preset is the error to report.
-  const models::LlamaConfig model_config = is_dir
-                                               ? models::LlamaConfig::from_hf_json((fs::path(c.model) / "config.json").string())
-                                               : models::LlamaConfig::preset(c.model);
+  const models::LlamaConfig model_config =
+      is_dir ? models::LlamaConfig::from_hf_json((fs::path(c.model) / "config.json").string())
+             : models::LlamaConfig::preset(c.model);
   MGBENCH_REQUIRE(is_dir || c.init == "random", ConfigError,
-                  "--model {} is a preset (shapes, no weights): use --init random, or --model <checkpoint dir>", c.model);
+                  "--model {} is a preset (shapes, no weights): use --init random, or --model <checkpoint dir>",
+                  c.model);
 
   // Tokenizer: given, or the checkpoint's (Meta ships original/tokenizer.model).
   std::string tokenizer_path = c.tokenizer;
@@ -160,7 +162,8 @@ void LlmTuner::load() {
   options.max_seq_len = c.max_seq_len;
   options.train_on_input = c.train_on_input;
   s.samples = text::load_sft_dataset(c.data, *s.tokenizer, options);
-  if (c.limit > 0 && static_cast<std::int64_t>(s.samples.size()) > c.limit) s.samples.resize(static_cast<std::size_t>(c.limit));
+  if (c.limit > 0 && static_cast<std::int64_t>(s.samples.size()) > c.limit)
+    s.samples.resize(static_cast<std::size_t>(c.limit));
   MGBENCH_REQUIRE(!s.samples.empty(), DataError, "dataset '{}': no rows", c.data);
 
   MGBENCH_REQUIRE(s.tokenizer->vocab_size() <= model_config.vocab_size, DataError,
@@ -191,16 +194,22 @@ void LlmTuner::load() {
   if (c.eval_only && !c.adapter.empty()) {
     s.model->load_lora_adapter((fs::path(c.adapter) / "adapter_model.safetensors").string());
   }
-  s.optimizer = std::make_unique<torch::optim::AdamW>(
-      s.trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+  s.optimizer =
+      std::make_unique<torch::optim::AdamW>(s.trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
 
-  s.plan_options = {data::Strategy::kDdpDs, static_cast<std::int64_t>(s.samples.size()), c.batch_size,
-                    s.comm.world_size(), s.comm.rank(), c.seed, c.shuffle, /*drop_last=*/false};
+  s.plan_options = {data::Strategy::kDdpDs,
+                    static_cast<std::int64_t>(s.samples.size()),
+                    c.batch_size,
+                    s.comm.world_size(),
+                    s.comm.rank(),
+                    c.seed,
+                    c.shuffle,
+                    /*drop_last=*/false};
   s.steps_per_epoch = data::computed_batches_per_epoch(s.plan_options) / c.grad_accum;
   if (c.max_steps > 0) s.steps_per_epoch = std::min(s.steps_per_epoch, c.max_steps);
   MGBENCH_REQUIRE(c.eval_only || s.steps_per_epoch > 0, ConfigError,
-                  "{} rows over {} rank(s) at --batch-size {} x --grad-accum {} make no optimizer step", s.samples.size(),
-                  s.comm.world_size(), c.batch_size, c.grad_accum);
+                  "{} rows over {} rank(s) at --batch-size {} x --grad-accum {} make no optimizer step",
+                  s.samples.size(), s.comm.world_size(), c.batch_size, c.grad_accum);
 }
 
 std::vector<torch::Tensor> LlmTuner::adapter_parameters() const { return state_->trainable; }
@@ -210,7 +219,8 @@ double LlmTuner::step_flops(double padded_tokens, double seq_len) const {
   const double matmul_params = static_cast<double>(m.num_parameters() - m.vocab_size * m.hidden_size -
                                                    (2 * m.num_hidden_layers + 1) * m.hidden_size) +
                                (m.tie_word_embeddings ? static_cast<double>(m.vocab_size * m.hidden_size) : 0.0);
-  const double attention = 6.0 * static_cast<double>(m.num_hidden_layers * m.num_attention_heads * m.head_dim) * seq_len;
+  const double attention =
+      6.0 * static_cast<double>(m.num_hidden_layers * m.num_attention_heads * m.head_dim) * seq_len;
   return padded_tokens * (4.0 * matmul_params + attention);
 }
 
@@ -377,8 +387,8 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
       }
       clock.enter(results::Phase::kAllreduce);
       if (s.grad_sync) s.grad_sync->finish();  // mean over ranks of each rank's summed gradient
-      torch::Tensor totals = torch::stack({local_loss, torch::full({}, static_cast<double>(local_label_tokens),
-                                                                   local_loss.options())});
+      torch::Tensor totals =
+          torch::stack({local_loss, torch::full({}, static_cast<double>(local_label_tokens), local_loss.options())});
       s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
       totals = totals.cpu();
       const double step_tokens = totals[1].item<double>();
@@ -418,10 +428,10 @@ results::RunSummary LlmTuner::run(results::ResultsWriter& writer, Progress& prog
       steps.push_back(step);
       ++run.global_step;
       const double elapsed = now_s() - run_start_s;
-      progress.update({static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step_in_epoch + 1, s.steps_per_epoch,
-                       step.loss, static_cast<double>(real_tokens_total) / elapsed, elapsed,
-                       elapsed / static_cast<double>(run.global_step) *
-                           static_cast<double>(total_steps - run.global_step)});
+      progress.update(
+          {static_cast<int>(epoch + 1), static_cast<int>(c.epochs), step_in_epoch + 1, s.steps_per_epoch, step.loss,
+           static_cast<double>(real_tokens_total) / elapsed, elapsed,
+           elapsed / static_cast<double>(run.global_step) * static_cast<double>(total_steps - run.global_step)});
 
       ++run.position;
       // Step boundary: every rank learns of a stop request at the same step.

@@ -29,7 +29,8 @@ Precision parse_precision(const std::string& name) {
     p.autocast = true;
     p.autocast_dtype = c10::kBFloat16;
   } else {
-    throw ConfigError(fmt::format("--precision '{}': expected fp64, fp32, tf32, fp16, bf16, amp-fp16 or amp-bf16", name));
+    throw ConfigError(
+        fmt::format("--precision '{}': expected fp64, fp32, tf32, fp16, bf16, amp-fp16 or amp-bf16", name));
   }
   return p;
 }

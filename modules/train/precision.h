@@ -17,12 +17,12 @@
 namespace mgbench::train {
 
 struct Precision {
-  std::string name;                                  // as given to --precision
-  c10::ScalarType param_dtype = c10::kFloat;         // dtype of parameters, inputs and optimizer state
-  bool autocast = false;                             // forward under autocast
-  c10::ScalarType autocast_dtype = c10::kFloat;      // lower-precision dtype of autocast regions
-  bool tf32 = false;                                 // TF32 allowed in cuBLAS and cuDNN
-  bool loss_scaling = false;                         // dynamic loss scaling (amp-fp16)
+  std::string name;                              // as given to --precision
+  c10::ScalarType param_dtype = c10::kFloat;     // dtype of parameters, inputs and optimizer state
+  bool autocast = false;                         // forward under autocast
+  c10::ScalarType autocast_dtype = c10::kFloat;  // lower-precision dtype of autocast regions
+  bool tf32 = false;                             // TF32 allowed in cuBLAS and cuDNN
+  bool loss_scaling = false;                     // dynamic loss scaling (amp-fp16)
 };
 
 /// Parses fp64 | fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16.

@@ -33,9 +33,9 @@ std::pair<int, int> node_position() {
   return {rank, size};
 }
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  if (runtime::visible_cuda_devices() > 0) {                                             \
-  } else                                                                                 \
+#define SKIP_WITHOUT_GPU()                   \
+  if (runtime::visible_cuda_devices() > 0) { \
+  } else                                     \
     GTEST_SKIP() << "no CUDA device visible"
 
 runtime::DevicePlacement my_gpu() {

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "../unit/test_support.h"
 #include "core/progress.h"
 #include "results/writer.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/mpi_communicator.h"
 #include "train/image_trainer.h"
-#include "../unit/test_support.h"
 
 namespace mgbench::test {
 
@@ -88,7 +88,7 @@ struct Trained {
 
 /// Trains config on the ranks of communicator's job; placement: the rank's device.
 inline Trained train_run(runtime::Communicator& communicator, MPI_Comm comm, const train::ImageConfig& config,
-                     const std::string& results, runtime::DevicePlacement placement = {}) {
+                         const std::string& results, runtime::DevicePlacement placement = {}) {
   train::ImageTrainer trainer(config, communicator, 1, placement);
   trainer.load_data();
   results::ResultsWriter writer(results, comm, config.strategy, trainer.run_attributes(), trainer.rank_attributes(),

@@ -5,11 +5,11 @@
 #include <filesystem>
 
 #include "core/progress.h"
+#include "mpi_support.h"
 #include "results/reader.h"
 #include "results/writer.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
-#include "mpi_support.h"
 #include "train/image_trainer.h"
 #include "train/llm_tuner.h"
 
@@ -95,8 +95,8 @@ TEST(Training, DdpDsEqualsOneRankWithWorldTimesTheBatch) {
     const torch::Tensor b = flat(reference.parameters);
     const double max_diff = (a - b).abs().max().item<double>();
     // Tolerance: 1e-10 absolute on parameters of order 0.01-1 after 2 x 96 / (8 x world) steps.
-    EXPECT_LT(max_diff, 1e-10) << "max |param(" << world_size() << " ranks x 8) - param(1 rank x "
-                               << 8 * world_size() << ")| = " << max_diff;
+    EXPECT_LT(max_diff, 1e-10) << "max |param(" << world_size() << " ranks x 8) - param(1 rank x " << 8 * world_size()
+                               << ")| = " << max_diff;
     // And the comparison is not vacuous: a different global batch gives different parameters.
     auto other = single;
     other.batch_size = 8 * world_size() / 2;
@@ -131,7 +131,8 @@ TEST(Training, MixedPrecisionKeepsRanksInStep) {
     const Trained t = train_run(MPI_COMM_WORLD, config, dir.file("amp.h5"));
     EXPECT_EQ(max_difference_across_ranks(comm, flat(t.parameters)), 0.0) << precision;
     const auto dtype = t.parameters.front().scalar_type();
-    EXPECT_EQ(dtype, precision == "bf16" ? torch::kBFloat16 : torch::kFloat32) << precision;  // amp: fp32 master weights
+    EXPECT_EQ(dtype, precision == "bf16" ? torch::kBFloat16 : torch::kFloat32)
+        << precision;  // amp: fp32 master weights
   }
   if (world_rank() == 0) {
     const auto runs = results::read_runs(dir.file("amp.h5"));

@@ -79,8 +79,9 @@ TEST(CudaActivity, NamesAreCleaned) {
   EXPECT_EQ(profile::clean_api_name("cuLaunchKernelEx"), "cuLaunchKernelEx");
   EXPECT_EQ(profile::clean_api_name("cudaStreamSynchronize_v3020"), "cudaStreamSynchronize");
   EXPECT_EQ(profile::clean_kernel_name("_Z3addPfS_"), "add");
-  EXPECT_EQ(profile::clean_kernel_name("_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"),
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+  EXPECT_EQ(
+      profile::clean_kernel_name("_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"),
+      "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
   EXPECT_EQ(profile::clean_kernel_name("void at::native::kern<(int)4, float>(int, float*)"),
             "at::native::kern<(int)4, float>");
   EXPECT_TRUE(profile::is_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
@@ -122,7 +123,7 @@ TEST(CudaActivity, TotalsTablesAndNcclKernels) {
   const auto kernels = a.kernel_rows();
   EXPECT_EQ(static_cast<std::int64_t>(kernels.size()), results::kCudaKernelRows);
   EXPECT_STREQ(kernels[0].name, "kernel_59");  // by time
-  bool has_nccl = false;  // the NCCL kernel is the shortest, yet kept
+  bool has_nccl = false;                       // the NCCL kernel is the shortest, yet kept
   for (const auto& k : kernels) has_nccl |= k.nccl != 0;
   EXPECT_TRUE(has_nccl);
 }

@@ -18,9 +18,12 @@ namespace {
 TEST(Safetensors, WriteReadRoundTripAllDtypes) {
   test::TempDir dir;
   const std::vector<std::pair<std::string, torch::Tensor>> tensors{
-      {"w.bf16", torch::randn({3, 5}).to(torch::kBFloat16)}, {"w.f16", torch::randn({7}).to(torch::kHalf)},
-      {"w.f32", torch::randn({2, 2, 2})},                    {"w.f64", torch::randn({1}, torch::kFloat64)},
-      {"i64", torch::arange(10)},                            {"b", torch::tensor({true, false})},
+      {"w.bf16", torch::randn({3, 5}).to(torch::kBFloat16)},
+      {"w.f16", torch::randn({7}).to(torch::kHalf)},
+      {"w.f32", torch::randn({2, 2, 2})},
+      {"w.f64", torch::randn({1}, torch::kFloat64)},
+      {"i64", torch::arange(10)},
+      {"b", torch::tensor({true, false})},
       {"empty", torch::zeros({0, 4})}};
   write_safetensors(dir.file("x.safetensors"), tensors, {{"format", "pt"}});
   const SafetensorsFile f(dir.file("x.safetensors"));
@@ -41,11 +44,11 @@ TEST(Safetensors, CorruptFilesNameTheProblem) {
   const auto size = std::filesystem::file_size(dir.file("ok.safetensors"));
   std::filesystem::copy_file(dir.file("ok.safetensors"), dir.file("cut.safetensors"));
   std::filesystem::resize_file(dir.file("cut.safetensors"), size - 10);
-  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("cut.safetensors")); }, {"cut.safetensors", "truncated"});
-  {
-    std::ofstream(dir.file("short.safetensors")) << "abc";
-  }
-  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("short.safetensors")); }, {"short.safetensors", "8-byte"});
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("cut.safetensors")); },
+                                {"cut.safetensors", "truncated"});
+  { std::ofstream(dir.file("short.safetensors")) << "abc"; }
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("short.safetensors")); },
+                                {"short.safetensors", "8-byte"});
   auto write_header = [&](const std::string& name, const std::string& json) {
     std::ofstream out(dir.file(name), std::ios::binary);
     const std::uint64_t n = json.size();
@@ -70,16 +73,14 @@ TEST(Safetensors, CorruptFilesNameTheProblem) {
 }
 
 TEST(LlamaConfig, PresetsHaveThePublishedParameterCounts) {
-  EXPECT_EQ(LlamaConfig::preset("llama3-8b").num_parameters(), 8030261248);   // Meta-Llama-3-8B
+  EXPECT_EQ(LlamaConfig::preset("llama3-8b").num_parameters(), 8030261248);    // Meta-Llama-3-8B
   EXPECT_EQ(LlamaConfig::preset("llama3.2-1b").num_parameters(), 1235814400);  // Llama-3.2-1B
   test::expect_error<ConfigError>([] { LlamaConfig::preset("gpt2"); }, {"'gpt2'", "llama3-8b"});
 }
 
 TEST(LlamaConfig, ConfigJsonErrorsNameFileAndField) {
   test::TempDir dir;
-  {
-    std::ofstream(dir.file("c.json")) << R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8})";
-  }
+  { std::ofstream(dir.file("c.json")) << R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8})"; }
   test::expect_error<DataError>([&] { LlamaConfig::from_hf_json(dir.file("c.json")); },
                                 {"c.json", "\"intermediate_size\""});
   {
@@ -122,7 +123,8 @@ TEST(Llama, CheckpointMismatchesAreNamed) {
   LlamaConfig wrong = LlamaConfig::from_hf_json(dir + "/config.json");
   wrong.intermediate_size = 96;
   LlamaForCausalLM model(wrong);
-  test::expect_error<DataError>([&] { model->load_hf_checkpoint(dir); }, {"mlp.gate_proj.weight", "[128, 64]", "[96, 64]"});
+  test::expect_error<DataError>([&] { model->load_hf_checkpoint(dir); },
+                                {"mlp.gate_proj.weight", "[128, 64]", "[96, 64]"});
   LlamaConfig fewer = LlamaConfig::from_hf_json(dir + "/config.json");
   fewer.num_hidden_layers = 1;
   LlamaForCausalLM small(fewer);
@@ -141,7 +143,7 @@ TEST(Lora, GradientsEqualPeft) {
   options.rank = 4;
   options.alpha = 8;
   const auto trainable = model->apply_lora(options);
-  EXPECT_EQ(trainable.size(), 2u * 6u * 2u);  // A and B, 6 projections, 2 layers
+  EXPECT_EQ(trainable.size(), 2u * 6u * 2u);                                      // A and B, 6 projections, 2 layers
   model->load_lora_adapter(root + "/llama_tiny_lora/adapter_model.safetensors");  // PEFT's names and layout
   std::int64_t frozen = 0;
   for (const auto& p : model->parameters()) frozen += p.requires_grad() ? 0 : 1;

@@ -95,8 +95,9 @@ RunRecord fake_run(std::int64_t ranks, const std::string& precision, double tota
   r.run_id = precision + std::to_string(ranks);
   r.status = "completed";
   r.summary.total_s = total_s;
-  r.attributes = {{"task", std::string("image")}, {"world_size", ranks},          {"precision", precision},
-                  {"strategy", std::string("ddp-ds")}, {"image_size", std::int64_t{100}}, {"epochs", std::int64_t{2}}};
+  r.attributes = {{"task", std::string("image")},    {"world_size", ranks},
+                  {"precision", precision},          {"strategy", std::string("ddp-ds")},
+                  {"image_size", std::int64_t{100}}, {"epochs", std::int64_t{2}}};
   return r;
 }
 

@@ -13,8 +13,8 @@ TEST(DistributedSampler, MatchesPyTorch) {
   MGBENCH_SKIP_WITHOUT_ORACLE(cases, "sampler_cases.json");
   ASSERT_GT(cases.size(), 100u);
   for (const auto& c : cases) {
-    const auto got = distributed_sampler_indices(c["n"], c["world"], c["rank"], c["seed"], c["epoch"], c["shuffle"],
-                                                 c["drop_last"]);
+    const auto got =
+        distributed_sampler_indices(c["n"], c["world"], c["rank"], c["seed"], c["epoch"], c["shuffle"], c["drop_last"]);
     ASSERT_EQ(got, c["indices"].get<std::vector<std::int64_t>>())
         << "n=" << c["n"] << " world=" << c["world"] << " rank=" << c["rank"] << " seed=" << c["seed"]
         << " epoch=" << c["epoch"] << " shuffle=" << c["shuffle"] << " drop_last=" << c["drop_last"];

@@ -34,11 +34,11 @@ inline nlohmann::json load_oracle_json(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
-#define MGBENCH_SKIP_WITHOUT_ORACLE(json, name)                                                   \
-  if (!(json).is_null()) {                                                                        \
-  } else                                                                                          \
+#define MGBENCH_SKIP_WITHOUT_ORACLE(json, name)                                                                  \
+  if (!(json).is_null()) {                                                                                       \
+  } else                                                                                                         \
     GTEST_SKIP() << "oracle " << (name) << " not found in MGBENCH_ORACLE_DIR='" << ::mgbench::test::oracle_dir() \
-               << "' (needs Python torch/torchvision: tests/python/make_oracles.py)"
+                 << "' (needs Python torch/torchvision: tests/python/make_oracles.py)"
 
 /// Expects fn() to throw Exception with a message containing every one of needles.
 template <class Exception, class Fn>

@@ -13,7 +13,8 @@ namespace mgbench::text {
 namespace {
 
 /// Writes a tiktoken file of tokens (rank = position); returns its path.
-std::string write_vocab(const test::TempDir& dir, const std::vector<std::string>& tokens, const char* name = "v.model") {
+std::string write_vocab(const test::TempDir& dir, const std::vector<std::string>& tokens,
+                        const char* name = "v.model") {
   static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::ofstream out(dir.file(name));
   for (std::size_t r = 0; r < tokens.size(); ++r) {
@@ -50,23 +51,15 @@ TEST(Tiktoken, MergesLowestRankFirstLeftmostOnTies) {
 
 TEST(Tiktoken, BadFilesNameFileAndLine) {
   test::TempDir dir;
-  {
-    std::ofstream(dir.file("b64.model")) << "YQ== 0\nnot-base64! 1\n";
-  }
+  { std::ofstream(dir.file("b64.model")) << "YQ== 0\nnot-base64! 1\n"; }
   test::expect_error<DataError>([&] { TiktokenBpe(dir.file("b64.model"), kLlama3Pattern); },
                                 {"b64.model' line 2", "base64"});
-  {
-    std::ofstream(dir.file("rank.model")) << "YQ== 0\nYg== x\n";
-  }
+  { std::ofstream(dir.file("rank.model")) << "YQ== 0\nYg== x\n"; }
   test::expect_error<DataError>([&] { TiktokenBpe(dir.file("rank.model"), kLlama3Pattern); },
                                 {"rank.model' line 2", "'x'"});
-  {
-    std::ofstream(dir.file("dup.model")) << "YQ== 0\nYQ== 1\n";
-  }
+  { std::ofstream(dir.file("dup.model")) << "YQ== 0\nYQ== 1\n"; }
   test::expect_error<DataError>([&] { TiktokenBpe(dir.file("dup.model"), kLlama3Pattern); }, {"line 2", "repeated"});
-  {
-    std::ofstream(dir.file("empty.model")) << "\n";
-  }
+  { std::ofstream(dir.file("empty.model")) << "\n"; }
   test::expect_error<DataError>([&] { TiktokenBpe(dir.file("empty.model"), kLlama3Pattern); }, {"no tokens"});
   test::expect_error<DataError>([&] { TiktokenBpe(dir.file("none.model"), kLlama3Pattern); }, {"none.model", "open"});
   test::expect_error<ConfigError>([&] { TiktokenBpe(write_vocab(dir, {"a"}), "(unclosed"); }, {"pattern"});

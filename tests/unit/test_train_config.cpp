@@ -5,9 +5,9 @@
 #include "core/error.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
+#include "test_support.h"
 #include "train/image_config.h"
 #include "train/lr_schedule.h"
-#include "test_support.h"
 
 namespace mgbench {
 namespace {
@@ -106,7 +106,7 @@ TEST(MpiCommunicator, StagesHalfTypesThroughFloat32) {
     auto work = comm.all_reduce(t, runtime::ReduceOp::kSum);
     work->wait();
     EXPECT_EQ(t.scalar_type(), dtype);
-    EXPECT_TRUE(torch::equal(t, before));  // one rank: the sum is the tensor itself
+    EXPECT_TRUE(torch::equal(t, before));                 // one rank: the sum is the tensor itself
     EXPECT_GT(work->seconds_since_start_of(*work), 0.0);  // launch to the completion wait() saw
   }
 }

@@ -7,11 +7,16 @@
 namespace mgbench::text {
 std::vector<std::pair<std::string, std::int32_t>> Llama3Tokenizer::special_tokens(std::int32_t base) {
   // Meta's Llama 3.1 names by offset from the base vocabulary; reserved tokens fill the rest.
-  static const char* const kNamed[] = {"<|begin_of_text|>",          "<|end_of_text|>",
-                                       "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
-                                       "<|finetune_right_pad_id|>",    "<|reserved_special_token_2|>",
-                                       "<|start_header_id|>",          "<|end_header_id|>",
-                                       "<|eom_id|>",                   "<|eot_id|>",
+  static const char* const kNamed[] = {"<|begin_of_text|>",
+                                       "<|end_of_text|>",
+                                       "<|reserved_special_token_0|>",
+                                       "<|reserved_special_token_1|>",
+                                       "<|finetune_right_pad_id|>",
+                                       "<|reserved_special_token_2|>",
+                                       "<|start_header_id|>",
+                                       "<|end_header_id|>",
+                                       "<|eom_id|>",
+                                       "<|eot_id|>",
                                        "<|python_tag|>"};
   std::vector<std::pair<std::string, std::int32_t>> out;
   std::int32_t offset = 0;

@@ -73,8 +73,8 @@ Records read_delimited(const std::string& path, const std::string& data, unsigne
   if (csv_fini(&parser, csv_field, csv_row, &st) != 0) {
     const std::string why = csv_strerror(csv_error(&parser));
     csv_free(&parser);
-    throw DataError(fmt::format("dataset '{}': malformed CSV at the end of the file ({}: an unterminated quote?)", path,
-                                why));
+    throw DataError(
+        fmt::format("dataset '{}': malformed CSV at the end of the file ({}: an unterminated quote?)", path, why));
   }
   csv_free(&parser);
   for (; rows_before < st.rows.size(); ++rows_before) st.lines.push_back(line);
@@ -143,7 +143,8 @@ Records read_records(const std::string& path) {
   try {
     all = nlohmann::json::parse(data);
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(fmt::format("dataset '{}': not valid JSON ({}); JSON Lines files must end in .jsonl", path, e.what()));
+    throw DataError(
+        fmt::format("dataset '{}': not valid JSON ({}); JSON Lines files must end in .jsonl", path, e.what()));
   }
   MGBENCH_REQUIRE(all.is_array(), DataError, "dataset '{}': expected a JSON array of rows, got {}", path,
                   all.type_name());

@@ -28,8 +28,8 @@ std::string strip(const std::string& s) {
     len = 1;
     if (c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f)) return true;
     // U+0085, U+00A0 (2 bytes), U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000 (3 bytes)
-    if (c == 0xC2 && i + 1 < s.size() && (static_cast<unsigned char>(s[i + 1]) == 0x85 ||
-                                          static_cast<unsigned char>(s[i + 1]) == 0xA0)) {
+    if (c == 0xC2 && i + 1 < s.size() &&
+        (static_cast<unsigned char>(s[i + 1]) == 0x85 || static_cast<unsigned char>(s[i + 1]) == 0xA0)) {
       len = 2;
       return true;
     }
@@ -38,7 +38,8 @@ std::string strip(const std::string& s) {
       const auto c2 = static_cast<unsigned char>(s[i + 2]);
       len = 3;
       if (c == 0xE1 && c1 == 0x9A && c2 == 0x80) return true;
-      if (c == 0xE2 && c1 == 0x80 && ((c2 >= 0x80 && c2 <= 0x8A) || c2 == 0xA8 || c2 == 0xA9 || c2 == 0xAF)) return true;
+      if (c == 0xE2 && c1 == 0x80 && ((c2 >= 0x80 && c2 <= 0x8A) || c2 == 0xA8 || c2 == 0xA9 || c2 == 0xAF))
+        return true;
       if (c == 0xE2 && c1 == 0x81 && c2 == 0x9F) return true;
       if (c == 0xE3 && c1 == 0x80 && c2 == 0x80) return true;
     }
@@ -129,7 +130,8 @@ TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3T
       TokenizedSample s;
       s.tokens = tok.encode(string_field(records, i, "text"), true, true);
       if (options.max_seq_len > 0 && static_cast<std::int64_t>(s.tokens.size()) > options.max_seq_len - 1) {
-        s.tokens.resize(static_cast<std::size_t>(std::max<std::int64_t>(options.max_seq_len - 1, 0)));  // TorchTune: no EOS coercion
+        s.tokens.resize(static_cast<std::size_t>(
+            std::max<std::int64_t>(options.max_seq_len - 1, 0)));  // TorchTune: no EOS coercion
       }
       s.labels = s.tokens;
       return s;
@@ -150,16 +152,17 @@ TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3T
         // C4_200M on the Hub has input/output; some exports name the output `target`.
         const auto& row = records.rows[i];
         const std::string output_field = row.contains("output") || !row.contains("target") ? "output" : "target";
-        messages.push_back({"user",
-                            {"Correct this to standard English: ", string_field(records, i, "input"),
-                             "\n---\nCorrected: "},
-                            user_masked});
+        messages.push_back(
+            {"user",
+             {"Correct this to standard English: ", string_field(records, i, "input"), "\n---\nCorrected: "},
+             user_masked});
         messages.push_back({"assistant", {string_field(records, i, output_field)}, false});
         break;
       }
       case DatasetKind::kSamsum:
-        messages.push_back(
-            {"user", {"Summarize this dialogue:\n", string_field(records, i, "dialogue"), "\n---\nSummary:\n"}, user_masked});
+        messages.push_back({"user",
+                            {"Summarize this dialogue:\n", string_field(records, i, "dialogue"), "\n---\nSummary:\n"},
+                            user_masked});
         messages.push_back({"assistant", {string_field(records, i, "summary")}, false});
         break;
       case DatasetKind::kSlimOrca: {
@@ -178,8 +181,10 @@ TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3T
           if (from == "system") role = "system";
           if (from == "human") role = "user";
           if (from == "gpt") role = "assistant";
-          MGBENCH_REQUIRE(!role.empty(), DataError, "{}: conversation turn {}: \"from\": \"{}\", expected system, "
-                          "human or gpt", records.where(i), turn, from);
+          MGBENCH_REQUIRE(!role.empty(), DataError,
+                          "{}: conversation turn {}: \"from\": \"{}\", expected system, "
+                          "human or gpt",
+                          records.where(i), turn, from);
           // TorchTune 0.6.1 (ShareGPTToMessages): every non-assistant turn masked unless training on input.
           const bool masked = role != "assistant" && user_masked;
           messages.push_back({role, {t["value"].get<std::string>()}, masked});

@@ -78,8 +78,7 @@ pcre2_match_context* thread_match_context() {
 }
 }  // namespace
 
-TiktokenBpe::TiktokenBpe(const std::string& path, const std::string& pattern)
-    : regex_(std::make_unique<Regex>()) {
+TiktokenBpe::TiktokenBpe(const std::string& path, const std::string& pattern) : regex_(std::make_unique<Regex>()) {
   std::ifstream in(path, std::ios::binary);
   MGBENCH_REQUIRE(in.good(), DataError, "tokenizer '{}': cannot open the file", path);
   std::string line, bytes;
@@ -118,7 +117,8 @@ TiktokenBpe::TiktokenBpe(const std::string& path, const std::string& pattern)
   if (regex_->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    throw ConfigError(fmt::format("tokenizer pattern: {} at offset {}", reinterpret_cast<const char*>(message), offset));
+    throw ConfigError(
+        fmt::format("tokenizer pattern: {} at offset {}", reinterpret_cast<const char*>(message), offset));
   }
   pcre2_jit_compile(regex_->code, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back to the interpreter
 }
@@ -176,8 +176,11 @@ void TiktokenBpe::encode_piece(std::string_view piece, std::vector<std::int32_t>
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     const std::int32_t r = rank_of(piece.substr(parts[i].start, parts[i + 1].start - parts[i].start));
     // Every single byte is a token in a byte-level BPE file; a file without one cannot encode it.
-    if (r == kNoRank) throw DataError(fmt::format("tokenizer: byte sequence of length {} has no token (the file lacks "
-                                                  "single-byte tokens)", parts[i + 1].start - parts[i].start));
+    if (r == kNoRank)
+      throw DataError(
+          fmt::format("tokenizer: byte sequence of length {} has no token (the file lacks "
+                      "single-byte tokens)",
+                      parts[i + 1].start - parts[i].start));
     out.push_back(r);
   }
 }
@@ -225,7 +228,8 @@ std::string TiktokenBpe::decode(const std::vector<std::int32_t>& ids) const {
     } else if (auto it = special_names_.find(id); it != special_names_.end()) {
       out += it->second;
     } else {
-      throw std::out_of_range(fmt::format("tokenizer: token id {} is outside the vocabulary (size {})", id, vocab_size_));
+      throw std::out_of_range(
+          fmt::format("tokenizer: token id {} is outside the vocabulary (size {})", id, vocab_size_));
     }
   }
   return out;
