@@ -18,6 +18,7 @@ namespace mgbench::app {
 int data_main(int argc, char** argv) {
   std::string action, dataset, data, tokenizer;
   std::int64_t max_seq_len = 0, dump = 0;
+  text::DatasetKind kind = text::DatasetKind::kAlpaca;
   po::options_description options(
       "mgbench data stats: rows and token lengths of a fine-tuning dataset (template + Llama 3 tokenizer).\n"
       "usage: mgbench data stats --dataset KIND --data FILE --tokenizer FILE [--max-seq-len N] [--dump N]\n");
@@ -44,6 +45,7 @@ int data_main(int argc, char** argv) {
     po::notify(vm);
     MGBENCH_REQUIRE(action == "stats", ConfigError, "unknown action '{}': expected `mgbench data stats`", action);
     MGBENCH_REQUIRE(max_seq_len >= 0 && dump >= 0, ConfigError, "--max-seq-len and --dump must be >= 0");
+    kind = options::parse_choice(text::dataset_choices(), "dataset", dataset);
   } catch (const po::error& e) {
     std::cerr << "mgbench data: " << e.what() << "\n(see mgbench data --help)\n";
     return 2;
@@ -53,7 +55,7 @@ int data_main(int argc, char** argv) {
   }
   try {
     text::SftOptions o;
-    o.kind = text::parse_dataset_kind(dataset);
+    o.kind = kind;
     o.max_seq_len = max_seq_len;
     o.train_on_input = vm.count("train-on-input") != 0;
     const text::Llama3Tokenizer tok(tokenizer);

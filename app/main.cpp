@@ -1,7 +1,9 @@
 // mgbench: how machine-learning jobs use multi-GPU nodes.
-//   mpirun -np N mgbench image [options]   train MobileNetV2 on MNIST-upscaled, results into HDF5
+//   mpirun -np N mgbench image [options]   image classification (MobileNetV2 on MNIST upscaled), results into HDF5
+//   mpirun -np N mgbench llm [options]     LLM fine-tuning (Llama 3 LoRA), results into HDF5
 //   mgbench report FILE...                 tables from results files
 //   mgbench tokenize --tokenizer FILE      text on stdin -> Llama 3 token ids
+//   mgbench data stats ...                 rows and token lengths of a fine-tuning dataset
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -14,16 +16,18 @@ namespace {
 constexpr const char* kUsage = R"(usage: mgbench <command> [options]
 
 commands:
-  image    train MobileNetV2 on MNIST upscaled to --image-size px across MPI ranks
-           (strategies ddp, ddp-rr, ddp-ds); per-rank timings into an HDF5 results file
-  llm      LoRA fine-tuning of Llama 3 (TorchTune semantics) across MPI ranks, --eval-only for a loss
-  report   print one row per run of one or more results files (paper Table 2 style)
+  image    image classification across MPI ranks: MobileNetV2 on MNIST upscaled to --image-size px
+           (strategies ddp, ddp-rr, ddp-ds, dp; fp64 ... amp-bf16); per-rank timings into HDF5
+  llm      LLM fine-tuning across MPI ranks: Llama 3 with LoRA (TorchTune's recipe semantics),
+           --eval-only for a loss
+  report   tables of one or more results files (paper Table 2 style; --phases, --cuda, --csv)
   tokenize UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)
   data     `data stats`: rows and token lengths of a fine-tuning dataset
 
   mgbench <command> --help   options of a command
   mgbench --version          version and git commit
-launch: mpirun -np N mgbench image --data DIR ...   (one rank per GPU, or per CPU slot)
+launch: mpirun -np N mgbench image --data DIR ...   (one rank per GPU, or per CPU slot;
+        SLURM: slurm/image.sbatch, slurm/llm.sbatch)
 )";
 
 }  // namespace

@@ -1,8 +1,11 @@
 #include "options.h"
 
-#include <cstdint>
+#include <algorithm>
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -29,31 +32,32 @@ void parse(int argc, char** argv, const po::options_description& options, po::va
   }
 }
 
-std::string to_ini(const po::variables_map& vm, const std::string& skip) {
-  std::ostringstream out;
-  const std::string skipped = "," + skip + ",config,help,";
-  for (const auto& [name, value] : vm) {
-    if (skipped.find("," + name + ",") != std::string::npos || value.empty()) continue;
-    const auto& v = value.value();
-    std::string text;
-    if (const auto* s = boost::any_cast<std::string>(&v)) {
-      text = *s;
-    } else if (const auto* b = boost::any_cast<bool>(&v)) {
-      text = *b ? "true" : "false";
-    } else if (const auto* i = boost::any_cast<std::int64_t>(&v)) {
-      text = std::to_string(*i);
-    } else if (const auto* u = boost::any_cast<std::uint64_t>(&v)) {
-      text = std::to_string(*u);
-    } else if (const auto* n = boost::any_cast<int>(&v)) {
-      text = std::to_string(*n);
-    } else if (const auto* d = boost::any_cast<double>(&v)) {
-      text = fmt::format("{:g}", *d);
-    } else {
-      continue;
+void describe(const options::OptionTable& table, po::options_description& into) {
+  // One section per caption, in the order of their first option.
+  std::vector<std::pair<std::string, std::unique_ptr<po::options_description>>> sections;
+  for (const auto& o : table.options()) {
+    auto section = std::find_if(sections.begin(), sections.end(), [&](const auto& s) { return s.first == o.section; });
+    if (section == sections.end()) {
+      section = sections.emplace(sections.end(), o.section,
+                                 std::make_unique<po::options_description>(o.section, kLineLength, kDescriptionLength));
     }
-    out << name << " = " << text << "\n";
+    auto* value = po::value<std::string>()->value_name(o.value_name);
+    if (o.is_switch) {
+      value->implicit_value("true")->zero_tokens();
+    } else if (!o.required) {
+      value->default_value(o.text());
+    }
+    section->second->add_options()(o.name.c_str(), value, o.help.c_str());
   }
-  return out.str();
+  for (const auto& section : sections) into.add(*section.second);
+}
+
+void apply_values(const po::variables_map& vm, options::OptionTable& table) {
+  for (auto& o : table.options()) {
+    const auto it = vm.find(o.name);
+    if (it == vm.end() || it->second.defaulted()) continue;
+    table.set(o.name, it->second.as<std::string>());
+  }
 }
 
 bool wants_help(int argc, char** argv) {

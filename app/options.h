@@ -1,22 +1,32 @@
 #pragma once
 // Shared command-line plumbing (Boost.Program_options): config files below the command line,
-// the resolved configuration as INI text, errors as ConfigError.
+// option tables (core/option_table.h) as --help sections, errors as ConfigError.
 #include <string>
 
 #include <boost/program_options.hpp>
 
+#include "core/option_table.h"
+
 namespace mgbench::app {
 
 namespace po = boost::program_options;
+
+/// --help layout: 120 columns, descriptions from column 60.
+inline constexpr unsigned kLineLength = 120;
+inline constexpr unsigned kDescriptionLength = 60;
 
 /// Parses argv (argv[0] = subcommand name) into vm. When --config FILE is given, FILE's
 /// `key = value` lines (the long option names) fill what the command line left unset.
 /// Throws ConfigError naming the option, value or file at fault.
 void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm);
 
-/// The resolved options as INI text ("key = value" lines, loadable with --config),
-/// leaving out `config` itself and options listed in skip (comma-separated).
-std::string to_ini(const po::variables_map& vm, const std::string& skip = "");
+/// The table's options as Boost descriptions, one section per table section, in order; every
+/// value is read as text (the table parses it), switches take none.
+void describe(const options::OptionTable& table, po::options_description& into);
+
+/// Hands every value the command line or config file gave (not Boost's defaults) to the table,
+/// which parses it into its typed field. Throws ConfigError naming the option.
+void apply_values(const po::variables_map& vm, options::OptionTable& table);
 
 /// True when argv holds -h or --help: commands with required options print their help before
 /// parsing would complain about a missing one.

@@ -47,7 +47,7 @@ void BM_Assemble(benchmark::State& state) {
   split.labels.assign(60000, 3);
   std::vector<std::int64_t> indices;
   for (int k = 0; k < state.range(0); ++k) indices.push_back((k * 7919) % 60000);
-  for (auto _ : state) benchmark::DoNotOptimize(mgbench::data::assemble_batch(split, indices, false));
+  for (auto _ : state) benchmark::DoNotOptimize(mgbench::data::assemble_mnist_batch(split, indices, false));
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// ImageLoader: assembles batches on a background thread, ahead of the training loop
-// (the role of torch.utils.data.DataLoader with a prefetch queue). A batch stays uint8 in host
-// memory ([B, 1, H, W], 784 B per MNIST sample); with pin_memory it is assembled directly in
-// page-locked memory so the host-to-device copy can be asynchronous.
+// BatchLoader: assembles a recipe's batches on a background thread, ahead of the training loop
+// (the role of torch.utils.data.DataLoader with a prefetch queue and pin_memory). What a batch
+// holds is the recipe's business (uint8 images and labels; token ids and loss targets); the
+// loader only runs the recipe's assembly in plan order, `prefetch` batches ahead, and makes every
+// tensor of a batch page-locked when asked, so that the copy to the GPU can be asynchronous.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -20,49 +21,52 @@
 
 namespace mgbench::data {
 
-/// A transform the loader thread applies to each batch's images (`--upscale host`: the paper's
-/// host-side Resize/Normalize, so float images cross PCIe).
-using HostTransform = std::function<torch::Tensor(const torch::Tensor&)>;
-
-struct ImageBatch {
-  torch::Tensor images;  // uint8 [B, 1, H, W] (or the HostTransform's output), host, pinned when requested
-  torch::Tensor labels;  // int64 [B], host
-  PlannedBatch plan;
+/// One batch of samples as a recipe assembled it: on the host (page-locked with pin_memory), or
+/// on the device once the training loop's feeder has copied it.
+struct Batch {
+  PlannedBatch plan;                   // which samples (and whether this rank computes on them)
+  std::vector<torch::Tensor> tensors;  // the recipe's tensors, e.g. uint8 images [B, 1, 28, 28] and int64 labels [B]
+  std::int64_t samples = 0;            // rows (images, sequences)
+  std::int64_t tokens = 0;             // text: real (non-padding) input tokens; 0 otherwise
+  std::int64_t padded_tokens = 0;      // text: rows x padded length; 0 otherwise
+  std::int64_t loss_targets = 0;       // text: positions with a next-token target; 0 otherwise
 };
 
-class ImageLoader {
- public:
-  /// Starts the worker thread over plan. prefetch: batches assembled ahead (>= 1).
-  /// pin_memory: allocate batches in page-locked memory (needs a CUDA build and device).
-  /// transform: applied to the images on the worker thread (its output pinned when pin_memory).
-  ImageLoader(const MnistSplit& dataset, std::vector<PlannedBatch> plan, int prefetch, bool pin_memory,
-              HostTransform transform = {});
-  ~ImageLoader();
-  ImageLoader(const ImageLoader&) = delete;
-  ImageLoader& operator=(const ImageLoader&) = delete;
+/// Builds the batch of plan's samples on the calling thread. pin_memory: allocate the tensors in
+/// page-locked memory where that saves a copy (the loader pins whatever is not).
+using AssembleBatch = std::function<Batch(const PlannedBatch& plan, bool pin_memory)>;
 
-  /// The next batch in plan order, or nullopt at the end. Rethrows a worker exception.
-  std::optional<ImageBatch> next();
+class BatchLoader {
+ public:
+  /// Starts the worker thread over plan. prefetch: batches assembled ahead (>= 1). pin_memory:
+  /// every tensor of a batch page-locked (needs a CUDA build and device).
+  BatchLoader(std::vector<PlannedBatch> plan, AssembleBatch assemble, int prefetch, bool pin_memory);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  /// The next batch in plan order, or nullopt at the end. Rethrows an exception of the worker
+  /// (a DataError of the assembly, say) on the caller's thread.
+  std::optional<Batch> next();
 
  private:
   void run();
-  ImageBatch assemble(PlannedBatch plan) const;
 
-  const MnistSplit& dataset_;
   std::vector<PlannedBatch> plan_;
+  AssembleBatch assemble_;
   std::size_t capacity_;
   bool pin_memory_;
-  HostTransform transform_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<ImageBatch> ready_;
+  std::deque<Batch> ready_;
   std::size_t delivered_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread worker_;
 };
 
-/// Builds one batch synchronously (evaluation, tests).
-ImageBatch assemble_batch(const MnistSplit& dataset, const std::vector<std::int64_t>& indices, bool pin_memory);
+/// The images [B, 1, rows, cols] (uint8) and labels [B] (int64) of dataset's samples `indices`,
+/// as tensors 0 and 1 of a Batch; samples = B.
+Batch assemble_mnist_batch(const MnistSplit& dataset, const std::vector<std::int64_t>& indices, bool pin_memory);
 
 }  // namespace mgbench::data

@@ -3,6 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -39,23 +41,25 @@ std::vector<std::vector<std::int64_t>> split_batches(const std::vector<std::int6
 
 }  // namespace
 
-Strategy parse_strategy(const std::string& name) {
-  if (name == "ddp") return Strategy::kDdp;
-  if (name == "ddp-rr") return Strategy::kDdpRr;
-  if (name == "ddp-ds") return Strategy::kDdpDs;
-  throw ConfigError(fmt::format("--strategy '{}': expected one of ddp, ddp-rr, ddp-ds", name));
-}
+namespace {
 
-std::string to_string(Strategy s) {
-  switch (s) {
-    case Strategy::kDdp:
-      return "ddp";
-    case Strategy::kDdpRr:
-      return "ddp-rr";
-    case Strategy::kDdpDs:
-      return "ddp-ds";
+constexpr StrategyInfo kStrategies[] = {
+    {"ddp", Strategy::kDdp, "every rank loads and computes the whole dataset (N ranks do N times the work)", false},
+    {"ddp-rr", Strategy::kDdpRr, "every rank loads every batch, rank r computes batches k with k % N == r", false},
+    {"ddp-ds", Strategy::kDdpDs, "torch.utils.data.DistributedSampler: each rank its 1/N of the shuffled dataset",
+     false},
+    {"dp", Strategy::kDp, "torch.nn.DataParallel: one process (1 rank) over every GPU of the node", true},
+};
+
+}  // namespace
+
+std::span<const StrategyInfo> strategy_choices() { return kStrategies; }
+
+const StrategyInfo& strategy_info(Strategy s) {
+  for (const auto& row : kStrategies) {
+    if (row.value == s) return row;
   }
-  return "?";
+  throw std::logic_error("strategy missing from the strategy table");
 }
 
 std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_size, int rank, std::uint64_t seed,
@@ -85,7 +89,7 @@ std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epo
   MGBENCH_REQUIRE(o.batch_size >= 1, ConfigError, "--batch-size must be >= 1 (got {})", o.batch_size);
   MGBENCH_REQUIRE(o.dataset_size >= 1, ConfigError, "the training set is empty");
   std::vector<PlannedBatch> plan;
-  if (o.strategy == Strategy::kDdpDs) {
+  if (o.strategy == Strategy::kDdpDs || o.strategy == Strategy::kDp) {
     const auto indices =
         distributed_sampler_indices(o.dataset_size, o.world_size, o.rank, o.seed, epoch, o.shuffle, o.drop_last);
     auto batches = split_batches(indices, o.batch_size, o.drop_last);

@@ -7,17 +7,29 @@
 //   ddp-ds torch.utils.data.DistributedSampler: shuffle with a generator seeded seed + epoch,
 //          pad to a multiple of world_size by wrapping around (or drop the tail), take
 //          indices[rank::world_size].
+//   dp     one process over several GPUs (torch.nn.DataParallel): planned as ddp-ds on one rank;
+//          the replication is the model's side (train/data_parallel.h).
+// Adding a strategy: a row in sampler.cpp's table and its plan in plan_epoch.
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mgbench::data {
 
-enum class Strategy { kDdp, kDdpRr, kDdpDs };
+enum class Strategy { kDdp, kDdpRr, kDdpDs, kDp };
 
-/// "ddp" | "ddp-rr" | "ddp-ds"; throws ConfigError naming the accepted values.
-Strategy parse_strategy(const std::string& name);
-std::string to_string(Strategy s);
+/// A row of the strategy table (--strategy), in the manner of nccl-tests' testColl descriptors.
+struct StrategyInfo {
+  std::string_view name;
+  Strategy value;
+  std::string_view help;
+  bool single_process;  // one rank drives every GPU of the node (dp)
+};
+
+std::span<const StrategyInfo> strategy_choices();
+const StrategyInfo& strategy_info(Strategy s);
 
 /// The index sequence torch.utils.data.DistributedSampler(dataset of size n, num_replicas=world_size,
 /// rank, shuffle, seed, drop_last) yields after set_epoch(epoch). Shuffling uses torch.randperm

@@ -58,6 +58,7 @@ h5::Handle epoch_record_type() {
   insert(t, "test_accuracy", offsetof(EpochRecord, test_accuracy), H5T_NATIVE_DOUBLE);
   insert(t, "allreduce_window_s", offsetof(EpochRecord, allreduce_window_s), H5T_NATIVE_DOUBLE);
   insert(t, "skipped_steps", offsetof(EpochRecord, skipped_steps), H5T_NATIVE_INT64);
+  insert(t, "eval_loss", offsetof(EpochRecord, eval_loss), H5T_NATIVE_DOUBLE);
   return t;
 }
 

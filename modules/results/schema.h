@@ -12,7 +12,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 2;  // 2: all-reduce window, loss scale, CUDA metrics tables
+inline constexpr std::int64_t kSchemaVersion = 3;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -63,13 +63,13 @@ struct StepRecord {
   double start_s = kNaN;          // step start, seconds since the run started
   PhaseTimes phases;
   double step_s = kNaN;              // wall time of the whole step
-  double loss = kNaN;                // mean loss of this rank's micro-batch
-  std::int64_t samples = 0;          // samples computed on in this step
+  double loss = kNaN;                // this rank's loss per target (image: per sample) over the step's micro-batches
+  std::int64_t samples = 0;          // samples computed on in this step (all its micro-batches)
   double allreduce_window_s = kNaN;  // first bucket all-reduce start -> last end (NaN: 1 rank)
   double loss_scale = kNaN;          // GradScaler scale used in this step (NaN: no loss scaling)
-  std::int8_t skipped = 0;           // 1: optimizer step skipped (non-finite gradients, amp-fp16)
-  std::int64_t tokens = 0;           // llm: real (non-padding) input tokens of this rank's step
-  std::int64_t padded_tokens = 0;    // llm: batch x padded length, summed over the micro-batches
+  std::int8_t skipped = 0;           // 1: optimizer step skipped (non-finite gradients, amp-fp16; no loss target)
+  std::int64_t tokens = 0;           // text: real (non-padding) input tokens of this rank's step; 0 otherwise
+  std::int64_t padded_tokens = 0;    // text: batch x padded length, summed over the micro-batches; 0 otherwise
   double lr = kNaN;                  // learning rate used in the step
 };
 
@@ -88,7 +88,8 @@ struct EpochRecord {
   std::int64_t test_samples = -1;   // test samples evaluated, summed over all ranks
   double test_accuracy = kNaN;      // test_correct / test_samples, in [0, 1]
   double allreduce_window_s = 0;    // summed over the epoch's steps; overlap = 1 - allreduce_s / this
-  std::int64_t skipped_steps = 0;   // optimizer steps skipped by the GradScaler
+  std::int64_t skipped_steps = 0;   // optimizer steps skipped (GradScaler: non-finite gradients; no loss target)
+  double eval_loss = kNaN;          // mean loss per target of the evaluation, over all ranks (NaN: none)
 };
 
 /// rank_<r>/cuda_summary (one row): CUDA activity of the profile window, from CUPTI.
@@ -139,14 +140,14 @@ struct RunSummary {
   double train_s = kNaN;        // sum of epoch training times (rank 0)
   double eval_s = kNaN;         // sum of evaluation times (rank 0)
   double samples_per_s = kNaN;  // samples computed on by all ranks / train_s [img/s]
-  double final_loss = kNaN;     // loss_mean of the last epoch (rank 0)
+  double final_loss = kNaN;     // loss_mean of the last epoch, averaged over ranks
   double test_accuracy = kNaN;  // accuracy after the last evaluated epoch, in [0, 1]
   std::int64_t epochs_completed = 0;
   double finished_unix_s = kNaN;        // UTC seconds since 1970 when the run ended
-  double s_per_it = kNaN;               // llm: train_s / optimizer steps (rank 0) [s/it]
-  double tokens_per_s = kNaN;           // llm: real tokens of all ranks / train_s [tokens/s]
-  double mfu = kNaN;                    // llm: model FLOPs / (train_s x ranks x peak FLOP/s), NaN without a peak
-  double eval_loss = kNaN;              // llm --eval-only: token-weighted mean cross-entropy
+  double s_per_it = kNaN;               // train_s / optimizer steps (rank 0) [s/it]
+  double tokens_per_s = kNaN;           // text: real tokens of all ranks / train_s [tokens/s]; NaN otherwise
+  double mfu = kNaN;                    // model FLOPs / (train_s x ranks x peak FLOP/s); NaN without FLOPs or a peak
+  double eval_loss = kNaN;              // the last evaluation's mean loss per target (llm --eval-only: its result)
   std::int64_t peak_memory_bytes = -1;  // rank 0: CUDA allocator peak (GPU) or peak resident set size (CPU)
 };
 

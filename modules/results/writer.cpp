@@ -198,6 +198,7 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   // Attribute writes are collective with identical values: everyone writes rank 0's.
   h5::write_attributes(run_group_, decode_attributes(broadcast_string(comm_, encode_attributes(run_attributes))));
   h5::write_attribute(run_group_, "hdf5_version", hdf5_version());
+  h5::write_attribute(run_group_, "schema_version", kSchemaVersion);
   h5::write_attribute(run_group_, "run_id", run_id_);
 
   const hsize_t scalar_dims[1] = {1};

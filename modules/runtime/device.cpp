@@ -15,23 +15,41 @@
 
 namespace mgbench::runtime {
 
+namespace {
+
+constexpr options::Choice<DeviceRequest> kDevices[] = {
+    {"auto", DeviceRequest::kAuto, "the GPU of the rank's local rank when GPUs are visible, else the CPU"},
+    {"cuda", DeviceRequest::kCuda, "the GPU of the rank's local rank (an error without one)"},
+    {"cpu", DeviceRequest::kCpu, "the CPU"},
+};
+
+constexpr options::Choice<Backend> kBackends[] = {
+    {"auto", Backend::kAuto, "nccl on GPUs, mpi on the CPU"},
+    {"nccl", Backend::kNccl, "NCCL, bootstrapped over MPI (one GPU per rank)"},
+    {"mpi", Backend::kMpi, "MPI; GPU tensors are staged through host memory (ranks may share a GPU)"},
+};
+
+}  // namespace
+
+std::span<const options::Choice<DeviceRequest>> device_choices() { return kDevices; }
+std::span<const options::Choice<Backend>> backend_choices() { return kBackends; }
+std::string_view backend_name(Backend backend) { return options::name_of(backend_choices(), backend); }
+
 std::string DevicePlacement::str() const { return is_cuda() ? fmt::format("cuda:{}", index) : "cpu"; }
 
-DevicePlacement place_rank(const std::string& requested, int visible_gpus, int local_rank) {
-  MGBENCH_REQUIRE(requested == "auto" || requested == "cuda" || requested == "cpu", ConfigError,
-                  "--device '{}': expected auto, cuda or cpu", requested);
-  if (requested == "cpu" || (requested == "auto" && visible_gpus == 0)) return {DeviceKind::kCpu, -1};
+DevicePlacement place_rank(DeviceRequest requested, int visible_gpus, int local_rank) {
+  if (requested == DeviceRequest::kCpu || (requested == DeviceRequest::kAuto && visible_gpus == 0)) {
+    return {DeviceKind::kCpu, -1};
+  }
   MGBENCH_REQUIRE(visible_gpus > 0, ConfigError,
                   "--device cuda: no CUDA device is visible to this rank (check the driver, CUDA_VISIBLE_DEVICES "
                   "and the job's GPU request, e.g. --gpus-per-node); use --device cpu to run on the CPU");
   return {DeviceKind::kCuda, local_rank % visible_gpus};
 }
 
-std::string resolve_backend(const std::string& requested, const DevicePlacement& device, bool nccl_built) {
-  MGBENCH_REQUIRE(requested == "auto" || requested == "nccl" || requested == "mpi", ConfigError,
-                  "--backend '{}': expected auto, nccl or mpi", requested);
-  if (requested == "auto") return device.is_cuda() && nccl_built ? "nccl" : "mpi";
-  if (requested == "nccl") {
+Backend resolve_backend(Backend requested, const DevicePlacement& device, bool nccl_built) {
+  if (requested == Backend::kAuto) return device.is_cuda() && nccl_built ? Backend::kNccl : Backend::kMpi;
+  if (requested == Backend::kNccl) {
     MGBENCH_REQUIRE(nccl_built, ConfigError, "--backend nccl: this mgbench was built without CUDA/NCCL");
     MGBENCH_REQUIRE(device.is_cuda(), ConfigError,
                     "--backend nccl needs GPUs, but this rank runs on the CPU (--device); use --backend mpi");
@@ -39,11 +57,11 @@ std::string resolve_backend(const std::string& requested, const DevicePlacement&
   return requested;
 }
 
-int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, const std::string& backend,
+int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, Backend backend,
                       const std::string& hostname) {
   std::map<std::string, std::vector<int>> ranks_of;
   for (std::size_t r = 0; r < gpu_ids.size(); ++r) ranks_of[gpu_ids[r]].push_back(static_cast<int>(r));
-  if (backend == "nccl") {
+  if (backend == Backend::kNccl) {
     for (const auto& [id, ranks] : ranks_of) {
       MGBENCH_REQUIRE(ranks.size() == 1, ConfigError,
                       "{} ranks on node {} but only {} GPU(s): local ranks {} would share GPU {}, which NCCL does "
@@ -83,7 +101,25 @@ std::string cuda_device_description(int index) {
   return fmt::format("{}, {:.1f} GiB, sm_{}{}", p.name, static_cast<double>(p.totalGlobalMem) / (1 << 30), p.major,
                      p.minor);
 }
+
+namespace {
+std::string cuda_version_text(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : ""; }
+}  // namespace
+
+std::string cuda_runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return cuda_version_text(v);
+}
+
+std::string cuda_driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return cuda_version_text(v);
+}
 #else
+std::string cuda_runtime_version() { return ""; }
+std::string cuda_driver_version() { return ""; }
 int visible_cuda_devices() { return 0; }
 std::string cuda_pci_bus_id(int index) { return fmt::format("none:{}", index); }
 std::string cuda_device_description(int) { return ""; }

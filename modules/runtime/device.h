@@ -2,10 +2,24 @@
 // Rank -> device binding: one MPI rank per GPU, chosen by local rank (the rank's index among
 // the ranks of its node, from MPI_Comm_split_type), and the communication backend that goes
 // with the device. No LibTorch here.
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/option_table.h"
+
 namespace mgbench::runtime {
+
+/// --device: where a rank computes.
+enum class DeviceRequest { kAuto, kCuda, kCpu };
+std::span<const options::Choice<DeviceRequest>> device_choices();
+
+/// --backend: the communication library of the collectives. After resolve_backend: kNccl or kMpi.
+enum class Backend { kAuto, kNccl, kMpi };
+std::span<const options::Choice<Backend>> backend_choices();
+/// "auto", "nccl", "mpi".
+std::string_view backend_name(Backend backend);
 
 enum class DeviceKind { kCpu, kCuda };
 
@@ -18,25 +32,22 @@ struct DevicePlacement {
   std::string str() const;
 };
 
-/// Chooses this rank's device. requested: auto | cuda | cpu (auto = cuda when a GPU is
-/// visible). visible_gpus: CUDA devices visible to this process (after CUDA_VISIBLE_DEVICES;
-/// 1 per rank under `srun --gpus-per-task=1`). A GPU rank takes visible device
-/// local_rank % visible_gpus: with per-node visibility that is local_rank; whether two ranks of
-/// a node ended up on one physical GPU is decided by check_gpu_sharing.
-/// Throws ConfigError for an unknown value, or --device cuda without a visible GPU.
-DevicePlacement place_rank(const std::string& requested, int visible_gpus, int local_rank);
+/// Chooses this rank's device (auto = cuda when a GPU is visible). visible_gpus: CUDA devices visible to this process
+/// (after CUDA_VISIBLE_DEVICES; 1 per rank under `srun --gpus-per-task=1`). A GPU rank takes visible device local_rank
+/// % visible_gpus: with per-node visibility that is local_rank; whether two ranks of a node ended up on one physical
+/// GPU is decided by check_gpu_sharing. Throws ConfigError for --device cuda without a visible GPU.
+DevicePlacement place_rank(DeviceRequest requested, int visible_gpus, int local_rank);
 
-/// Resolves --backend auto | nccl | mpi for a device: auto = nccl on GPUs (when built with
-/// NCCL), mpi on the CPU. Throws ConfigError for an unknown value, nccl on the CPU, or nccl in
-/// a build without NCCL.
-std::string resolve_backend(const std::string& requested, const DevicePlacement& device, bool nccl_built);
+/// Resolves --backend for a device: auto = nccl on GPUs (when built with NCCL), mpi on the CPU.
+/// Returns kNccl or kMpi. Throws ConfigError for nccl on the CPU, or nccl in a build without NCCL.
+Backend resolve_backend(Backend requested, const DevicePlacement& device, bool nccl_built);
 
 /// gpu_ids: the physical id (PCI bus id) of each local rank's GPU, in local-rank order, as
 /// gathered over the node (MpiEnvironment::node_allgather). NCCL cannot place two ranks of one communicator on one GPU:
 /// with backend "nccl" a repeated id throws ConfigError naming the ranks, the GPU, the number of GPUs and the way out
-/// (fewer ranks per node, or --backend mpi). With "mpi" sharing is allowed. Returns the number of local ranks sharing
+/// (fewer ranks per node, or --backend mpi). With kMpi sharing is allowed. Returns the number of local ranks sharing
 /// this rank's GPU (1 = exclusive).
-int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, const std::string& backend,
+int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, Backend backend,
                       const std::string& hostname);
 
 /// CUDA devices visible to this process (0 without a CUDA build, driver or device).
@@ -45,5 +56,9 @@ int visible_cuda_devices();
 std::string cuda_pci_bus_id(int index);
 /// Human-readable description ("NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90"); "" without CUDA.
 std::string cuda_device_description(int index);
+/// The CUDA runtime this binary uses and the driver's CUDA version, "13.0" / "13.1"; "" without
+/// CUDA (or, for the driver, without a driver).
+std::string cuda_runtime_version();
+std::string cuda_driver_version();
 
 }  // namespace mgbench::runtime

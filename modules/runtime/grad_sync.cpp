@@ -22,14 +22,19 @@ class ReadyHook final : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSyncOptions options)
-    : params_(std::move(params)), comm_(comm) {
+std::vector<BucketAssignment> GradSync::assign(const std::vector<torch::Tensor>& params,
+                                               const GradSyncOptions& options) {
   std::vector<TensorSize> sizes;
-  for (const auto& p : params_) {
+  for (const auto& p : params) {
     MGBENCH_REQUIRE(p.requires_grad(), CommError, "GradSync: a parameter does not require grad");
     sizes.push_back({static_cast<std::size_t>(p.numel()) * p.element_size(), static_cast<int>(p.scalar_type())});
   }
-  assignment_ = assign_buckets(sizes, options.first_bucket_bytes, options.bucket_bytes);
+  return assign_buckets(sizes, options.first_bucket_bytes, options.bucket_bytes);
+}
+
+GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSyncOptions options)
+    : params_(std::move(params)), comm_(comm) {
+  assignment_ = assign(params_, options);
   bucket_of_.resize(params_.size());
   slot_of_.resize(params_.size());
   ready_.assign(params_.size(), false);

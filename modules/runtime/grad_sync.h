@@ -33,6 +33,10 @@ class GradSync {
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
+  /// The buckets GradSync would build for params (what the constructor uses). Throws CommError for
+  /// a parameter that does not require grad.
+  static std::vector<BucketAssignment> assign(const std::vector<torch::Tensor>& params, const GradSyncOptions& options);
+
   /// Before each backward: forget the previous step's readiness.
   void prepare();
   /// After backward: all-reduce every bucket not yet launched (a parameter without gradient

@@ -9,6 +9,7 @@
 
 namespace mgbench::runtime {
 bool nccl_built() { return false; }
+std::string nccl_version() { return ""; }
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions) {
   throw CommError("NCCL backend: this mgbench was built without CUDA/NCCL (use --backend mpi)");
 }
@@ -256,6 +257,14 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 bool nccl_built() { return true; }
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess || v <= 0) return "";
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9 (major * 1000 + ... before).
+  return v >= 10000 ? fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
+                    : fmt::format("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100);
+}
 
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device_index, NcclOptions options) {
   return std::make_unique<NcclCommunicator>(comm, device_index, options);

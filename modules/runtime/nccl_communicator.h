@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 
 #include "runtime/communicator.h"
 
@@ -29,6 +30,8 @@ struct NcclOptions {
 
 /// True when mgbench was built with NCCL (a CUDA build).
 bool nccl_built();
+/// The NCCL library's version ("2.27.7", from ncclGetVersion); "" without NCCL.
+std::string nccl_version();
 
 /// Creates the NCCL communicator over the ranks of comm (collective over comm), on CUDA device
 /// `device_index` (which becomes this thread's current device). Throws CommError when NCCL is not

@@ -5,11 +5,22 @@
 #include <torch/nn/parallel/data_parallel.h>
 
 namespace mgbench::train {
+namespace {
 
-DataParallel::DataParallel(models::MobileNetV2 module, std::vector<torch::Device> devices)
-    : module_(std::move(module)), devices_(std::move(devices)) {
+/// A replica as torch::nn::parallel::parallel_apply wants it: `replica->forward(x)`.
+struct Replica {
+  std::shared_ptr<torch::nn::Module> module;
+  const models::ImageClassifier* model;
+  Replica* operator->() { return this; }
+  torch::Tensor forward(const torch::Tensor& x) { return model->forward(*module, x); }
+};
+
+}  // namespace
+
+DataParallel::DataParallel(models::ImageClassifier model, std::vector<torch::Device> devices)
+    : model_(std::move(model)), devices_(std::move(devices)) {
   if (devices_.empty()) throw std::invalid_argument("DataParallel: no devices");
-  const auto params = module_->parameters();
+  const auto params = model_.module->parameters();
   if (!params.empty() && params.front().device() != devices_.front()) {
     throw std::invalid_argument("DataParallel: the module must be on devices[0] (" + devices_.front().str() +
                                 "), not " + params.front().device().str());
@@ -17,11 +28,12 @@ DataParallel::DataParallel(models::MobileNetV2 module, std::vector<torch::Device
 }
 
 torch::Tensor DataParallel::forward(const torch::Tensor& x) {
-  if (devices_.size() == 1) return module_->forward(x);
+  if (devices_.size() == 1) return model_.forward(*model_.module, x);
   std::vector<torch::Tensor> chunks = x.chunk(static_cast<std::int64_t>(devices_.size()), 0);
   const std::vector<torch::Device> used(devices_.begin(),
                                         devices_.begin() + static_cast<std::ptrdiff_t>(chunks.size()));
-  std::vector<std::shared_ptr<models::MobileNetV2Impl>> replicas = torch::nn::parallel::replicate(module_.ptr(), used);
+  std::vector<Replica> replicas;
+  for (auto& module : torch::nn::parallel::replicate(model_.module, used)) replicas.push_back({module, &model_});
   std::vector<torch::Tensor> inputs;
   for (std::size_t i = 0; i < chunks.size(); ++i) inputs.push_back(chunks[i].to(used[i], /*non_blocking=*/true));
   // Each replica runs in its own thread and returns its output on its own device.
@@ -30,8 +42,8 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
   {
     // PyTorch's replica on devices[0] shares its buffers with the module: keep its updates.
     torch::NoGradGuard no_grad;
-    const auto ours = module_->buffers();
-    const auto theirs = replicas.front()->buffers();
+    const auto ours = model_.module->buffers();
+    const auto theirs = replicas.front().module->buffers();
     for (std::size_t i = 0; i < ours.size(); ++i) ours[i].copy_(theirs[i]);
   }
   return torch::cat(outputs, 0);

@@ -87,23 +87,23 @@ results::PhaseTimes PhaseClock::take() {
 
 // ---------------------------------------------------------------- DeviceFeeder
 struct DeviceFeeder::Impl {
-  data::ImageLoader& loader;
+  data::BatchLoader& loader;
   torch::Device device;
   bool async = false;
   std::size_t depth = 1;
   bool exhausted = false;
 #ifdef MGBENCH_HAVE_CUDA
   struct InFlight {
-    DeviceBatch batch;
+    data::Batch batch;
     at::cuda::CUDAEvent copied;
   };
   std::optional<c10::cuda::CUDAStream> copy_stream;
   std::deque<InFlight> inflight;
 #endif
-  Impl(data::ImageLoader& l, const torch::Device& d) : loader(l), device(d) {}
+  Impl(data::BatchLoader& l, const torch::Device& d) : loader(l), device(d) {}
 };
 
-DeviceFeeder::DeviceFeeder(data::ImageLoader& loader, const torch::Device& device, bool async, int depth)
+DeviceFeeder::DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth)
     : impl_(std::make_unique<Impl>(loader, device)) {
   impl_->depth = static_cast<std::size_t>(std::max(depth, 1));
 #ifdef MGBENCH_HAVE_CUDA
@@ -116,20 +116,26 @@ DeviceFeeder::DeviceFeeder(data::ImageLoader& loader, const torch::Device& devic
 
 DeviceFeeder::~DeviceFeeder() = default;
 
-std::optional<DeviceBatch> DeviceFeeder::next(PhaseClock& clock) {
+data::Batch to_device(data::Batch batch, const torch::Device& device) {
+  if (device.is_cpu()) return batch;
+  for (auto& t : batch.tensors) t = t.to(device);
+  return batch;
+}
+
+std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
   auto& m = *impl_;
   if (!m.async) {
     clock.enter(Phase::kData);
-    std::optional<data::ImageBatch> host = m.loader.next();
-    if (!host) return std::nullopt;
+    std::optional<data::Batch> host = m.loader.next();
+    if (!host || m.device.is_cpu()) return host;  // the CPU computes on the host batch: no copy
     clock.enter(Phase::kH2d);
-    return DeviceBatch{host->images.to(m.device), host->labels.to(m.device), std::move(host->plan)};
+    return to_device(std::move(*host), m.device);
   }
 #ifdef MGBENCH_HAVE_CUDA
   // Keep `depth` batches copying on the copy stream.
   clock.enter(Phase::kData);
   while (!m.exhausted && m.inflight.size() < m.depth) {
-    std::optional<data::ImageBatch> host = m.loader.next();
+    std::optional<data::Batch> host = m.loader.next();
     if (!host) {
       m.exhausted = true;
       break;
@@ -137,9 +143,8 @@ std::optional<DeviceBatch> DeviceFeeder::next(PhaseClock& clock) {
     clock.enter(Phase::kH2d);
     {
       const c10::cuda::CUDAStreamGuard guard(*m.copy_stream);
-      m.inflight.push_back({DeviceBatch{host->images.to(m.device, /*non_blocking=*/true),
-                                        host->labels.to(m.device, /*non_blocking=*/true), std::move(host->plan)},
-                            at::cuda::CUDAEvent()});
+      for (auto& t : host->tensors) t = t.to(m.device, /*non_blocking=*/true);
+      m.inflight.push_back({std::move(*host), at::cuda::CUDAEvent()});
       m.inflight.back().copied.record(*m.copy_stream);
     }
     clock.enter(Phase::kData);
@@ -152,8 +157,9 @@ std::optional<DeviceBatch> DeviceFeeder::next(PhaseClock& clock) {
   front.copied.block(compute);
   // Allocated on the copy stream, used on the compute stream: the allocator must not recycle
   // the memory before the compute stream is done with it.
-  c10::cuda::CUDACachingAllocator::recordStream(front.batch.images.storage().data_ptr(), compute);
-  c10::cuda::CUDACachingAllocator::recordStream(front.batch.labels.storage().data_ptr(), compute);
+  for (const auto& t : front.batch.tensors) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute);
+  }
   return std::move(front.batch);
 #else
   return std::nullopt;

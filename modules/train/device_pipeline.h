@@ -5,11 +5,13 @@
 //    step's own host sync, so timing adds no synchronisation: a phase's time is the span of the
 //    GPU timeline between its boundaries (the work it queued, or the GPU idling while the host
 //    prepared it). Each phase is also an NVTX range (Nsight Systems shows the same phases).
-//  - DeviceFeeder: host batches from the ImageLoader to the device. With pin_memory on a GPU,
-//    page-locked batches are copied with non_blocking copies on a dedicated copy stream,
-//    `depth` batches ahead; the compute stream waits on an event per batch (no host sync) and
-//    the caching allocator is told the batch is used on the compute stream. Without it, the
-//    copy is a plain synchronous copy from pageable memory (PyTorch with pin_memory=False).
+//  - DeviceFeeder: a recipe's host batches from the BatchLoader to the device, every tensor of
+//    the batch. With pin_memory on a GPU, page-locked batches are copied with non_blocking
+//    copies on a dedicated copy stream, `depth` batches ahead; the compute stream waits on an
+//    event per batch (no host sync) and the caching allocator is told the batch is used on the
+//    compute stream. Without it, the copy is a plain synchronous copy from pageable memory
+//    (PyTorch with pin_memory=False). On the CPU there is nothing to copy: batches are used in
+//    place and no h2d time is recorded.
 // Follows the prefetching pattern of NVIDIA Apex / PyTorch's DataLoader(pin_memory=True) + .to(non_blocking=True).
 #include <deque>
 #include <memory>
@@ -41,26 +43,23 @@ class PhaseClock {
   std::unique_ptr<Impl> impl_;
 };
 
-struct DeviceBatch {
-  torch::Tensor images;  // on the device: uint8 [B, 1, 28, 28], or the host transform's output
-  torch::Tensor labels;  // int64 [B] on the device
-  data::PlannedBatch plan;
-};
-
 class DeviceFeeder {
  public:
   /// async: pinned batches, copy stream and `depth` (>= 1) batches in flight; needs a CUDA device
   /// (ignored on the CPU, where batches are used in place).
-  DeviceFeeder(data::ImageLoader& loader, const torch::Device& device, bool async, int depth);
+  DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth);
   ~DeviceFeeder();
-  /// The next batch on the device, or nullopt at the end of the epoch. Time waiting for the
-  /// loader goes to the data phase, copies to h2d.
-  std::optional<DeviceBatch> next(PhaseClock& clock);
+  /// The next batch with its tensors on the device, or nullopt at the end of the epoch. Time
+  /// waiting for the loader goes to the data phase, copies to h2d (none on the CPU).
+  std::optional<data::Batch> next(PhaseClock& clock);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// batch with its tensors copied to device, synchronously (evaluation); on the CPU, batch itself.
+data::Batch to_device(data::Batch batch, const torch::Device& device);
 
 /// The torch device of a rank's placement (runtime/device.h is torch-free): cuda:N or cpu.
 torch::Device to_torch_device(const runtime::DevicePlacement& placement);

@@ -13,9 +13,10 @@
 #include "results/reader.h"
 #include "runtime/device.h"
 #include "runtime/nccl_communicator.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint_state.h"
 #include "train/device_pipeline.h"
-#include "train/llm_tuner.h"
+#include "train/job_config.h"
+#include "train/loop.h"
 
 namespace mgbench {
 namespace {
@@ -39,7 +40,7 @@ std::pair<int, int> node_position() {
     GTEST_SKIP() << "no CUDA device visible"
 
 runtime::DevicePlacement my_gpu() {
-  return runtime::place_rank("cuda", runtime::visible_cuda_devices(), node_position().first);
+  return runtime::place_rank(runtime::DeviceRequest::kCuda, runtime::visible_cuda_devices(), node_position().first);
 }
 
 TEST(CheckpointOnGpu, ModelOptimizerAndCudaRngRoundTripContinueIdentically) {
@@ -125,19 +126,15 @@ TEST(MpiBackendOnGpu, RanksEqualOneRankWithWorldTimesTheBatch) {
   if (!have_data()) GTEST_SKIP() << "no shared MNIST";
   SharedDir dir;
   const auto placement = my_gpu();  // ranks may share a GPU: the MPI backend stages through the host
-  auto config = small_config("ddp-ds", 8);
-  config.precision = "fp64";
-  config.freeze_batchnorm = true;
-  config.dropout = 0.0;
-  config.cudnn_benchmark = false;
-  config.cupti = false;
+  const Settings exact{{"precision", "fp64"},        {"freeze-batchnorm", "true"}, {"dropout", "0"},
+                       {"cudnn-benchmark", "false"}, {"cupti", "false"},           {"device", "cuda"}};
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
-  const Trained distributed = train_run(comm, MPI_COMM_WORLD, config, dir.file("gpu.h5"), placement);
+  const Trained distributed =
+      train_run(comm, MPI_COMM_WORLD, *small_config("ddp-ds", 8, exact), dir.file("gpu.h5"), placement);
   if (world_rank() == 0) {
-    auto single = config;
-    single.batch_size = 8 * world_size();
     runtime::MpiCommunicator self(MPI_COMM_SELF);
-    const Trained reference = train_run(self, MPI_COMM_SELF, single, dir.file("single.h5"), placement);
+    const Trained reference = train_run(self, MPI_COMM_SELF, *small_config("ddp-ds", 8 * world_size(), exact),
+                                        dir.file("single.h5"), placement);
     const double diff = (flat(distributed.parameters) - flat(reference.parameters)).abs().max().item<double>();
     EXPECT_LT(diff, 1e-9);
     EXPECT_TRUE(distributed.parameters.front().is_cuda());
@@ -150,11 +147,9 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
   if (!have_data()) GTEST_SKIP() << "no shared MNIST";
   SharedDir dir;
   if (world_rank() == 0) {
-    auto config = small_config("ddp-ds", 16);
-    config.image_size = 64;
-    config.pin_memory = true;
+    auto config = small_config("ddp-ds", 16, {{"image-size", "64"}, {"pin-memory", "true"}, {"device", "cuda"}});
     runtime::MpiCommunicator self(MPI_COMM_SELF);
-    train_run(self, MPI_COMM_SELF, config, dir.file("cupti.h5"), my_gpu());
+    train_run(self, MPI_COMM_SELF, *config, dir.file("cupti.h5"), my_gpu());
     const auto runs = results::read_runs(dir.file("cupti.h5"));
     ASSERT_EQ(runs.size(), 1u);
     ASSERT_EQ(runs[0].cuda.size(), 1u);
@@ -191,20 +186,23 @@ TEST(LlmOnGpu, EvalLossEqualsCpu) {
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
   SharedDir dir;
   if (world_rank() == 0) {
-    train::LlmConfig c;
-    c.model = model;
-    c.tokenizer = test::shared_data_dir() + "/llama3/tiktoken_small.model";
-    c.dataset = "alpaca";
-    c.data = test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json";
-    c.limit = 16;
-    c.precision = "fp32";
-    c.eval_only = true;
-    c.batch_size = 4;
     runtime::MpiCommunicator self(MPI_COMM_SELF);
     auto eval_on = [&](runtime::DevicePlacement p) {
-      train::LlmTuner tuner(c, self, p);
-      tuner.load();
-      return tuner.evaluate();
+      auto c = train::configure("llm");
+      for (const auto& [name, value] :
+           Settings{{"model", model},
+                    {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
+                    {"dataset", "alpaca"},
+                    {"data", test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json"},
+                    {"limit", "16"},
+                    {"precision", "fp32"},
+                    {"eval-only", "true"},
+                    {"batch-size", "4"}}) {
+        c->set(name, value);
+      }
+      c->validate();
+      train::TrainingLoop loop(c->train, *c->recipe, self, p, 1);
+      return loop.evaluate().loss;
     };
     const double cpu = eval_on({});
     const double gpu = eval_on(my_gpu());

@@ -5,7 +5,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../unit/test_support.h"
@@ -14,7 +16,9 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/mpi_communicator.h"
-#include "train/image_trainer.h"
+#include "train/job_config.h"
+#include "train/loop.h"
+#include "train/run_state.h"
 
 namespace mgbench::test {
 
@@ -66,40 +70,54 @@ inline double max_difference_across_ranks(runtime::Communicator& comm, const tor
   return diff.item<double>();
 }
 
-inline train::ImageConfig small_config(const std::string& strategy, std::int64_t batch_size) {
-  train::ImageConfig c;
-  c.data_dir = test::shared_data_dir() + "/mnist";
-  c.image_size = 32;
-  c.limit_train = 96;  // divisible by 2 x 8 and 3 x 8: every batch full
-  c.limit_test = 60;
-  c.strategy = strategy;
-  c.epochs = 2;
-  c.batch_size = batch_size;
-  c.width_mult = 0.25;
-  c.threads = 1;
-  c.lr = 0.02;
+/// Option values by name, as the command line would give them.
+using Settings = std::vector<std::pair<std::string, std::string>>;
+
+/// The image job of the MPI tests: 96 MNIST images (divisible by 2 x 8 and 3 x 8: every batch
+/// full) at 32 px, a quarter-width MobileNetV2, 2 epochs; then `more`.
+inline std::unique_ptr<train::JobConfig> small_config(const std::string& strategy, std::int64_t batch_size,
+                                                      const Settings& more = {}) {
+  auto c = train::configure("image");
+  for (const auto& [name, value] : Settings{{"data", test::shared_data_dir() + "/mnist"},
+                                            {"image-size", "32"},
+                                            {"limit-train", "96"},
+                                            {"limit-test", "60"},
+                                            {"strategy", strategy},
+                                            {"epochs", "2"},
+                                            {"batch-size", std::to_string(batch_size)},
+                                            {"width-mult", "0.25"},
+                                            {"threads", "1"},
+                                            {"lr", "0.02"},
+                                            {"device", "cpu"}}) {
+    c->set(name, value);
+  }
+  for (const auto& [name, value] : more) c->set(name, value);
   return c;
 }
 
 struct Trained {
-  std::vector<torch::Tensor> parameters;
+  std::vector<torch::Tensor> parameters;  // the trained ones
   std::vector<torch::Tensor> buffers;
 };
 
-/// Trains config on the ranks of communicator's job; placement: the rank's device.
-inline Trained train_run(runtime::Communicator& communicator, MPI_Comm comm, const train::ImageConfig& config,
+/// Runs config's job in this process on the ranks of comm, through the training loop (the job's
+/// agreement stages and checkpoints left out); placement: the rank's device.
+inline Trained train_run(runtime::Communicator& communicator, MPI_Comm comm, train::JobConfig& config,
                          const std::string& results, runtime::DevicePlacement placement = {}) {
-  train::ImageTrainer trainer(config, communicator, 1, placement);
-  trainer.load_data();
-  results::ResultsWriter writer(results, comm, config.strategy, trainer.run_attributes(), trainer.rank_attributes(),
-                                trainer.layout());
-  Progress quiet(false, "img/s");
-  trainer.run(writer, quiet);
+  config.set("results", results);
+  config.validate();
+  train::TrainingLoop loop(config.train, *config.recipe, communicator, placement, 1);
+  h5::Attributes attributes = config.table.attributes();  // the options, then what the loop resolved
+  for (auto&& a : loop.run_attributes()) attributes.push_back(std::move(a));
+  results::ResultsWriter writer(results, comm, config.recipe_name, attributes, loop.rank_attributes(), loop.layout());
+  Progress quiet(false, loop.throughput_unit());
+  train::RunControl control;
+  loop.run(writer, quiet, control);
   writer.finish(results::kStatusCompleted);
-  return {trainer.parameters(), trainer.buffers()};
+  return {config.recipe->trainable_parameters(), config.recipe->model().buffers()};
 }
 
-inline Trained train_run(MPI_Comm comm, const train::ImageConfig& config, const std::string& results) {
+inline Trained train_run(MPI_Comm comm, train::JobConfig& config, const std::string& results) {
   runtime::MpiCommunicator communicator(comm);
   return train_run(communicator, comm, config, results);
 }

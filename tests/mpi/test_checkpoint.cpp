@@ -14,7 +14,8 @@
 #include "results/schema.h"
 #include "runtime/mpi_env.h"
 #include "runtime/stop_request.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint_state.h"
+#include "train/checkpointer.h"
 
 namespace mgbench::test {
 namespace {
@@ -119,8 +120,65 @@ TEST(Checkpointer, RefusesAnotherWorldSizeAndACorruptManifestOnEveryRank) {
 TEST(Checkpointer, OptionsNeedADirectory) {
   EXPECT_THROW((train::CheckpointOptions{"", 5, false}.validate()), ConfigError);
   EXPECT_THROW((train::CheckpointOptions{"", 0, true}.validate()), ConfigError);
-  EXPECT_THROW((train::CheckpointOptions{"d", -1, false}.validate()), ConfigError);
   EXPECT_NO_THROW((train::CheckpointOptions{"", 0, false}.validate()));
+  EXPECT_NO_THROW((train::CheckpointOptions{"d", 5, true}.validate()));
+}
+
+/// Expects f to throw ConfigError on every rank, its message holding every needle.
+template <typename F>
+void expect_refused_everywhere(F f, std::initializer_list<std::string> needles) {
+  int refused = 0;
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    refused = 1;
+    for (const auto& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  int everywhere = refused;
+  MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_EQ(everywhere, 1);
+}
+
+TEST(Checkpointer, AResumeContinuesOnlyItsOwnConfigurationAndSaysWhatDiffers) {
+  SharedDir dir;
+  auto& env = environment();
+  const std::string identity = "lr = 0.1\nwarmup-steps = 0\nseed = 42\n";
+  train::Checkpointer first({dir.file("ck"), 2, false}, env, "image", identity);
+  EXPECT_FALSE(first.find_start().has_value());  // a new run in an empty directory
+  train::CheckpointManifest m = first.manifest(4, 0, false);
+  m.results = "r.h5";
+  m.run_id = "run-a";
+  ASSERT_TRUE(first.save(m, state_with(4)));
+
+  // The same configuration resumes its checkpoint...
+  train::Checkpointer same({dir.file("ck"), 2, true}, env, "image", identity);
+  const auto found = same.find_start();
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->global_step, 4);
+  EXPECT_EQ(found->run_id, "run-a");
+  // ...but a new run of it (no --resume) would mix its checkpoints with the earlier run's: refused.
+  expect_refused_everywhere(
+      [&] {
+        train::Checkpointer({dir.file("ck"), 2, false}, env, "image", identity).find_start();
+      },
+      {"already holds checkpoints of this configuration", "run-a", "--resume"});
+  // --resume with a setting that changes results: refused, naming the settings and how to start afresh.
+  train::Checkpointer changed({dir.file("ck"), 2, true}, env, "image", "lr = 0.1\nwarmup-steps = 500\nseed = 7\n");
+  expect_refused_everywhere([&] { changed.find_start(); },
+                            {"no checkpoint of this configuration", "run-a", "--warmup-steps: 0 -> 500",
+                             "--seed: 42 -> 7", "leave out --resume"});
+  try {
+    changed.find_start();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).find("--lr:"), std::string::npos) << e.what();
+  }
+  // A new run of the changed configuration is fine: its checkpoints have a directory of their own.
+  train::Checkpointer changed_new({dir.file("ck"), 2, false}, env, "image", "lr = 0.1\nwarmup-steps = 500\n");
+  EXPECT_FALSE(changed_new.find_start().has_value());
+  EXPECT_NE(changed_new.directory(), first.directory());
+  // Another task's checkpoints are not this job's: --resume starts a new run.
+  train::Checkpointer llm({dir.file("ck"), 2, true}, env, "llm", "x = 1\n");
+  EXPECT_FALSE(llm.find_start().has_value());
 }
 
 TEST(CheckpointState, ModelOptimizerAndRngRoundTripContinueIdentically) {

@@ -10,8 +10,8 @@
 #include "results/writer.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
-#include "train/image_trainer.h"
-#include "train/llm_tuner.h"
+#include "train/job_config.h"
+#include "train/loop.h"
 
 namespace mgbench {
 namespace {
@@ -63,7 +63,7 @@ TEST(Training, ParametersAndBuffersIdenticalOnAllRanks) {
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   for (const std::string strategy : {"ddp", "ddp-rr", "ddp-ds"}) {
-    const Trained t = train_run(MPI_COMM_WORLD, small_config(strategy, 8), dir.file("identical.h5"));
+    const Trained t = train_run(MPI_COMM_WORLD, *small_config(strategy, 8), dir.file("identical.h5"));
     EXPECT_EQ(max_difference_across_ranks(comm, flat(t.parameters)), 0.0) << strategy;
     EXPECT_EQ(max_difference_across_ranks(comm, flat(t.buffers)), 0.0) << strategy;
   }
@@ -82,15 +82,11 @@ TEST(Training, DdpDsEqualsOneRankWithWorldTimesTheBatch) {
   SharedDir dir;
   // fp64, frozen BatchNorm (per-sample maths independent of the batch) and no dropout: the
   // only difference left is the order of floating-point sums.
-  auto config = small_config("ddp-ds", 8);
-  config.precision = "fp64";
-  config.freeze_batchnorm = true;
-  config.dropout = 0.0;
-  const Trained distributed = train_run(MPI_COMM_WORLD, config, dir.file("ds.h5"));
+  const Settings exact{{"precision", "fp64"}, {"freeze-batchnorm", "true"}, {"dropout", "0"}};
+  const Trained distributed = train_run(MPI_COMM_WORLD, *small_config("ddp-ds", 8, exact), dir.file("ds.h5"));
   if (world_rank() == 0) {
-    auto single = config;
-    single.batch_size = 8 * world_size();
-    const Trained reference = train_run(MPI_COMM_SELF, single, dir.file("single.h5"));
+    const Trained reference =
+        train_run(MPI_COMM_SELF, *small_config("ddp-ds", 8 * world_size(), exact), dir.file("single.h5"));
     const torch::Tensor a = flat(distributed.parameters);
     const torch::Tensor b = flat(reference.parameters);
     const double max_diff = (a - b).abs().max().item<double>();
@@ -98,9 +94,8 @@ TEST(Training, DdpDsEqualsOneRankWithWorldTimesTheBatch) {
     EXPECT_LT(max_diff, 1e-10) << "max |param(" << world_size() << " ranks x 8) - param(1 rank x " << 8 * world_size()
                                << ")| = " << max_diff;
     // And the comparison is not vacuous: a different global batch gives different parameters.
-    auto other = single;
-    other.batch_size = 8 * world_size() / 2;
-    const Trained different = train_run(MPI_COMM_SELF, other, dir.file("other.h5"));
+    const Trained different =
+        train_run(MPI_COMM_SELF, *small_config("ddp-ds", 8 * world_size() / 2, exact), dir.file("other.h5"));
     EXPECT_GT((flat(different.parameters) - b).abs().max().item<double>(), 1e-6);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -110,12 +105,11 @@ TEST(Training, HostUpscaleEqualsDeviceUpscale) {
   if (!have_data()) GTEST_SKIP() << "no shared MNIST";
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
-  auto config = small_config("ddp-ds", 8);
-  config.precision = "fp64";
-  config.epochs = 1;
-  const Trained device = train_run(MPI_COMM_WORLD, config, dir.file("upscale.h5"));
-  config.upscale = "host";
-  const Trained host = train_run(MPI_COMM_WORLD, config, dir.file("upscale.h5"));
+  const Settings fp64{{"precision", "fp64"}, {"epochs", "1"}};
+  const Trained device = train_run(MPI_COMM_WORLD, *small_config("ddp-ds", 8, fp64), dir.file("upscale.h5"));
+  auto host_config = small_config("ddp-ds", 8, fp64);
+  host_config->set("upscale", "host");
+  const Trained host = train_run(MPI_COMM_WORLD, *host_config, dir.file("upscale.h5"));
   // The same function on the same values, only on another thread: bit-identical.
   EXPECT_EQ((flat(device.parameters) - flat(host.parameters)).abs().max().item<double>(), 0.0);
 }
@@ -125,10 +119,8 @@ TEST(Training, MixedPrecisionKeepsRanksInStep) {
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   for (const std::string precision : {"bf16", "amp-bf16", "amp-fp16"}) {
-    auto config = small_config("ddp-ds", 8);
-    config.precision = precision;
-    config.epochs = 1;
-    const Trained t = train_run(MPI_COMM_WORLD, config, dir.file("amp.h5"));
+    const Trained t = train_run(MPI_COMM_WORLD, *small_config("ddp-ds", 8, {{"precision", precision}, {"epochs", "1"}}),
+                                dir.file("amp.h5"));
     EXPECT_EQ(max_difference_across_ranks(comm, flat(t.parameters)), 0.0) << precision;
     const auto dtype = t.parameters.front().scalar_type();
     EXPECT_EQ(dtype, precision == "bf16" ? torch::kBFloat16 : torch::kFloat32)
@@ -147,57 +139,94 @@ struct LlmTrained {
   std::vector<double> losses;
 };
 
-LlmTrained tune(MPI_Comm comm_world, const train::LlmConfig& config) {
+LlmTrained tune(MPI_Comm comm_world, train::JobConfig& config) {
   runtime::MpiCommunicator comm(comm_world);
-  train::LlmTuner tuner(config, comm, {});
-  tuner.load();
-  results::ResultsWriter writer(config.results, comm_world, "llm", tuner.run_attributes(), tuner.rank_attributes(),
-                                tuner.layout());
-  Progress quiet(false, "tok/s");
-  tuner.run(writer, quiet);
+  config.validate();
+  train::TrainingLoop loop(config.train, *config.recipe, comm, {}, 1);
+  results::ResultsWriter writer(config.train.results, comm_world, "llm", loop.run_attributes(), loop.rank_attributes(),
+                                loop.layout());
+  Progress quiet(false, loop.throughput_unit());
+  train::RunControl control;
+  loop.run(writer, quiet, control);
   writer.finish(results::kStatusCompleted);
   LlmTrained out;
-  for (const auto& p : tuner.adapter_parameters()) out.adapters.push_back(p.detach().clone());
+  for (const auto& p : config.recipe->trainable_parameters()) out.adapters.push_back(p.detach().clone());
   return out;
+}
+
+/// The LoRA job of the tests: the tiny Llama oracle on alpaca rows, 3 optimizer steps of 2 x 2.
+std::unique_ptr<train::JobConfig> lora_config(const std::string& model, std::int64_t batch_size,
+                                              const std::string& results) {
+  auto c = train::configure("llm");
+  for (const auto& [name, value] :
+       Settings{{"model", model},
+                {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
+                {"dataset", "alpaca"},
+                {"data", test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json"},
+                {"limit", std::to_string(24 * world_size())},
+                {"batch-size", std::to_string(batch_size)},
+                {"grad-accum", "2"},
+                {"max-steps", "3"},
+                {"warmup-steps", "1"},
+                {"lr", "1e-3"},
+                {"lora-rank", "4"},
+                {"precision", "fp32"},
+                {"device", "cpu"},
+                {"results", results}}) {
+    c->set(name, value);
+  }
+  return c;
 }
 
 TEST(LlmTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  const std::string tokenizer = test::shared_data_dir() + "/llama3/tiktoken_small.model";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
   SharedDir dir;
-  train::LlmConfig c;
-  c.model = model;
-  c.tokenizer = tokenizer;
-  c.dataset = "alpaca";
-  c.data = test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json";
-  c.limit = 24 * world_size();
-  c.batch_size = 2;
-  c.grad_accum = 2;
-  c.max_steps = 3;
-  c.warmup_steps = 1;
-  c.lr = 1e-3;
-  c.lora_rank = 4;
-  c.precision = "fp32";
-  c.results = dir.file("llm.h5");
-  const LlmTrained distributed = tune(MPI_COMM_WORLD, c);
+  const LlmTrained distributed = tune(MPI_COMM_WORLD, *lora_config(model, 2, dir.file("llm.h5")));
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   EXPECT_EQ(max_difference_across_ranks(comm, flat(distributed.adapters)), 0.0);
   if (world_rank() == 0) {
-    auto single = c;
-    single.batch_size = 2 * world_size();
-    single.results = dir.file("llm1.h5");
-    const LlmTrained reference = tune(MPI_COMM_SELF, single);
+    const LlmTrained reference = tune(MPI_COMM_SELF, *lora_config(model, 2 * world_size(), dir.file("llm1.h5")));
     const double diff = (flat(distributed.adapters) - flat(reference.adapters)).abs().max().item<double>();
     // fp32: only the order of the gradient sums differs (tolerance well under one AdamW step of 1e-3).
     EXPECT_LT(diff, 2e-5) << "max |adapter(" << world_size() << " ranks x 2) - adapter(1 rank x " << 2 * world_size()
                           << ")|";
-    auto other = single;
-    other.batch_size = world_size();  // a different global batch must give different adapters
-    other.results = dir.file("llm2.h5");
-    EXPECT_GT((flat(tune(MPI_COMM_SELF, other).adapters) - flat(reference.adapters)).abs().max().item<double>(), 1e-4);
+    // A different global batch must give different adapters.
+    const LlmTrained other = tune(MPI_COMM_SELF, *lora_config(model, world_size(), dir.file("llm2.h5")));
+    EXPECT_GT((flat(other.adapters) - flat(reference.adapters)).abs().max().item<double>(), 1e-4);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+std::int64_t allreduce_buckets(const train::TrainingLoop& loop) {
+  for (const auto& [name, value] : loop.run_attributes()) {
+    if (name == "allreduce_buckets") return std::get<std::int64_t>(value);
+  }
+  return -1;
+}
+
+TEST(TrainingLoop, EveryRecipeHonoursTheBucketSizes) {
+  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
+  if (!have_data() || !std::filesystem::exists(model)) GTEST_SKIP() << "no shared MNIST or no oracle " << model;
+  SharedDir dir;
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  auto buckets = [&](train::JobConfig& config, const std::string& mib) {
+    config.set("bucket-mb", mib);
+    config.set("first-bucket-mb", mib);
+    config.validate();
+    const train::TrainingLoop loop(config.train, *config.recipe, comm, {}, 1);
+    return allreduce_buckets(loop);
+  };
+  // DDP's defaults (1 MiB, then 25 MiB) put both models' gradients in one or two buckets; 16 KiB
+  // buckets split them into many.
+  const std::int64_t image_default = buckets(*small_config("ddp-ds", 8), "25");
+  const std::int64_t image_small = buckets(*small_config("ddp-ds", 8), "0.015625");
+  EXPECT_GE(image_default, 1);
+  EXPECT_GT(image_small, image_default + 5);
+  const std::int64_t llm_default = buckets(*lora_config(model, 2, dir.file("b.h5")), "25");
+  const std::int64_t llm_small = buckets(*lora_config(model, 2, dir.file("b.h5")), "0.00390625");
+  EXPECT_EQ(llm_default, 1);
+  EXPECT_GT(llm_small, 2);
 }
 
 }  // namespace

@@ -149,4 +149,4 @@ def test_bad_rows_name_file_and_row(tmp_path):
     assert proc.returncode == 1 and b"none.json" in proc.stderr
     proc = subprocess.run([BIN, "data", "stats", "--dataset", "dolly", "--data", str(missing), "--tokenizer",
                            TOKENIZER], capture_output=True)
-    assert proc.returncode == 1 and b"--dataset 'dolly'" in proc.stderr
+    assert proc.returncode == 2 and b"--dataset 'dolly'" in proc.stderr  # a bad option: exit 2

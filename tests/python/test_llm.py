@@ -57,7 +57,7 @@ def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
     mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "alpaca", "--data", ALPACA,
             "--limit", "48", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "4", "--warmup-steps", "2",
             "--lora-rank", "4", "--precision", "fp32", "--results", results, "--output-dir", out,
-            "--run-name", "lora", np=2, check=True)
+            "--bucket-mb", "0.005", "--first-bucket-mb", "0.005", "--run-name", "lora", np=2, check=True)
     h5py = pytest.importorskip("h5py")
     with h5py.File(results, "r") as f:
         (run,) = f["runs"].values()
@@ -72,8 +72,13 @@ def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
             assert (steps["samples"] == 4).all()  # batch 2 x grad-accum 2
             assert steps["lr"][0] == 0.0 and steps["lr"][1] > 0  # torchtune's warm-up starts at 0
             assert np.isfinite(steps["loss"]).all()
-        # The loss is the global token-weighted mean: identical on both ranks.
-        assert (run["rank_0"]["steps"]["loss"] == run["rank_1"]["steps"]["loss"]).all()
+            # On the CPU the batch is used where the loader built it: no copy, h2d_s exactly 0 (the schema).
+            assert (steps["h2d_s"] == 0).all() and (steps["data_s"] > 0).all()
+        # Each rank records the loss of its own batches (per target token), as the image job does.
+        assert (run["rank_0"]["steps"]["loss"] != run["rank_1"]["steps"]["loss"]).any()
+        # --bucket-mb applies to every recipe: ~5 KiB buckets split the adapters' 48 KiB of gradients.
+        assert run.attrs["allreduce_buckets"] > 4 and run.attrs["bucket_mb"] == 0.005
+        assert run.attrs["recipe"] == "lora" and run.attrs["trainable_parameters"] > 0
     report = mgbench("report", results, check=True).stdout
     assert "LLM runs" in report and "alpaca" in report and "completed" in report
     csv = mgbench("report", "--csv", results, check=True).stdout.splitlines()
@@ -93,11 +98,14 @@ def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["--dataset", "dolly", "--data", "x.json"], "--dataset 'dolly'"),
-    (["--data", "x.json", "--lora-rank", "0"], "--lora-rank 0"),
+    (["--data", "x.json", "--lora-rank", "0"], "--lora-rank '0': expected >= 1"),
+    (["--data", "x.json", "--strategy", "dp"], "--strategy 'dp'"),
+    (["--data", "x.json", "--lora-targets", "q_proj,attention"], "attention"),
+    (["--data", "x.json", "--recipe", "classification"], "--recipe 'classification': expected lora"),
     (["--data", "x.json", "--precision", "fp16"], "--precision 'fp16'"),
     (["--data", "x.json", "--activation-checkpointing", "maybe"], "--activation-checkpointing 'maybe'"),
-    (["--data", "x.json", "--adapter", "dir"], "--adapter"),
-    ([], "--data"),
+    (["--data", "x.json", "--adapter", "dir"], "--adapter: only with --eval-only"),
+    ([], "--data: required"),
 ])
 def test_bad_options_exit_2(args, needle):
     proc = mgbench("llm", *args)

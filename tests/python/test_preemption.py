@@ -112,8 +112,20 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
     report = mgbench("report", results, check=True).stdout
     assert f"# {run_id} preempted: it continues with the same options plus --resume" in report, report
 
-    # --resume continues the same run in the same file, whatever --results says now.
-    proc = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", tmp_path / "ignored.h5", np=2)
+    # A resume with a setting that changes results would continue another experiment: refused,
+    # naming the setting, touching nothing.
+    changed = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--warmup-steps", "3", "--results", results, np=2)
+    assert changed.returncode == 1, changed.stderr
+    assert "--warmup-steps: 0 -> 3" in changed.stderr and "leave out --resume" in changed.stderr, changed.stderr
+    assert "--checkpoint-every" not in changed.stderr.split("differ")[-1]  # not a setting that changes results
+    f, runs = open_runs(results)
+    with f:
+        assert len(runs) == 1 and runs[0]["status"][0] == b"preempted"
+
+    # --resume continues the same run in the same file, whatever --results says now, and with other
+    # settings that do not change results (--checkpoint-every, --progress-interval).
+    proc = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", tmp_path / "ignored.h5",
+                   "--checkpoint-every", "5", np=2)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "ignored.h5").exists()
     f, runs = open_runs(results)
@@ -139,6 +151,9 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
     # Resuming a completed run does nothing.
     again = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
     assert again.returncode == 0 and "already completed" in again.stderr
+    # A new run (no --resume) would write its checkpoints among those of the earlier run: refused.
+    fresh = mgbench(*IMAGE, "--checkpoint-dir", ck, "--results", results, np=2)
+    assert fresh.returncode == 1 and "already holds checkpoints of this configuration" in fresh.stderr, fresh.stderr
     f, runs = open_runs(results)
     with f:
         assert len(runs) == 1
@@ -187,6 +202,9 @@ def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path):
     f, runs = open_runs(results)
     with f:
         assert runs[0]["status"][0] == b"preempted"
+    changed = mgbench(*LLM, "--checkpoint-dir", ck, "--resume", "--lora-dropout", "0.1", "--results", results, np=2)
+    assert changed.returncode == 1 and "--lora-dropout: 0 -> 0.1" in changed.stderr, changed.stderr
+    # Without --checkpoint-every 5: how often checkpoints are written does not change results.
     proc = mgbench(*LLM, "--checkpoint-dir", ck, "--resume", "--results", results, "--output-dir", adapters, np=2)
     assert proc.returncode == 0, proc.stderr
     assert (adapters / "adapter_model.safetensors").exists()

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "models/image_models.h"
 #include "models/mobilenet_v2.h"
 #include "train/data_parallel.h"
 
@@ -14,6 +15,13 @@ models::MobileNetV2 small_model() {
   models::MobileNetV2 m(models::MobileNetV2Options{10, 0.25, 0.0});
   m->to(torch::kFloat64);
   return m;
+}
+
+/// The model as the image recipe hands it to DataParallel (models/image_models.h).
+models::ImageClassifier classifier(const models::MobileNetV2& m) {
+  return {m.ptr(), [](torch::nn::Module& net, const torch::Tensor& x) {
+            return static_cast<models::MobileNetV2Impl&>(net).forward(x);
+          }};
 }
 
 TEST(MobileNetV2, CloneIsADeepCopyWithTheSameFunction) {
@@ -38,7 +46,7 @@ TEST(DataParallel, TwoReplicasEqualOneModelOnTheWholeBatch) {
   model->set_batchnorm_frozen(true);
   reference->train();
   model->train();
-  train::DataParallel dp(model, {torch::kCPU, torch::kCPU});
+  train::DataParallel dp(classifier(model), {torch::kCPU, torch::kCPU});
   const torch::Tensor x = torch::rand({6, 1, 32, 32}, torch::kFloat64);
   const torch::Tensor labels = torch::tensor({1, 2, 3, 4, 5, 6});
   const torch::Tensor out = dp.forward(x);
@@ -61,7 +69,7 @@ TEST(DataParallel, KeepsTheFirstReplicasBatchNormStatistics) {
   models::MobileNetV2 first_chunk_only = small_model();
   model->train();
   first_chunk_only->train();
-  train::DataParallel dp(model, {torch::kCPU, torch::kCPU});
+  train::DataParallel dp(classifier(model), {torch::kCPU, torch::kCPU});
   const torch::Tensor x = torch::rand({4, 1, 32, 32}, torch::kFloat64);
   dp.forward(x);
   first_chunk_only->forward(x.narrow(0, 0, 2));
@@ -70,8 +78,23 @@ TEST(DataParallel, KeepsTheFirstReplicasBatchNormStatistics) {
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-12, 1e-12)) << i;
 }
 
+TEST(ImageModels, TheTableBuildsEveryModelWithItsOptions) {
+  for (const auto& row : models::image_models()) {
+    torch::manual_seed(0);
+    const models::ImageClassifier c = row.make({/*num_classes=*/7, /*width_mult=*/0.25, /*dropout=*/0.0});
+    ASSERT_NE(c.module, nullptr) << row.name;
+    c.module->eval();
+    const torch::Tensor logits = c.forward(*c.module, torch::rand({2, 1, 32, 32}));
+    EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{2, 7})) << row.name;
+    auto clone = c.module->clone();  // Cloneable: --strategy dp replicates it
+    EXPECT_TRUE(torch::equal(c.forward(*clone, torch::ones({1, 1, 32, 32})),
+                             c.forward(*c.module, torch::ones({1, 1, 32, 32}))));
+  }
+  EXPECT_EQ(models::image_models().front().name, "mobilenet_v2");
+}
+
 TEST(DataParallel, RejectsAModuleElsewhere) {
-  EXPECT_THROW(train::DataParallel(small_model(), {}), std::invalid_argument);
+  EXPECT_THROW(train::DataParallel(classifier(small_model()), {}), std::invalid_argument);
 }
 
 }  // namespace

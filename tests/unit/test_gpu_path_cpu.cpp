@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/option_table.h"
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "profile/cuda_activity.h"
@@ -18,40 +19,47 @@
 namespace mgbench {
 namespace {
 
+using runtime::Backend;
 using runtime::DeviceKind;
+using runtime::DeviceRequest;
 
 TEST(Placement, LocalRankPicksTheGpu) {
-  EXPECT_EQ(runtime::place_rank("auto", 0, 3).kind, DeviceKind::kCpu);
-  EXPECT_EQ(runtime::place_rank("cpu", 4, 1).kind, DeviceKind::kCpu);
-  const auto p = runtime::place_rank("auto", 4, 3);
+  EXPECT_EQ(runtime::place_rank(DeviceRequest::kAuto, 0, 3).kind, DeviceKind::kCpu);
+  EXPECT_EQ(runtime::place_rank(DeviceRequest::kCpu, 4, 1).kind, DeviceKind::kCpu);
+  const auto p = runtime::place_rank(DeviceRequest::kAuto, 4, 3);
   EXPECT_TRUE(p.is_cuda());
   EXPECT_EQ(p.index, 3);
   EXPECT_EQ(p.str(), "cuda:3");
-  EXPECT_EQ(runtime::place_rank("cuda", 1, 2).index, 0);  // srun --gpus-per-task=1: each rank sees one
-  test::expect_error<ConfigError>([] { runtime::place_rank("cuda", 0, 0); }, {"--device cuda", "no CUDA device"});
-  test::expect_error<ConfigError>([] { runtime::place_rank("gpu", 1, 0); }, {"--device 'gpu'"});
+  EXPECT_EQ(runtime::place_rank(DeviceRequest::kCuda, 1, 2).index, 0);  // srun --gpus-per-task=1: each rank sees one
+  test::expect_error<ConfigError>([] { runtime::place_rank(DeviceRequest::kCuda, 0, 0); },
+                                  {"--device cuda", "no CUDA device"});
+  test::expect_error<ConfigError>([] { options::parse_choice(runtime::device_choices(), "device", "gpu"); },
+                                  {"--device 'gpu': expected auto, cuda or cpu"});
 }
 
 TEST(Placement, BackendFollowsTheDevice) {
   const runtime::DevicePlacement cpu;
   const runtime::DevicePlacement gpu{DeviceKind::kCuda, 0};
-  EXPECT_EQ(runtime::resolve_backend("auto", cpu, true), "mpi");
-  EXPECT_EQ(runtime::resolve_backend("auto", gpu, true), "nccl");
-  EXPECT_EQ(runtime::resolve_backend("auto", gpu, false), "mpi");
-  EXPECT_EQ(runtime::resolve_backend("mpi", gpu, true), "mpi");
-  test::expect_error<ConfigError>([&] { runtime::resolve_backend("nccl", cpu, true); }, {"--backend nccl", "CPU"});
-  test::expect_error<ConfigError>([&] { runtime::resolve_backend("nccl", gpu, false); }, {"without CUDA/NCCL"});
-  test::expect_error<ConfigError>([&] { runtime::resolve_backend("gloo", gpu, true); }, {"--backend 'gloo'"});
+  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, cpu, true), Backend::kMpi);
+  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, gpu, true), Backend::kNccl);
+  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, gpu, false), Backend::kMpi);
+  EXPECT_EQ(runtime::resolve_backend(Backend::kMpi, gpu, true), Backend::kMpi);
+  EXPECT_EQ(runtime::backend_name(Backend::kNccl), "nccl");
+  test::expect_error<ConfigError>([&] { runtime::resolve_backend(Backend::kNccl, cpu, true); },
+                                  {"--backend nccl", "CPU"});
+  test::expect_error<ConfigError>([&] { runtime::resolve_backend(Backend::kNccl, gpu, false); }, {"without CUDA/NCCL"});
+  test::expect_error<ConfigError>([&] { options::parse_choice(runtime::backend_choices(), "backend", "gloo"); },
+                                  {"--backend 'gloo'"});
 }
 
 TEST(Placement, NcclRefusesTwoRanksOnOneGpu) {
   const std::vector<std::string> distinct{"0000:1b:00.0", "0000:3b:00.0"};
-  EXPECT_EQ(runtime::check_gpu_sharing(distinct, 1, "nccl", "node1"), 1);
+  EXPECT_EQ(runtime::check_gpu_sharing(distinct, 1, Backend::kNccl, "node1"), 1);
   const std::vector<std::string> shared{"0000:1b:00.0", "0000:1b:00.0", "0000:3b:00.0"};
-  test::expect_error<ConfigError>([&] { runtime::check_gpu_sharing(shared, 0, "nccl", "node7"); },
+  test::expect_error<ConfigError>([&] { runtime::check_gpu_sharing(shared, 0, Backend::kNccl, "node7"); },
                                   {"3 ranks on node node7", "2 GPU(s)", "local ranks 0, 1", "--backend mpi"});
-  EXPECT_EQ(runtime::check_gpu_sharing(shared, 1, "mpi", "node7"), 2);
-  EXPECT_EQ(runtime::check_gpu_sharing(shared, 2, "mpi", "node7"), 1);
+  EXPECT_EQ(runtime::check_gpu_sharing(shared, 1, Backend::kMpi, "node7"), 2);
+  EXPECT_EQ(runtime::check_gpu_sharing(shared, 2, Backend::kMpi, "node7"), 1);
 }
 
 TEST(ProfileWindow, ParsesSecondsStepsAndAll) {
@@ -147,26 +155,71 @@ TEST(PhaseClock, CpuLapsAddUpToTheWallTime) {
   EXPECT_EQ(clock.take().data_s, 0.0);  // take() resets
 }
 
-TEST(HostUpscale, LoaderAppliesTheTransformOnItsThread) {
+TEST(BatchLoader, AssemblesInPlanOrderOnItsThreadAndRethrowsItsErrors) {
   data::MnistSplit split;
   split.rows = 28;
   split.cols = 28;
   split.images.resize(4 * 784);
   for (std::size_t i = 0; i < split.images.size(); ++i) split.images[i] = static_cast<std::uint8_t>(i * 7 % 256);
   split.labels = {1, 2, 3, 4};
+  std::vector<data::PlannedBatch> plan(3);
+  plan[0].indices = {3, 2};
+  plan[1].indices = {0};
+  plan[2].indices = {1, 0, 2};
+  plan[2].compute = false;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::thread::id> threads;
+  data::BatchLoader loader(
+      plan,
+      [&](const data::PlannedBatch& p, bool pin) {
+        threads.push_back(std::this_thread::get_id());
+        return data::assemble_mnist_batch(split, p.indices, pin);
+      },
+      /*prefetch=*/2, /*pin_memory=*/false);
+  for (const auto& expected : plan) {
+    const auto batch = loader.next();
+    ASSERT_TRUE(batch);
+    EXPECT_EQ(batch->plan.indices, expected.indices);
+    EXPECT_EQ(batch->plan.compute, expected.compute);
+    ASSERT_EQ(batch->tensors.size(), 2u);
+    EXPECT_EQ(batch->samples, static_cast<std::int64_t>(expected.indices.size()));
+    for (std::size_t k = 0; k < expected.indices.size(); ++k) {
+      const auto i = static_cast<std::size_t>(expected.indices[k]);
+      EXPECT_EQ(batch->tensors[1][static_cast<std::int64_t>(k)].item<std::int64_t>(), split.labels[i]);
+      EXPECT_EQ(batch->tensors[0][static_cast<std::int64_t>(k)][0][0][5].item<std::uint8_t>(),
+                split.images[i * 784 + 5]);
+    }
+  }
+  EXPECT_FALSE(loader.next());
+  ASSERT_EQ(threads.size(), 3u);
+  for (const auto& id : threads) EXPECT_NE(id, caller);
+
+  data::BatchLoader failing(
+      plan, [](const data::PlannedBatch&, bool) -> data::Batch { throw DataError("row 7 of data.json is broken"); }, 2,
+      false);
+  test::expect_error<DataError>([&] { failing.next(); }, {"row 7 of data.json"});
+}
+
+TEST(DeviceFeeder, OnTheCpuTheBatchIsUsedInPlaceAndNoCopyIsTimed) {
+  data::MnistSplit split;
+  split.rows = 28;
+  split.cols = 28;
+  split.images.assign(2 * 784, 9);
+  split.labels = {1, 2};
   std::vector<data::PlannedBatch> plan(1);
-  plan[0].indices = {0, 1, 2, 3};
-  plan[0].compute = true;
-  auto transform = [](const torch::Tensor& images) {
-    return data::normalize_and_resize(images, 64, torch::kFloat32, 0.1307, 0.3081);
-  };
-  data::ImageLoader host(split, plan, 2, false, transform);
-  data::ImageLoader plain(split, plan, 2, false);
-  const auto a = host.next();
-  const auto b = plain.next();
-  ASSERT_TRUE(a && b);
-  EXPECT_EQ(a->images.sizes(), (std::vector<std::int64_t>{4, 1, 64, 64}));
-  EXPECT_TRUE(torch::equal(a->images, transform(b->images)));
+  plan[0].indices = {0, 1};
+  data::BatchLoader loader(
+      plan, [&](const data::PlannedBatch& p, bool pin) { return data::assemble_mnist_batch(split, p.indices, pin); }, 1,
+      false);
+  train::DeviceFeeder feeder(loader, torch::kCPU, /*async=*/false, /*depth=*/2);
+  train::PhaseClock clock(torch::kCPU);
+  const auto batch = feeder.next(clock);
+  ASSERT_TRUE(batch);
+  EXPECT_TRUE(batch->tensors[0].is_cpu());
+  const results::PhaseTimes t = clock.take();
+  EXPECT_GT(t.data_s, 0.0);
+  EXPECT_EQ(t.h2d_s, 0.0);  // nothing crosses a bus on the CPU: the schema's h2d_s is exactly 0
+  EXPECT_FALSE(feeder.next(clock));
 }
 
 }  // namespace

@@ -6,12 +6,17 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/option_table.h"
 #include "test_support.h"
 #include "train/grad_scaler.h"
 #include "train/precision.h"
 
 namespace mgbench::train {
 namespace {
+
+const PrecisionInfo& parse_precision(const std::string& name) {
+  return precision_info(options::parse_choice(precision_choices(), "precision", name));
+}
 
 TEST(Precision, ParsesEveryModeAndRejectsOthers) {
   EXPECT_EQ(parse_precision("fp64").param_dtype, torch::kFloat64);
@@ -20,14 +25,16 @@ TEST(Precision, ParsesEveryModeAndRejectsOthers) {
   EXPECT_EQ(parse_precision("fp16").param_dtype, torch::kHalf);
   EXPECT_FALSE(parse_precision("fp16").autocast);
   EXPECT_EQ(parse_precision("bf16").param_dtype, torch::kBFloat16);
-  const Precision amp16 = parse_precision("amp-fp16");
+  const PrecisionInfo& amp16 = parse_precision("amp-fp16");
   EXPECT_TRUE(amp16.autocast && amp16.loss_scaling);
   EXPECT_EQ(amp16.param_dtype, torch::kFloat32);
   EXPECT_EQ(amp16.autocast_dtype, torch::kHalf);
-  const Precision ampbf = parse_precision("amp-bf16");
+  const PrecisionInfo& ampbf = parse_precision("amp-bf16");
   EXPECT_TRUE(ampbf.autocast && !ampbf.loss_scaling);
   EXPECT_EQ(ampbf.autocast_dtype, torch::kBFloat16);
   test::expect_error<ConfigError>([] { parse_precision("half"); }, {"--precision 'half'", "amp-bf16"});
+  EXPECT_EQ(precision_choices().size(), 7u);  // every row reachable by its name
+  for (const auto& row : precision_choices()) EXPECT_EQ(&parse_precision(std::string(row.name)), &row);
 }
 
 TEST(Precision, AutocastScopeLowersMatmulAndRestores) {

@@ -2,6 +2,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/option_table.h"
 #include "data/sampler.h"
 #include "test_support.h"
 
@@ -78,11 +79,14 @@ TEST(EpochPlan, DdpDsBatchesTheSamplerSequence) {
 }
 
 TEST(EpochPlan, RejectsBadOptions) {
-  EXPECT_THROW(parse_strategy("dp"), ConfigError);
+  EXPECT_THROW(mgbench::options::parse_choice(strategy_choices(), "strategy", "fsdp"), ConfigError);
   EXPECT_THROW(plan_epoch(options(Strategy::kDdp, 10, 0, 1, 0), 0), ConfigError);
   EXPECT_THROW(plan_epoch(options(Strategy::kDdp, 0, 4, 1, 0), 0), ConfigError);
-  EXPECT_EQ(parse_strategy("ddp-rr"), Strategy::kDdpRr);
-  EXPECT_EQ(to_string(Strategy::kDdpDs), "ddp-ds");
+  EXPECT_EQ(mgbench::options::parse_choice(strategy_choices(), "strategy", "ddp-rr"), Strategy::kDdpRr);
+  EXPECT_EQ(mgbench::options::name_of(strategy_choices(), Strategy::kDdpDs), "ddp-ds");
+  EXPECT_TRUE(strategy_info(Strategy::kDp).single_process);
+  // dp plans as DistributedSampler over its one rank: every sample once per epoch.
+  EXPECT_EQ(plan_epoch(options(Strategy::kDp, 10, 4, 1, 0), 0).size(), 3u);
 }
 
 }  // namespace

@@ -1,60 +1,192 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
+#include "core/option_table.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
 #include "test_support.h"
-#include "train/image_config.h"
+#include "train/job_config.h"
 #include "train/lr_schedule.h"
 
 namespace mgbench {
 namespace {
 
-void expect_config_error(const train::ImageConfig& c, const std::string& option) {
-  test::expect_error<ConfigError>([&] { c.validate(); }, {option});
+/// The configuration of task with one option set to text; validating it must fail naming needle.
+void expect_refused(const std::string& task, const std::string& option, const std::string& text,
+                    const std::string& needle) {
+  auto config = train::configure(task);
+  if (task == "llm" && option != "data") config->set("data", "x.json");
+  test::expect_error<ConfigError>(
+      [&] {
+        config->set(option, text);
+        config->validate();
+      },
+      {needle});
 }
 
-TEST(ImageConfig, ValidationNamesTheOption) {
-  train::ImageConfig ok;
-  EXPECT_NO_THROW(ok.validate());
-  auto c = ok;
-  c.strategy = "fsdp";
-  expect_config_error(c, "--strategy");
-  c = ok;
-  c.device = "tpu";
-  expect_config_error(c, "--device");
-  c = ok;
-  c.backend = "gloo";
-  expect_config_error(c, "--backend");
-  c = ok;
-  c.upscale = "gpu";
-  expect_config_error(c, "--upscale");
-  c = ok;
-  c.profile_window = "720";
-  expect_config_error(c, "--profile-window");
-  c = ok;
-  c.profile_window = "steps:x:3";
-  expect_config_error(c, "--profile-window");
-  c = ok;
-  c.precision = "fp8";
-  expect_config_error(c, "--precision");
-  c = ok;
-  c.batch_size = 0;
-  expect_config_error(c, "--batch-size");
-  c = ok;
-  c.image_size = -3;
-  expect_config_error(c, "--image-size");
-  c = ok;
-  c.epochs = 0;
-  expect_config_error(c, "--epochs");
-  c = ok;
-  c.lr = 0;
-  expect_config_error(c, "--lr");
-  c = ok;
-  c.optimizer = "lion";
-  expect_config_error(c, "--optimizer");
+TEST(JobConfig, EveryBadValueIsRefusedNamingTheOption) {
+  auto ok = train::configure("image");
+  EXPECT_NO_THROW(ok->validate());
+  EXPECT_EQ(ok->recipe_name, "classification");
+  for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{{"strategy", "fsdp"},
+                                                                                     {"device", "tpu"},
+                                                                                     {"backend", "gloo"},
+                                                                                     {"upscale", "gpu"},
+                                                                                     {"profile-window", "720"},
+                                                                                     {"profile-window", "steps:x:3"},
+                                                                                     {"precision", "fp8"},
+                                                                                     {"optimizer", "lion"},
+                                                                                     {"lr-schedule", "linear"},
+                                                                                     {"model", "resnet-9000"},
+                                                                                     {"pin-memory", "maybe"},
+                                                                                     {"epochs", "abc"},
+                                                                                     {"epochs", "2.5"},
+                                                                                     {"lr", "fast"},
+                                                                                     {"lr", "inf"},
+                                                                                     {"seed", "-1"}}) {
+    expect_refused("image", option, text, "--" + option + " '" + text + "': expected");
+  }
+  // Bounds: the message names the option, the value and the bound.
+  expect_refused("image", "batch-size", "0", "--batch-size '0': expected >= 1");
+  expect_refused("image", "image-size", "5000", "--image-size '5000': expected <= 4096");
+  expect_refused("image", "image-size", "-3", "--image-size '-3': expected >= 1");
+  expect_refused("image", "dropout", "1", "--dropout '1': expected < 1");
+  expect_refused("image", "lr", "0", "--lr '0': expected > 0");
+  expect_refused("image", "prefetch", "65", "--prefetch '65': expected <= 64");
+  // Rules between options.
+  expect_refused("image", "checkpoint-every", "5", "--checkpoint-dir");
+  expect_refused("image", "resume", "true", "--checkpoint-dir");
+  // The llm task: its recipe's options and rules.
+  expect_refused("llm", "lora-rank", "0", "--lora-rank '0': expected >= 1");
+  expect_refused("llm", "dataset", "dolly", "--dataset 'dolly': expected alpaca, grammar, samsum, slimorca or text");
+  expect_refused("llm", "precision", "fp16", "--precision 'fp16': expected bf16 or fp32");
+  expect_refused("llm", "strategy", "dp", "--strategy 'dp'");
+  expect_refused("llm", "lora-targets", "q_proj,attention", "attention");
+  expect_refused("llm", "adapter", "dir", "--adapter: only with --eval-only");
+  auto no_data = train::configure("llm");
+  test::expect_error<ConfigError>([&] { no_data->validate(); }, {"--data: required"});
+  test::expect_error<ConfigError>([] { train::configure("llm", "dpo-nope"); }, {"--recipe 'dpo-nope'", "lora"});
+}
+
+TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
+  auto image = train::configure("image");
+  auto llm = train::configure("llm");
+  // Each recipe's defaults of the loop's options: the paper's image job, TorchTune's llama3 8B LoRA.
+  EXPECT_EQ(image->train.epochs, 20);
+  EXPECT_EQ(image->train.optimizer, train::OptimizerKind::kSgd);
+  EXPECT_EQ(llm->train.batch_size, 2);
+  EXPECT_EQ(llm->train.warmup_steps, 100);
+  EXPECT_EQ(llm->train.precision, train::Precision::kBf16);
+  // Values are parsed once into typed fields.
+  image->set("strategy", "ddp-rr");
+  image->set("precision", "amp-bf16");
+  image->set("lr", "0.1");
+  image->set("record-indices", "true");
+  EXPECT_EQ(image->train.strategy, data::Strategy::kDdpRr);
+  EXPECT_EQ(image->train.precision, train::Precision::kAmpBf16);
+  EXPECT_DOUBLE_EQ(image->train.lr, 0.1);
+  EXPECT_TRUE(image->train.record_indices);
+  // The resolved configuration, read back into a fresh configuration, is the same configuration.
+  auto again = train::configure("image");
+  std::istringstream lines(image->ini());
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find(" = ");
+    again->set(line.substr(0, eq), line.substr(eq + 3));
+  }
+  EXPECT_EQ(again->ini(), image->ini());
+  EXPECT_NE(again->ini(), train::configure("image")->ini());
+  EXPECT_NE(image->ini().find("strategy = ddp-rr\n"), std::string::npos);
+  EXPECT_NE(image->ini().find("lr = 0.1\n"), std::string::npos);  // shortest exact text, not 0.10000000000000001
+}
+
+TEST(JobConfig, IdentityHoldsTheSettingsThatChangeResultsOnly) {
+  auto a = train::configure("image");
+  auto b = train::configure("image");
+  // Where results go, progress, checkpoint cadence, the watchdog and profiling do not change results.
+  for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{{"results", "elsewhere.h5"},
+                                                                                     {"run-name", "x"},
+                                                                                     {"progress-interval", "3"},
+                                                                                     {"checkpoint-dir", "ck"},
+                                                                                     {"checkpoint-every", "7"},
+                                                                                     {"resume", "true"},
+                                                                                     {"comm-timeout", "30"},
+                                                                                     {"profile-window", "0:720"},
+                                                                                     {"cupti", "false"},
+                                                                                     {"nvtx", "false"}}) {
+    b->set(option, text);
+  }
+  EXPECT_EQ(a->identity(), b->identity());
+  EXPECT_NE(a->ini(), b->ini());
+  // Everything else does -- including the settings the old identity left out.
+  for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{{"warmup-steps", "500"},
+                                                                                     {"momentum", "0.5"},
+                                                                                     {"weight-decay", "0"},
+                                                                                     {"dropout", "0"},
+                                                                                     {"freeze-batchnorm", "true"},
+                                                                                     {"bucket-mb", "4"},
+                                                                                     {"first-bucket-mb", "2"},
+                                                                                     {"pin-memory", "true"},
+                                                                                     {"clip-grad-norm", "1"},
+                                                                                     {"record-indices", "true"}}) {
+    auto c = train::configure("image");
+    c->set(option, text);
+    EXPECT_NE(c->identity(), a->identity()) << option;
+    const auto diff = options::differences(a->identity(), c->identity());
+    ASSERT_EQ(diff.size(), 1u) << option;
+    EXPECT_EQ(diff[0].rfind("--" + option + ": ", 0), 0u) << diff[0];
+  }
+  auto llm = train::configure("llm");
+  auto other = train::configure("llm");
+  other->set("lora-dropout", "0.1");
+  other->set("max-steps", "10");
+  other->set("output-dir", "adapters");  // where adapters go: no effect
+  EXPECT_EQ(options::differences(llm->identity(), other->identity()),
+            (std::vector<std::string>{"--lora-dropout: 0 -> 0.1", "--max-steps: 0 -> 10"}));
+}
+
+TEST(OptionTable, DeclaresParsesAndChecks) {
+  options::OptionTable t;
+  std::int64_t n = 3;
+  double x = 0.5;
+  bool flag = false;
+  std::vector<std::string> list{"a", "b"};
+  std::string name = "z";
+  t.section("S");
+  t.add("n", n, "a count").at_least(1);
+  t.add("x", x, "a fraction").at_least(0).below(1);
+  t.add("flag", flag, "a switch").as_switch().no_effect();
+  t.add("list", list, "a list");
+  t.add("name", name, "a name").required();
+  EXPECT_THROW(t.add("n", n, "again"), std::logic_error);
+  test::expect_error<ConfigError>([&] { t.validate(); }, {"--name: required"});
+  t.set("name", "y");
+  t.set("list", " c, d ,,e");
+  EXPECT_EQ(list, (std::vector<std::string>{"c", "d", "e"}));
+  t.set("x", "1e-3");
+  EXPECT_DOUBLE_EQ(x, 1e-3);
+  EXPECT_NO_THROW(t.validate());
+  t.set("n", "0");
+  test::expect_error<ConfigError>([&] { t.validate(); }, {"--n '0': expected >= 1"});
+  test::expect_error<ConfigError>([&] { t.set("n", "12abc"); }, {"--n '12abc': expected an integer"});
+  test::expect_error<ConfigError>([&] { t.set("x", "nan"); }, {"--x 'nan': expected a finite number"});
+  EXPECT_THROW(t.set("undeclared", "1"), std::out_of_range);
+  t.set("n", "4");
+  t.set("flag", "true");
+  EXPECT_EQ(t.ini(), "n = 4\nx = 0.001\nflag = true\nlist = c,d,e\nname = y\n");
+  EXPECT_EQ(t.identity(), "n = 4\nx = 0.001\nlist = c,d,e\nname = y\n");
+  const auto attributes = t.attributes();
+  ASSERT_EQ(attributes.size(), 5u);
+  EXPECT_EQ(std::get<std::int64_t>(attributes[0].second), 4);
+  EXPECT_EQ(std::get<std::string>(attributes[2].second), "true");
+  EXPECT_TRUE(t.find("flag")->given);
+  EXPECT_FALSE(t.find("name")->is_switch);
+  EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),
+            (std::vector<std::string>{"--a: 1 -> (none)", "--b: 2 -> 3", "--c: (none) -> 4"}));
 }
 
 TEST(LrSchedule, WarmupThenCosine) {

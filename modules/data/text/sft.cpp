@@ -3,15 +3,10 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/option_table.h"
 
 namespace mgbench::text {
 namespace {
-
-struct Message {
-  std::string role;                  // system | user | assistant
-  std::vector<std::string> content;  // text pieces, each stripped and encoded on its own (TorchTune)
-  bool masked = false;
-};
 
 constexpr const char* kAlpacaWithInput =
     "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
@@ -96,37 +91,78 @@ TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Ll
   return s;
 }
 
+std::vector<Message> alpaca_messages(const Records& records, std::size_t i, bool user_masked) {
+  const std::string instruction = string_field(records, i, "instruction");
+  const std::string input = string_field(records, i, "input", /*allow_null=*/true);
+  const std::string prompt = input.empty() ? fmt::format(fmt::runtime(kAlpacaNoInput), instruction)
+                                           : fmt::format(fmt::runtime(kAlpacaWithInput), instruction, input);
+  return {{"user", {prompt}, user_masked}, {"assistant", {string_field(records, i, "output")}, false}};
+}
+
+std::vector<Message> grammar_messages(const Records& records, std::size_t i, bool user_masked) {
+  // C4_200M on the Hub has input/output; some exports name the output `target`.
+  const auto& row = records.rows[i];
+  const std::string output_field = row.contains("output") || !row.contains("target") ? "output" : "target";
+  return {{"user",
+           {"Correct this to standard English: ", string_field(records, i, "input"), "\n---\nCorrected: "},
+           user_masked},
+          {"assistant", {string_field(records, i, output_field)}, false}};
+}
+
+std::vector<Message> samsum_messages(const Records& records, std::size_t i, bool user_masked) {
+  return {
+      {"user", {"Summarize this dialogue:\n", string_field(records, i, "dialogue"), "\n---\nSummary:\n"}, user_masked},
+      {"assistant", {string_field(records, i, "summary")}, false}};
+}
+
+std::vector<Message> slimorca_messages(const Records& records, std::size_t i, bool user_masked) {
+  const auto& row = records.rows[i];
+  MGBENCH_REQUIRE(row.contains("conversations") && row["conversations"].is_array(), DataError,
+                  "{}: missing field \"conversations\" (a list of {{from, value}} turns)", records.where(i));
+  std::vector<Message> messages;
+  std::size_t turn = 0;
+  for (const auto& t : row["conversations"]) {
+    ++turn;
+    MGBENCH_REQUIRE(
+        t.is_object() && t.contains("from") && t.contains("value") && t["from"].is_string() && t["value"].is_string(),
+        DataError, "{}: conversation turn {} needs string fields \"from\" and \"value\"", records.where(i), turn);
+    const std::string from = t["from"].get<std::string>();
+    std::string role;
+    if (from == "system") role = "system";
+    if (from == "human") role = "user";
+    if (from == "gpt") role = "assistant";
+    MGBENCH_REQUIRE(!role.empty(), DataError,
+                    "{}: conversation turn {}: \"from\": \"{}\", expected system, human or gpt", records.where(i), turn,
+                    from);
+    // TorchTune 0.6.1 (ShareGPTToMessages): every non-assistant turn masked unless training on input.
+    messages.push_back({role, {t["value"].get<std::string>()}, role != "assistant" && user_masked});
+  }
+  return messages;
+}
+
+// clang-format off
+constexpr DatasetInfo kDatasets[] = {
+    {"alpaca", DatasetKind::kAlpaca, "instruction / input / output (alpaca-cleaned; TorchTune's alpaca_dataset)",
+     &alpaca_messages},
+    {"grammar", DatasetKind::kGrammar, "input / output (C4 200M grammar; TorchTune's grammar_dataset)",
+     &grammar_messages},
+    {"samsum", DatasetKind::kSamsum, "dialogue / summary (SAMSum; TorchTune's samsum_dataset)", &samsum_messages},
+    {"slimorca", DatasetKind::kSlimOrca, "ShareGPT conversations (SlimOrca-Dedup; TorchTune's slimorca_dataset)",
+     &slimorca_messages},
+    {"text", DatasetKind::kText, "the `text` field, loss on every token (TorchTune's text_completion_dataset)",
+     nullptr},
+};
+// clang-format on
+
 }  // namespace
 
-DatasetKind parse_dataset_kind(const std::string& name) {
-  if (name == "alpaca") return DatasetKind::kAlpaca;
-  if (name == "grammar") return DatasetKind::kGrammar;
-  if (name == "samsum") return DatasetKind::kSamsum;
-  if (name == "slimorca") return DatasetKind::kSlimOrca;
-  if (name == "text") return DatasetKind::kText;
-  throw ConfigError(fmt::format("--dataset '{}': expected alpaca, grammar, samsum, slimorca or text", name));
-}
-
-const char* dataset_kind_name(DatasetKind kind) {
-  switch (kind) {
-    case DatasetKind::kAlpaca:
-      return "alpaca";
-    case DatasetKind::kGrammar:
-      return "grammar";
-    case DatasetKind::kSamsum:
-      return "samsum";
-    case DatasetKind::kSlimOrca:
-      return "slimorca";
-    case DatasetKind::kText:
-      return "text";
-  }
-  return "?";
-}
+std::span<const DatasetInfo> dataset_choices() { return kDatasets; }
 
 TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tok,
                             const SftOptions& options) {
   try {
-    if (options.kind == DatasetKind::kText) {
+    const DatasetInfo& dataset = mgbench::options::row_of(dataset_choices(), options.kind);
+    if (dataset.messages == nullptr) {  // plain text
       TokenizedSample s;
       s.tokens = tok.encode(string_field(records, i, "text"), true, true);
       if (options.max_seq_len > 0 && static_cast<std::int64_t>(s.tokens.size()) > options.max_seq_len - 1) {
@@ -136,65 +172,8 @@ TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3T
       s.labels = s.tokens;
       return s;
     }
-    const bool user_masked = !options.train_on_input;
-    std::vector<Message> messages;
-    switch (options.kind) {
-      case DatasetKind::kAlpaca: {
-        const std::string instruction = string_field(records, i, "instruction");
-        const std::string input = string_field(records, i, "input", /*allow_null=*/true);
-        const std::string prompt = input.empty() ? fmt::format(fmt::runtime(kAlpacaNoInput), instruction)
-                                                 : fmt::format(fmt::runtime(kAlpacaWithInput), instruction, input);
-        messages.push_back({"user", {prompt}, user_masked});
-        messages.push_back({"assistant", {string_field(records, i, "output")}, false});
-        break;
-      }
-      case DatasetKind::kGrammar: {
-        // C4_200M on the Hub has input/output; some exports name the output `target`.
-        const auto& row = records.rows[i];
-        const std::string output_field = row.contains("output") || !row.contains("target") ? "output" : "target";
-        messages.push_back(
-            {"user",
-             {"Correct this to standard English: ", string_field(records, i, "input"), "\n---\nCorrected: "},
-             user_masked});
-        messages.push_back({"assistant", {string_field(records, i, output_field)}, false});
-        break;
-      }
-      case DatasetKind::kSamsum:
-        messages.push_back({"user",
-                            {"Summarize this dialogue:\n", string_field(records, i, "dialogue"), "\n---\nSummary:\n"},
-                            user_masked});
-        messages.push_back({"assistant", {string_field(records, i, "summary")}, false});
-        break;
-      case DatasetKind::kSlimOrca: {
-        const auto& row = records.rows[i];
-        MGBENCH_REQUIRE(row.contains("conversations") && row["conversations"].is_array(), DataError,
-                        "{}: missing field \"conversations\" (a list of {{from, value}} turns)", records.where(i));
-        std::size_t turn = 0;
-        for (const auto& t : row["conversations"]) {
-          ++turn;
-          MGBENCH_REQUIRE(t.is_object() && t.contains("from") && t.contains("value") && t["from"].is_string() &&
-                              t["value"].is_string(),
-                          DataError, "{}: conversation turn {} needs string fields \"from\" and \"value\"",
-                          records.where(i), turn);
-          const std::string from = t["from"].get<std::string>();
-          std::string role;
-          if (from == "system") role = "system";
-          if (from == "human") role = "user";
-          if (from == "gpt") role = "assistant";
-          MGBENCH_REQUIRE(!role.empty(), DataError,
-                          "{}: conversation turn {}: \"from\": \"{}\", expected system, "
-                          "human or gpt",
-                          records.where(i), turn, from);
-          // TorchTune 0.6.1 (ShareGPTToMessages): every non-assistant turn masked unless training on input.
-          const bool masked = role != "assistant" && user_masked;
-          messages.push_back({role, {t["value"].get<std::string>()}, masked});
-        }
-        break;
-      }
-      case DatasetKind::kText:
-        break;
-    }
-    return tokenize_messages(messages, tok, options.max_seq_len);
+    return tokenize_messages(dataset.messages(records, i, /*user_masked=*/!options.train_on_input), tok,
+                             options.max_seq_len);
   } catch (const DataError& e) {
     const std::string where = records.where(i);
     if (std::string(e.what()).find(records.path) != std::string::npos) throw;

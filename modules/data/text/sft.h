@@ -15,8 +15,11 @@
 // system's in too, as TorchTune 0.6.1 does; its alpaca_dataset defaults to that, its other
 // datasets do not). With max_seq_len,
 // sequences are cut to max_seq_len and the last token becomes <|end_of_text|> (TorchTune's truncate).
+// Adding a dataset template: a messages function and one row in sft.cpp's table.
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/text/llama3_tokenizer.h"
@@ -26,9 +29,24 @@ namespace mgbench::text {
 
 enum class DatasetKind { kAlpaca, kGrammar, kSamsum, kSlimOrca, kText };
 
-/// alpaca | grammar | samsum | slimorca | text; throws ConfigError naming --dataset otherwise.
-DatasetKind parse_dataset_kind(const std::string& name);
-const char* dataset_kind_name(DatasetKind kind);
+/// A chat message of a sample, as TorchTune's Message.
+struct Message {
+  std::string role;                  // system | user | assistant
+  std::vector<std::string> content;  // text pieces, each stripped and encoded on its own (TorchTune)
+  bool masked = false;               // no loss on its tokens
+};
+
+/// A row of the dataset table (--dataset): the template that turns a record into messages.
+struct DatasetInfo {
+  std::string_view name;
+  DatasetKind value;
+  std::string_view help;
+  /// Row i of records as messages; user_masked: the non-assistant messages carry no loss. Throws
+  /// DataError naming the field. nullptr: plain text (the `text` field, loss on every token).
+  std::vector<Message> (*messages)(const Records& records, std::size_t i, bool user_masked);
+};
+
+std::span<const DatasetInfo> dataset_choices();
 
 inline constexpr std::int32_t kIgnoreIndex = -100;
 

@@ -1,0 +1,200 @@
+#include "core/option_table.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace mgbench::options {
+namespace {
+
+template <typename I>
+I parse_integer(std::string_view option, const std::string& text, std::string_view expected) {
+  I value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) fail(option, text, expected);
+  return value;
+}
+
+/// "key = value" lines -> key -> value (what ini() writes; blank and malformed lines skipped).
+std::vector<std::pair<std::string, std::string>> ini_lines(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find(" = ");
+    if (eq != std::string::npos) out.emplace_back(line.substr(0, eq), line.substr(eq + 3));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string join_names(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+void fail(std::string_view option, std::string_view text, std::string_view expected) {
+  throw ConfigError(fmt::format("--{} '{}': expected {}", option, text, expected));
+}
+
+std::string to_text(const std::string& v) { return v; }
+std::string to_text(bool v) { return v ? "true" : "false"; }
+std::string to_text(int v) { return std::to_string(v); }
+std::string to_text(std::int64_t v) { return std::to_string(v); }
+std::string to_text(std::uint64_t v) { return std::to_string(v); }
+std::string to_text(double v) { return fmt::format("{}", v); }
+std::string to_text(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+void from_text(std::string_view, const std::string& text, std::string& out) { out = text; }
+
+void from_text(std::string_view option, const std::string& text, bool& out) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") {
+    out = true;
+  } else if (text == "false" || text == "0" || text == "no" || text == "off") {
+    out = false;
+  } else {
+    fail(option, text, "true or false");
+  }
+}
+
+void from_text(std::string_view option, const std::string& text, int& out) {
+  out = parse_integer<int>(option, text, "an integer");
+}
+void from_text(std::string_view option, const std::string& text, std::int64_t& out) {
+  out = parse_integer<std::int64_t>(option, text, "an integer");
+}
+void from_text(std::string_view option, const std::string& text, std::uint64_t& out) {
+  out = parse_integer<std::uint64_t>(option, text, "an integer >= 0");
+}
+
+void from_text(std::string_view option, const std::string& text, double& out) {
+  // strtod: also "1e-4" and "inf" (refused below); from_chars for doubles needs GCC 11's libstdc++.
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v)) {
+    fail(option, text, "a finite number");
+  }
+  out = v;
+}
+
+void from_text(std::string_view option, const std::string& text, std::vector<std::string>& out) {
+  out.clear();
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) out.push_back(item);
+  }
+}
+
+Value to_value(const std::string& v) { return v; }
+Value to_value(bool v) { return to_text(v); }
+Value to_value(int v) { return static_cast<std::int64_t>(v); }
+Value to_value(std::int64_t v) { return v; }
+Value to_value(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+Value to_value(double v) { return v; }
+Value to_value(const std::vector<std::string>& v) { return to_text(v); }
+
+std::string_view value_name(const std::string&) { return "TEXT"; }
+std::string_view value_name(bool) { return "true|false"; }
+std::string_view value_name(int) { return "N"; }
+std::string_view value_name(std::int64_t) { return "N"; }
+std::string_view value_name(std::uint64_t) { return "N"; }
+std::string_view value_name(double) { return "X"; }
+std::string_view value_name(const std::vector<std::string>&) { return "A,B,..."; }
+
+Option& OptionTable::declare(std::string name, std::string help, std::string value_name) {
+  if (find(name) != nullptr) throw std::logic_error("option --" + name + " declared twice");
+  Option& o = options_.emplace_back();
+  o.name = std::move(name);
+  o.section = section_;
+  o.help = std::move(help);
+  o.value_name = std::move(value_name);
+  return o;
+}
+
+Option* OptionTable::find(std::string_view name) {
+  for (auto& o : options_) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+const Option* OptionTable::find(std::string_view name) const { return const_cast<OptionTable*>(this)->find(name); }
+
+void OptionTable::set(std::string_view name, const std::string& text) {
+  Option* o = find(name);
+  if (o == nullptr) throw std::out_of_range("undeclared option --" + std::string(name));
+  o->parse(text);
+  o->given = true;
+}
+
+void OptionTable::validate() const {
+  for (const auto& o : options_) {
+    MGBENCH_REQUIRE(!o.required || o.given, ConfigError, "--{}: required ({})", o.name,
+                    o.help.substr(0, o.help.find('\n')));
+    for (const auto& check : o.checks) check();
+  }
+}
+
+std::string OptionTable::ini() const {
+  std::string out;
+  for (const auto& o : options_) out += o.name + " = " + o.text() + "\n";
+  return out;
+}
+
+std::string OptionTable::identity() const {
+  std::string out;
+  for (const auto& o : options_) {
+    if (o.effect == Effect::kResult) out += o.name + " = " + o.text() + "\n";
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Value>> OptionTable::attributes() const {
+  std::vector<std::pair<std::string, Value>> out;
+  for (const auto& o : options_) {
+    std::string name = o.name;
+    std::replace(name.begin(), name.end(), '-', '_');
+    out.emplace_back(std::move(name), o.value());
+  }
+  return out;
+}
+
+std::vector<std::string> differences(const std::string& a, const std::string& b) {
+  const auto left = ini_lines(a);
+  const auto right = ini_lines(b);
+  const std::map<std::string, std::string> right_map(right.begin(), right.end());
+  std::map<std::string, std::string> left_map(left.begin(), left.end());
+  std::vector<std::string> out;
+  for (const auto& [key, value] : left) {
+    const auto it = right_map.find(key);
+    const std::string other = it == right_map.end() ? "(none)" : it->second;
+    if (other != value) out.push_back(fmt::format("--{}: {} -> {}", key, value, other));
+  }
+  for (const auto& [key, value] : right) {
+    if (left_map.count(key) == 0) out.push_back(fmt::format("--{}: (none) -> {}", key, value));
+  }
+  return out;
+}
+
+}  // namespace mgbench::options

@@ -1,0 +1,252 @@
+#pragma once
+// Typed option tables. Every option of a job command is declared once, by the component that
+// uses it, as a row of an OptionTable: its name, --help section and text, the typed field it
+// fills, its bounds, and whether it changes what a run computes. Everything else comes from the
+// table: the --help text, parsing (once, at the boundary, into the typed field), validation, the
+// resolved configuration as INI text (readable again with --config), the run attributes, and the
+// checkpoint identity (the INI lines of the settings that change results).
+//
+// Enumerated options ("axes": strategy, precision, device, backend, dataset, recipe, ...) are
+// descriptor tables of Choice rows -- the name users type, the enum value, one line of help -- in
+// the manner of nccl-tests' `struct testColl`: a new value is one new row.
+//
+// No Boost here: app/ turns a table into Boost.Program_options descriptions and hands the parsed
+// text back through set().
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace mgbench::options {
+
+/// One value of an enumerated option. Descriptor tables may use richer rows (a precision's
+/// dtypes, a strategy's properties): any type with the members name, value and help serves.
+template <typename E>
+struct Choice {
+  std::string_view name;  // as typed on the command line
+  E value;
+  std::string_view help;  // one line
+};
+
+/// The enum type of a descriptor row.
+template <typename Row>
+using ValueOf = std::remove_cvref_t<decltype(std::declval<const Row&>().value)>;
+
+/// "a, b or c".
+std::string join_names(const std::vector<std::string_view>& names);
+
+template <typename Row>
+std::vector<std::string_view> names_of(std::span<const Row> rows) {
+  std::vector<std::string_view> names;
+  for (const auto& r : rows) names.push_back(r.name);
+  return names;
+}
+
+/// The row of value. A value without a row is a programming error: std::logic_error.
+template <typename Row>
+const Row& row_of(std::span<const Row> rows, ValueOf<Row> value) {
+  for (const auto& r : rows) {
+    if (r.value == value) return r;
+  }
+  throw std::logic_error("a descriptor table misses a value");
+}
+
+/// The name of value in rows.
+template <typename Row>
+std::string_view name_of(std::span<const Row> rows, ValueOf<Row> value) {
+  return row_of(rows, value).name;
+}
+
+/// Throws ConfigError "--<option> '<text>': expected <what>".
+[[noreturn]] void fail(std::string_view option, std::string_view text, std::string_view expected);
+
+/// The value named text; throws ConfigError "--<option> '<text>': expected a, b or c".
+template <typename Row>
+ValueOf<Row> parse_choice(std::span<const Row> rows, std::string_view option, std::string_view text) {
+  for (const auto& r : rows) {
+    if (r.name == text) return r.value;
+  }
+  fail(option, text, join_names(names_of(rows)));
+}
+
+/// Whether a setting changes what a run computes or measures. Those that do not -- where results
+/// and checkpoints go, how often progress is printed or checkpoints written, the watchdog, the
+/// profiling switches -- stay out of the checkpoint identity: a run may be resumed with other values.
+enum class Effect { kResult, kNone };
+
+/// A typed value (run attributes): text, a 64-bit integer or a double.
+using Value = std::variant<std::string, std::int64_t, double>;
+
+// Text <-> value of the field types an option can have. Parsing throws ConfigError naming the
+// option and what was expected; formatting is exact (doubles: the shortest text that reads back
+// to the same double).
+std::string to_text(const std::string& v);
+std::string to_text(bool v);
+std::string to_text(int v);
+std::string to_text(std::int64_t v);
+std::string to_text(std::uint64_t v);
+std::string to_text(double v);
+std::string to_text(const std::vector<std::string>& v);  // comma-separated
+void from_text(std::string_view option, const std::string& text, std::string& out);
+void from_text(std::string_view option, const std::string& text, bool& out);  // true|false (1|0, yes|no, on|off)
+void from_text(std::string_view option, const std::string& text, int& out);
+void from_text(std::string_view option, const std::string& text, std::int64_t& out);
+void from_text(std::string_view option, const std::string& text, std::uint64_t& out);
+void from_text(std::string_view option, const std::string& text, double& out);  // finite
+void from_text(std::string_view option, const std::string& text, std::vector<std::string>& out);
+Value to_value(const std::string& v);
+Value to_value(bool v);  // "true" / "false" (HDF5 has no boolean)
+Value to_value(int v);
+Value to_value(std::int64_t v);
+Value to_value(std::uint64_t v);
+Value to_value(double v);
+Value to_value(const std::vector<std::string>& v);
+std::string_view value_name(const std::string&);
+std::string_view value_name(bool);
+std::string_view value_name(int);
+std::string_view value_name(std::int64_t);
+std::string_view value_name(std::uint64_t);
+std::string_view value_name(double);
+std::string_view value_name(const std::vector<std::string>&);
+
+/// One declared option (type-erased; OptionTable::add builds it).
+struct Option {
+  std::string name;        // long name without dashes: "batch-size"
+  std::string section;     // its --help section
+  std::string help;        // the help text, with the choices of an enumeration appended
+  std::string value_name;  // "N", "X", "S", "true|false", "ddp|ddp-rr|..."
+  bool is_switch = false;  // given without a value: --resume
+  bool required = false;   // no usable default: must be given
+  Effect effect = Effect::kResult;
+  bool given = false;                             // set from the command line or a config file
+  std::function<std::string()> text;              // the current value, exact
+  std::function<Value()> value;                   // the current value, typed
+  std::function<void(const std::string&)> parse;  // text -> field; throws ConfigError naming the option
+  std::vector<std::function<void()>> checks;      // bounds; each throws ConfigError naming the option
+};
+
+/// What OptionTable::add returns: bounds and properties of the option just declared.
+template <typename T>
+class Declared {
+ public:
+  Declared(Option& option, T& field) : option_(option), field_(field) {}
+
+  /// value >= lo (and the others alike). The error names the option, the value and the bound.
+  Declared& at_least(T lo) {
+    return bound([lo](const T& v) { return v >= lo; }, ">= " + to_text(lo));
+  }
+  Declared& above(T lo) {
+    return bound([lo](const T& v) { return v > lo; }, "> " + to_text(lo));
+  }
+  Declared& at_most(T hi) {
+    return bound([hi](const T& v) { return v <= hi; }, "<= " + to_text(hi));
+  }
+  Declared& below(T hi) {
+    return bound([hi](const T& v) { return v < hi; }, "< " + to_text(hi));
+  }
+  /// Any predicate, with what the option expects: .check(valid_window, "START:DURATION or all").
+  Declared& check(std::function<bool(const T&)> ok, std::string expected) { return bound(std::move(ok), expected); }
+  /// A setting that does not change results (not in the checkpoint identity).
+  Declared& no_effect() {
+    option_.effect = Effect::kNone;
+    return *this;
+  }
+  /// Given without a value (bool fields only): --resume.
+  Declared& as_switch() {
+    option_.is_switch = true;
+    return *this;
+  }
+  /// Must be given (its default is unusable): --data.
+  Declared& required() {
+    option_.required = true;
+    return *this;
+  }
+  Declared& value_name(std::string name) {
+    option_.value_name = std::move(name);
+    return *this;
+  }
+
+ private:
+  Declared& bound(std::function<bool(const T&)> ok, std::string expected) {
+    option_.checks.push_back([ok = std::move(ok), expected = std::move(expected), &field = field_, &o = option_] {
+      if (!ok(field)) fail(o.name, o.text(), expected);
+    });
+    return *this;
+  }
+  Option& option_;
+  T& field_;
+};
+
+class OptionTable {
+ public:
+  /// The options declared after this go into the --help section `title`.
+  void section(std::string title) { section_ = std::move(title); }
+
+  /// Declares --name, filling field (its current value is the default). T: std::string, bool,
+  /// int, std::int64_t, std::uint64_t, double, std::vector<std::string> (comma-separated).
+  /// Throws std::logic_error for a name declared twice.
+  template <typename T>
+  Declared<T> add(std::string name, T& field, std::string help) {
+    Option& o = declare(std::move(name), std::move(help), std::string(options::value_name(field)));
+    o.text = [&field] { return to_text(field); };
+    o.value = [&field] { return to_value(field); };
+    o.parse = [&field, &o](const std::string& text) { from_text(o.name, text, field); };
+    return Declared<T>(o, field);
+  }
+
+  /// Declares an enumerated option: its text is the name of one of rows (a descriptor table:
+  /// Choice rows, or any rows with name, value and help), each listed in --help.
+  template <typename Row>
+  Declared<ValueOf<Row>> add(std::string name, ValueOf<Row>& field, std::span<const Row> rows, std::string help) {
+    std::string names;
+    for (const auto& r : rows) {
+      names += (names.empty() ? "" : "|") + std::string(r.name);
+      help += "\n  " + std::string(r.name) + ": " + std::string(r.help);
+    }
+    Option& o = declare(std::move(name), std::move(help), names);
+    o.text = [&field, rows] { return std::string(name_of(rows, field)); };
+    o.value = [&field, rows] { return Value(std::string(name_of(rows, field))); };
+    o.parse = [&field, rows, &o](const std::string& text) { field = parse_choice(rows, o.name, text); };
+    return Declared<ValueOf<Row>>(o, field);
+  }
+
+  std::deque<Option>& options() { return options_; }
+  const std::deque<Option>& options() const { return options_; }
+  /// The option named name, or nullptr.
+  Option* find(std::string_view name);
+  const Option* find(std::string_view name) const;
+
+  /// Sets --name from text (the command line or a config file). Throws ConfigError naming the
+  /// option for a bad value, std::out_of_range for an undeclared name.
+  void set(std::string_view name, const std::string& text);
+  /// Checks every option: given where required, within its bounds. Throws ConfigError naming
+  /// the first invalid option and what it expects.
+  void validate() const;
+
+  /// "name = value" lines of every option, in declaration order: the resolved configuration,
+  /// readable with --config.
+  std::string ini() const;
+  /// ini() of the options that change results (Effect::kResult): what identifies a run's results.
+  std::string identity() const;
+  /// Every option as a run attribute: name with '-' as '_', the typed value.
+  std::vector<std::pair<std::string, Value>> attributes() const;
+
+ private:
+  Option& declare(std::string name, std::string help, std::string value_name);
+
+  std::deque<Option> options_;  // a deque: Declared and the closures keep references to rows
+  std::string section_ = "Options";
+};
+
+/// The settings in which two identity texts (OptionTable::identity) differ, as
+/// "--name: <a> -> <b>" (a missing setting shows as "(none)"), in the order of `a`, then b's own.
+std::vector<std::string> differences(const std::string& a, const std::string& b);
+
+}  // namespace mgbench::options

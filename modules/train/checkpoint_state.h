@@ -1,0 +1,92 @@
+#pragma once
+// One rank's checkpoint state (what checkpointer.h writes per rank and reads back): named tensors
+// and string metadata in a safetensors file (github huggingface/safetensors, readable with its
+// Python package), and the helpers that put a model, an optimizer and the RNGs into it and take
+// them out again.
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace mgbench::models {
+class SafetensorsFile;
+}
+
+namespace mgbench::train {
+
+/// One rank's state: named tensors plus string metadata. Writers put, readers get; a missing
+/// entry on reading is a DataError naming the file and the entry.
+class CheckpointState {
+ public:
+  CheckpointState();
+  /// A state read from file (mapped; tensors are CPU views until copied).
+  explicit CheckpointState(const std::string& path);
+  ~CheckpointState();
+  CheckpointState(CheckpointState&&) noexcept;
+  CheckpointState& operator=(CheckpointState&&) noexcept;
+
+  void put(const std::string& name, const torch::Tensor& tensor);
+  void put(const std::string& key, std::int64_t value);
+  void put(const std::string& key, double value);
+  void put_text(const std::string& key, const std::string& value);
+  /// Trivially copyable records (results rows) as bytes; restored only by the same build.
+  template <typename T>
+  void put_records(const std::string& name, std::span<const T> records) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    put_bytes(name, records.data(), records.size_bytes(), sizeof(T));
+  }
+
+  bool contains(const std::string& name) const;
+  torch::Tensor tensor(const std::string& name) const;
+  std::int64_t integer(const std::string& key) const;
+  double number(const std::string& key) const;
+  std::string text(const std::string& key) const;
+  template <typename T>
+  std::vector<T> records(const std::string& name) const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const torch::Tensor bytes = record_bytes(name, sizeof(T));
+    std::vector<T> out(static_cast<std::size_t>(bytes.numel()) / sizeof(T));
+    if (!out.empty()) std::memcpy(out.data(), bytes.data_ptr(), bytes.numel());
+    return out;
+  }
+
+  /// Writes the state to path atomically (safetensors, fsynced). Throws DataError naming the file.
+  void write(const std::string& path) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  void put_bytes(const std::string& name, const void* data, std::size_t bytes, std::size_t record_size);
+  torch::Tensor record_bytes(const std::string& name, std::size_t record_size) const;
+  const std::string& meta(const std::string& key) const;
+
+  std::string source_;  // file read from ("" for a state being written)
+  std::vector<std::pair<std::string, torch::Tensor>> tensors_;
+  std::map<std::string, std::string> metadata_;
+  std::unique_ptr<models::SafetensorsFile> file_;
+};
+
+/// Parameters and buffers of module as "<prefix><name>" (copied to the CPU).
+void put_module(CheckpointState& state, const std::string& prefix, torch::nn::Module& module);
+/// Copies them back in place (device and dtype of the module kept). Throws DataError naming the
+/// file for a missing tensor or a shape mismatch.
+void load_module(const CheckpointState& state, const std::string& prefix, torch::nn::Module& module);
+/// The named tensors given (e.g. LoRA adapters only), by name.
+void put_tensors(CheckpointState& state, const std::string& prefix,
+                 const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+void load_tensors(const CheckpointState& state, const std::string& prefix,
+                  const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+/// The optimizer's state (torch::optim's own archive format, stored as bytes).
+void put_optimizer(CheckpointState& state, const std::string& name, torch::optim::Optimizer& optimizer);
+void load_optimizer(const CheckpointState& state, const std::string& name, torch::optim::Optimizer& optimizer);
+/// The default CPU generator's state and, for a CUDA device, that device's generator.
+void put_rng(CheckpointState& state, const torch::Device& device);
+void load_rng(const CheckpointState& state, const torch::Device& device);
+
+}  // namespace mgbench::train

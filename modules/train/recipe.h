@@ -1,0 +1,148 @@
+#pragma once
+// A recipe: what differs between the jobs mgbench runs through its one training loop (loop.h),
+// in the shape of TorchTune's recipes (recipes/lora_finetune_distributed.py: set-up, train,
+// clean-up; components built from the configuration). The loop owns the run -- resume, the step
+// boundary (stop agreement, checkpoints), the loader and the copies to the device, gradient
+// synchronisation, accumulation, clipping, the optimizer and the learning-rate schedule,
+// evaluation scheduling, step and epoch records, progress and the summary. A recipe supplies its
+// options, its data and model, the loss of a micro-batch, its evaluation and its records.
+//
+// Adding a recipe: one .cpp file with a Recipe subclass and its factory, and one row in
+// recipes.cpp (docs/design.md, "How to add ...").
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/option_table.h"
+#include "data/loader.h"
+#include "results/hdf5.h"
+#include "results/schema.h"
+#include "runtime/device.h"
+#include "train/checkpoint_state.h"
+#include "train/precision.h"
+#include "train/train_options.h"
+
+namespace mgbench::train {
+
+/// Where a recipe runs and with what: given to Recipe::setup.
+struct RecipeContext {
+  const TrainOptions& train;
+  torch::Device device = torch::kCPU;
+  runtime::DevicePlacement placement;
+  const PrecisionInfo& precision;  // of --precision
+  int rank = 0;
+  int world_size = 1;
+};
+
+/// How the loop turns the micro-batch losses of an optimizer step into gradients.
+enum class LossNormalization {
+  /// Each loss is the mean over its micro-batch; the step's gradient is the mean over its
+  /// micro-batches and the ranks (PyTorch's DDP with loss / grad_accum).
+  kMeanPerMicroBatch,
+  /// Each loss is a sum over `normalizer` targets; the step's gradient is divided by the targets
+  /// of all its micro-batches on all ranks (TorchTune 0.6's token normalisation), so that N ranks
+  /// x batch b equal 1 rank x batch N * b.
+  kSumOverTargets,
+};
+
+/// A micro-batch's loss as the recipe computed it.
+struct MicroBatchLoss {
+  torch::Tensor loss;     // scalar with a graph: what backward runs on
+  double normalizer = 1;  // kMeanPerMicroBatch: 1; kSumOverTargets: the targets summed over
+};
+
+/// An evaluation's outcome over all ranks (NaN / -1: not measured by the recipe).
+struct EvalResult {
+  double accuracy = results::kNaN;  // fraction of correct predictions
+  std::int64_t correct = -1;
+  std::int64_t samples = -1;
+  double loss = results::kNaN;  // mean loss per target
+};
+
+class Recipe {
+ public:
+  virtual ~Recipe() = default;
+
+  // --- configuration (before any rank is set up) --------------------------------------------
+  /// The recipe's defaults of the shared options (epochs, batch size, lr, precision, ...).
+  virtual void defaults(TrainOptions& train) const = 0;
+  /// Declares the recipe's own options into table (its fields are the defaults).
+  virtual void declare(options::OptionTable& table) = 0;
+  /// Rules between options, with the shared ones (supported strategies and precisions, say).
+  /// Throws ConfigError naming the option.
+  virtual void validate(const TrainOptions& train) const = 0;
+
+  // --- set-up (collective-free; a failure is agreed on by all ranks) ---------------------------
+  /// Reads the data, builds the model on ctx.device in ctx.precision's dtype and marks what is
+  /// trained. Throws DataError naming the file for unusable inputs, ConfigError for options
+  /// that do not fit the data or model.
+  virtual void setup(const RecipeContext& ctx) = 0;
+  /// Samples of the training set (what the sampler distributes).
+  virtual std::int64_t train_size() const = 0;
+  /// The host batch of plan's samples; runs on the loader thread, concurrently with forward.
+  virtual data::Batch assemble(const data::PlannedBatch& plan, bool pin_memory) const = 0;
+  /// The model (train / eval mode, checkpoint tensors).
+  virtual torch::nn::Module& model() = 0;
+  /// The parameters the optimizer trains and the ranks all-reduce, in registration order.
+  virtual std::vector<torch::Tensor> trainable_parameters() = 0;
+  /// What a checkpoint keeps of the model, by name ("model/<name>"): everything that changes in
+  /// training (all parameters and buffers, or the adapters of a frozen base rebuilt from the options).
+  virtual std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() = 0;
+  /// Buffers every rank takes from rank 0 before each forward and evaluation (DDP's
+  /// broadcast_buffers: BatchNorm statistics); empty: none.
+  virtual std::vector<torch::Tensor> shared_buffers() { return {}; }
+
+  // --- training ---------------------------------------------------------------------------------
+  virtual LossNormalization loss_normalization() const = 0;
+  /// Turns a batch on the device into the model's input (cast, normalise, upscale, memory layout):
+  /// the transform phase, outside autocast. The default keeps the batch as it is.
+  virtual data::Batch transform(data::Batch batch) { return batch; }
+  /// The loss of one transformed micro-batch (its tensors on the device), under the loop's autocast.
+  virtual MicroBatchLoss forward(const data::Batch& batch) = 0;
+  /// Model FLOPs of the micro-batch's forward and backward (for MFU); NaN when not counted.
+  virtual double flops(const data::Batch& batch) const { return results::kNaN; }
+  /// True when throughput counts tokens (tokens/s), false for samples (img/s).
+  virtual bool counts_tokens() const { return false; }
+
+  // --- evaluation -------------------------------------------------------------------------------
+  /// Samples of the evaluation set (0: the recipe does not evaluate while training).
+  virtual std::int64_t eval_size() const { return 0; }
+  /// The host batch of evaluation samples `indices` (on the loop's thread).
+  virtual data::Batch assemble_eval(const std::vector<std::int64_t>& indices) const { return {}; }
+  /// Sums a transformed batch (on the device) contributes, a float64 tensor [eval_terms()] on the device.
+  virtual torch::Tensor eval_sums(const data::Batch& batch) { return {}; }
+  virtual std::int64_t eval_terms() const { return 0; }
+  /// The result of the sums over all ranks' shards (float64 [eval_terms()], CPU). Throws DataError
+  /// when they measure nothing.
+  virtual EvalResult eval_result(const torch::Tensor& sums) const { return {}; }
+  /// Evaluate only (no training): the run is one evaluation of the model as set up.
+  virtual bool eval_only() const { return false; }
+
+  // --- records and the end -------------------------------------------------------------------
+  /// Run attributes the recipe adds to the options' (model parameters, dataset sizes, files).
+  virtual h5::Attributes attributes() const = 0;
+  /// After a completed run, on every rank (writes the trained adapters, say). Not after a stop.
+  virtual void finish(int rank) {}
+};
+
+/// A row of the recipe table (recipes.cpp): as nccl-tests' testColl, one row per recipe.
+struct RecipeInfo {
+  std::string_view name;  // --recipe
+  std::string_view task;  // the command that runs it: image | llm
+  std::string_view help;
+  std::unique_ptr<Recipe> (*make)();
+};
+
+/// Every recipe, the first of each task its default.
+std::span<const RecipeInfo> recipes();
+/// The recipe `name` of task (its default when name is empty). Throws ConfigError naming
+/// --recipe and the task's recipes.
+const RecipeInfo& find_recipe(std::string_view task, std::string_view name);
+
+}  // namespace mgbench::train

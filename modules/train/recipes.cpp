@@ -1,0 +1,42 @@
+// The recipe table: one row per recipe (recipe.h). Adding a recipe: its .cpp file with a factory,
+// declared and listed here.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "train/recipe.h"
+
+namespace mgbench::train {
+
+std::unique_ptr<Recipe> make_classification_recipe();  // image_recipe.cpp
+std::unique_ptr<Recipe> make_lora_recipe();            // lora_recipe.cpp
+
+namespace {
+
+constexpr RecipeInfo kRecipes[] = {
+    {"classification", "image",
+     "image classification: an image model (MobileNetV2) on MNIST-format data upscaled to --image-size "
+     "(Lawenda et al. 2025, sec. 3)",
+     &make_classification_recipe},
+    {"lora", "llm",
+     "LoRA fine-tuning of Llama 3 on instruction data (TorchTune's lora_finetune_distributed; Lawenda et al. "
+     "2025, sec. 4)",
+     &make_lora_recipe},
+};
+
+}  // namespace
+
+std::span<const RecipeInfo> recipes() { return kRecipes; }
+
+const RecipeInfo& find_recipe(std::string_view task, std::string_view name) {
+  std::vector<std::string_view> names;
+  for (const auto& r : kRecipes) {
+    if (r.task != task) continue;
+    if (name.empty() || r.name == name) return r;
+    names.push_back(r.name);
+  }
+  MGBENCH_REQUIRE(!names.empty(), ConfigError, "no recipe for `mgbench {}`", task);
+  throw ConfigError(
+      fmt::format("--recipe '{}': expected {} (the recipes of mgbench {})", name, options::join_names(names), task));
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,91 @@
+#include "train/run_state.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+namespace mgbench::train {
+
+// --- run progress ------------------------------------------------------------------------------
+
+void RunProgress::save(CheckpointState& c) const {
+  c.put("epoch", epoch);
+  c.put("position", position);
+  c.put("global_step", global_step);
+  c.put("elapsed_s", elapsed_s);
+  c.put("epoch_elapsed_s", epoch_elapsed_s);
+  c.put("loss_sum", loss_sum);
+  c.put("loss_steps", loss_steps);
+  c.put_records<results::RunSummary>("records/summary", {&summary, 1});
+  c.put_records<results::EpochRecord>("records/epoch", {&epoch_record, 1});
+  c.put_records<results::StepRecord>("records/steps", steps);
+}
+
+void RunProgress::load(const CheckpointState& c) {
+  epoch = c.integer("epoch");
+  position = c.integer("position");
+  global_step = c.integer("global_step");
+  elapsed_s = c.number("elapsed_s");
+  epoch_elapsed_s = c.number("epoch_elapsed_s");
+  loss_sum = c.number("loss_sum");
+  loss_steps = c.integer("loss_steps");
+  const auto summaries = c.records<results::RunSummary>("records/summary");
+  const auto epochs = c.records<results::EpochRecord>("records/epoch");
+  MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1 && epoch >= 0 && position >= 0 && global_step >= 0,
+                  DataError, "checkpoint '{}': malformed run position", c.source());
+  summary = summaries[0];
+  epoch_record = epochs[0];
+  steps = c.records<results::StepRecord>("records/steps");
+}
+
+void RunProgress::next_epoch() {
+  position = 0;
+  epoch_elapsed_s = 0;
+  loss_sum = 0;
+  loss_steps = 0;
+  epoch_record = {};
+  steps.clear();
+}
+
+void save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
+                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
+  if (control.checkpointer == nullptr || !control.checkpointer->enabled()) return;
+  CheckpointState state;
+  put_state(state);
+  progress.save(state);
+  CheckpointManifest m = control.checkpointer->manifest(progress.global_step, progress.epoch, completed);
+  m.results = writer.path();
+  m.run_id = writer.run_id();
+  if (control.stop != nullptr && control.stop->agreed_signal() != 0) {
+    m.stop_signal = runtime::stop_signal_name(control.stop->agreed_signal());
+  }
+  if (!control.checkpointer->save(m, state)) {
+    log::warn("checkpoint at global step {} not written; the previous one stays the latest", progress.global_step);
+  }
+}
+
+bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
+                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
+  const bool stop = control.stop != nullptr && control.stop->poll();
+  if (stop || (control.checkpointer != nullptr && control.checkpointer->due(progress.global_step))) {
+    const double epoch_elapsed_before = progress.epoch_elapsed_s;
+    const Stopwatch checkpoint_clock;
+    progress.elapsed_s = run_elapsed_s;
+    progress.epoch_elapsed_s = epoch_elapsed_before + epoch_clock_s;
+    save_checkpoint(control, progress, /*completed=*/false, writer, put_state);
+    progress.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
+  }
+  if (!stop) return false;
+  control.preempted = true;
+  const bool resumable = control.checkpointer != nullptr && control.checkpointer->enabled();
+  log::info("stopped on {} after global step {} (epoch {}, step {}){}",
+            runtime::stop_signal_name(control.stop->agreed_signal()), progress.global_step, progress.epoch + 1,
+            progress.steps.size(),
+            resumable ? fmt::format(": continue with --resume --checkpoint-dir {}", control.checkpointer->options().dir)
+                      : std::string(": no --checkpoint-dir, nothing to resume from"));
+  return true;
+}
+
+}  // namespace mgbench::train

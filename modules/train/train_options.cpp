@@ -1,0 +1,115 @@
+#include "train/train_options.h"
+
+#include "core/error.h"
+#include "profile/profile_window.h"
+
+namespace mgbench::train {
+
+namespace {
+
+using options::Choice;
+
+constexpr Choice<OptimizerKind> kOptimizers[] = {
+    {"sgd", OptimizerKind::kSgd, "SGD, Nesterov momentum when --momentum > 0 (torch.optim.SGD)"},
+    {"adamw", OptimizerKind::kAdamW, "AdamW (torch.optim.AdamW; TorchTune's LoRA recipes)"},
+};
+
+constexpr Choice<LrSchedule> kLrSchedules[] = {
+    {"cosine", LrSchedule::kCosine, "cosine decay to 0 at the last step (TorchTune's get_cosine_schedule_with_warmup)"},
+    {"constant", LrSchedule::kConstant, "the peak --lr throughout"},
+};
+
+bool valid_profile_window(const std::string& text) {
+  try {
+    profile::parse_profile_window(text);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::span<const Choice<OptimizerKind>> optimizer_choices() { return kOptimizers; }
+std::span<const Choice<LrSchedule>> lr_schedule_choices() { return kLrSchedules; }
+
+void CheckpointOptions::validate() const {
+  MGBENCH_REQUIRE(!dir.empty() || (every_steps == 0 && !resume), ConfigError,
+                  "--checkpoint-every and --resume need --checkpoint-dir (where the checkpoints are)");
+}
+
+void TrainOptions::declare(options::OptionTable& t) {
+  t.section("Workload distribution");
+  t.add("strategy", strategy, data::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)");
+  t.add("epochs", epochs, "training epochs").at_least(1);
+  t.add("batch-size", batch_size, "samples per micro-batch per rank").at_least(1);
+  t.add("grad-accum", grad_accum, "micro-batches per optimizer step (gradient accumulation)").at_least(1);
+  t.add("max-steps", max_steps, "optimizer steps per epoch (0: the whole epoch)").at_least(0);
+  t.add("shuffle", shuffle, "reshuffle every epoch (seed + epoch)");
+  t.add("drop-last", drop_last, "drop the last incomplete batch");
+  t.add("seed", seed, "seed of the weights, dropout and shuffling");
+
+  t.section("Compute");
+  t.add("device", device, runtime::device_choices(), "where each rank computes");
+  t.add("backend", backend, runtime::backend_choices(), "the gradient all-reduce's communication library");
+  t.add("precision", precision, precision_choices(), "numeric precision (train/precision.h)");
+  t.add("pin-memory", pin_memory, "page-locked host batches, copied on a copy stream ahead of compute (GPU only)");
+  t.add("prefetch", prefetch, "batches the loader thread assembles ahead").at_least(1).at_most(64);
+  t.add("threads", threads, "intra-op CPU threads per rank (0: the node's cores / ranks on the node)").at_least(0);
+  t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)");
+  t.add("comm-timeout", comm_timeout_s, "seconds a collective may stay in flight before the job is aborted [s]")
+      .above(0)
+      .no_effect();
+  t.add("peak-tflops", peak_tflops, "device peak TFLOP/s for MFU (0: the datasheet value of H100 / H200)").at_least(0);
+
+  t.section("Optimisation");
+  t.add("optimizer", optimizer, optimizer_choices(), "the optimizer of the trainable parameters");
+  t.add("lr", lr, "peak learning rate").above(0);
+  t.add("momentum", momentum, "SGD momentum").at_least(0).below(1);
+  t.add("weight-decay", weight_decay, "weight decay").at_least(0);
+  t.add("lr-schedule", lr_schedule, lr_schedule_choices(), "learning rate after the warm-up");
+  t.add("warmup-steps", warmup_steps, "linear warm-up from 0 over this many optimizer steps").at_least(0);
+  t.add("clip-grad-norm", clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)").at_least(0);
+  t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)").above(0);
+  t.add("first-bucket-mb", first_bucket_mb, "first bucket's size [MiB] (small, so communication starts early)")
+      .above(0);
+
+  t.section("Evaluation and results");
+  t.add("eval-every", eval_every, "evaluate every N epochs (and after the last)").at_least(1);
+  t.add("results", results, "HDF5 results file (created or appended to)")
+      .check([](const std::string& s) { return !s.empty(); }, "a file path")
+      .no_effect();
+  t.add("run-name", run_name, "name appended to the run id").no_effect();
+  t.add("record-indices", record_indices, "store the sample indices each rank computed on, per epoch").as_switch();
+  t.add("progress-interval", progress_interval_s, "seconds between progress lines when stderr is not a terminal [s]")
+      .above(0)
+      .no_effect();
+
+  t.section("Profiling (GPU runs)");
+  t.add("profile-window", profile_window,
+        "when CUPTI collects: START:DURATION [s] (the paper: 0:720), "
+        "steps:FIRST:COUNT, or all")
+      .check(valid_profile_window, "START:DURATION, steps:FIRST:COUNT or all")
+      .no_effect();
+  t.add("cupti", cupti, "CUDA memcpy / API / kernel totals per rank into the results file").no_effect();
+  t.add("nvtx", nvtx, "NVTX ranges around the phases (Nsight Systems)").no_effect();
+
+  t.section("Checkpoints and preemption (SIGTERM / SIGUSR1: stop at the next step, checkpoint, exit 75)");
+  t.add("checkpoint-dir", checkpoint.dir,
+        "directory of checkpoints (one subdirectory per run configuration); "
+        "empty: none")
+      .no_effect();
+  t.add("checkpoint-every", checkpoint.every_steps,
+        "optimizer steps between checkpoints (0: only when stopped by a signal and at the end)")
+      .at_least(0)
+      .no_effect();
+  t.add("resume", checkpoint.resume,
+        "continue the latest checkpoint of this configuration in --checkpoint-dir (its run, its results file); "
+        "start a new run when there is none")
+      .as_switch()
+      .no_effect();
+}
+
+void TrainOptions::validate() const { checkpoint.validate(); }
+
+}  // namespace mgbench::train

@@ -1,0 +1,84 @@
+#pragma once
+// The options of the training loop (loop.h), which every recipe shares: workload distribution,
+// devices and precision, optimisation, gradient synchronisation, results, profiling and
+// checkpoints. Declared once, here, into the job's option table; a recipe sets its own defaults
+// (Recipe::defaults) before they are declared, so --help shows the recipe's. No torch or MPI.
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/option_table.h"
+#include "data/sampler.h"
+#include "runtime/device.h"
+#include "train/precision.h"
+
+namespace mgbench::train {
+
+enum class OptimizerKind { kSgd, kAdamW };
+/// sgd (Nesterov momentum when --momentum > 0; torch.optim.SGD) | adamw (torch.optim.AdamW).
+std::span<const options::Choice<OptimizerKind>> optimizer_choices();
+
+enum class LrSchedule { kCosine, kConstant };
+/// cosine (TorchTune's get_cosine_schedule_with_warmup) | constant, both after the linear warm-up.
+std::span<const options::Choice<LrSchedule>> lr_schedule_choices();
+
+/// --checkpoint-dir, --checkpoint-every, --resume (checkpointer.h).
+struct CheckpointOptions {
+  std::string dir;               // empty: no checkpoints
+  std::int64_t every_steps = 0;  // optimizer steps between checkpoints (0: only at a stop and the end)
+  bool resume = false;           // continue the latest checkpoint of the same configuration
+
+  /// Throws ConfigError naming the option: --checkpoint-every / --resume without --checkpoint-dir.
+  void validate() const;
+};
+
+struct TrainOptions {
+  // workload distribution
+  data::Strategy strategy = data::Strategy::kDdpDs;
+  std::int64_t epochs = 1;
+  std::int64_t batch_size = 1;  // samples per micro-batch per rank
+  std::int64_t grad_accum = 1;  // micro-batches per optimizer step
+  std::int64_t max_steps = 0;   // optimizer steps per epoch (0: all); TorchTune's max_steps_per_epoch
+  bool shuffle = true;
+  bool drop_last = false;
+  std::uint64_t seed = 42;
+  // compute
+  runtime::DeviceRequest device = runtime::DeviceRequest::kAuto;
+  runtime::Backend backend = runtime::Backend::kAuto;
+  Precision precision = Precision::kFp32;
+  bool pin_memory = false;  // page-locked host batches, copied on a copy stream (GPU)
+  int prefetch = 2;         // batches the loader assembles ahead
+  int threads = 0;          // intra-op CPU threads per rank; 0: cores of the node / ranks on the node
+  bool cudnn_benchmark = true;
+  double comm_timeout_s = 600;  // a collective in flight longer than this aborts the job (NCCL watchdog)
+  double peak_tflops = 0;       // device peak for MFU; 0: the datasheet value of known GPUs
+  // optimisation
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  double lr = 1e-3;
+  double momentum = 0.9;  // sgd
+  double weight_decay = 0;
+  LrSchedule lr_schedule = LrSchedule::kCosine;
+  std::int64_t warmup_steps = 0;
+  double clip_grad_norm = 0;  // 0: no clipping
+  // gradient synchronisation (DDP's bucket_cap_mb and first bucket)
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  // evaluation and results
+  std::int64_t eval_every = 1;  // epochs; the last epoch is always evaluated
+  std::string results = "outputs/results.h5";
+  std::string run_name;
+  bool record_indices = false;
+  double progress_interval_s = 10.0;
+  // profiling (GPU runs)
+  std::string profile_window = "all";  // START:DURATION [s] | steps:FIRST:COUNT | all
+  bool cupti = true;
+  bool nvtx = true;
+  CheckpointOptions checkpoint;
+
+  /// Declares every option above into table (the current values are the defaults).
+  void declare(options::OptionTable& table);
+  /// The rules between options (each option's own bounds are the table's). Throws ConfigError.
+  void validate() const;
+};
+
+}  // namespace mgbench::train
