@@ -22,6 +22,17 @@ std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:
 
 std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
 
+// Table rows as nccl-tests prints them: the header and the units row start with '#', data rows
+// with two spaces, so the columns line up and `grep -v '^#'` leaves only data.
+template <typename... Args>
+void header_row(std::ostream& out, const char* layout, Args&&... columns) {
+  out << "# " << fmt::format(fmt::runtime(layout), std::forward<Args>(columns)...);
+}
+template <typename... Args>
+void data_row(std::ostream& out, const char* layout, Args&&... columns) {
+  out << "  " << fmt::format(fmt::runtime(layout), std::forward<Args>(columns)...);
+}
+
 /// How often a run was resumed from a checkpoint (`mgbench ... --resume`); 0 when never.
 std::int64_t resumes(const results::RunRecord& r) { return r.integer("resumes").value_or(0); }
 
@@ -113,15 +124,15 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
          "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank\n";
   const char* header = "{:<28} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>6} {:>8} {:<9}\n";
-  out << fmt::format(fmt::runtime(header), "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s",
-                     "eff_1rank", "MFU", "loss", "status");
-  out << fmt::format(fmt::runtime(header), "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "", "");
+  header_row(out, header, "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s", "eff_1rank", "MFU",
+             "loss", "status");
+  header_row(out, header, "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "", "");
   for (const auto& r : runs) {
     if (!is_llm_run(r)) continue;
     std::string model = r.display("model");
     if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
-    out << fmt::format(
-        fmt::runtime(header), r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
+    data_row(
+        out, header, r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
         fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")), number(r.summary.s_per_it, 3),
         number(r.summary.tokens_per_s, 0), percent(efficiency(r)), number(r.summary.mfu * 100.0, 1),
         std::isfinite(r.summary.eval_loss) ? "eval " + number(r.summary.eval_loss, 4) : number(r.summary.final_loss, 4),
@@ -151,16 +162,15 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
   out << "# efficiency vs 1 rank = T(1 rank) / T(n ranks); vs FP64 = T(fp64) / T(precision), same ranks "
          "(Lawenda et al. 2025, Table 2)\n";
   const char* header = "{:<36} {:>5} {:<7} {:<9} {:<5} {:>5} {:>6} {:>10} {:>8} {:>9} {:>9} {:>9} {:<9}\n";
-  out << fmt::format(fmt::runtime(header), "run", "ranks", "strat", "precision", "pin", "size", "epochs", "total",
-                     "test_acc", "thruput", "eff_1rank", "eff_fp64", "status");
-  out << fmt::format(fmt::runtime(header), "", "", "", "", "", "(px)", "", "(s)", "(%)", "(img/s)", "(%)", "(%)", "");
+  header_row(out, header, "run", "ranks", "strat", "precision", "pin", "size", "epochs", "total", "test_acc", "thruput",
+             "eff_1rank", "eff_fp64", "status");
+  header_row(out, header, "", "", "", "", "", "(px)", "", "(s)", "(%)", "(img/s)", "(%)", "(%)", "");
   for (const auto& row : rows) {
     const auto& r = *row.run;
-    out << fmt::format(fmt::runtime(header), r.run_id, r.display("world_size"), r.display("strategy"),
-                       r.display("precision"), r.display("pin_memory"), r.display("image_size"), r.display("epochs"),
-                       number(r.summary.total_s, 1), number(r.summary.test_accuracy * 100.0, 2),
-                       number(r.summary.samples_per_s, 1), percent(row.efficiency_vs_1_rank),
-                       percent(row.efficiency_vs_fp64), r.status);
+    data_row(out, header, r.run_id, r.display("world_size"), r.display("strategy"), r.display("precision"),
+             r.display("pin_memory"), r.display("image_size"), r.display("epochs"), number(r.summary.total_s, 1),
+             number(r.summary.test_accuracy * 100.0, 2), number(r.summary.samples_per_s, 1),
+             percent(row.efficiency_vs_1_rank), percent(row.efficiency_vs_fp64), r.status);
   }
   for (const auto& row : rows) print_notes(out, *row.run);
 }
@@ -173,11 +183,11 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
                        run.display("image_size"), run.epochs.empty() ? 0 : run.epochs.front().size());
     if (run.epochs.empty() || run.epochs.front().empty()) {
       // A run preempted (or failed, or still running) in its first epoch has no epoch rows yet.
-      out << fmt::format("(no completed epoch yet: status {})\n", run.status);
+      out << fmt::format("# (no completed epoch yet: status {})\n", run.status);
       continue;
     }
-    out << fmt::format(fmt::runtime(row), "phase", "min", "avg", "max", "share");
-    out << fmt::format(fmt::runtime(row), "", "(s)", "(s)", "(s)", "(%)");
+    header_row(out, row, "phase", "min", "avg", "max", "share");
+    header_row(out, row, "", "(s)", "(s)", "(s)", "(%)");
     std::vector<double> train_s;
     for (const auto& rank : run.epochs) {
       double t = 0;
@@ -196,8 +206,7 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
       }
       const double n = static_cast<double>(run.epochs.size());
       if (n == 0) continue;
-      out << fmt::format(fmt::runtime(row), name, number(lo, 3), number(sum / n, 3), number(hi, 3),
-                         number(100.0 * share / n, 1));
+      data_row(out, row, name, number(lo, 3), number(sum / n, 3), number(hi, 3), number(100.0 * share / n, 1));
     }
     double lo = INFINITY, hi = -INFINITY, sum = 0;
     for (double t : train_s) {
@@ -206,8 +215,8 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
       sum += t;
     }
     if (!train_s.empty()) {
-      out << fmt::format(fmt::runtime(row), "train", number(lo, 3),
-                         number(sum / static_cast<double>(train_s.size()), 3), number(hi, 3), "100.0");
+      data_row(out, row, "train", number(lo, 3), number(sum / static_cast<double>(train_s.size()), 3), number(hi, 3),
+               "100.0");
     }
     double window = 0, exposed = 0;
     for (const auto& rank : run.epochs) {
@@ -218,7 +227,7 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
     }
     if (window > 0) {
       out << fmt::format(
-          "all-reduce overlap: {:.1f} % of the all-reduce window hidden behind backward "
+          "# all-reduce overlap: {:.1f} % of the all-reduce window hidden behind backward "
           "(window {:.3f} s, exposed {:.3f} s, summed over ranks)\n",
           100.0 * std::max(0.0, 1.0 - exposed / window), window, exposed);
     }
@@ -237,27 +246,27 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
     }
     out << fmt::format(", profile window {}\n", run.display("profile_window"));
     const char* row = "{:<6} {:>9} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10}\n";
-    out << fmt::format(fmt::runtime(row), "rank", "window", "HtoD", "HtoD", "HtoD/smp", "HtoD", "HtoD", "kernels",
-                       "kernels", "NCCL", "NCCL", "peak alloc", "peak resv");
-    out << fmt::format(fmt::runtime(row), "", "(s)", "(count)", "(MiB)", "(B)", "(s)", "(%)", "(s)", "(%)", "(s)",
-                       "(%)", "(MiB)", "(MiB)");
+    header_row(out, row, "rank", "window", "HtoD", "HtoD", "HtoD/smp", "HtoD", "HtoD", "kernels", "kernels", "NCCL",
+               "NCCL", "peak alloc", "peak resv");
+    header_row(out, row, "", "(s)", "(count)", "(MiB)", "(B)", "(s)", "(%)", "(s)", "(%)", "(s)", "(%)", "(MiB)",
+               "(MiB)");
     constexpr double kMiB = 1024.0 * 1024.0;
     for (std::size_t r = 0; r < run.cuda.size(); ++r) {
       const auto& c = run.cuda[r];
       const double w = c.window_s > 0 ? c.window_s : NAN;
-      out << fmt::format(fmt::runtime(row), r, number(c.window_s, 2), c.htod_count,
-                         number(static_cast<double>(c.htod_bytes) / kMiB, 1),
-                         c.samples > 0 ? number(static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples), 0)
-                                       : std::string("-"),
-                         number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
-                         number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3),
-                         number(100 * c.nccl_kernel_s / w, 1),
-                         number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),
-                         number(static_cast<double>(c.peak_reserved_bytes) / kMiB, 0));
-      if (c.dropped_records > 0) out << fmt::format("  (rank {}: {} CUPTI records dropped)\n", r, c.dropped_records);
+      data_row(out, row, r, number(c.window_s, 2), c.htod_count, number(static_cast<double>(c.htod_bytes) / kMiB, 1),
+               c.samples > 0 ? number(static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples), 0)
+                             : std::string("-"),
+               number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
+               number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
+               number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),
+               number(static_cast<double>(c.peak_reserved_bytes) / kMiB, 0));
+      if (c.dropped_records > 0) out << fmt::format("# (rank {}: {} CUPTI records dropped)\n", r, c.dropped_records);
     }
     // API calls, averaged over ranks.
-    out << fmt::format("{:<28} {:>12} {:>10} {:>8}\n", "API (mean over ranks)", "calls", "time (s)", "(%)");
+    const char* api_row = "{:<28} {:>12} {:>10} {:>8}\n";
+    header_row(out, api_row, "API (mean over ranks)", "calls", "time", "");
+    header_row(out, api_row, "", "", "(s)", "(%)");
     const auto& first = run.cuda_api.front();
     for (std::size_t i = 0; i < first.size(); ++i) {
       double calls = 0, time = 0, share = 0;
@@ -271,17 +280,18 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
       }
       const double n = static_cast<double>(run.cuda_api.size());
       if (calls == 0) continue;
-      out << fmt::format("{:<28} {:>12.0f} {:>10} {:>8}\n", first[i].name, calls / n, number(time / n, 3),
-                         number(100 * share / n, 2));
+      data_row(out, api_row, first[i].name, number(calls / n, 0), number(time / n, 3), number(100 * share / n, 2));
     }
-    out << fmt::format("{:<60} {:>10} {:>10} {:>8}\n", "top kernels (rank 0)", "count", "time (s)", "(%)");
+    const char* kernel_row = "{:<60} {:>10} {:>10} {:>8}\n";
+    header_row(out, kernel_row, "top kernels (rank 0)", "count", "time", "");
+    header_row(out, kernel_row, "", "", "(s)", "(%)");
     const auto& kernels = run.cuda_kernels.front();
     const double w0 = run.cuda.front().window_s;
     for (std::size_t i = 0; i < std::min(top_kernels, kernels.size()); ++i) {
       std::string name = kernels[i].name;
       if (name.size() > 60) name = name.substr(0, 57) + "...";
-      out << fmt::format("{:<60} {:>10} {:>10} {:>8}\n", name, kernels[i].count, number(kernels[i].time_s, 3),
-                         number(w0 > 0 ? 100 * kernels[i].time_s / w0 : NAN, 2));
+      data_row(out, kernel_row, name, kernels[i].count, number(kernels[i].time_s, 3),
+               number(w0 > 0 ? 100 * kernels[i].time_s / w0 : NAN, 2));
     }
     out << "\n";
   }

@@ -26,8 +26,10 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs);
 
 enum class Format { kTable, kCsv };
 
-/// Writes the rows; the table has '#' metadata lines and a units row (nccl-tests style), and
-/// '#' notes under it for failed, preempted and resumed runs; the CSV ends with `resumes`.
+/// Writes the rows. The table, as nccl-tests prints its own: '#' metadata lines, a header and a
+/// units row that start with '#', data rows that start with two spaces (`grep -v '^#'` leaves only
+/// data), and '#' notes under it for failed, preempted and resumed runs. The CSV ends with
+/// `resumes`.
 void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 
 /// LLM fine-tuning runs (task llm / llm-eval), as the paper's Table 5 and Fig. 4: ranks, model,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "report/report.h"
@@ -113,6 +114,16 @@ TEST(Report, EfficienciesAsThePaper) {
   std::ostringstream table;
   report::print(table, rows, report::Format::kTable);
   EXPECT_NE(table.str().find("187.66"), std::string::npos) << table.str();
+  // nccl-tests' layout: metadata, header and units rows start with '#'; only data rows do not.
+  std::istringstream lines(table.str());
+  std::vector<std::string> data;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("#")) data.push_back(line);
+  }
+  ASSERT_EQ(data.size(), 3u) << table.str();
+  EXPECT_TRUE(data[0].starts_with("  fp641 ")) << data[0];
+  EXPECT_NE(table.str().find("\n# run "), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("(px)"), std::string::npos) << table.str();
   std::ostringstream csv;
   report::print(csv, rows, report::Format::kCsv);
   EXPECT_NE(csv.str().find(",168.40"), std::string::npos) << csv.str();
