@@ -148,6 +148,14 @@ void OptionTable::set(std::string_view name, const std::string& text) {
   o->given = true;
 }
 
+void OptionTable::set_defaults(std::string_view ini) {
+  for (const auto& [name, text] : ini_lines(std::string(ini))) {
+    Option* o = find(name);
+    if (o == nullptr) throw std::out_of_range("undeclared option --" + name);
+    o->parse(text);
+  }
+}
+
 void OptionTable::validate() const {
   for (const auto& o : options_) {
     MGBENCH_REQUIRE(!o.required || o.given, ConfigError, "--{}: required ({})", o.name,

@@ -226,6 +226,9 @@ class OptionTable {
   /// Sets --name from text (the command line or a config file). Throws ConfigError naming the
   /// option for a bad value, std::out_of_range for an undeclared name.
   void set(std::string_view name, const std::string& text);
+  /// Sets the defaults of several options from "name = value" lines (--config's format), before
+  /// anything is given. Throws as set().
+  void set_defaults(std::string_view ini);
   /// Checks every option: given where required, within its bounds. Throws ConfigError naming
   /// the first invalid option and what it expects.
   void validate() const;

@@ -45,16 +45,6 @@ struct ImageOptions {
 
 class ClassificationRecipe final : public Recipe {
  public:
-  void defaults(TrainOptions& t) const override {
-    t.epochs = 20;
-    t.batch_size = 64;
-    t.optimizer = OptimizerKind::kSgd;
-    t.lr = 0.05;
-    t.momentum = 0.9;
-    t.weight_decay = 4e-5;
-    t.precision = Precision::kFp32;
-  }
-
   void declare(options::OptionTable& t) override {
     auto& o = options_;
     t.section("Data");

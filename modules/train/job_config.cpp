@@ -16,7 +16,6 @@ std::unique_ptr<JobConfig> configure(std::string_view task, std::string_view rec
   config->task = std::string(task);
   config->recipe_name = std::string(info.name);
   config->recipe = info.make();
-  config->recipe->defaults(config->train);
   options::OptionTable& table = config->table;
   table.section("Recipe");
   std::string recipes;
@@ -29,6 +28,7 @@ std::unique_ptr<JobConfig> configure(std::string_view task, std::string_view rec
              fmt::format("{} (the recipe read first, from the command line or --config)", info.name));
   config->recipe->declare(table);
   config->train.declare(table);
+  table.set_defaults(info.defaults);
   return config;
 }
 

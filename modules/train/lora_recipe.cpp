@@ -53,17 +53,6 @@ struct LlmOptions {
 
 class LoraRecipe final : public Recipe {
  public:
-  void defaults(TrainOptions& t) const override {
-    // TorchTune's llama3/8B_lora config and the paper's settings.
-    t.epochs = 1;
-    t.batch_size = 2;
-    t.optimizer = OptimizerKind::kAdamW;
-    t.lr = 3e-4;
-    t.weight_decay = 0.01;
-    t.warmup_steps = 100;
-    t.precision = Precision::kBf16;
-  }
-
   void declare(options::OptionTable& t) override {
     auto& o = options_;
     t.section("Model");

@@ -70,8 +70,6 @@ class Recipe {
   virtual ~Recipe() = default;
 
   // --- configuration (before any rank is set up) --------------------------------------------
-  /// The recipe's defaults of the shared options (epochs, batch size, lr, precision, ...).
-  virtual void defaults(TrainOptions& train) const = 0;
   /// Declares the recipe's own options into table (its fields are the defaults).
   virtual void declare(options::OptionTable& table) = 0;
   /// Rules between options, with the shared ones (supported strategies and precisions, say).
@@ -131,11 +129,15 @@ class Recipe {
   virtual void finish(int rank) {}
 };
 
-/// A row of the recipe table (recipes.cpp): as nccl-tests' testColl, one row per recipe.
+/// A row of the recipe table (recipes.cpp): as nccl-tests' testColl, one row per recipe; as
+/// TorchTune's recipe registry, each with its default configuration.
 struct RecipeInfo {
   std::string_view name;  // --recipe
   std::string_view task;  // the command that runs it: image | llm
   std::string_view help;
+  /// The recipe's defaults of the loop's options (epochs, batch size, optimizer, lr, precision,
+  /// ...) as "name = value" lines, the format of --config.
+  std::string_view defaults;
   std::unique_ptr<Recipe> (*make)();
 };
 

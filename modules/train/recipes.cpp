@@ -16,10 +16,16 @@ constexpr RecipeInfo kRecipes[] = {
     {"classification", "image",
      "image classification: an image model (MobileNetV2) on MNIST-format data upscaled to --image-size "
      "(Lawenda et al. 2025, sec. 3)",
+     // The paper's training of MobileNetV2 (its PyTorch peer: bench/peer_image.py).
+     "epochs = 20\nbatch-size = 64\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nweight-decay = 4e-5\nprecision = "
+     "fp32\n",
      &make_classification_recipe},
     {"lora", "llm",
      "LoRA fine-tuning of Llama 3 on instruction data (TorchTune's lora_finetune_distributed; Lawenda et al. "
      "2025, sec. 4)",
+     // TorchTune's llama3/8B_lora config and the paper's settings (batch 2, 1 epoch).
+     "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\nwarmup-steps = 100\n"
+     "precision = bf16\n",
      &make_lora_recipe},
 };
 

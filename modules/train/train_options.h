@@ -1,8 +1,8 @@
 #pragma once
 // The options of the training loop (loop.h), which every recipe shares: workload distribution,
 // devices and precision, optimisation, gradient synchronisation, results, profiling and
-// checkpoints. Declared once, here, into the job's option table; a recipe sets its own defaults
-// (Recipe::defaults) before they are declared, so --help shows the recipe's. No torch or MPI.
+// checkpoints. Declared once, here, into the job's option table; each recipe has its own defaults
+// (RecipeInfo::defaults), so --help shows the recipe's. No torch or MPI.
 #include <cstdint>
 #include <span>
 #include <string>

@@ -188,18 +188,7 @@ TEST(LlmOnGpu, EvalLossEqualsCpu) {
   if (world_rank() == 0) {
     runtime::MpiCommunicator self(MPI_COMM_SELF);
     auto eval_on = [&](runtime::DevicePlacement p) {
-      auto c = train::configure("llm");
-      for (const auto& [name, value] :
-           Settings{{"model", model},
-                    {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
-                    {"dataset", "alpaca"},
-                    {"data", test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json"},
-                    {"limit", "16"},
-                    {"precision", "fp32"},
-                    {"eval-only", "true"},
-                    {"batch-size", "4"}}) {
-        c->set(name, value);
-      }
+      auto c = lora_config(model, 4, dir.file("eval.h5"), {{"limit", "16"}, {"eval-only", "true"}});
       c->validate();
       train::TrainingLoop loop(c->train, *c->recipe, self, p, 1);
       return loop.evaluate().loss;

@@ -95,6 +95,32 @@ inline std::unique_ptr<train::JobConfig> small_config(const std::string& strateg
   return c;
 }
 
+/// The LoRA job of the tests: the tiny Llama oracle (tests/python/make_oracles.py) on alpaca rows,
+/// 3 optimizer steps of batch_size x 2 in fp32 on the CPU; then `more`.
+inline std::unique_ptr<train::JobConfig> lora_config(const std::string& model, std::int64_t batch_size,
+                                                     const std::string& results, const Settings& more = {}) {
+  auto c = train::configure("llm");
+  for (const auto& [name, value] :
+       Settings{{"model", model},
+                {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
+                {"dataset", "alpaca"},
+                {"data", test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json"},
+                {"limit", std::to_string(24 * world_size())},
+                {"batch-size", std::to_string(batch_size)},
+                {"grad-accum", "2"},
+                {"max-steps", "3"},
+                {"warmup-steps", "1"},
+                {"lr", "1e-3"},
+                {"lora-rank", "4"},
+                {"precision", "fp32"},
+                {"device", "cpu"},
+                {"results", results}}) {
+    c->set(name, value);
+  }
+  for (const auto& [name, value] : more) c->set(name, value);
+  return c;
+}
+
 struct Trained {
   std::vector<torch::Tensor> parameters;  // the trained ones
   std::vector<torch::Tensor> buffers;

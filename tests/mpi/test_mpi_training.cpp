@@ -154,30 +154,6 @@ LlmTrained tune(MPI_Comm comm_world, train::JobConfig& config) {
   return out;
 }
 
-/// The LoRA job of the tests: the tiny Llama oracle on alpaca rows, 3 optimizer steps of 2 x 2.
-std::unique_ptr<train::JobConfig> lora_config(const std::string& model, std::int64_t batch_size,
-                                              const std::string& results) {
-  auto c = train::configure("llm");
-  for (const auto& [name, value] :
-       Settings{{"model", model},
-                {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
-                {"dataset", "alpaca"},
-                {"data", test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json"},
-                {"limit", std::to_string(24 * world_size())},
-                {"batch-size", std::to_string(batch_size)},
-                {"grad-accum", "2"},
-                {"max-steps", "3"},
-                {"warmup-steps", "1"},
-                {"lr", "1e-3"},
-                {"lora-rank", "4"},
-                {"precision", "fp32"},
-                {"device", "cpu"},
-                {"results", results}}) {
-    c->set(name, value);
-  }
-  return c;
-}
-
 TEST(LlmTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";

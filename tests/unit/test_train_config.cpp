@@ -178,12 +178,19 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   t.set("n", "4");
   t.set("flag", "true");
   EXPECT_EQ(t.ini(), "n = 4\nx = 0.001\nflag = true\nlist = c,d,e\nname = y\n");
-  EXPECT_EQ(t.identity(), "n = 4\nx = 0.001\nlist = c,d,e\nname = y\n");
+  EXPECT_EQ(t.identity(), "n = 4\nx = 0.001\nlist = c,d,e\nname = y\n");  // flag: no effect on results
   const auto attributes = t.attributes();
   ASSERT_EQ(attributes.size(), 5u);
   EXPECT_EQ(std::get<std::int64_t>(attributes[0].second), 4);
   EXPECT_EQ(std::get<std::string>(attributes[2].second), "true");
   EXPECT_TRUE(t.find("flag")->given);
+  std::int64_t m = 1;
+  t.add("m", m, "another count");
+  t.set_defaults("m = 9\nx = 0.25\n");  // a recipe's defaults: values, not given
+  EXPECT_EQ(m, 9);
+  EXPECT_DOUBLE_EQ(x, 0.25);
+  EXPECT_FALSE(t.find("m")->given);
+  test::expect_error<ConfigError>([&] { t.set_defaults("n = many\n"); }, {"--n 'many'"});
   EXPECT_FALSE(t.find("name")->is_switch);
   EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),
             (std::vector<std::string>{"--a: 1 -> (none)", "--b: 2 -> 3", "--c: (none) -> 4"}));
