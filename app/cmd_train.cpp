@@ -54,7 +54,7 @@ std::string usage(const std::string& task) {
   return fmt::format(
       "mgbench {}: train a recipe ({}) across MPI ranks, one rank per GPU (or CPU slot); per-rank timings "
       "and metrics into an HDF5 results file.\nusage: mpirun -np N mgbench {} [--recipe NAME] [options]   "
-      "(mgbench {} --recipe NAME --help: that recipe's options)\n",
+      "(mgbench {} --recipe NAME --help: that recipe's options)\noptions",
       task, recipes.substr(1), task, task);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-// The image classifiers `mgbench image --model` can train: one row per model (name, help, factory),
+// The image classifiers `mgbench image --model` can train: one row per model (name, factory, help),
 // as nccl-tests' testColl descriptors. Adding a model: its file under models/ with a factory, and
-// one row in image_models.cpp.
+// its row (and the factory's declaration) in image_models.cpp.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,13 +27,14 @@ struct ImageClassifier {
   std::function<torch::Tensor(torch::nn::Module& net, const torch::Tensor& x)> forward;
 };
 
-enum class ImageModel { kMobileNetV2 };
+/// Builds a model with torch's current RNG (the caller seeds it); throws std::invalid_argument for
+/// options the model cannot take.
+using ImageModelFactory = ImageClassifier (*)(const ImageModelOptions& options);
 
 struct ImageModelInfo {
-  std::string_view name;  // --model
-  ImageModel value;
+  std::string_view name;    // --model
+  ImageModelFactory value;  // the model's factory: what --model selects
   std::string_view help;
-  ImageClassifier (*make)(const ImageModelOptions& options);
 };
 
 /// Every image model; the first is the default.

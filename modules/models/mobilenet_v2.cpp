@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "models/image_models.h"
+
 namespace mgbench::models {
 namespace {
 
@@ -139,6 +141,13 @@ void MobileNetV2Impl::train(bool on) {
       if (m->as<nn::BatchNorm2d>() != nullptr) m->eval();
     }
   }
+}
+
+ImageClassifier make_mobilenet_v2(const ImageModelOptions& o) {
+  MobileNetV2 net(MobileNetV2Options{o.num_classes, o.width_mult, o.dropout});
+  net->set_batchnorm_frozen(o.freeze_batchnorm);
+  return {net.ptr(),
+          [](torch::nn::Module& m, const torch::Tensor& x) { return static_cast<MobileNetV2Impl&>(m).forward(x); }};
 }
 
 }  // namespace mgbench::models

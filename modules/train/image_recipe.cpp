@@ -36,7 +36,7 @@ struct ImageOptions {
   std::int64_t limit_train = 0;   // 0: all training samples
   std::int64_t limit_test = 0;    // 0: all test samples
   Upscale upscale = Upscale::kDevice;
-  models::ImageModel model = models::ImageModel::kMobileNetV2;
+  models::ImageModelFactory model = models::image_models().front().value;
   double width_mult = 1.0;
   double dropout = 0.2;
   bool freeze_batchnorm = false;
@@ -71,8 +71,7 @@ class ClassificationRecipe final : public Recipe {
     dtype_ = ctx.precision.param_dtype;
     train_set_ = data::load_mnist(o.data_dir, data::Split::kTrain, o.limit_train);
     test_set_ = data::load_mnist(o.data_dir, data::Split::kTest, o.limit_test);
-    const models::ImageModelInfo& info = options::row_of(models::image_models(), o.model);
-    model_ = info.make({data::kMnistClasses, o.width_mult, o.dropout, o.freeze_batchnorm});
+    model_ = o.model({data::kMnistClasses, o.width_mult, o.dropout, o.freeze_batchnorm});
     model_.module->to(ctx.device, dtype_);
     if (o.channels_last) models::to_channels_last(*model_.module);
     if (ctx.train.strategy == data::Strategy::kDp) {
