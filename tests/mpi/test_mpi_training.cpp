@@ -140,17 +140,10 @@ struct LlmTrained {
 };
 
 LlmTrained tune(MPI_Comm comm_world, train::JobConfig& config) {
-  runtime::MpiCommunicator comm(comm_world);
-  config.validate();
-  train::TrainingLoop loop(config.train, *config.recipe, comm, {}, 1);
-  results::ResultsWriter writer(config.train.results, comm_world, "llm", loop.run_attributes(), loop.rank_attributes(),
-                                loop.layout());
-  Progress quiet(false, loop.throughput_unit());
-  train::RunControl control;
-  loop.run(writer, quiet, control);
-  writer.finish(results::kStatusCompleted);
   LlmTrained out;
-  for (const auto& p : config.recipe->trainable_parameters()) out.adapters.push_back(p.detach().clone());
+  for (const auto& p : train_run(comm_world, config, config.train.results).parameters) {
+    out.adapters.push_back(p.detach().clone());
+  }
   return out;
 }
 
