@@ -122,8 +122,10 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   s.optimizer = make_optimizer(t, s.trainable);
   if (s.precision.loss_scaling) s.scaler = std::make_unique<GradScaler>();
   if (s.device.is_cuda() && t.cupti) s.cupti = profile::CuptiCollector::create();
-  s.sync_options.bucket_bytes = static_cast<std::size_t>(t.bucket_mb * 1024 * 1024);
-  s.sync_options.first_bucket_bytes = static_cast<std::size_t>(t.first_bucket_mb * 1024 * 1024);
+  // At least a byte: a positive --bucket-mb too small for one byte still means "one tensor a bucket".
+  s.sync_options.bucket_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(t.bucket_mb * 1024 * 1024));
+  s.sync_options.first_bucket_bytes =
+      std::max<std::size_t>(1, static_cast<std::size_t>(t.first_bucket_mb * 1024 * 1024));
   s.shared_buffers = recipe.shared_buffers();
   s.plan_options = {t.strategy, recipe.train_size(), t.batch_size, comm.world_size(), comm.rank(),
                     t.seed,     t.shuffle,           t.drop_last};
