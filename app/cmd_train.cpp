@@ -79,6 +79,10 @@ int train_command(const std::string& task, int argc, char** argv) {
     if (env.rank() == 0)
       std::cerr << "mgbench " << task << ": " << e.what() << "\n(see mgbench " << task << " --help)\n";
     return 2;
+  } catch (const std::exception& e) {
+    // A defect of mgbench's own option tables (an option declared twice, a default naming none).
+    if (env.rank() == 0) std::cerr << "mgbench " << task << ": internal error in the options: " << e.what() << "\n";
+    return 1;
   }
   log::init(env.rank(), env.world_size(), vm.count("verbose") != 0);
   const std::string hosts = env.all_hosts();  // collective

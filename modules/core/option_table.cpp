@@ -149,6 +149,12 @@ void OptionTable::set(std::string_view name, const std::string& text) {
 }
 
 void OptionTable::set_defaults(std::string_view ini) {
+  std::istringstream lines{std::string(ini)};
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.find(" = ") == std::string::npos) {
+      throw std::logic_error("defaults: '" + line + "' is not a `name = value` line");
+    }
+  }
   for (const auto& [name, text] : ini_lines(std::string(ini))) {
     Option* o = find(name);
     if (o == nullptr) throw std::out_of_range("undeclared option --" + name);

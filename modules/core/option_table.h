@@ -186,6 +186,14 @@ class Declared {
 
 class OptionTable {
  public:
+  OptionTable() = default;
+  // The rows' closures refer to the rows and to the declared fields: a copy would parse into the
+  // original. Moving keeps the rows where they are (a deque's elements do not move with it).
+  OptionTable(const OptionTable&) = delete;
+  OptionTable& operator=(const OptionTable&) = delete;
+  OptionTable(OptionTable&&) = default;
+  OptionTable& operator=(OptionTable&&) = default;
+
   /// The options declared after this go into the --help section `title`.
   void section(std::string title) { section_ = std::move(title); }
 
@@ -227,7 +235,7 @@ class OptionTable {
   /// option for a bad value, std::out_of_range for an undeclared name.
   void set(std::string_view name, const std::string& text);
   /// Sets the defaults of several options from "name = value" lines (--config's format), before
-  /// anything is given. Throws as set().
+  /// anything is given. Throws as set(), and std::logic_error for a line that is not "name = value".
   void set_defaults(std::string_view ini);
   /// Checks every option: given where required, within its bounds. Throws ConfigError naming
   /// the first invalid option and what it expects.

@@ -61,14 +61,15 @@ void merge(h5::Attributes& into, h5::Attributes more) {
 
 struct Connection {
   runtime::DevicePlacement placement;
-  std::unique_ptr<runtime::Communicator> comm;  // nullptr: a stage failed (logged)
+  runtime::Backend backend = runtime::Backend::kMpi;  // resolved: kNccl or kMpi
+  std::unique_ptr<runtime::Communicator> comm;        // nullptr: a stage failed (logged)
 };
 
 /// Places this rank (--device), checks GPU sharing over the node, resolves --backend and creates
 /// the communicator, each stage agreed over all ranks.
 Connection connect(runtime::MpiEnvironment& env, const TrainOptions& train) {
   Connection c;
-  runtime::Backend backend = runtime::Backend::kMpi;
+  runtime::Backend& backend = c.backend;
   // Every rank picks its GPU by local rank, then the node checks that no two ranks share one
   // (NCCL's rule) from the GPUs' PCI bus ids.
   if (!runtime::all_succeed(env, "device placement", [&] {
@@ -107,9 +108,17 @@ Connection connect(runtime::MpiEnvironment& env, const TrainOptions& train) {
   return c;
 }
 
+/// The checkpoint identity of this job (checkpointer.h): the settings that change results, and
+/// what `--device auto` and `--backend auto` resolved to here (a run started on the CPU does not
+/// continue on a GPU, nor the other way round).
+std::string job_identity(const JobConfig& config, const Connection& c) {
+  return config.identity() + fmt::format("device (resolved) = {}\nbackend (resolved) = {}\n",
+                                         c.placement.is_cuda() ? "cuda" : "cpu", runtime::backend_name(c.backend));
+}
+
 /// The run attributes every job records: the configuration, where and with what it ran.
 h5::Attributes common_attributes(runtime::MpiEnvironment& env, const JobConfig& config, const std::string& task,
-                                 const std::string& command_line) {
+                                 const std::string& identity, const std::string& command_line) {
   h5::Attributes a{{"task", task}};
   for (auto&& option : config.table.attributes()) a.emplace_back(std::move(option));
   merge(a, {{"world_size", static_cast<std::int64_t>(env.world_size())},
@@ -126,7 +135,7 @@ h5::Attributes common_attributes(runtime::MpiEnvironment& env, const JobConfig& 
             {"slurm_job_id", env_or("SLURM_JOB_ID", "")},
             {"command_line", command_line},
             {"config", config.ini()},
-            {"config_id", config_id(config.identity())}});
+            {"config_id", config_id(identity)}});
   return a;
 }
 
@@ -165,33 +174,18 @@ struct JobRun {
   std::unique_ptr<runtime::StopAgreement> stop;
   CheckpointState resume_state;
   RunControl control;
-  bool already_completed = false;  // --resume found the run finished: nothing to do
 };
 
-/// Starts recording the run, as agreed stages: finds where it starts (Checkpointer::find_start:
-/// with --resume, the latest checkpoint of this configuration, whose run continues in its own
-/// results file; refusals name what differs) or creates a new run. nullptr when a stage failed
-/// (logged once; every rank returns).
-std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const JobConfig& config, const std::string& task,
-                                  const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes,
-                                  const results::RankLayout& layout) {
-  const TrainOptions& train = config.train;
+/// Starts recording the run, as agreed stages: continues `from` (a checkpoint of this
+/// configuration, found before the set-up) in its own results file, or creates a new run.
+/// nullptr when a stage failed (logged once; every rank returns).
+std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const TrainOptions& train,
+                                  std::unique_ptr<Checkpointer> checkpointer,
+                                  const std::optional<CheckpointManifest>& from, const h5::Attributes& run_attributes,
+                                  const h5::Attributes& rank_attributes, const results::RankLayout& layout) {
   auto job = std::make_unique<JobRun>();
-  std::optional<CheckpointManifest> from;
-  if (!runtime::all_succeed(env, "setting up checkpoints", [&] {
-        job->checkpointer = std::make_unique<Checkpointer>(train.checkpoint, env, task, config.identity());
-        from = job->checkpointer->find_start();
-      })) {
-    return nullptr;
-  }
-  if (train.checkpoint.resume && !from) {
-    log::info("--resume: no checkpoint of this configuration in {}: starting a new run", train.checkpoint.dir);
-  } else if (from && from->completed) {
-    log::info("--resume: run {} in {} already completed (checkpoint {}): nothing to do", from->run_id, from->results,
-              from->path);
-    job->already_completed = true;
-    return job;
-  } else if (from) {
+  job->checkpointer = std::move(checkpointer);
+  if (from) {
     if (!runtime::all_succeed(env, "reading the checkpoint",
                               [&] { job->resume_state = job->checkpointer->load(*from); })) {
       return nullptr;
@@ -208,8 +202,7 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const JobConfig&
     job->control.resume = &job->resume_state;
     log::info("results: {} run {} resumed from {} (global step {})", from->results, from->run_id, from->path,
               from->global_step);
-  }
-  if (!job->writer) {
+  } else {
     job->writer = open_run(env, train, run_attributes, rank_attributes, layout);
     if (!job->writer) return nullptr;
   }
@@ -257,6 +250,29 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   runtime::install_stop_handlers();
   Connection connection = connect(env, config.train);
   if (!connection.comm) return 1;
+  const bool eval_only = config.recipe->eval_only();
+  const std::string task = eval_only ? config.task + "-eval" : config.task;
+  const std::string identity = job_identity(config, connection);
+
+  // Where the run starts, before the set-up (which may load gigabytes): a refused resume or an
+  // already completed run costs nothing.
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::optional<CheckpointManifest> from;
+  if (!runtime::all_succeed(env, "setting up checkpoints", [&] {
+        checkpointer = std::make_unique<Checkpointer>(config.train.checkpoint, env, task, identity);
+        from = checkpointer->find_start();
+      })) {
+    return 1;
+  }
+  if (from && from->completed) {
+    log::info("--resume: run {} in {} already completed (checkpoint {}): nothing to do", from->run_id, from->results,
+              from->path);
+    return 0;
+  }
+  if (config.train.checkpoint.resume && !from) {
+    log::info("--resume: no checkpoint of this configuration in {}: starting a new run", config.train.checkpoint.dir);
+  }
+
   std::unique_ptr<TrainingLoop> loop;
   if (!runtime::all_succeed(env, "set-up", [&] {
         loop = std::make_unique<TrainingLoop>(config.train, *config.recipe, *connection.comm, connection.placement,
@@ -264,13 +280,11 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
       })) {
     return 1;
   }
-  const bool eval_only = config.recipe->eval_only();
-  const std::string task = eval_only ? config.task + "-eval" : config.task;
-  h5::Attributes attributes = common_attributes(env, config, task, command_line);
+  h5::Attributes attributes = common_attributes(env, config, task, identity, command_line);
   merge(attributes, loop->run_attributes());
-  const auto job = start_run(env, config, task, attributes, loop->rank_attributes(), loop->layout());
+  const auto job =
+      start_run(env, config.train, std::move(checkpointer), from, attributes, loop->rank_attributes(), loop->layout());
   if (!job) return 1;
-  if (job->already_completed) return 0;
   results::ResultsWriter& writer = *job->writer;
   Progress progress(env.rank() == 0, loop->throughput_unit(), config.train.progress_interval_s);
   results::RunSummary summary;

@@ -1,9 +1,10 @@
 #pragma once
 // The lifecycle of one job on one rank, the same for every recipe: the stop-signal handlers; the
-// rank's device and the communicator; the set-up of the recipe and the training loop, agreed by
-// all ranks (a rank that cannot start makes every rank exit cleanly); the run created in the
-// results file -- or continued, with --resume, from the checkpoint of the same configuration;
-// training; the outcome recorded. A rank that fails after the run has started marks the run
+// rank's device and the communicator; where the run starts (with --resume, the checkpoint of the
+// same configuration; refusals of another configuration's come here, before any loading); the
+// set-up of the recipe and the training loop, agreed by all ranks (a rank that cannot start makes
+// every rank exit cleanly); the run created in the results file, or continued in its own; training;
+// the outcome recorded. A rank that fails after the run has started marks the run
 // failed and aborts the whole job (MPI_Abort), so no rank is left waiting in a collective.
 #include <string>
 

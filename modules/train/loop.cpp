@@ -322,7 +322,6 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
         [&recipe = s.recipe](const data::PlannedBatch& p, bool pinned) { return recipe.assemble(p, pinned); },
         t.prefetch, pin);
     DeviceFeeder feeder(loader, s.device, /*async=*/pin, /*depth=*/std::max(2, t.prefetch));
-    results::PhaseTimes pending;  // time of batches loaded but not computed (ddp-rr), charged to the next step
     while (true) {
       results::StepRecord step;
       const double step_start = now_s();
@@ -342,11 +341,9 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
         if (!batch) break;
         ++run.position;
         epoch_record.loaded_samples += batch->samples;
-        if (!batch->plan.compute) {
-          // ddp-rr: this rank loads and transfers the batch but another rank computes it.
-          pending += clock.take();
-          continue;
-        }
+        // ddp-rr: this rank loads and transfers the batch but another rank computes it; the time
+        // stays on the clock and is charged to the step that follows (or, after the last, the epoch).
+        if (!batch->plan.compute) continue;
         if (micro == 0) step.batch_index = batch->plan.batch_index;
         if (s.share_buffers()) {
           clock.enter(results::Phase::kAllreduce);
@@ -421,9 +418,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
       }
       // This rank's loss per target (per sample for a mean loss): the step's one host sync.
       step.loss = normalizer > 0 ? loss_sum.item<double>() / normalizer : results::kNaN;
-      step.phases = pending;
-      step.phases += clock.take();
-      pending = {};
+      step.phases = clock.take();
       if (s.grad_sync) {
         step.allreduce_window_s = s.grad_sync->window_s();
         epoch_record.allreduce_window_s += step.allreduce_window_s;
@@ -465,8 +460,9 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
         return summary;
       }
     }
-    // ddp-rr: batches loaded after this rank's last computed one belong to the epoch, not a step.
-    epoch_record.phases += pending;
+    // The end of the epoch's plan (and, ddp-rr, batches loaded after this rank's last computed one)
+    // belong to the epoch, not a step: taken here, before evaluation, which is not training time.
+    epoch_record.phases += clock.take();
     epoch_record.train_s = run.epoch_elapsed_s + epoch_clock.elapsed();
     epoch_record.steps = static_cast<std::int64_t>(steps.size());
     epoch_record.loss_mean = run.loss_steps == 0 ? results::kNaN : run.loss_sum / static_cast<double>(run.loss_steps);

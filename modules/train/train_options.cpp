@@ -91,7 +91,8 @@ void TrainOptions::declare(options::OptionTable& t) {
         "steps:FIRST:COUNT, or all")
       .check(valid_profile_window, "START:DURATION, steps:FIRST:COUNT or all")
       .no_effect();
-  t.add("cupti", cupti, "CUDA memcpy / API / kernel totals per rank into the results file").no_effect();
+  // Not .no_effect(): the CUDA tables are part of a run's layout, and collecting costs time.
+  t.add("cupti", cupti, "CUDA memcpy / API / kernel totals per rank into the results file");
   t.add("nvtx", nvtx, "NVTX ranges around the phases (Nsight Systems)").no_effect();
 
   t.section("Checkpoints and preemption (SIGTERM / SIGUSR1: stop at the next step, checkpoint, exit 75)");
@@ -105,7 +106,8 @@ void TrainOptions::declare(options::OptionTable& t) {
       .no_effect();
   t.add("resume", checkpoint.resume,
         "continue the latest checkpoint of this configuration in --checkpoint-dir (its run, its results file); "
-        "start a new run when there is none")
+        "a new run when the directory holds no checkpoint of this task; refused, listing the settings that "
+        "differ, when it holds another configuration's")
       .as_switch()
       .no_effect();
 }

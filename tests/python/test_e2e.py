@@ -49,6 +49,10 @@ def test_main_job_two_ranks(tmp_path, mnist):
             for phase in ("data_s", "h2d_s", "transform_s", "forward_s", "backward_s", "allreduce_s", "optimizer_s"):
                 assert (steps[phase] >= 0).all() and np.isfinite(steps[phase]).all(), phase
             assert (steps["forward_s"] > 0).all() and (steps["allreduce_s"] > 0).all()
+            # A step's phases lie within the step: the evaluation between epochs is no step's time.
+            phase_sum = sum(steps[p] for p in ("data_s", "h2d_s", "transform_s", "forward_s", "backward_s",
+                                               "allreduce_s", "optimizer_s"))
+            assert (phase_sum <= steps["step_s"] + 1e-6).all(), (phase_sum - steps["step_s"]).max()
             assert np.isclose(epochs["samples"].sum(), 512)
             # All-reduce window: from the first bucket's launch to the last one's completion.
             assert (steps["allreduce_window_s"] > 0).all()

@@ -8,6 +8,7 @@ bitwise from the final checkpoints with the safetensors package). A job killed w
 never write one results file at once: the second is refused, naming the lock.
 """
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -109,6 +110,10 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
         run_id = run.attrs["run_id"]
     (manifest,) = glob.glob(f"{ck}/*/step-?????????/checkpoint.json")[-1:]
     assert '"stop_signal": "SIGUSR1"' in Path(manifest).read_text()
+    # The identity: the settings that change results, and the device and backend `auto` resolved to.
+    identity = json.loads(Path(manifest).read_text())["config"]
+    assert "warmup-steps = 0\n" in identity and "device (resolved) = cpu\n" in identity, identity
+    assert "backend (resolved) = mpi\n" in identity and "progress-interval" not in identity, identity
     report = mgbench("report", results, check=True).stdout
     assert f"# {run_id} preempted: it continues with the same options plus --resume" in report, report
 

@@ -116,7 +116,6 @@ TEST(JobConfig, IdentityHoldsTheSettingsThatChangeResultsOnly) {
                                                                                      {"resume", "true"},
                                                                                      {"comm-timeout", "30"},
                                                                                      {"profile-window", "0:720"},
-                                                                                     {"cupti", "false"},
                                                                                      {"nvtx", "false"}}) {
     b->set(option, text);
   }
@@ -132,7 +131,9 @@ TEST(JobConfig, IdentityHoldsTheSettingsThatChangeResultsOnly) {
                                                                                      {"first-bucket-mb", "2"},
                                                                                      {"pin-memory", "true"},
                                                                                      {"clip-grad-norm", "1"},
-                                                                                     {"record-indices", "true"}}) {
+                                                                                     {"record-indices", "true"},
+                                                                                     {"cupti", "false"},
+                                                                                     {"threads", "2"}}) {
     auto c = train::configure("image");
     c->set(option, text);
     EXPECT_NE(c->identity(), a->identity()) << option;
@@ -191,6 +192,7 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   EXPECT_DOUBLE_EQ(x, 0.25);
   EXPECT_FALSE(t.find("m")->given);
   test::expect_error<ConfigError>([&] { t.set_defaults("n = many\n"); }, {"--n 'many'"});
+  EXPECT_THROW(t.set_defaults("m=3\n"), std::logic_error);  // a recipe's defaults are --config lines
   EXPECT_FALSE(t.find("name")->is_switch);
   EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),
             (std::vector<std::string>{"--a: 1 -> (none)", "--b: 2 -> 3", "--c: (none) -> 4"}));
