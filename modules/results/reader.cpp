@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -124,6 +128,33 @@ std::vector<RunRecord> read_runs(const std::string& path) {
         run.cuda.push_back(summary.empty() ? CudaSummaryRecord{} : summary.front());
         run.cuda_api.push_back(std::move(api));
         run.cuda_kernels.push_back(std::move(kernels));
+      }
+      if (h5::link_exists(rank_group, "metrics")) {
+        const std::string what = where + "/" + rank_name + "/metrics";
+        h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "metrics", H5P_DEFAULT), "open " + what);
+        h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + what);
+        hsize_t dims[2] = {0, 0};
+        MGBENCH_REQUIRE(H5Sget_simple_extent_ndims(space) == 2, ResultsError, "{}: expected a 2-D table", what);
+        H5Sget_simple_extent_dims(space, dims, nullptr);
+        std::vector<double> values(static_cast<std::size_t>(dims[0] * dims[1]));
+        if (!values.empty()) {
+          check_status(H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "read " + what);
+        }
+        if (run.metric_names.empty()) {
+          for (const auto& [name, value] : h5::read_attributes(ds)) {
+            if (name != "columns" || !std::holds_alternative<std::string>(value)) continue;
+            std::stringstream columns(std::get<std::string>(value));
+            for (std::string column; std::getline(columns, column, ',');) run.metric_names.push_back(column);
+          }
+        }
+        std::vector<std::vector<double>> rows;
+        for (hsize_t i = 0; i < dims[0]; ++i) {
+          std::vector<double> row(values.begin() + static_cast<std::ptrdiff_t>(i * dims[1]),
+                                  values.begin() + static_cast<std::ptrdiff_t>((i + 1) * dims[1]));
+          // Unwritten rows keep their NaN fill.
+          if (std::any_of(row.begin(), row.end(), [](double v) { return std::isfinite(v); })) rows.push_back(row);
+        }
+        run.metrics.push_back(std::move(rows));
       }
     }
     out.push_back(std::move(run));

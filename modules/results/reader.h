@@ -21,6 +21,8 @@ struct RunRecord {
   std::vector<CudaSummaryRecord> cuda;                      // [rank] CUDA metrics of GPU runs (empty otherwise)
   std::vector<std::vector<CudaApiRecord>> cuda_api;         // [rank], used rows only
   std::vector<std::vector<CudaKernelRecord>> cuda_kernels;  // [rank], used rows only
+  std::vector<std::string> metric_names;                    // columns of the recipe's per-step metrics
+  std::vector<std::vector<std::vector<double>>> metrics;    // [rank][step row][column], written rows only
 
   /// Attribute lookups; std::nullopt when absent or of another type.
   std::optional<std::string> text(const std::string& name) const;

@@ -212,9 +212,14 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
 
   // Every rank creates every rank's group and tables (HDF5 metadata operations are collective),
   // so each rank needs all ranks' layouts and attributes.
-  constexpr int kLayoutFields = 4;
+  constexpr int kLayoutFields = 5;
   std::array<std::int64_t, kLayoutFields> mine{layout.epochs, layout.steps_per_epoch, layout.indices_per_epoch,
-                                               layout.cuda_metrics ? 1 : 0};
+                                               layout.cuda_metrics ? 1 : 0,
+                                               static_cast<std::int64_t>(layout.metrics.size())};
+  // The metrics' names, the same on every rank (one recipe): rank 0's, as an attribute of each table.
+  std::string metric_columns;
+  for (const auto& name : layout.metrics) metric_columns += (metric_columns.empty() ? "" : ",") + name;
+  metric_columns = broadcast_string(comm_, metric_columns);
   std::vector<std::int64_t> layouts(kLayoutFields * static_cast<std::size_t>(world_size_));
   MGBENCH_CHECK_MPI(
       MPI_Allgather(mine.data(), kLayoutFields, MPI_INT64_T, layouts.data(), kLayoutFields, MPI_INT64_T, comm_));
@@ -253,9 +258,16 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
       cuda_api = create_table(group, "cuda_api", cuda_api_type(), api_rows, &empty_api, group_path);
       cuda_kernels = create_table(group, "cuda_kernels", cuda_kernel_type(), kernel_rows, &empty_kernel, group_path);
     }
+    h5::Handle metrics;
+    if (l[4] > 0) {
+      const hsize_t metric_dims[2] = {static_cast<hsize_t>(l[0] * l[1]), static_cast<hsize_t>(l[4])};
+      const double no_value = kNaN;
+      metrics = create_table(group, "metrics", H5T_IEEE_F64LE, metric_dims, &no_value, group_path);
+      h5::write_attribute(metrics, "columns", metric_columns);
+    }
     if (r == rank_) {
-      own_ = {std::move(steps),        std::move(epochs),   std::move(indices),
-              std::move(cuda_summary), std::move(cuda_api), std::move(cuda_kernels)};
+      own_ = {std::move(steps),    std::move(epochs),       std::move(indices), std::move(cuda_summary),
+              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics)};
     }
   }
   if (rank_ == 0) write_status(kStatusRunning, "");
@@ -315,9 +327,10 @@ void ResultsWriter::open_own_tables() {
     h5::Handle cuda_summary = open("cuda_summary", false);
     h5::Handle cuda_api = open("cuda_api", false);
     h5::Handle cuda_kernels = open("cuda_kernels", false);
+    h5::Handle metrics = open("metrics", false);
     if (r == rank_) {
-      own_ = {std::move(steps),        std::move(epochs),   std::move(indices),
-              std::move(cuda_summary), std::move(cuda_api), std::move(cuda_kernels)};
+      own_ = {std::move(steps),    std::move(epochs),       std::move(indices), std::move(cuda_summary),
+              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics)};
     }
   }
   auto rows = [&](hid_t dataset) {
@@ -326,17 +339,18 @@ void ResultsWriter::open_own_tables() {
     H5Sget_simple_extent_dims(space, dims, nullptr);
     return std::array<std::int64_t, 2>{static_cast<std::int64_t>(dims[0]), static_cast<std::int64_t>(dims[1])};
   };
-  const bool same = rows(own_.steps)[0] == layout_.epochs * layout_.steps_per_epoch &&
-                    rows(own_.epochs)[0] == layout_.epochs &&
-                    (layout_.indices_per_epoch == 0) == !own_.indices.valid() &&
-                    (!own_.indices.valid() || rows(own_.indices)[1] == layout_.indices_per_epoch) &&
-                    layout_.cuda_metrics == own_.cuda_summary.valid();
+  const bool same =
+      rows(own_.steps)[0] == layout_.epochs * layout_.steps_per_epoch && rows(own_.epochs)[0] == layout_.epochs &&
+      (layout_.indices_per_epoch == 0) == !own_.indices.valid() &&
+      (!own_.indices.valid() || rows(own_.indices)[1] == layout_.indices_per_epoch) &&
+      layout_.cuda_metrics == own_.cuda_summary.valid() && layout_.metrics.empty() == !own_.metrics.valid() &&
+      (!own_.metrics.valid() || rows(own_.metrics)[1] == static_cast<std::int64_t>(layout_.metrics.size()));
   // Agreed, so that a mismatch on one rank fails every rank alike.
   int mismatch = same ? 0 : 1;
   MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &mismatch, 1, MPI_INT, MPI_MAX, comm_));
   MGBENCH_REQUIRE(mismatch == 0, ResultsError,
-                  "run '{}' in '{}' has tables of another shape than this job's (epochs, steps per epoch, indices or "
-                  "CUDA metrics differ): it is not the same configuration",
+                  "run '{}' in '{}' has tables of another shape than this job's (epochs, steps per epoch, indices, "
+                  "CUDA or recipe metrics differ): it is not the same configuration",
                   run_id_, path_);
 }
 
@@ -350,8 +364,8 @@ ResultsWriter::~ResultsWriter() {
     // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
     // other ranks may be gone, so release the handles instead of waiting on them. Everything
     // written so far is already in the file (raw data goes straight to MPI-IO).
-    for (h5::Handle* h : {&own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices, &own_.epochs,
-                          &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
+    for (h5::Handle* h : {&own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices,
+                          &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
       h->release();
     }
   }
@@ -406,6 +420,17 @@ void ResultsWriter::write_cuda_metrics(const CudaSummaryRecord& summary, std::sp
   }
 }
 
+void ResultsWriter::write_metrics(std::int64_t epoch, std::span<const double> rows) {
+  const auto columns = static_cast<std::int64_t>(layout_.metrics.size());
+  MGBENCH_REQUIRE(own_.metrics.valid() && static_cast<std::int64_t>(rows.size()) % columns == 0 &&
+                      static_cast<std::int64_t>(rows.size()) / columns <= layout_.steps_per_epoch,
+                  ResultsError, "rank {}: {} metric values for epoch {}, the results layout reserved {} x {}", rank_,
+                  rows.size(), epoch, layout_.steps_per_epoch, columns);
+  if (rows.empty()) return;
+  write_rows(own_.metrics, H5T_NATIVE_DOUBLE, epoch * layout_.steps_per_epoch,
+             static_cast<std::int64_t>(rows.size()) / columns, rows.data(), "metrics");
+}
+
 void ResultsWriter::write_indices(std::int64_t epoch, std::span<const std::int64_t> indices) {
   MGBENCH_REQUIRE(own_.indices.valid() && static_cast<std::int64_t>(indices.size()) == layout_.indices_per_epoch,
                   ResultsError, "rank {}: {} indices for epoch {}, the results layout reserved {}", rank_,
@@ -432,8 +457,8 @@ void ResultsWriter::write_status(std::string_view status, const std::string& mes
 void ResultsWriter::finish(std::string_view status) {
   if (rank_ == 0) write_status(status, "");
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
-  for (h5::Handle* h : {&own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices, &own_.epochs,
-                        &own_.steps, &summary_, &error_, &status_, &run_group_}) {
+  for (h5::Handle* h : {&own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices,
+                        &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_}) {
     h->reset();
   }
   file_.reset();

@@ -31,6 +31,7 @@ struct RankLayout {
   std::int64_t steps_per_epoch = 0;    // rows of rank_<r>/steps per epoch
   std::int64_t indices_per_epoch = 0;  // columns of rank_<r>/indices; 0: no indices recorded
   bool cuda_metrics = false;           // rank_<r>/cuda_summary, cuda_api, cuda_kernels (GPU runs)
+  std::vector<std::string> metrics;    // columns of rank_<r>/metrics (a recipe's per-step metrics); none: no table
 };
 
 class ResultsWriter {
@@ -59,6 +60,9 @@ class ResultsWriter {
   void write_steps(std::int64_t epoch, std::span<const StepRecord> steps);
   /// Writes this rank's row of rank_<r>/epochs. Independent.
   void write_epoch(const EpochRecord& record);
+  /// Writes this rank's per-step metrics of one epoch (0-based): rows of layout.metrics.size()
+  /// values, row-major, at most steps_per_epoch rows. Independent.
+  void write_metrics(std::int64_t epoch, std::span<const double> rows);
   /// Writes this rank's computed sample indices of one epoch (indices_per_epoch of them). Independent.
   void write_indices(std::int64_t epoch, std::span<const std::int64_t> indices);
   /// Writes this rank's CUDA metrics (layout.cuda_metrics): at most kCudaApiRows API rows and
@@ -106,7 +110,7 @@ class ResultsWriter {
   h5::Handle summary_;
   /// This rank's tables (rank_<r>/...); indices and cuda_* only when the layout has them.
   struct RankTables {
-    h5::Handle steps, epochs, indices, cuda_summary, cuda_api, cuda_kernels;
+    h5::Handle steps, epochs, indices, cuda_summary, cuda_api, cuda_kernels, metrics;
   };
   RankTables own_;
   h5::Handle step_type_;

@@ -120,7 +120,7 @@ class ClassificationRecipe final : public Recipe {
   MicroBatchLoss forward(const data::Batch& batch) override {
     const torch::Tensor logits =
         dp_ ? dp_->forward(batch.tensors[0]) : model_.forward(*model_.module, batch.tensors[0]);
-    return {torch::nn::functional::cross_entropy(logits, batch.tensors[1]), 1.0};
+    return {torch::nn::functional::cross_entropy(logits, batch.tensors[1]), 1.0, {}};
   }
 
   std::int64_t eval_size() const override { return test_set_.size(); }

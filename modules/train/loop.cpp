@@ -153,6 +153,7 @@ results::RankLayout TrainingLoop::layout() const {
   l.epochs = s.train.epochs;
   l.steps_per_epoch = s.steps_per_epoch;
   l.cuda_metrics = s.cupti != nullptr;
+  l.metrics = s.recipe.metric_names();
   if (s.train.record_indices) {
     const auto plan = cut_plan(data::plan_epoch(s.plan_options, 0), s.steps_per_epoch * s.train.grad_accum);
     for (const auto& b : plan) {
@@ -242,6 +243,8 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   std::int64_t tokens_total = 0;               // real tokens over the run, this rank
   double flops = 0;                            // model FLOPs over the run, this rank
   std::vector<std::int64_t> computed_indices;  // of the epoch in progress (--record-indices)
+  const auto metric_count = static_cast<std::int64_t>(layout.metrics.size());
+  std::vector<double> metric_rows;  // the recipe's per-step metrics of the epoch in progress, row-major
   const std::vector<std::pair<std::string, torch::Tensor>> checkpointed = s.recipe.checkpoint_tensors();
   auto put_state = [&](CheckpointState& state) {
     put_tensors(state, "model/", checkpointed);
@@ -255,6 +258,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
     state.put("real_tokens", tokens_total);
     state.put("flops", flops);
     state.put_records<std::int64_t>("records/indices", computed_indices);
+    state.put_records<double>("records/metrics", metric_rows);
   };
   if (ctl.resume != nullptr) {
     const CheckpointState& saved = *ctl.resume;
@@ -267,6 +271,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
     tokens_total = saved.integer("real_tokens");
     flops = saved.number("flops");
     computed_indices = saved.records<std::int64_t>("records/indices");
+    metric_rows = saved.records<double>("records/metrics");
     MGBENCH_REQUIRE(run.epoch <= t.epochs, DataError, "checkpoint '{}': epoch {} is outside this run's {} epochs",
                     saved.source(), run.epoch + 1, t.epochs);
     log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.steps.size() + 1, run.global_step);
@@ -332,7 +337,8 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
       s.optimizer->zero_grad(/*set_to_none=*/true);
 
       // The step's micro-batches: forward and backward each, the all-reduce with the last one.
-      torch::Tensor loss_sum;  // float64 on the device: one host sync per step, below
+      torch::Tensor loss_sum;    // float64 on the device: one host sync per step, below
+      torch::Tensor metric_sum;  // the recipe's metrics summed over the micro-batches, on the device
       double normalizer = 0;
       double step_flops = 0;
       std::int64_t micro = 0;
@@ -365,8 +371,15 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
         } else {
           out.loss.backward();
         }
-        const torch::Tensor loss = out.loss.detach().to(torch::kFloat64);
+        const torch::Tensor loss = out.loss.detach().to(torch::kFloat64).reshape({1});
         loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+        if (metric_count > 0) {
+          if (!out.metrics.defined() || out.metrics.numel() != metric_count) {
+            throw std::logic_error("a recipe's forward returned other metrics than its metric_names()");
+          }
+          const torch::Tensor metrics = out.metrics.detach().to(torch::kFloat64);
+          metric_sum = metric_sum.defined() ? metric_sum + metrics : metrics;
+        }
         normalizer += out.normalizer;
         step.samples += input.samples;
         step.tokens += input.tokens;
@@ -416,8 +429,13 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
           stepped = true;
         }
       }
-      // This rank's loss per target (per sample for a mean loss): the step's one host sync.
-      step.loss = normalizer > 0 ? loss_sum.item<double>() / normalizer : results::kNaN;
+      // This rank's loss per target (per sample for a mean loss) and the recipe's metrics: the
+      // step's one host sync.
+      const torch::Tensor values = (metric_count > 0 ? torch::cat({loss_sum, metric_sum}) : loss_sum).cpu();
+      step.loss = normalizer > 0 ? values[0].item<double>() / normalizer : results::kNaN;
+      for (std::int64_t k = 0; k < metric_count; ++k) {
+        metric_rows.push_back(values[k + 1].item<double>() / static_cast<double>(micro));
+      }
       step.phases = clock.take();
       if (s.grad_sync) {
         step.allreduce_window_s = s.grad_sync->window_s();
@@ -456,6 +474,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
       // Step boundary: every rank learns of a stop request at the same step.
       if (at_step_boundary(ctl, run, now_s() - run_start_s, epoch_clock.elapsed(), writer, put_state)) {
         writer.write_steps(epoch, steps);  // the epoch's steps so far; its row is written when it ends
+        if (metric_count > 0) writer.write_metrics(epoch, metric_rows);
         summary.total_s = now_s() - run_start_s;
         return summary;
       }
@@ -485,6 +504,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
     writer.write_steps(epoch, steps);
     writer.write_epoch(epoch_record);
     if (t.record_indices) writer.write_indices(epoch, computed_indices);
+    if (metric_count > 0) writer.write_metrics(epoch, metric_rows);
     summary.final_loss = epoch_record.loss_mean;
     summary.epochs_completed = epoch + 1;
     std::int64_t epoch_tokens = 0;
@@ -504,6 +524,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
                                  epoch_record.train_s, evaluated));
     run.next_epoch();
     computed_indices.clear();
+    metric_rows.clear();
   }
   summary.total_s = now_s() - run_start_s;
   if (s.cupti) {

@@ -177,7 +177,7 @@ class LoraRecipe final : public Recipe {
   LossNormalization loss_normalization() const override { return LossNormalization::kSumOverTargets; }
 
   MicroBatchLoss forward(const data::Batch& batch) override {
-    return {loss_sum(batch), static_cast<double>(batch.loss_targets)};
+    return {loss_sum(batch), static_cast<double>(batch.loss_targets), {}};
   }
 
   /// 4 x (matmul parameters: all but the embedding table and the norms; a tied output counts)

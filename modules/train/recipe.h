@@ -55,6 +55,9 @@ enum class LossNormalization {
 struct MicroBatchLoss {
   torch::Tensor loss;     // scalar with a graph: what backward runs on
   double normalizer = 1;  // kMeanPerMicroBatch: 1; kSumOverTargets: the targets summed over
+  /// The recipe's per-step metrics (metric_names()) of this micro-batch, float64 [metrics] on the
+  /// device, detached: the loop records their mean over the step's micro-batches. Undefined: none.
+  torch::Tensor metrics;
 };
 
 /// An evaluation's outcome over all ranks (NaN / -1: not measured by the recipe).
@@ -107,6 +110,9 @@ class Recipe {
   virtual double flops(const data::Batch& batch) const { return results::kNaN; }
   /// True when throughput counts tokens (tokens/s), false for samples (img/s).
   virtual bool counts_tokens() const { return false; }
+  /// Names of the recipe's per-step metrics (rank_<r>/metrics in the results file; units in the
+  /// names), in the order of MicroBatchLoss::metrics. None by default.
+  virtual std::vector<std::string> metric_names() const { return {}; }
 
   // --- evaluation -------------------------------------------------------------------------------
   /// Samples of the evaluation set (0: the recipe does not evaluate while training).

@@ -13,7 +13,10 @@
 namespace mgbench::results {
 namespace {
 
-RankLayout small_layout() { return {/*epochs=*/2, /*steps_per_epoch=*/3, /*indices_per_epoch=*/4}; }
+RankLayout small_layout() {
+  return {/*epochs=*/2, /*steps_per_epoch=*/3, /*indices_per_epoch=*/4, /*cuda_metrics=*/false,
+          /*metrics=*/{"reward", "margin"}};
+}
 
 std::string write_run(const std::string& path, const std::string& name, double total_s) {
   ResultsWriter writer(path, MPI_COMM_SELF, name, {{"task", std::string("image")}, {"world_size", std::int64_t{1}}},
@@ -31,6 +34,8 @@ std::string write_run(const std::string& path, const std::string& name, double t
   epoch.test_accuracy = 0.5;
   writer.write_epoch(epoch);
   writer.write_indices(0, std::vector<std::int64_t>{3, 1, 2, 0});
+  writer.write_metrics(0, std::vector<double>{0.5, 1.5, -0.25, std::nan("")});              // 2 steps x 2 metrics
+  EXPECT_THROW(writer.write_metrics(1, std::vector<double>{1.0, 2.0, 3.0}), ResultsError);  // not whole rows
   RunSummary summary;
   summary.total_s = total_s;
   summary.test_accuracy = 0.5;
@@ -57,6 +62,11 @@ TEST(Results, WriteReadAndAppend) {
   EXPECT_FALSE(runs[0].text("hdf5_version")->empty());
   ASSERT_EQ(runs[0].epochs.size(), 1u);
   ASSERT_EQ(runs[0].epochs[0].size(), 1u);  // the unwritten second epoch is not reported
+  EXPECT_EQ(runs[0].metric_names, (std::vector<std::string>{"reward", "margin"}));
+  ASSERT_EQ(runs[0].metrics.size(), 1u);     // one rank
+  ASSERT_EQ(runs[0].metrics[0].size(), 2u);  // the written steps; unwritten rows stay NaN and are dropped
+  EXPECT_EQ(runs[0].metrics[0][1][0], -0.25);
+  EXPECT_TRUE(std::isnan(runs[0].metrics[0][1][1]));
   EXPECT_EQ(runs[0].epochs[0][0].samples, 16);
 }
 
