@@ -4,12 +4,16 @@
 #include <cmath>
 #include <iostream>
 #include <numeric>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "core/error.h"
+#include "data/text/preference.h"
 #include "data/text/sft.h"
 #include "options.h"
 
@@ -18,11 +22,15 @@ namespace mgbench::app {
 int data_main(int argc, char** argv) {
   std::string action, dataset, data, tokenizer;
   std::int64_t max_seq_len = 0, dump = 0;
-  text::DatasetKind kind = text::DatasetKind::kAlpaca;
+  std::optional<text::DatasetKind> kind;           // an instruction dataset (sft.h), or
+  std::optional<text::PreferenceKind> preference;  // a preference dataset (preference.h)
   po::options_description options(
       "mgbench data stats: rows and token lengths of a fine-tuning dataset (template + Llama 3 tokenizer).\n"
-      "usage: mgbench data stats --dataset KIND --data FILE --tokenizer FILE [--max-seq-len N] [--dump N]\n");
-  options.add_options()("dataset", po::value(&dataset)->required(), "alpaca | grammar | samsum | slimorca | text")(
+      "usage: mgbench data stats --dataset KIND --data FILE --tokenizer FILE [--max-seq-len N] [--dump N]\n"
+      "(preference kinds: rows are chosen and rejected sequences; --dump prints chosen_/rejected_ tokens and "
+      "labels)\n");
+  options.add_options()("dataset", po::value(&dataset)->required(),
+                        "alpaca | grammar | samsum | slimorca | text | stack_exchange_paired | hh_rlhf | preference")(
       "data", po::value(&data)->required(), "local file: .json, .jsonl, .csv, .tsv (optionally .gz)")(
       "tokenizer", po::value(&tokenizer)->required(), "Llama 3 tiktoken file (tokenizer.model)")(
       "max-seq-len", po::value(&max_seq_len)->default_value(0), "truncate samples to N tokens (0: no truncation)")(
@@ -45,7 +53,17 @@ int data_main(int argc, char** argv) {
     po::notify(vm);
     MGBENCH_REQUIRE(action == "stats", ConfigError, "unknown action '{}': expected `mgbench data stats`", action);
     MGBENCH_REQUIRE(max_seq_len >= 0 && dump >= 0, ConfigError, "--max-seq-len and --dump must be >= 0");
-    kind = options::parse_choice(text::dataset_choices(), "dataset", dataset);
+    for (const auto& row : text::dataset_choices()) {
+      if (row.name == dataset) kind = row.value;
+    }
+    for (const auto& row : text::preference_choices()) {
+      if (row.name == dataset) preference = row.value;
+    }
+    if (!kind && !preference) {
+      std::vector<std::string_view> names = options::names_of(text::dataset_choices());
+      for (const auto name : options::names_of(text::preference_choices())) names.push_back(name);
+      options::fail("dataset", dataset, options::join_names(names));
+    }
   } catch (const po::error& e) {
     std::cerr << "mgbench data: " << e.what() << "\n(see mgbench data --help)\n";
     return 2;
@@ -54,18 +72,34 @@ int data_main(int argc, char** argv) {
     return 2;
   }
   try {
-    text::SftOptions o;
-    o.kind = kind;
-    o.max_seq_len = max_seq_len;
-    o.train_on_input = vm.count("train-on-input") != 0;
+    const bool train_on_input = vm.count("train-on-input") != 0;
     const text::Llama3Tokenizer tok(tokenizer);
-    const auto samples = text::load_sft_dataset(data, tok, o);
-    if (dump > 0) {
+    // The sequences to count: one per row, or a preference row's chosen and rejected.
+    std::vector<text::TokenizedSample> samples;
+    std::size_t rows = 0;
+    if (preference) {
+      const auto pairs = text::load_preference_dataset(data, tok, {*preference, max_seq_len, train_on_input});
+      rows = pairs.size();
+      for (std::size_t i = 0; i < pairs.size(); ++i) {
+        if (i < static_cast<std::size_t>(dump)) {
+          std::cout << nlohmann::json{{"chosen_tokens", pairs[i].chosen.tokens},
+                                      {"chosen_labels", pairs[i].chosen.labels},
+                                      {"rejected_tokens", pairs[i].rejected.tokens},
+                                      {"rejected_labels", pairs[i].rejected.labels}}
+                           .dump()
+                    << "\n";
+        }
+        samples.push_back(pairs[i].chosen);
+        samples.push_back(pairs[i].rejected);
+      }
+    } else {
+      samples = text::load_sft_dataset(data, tok, {*kind, max_seq_len, train_on_input});
+      rows = samples.size();
       for (std::size_t i = 0; i < std::min<std::size_t>(samples.size(), static_cast<std::size_t>(dump)); ++i) {
         std::cout << nlohmann::json{{"tokens", samples[i].tokens}, {"labels", samples[i].labels}}.dump() << "\n";
       }
-      return 0;
     }
+    if (dump > 0) return 0;
     std::vector<std::int64_t> lengths;
     std::int64_t trained = 0, truncated = 0;
     for (const auto& s : samples) {
@@ -81,12 +115,13 @@ int data_main(int argc, char** argv) {
       return lengths[static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(lengths.size()))) -
                      (p > 0 ? 1 : 0)];
     };
-    std::cout << fmt::format("# {} ({}), {} rows, Llama 3 tokens, max_seq_len {}\n", data, dataset, samples.size(),
+    std::cout << fmt::format("# {} ({}), {} rows{}, Llama 3 tokens, max_seq_len {}\n", data, dataset, rows,
+                             preference ? fmt::format(" ({} sequences: chosen and rejected)", samples.size()) : "",
                              max_seq_len > 0 ? std::to_string(max_seq_len) : "none");
     std::cout << fmt::format("{:<18} {}\n", "tokens", total);
     std::cout << fmt::format("{:<18} {} ({:.1f} %)\n", "tokens with loss", trained,
                              total > 0 ? 100.0 * static_cast<double>(trained) / static_cast<double>(total) : 0.0);
-    std::cout << fmt::format("{:<18} {:.1f}\n", "length mean",
+    std::cout << fmt::format("{:<18} {:.1f}\n", "length mean (seq)",
                              samples.empty() ? 0.0 : static_cast<double>(total) / static_cast<double>(samples.size()));
     std::cout << fmt::format("{:<18} min {} | p50 {} | p90 {} | p99 {} | max {}\n", "length", pct(0), pct(50), pct(90),
                              pct(99), lengths.empty() ? 0 : lengths.back());

@@ -90,6 +90,101 @@ def test_samples_equal_torchtune(kind, train_on_input, max_seq_len):
         assert sample["labels"] == labels, (kind, i)
 
 
+def hh_turns(transcript):
+    """An HH-RLHF transcript as [{role, content}] (the turns after each Human / Assistant marker)."""
+    import re
+    parts = re.split(r"\n\n(Human|Assistant): ", transcript)
+    assert parts[0] == "", transcript[:40]
+    return [{"role": "user" if who == "Human" else "assistant", "content": text}
+            for who, text in zip(parts[1::2], parts[2::2])]
+
+
+def sharegpt_turn(turn):
+    return {"role": {"system": "system", "human": "user", "gpt": "assistant"}[turn["from"]], "content": turn["value"]}
+
+
+PREFERENCE = {
+    "stack_exchange_paired": "dpo/stack_exchange_paired_tiny_torchtune.json",
+    "hh_rlhf": "dpo/hh_rlhf_harmless_base_test.jsonl.gz",
+    "preference": "dpo/dpo_en_demo_llamafactory.json",
+}
+
+
+def preference_rows(path, n):
+    import gzip
+    if path.endswith(".jsonl.gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return [json.loads(next(f)) for _ in range(n)]
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)[:n]
+
+
+@pytest.mark.parametrize("max_seq_len", [None, 96])
+@pytest.mark.parametrize("train_on_input", [False, True])
+@pytest.mark.parametrize("kind", sorted(PREFERENCE))
+def test_preference_samples_equal_torchtune(kind, train_on_input, max_seq_len):
+    """Chosen and rejected, tokens and labels, equal TorchTune 0.6.1's PreferenceDataset._prepare_sample
+    with its StackExchangePairedToMessages / ChosenRejectedToMessages transforms (the HH transcripts and
+    the ShareGPT rows turned into its {role, content} lists first)."""
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    torchtune()
+    from torchtune.data import ChosenRejectedToMessages
+    from torchtune.datasets import PreferenceDataset
+    from torchtune.datasets._stack_exchange_paired import StackExchangePairedToMessages
+    from torchtune.models.llama3 import llama3_tokenizer
+    path = os.path.join(TEXT, PREFERENCE[kind])
+    n = 25
+    extra = (["--train-on-input"] if train_on_input else []) + (["--max-seq-len", str(max_seq_len)] if max_seq_len else [])
+    proc = subprocess.run([BIN, "data", "stats", "--dataset", kind, "--data", path, "--tokenizer", TOKENIZER,
+                           "--dump", str(n), *extra], capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    ours = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    dataset = PreferenceDataset.__new__(PreferenceDataset)  # its sample preparation, without HF `datasets`
+    dataset._tokenizer = llama3_tokenizer(TOKENIZER, max_seq_len=max_seq_len)
+    if kind == "stack_exchange_paired":
+        dataset._message_transform = StackExchangePairedToMessages(
+            train_on_input=train_on_input,
+            column_map={"prompt": "question", "chosen": "response_j", "rejected": "response_k"})
+    else:
+        dataset._message_transform = ChosenRejectedToMessages(train_on_input=train_on_input)
+    rows = preference_rows(path, n)
+    assert len(ours) == len(rows) == n
+    for i, (row, sample) in enumerate(zip(rows, ours)):
+        if kind == "hh_rlhf":
+            row = {"chosen": hh_turns(row["chosen"]), "rejected": hh_turns(row["rejected"])}
+        elif kind == "preference":
+            prompt = [sharegpt_turn(t) for t in row["conversations"]]
+            row = {"chosen": prompt + [sharegpt_turn(row["chosen"])],
+                   "rejected": [dict(m) for m in prompt] + [sharegpt_turn(row["rejected"])]}
+        expected = dataset._prepare_sample(row)
+        for side in ("chosen", "rejected"):
+            assert sample[f"{side}_tokens"] == expected[f"{side}_input_ids"], (kind, i, side)
+            assert sample[f"{side}_labels"] == [int(x) for x in expected[f"{side}_labels"]], (kind, i, side)
+
+
+def test_bad_preference_rows_name_file_row_and_field(tmp_path):
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    cases = [
+        ("stack_exchange_paired", [{"question": "q", "response_j": "a"}], b'"response_k"'),
+        ("hh_rlhf", [{"chosen": "Human: no leading break", "rejected": "\n\nHuman: x\n\nAssistant: y"}],
+         b'"chosen"'),
+        ("hh_rlhf", [{"chosen": "\n\nHuman: x\n\nAssistant: y", "rejected": "\n\nHuman: only a question"}],
+         b"ending with an Assistant turn"),
+        ("preference", [{"conversations": [{"from": "human", "value": "q"}], "chosen": {"from": "gpt", "value": "a"}}],
+         b'"rejected"'),
+        ("preference", [{"conversations": [{"from": "bot", "value": "q"}], "chosen": {"from": "gpt", "value": "a"},
+                         "rejected": {"from": "gpt", "value": "b"}}], b'"bot"'),
+    ]
+    for kind, rows, needle in cases:
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps(rows), encoding="utf-8")
+        proc = run_data(path, kind)
+        assert proc.returncode == 1 and f"{kind}.json' row 1".encode() in proc.stderr and needle in proc.stderr, \
+            proc.stderr
+
+
 def test_text_kind_equals_torchtune_text_completion(tmp_path):
     if not os.path.exists(TOKENIZER):
         pytest.skip("no Llama 3 tokenizer")

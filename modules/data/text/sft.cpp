@@ -60,37 +60,6 @@ void truncate(std::vector<T>& v, std::size_t n, const T& last) {
   if (!v.empty() && v.back() != last) v.back() = last;
 }
 
-TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Llama3Tokenizer& tok,
-                                  std::int64_t max_seq_len) {
-  std::vector<std::int32_t> tokens{tok.bos_id()};
-  std::vector<bool> mask{true};
-  const auto nl = tok.encode("\n\n", false, false);
-  for (const auto& m : messages) {
-    std::vector<std::int32_t> piece{tok.start_header_id()};
-    for (auto id : tok.encode(strip(m.role), false, false)) piece.push_back(id);
-    piece.push_back(tok.end_header_id());
-    piece.insert(piece.end(), nl.begin(), nl.end());
-    for (const auto& text : m.content) {
-      for (auto id : tok.encode(strip(text), false, false)) piece.push_back(id);
-    }
-    piece.push_back(tok.eot_id());
-    tokens.insert(tokens.end(), piece.begin(), piece.end());
-    mask.insert(mask.end(), piece.size(), m.masked);
-    if (max_seq_len > 0 && static_cast<std::int64_t>(tokens.size()) >= max_seq_len) break;
-  }
-  tokens.push_back(tok.eos_id());
-  mask.push_back(true);
-  if (max_seq_len > 0) {
-    truncate(tokens, static_cast<std::size_t>(max_seq_len), tok.eos_id());
-    truncate(mask, static_cast<std::size_t>(max_seq_len), true);
-  }
-  TokenizedSample s;
-  s.tokens = tokens;
-  s.labels.resize(tokens.size());
-  for (std::size_t i = 0; i < tokens.size(); ++i) s.labels[i] = mask[i] ? kIgnoreIndex : tokens[i];
-  return s;
-}
-
 std::vector<Message> alpaca_messages(const Records& records, std::size_t i, bool user_masked) {
   const std::string instruction = string_field(records, i, "instruction");
   const std::string input = string_field(records, i, "input", /*allow_null=*/true);
@@ -157,6 +126,37 @@ constexpr DatasetInfo kDatasets[] = {
 }  // namespace
 
 std::span<const DatasetInfo> dataset_choices() { return kDatasets; }
+
+TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Llama3Tokenizer& tok,
+                                  std::int64_t max_seq_len) {
+  std::vector<std::int32_t> tokens{tok.bos_id()};
+  std::vector<bool> mask{true};
+  const auto nl = tok.encode("\n\n", false, false);
+  for (const auto& m : messages) {
+    std::vector<std::int32_t> piece{tok.start_header_id()};
+    for (auto id : tok.encode(strip(m.role), false, false)) piece.push_back(id);
+    piece.push_back(tok.end_header_id());
+    piece.insert(piece.end(), nl.begin(), nl.end());
+    for (const auto& text : m.content) {
+      for (auto id : tok.encode(strip(text), false, false)) piece.push_back(id);
+    }
+    piece.push_back(tok.eot_id());
+    tokens.insert(tokens.end(), piece.begin(), piece.end());
+    mask.insert(mask.end(), piece.size(), m.masked);
+    if (max_seq_len > 0 && static_cast<std::int64_t>(tokens.size()) >= max_seq_len) break;
+  }
+  tokens.push_back(tok.eos_id());
+  mask.push_back(true);
+  if (max_seq_len > 0) {
+    truncate(tokens, static_cast<std::size_t>(max_seq_len), tok.eos_id());
+    truncate(mask, static_cast<std::size_t>(max_seq_len), true);
+  }
+  TokenizedSample s;
+  s.tokens = tokens;
+  s.labels.resize(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) s.labels[i] = mask[i] ? kIgnoreIndex : tokens[i];
+  return s;
+}
 
 TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tok,
                             const SftOptions& options) {

@@ -61,6 +61,13 @@ struct TokenizedSample {
   std::vector<std::int32_t> labels;  // same length; kIgnoreIndex where no loss
 };
 
+/// Messages as Llama 3 chat tokens and labels (TorchTune 0.6.1's Llama3Tokenizer.tokenize_messages
+/// with add_end_tokens): <|begin_of_text|>, each message's header and content and <|eot_id|>,
+/// <|end_of_text|>; labels -100 on masked messages and on the begin / end tokens; cut to
+/// max_seq_len (> 0) with the last token made <|end_of_text|>.
+TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Llama3Tokenizer& tokenizer,
+                                  std::int64_t max_seq_len);
+
 /// The sample of row i of records. Throws DataError naming file, row and field for a missing or
 /// non-string field, a ShareGPT turn with an unknown role, or text that is not UTF-8.
 TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tokenizer,
