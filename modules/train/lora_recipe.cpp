@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "data/text/sft.h"
 #include "models/llama.h"
+#include "models/log_probs.h"
 #include "models/safetensors.h"
 #include "train/recipe.h"
 
@@ -262,16 +263,15 @@ class LoraRecipe final : public Recipe {
   }
 
   /// Sum over the batch of the next-token cross-entropy (fp32). Only positions that have a target
-  /// go through the output projection and the softmax: prompt and padding positions (30-85 % of
-  /// the tokens in alpaca / samsum) cost nothing there, forward or backward.
+  /// go through the output projection and the softmax (prompt and padding positions, 30-85 % of
+  /// the tokens in alpaca / samsum, cost nothing there, forward or backward), a chunk at a time
+  /// (models::target_log_probs: no [positions, vocab] logits kept for backward).
   torch::Tensor loss_sum(const data::Batch& batch) {
     const torch::Tensor h = model_->hidden_states(batch.tensors[0]);  // [B, T, H]
     const auto t = h.size(1);
     if (t < 2 || batch.loss_targets == 0) return (h.sum() * 0).to(torch::kFloat32);  // keeps the graph
     const torch::Tensor selected = h.narrow(1, 0, t - 1).reshape({-1, h.size(-1)}).index_select(0, batch.tensors[1]);
-    const torch::Tensor logits = torch::nn::functional::linear(selected, model_->output_weight()).to(torch::kFloat32);
-    return torch::nn::functional::cross_entropy(
-        logits, batch.tensors[2], torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    return -models::target_log_probs(selected, model_->output_weight(), batch.tensors[2]).sum();
   }
 
   /// The adapters in PEFT's format (adapter_model.safetensors, adapter_config.json), fsynced.

@@ -49,8 +49,8 @@ Message sharegpt_turn(const Records& records, std::size_t i, const nlohmann::jso
                   DataError, "{}: {} needs string fields \"from\" and \"value\"", records.where(i), where);
   const std::string from = turn["from"].get<std::string>();
   const std::string role = from == "system" ? "system" : from == "human" ? "user" : from == "gpt" ? "assistant" : "";
-  MGBENCH_REQUIRE(!role.empty(), DataError, "{}: {}: \"from\": \"{}\", expected system, human or gpt",
-                  records.where(i), where, from);
+  MGBENCH_REQUIRE(!role.empty(), DataError, "{}: {}: \"from\": \"{}\", expected system, human or gpt", records.where(i),
+                  where, from);
   return {role, {turn["value"].get<std::string>()}, role != "assistant" && user_masked};
 }
 

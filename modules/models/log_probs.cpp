@@ -1,0 +1,73 @@
+#include "models/log_probs.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mgbench::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// log_softmax(h W^T)[t] by chunks of rows; backward recomputes each chunk's logits.
+class TargetLogProbs : public torch::autograd::Function<TargetLogProbs> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, std::int64_t rows) {
+    const std::int64_t n = hidden.size(0);
+    torch::Tensor out = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
+    torch::Tensor lse = torch::empty({n}, out.options());
+    for (std::int64_t start = 0; start < n; start += rows) {
+      const std::int64_t len = std::min(rows, n - start);
+      const torch::Tensor logits = torch::nn::functional::linear(hidden.narrow(0, start, len), weight).to(torch::kFloat32);
+      const torch::Tensor chunk_lse = logits.logsumexp(-1);
+      lse.narrow(0, start, len).copy_(chunk_lse);
+      out.narrow(0, start, len).copy_(logits.gather(1, targets.narrow(0, start, len).unsqueeze(1)).squeeze(1) - chunk_lse);
+    }
+    ctx->save_for_backward({hidden, weight, targets, lse});
+    ctx->saved_data["rows"] = rows;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& hidden = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor& targets = saved[2];
+    const torch::Tensor& lse = saved[3];
+    const std::int64_t rows = ctx->saved_data["rows"].toInt();
+    const torch::Tensor grad_out = grads[0].to(torch::kFloat32);
+    const bool want_hidden = ctx->needs_input_grad(0);
+    const bool want_weight = ctx->needs_input_grad(1);
+    torch::Tensor grad_hidden = want_hidden ? torch::empty_like(hidden) : torch::Tensor();
+    torch::Tensor grad_weight = want_weight ? torch::zeros_like(weight) : torch::Tensor();
+    const std::int64_t n = hidden.size(0);
+    for (std::int64_t start = 0; start < n; start += rows) {
+      const std::int64_t len = std::min(rows, n - start);
+      const torch::Tensor h = hidden.narrow(0, start, len);
+      const torch::Tensor logits = torch::nn::functional::linear(h, weight).to(torch::kFloat32);
+      // d log p / d logits = onehot(t) - softmax: times the incoming gradient of each row.
+      const torch::Tensor g = grad_out.narrow(0, start, len).unsqueeze(1);
+      torch::Tensor grad_logits = (logits - lse.narrow(0, start, len).unsqueeze(1)).exp_().mul_(-g);
+      grad_logits.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1), g);
+      const torch::Tensor grad_linear = grad_logits.to(weight.scalar_type());  // as autograd casts back
+      if (want_hidden) grad_hidden.narrow(0, start, len).copy_(grad_linear.mm(weight));
+      if (want_weight) grad_weight.add_(grad_linear.t().mm(h));
+    }
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor target_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                               std::int64_t chunk_elements) {
+  if (hidden.dim() != 2 || weight.dim() != 2 || targets.dim() != 1 || hidden.size(1) != weight.size(1) ||
+      hidden.size(0) != targets.size(0)) {
+    throw std::invalid_argument("target_log_probs: expected hidden [N, H], weight [V, H], targets [N]");
+  }
+  const std::int64_t rows = std::max<std::int64_t>(1, chunk_elements / std::max<std::int64_t>(1, weight.size(0)));
+  return TargetLogProbs::apply(hidden, weight, targets, rows);
+}
+
+}  // namespace mgbench::models

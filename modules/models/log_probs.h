@@ -1,0 +1,24 @@
+#pragma once
+// Log-probabilities of target tokens under a language-model head, without the full logits:
+// log p_i = log_softmax(h_i W^T)[t_i] in fp32 (TorchTune casts its logits to fp32 before the
+// softmax: modules/transformer.py), computed a chunk of rows at a time and recomputed in backward
+// (a fused linear + log-softmax, as Liger's fused linear cross-entropy), so that at most
+// [chunk, vocab] fp32 logits exist at any moment, forward or backward -- with Llama 3's 128k
+// vocabulary, full fp32 logits of a DPO micro-batch (2 x 4 x 1024 positions) would take 4 GiB, and
+// autograd would keep the softmax as much again.
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace mgbench::models {
+
+/// hidden: [N, H] (the positions that have a target; any float dtype, with or without grad),
+/// weight: [V, H] (the output projection; gradients flow to it when it requires grad), targets:
+/// int64 [N] in [0, V). Returns float32 [N]: log_softmax(linear(hidden, weight).float())[targets].
+/// Gradients equal those of that expression (the logits' gradient cast to weight's dtype before the
+/// products, as autograd's). chunk_elements: the most logits held at once (rows = elements / V).
+/// Throws std::invalid_argument for mismatched shapes.
+torch::Tensor target_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                               std::int64_t chunk_elements = std::int64_t{1} << 26);
+
+}  // namespace mgbench::models
