@@ -19,10 +19,12 @@ class TargetLogProbs : public torch::autograd::Function<TargetLogProbs> {
     torch::Tensor lse = torch::empty({n}, out.options());
     for (std::int64_t start = 0; start < n; start += rows) {
       const std::int64_t len = std::min(rows, n - start);
-      const torch::Tensor logits = torch::nn::functional::linear(hidden.narrow(0, start, len), weight).to(torch::kFloat32);
+      const torch::Tensor logits =
+          torch::nn::functional::linear(hidden.narrow(0, start, len), weight).to(torch::kFloat32);
       const torch::Tensor chunk_lse = logits.logsumexp(-1);
       lse.narrow(0, start, len).copy_(chunk_lse);
-      out.narrow(0, start, len).copy_(logits.gather(1, targets.narrow(0, start, len).unsqueeze(1)).squeeze(1) - chunk_lse);
+      out.narrow(0, start, len)
+          .copy_(logits.gather(1, targets.narrow(0, start, len).unsqueeze(1)).squeeze(1) - chunk_lse);
     }
     ctx->save_for_backward({hidden, weight, targets, lse});
     ctx->saved_data["rows"] = rows;

@@ -20,9 +20,12 @@ Case run(bool fused, torch::ScalarType dtype, std::int64_t chunk_elements, bool 
   torch::Tensor weight = torch::randn({7, 5}, torch::kFloat64).to(dtype).requires_grad_(weight_grad);
   const torch::Tensor targets = torch::randint(0, 7, {10}, torch::kInt64);
   const torch::Tensor upstream = torch::randn({10}, torch::kFloat32);
-  const torch::Tensor value =
-      fused ? models::target_log_probs(hidden, weight, targets, chunk_elements)
-            : torch::nn::functional::linear(hidden, weight).to(torch::kFloat32).log_softmax(-1).gather(1, targets.unsqueeze(1)).squeeze(1);
+  const torch::Tensor value = fused ? models::target_log_probs(hidden, weight, targets, chunk_elements)
+                                    : torch::nn::functional::linear(hidden, weight)
+                                          .to(torch::kFloat32)
+                                          .log_softmax(-1)
+                                          .gather(1, targets.unsqueeze(1))
+                                          .squeeze(1);
   (value * upstream).sum().backward();
   return {value.detach(), hidden.grad(), weight_grad ? weight.grad() : torch::Tensor()};
 }

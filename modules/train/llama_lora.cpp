@@ -1,0 +1,196 @@
+#include "train/llama_lora.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/durable.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "models/log_probs.h"
+#include "models/safetensors.h"
+
+namespace mgbench::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+}  // namespace
+
+void LlamaLora::declare(options::OptionTable& t) {
+  static constexpr options::Choice<Init> kInits[] = {
+      {"checkpoint", Init::kCheckpoint, "the weights of the --model checkpoint directory"},
+      {"random", Init::kRandom, "random weights (benchmarks of a preset's shapes without its weights)"},
+  };
+  t.section("Model");
+  t.add("model", model_name_,
+        "preset (llama3-8b, llama3.1-8b, llama3.2-1b, tiny) or a Hugging Face checkpoint directory "
+        "(config.json + model.safetensors or model.safetensors.index.json)");
+  t.add("init", init_, std::span<const options::Choice<Init>>(kInits), "the base model's weights");
+  t.add("tokenizer", tokenizer_path_,
+        "Llama 3 tokenizer.model (default: <model>/original/tokenizer.model or <model>/tokenizer.model)");
+  t.add("activation-checkpointing", activation_checkpointing_,
+        "recompute each decoder layer in backward instead of keeping its activations");
+  t.section("LoRA");
+  t.add("lora-rank", lora_.rank, "LoRA rank").at_least(1);
+  t.add("lora-alpha", lora_.alpha, "LoRA alpha (the adapter is scaled by alpha / rank)").above(0);
+  t.add("lora-dropout", lora_.dropout, "dropout before LoRA's A").at_least(0).below(1);
+  t.add("lora-targets", lora_.targets,
+        "comma-separated: q_proj, k_proj, v_proj, output_proj, mlp (or gate_proj, up_proj, down_proj)");
+  t.add("output-dir", output_dir_, "write the trained adapters here (PEFT format); empty: none").no_effect();
+}
+
+void LlamaLora::validate(const TrainOptions& train, std::string_view recipe) const {
+  MGBENCH_REQUIRE(!model_name_.empty(), ConfigError, "--model: expected a preset name or a checkpoint directory");
+  MGBENCH_REQUIRE(train.precision == Precision::kBf16 || train.precision == Precision::kFp32, ConfigError,
+                  "--precision '{}': expected bf16 or fp32 (the {} recipe keeps the whole model in that dtype, as "
+                  "TorchTune)",
+                  precision_info(train.precision).name, recipe);
+  MGBENCH_REQUIRE(!data::strategy_info(train.strategy).single_process, ConfigError,
+                  "--strategy '{}': expected ddp, ddp-rr or ddp-ds (the {} recipe runs one rank per GPU)",
+                  data::strategy_info(train.strategy).name, recipe);
+  MGBENCH_REQUIRE(!lora_.targets.empty(), ConfigError, "--lora-targets: expected at least one target");
+  lora_.hf_targets();  // names an unknown target
+}
+
+void LlamaLora::load_tokenizer() {
+  const bool is_dir = fs::is_directory(model_name_);
+  // The model first: a name that is neither a directory nor a preset is the error to report.
+  config_ = is_dir ? models::LlamaConfig::from_hf_json((fs::path(model_name_) / "config.json").string())
+                   : models::LlamaConfig::preset(model_name_);
+  MGBENCH_REQUIRE(is_dir || init_ == Init::kRandom, ConfigError,
+                  "--model {} is a preset (shapes, no weights): use --init random, or --model <checkpoint dir>",
+                  model_name_);
+  // Given, or the checkpoint's (Meta ships original/tokenizer.model).
+  std::string path = tokenizer_path_;
+  if (path.empty() && is_dir) {
+    for (const char* rel : {"original/tokenizer.model", "tokenizer.model"}) {
+      if (fs::exists(fs::path(model_name_) / rel)) {
+        path = (fs::path(model_name_) / rel).string();
+        break;
+      }
+    }
+  }
+  MGBENCH_REQUIRE(!path.empty(), ConfigError,
+                  "--tokenizer: expected the Llama 3 tokenizer.model (the checkpoint '{}' has none)", model_name_);
+  tokenizer_ = std::make_unique<text::Llama3Tokenizer>(path);
+  MGBENCH_REQUIRE(tokenizer_->vocab_size() <= config_->vocab_size, DataError,
+                  "tokenizer '{}' has {} tokens but the model's vocabulary is {}: not a Llama 3 model?", path,
+                  tokenizer_->vocab_size(), config_->vocab_size);
+}
+
+void LlamaLora::build(const RecipeContext& ctx) {
+  {
+    // Built directly in the run's dtype: an 8B model in bf16 needs 16 GB of host memory, not 32.
+    const caffe2::TypeMeta previous = torch::get_default_dtype();
+    torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(ctx.precision.param_dtype));
+    try {
+      model_ = models::LlamaForCausalLM(*config_);
+    } catch (...) {
+      torch::set_default_dtype(previous);
+      throw;
+    }
+    torch::set_default_dtype(previous);
+  }
+  if (init_ == Init::kCheckpoint) model_->load_hf_checkpoint(model_name_);
+  model_->to(ctx.device, ctx.precision.param_dtype);
+  model_->set_activation_checkpointing(activation_checkpointing_);
+  trainable_ = model_->apply_lora(lora_);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LlamaLora::checkpoint_tensors() const {
+  std::vector<std::pair<std::string, torch::Tensor>> trained;
+  for (const auto& p : model_->named_parameters()) {
+    if (p.value().requires_grad()) trained.emplace_back(p.key(), p.value());
+  }
+  return trained;
+}
+
+data::Batch LlamaLora::collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const {
+  std::size_t length = 0;
+  for (const auto* s : sequences) length = std::max(length, s->tokens.size());
+  const auto rows = static_cast<std::int64_t>(sequences.size());
+  const auto t = static_cast<std::int64_t>(length);
+  const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pin_memory);
+  data::Batch batch;
+  torch::Tensor tokens = torch::full({rows, t}, tokenizer_->pad_id(), options);
+  std::vector<std::int64_t> positions, targets;
+  auto token_data = tokens.accessor<std::int64_t, 2>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto& s = *sequences[static_cast<std::size_t>(r)];
+    for (std::size_t k = 0; k < s.tokens.size(); ++k) {
+      token_data[r][static_cast<std::int64_t>(k)] = s.tokens[k];
+      // Position k - 1 predicts token k, where its label is not masked.
+      if (k > 0 && s.labels[k] != text::kIgnoreIndex) {
+        positions.push_back(r * (t - 1) + static_cast<std::int64_t>(k) - 1);
+        targets.push_back(s.labels[k]);
+      }
+    }
+    batch.tokens += static_cast<std::int64_t>(s.tokens.size());
+  }
+  const auto n = static_cast<std::int64_t>(positions.size());
+  torch::Tensor position_tensor = torch::empty({n}, options);
+  torch::Tensor target_tensor = torch::empty({n}, options);
+  std::copy(positions.begin(), positions.end(), position_tensor.data_ptr<std::int64_t>());
+  std::copy(targets.begin(), targets.end(), target_tensor.data_ptr<std::int64_t>());
+  batch.tensors = {std::move(tokens), std::move(position_tensor), std::move(target_tensor)};
+  batch.samples = rows;
+  batch.padded_tokens = rows * t;
+  batch.loss_targets = n;
+  return batch;
+}
+
+LlamaLora::TargetLogProbs LlamaLora::target_log_probs(const data::Batch& batch) {
+  torch::Tensor hidden = model_->hidden_states(batch.tensors[0]);  // [R, T, H]
+  const auto t = hidden.size(1);
+  if (t < 2 || batch.loss_targets == 0) {
+    // No target: an empty result that still belongs to the graph (backward runs on every rank).
+    return {(hidden.sum() * 0).to(torch::kFloat32).reshape({1}).narrow(0, 0, 0), hidden};
+  }
+  const torch::Tensor selected =
+      hidden.narrow(1, 0, t - 1).reshape({-1, hidden.size(-1)}).index_select(0, batch.tensors[1]);
+  return {models::target_log_probs(selected, model_->output_weight(), batch.tensors[2]), hidden};
+}
+
+double LlamaLora::flops(std::int64_t padded_tokens, std::int64_t seq_len) const {
+  const auto& m = model_->config();
+  const double matmul_params = static_cast<double>(m.num_parameters() - m.vocab_size * m.hidden_size -
+                                                   (2 * m.num_hidden_layers + 1) * m.hidden_size) +
+                               (m.tie_word_embeddings ? static_cast<double>(m.vocab_size * m.hidden_size) : 0.0);
+  const double attention = 6.0 * static_cast<double>(m.num_hidden_layers * m.num_attention_heads * m.head_dim) *
+                           static_cast<double>(seq_len);
+  return static_cast<double>(padded_tokens) * (4.0 * matmul_params + attention);
+}
+
+h5::Attributes LlamaLora::attributes() const { return {{"model_parameters", model_->config().num_parameters()}}; }
+
+void LlamaLora::save_adapters() const {
+  if (output_dir_.empty()) return;
+  const std::string& dir = output_dir_;
+  fs::create_directories(dir);
+  models::write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), model_->lora_state_dict(),
+                            {{"format", "pt"}});
+  const nlohmann::json config{{"peft_type", "LORA"},
+                              {"task_type", "CAUSAL_LM"},
+                              {"r", lora_.rank},
+                              {"lora_alpha", lora_.alpha},
+                              {"lora_dropout", lora_.dropout},
+                              {"target_modules", lora_.hf_targets()},
+                              {"bias", "none"},
+                              {"fan_in_fan_out", false},
+                              {"inference_mode", true},
+                              {"base_model_name_or_path", model_name_}};
+  const std::string path = (fs::path(dir) / "adapter_config.json").string();
+  {
+    std::ofstream out(path);
+    out << config.dump(2) << "\n";
+    out.flush();
+    MGBENCH_REQUIRE(out.good(), DataError, "adapter config '{}': write failed", path);
+  }
+  sync_to_disk(path);
+  log::info("adapters: {} (PEFT format)", dir);
+}
+
+}  // namespace mgbench::train
