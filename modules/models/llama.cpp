@@ -252,8 +252,21 @@ void LoraLinearImpl::enable_lora(std::int64_t rank, double alpha, double dropout
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor out = torch::nn::functional::linear(x, weight);
-  if (has_lora()) out = out + lora_b(lora_a(dropout(x))) * scaling;
+  if (has_lora() && adapter_enabled) out = out + lora_b(lora_a(dropout(x))) * scaling;
   return out;
+}
+
+AdaptersDisabled::AdaptersDisabled(torch::nn::Module& model) {
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    if (auto* layer = dynamic_cast<LoraLinearImpl*>(module.get()); layer != nullptr && layer->adapter_enabled) {
+      layer->adapter_enabled = false;
+      layers_.push_back(layer);
+    }
+  }
+}
+
+AdaptersDisabled::~AdaptersDisabled() {
+  for (auto* layer : layers_) layer->adapter_enabled = true;
 }
 
 // ------------------------------------------------------------------ layers

@@ -77,6 +77,8 @@ class LoraLinearImpl : public torch::nn::Module {
   /// device, and freezes weight.
   void enable_lora(std::int64_t rank, double alpha, double dropout);
   bool has_lora() const { return !lora_a.is_empty(); }
+  /// false: forward is the base layer's alone (the adapter is kept, untouched): AdaptersDisabled.
+  bool adapter_enabled = true;
 
   torch::Tensor weight;
   torch::nn::Linear lora_a{nullptr}, lora_b{nullptr};  // registered as "lora_A", "lora_B"
@@ -187,6 +189,20 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   torch::Tensor inv_freq_;      // [head_dim / 2] fp32, not a parameter or buffer
 };
 TORCH_MODULE(LlamaForCausalLM);
+
+/// The model without its LoRA adapters while alive -- its base, as TorchTune's disable_adapter
+/// context manager and peft's disable_adapter() give it (DPO's reference model); enabled again on
+/// destruction. One set of base weights serves both.
+class AdaptersDisabled {
+ public:
+  explicit AdaptersDisabled(torch::nn::Module& model);
+  ~AdaptersDisabled();
+  AdaptersDisabled(const AdaptersDisabled&) = delete;
+  AdaptersDisabled& operator=(const AdaptersDisabled&) = delete;
+
+ private:
+  std::vector<LoraLinearImpl*> layers_;
+};
 
 /// Rotary inverse frequencies [head_dim / 2] (fp64 maths, fp32 result) with Llama 3's scaling
 /// when given (transformers' _compute_llama3_parameters).

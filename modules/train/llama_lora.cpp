@@ -108,14 +108,15 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaLora::checkpoint_tensors
   return trained;
 }
 
-data::Batch LlamaLora::collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const {
+data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
+                              bool pin_memory) {
   std::size_t length = 0;
   for (const auto* s : sequences) length = std::max(length, s->tokens.size());
   const auto rows = static_cast<std::int64_t>(sequences.size());
   const auto t = static_cast<std::int64_t>(length);
   const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pin_memory);
   data::Batch batch;
-  torch::Tensor tokens = torch::full({rows, t}, tokenizer_->pad_id(), options);
+  torch::Tensor tokens = torch::full({rows, t}, pad_id, options);
   std::vector<std::int64_t> positions, targets;
   auto token_data = tokens.accessor<std::int64_t, 2>();
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -140,6 +141,17 @@ data::Batch LlamaLora::collate(const std::vector<const text::TokenizedSample*>& 
   batch.padded_tokens = rows * t;
   batch.loss_targets = n;
   return batch;
+}
+
+torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs) {
+  const torch::Tensor& tokens = batch.tensors[0];
+  const std::int64_t steps = std::max<std::int64_t>(tokens.size(1) - 1, 1);  // next-token positions per row
+  const torch::Tensor rows = batch.tensors[1].div(steps, "floor");
+  return torch::zeros({tokens.size(0)}, log_probs.options()).index_add(0, rows, log_probs);
+}
+
+data::Batch LlamaLora::collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const {
+  return collate_sequences(sequences, tokenizer_->pad_id(), pin_memory);
 }
 
 LlamaLora::TargetLogProbs LlamaLora::target_log_probs(const data::Batch& batch) {

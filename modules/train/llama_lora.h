@@ -24,6 +24,18 @@
 
 namespace mgbench::train {
 
+/// Sequences as one batch: tokens int64 [R, T] right-padded with pad_id to the longest; the flat
+/// positions in the [R, T - 1] next-token grid whose next label is not masked, int64 [N]; those
+/// labels, int64 [N]. samples = R; tokens: real tokens; padded_tokens = R x T; loss_targets = N.
+/// As TorchTune's padded_collate_sft / padded_collate_dpo, with the targets found here (on the
+/// loader thread) instead of in the loss.
+data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
+                              bool pin_memory);
+
+/// Per sequence of a collated batch, the sum of its targets' log-probabilities (log_probs: [N], one
+/// per target position): float32 [R], differentiable. TorchTune's get_batch_log_probs.
+torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs);
+
 class LlamaLora {
  public:
   /// Declares the model's options (section "Model": --model, --init, --tokenizer,
@@ -52,11 +64,7 @@ class LlamaLora {
   /// The adapters by name (the frozen base is rebuilt from --model and --seed on a resume).
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() const;
 
-  /// Sequences as one batch: tokens int64 [R, T] right-padded with <|finetune_right_pad_id|> to the
-  /// longest; the flat positions in the [R, T - 1] next-token grid whose next label is not masked,
-  /// int64 [N]; those labels, int64 [N]. samples = R; tokens: real tokens; padded_tokens = R x T;
-  /// loss_targets = N. As TorchTune's padded_collate_sft / padded_collate_dpo, with the targets
-  /// found here (on the loader thread) instead of in the loss.
+  /// collate_sequences with the tokenizer's <|finetune_right_pad_id|>.
   data::Batch collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const;
 
   struct TargetLogProbs {

@@ -9,6 +9,7 @@ namespace mgbench::train {
 
 std::unique_ptr<Recipe> make_classification_recipe();  // image_recipe.cpp
 std::unique_ptr<Recipe> make_lora_recipe();            // lora_recipe.cpp
+std::unique_ptr<Recipe> make_dpo_recipe();             // dpo_recipe.cpp
 
 namespace {
 
@@ -27,6 +28,14 @@ constexpr RecipeInfo kRecipes[] = {
      "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\nwarmup-steps = 100\n"
      "precision = bf16\n",
      &make_lora_recipe},
+    {"dpo", "llm",
+     "DPO preference fine-tuning of Llama 3 with LoRA, the reference the model without its adapters (TorchTune's "
+     "lora_dpo_distributed)",
+     // TorchTune's llama3_1/8B_lora_dpo config (its DistributedSampler seed 0, drop_last).
+     "epochs = 1\nbatch-size = 4\ngrad-accum = 8\nmax-steps = 1000\noptimizer = adamw\nlr = 5e-4\n"
+     "weight-decay = 0.05\nwarmup-steps = 100\nprecision = bf16\nseed = 0\ndrop-last = true\nmax-seq-len = 1024\n"
+     "activation-checkpointing = true\n",
+     &make_dpo_recipe},
 };
 
 }  // namespace

@@ -12,6 +12,12 @@ Produces, in OUT_DIR:
   grad_scaler.json       torch.amp.GradScaler trajectory (scale, growth tracker, parameters) on CPU
   llama_tiny*/           tiny random transformers LlamaForCausalLM checkpoints (untied, tied, sharded)
   llama_tiny_io.pt       their input ids and fp32 logits (eager attention)
+  llama_tiny_2256_lora/  a peft LoRA adapter (non-zero B) of llama_tiny_2256
+  dpo_log_probs.pt       sequences with masked prompts and their summed target log-probs under
+                         llama_tiny_2256 with that adapter (policy) and with peft's disable_adapter()
+                         (reference), as TorchTune's get_batch_log_probs sums them
+  dpo_loss_cases.json    TorchTune 0.6.1's DPOLoss on random log-probs (from the folder TorchTune is
+                         installed in beside the venv, in a process of its own)
 
 Exits 0 without writing anything when torch/torchvision are not importable, so the tests that
 need these files report SKIPPED rather than fail.
@@ -203,6 +209,72 @@ if transformers is not None:
             if p.requires_grad:
                 grads["grad." + name.replace(".default", "")] = p.grad.detach().clone()
         torch.save(grads, os.path.join(out, "llama_tiny_lora_grads.pt"))
+
+        # DPO: llama_tiny_2256 with a LoRA adapter as the policy, the same model with
+        # disable_adapter() as the reference; sequences of 4 rows with masked prompts, right-padded.
+        small = transformers.LlamaForCausalLM.from_pretrained(os.path.join(out, "llama_tiny_2256"),
+                                                              dtype=torch.float32)
+        small.config._attn_implementation = "eager"
+        policy = peft.get_peft_model(small, peft.LoraConfig(
+            r=4, lora_alpha=8, lora_dropout=0.0, bias="none",
+            target_modules=["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+        torch.manual_seed(13)
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.05)
+        policy.save_pretrained(os.path.join(out, "llama_tiny_2256_lora"))
+        policy.eval()
+        gen = torch.Generator().manual_seed(5)
+        lengths, prompts = [17, 9, 23, 12], [5, 3, 20, 4]
+        ids = torch.full((4, max(lengths)), 2004, dtype=torch.long)  # <|finetune_right_pad_id|> of tiktoken_small
+        labels = torch.full((4, max(lengths)), -100, dtype=torch.long)
+        for r, (n, k) in enumerate(zip(lengths, prompts)):
+            ids[r, :n] = torch.randint(0, 2000, (n,), generator=gen)
+            labels[r, k:n] = ids[r, k:n]
+
+        def batch_log_probs(logits, labels):  # TorchTune 0.6.1 rlhf.get_batch_log_probs
+            labels = labels[:, 1:].clone()
+            logits = logits[:, :-1, :].float()
+            mask = labels != -100
+            labels[labels == -100] = 0
+            per_token = torch.gather(logits.log_softmax(-1), dim=2, index=labels.unsqueeze(2)).squeeze(2)
+            return (per_token * mask).sum(-1)
+
+        with torch.no_grad():
+            policy_logps = batch_log_probs(policy(input_ids=ids).logits, labels)
+            with policy.disable_adapter():
+                reference_logps = batch_log_probs(policy(input_ids=ids).logits, labels)
+        torch.save({"ids": ids, "labels": labels, "lengths": torch.tensor(lengths), "policy": policy_logps,
+                    "reference": reference_logps}, os.path.join(out, "dpo_log_probs.pt"))
+
+# --- DPOLoss: TorchTune's own, in a process of its own (its torchao clashes with peft) ------------
+_torchtune_site = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "torchtune-site")
+_dpo_script = r"""
+import json, sys, types
+for name in ("datasets", "datasets.distributed"):  # imported by torchtune.data, never used here
+    m = types.ModuleType(name); m.load_dataset, m.Dataset, m.split_dataset_by_node = None, object, None
+    sys.modules[name] = m
+sys.modules["datasets"].distributed = sys.modules["datasets.distributed"]
+import torch
+from torchtune.rlhf.loss import DPOLoss
+cases = []
+gen = torch.Generator().manual_seed(17)
+for beta in (0.1, 0.5):
+    for smoothing in (0.0, 0.2):
+        inputs = [(-50.0 * torch.rand(6, generator=gen, dtype=torch.float64)) for _ in range(4)]
+        losses, chosen, rejected = DPOLoss(beta=beta, label_smoothing=smoothing)(*inputs)
+        cases.append(dict(beta=beta, label_smoothing=smoothing, inputs=[x.tolist() for x in inputs],
+                          losses=losses.tolist(), chosen_rewards=chosen.tolist(), rejected_rewards=rejected.tolist()))
+json.dump(cases, open(sys.argv[1], "w"))
+"""
+if os.path.isdir(os.path.join(_torchtune_site, "torchtune")):
+    import subprocess
+    _env = dict(os.environ, PYTHONPATH=_torchtune_site)
+    _done = subprocess.run([sys.executable, "-c", _dpo_script, os.path.join(out, "dpo_loss_cases.json")], env=_env,
+                           capture_output=True, text=True)
+    if _done.returncode != 0:  # pragma: no cover - reported, the DPO loss test then skips
+        print(f"make_oracles: TorchTune's DPOLoss failed: {_done.stderr[-2000:]}")
 
 print(f"make_oracles: wrote {len(cases)} sampler cases, {len(bucket_cases)} bucket cases, "
       f"{len(names)} MobileNetV2 widths to {out}")

@@ -1,0 +1,106 @@
+// DPO's pieces against independent oracles (tests/python/make_oracles.py): TorchTune 0.6.1's
+// DPOLoss, and sequence log-probabilities of a LoRA policy and its adapter-free reference against
+// transformers + peft (disable_adapter()).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "models/llama.h"
+#include "models/log_probs.h"
+#include "models/state_dict.h"
+#include "test_support.h"
+#include "train/dpo_loss.h"
+#include "train/llama_lora.h"
+
+namespace mgbench {
+namespace {
+
+torch::Tensor vec(const nlohmann::json& j) {
+  return torch::tensor(j.get<std::vector<double>>(), torch::kFloat64);
+}
+
+TEST(DpoLoss, EqualsTorchTunesDPOLoss) {
+  const auto cases = test::load_oracle_json("dpo_loss_cases.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(cases, "dpo_loss_cases.json");
+  ASSERT_EQ(cases.size(), 4u);
+  for (const auto& c : cases) {
+    const auto& in = c["inputs"];
+    const train::DpoLoss d = train::dpo_loss(vec(in[0]), vec(in[1]), vec(in[2]), vec(in[3]), c["beta"].get<double>(),
+                                             c["label_smoothing"].get<double>());
+    EXPECT_LT((d.losses - vec(c["losses"])).abs().max().item<double>(), 1e-12) << c["beta"] << c["label_smoothing"];
+    EXPECT_LT((d.chosen_rewards - vec(c["chosen_rewards"])).abs().max().item<double>(), 1e-12);
+    EXPECT_LT((d.rejected_rewards - vec(c["rejected_rewards"])).abs().max().item<double>(), 1e-12);
+  }
+}
+
+TEST(DpoLoss, TorchTunesLiteralCaseAndTheStartingPoint) {
+  // TorchTune's test: policy and reference margins 0, 10, 20 apart at beta 0.1: -logsigmoid(0, 1, 2).
+  const auto t = [](std::vector<double> v) { return torch::tensor(v, torch::kFloat64); };
+  const train::DpoLoss d = train::dpo_loss(t({-0.5, -10.0, -1.0}), t({-0.1, -30.0, -21.0}), t({-0.5, -10.1, -0.1}),
+                                           t({-0.1, -20.1, -0.1}), 0.1, 0.0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(d.losses[i].item<double>(), std::log1p(std::exp(-static_cast<double>(i))), 1e-12) << i;
+  }
+  // Policy = reference (LoRA's B = 0 at the start): loss ln 2, rewards 0, whatever the log-probs.
+  const torch::Tensor same = t({-3.0, -40.0});
+  const train::DpoLoss start = train::dpo_loss(same, same * 2, same, same * 2, 0.1, 0.0);
+  EXPECT_NEAR(start.losses.mean().item<double>(), std::log(2.0), 1e-15);
+  EXPECT_EQ(start.chosen_rewards.abs().max().item<double>(), 0.0);
+  EXPECT_FALSE(start.chosen_rewards.gt(start.rejected_rewards).any().item<bool>());  // accuracy 0: strict
+  EXPECT_THROW(train::dpo_loss(same, t({1.0}), same, same, 0.1, 0.0), std::invalid_argument);
+}
+
+TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {
+  const std::string root = test::oracle_dir();
+  if (!std::filesystem::exists(root + "/dpo_log_probs.pt")) GTEST_SKIP() << "oracle dpo_log_probs.pt (needs peft)";
+  const auto oracle = models::read_torch_state_dict(root + "/dpo_log_probs.pt");
+  models::LlamaForCausalLM model(models::LlamaConfig::from_hf_json(root + "/llama_tiny_2256/config.json"));
+  model->load_hf_checkpoint(root + "/llama_tiny_2256");
+  models::LoraOptions lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  model->apply_lora(lora);
+  model->load_lora_adapter(root + "/llama_tiny_2256_lora/adapter_model.safetensors");
+  model->eval();
+  // The rows as the dpo recipe's collate builds them (labels aligned with tokens, not shifted).
+  const torch::Tensor ids = oracle.at("ids"), labels = oracle.at("labels"), lengths = oracle.at("lengths");
+  std::vector<text::TokenizedSample> rows(4);
+  std::vector<const text::TokenizedSample*> pointers;
+  for (std::int64_t r = 0; r < 4; ++r) {
+    const std::int64_t n = lengths[r].item<std::int64_t>();
+    for (std::int64_t k = 0; k < n; ++k) {
+      rows[r].tokens.push_back(static_cast<std::int32_t>(ids[r][k].item<std::int64_t>()));
+      rows[r].labels.push_back(static_cast<std::int32_t>(labels[r][k].item<std::int64_t>()));
+    }
+    pointers.push_back(&rows[static_cast<std::size_t>(r)]);
+  }
+  const data::Batch batch = train::collate_sequences(pointers, 2004, false);
+  EXPECT_TRUE(torch::equal(batch.tensors[0], ids));  // right-padded as the oracle
+  torch::NoGradGuard no_grad;
+  const auto log_probs = [&] {
+    const torch::Tensor h = model->hidden_states(batch.tensors[0]);
+    const auto t = h.size(1);
+    const torch::Tensor selected = h.narrow(1, 0, t - 1).reshape({-1, h.size(-1)}).index_select(0, batch.tensors[1]);
+    return train::sequence_log_probs(batch, models::target_log_probs(selected, model->output_weight(), batch.tensors[2]));
+  };
+  const torch::Tensor policy = log_probs();
+  torch::Tensor reference;
+  {
+    const models::AdaptersDisabled off(*model);
+    reference = log_probs();
+  }
+  const torch::Tensor again = log_probs();  // adapters back on
+  const auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+  };
+  // Sums of ~20 log-probs of about -7.7 each, fp32 through two layers.
+  EXPECT_LT(close(policy, oracle.at("policy")), 1e-4) << policy << oracle.at("policy");
+  EXPECT_LT(close(reference, oracle.at("reference")), 1e-4) << reference << oracle.at("reference");
+  EXPECT_GT(close(policy, reference), 1e-3);  // the adapter matters: the comparison is not vacuous
+  EXPECT_EQ(close(again, policy), 0.0);
+}
+
+}  // namespace
+}  // namespace mgbench
