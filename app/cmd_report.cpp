@@ -86,6 +86,10 @@ int report_main(int argc, char** argv) {
   if (!llm_runs.empty()) {
     if (!image_runs.empty()) std::cout << "\n";
     report::print_llm(std::cout, llm_runs, format);
+    if (std::any_of(llm_runs.begin(), llm_runs.end(), report::is_dpo_run)) {
+      std::cout << "\n";
+      report::print_dpo(std::cout, llm_runs, format);
+    }
   }
   if (vm.count("phases") != 0) {
     std::cout << "\n";

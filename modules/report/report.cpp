@@ -86,11 +86,21 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
 
 bool is_llm_run(const results::RunRecord& run) { return run.display("task").rfind("llm", 0) == 0; }
 
+namespace {
+/// The recipe of a run; runs written before recipes were recorded are the jobs' only recipes then.
+std::string recipe_of(const results::RunRecord& r) {
+  const std::string recipe = r.display("recipe");
+  return !recipe.empty() ? recipe : is_llm_run(r) ? "lora" : "classification";
+}
+}  // namespace
+
+bool is_dpo_run(const results::RunRecord& run) { return is_llm_run(run) && recipe_of(run) == "dpo"; }
+
 void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
   auto key = [](const results::RunRecord& r) {
-    return fmt::format("{}|{}|{}|{}|{}|{}|{}", r.display("model"), r.display("dataset"), r.display("precision"),
-                       r.display("batch_size"), r.display("grad_accum"), r.display("train_samples"),
-                       r.display("max_seq_len"));
+    return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", recipe_of(r), r.display("model"), r.display("dataset"),
+                       r.display("precision"), r.display("batch_size"), r.display("grad_accum"),
+                       r.display("train_samples"), r.display("max_seq_len"));
   };
   auto efficiency = [&](const results::RunRecord& r) -> std::optional<double> {
     if (!usable(r) || !std::isfinite(r.summary.tokens_per_s)) return std::nullopt;
@@ -110,36 +120,97 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   };
   if (format == Format::kCsv) {
     out << "file,run_id,status,task,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
-           "efficiency_vs_1_rank_pct,mfu_pct,loss,resumes\n";
+           "efficiency_vs_1_rank_pct,mfu_pct,loss,resumes,recipe\n";
     for (const auto& r : runs) {
       if (!is_llm_run(r)) continue;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
                          r.display("task"), r.display("world_size"), r.display("model"), r.display("dataset"),
                          r.display("precision"), r.display("batch_size"), r.display("grad_accum"),
                          number(r.summary.s_per_it, 4), number(r.summary.tokens_per_s, 1), percent(efficiency(r)),
-                         number(r.summary.mfu * 100.0, 2), number(loss(r), 4), resumes(r));
+                         number(r.summary.mfu * 100.0, 2), number(loss(r), 4), resumes(r), recipe_of(r));
     }
     return;
   }
   out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
          "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank\n";
-  const char* header = "{:<28} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>6} {:>8} {:<9}\n";
-  header_row(out, header, "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s", "eff_1rank", "MFU",
-             "loss", "status");
-  header_row(out, header, "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "", "");
+  const char* header = "{:<28} {:<6} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>6} {:>8} {:<9}\n";
+  header_row(out, header, "run", "recipe", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s",
+             "eff_1rank", "MFU", "loss", "status");
+  header_row(out, header, "", "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "", "");
   for (const auto& r : runs) {
     if (!is_llm_run(r)) continue;
     std::string model = r.display("model");
     if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
     data_row(
-        out, header, r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
-        fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")), number(r.summary.s_per_it, 3),
-        number(r.summary.tokens_per_s, 0), percent(efficiency(r)), number(r.summary.mfu * 100.0, 1),
+        out, header, r.run_id, recipe_of(r), r.display("world_size"), model, r.display("dataset"),
+        r.display("precision"), fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")),
+        number(r.summary.s_per_it, 3), number(r.summary.tokens_per_s, 0), percent(efficiency(r)),
+        number(r.summary.mfu * 100.0, 1),
         std::isfinite(r.summary.eval_loss) ? "eval " + number(r.summary.eval_loss, 4) : number(r.summary.final_loss, 4),
         r.status);
   }
   for (const auto& r : runs) {
     if (is_llm_run(r)) print_notes(out, r);
+  }
+}
+
+namespace {
+
+/// The mean over ranks of a recipe metric over each rank's last min(10, steps) steps; NaN without it.
+double final_metric(const results::RunRecord& r, const std::string& name) {
+  const auto column = std::find(r.metric_names.begin(), r.metric_names.end(), name);
+  if (column == r.metric_names.end()) return results::kNaN;
+  const auto k = static_cast<std::size_t>(column - r.metric_names.begin());
+  double sum = 0;
+  std::size_t n = 0;
+  for (const auto& rank : r.metrics) {
+    for (std::size_t i = rank.size() - std::min<std::size_t>(10, rank.size()); i < rank.size(); ++i) {
+      sum += rank[i][k];
+      ++n;
+    }
+  }
+  return n > 0 ? sum / static_cast<double>(n) : results::kNaN;
+}
+
+}  // namespace
+
+void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  auto memory = [&](const results::RunRecord& r) {
+    return r.summary.peak_memory_bytes >= 0 ? static_cast<double>(r.summary.peak_memory_bytes) / kMiB : results::kNaN;
+  };
+  if (format == Format::kCsv) {
+    out << "file,run_id,status,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
+           "peak_memory_mib,loss,reward_accuracy_pct,reward_margin,resumes\n";
+    for (const auto& r : runs) {
+      if (!is_dpo_run(r)) continue;
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
+                         r.display("world_size"), r.display("model"), r.display("dataset"), r.display("precision"),
+                         r.display("batch_size"), r.display("grad_accum"), number(r.summary.s_per_it, 4),
+                         number(r.summary.tokens_per_s, 1), number(memory(r), 0), number(r.summary.final_loss, 4),
+                         number(final_metric(r, "reward_accuracy") * 100.0, 2),
+                         number(final_metric(r, "reward_margin"), 4), resumes(r));
+    }
+    return;
+  }
+  out << "# DPO runs (Lawenda et al. 2025b): s/it per optimizer step; tokens/s of all ranks (real tokens of chosen "
+         "and rejected); reward accuracy and margin: mean over ranks of the last 10 steps\n";
+  const char* header = "{:<28} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>8} {:>8} {:>8} {:<9}\n";
+  header_row(out, header, "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s", "peak mem", "loss",
+             "rew_acc", "margin", "status");
+  header_row(out, header, "", "", "", "", "", "(xacc)", "(s)", "", "(MiB)", "", "(%)", "", "");
+  for (const auto& r : runs) {
+    if (!is_dpo_run(r)) continue;
+    std::string model = r.display("model");
+    if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
+    data_row(out, header, r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
+             fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")), number(r.summary.s_per_it, 3),
+             number(r.summary.tokens_per_s, 0), number(memory(r), 0), number(r.summary.final_loss, 4),
+             number(final_metric(r, "reward_accuracy") * 100.0, 1), number(final_metric(r, "reward_margin"), 3),
+             r.status);
+  }
+  for (const auto& r : runs) {
+    if (is_dpo_run(r)) print_notes(out, r);
   }
 }
 

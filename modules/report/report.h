@@ -35,9 +35,19 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 /// LLM fine-tuning runs (task llm / llm-eval), as the paper's Table 5 and Fig. 4: ranks, model,
 /// dataset, precision, batch x grad-accum, optimizer steps, s/it, tokens/s (all ranks), per-rank
 /// scaling efficiency vs the 1-rank run of the same workload ((tokens/s / ranks) / tokens/s of 1
-/// rank), MFU, final (or eval) loss, status, and the notes and `resumes` column of print().
+/// rank), MFU, final (or eval) loss, status, the recipe, and the notes and `resumes` column of
+/// print(); the CSV ends with `resumes,recipe`.
 /// Image runs are skipped.
 void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format);
+
+/// DPO runs (recipe dpo), as the second paper's DPO rows: ranks, model, dataset, precision, batch x
+/// grad-accum, s/it, tokens/s (all ranks, real tokens), peak memory, final loss, and the reward
+/// accuracy and margin at the end of the run (the recipe's per-step metrics: the mean over ranks of
+/// the last min(10, steps) steps), with the notes and `resumes` column of print().
+void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format);
+
+/// True for runs of the DPO recipe.
+bool is_dpo_run(const results::RunRecord& run);
 
 /// True for runs of `mgbench llm`.
 bool is_llm_run(const results::RunRecord& run);

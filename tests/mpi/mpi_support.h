@@ -95,30 +95,41 @@ inline std::unique_ptr<train::JobConfig> small_config(const std::string& strateg
   return c;
 }
 
-/// The LoRA job of the tests: the tiny Llama oracle (tests/python/make_oracles.py) on alpaca rows,
-/// 3 optimizer steps of batch_size x 2 in fp32 on the CPU; then `more`.
-inline std::unique_ptr<train::JobConfig> lora_config(const std::string& model, std::int64_t batch_size,
-                                                     const std::string& results, const Settings& more = {}) {
-  auto c = train::configure("llm");
-  for (const auto& [name, value] :
-       Settings{{"model", model},
-                {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
-                {"dataset", "alpaca"},
-                {"data", test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json"},
-                {"limit", std::to_string(24 * world_size())},
-                {"batch-size", std::to_string(batch_size)},
-                {"grad-accum", "2"},
-                {"max-steps", "3"},
-                {"warmup-steps", "1"},
-                {"lr", "1e-3"},
-                {"lora-rank", "4"},
-                {"precision", "fp32"},
-                {"device", "cpu"},
-                {"results", results}}) {
+/// The LLM jobs of the tests: the tiny Llama oracle (tests/python/make_oracles.py) with its small
+/// tokenizer, 3 optimizer steps of batch_size x 2 in fp32 on the CPU; the lora recipe on alpaca rows,
+/// the dpo recipe on HH-RLHF pairs (24 rows per rank); then `more`.
+inline std::unique_ptr<train::JobConfig> llm_config(const std::string& recipe, const std::string& model,
+                                                    std::int64_t batch_size, const std::string& results,
+                                                    const Settings& more = {}) {
+  auto c = train::configure("llm", recipe);
+  const std::string text = test::shared_data_dir() + "/text/";
+  const Settings data = recipe == "dpo"
+                            ? Settings{{"dataset", "hh_rlhf"},
+                                       {"data", text + "dpo/hh_rlhf_harmless_base_test.jsonl.gz"},
+                                       {"activation-checkpointing", "false"}}
+                            : Settings{{"dataset", "alpaca"}, {"data", text + "alpaca/alpaca_cleaned_first5k.json"}};
+  for (const auto& [name, value] : Settings{{"model", model},
+                                            {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
+                                            {"limit", std::to_string(24 * world_size())},
+                                            {"batch-size", std::to_string(batch_size)},
+                                            {"grad-accum", "2"},
+                                            {"max-steps", "3"},
+                                            {"warmup-steps", "1"},
+                                            {"lr", "1e-3"},
+                                            {"lora-rank", "4"},
+                                            {"precision", "fp32"},
+                                            {"device", "cpu"},
+                                            {"results", results}}) {
     c->set(name, value);
   }
+  for (const auto& [name, value] : data) c->set(name, value);
   for (const auto& [name, value] : more) c->set(name, value);
   return c;
+}
+
+inline std::unique_ptr<train::JobConfig> lora_config(const std::string& model, std::int64_t batch_size,
+                                                     const std::string& results, const Settings& more = {}) {
+  return llm_config("lora", model, batch_size, results, more);
 }
 
 struct Trained {

@@ -167,6 +167,26 @@ TEST(LlmTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST(DpoTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
+  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  SharedDir dir;
+  // The mean over a micro-batch's pairs, averaged over ranks and micro-batches, is the mean over the
+  // global batch: the same pairs per step (DistributedSampler), the same adapters.
+  const LlmTrained distributed = tune(MPI_COMM_WORLD, *llm_config("dpo", model, 2, dir.file("dpo.h5")));
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  EXPECT_EQ(max_difference_across_ranks(comm, flat(distributed.adapters)), 0.0);
+  if (world_rank() == 0) {
+    const LlmTrained reference = tune(MPI_COMM_SELF, *llm_config("dpo", model, 2 * world_size(), dir.file("dpo1.h5")));
+    const double diff = (flat(distributed.adapters) - flat(reference.adapters)).abs().max().item<double>();
+    EXPECT_LT(diff, 2e-5) << "max |adapter(" << world_size() << " ranks x 2) - adapter(1 rank x " << 2 * world_size()
+                          << ")|";
+    const LlmTrained other = tune(MPI_COMM_SELF, *llm_config("dpo", model, world_size(), dir.file("dpo2.h5")));
+    EXPECT_GT((flat(other.adapters) - flat(reference.adapters)).abs().max().item<double>(), 1e-5);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 std::int64_t allreduce_buckets(const train::TrainingLoop& loop) {
   for (const auto& [name, value] : loop.run_attributes()) {
     if (name == "allreduce_buckets") return std::get<std::int64_t>(value);

@@ -17,9 +17,7 @@
 namespace mgbench {
 namespace {
 
-torch::Tensor vec(const nlohmann::json& j) {
-  return torch::tensor(j.get<std::vector<double>>(), torch::kFloat64);
-}
+torch::Tensor vec(const nlohmann::json& j) { return torch::tensor(j.get<std::vector<double>>(), torch::kFloat64); }
 
 TEST(DpoLoss, EqualsTorchTunesDPOLoss) {
   const auto cases = test::load_oracle_json("dpo_loss_cases.json");
@@ -83,7 +81,8 @@ TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {
     const torch::Tensor h = model->hidden_states(batch.tensors[0]);
     const auto t = h.size(1);
     const torch::Tensor selected = h.narrow(1, 0, t - 1).reshape({-1, h.size(-1)}).index_select(0, batch.tensors[1]);
-    return train::sequence_log_probs(batch, models::target_log_probs(selected, model->output_weight(), batch.tensors[2]));
+    return train::sequence_log_probs(batch,
+                                     models::target_log_probs(selected, model->output_weight(), batch.tensors[2]));
   };
   const torch::Tensor policy = log_probs();
   torch::Tensor reference;
