@@ -129,5 +129,13 @@ if [[ ${SKIP_BENCH:-0} != 1 ]]; then
     --dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 20 \
     --precision bf16 --results "$OUT/llm.h5" --run-name llama3-8b --progress-interval 5 2>&1 | tail -5
   "$BUILD/app/mgbench" report --phases "$OUT/llm.h5" | tee "$OUT/llm-report.txt"
+  stage "benchmark: mgbench llm --recipe dpo, llama3.1-8b shape, random init, bf16, batch 4 pairs, stack_exchange_paired"
+  "$BUILD/app/mgbench" llm --recipe dpo --model llama3.1-8b --init random \
+    --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset stack_exchange_paired \
+    --data "$SHARED_DATA/text/dpo/stack_exchange_paired_tiny_torchtune.json" --batch-size 4 --grad-accum 1 \
+    --max-steps 5 --epochs 1 --results "$OUT/llm.h5" --run-name llama3.1-8b-dpo --progress-interval 5 2>&1 | tail -5
+  "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/dpo-report.txt"
+  stage "benchmark: DPO vs its Python peer (tiny Llama, CPU side of the machine)"
+  PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_dpo.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
 fi
 stage "done; logs and tables in $OUT"

@@ -181,33 +181,35 @@ void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   };
   if (format == Format::kCsv) {
     out << "file,run_id,status,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
-           "peak_memory_mib,loss,reward_accuracy_pct,reward_margin,resumes\n";
+           "padded_tokens_per_s,peak_memory_mib,loss,reward_accuracy_pct,reward_margin,resumes\n";
     for (const auto& r : runs) {
       if (!is_dpo_run(r)) continue;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
                          r.display("world_size"), r.display("model"), r.display("dataset"), r.display("precision"),
                          r.display("batch_size"), r.display("grad_accum"), number(r.summary.s_per_it, 4),
-                         number(r.summary.tokens_per_s, 1), number(memory(r), 0), number(r.summary.final_loss, 4),
+                         number(r.summary.tokens_per_s, 1), number(r.summary.padded_tokens_per_s, 1),
+                         number(memory(r), 0), number(r.summary.final_loss, 4),
                          number(final_metric(r, "reward_accuracy") * 100.0, 2),
                          number(final_metric(r, "reward_margin"), 4), resumes(r));
     }
     return;
   }
-  out << "# DPO runs (Lawenda et al. 2025b): s/it per optimizer step; tokens/s of all ranks (real tokens of chosen "
-         "and rejected); reward accuracy and margin: mean over ranks of the last 10 steps\n";
-  const char* header = "{:<28} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>8} {:>8} {:>8} {:<9}\n";
-  header_row(out, header, "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s", "peak mem", "loss",
-             "rew_acc", "margin", "status");
-  header_row(out, header, "", "", "", "", "", "(xacc)", "(s)", "", "(MiB)", "", "(%)", "", "");
+  out << "# DPO runs (Lawenda et al. 2025b): s/it per optimizer step; tokens/s of all ranks, real and padded (as "
+         "TorchTune logs them) tokens of chosen and rejected; reward accuracy and margin: mean over ranks of the "
+         "last 10 steps\n";
+  const char* header = "{:<28} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8} {:<9}\n";
+  header_row(out, header, "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s", "padded/s",
+             "peak mem", "loss", "rew_acc", "margin", "status");
+  header_row(out, header, "", "", "", "", "", "(xacc)", "(s)", "", "", "(MiB)", "", "(%)", "", "");
   for (const auto& r : runs) {
     if (!is_dpo_run(r)) continue;
     std::string model = r.display("model");
     if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
     data_row(out, header, r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
              fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")), number(r.summary.s_per_it, 3),
-             number(r.summary.tokens_per_s, 0), number(memory(r), 0), number(r.summary.final_loss, 4),
-             number(final_metric(r, "reward_accuracy") * 100.0, 1), number(final_metric(r, "reward_margin"), 3),
-             r.status);
+             number(r.summary.tokens_per_s, 0), number(r.summary.padded_tokens_per_s, 0), number(memory(r), 0),
+             number(r.summary.final_loss, 4), number(final_metric(r, "reward_accuracy") * 100.0, 1),
+             number(final_metric(r, "reward_margin"), 3), r.status);
   }
   for (const auto& r : runs) {
     if (is_dpo_run(r)) print_notes(out, r);

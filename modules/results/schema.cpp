@@ -77,6 +77,7 @@ h5::Handle run_summary_type() {
   insert(t, "mfu", offsetof(RunSummary, mfu), H5T_NATIVE_DOUBLE);
   insert(t, "eval_loss", offsetof(RunSummary, eval_loss), H5T_NATIVE_DOUBLE);
   insert(t, "peak_memory_bytes", offsetof(RunSummary, peak_memory_bytes), H5T_NATIVE_INT64);
+  insert(t, "padded_tokens_per_s", offsetof(RunSummary, padded_tokens_per_s), H5T_NATIVE_DOUBLE);
   return t;
 }
 

@@ -149,6 +149,8 @@ struct RunSummary {
   double mfu = kNaN;                    // model FLOPs / (train_s x ranks x peak FLOP/s); NaN without FLOPs or a peak
   double eval_loss = kNaN;              // the last evaluation's mean loss per target (llm --eval-only: its result)
   std::int64_t peak_memory_bytes = -1;  // rank 0: CUDA allocator peak (GPU) or peak resident set size (CPU)
+  double padded_tokens_per_s =
+      kNaN;  // text: padded tokens (batch x length) of all ranks / train_s, as TorchTune counts
 };
 
 /// HDF5 compound types for the records (native layout in memory, same field names on disk).

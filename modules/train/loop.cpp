@@ -241,6 +241,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   run.summary.eval_s = 0;
   std::int64_t computed_samples = 0;           // over the run, this rank
   std::int64_t tokens_total = 0;               // real tokens over the run, this rank
+  std::int64_t padded_total = 0;               // padded tokens (batch x length) over the run, this rank
   double flops = 0;                            // model FLOPs over the run, this rank
   std::vector<std::int64_t> computed_indices;  // of the epoch in progress (--record-indices)
   const auto metric_count = static_cast<std::int64_t>(layout.metrics.size());
@@ -256,6 +257,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
     put_rng(state, s.device);
     state.put("computed_samples", computed_samples);
     state.put("real_tokens", tokens_total);
+    state.put("padded_tokens", padded_total);
     state.put("flops", flops);
     state.put_records<std::int64_t>("records/indices", computed_indices);
     state.put_records<double>("records/metrics", metric_rows);
@@ -269,6 +271,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
     run.load(saved);
     computed_samples = saved.integer("computed_samples");
     tokens_total = saved.integer("real_tokens");
+    padded_total = saved.integer("padded_tokens");
     flops = saved.number("flops");
     computed_indices = saved.records<std::int64_t>("records/indices");
     metric_rows = saved.records<double>("records/metrics");
@@ -459,6 +462,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
       epoch_record.samples += step.samples;
       epoch_record.phases += step.phases;
       tokens_total += step.tokens;
+      padded_total += step.padded_tokens;
       flops += step_flops;
       steps.push_back(step);
       ++run.global_step;
@@ -545,7 +549,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
 
   // Figures of all ranks: samples and tokens computed, FLOPs, the mean final loss over ranks.
   torch::Tensor totals = torch::tensor({static_cast<double>(computed_samples), summary.final_loss,
-                                        static_cast<double>(tokens_total), flops},
+                                        static_cast<double>(tokens_total), flops, static_cast<double>(padded_total)},
                                        torch::kFloat64)
                              .to(s.device);
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
@@ -556,6 +560,8 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   summary.final_loss = totals[1].item<double>() / world;
   summary.s_per_it = summary.train_s / static_cast<double>(std::max<std::int64_t>(run.global_step, 1));
   summary.tokens_per_s = totals[2].item<double>() > 0 ? totals[2].item<double>() / summary.train_s : results::kNaN;
+  summary.padded_tokens_per_s =
+      totals[4].item<double>() > 0 ? totals[4].item<double>() / summary.train_s : results::kNaN;
   summary.mfu = totals[3].item<double>() /
                 (summary.train_s * world * device_peak_flops(s.placement, compute_dtype, t.peak_tflops));
   summary.peak_memory_bytes = peak_memory_bytes(s.device);

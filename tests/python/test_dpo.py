@@ -59,7 +59,8 @@ def test_dpo_starts_at_ln2_learns_the_preferences_and_writes_adapters(tmp_path):
         # Seen here: accuracy 0.41, 0.97, 1, 1, 1, 1 and margin -0.01 ... 0.93 by epoch (1 rank x 4).
         assert accuracy[-1] > 0.75 and accuracy[-1] > accuracy[0], accuracy
         assert margin[-1] > margin[0] + 0.2 and (np.diff(margin) > 0).all(), margin
-        assert run["summary"][0]["tokens_per_s"] > 0
+        summary = run["summary"][0]
+        assert 0 < summary["tokens_per_s"] < summary["padded_tokens_per_s"]  # TorchTune counts the padding
     report = mgbench("report", results, check=True).stdout
     assert "DPO runs" in report and "completed" in report, report
     csv = mgbench("report", "--csv", results, check=True).stdout.splitlines()

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# mgbench llm --recipe dpo vs its Python peer (bench/peer_dpo.py: TorchTune's lora_dpo step with
+# transformers + peft + AdamW) on the same CPU, in one run: the same small random Llama (made here
+# with transformers), the same preference pairs (Llama 3 chat template, tiktoken_small vocabulary) in
+# the same order, batch, precision, LoRA, beta and schedule. Prints real tokens/s (chosen and
+# rejected) and s/it of both (the first step left out on both sides) and the ratio mgbench / peer
+# (> 1: mgbench faster).
+#   bench/compare_dpo.sh [SHARED_DATA_DIR]
+# Environment: STEPS (21), BATCH (2 pairs), PRECISION (fp32), HIDDEN (256), LAYERS (4), DATASET
+#   (hh_rlhf), MAX_SEQ_LEN (512), MGBENCH (build/app/mgbench), PYTHON (the venv's python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARED=${1:-../shared/data}
+STEPS=${STEPS:-21}
+BATCH=${BATCH:-2}
+PRECISION=${PRECISION:-fp32}
+HIDDEN=${HIDDEN:-256}
+LAYERS=${LAYERS:-4}
+DATASET=${DATASET:-hh_rlhf}
+MAX_SEQ_LEN=${MAX_SEQ_LEN:-512}
+MGBENCH=${MGBENCH:-build/app/mgbench}
+PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
+TOKENIZER=$SHARED/llama3/tiktoken_small.model
+case $DATASET in
+  hh_rlhf) DATA=$SHARED/text/dpo/hh_rlhf_harmless_base_test.jsonl.gz ;;
+  stack_exchange_paired) DATA=$SHARED/text/dpo/stack_exchange_paired_tiny_torchtune.json ;;
+  preference) DATA=$SHARED/text/dpo/dpo_en_demo_llamafactory.json ;;
+  *) echo "compare_dpo.sh: DATASET $DATASET: expected hh_rlhf, stack_exchange_paired or preference" >&2; exit 2 ;;
+esac
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+"$PY" - "$OUT/model" "$HIDDEN" "$LAYERS" <<'PY'
+import sys, torch, transformers
+out, hidden, layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.manual_seed(0)
+cfg = transformers.LlamaConfig(vocab_size=2256, hidden_size=hidden, intermediate_size=int(hidden * 2.6875),
+                               num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
+                               head_dim=hidden // 8, max_position_embeddings=4096, rope_theta=500000.0)
+transformers.LlamaForCausalLM(cfg).save_pretrained(out)
+PY
+ROWS=$((STEPS * BATCH))
+"$MGBENCH" data stats --dataset "$DATASET" --data "$DATA" --tokenizer "$TOKENIZER" --max-seq-len "$MAX_SEQ_LEN" \
+  --dump "$ROWS" >"$OUT/pairs.jsonl"
+"$MGBENCH" llm --recipe dpo --model "$OUT/model" --tokenizer "$TOKENIZER" --dataset "$DATASET" --data "$DATA" \
+  --limit "$ROWS" --shuffle false --drop-last false --batch-size "$BATCH" --grad-accum 1 --max-steps "$STEPS" \
+  --max-seq-len "$MAX_SEQ_LEN" --precision "$PRECISION" --lora-rank 8 --activation-checkpointing false \
+  --results "$OUT/r.h5" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 || { tail -20 "$OUT/mgbench.log"; exit 1; }
+ours=$("$PY" - "$OUT/r.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    steps = list(f["runs"].values())[0]["rank_0"]["steps"][1:]   # the first step left out (warm-up)
+    print(f'{steps["tokens"].sum() / steps["step_s"].sum():.1f} {steps["step_s"].mean():.4f}')
+PY
+)
+"$PY" bench/peer_dpo.py --model "$OUT/model" --pairs "$OUT/pairs.jsonl" --batch-size "$BATCH" --steps "$STEPS" \
+  --precision "$PRECISION" --pad-id 2004 >"$OUT/peer.json" 2>"$OUT/peer.err" || { tail -20 "$OUT/peer.err"; exit 1; }
+peer=$("$PY" - "$OUT/peer.json" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+print(f'{d["tokens_per_s"]:.1f} {d["s_per_it"]:.4f}')
+PY
+)
+read -r ours_tps ours_spi <<<"$ours"
+read -r peer_tps peer_spi <<<"$peer"
+echo "# mgbench llm --recipe dpo vs Python peer (TorchTune's lora_dpo step on transformers $("$PY" -c 'import transformers; print(transformers.__version__)') + peft), 1 rank, CPU"
+echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(date -u +%Y-%m-%dT%H:%MZ); Llama hidden $HIDDEN x $LAYERS layers, vocab 2256, LoRA r 8 (q,v,o,mlp)"
+echo "# $DATASET, max_seq_len $MAX_SEQ_LEN, batch $BATCH pairs, $PRECISION, $STEPS steps (first left out), same pairs and order"
+printf "%-10s %12s %10s\n" "" "tokens/s" "s/it"
+printf "%-10s %12s %10s\n" "mgbench" "$ours_tps" "$ours_spi"
+printf "%-10s %12s %10s\n" "peer" "$peer_tps" "$peer_spi"
+echo "ratio mgbench / peer (tokens/s): $("$PY" -c "print(f'{$ours_tps / $peer_tps:.2f}')")"
