@@ -32,6 +32,11 @@ LLM = ["llm", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_sma
        "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json", "--limit", "400", "--batch-size", "2",
        "--grad-accum", "2", "--max-steps", "60", "--warmup-steps", "2", "--lora-rank", "4", "--precision", "fp32",
        "--progress-interval", "1000", "--device", "cpu"]
+DPO = ["llm", "--recipe", "dpo", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_small.model",
+       "--dataset", "hh_rlhf", "--data", SHARED / "text" / "dpo" / "hh_rlhf_harmless_base_test.jsonl.gz", "--limit",
+       "160", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "30", "--max-seq-len", "256", "--warmup-steps",
+       "2", "--lr", "1e-3", "--lora-rank", "4", "--precision", "fp32", "--activation-checkpointing", "false",
+       "--progress-interval", "1000", "--device", "cpu"]
 RANK_ENV = dict(ENV, OMP_NUM_THREADS="1")
 
 
@@ -220,6 +225,30 @@ def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path):
         with h5py.File(tmp_path / "ref.h5", "r") as g:
             (r,) = g["runs"].values()
             np.testing.assert_array_equal(runs[0]["rank_0"]["steps"]["loss"], r["rank_0"]["steps"]["loss"])
+
+
+def test_dpo_sigusr1_then_resume_equals_uninterrupted_with_its_metrics(tmp_path):
+    if not MODEL.exists():
+        pytest.skip(f"no oracle model at {MODEL} (ctest runs the oracles fixture first)")
+    ref = mgbench(*DPO, "--checkpoint-dir", tmp_path / "ref", "--results", tmp_path / "ref.h5", np=2)
+    assert ref.returncode == 0, ref.stderr
+    ck, results = tmp_path / "ck", tmp_path / "r.h5"
+    proc = start([*DPO, "--checkpoint-dir", ck, "--checkpoint-every", "4", "--results", results])
+    wait_for_checkpoint(ck, 4, proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, err
+    proc = mgbench(*DPO, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
+    assert proc.returncode == 0, proc.stderr
+    assert_same_parameters(ck, tmp_path / "ref")
+    f, runs = open_runs(results)
+    with f, h5py.File(tmp_path / "ref.h5", "r") as g:
+        (r,) = g["runs"].values()
+        assert len(runs) == 1 and runs[0]["status"][0] == b"completed" and runs[0].attrs["resumes"] == 1
+        for rank in (0, 1):
+            # The step losses and the recipe's metrics, those before the stop restored from the checkpoint.
+            np.testing.assert_array_equal(runs[0][f"rank_{rank}"]["steps"]["loss"], r[f"rank_{rank}"]["steps"]["loss"])
+            np.testing.assert_array_equal(runs[0][f"rank_{rank}"]["metrics"][:], r[f"rank_{rank}"]["metrics"][:])
 
 
 def test_resume_with_another_number_of_ranks_is_refused(tmp_path):
