@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/fake_quant.h"
 #include "models/safetensors.h"
 
 namespace mgbench::models {
@@ -18,7 +19,9 @@ namespace {
 
 namespace nn = torch::nn;
 
-LoraLinear linear(std::int64_t in, std::int64_t out) { return LoraLinear(in, out); }
+LoraLinear linear(std::int64_t in, std::int64_t out, BaseWeights base = BaseWeights::kDense) {
+  return LoraLinear(in, out, base);
+}
 
 constexpr const char* kPeftPrefix = "base_model.model.";
 
@@ -232,28 +235,80 @@ std::vector<std::string> LoraOptions::hf_targets() const {
   return out;
 }
 
-LoraLinearImpl::LoraLinearImpl(std::int64_t in_features, std::int64_t out_features) {
-  weight = register_parameter("weight", torch::empty({out_features, in_features}));
-  nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+LoraLinearImpl::LoraLinearImpl(std::int64_t in, std::int64_t out, BaseWeights base)
+    : in_features(in), out_features(out), base_(base), dtype_(torch::typeMetaToScalarType(torch::get_default_dtype())) {
+  if (base_ == BaseWeights::kDense) weight = register_parameter("weight", torch::empty({out, in}));
 }
 
 void LoraLinearImpl::enable_lora(std::int64_t rank, double alpha, double dropout_p) {
-  const auto options = torch::TensorOptions().dtype(weight.scalar_type()).device(weight.device());
-  lora_a = register_module("lora_A", nn::Linear(nn::LinearOptions(weight.size(1), rank).bias(false)));
-  lora_b = register_module("lora_B", nn::Linear(nn::LinearOptions(rank, weight.size(0)).bias(false)));
-  lora_a->to(options.device(), options.dtype().toScalarType());
-  lora_b->to(options.device(), options.dtype().toScalarType());
+  const torch::Device device = is_nf4() ? nf4.device() : weight.device();
+  lora_a = register_module("lora_A", nn::Linear(nn::LinearOptions(in_features, rank).bias(false)));
+  lora_b = register_module("lora_B", nn::Linear(nn::LinearOptions(rank, out_features).bias(false)));
+  lora_a->to(device, dtype_);
+  lora_b->to(device, dtype_);
   torch::NoGradGuard no_grad;
   lora_b->weight.zero_();  // the adapted model starts equal to the base model
   dropout = register_module("lora_dropout", nn::Dropout(dropout_p));
   scaling = alpha / static_cast<double>(rank);
-  weight.set_requires_grad(false);
+  if (!is_nf4()) weight.set_requires_grad(false);
+}
+
+void LoraLinearImpl::quantize_base(const torch::Tensor& dense) {
+  MGBENCH_REQUIRE(is_nf4(), std::logic_error, "quantize_base: the layer holds a dense weight");
+  MGBENCH_REQUIRE(dense.dim() == 2 && dense.size(0) == out_features && dense.size(1) == in_features,
+                  std::invalid_argument, "quantize_base: a weight of shape {}, expected [{}, {}]", dims(dense.sizes()),
+                  out_features, in_features);
+  nf4 = Nf4Weight::quantize(dense.to(dtype_));
+}
+
+void LoraLinearImpl::enable_fake_quant(std::int64_t group_size) {
+  MGBENCH_REQUIRE(!is_nf4(), std::invalid_argument, "fake quantisation of an NF4 weight");
+  MGBENCH_REQUIRE(group_size >= 2 && in_features % group_size == 0, std::invalid_argument,
+                  "{} in-features do not split into groups of {}", in_features, group_size);
+  fake_quant_group_ = group_size;
+}
+
+torch::Tensor LoraLinearImpl::base_input(const torch::Tensor& x) const {
+  MGBENCH_REQUIRE(!is_nf4(), std::logic_error, "base_input of an NF4 layer");
+  return fake_quant_active() ? fake_quantize_per_token_int8(x) : x;
+}
+
+torch::Tensor LoraLinearImpl::base_weight() const {
+  MGBENCH_REQUIRE(!is_nf4(), std::logic_error, "base_weight of an NF4 layer");
+  return fake_quant_active() ? fake_quantize_per_group_int4(weight, fake_quant_group_) : weight;
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor out = torch::nn::functional::linear(x, weight);
+  torch::Tensor out = is_nf4() ? linear_nf4(x, nf4) : torch::nn::functional::linear(base_input(x), base_weight());
   if (has_lora() && adapter_enabled) out = out + lora_b(lora_a(dropout(x))) * scaling;
   return out;
+}
+
+void LoraLinearImpl::merge_lora() {
+  MGBENCH_REQUIRE(has_lora() && !is_nf4(), std::logic_error, "merge_lora: needs an adapter on a dense weight");
+  torch::NoGradGuard no_grad;
+  weight.add_(torch::matmul(lora_b->weight, lora_a->weight) * scaling);
+  adapter_enabled = false;
+}
+
+std::int64_t LoraLinearImpl::base_nbytes() const {
+  return is_nf4() ? nf4.nbytes() : static_cast<std::int64_t>(weight.nbytes());
+}
+
+void LoraLinearImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  Module::to(device, dtype, non_blocking);
+  nf4.to(device, non_blocking);
+  if (!is_nf4()) dtype_ = dtype;
+}
+
+void LoraLinearImpl::to(torch::Dtype dtype, bool non_blocking) {
+  Module::to(dtype, non_blocking);
+  if (!is_nf4()) dtype_ = dtype;
+}
+
+void LoraLinearImpl::to(torch::Device device, bool non_blocking) {
+  Module::to(device, non_blocking);
+  nf4.to(device, non_blocking);
 }
 
 AdaptersDisabled::AdaptersDisabled(torch::nn::Module& model) {
@@ -280,12 +335,12 @@ torch::Tensor LlamaRMSNormImpl::forward(const torch::Tensor& x) {
   return weight * normed.to(x.scalar_type());
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base)
     : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
-  q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_));
-  k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_));
-  v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_));
-  o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size));
+  q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, base));
+  k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, base));
+  v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, base));
+  o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, base));
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -303,21 +358,21 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 
-LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c) {
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size));
-  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size));
-  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size));
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c, BaseWeights base) {
+  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, base));
+  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, base));
+  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, base));
 }
 
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
-LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c) {
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, BaseWeights base) {
   input_layernorm = register_module("input_layernorm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
-  self_attn = register_module("self_attn", LlamaAttention(c));
+  self_attn = register_module("self_attn", LlamaAttention(c, base));
   post_attention_layernorm = register_module("post_attention_layernorm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
-  mlp = register_module("mlp", LlamaMLP(c));
+  mlp = register_module("mlp", LlamaMLP(c, base));
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -326,25 +381,40 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
   return h + mlp(post_attention_layernorm(h));
 }
 
-LlamaBodyImpl::LlamaBodyImpl(const LlamaConfig& c) {
+LlamaBodyImpl::LlamaBodyImpl(const LlamaConfig& c, BaseWeights base) {
   embed_tokens = register_module("embed_tokens", nn::Embedding(c.vocab_size, c.hidden_size));
   layers = register_module("layers", nn::ModuleList());
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(LlamaDecoderLayer(c));
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(LlamaDecoderLayer(c, base));
   norm = register_module("norm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
 // ------------------------------------------------------------------ model
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config) : config_(config) {
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeights base, torch::Device quantize_device)
+    : config_(config), base_(base), quantize_device_(quantize_device) {
   config_.validate();
-  model = register_module("model", LlamaBody(config_));
+  model = register_module("model", LlamaBody(config_, base_));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module("lm_head", linear(config_.hidden_size, config_.vocab_size));
   }
   inv_freq_ = llama_inv_freq(config_);
+  // transformers' initializer_range, drawn module by module in registration order; NF4
+  // projections quantised as they are drawn. RMSNorm weights stay ones.
   torch::NoGradGuard no_grad;
-  for (auto& p : named_parameters()) {
-    if (p.key().find("norm") != std::string::npos) continue;  // RMSNorm weights stay ones
-    p.value().normal_(0.0, 0.02);                             // transformers' initializer_range
+  for (const auto& item : named_modules("", /*include_self=*/false)) {
+    if (auto* embedding = item.value()->as<nn::EmbeddingImpl>()) {
+      embedding->weight.normal_(0.0, 0.02);
+    } else if (auto* layer = item.value()->as<LoraLinearImpl>()) {
+      if (!layer->is_nf4()) {
+        layer->weight.normal_(0.0, 0.02);
+        continue;
+      }
+      try {
+        layer->quantize_base(
+            torch::empty({layer->out_features, layer->in_features}).normal_(0.0, 0.02).to(quantize_device_));
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(fmt::format("NF4 base weights: {}: {}", item.key(), e.what()));
+      }
+    }
   }
 }
 
@@ -381,8 +451,54 @@ torch::Tensor LlamaForCausalLMImpl::output_weight() const {
   return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
+std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::output_projection(const torch::Tensor& hidden) const {
+  if (config_.tie_word_embeddings) return {hidden, model->embed_tokens->weight};
+  return {lm_head->base_input(hidden), lm_head->base_weight()};
+}
+
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {
-  return torch::nn::functional::linear(hidden_states(tokens), output_weight());
+  const auto [input, weight] = output_projection(hidden_states(tokens));
+  return torch::nn::functional::linear(input, weight);
+}
+
+std::vector<std::string> LlamaForCausalLMImpl::enable_fake_quant(std::int64_t group_size, bool lora_only,
+                                                                 std::vector<std::string>* skipped) {
+  MGBENCH_REQUIRE(base_ == BaseWeights::kDense, ConfigError,
+                  "fake quantisation (QAT) needs dense base weights, not NF4 (--quantize-base)");
+  MGBENCH_REQUIRE(group_size >= 2, ConfigError, "--qat-group-size {}: expected >= 2", group_size);
+  std::vector<std::string> done;
+  for (const auto& item : named_modules("", /*include_self=*/false)) {
+    auto* layer = item.value()->as<LoraLinearImpl>();
+    if (layer == nullptr || (lora_only && !layer->has_lora())) continue;
+    if (layer->in_features % group_size != 0) {
+      MGBENCH_REQUIRE(!lora_only, ConfigError,
+                      "--qat-group-size {}: {} has {} in-features, not a multiple (TorchTune's QATLoRALinear refuses "
+                      "it)",
+                      group_size, item.key(), layer->in_features);
+      if (skipped != nullptr) skipped->push_back(item.key());
+      continue;
+    }
+    layer->enable_fake_quant(group_size);
+    done.push_back(item.key());
+  }
+  return done;
+}
+
+void LlamaForCausalLMImpl::set_fake_quant_enabled(bool on) {
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* layer = module->as<LoraLinearImpl>()) layer->fake_quant_enabled = on;
+  }
+}
+
+std::int64_t LlamaForCausalLMImpl::weight_nbytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& p : parameters()) bytes += static_cast<std::int64_t>(p.nbytes());
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (const auto* layer = module->as<LoraLinearImpl>(); layer != nullptr && layer->is_nf4()) {
+      bytes += layer->nf4.nbytes();
+    }
+  }
+  return bytes;
 }
 
 std::vector<torch::Tensor> LlamaForCausalLMImpl::apply_lora(const LoraOptions& options) {
@@ -451,6 +567,23 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
     if (name.find("rotary_emb.inv_freq") == std::string::npos) unused.insert(name);
   }
   torch::NoGradGuard no_grad;
+  // NF4 projections: each tensor quantised as it is read, so the dense model never exists whole.
+  for (const auto& item : named_modules("", /*include_self=*/false)) {
+    auto* layer = item.value()->as<LoraLinearImpl>();
+    if (layer == nullptr || !layer->is_nf4()) continue;
+    const std::string name = item.key() + ".weight";
+    MGBENCH_REQUIRE(checkpoint.contains(name), DataError, "checkpoint '{}': tensor '{}' is missing", dir, name);
+    const torch::Tensor t = checkpoint.tensor(name);
+    MGBENCH_REQUIRE(t.dim() == 2 && t.size(0) == layer->out_features && t.size(1) == layer->in_features, DataError,
+                    "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects [{}, {}]", dir,
+                    name, checkpoint.file_of(name), dims(t.sizes()), layer->out_features, layer->in_features);
+    try {
+      layer->quantize_base(t.to(quantize_device_));
+    } catch (const std::invalid_argument& e) {
+      throw DataError(fmt::format("checkpoint '{}': tensor '{}': {}", dir, name, e.what()));
+    }
+    unused.erase(name);
+  }
   for (auto& p : named_parameters()) {
     const std::string& name = p.key();
     if (name.find(".lora_") != std::string::npos) continue;  // adapters are not part of a base checkpoint
@@ -467,6 +600,15 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
   MGBENCH_REQUIRE(unused.empty(), DataError, "checkpoint '{}': tensor '{}' in {} is not part of the model", dir,
                   unused.empty() ? std::string() : *unused.begin(),
                   unused.empty() ? std::string() : checkpoint.file_of(*unused.begin()));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LlamaForCausalLMImpl::hf_state_dict() const {
+  MGBENCH_REQUIRE(base_ == BaseWeights::kDense, std::logic_error, "hf_state_dict of a model with NF4 weights");
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : named_parameters()) {
+    if (p.key().find(".lora_") == std::string::npos) out.emplace_back(p.key(), p.value());
+  }
+  return out;
 }
 
 }  // namespace mgbench::models

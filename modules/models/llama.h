@@ -15,6 +15,8 @@
 
 #include <torch/torch.h>
 
+#include "models/nf4.h"
+
 namespace mgbench::models {
 
 struct Llama3RopeScaling {
@@ -66,24 +68,75 @@ struct LoraOptions {
   std::vector<std::string> hf_targets() const;
 };
 
-/// A bias-free linear layer (parameter "weight" [out, in], as nn::Linear) that can carry a LoRA
-/// adapter (children "lora_A", "lora_B", PEFT's names).
+/// How the decoder layers' projections hold their frozen base weights.
+enum class BaseWeights {
+  kDense,  // a parameter in the model's dtype
+  kNf4,    // NF4 (models/nf4.h): QLoRA's base, TorchTune's quantize_base=True
+};
+
+/// A bias-free linear layer that can carry a LoRA adapter (children "lora_A", "lora_B", PEFT's
+/// names), hold its base weight in NF4, and fake-quantise its input and weight (8da4w QAT,
+/// models/fake_quant.h). TorchTune's LoRALinear, FrozenNF4Linear and QATLoRALinear, and torchao's
+/// Int8DynActInt4WeightQATLinear, as one layer:
+///   y = base(x) + (alpha / rank) B A dropout(x)   (the adapter's term while enabled),
+///   base(x) = linear_nf4(x, W)                    (NF4),
+///           = linear(fq_a(x), fq_w(W))            (fake quantisation on),
+///           = linear(x, W)                        (otherwise).
 class LoraLinearImpl : public torch::nn::Module {
  public:
-  LoraLinearImpl(std::int64_t in_features, std::int64_t out_features);
+  /// kDense: parameter "weight" [out, in] in the default dtype, uninitialised (the model
+  /// initialises it); kNf4: no weight parameter until quantize_base() gives the NF4 weight.
+  LoraLinearImpl(std::int64_t in_features, std::int64_t out_features, BaseWeights base = BaseWeights::kDense);
   /// x: [..., in] -> [..., out].
   torch::Tensor forward(const torch::Tensor& x);
-  /// Adds the adapter (A Kaiming-uniform as nn::Linear's default, B zeros) in weight's dtype and
-  /// device, and freezes weight.
+  /// Adds the adapter (A Kaiming-uniform as nn::Linear's default, B zeros) in the base weight's
+  /// dtype and device, and freezes the base weight.
   void enable_lora(std::int64_t rank, double alpha, double dropout);
   bool has_lora() const { return !lora_a.is_empty(); }
   /// false: forward is the base layer's alone (the adapter is kept, untouched): AdaptersDisabled.
   bool adapter_enabled = true;
 
-  torch::Tensor weight;
+  /// The NF4 base weight from dense [out, in] (quantised on dense's device). Throws
+  /// std::logic_error for a kDense layer, std::invalid_argument for a weight of another shape or a
+  /// numel NF4 cannot take (models/nf4.h).
+  void quantize_base(const torch::Tensor& dense);
+  bool is_nf4() const { return base_ == BaseWeights::kNf4; }
+
+  /// Fake-quantises input and weight from now on (8da4w, groups of group_size in-features).
+  /// Throws std::invalid_argument for an NF4 layer or in_features % group_size != 0.
+  void enable_fake_quant(std::int64_t group_size);
+  bool has_fake_quant() const { return fake_quant_group_ > 0; }
+  /// false: the fake-quantised layer computes as a plain one (--fake-quant-after-steps).
+  bool fake_quant_enabled = true;
+  /// The input and weight of the base product: fq_a(x), fq_w(W) when fake quantisation is on,
+  /// x, W otherwise (for a chunked output projection). Throws std::logic_error for an NF4 layer.
+  torch::Tensor base_input(const torch::Tensor& x) const;
+  torch::Tensor base_weight() const;
+
+  /// W += (alpha / rank) B A in W's dtype, then the adapter removed from the forward (TorchTune's
+  /// get_merged_lora_ckpt). Throws std::logic_error without an adapter or for an NF4 base.
+  void merge_lora();
+
+  /// Bytes of the base weight (dense or NF4) -- the adapter's not included.
+  std::int64_t base_nbytes() const;
+
+  /// The module's moves also move the NF4 tensors (to their device only: they keep their dtypes).
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
+
+  const std::int64_t in_features, out_features;
+  torch::Tensor weight;                                // [out, in]; undefined for an NF4 layer
+  Nf4Weight nf4;                                       // the NF4 base weight (an NF4 layer)
   torch::nn::Linear lora_a{nullptr}, lora_b{nullptr};  // registered as "lora_A", "lora_B"
   torch::nn::Dropout dropout{nullptr};
   double scaling = 0;  // alpha / rank
+
+ private:
+  bool fake_quant_active() const { return fake_quant_group_ > 0 && fake_quant_enabled; }
+  BaseWeights base_;
+  torch::ScalarType dtype_;  // of the base weight
+  std::int64_t fake_quant_group_ = 0;
 };
 TORCH_MODULE(LoraLinear);
 
@@ -101,7 +154,7 @@ TORCH_MODULE(LlamaRMSNorm);
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
-  explicit LlamaAttentionImpl(const LlamaConfig& c);
+  LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base);
   /// x: [B, T, hidden]; cos, sin: [T, head_dim] (x's dtype). Causal self-attention. Returns [B, T, hidden].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -113,7 +166,7 @@ TORCH_MODULE(LlamaAttention);
 
 class LlamaMLPImpl : public torch::nn::Module {
  public:
-  explicit LlamaMLPImpl(const LlamaConfig& c);
+  LlamaMLPImpl(const LlamaConfig& c, BaseWeights base);
   /// down(silu(gate(x)) * up(x))
   torch::Tensor forward(const torch::Tensor& x);
   LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
@@ -122,7 +175,7 @@ TORCH_MODULE(LlamaMLP);
 
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit LlamaDecoderLayerImpl(const LlamaConfig& c);
+  LlamaDecoderLayerImpl(const LlamaConfig& c, BaseWeights base);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   LlamaRMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
@@ -133,7 +186,7 @@ TORCH_MODULE(LlamaDecoderLayer);
 /// transformers' LlamaModel (the "model." prefix).
 class LlamaBodyImpl : public torch::nn::Module {
  public:
-  explicit LlamaBodyImpl(const LlamaConfig& c);
+  LlamaBodyImpl(const LlamaConfig& c, BaseWeights base);
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   LlamaRMSNorm norm{nullptr};
@@ -143,8 +196,14 @@ TORCH_MODULE(LlamaBody);
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
   /// Random initialisation as transformers' (normal(0, 0.02) for linear and embedding weights,
-  /// ones for norms). Throws ConfigError for an invalid config.
-  explicit LlamaForCausalLMImpl(const LlamaConfig& config);
+  /// drawn in registration order; ones for norms), in the default dtype on the CPU. base: how the
+  /// decoder layers' seven projections hold their weights; NF4 ones are quantised one at a time as
+  /// they are initialised (here) or loaded (load_hf_checkpoint), on quantize_device, so that the
+  /// whole model never exists in the dense dtype -- embeddings, norms and the output head stay
+  /// dense, as TorchTune's qlora_llama3_8b. Throws ConfigError for an invalid config, or naming
+  /// the projection whose numel NF4 cannot take.
+  explicit LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeights base = BaseWeights::kDense,
+                                torch::Device quantize_device = torch::kCPU);
 
   /// tokens: int64 [B, T]. Returns logits [B, T, vocab_size] in the parameters' dtype.
   torch::Tensor forward(const torch::Tensor& tokens);
@@ -152,11 +211,32 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   torch::Tensor hidden_states(const torch::Tensor& tokens);
   /// The output projection's weight [vocab, hidden] (the embedding when tied).
   torch::Tensor output_weight() const;
+  /// The output projection's input and weight as it computes them: (hidden [N, hidden],
+  /// output_weight()), or both fake-quantised when the head is (full QAT of an untied head).
+  std::pair<torch::Tensor, torch::Tensor> output_projection(const torch::Tensor& hidden) const;
 
   /// Loads a Hugging Face checkpoint directory (safetensors, single or sharded) by name, converting
-  /// dtypes to the model's. Throws DataError naming the file and tensor for a missing tensor, a
-  /// shape mismatch or an unexpected extra tensor (rotary inv_freq buffers are ignored).
+  /// dtypes to the model's; NF4 projections are quantised tensor by tensor. Throws DataError naming
+  /// the file and tensor for a missing tensor, a shape mismatch or an unexpected extra tensor
+  /// (rotary inv_freq buffers are ignored).
   void load_hf_checkpoint(const std::string& dir);
+  /// The dense weights under Hugging Face's names (what load_hf_checkpoint reads; adapters
+  /// excluded). Throws std::logic_error for a model with NF4 weights.
+  std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const;
+
+  /// Fake quantisation (8da4w, groups of group_size) of the linears TorchTune's QAT recipes give
+  /// it: lora_only false -- every linear whose in-features group_size divides, the untied output
+  /// head included (torchao's Int8DynActInt4WeightQATQuantizer.prepare; a tied head is the
+  /// embedding, not a linear); true -- the LoRA-wrapped ones (apply_lora first; qat-lora).
+  /// Returns the names of the fake-quantised linears and, in `skipped`, the others torchao would
+  /// leave (not divisible). Throws ConfigError naming the first LoRA-wrapped linear that the group
+  /// does not divide (lora_only), or an NF4 model.
+  std::vector<std::string> enable_fake_quant(std::int64_t group_size, bool lora_only,
+                                             std::vector<std::string>* skipped = nullptr);
+  /// Turns fake quantisation of every fake-quantised linear on or off.
+  void set_fake_quant_enabled(bool on);
+  /// Bytes of the weights as held: every parameter and NF4 weight (adapters included).
+  std::int64_t weight_nbytes() const;
 
   /// Adds LoRA adapters to the targeted projections of every layer and freezes every other
   /// parameter (embeddings, norms, output). Returns the trainable (adapter) parameters in
@@ -177,6 +257,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
 
   const LlamaConfig& config() const { return config_; }
+  BaseWeights base_weights() const { return base_; }
 
  private:
   bool checkpointing_ = false;
@@ -184,6 +265,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t length, torch::Dtype dtype, torch::Device device);
 
   LlamaConfig config_;
+  BaseWeights base_;
+  torch::Device quantize_device_;
   LlamaBody model{nullptr};
   LoraLinear lm_head{nullptr};  // absent when tied
   torch::Tensor inv_freq_;      // [head_dim / 2] fp32, not a parameter or buffer

@@ -163,7 +163,8 @@ LlamaLora::TargetLogProbs LlamaLora::target_log_probs(const data::Batch& batch) 
   }
   const torch::Tensor selected =
       hidden.narrow(1, 0, t - 1).reshape({-1, hidden.size(-1)}).index_select(0, batch.tensors[1]);
-  return {models::target_log_probs(selected, model_->output_weight(), batch.tensors[2]), hidden};
+  const auto [input, weight] = model_->output_projection(selected);
+  return {models::target_log_probs(input, weight, batch.tensors[2]), hidden};
 }
 
 double LlamaLora::flops(std::int64_t padded_tokens, std::int64_t seq_len) const {

@@ -18,6 +18,8 @@ Produces, in OUT_DIR:
                          (reference), as TorchTune's get_batch_log_probs sums them
   dpo_loss_cases.json    TorchTune 0.6.1's DPOLoss on random log-probs (from the folder TorchTune is
                          installed in beside the venv, in a process of its own)
+  quant_oracles.pt       torchao 0.11's NF4 and 8da4w QAT, TorchTune's QLoRA and QAT-LoRA linears
+                         (quant_oracles.py, in a process of its own as the DPO loss)
 
 Exits 0 without writing anything when torch/torchvision are not importable, so the tests that
 need these files report SKIPPED rather than fail.
@@ -275,6 +277,14 @@ if os.path.isdir(os.path.join(_torchtune_site, "torchtune")):
                            capture_output=True, text=True)
     if _done.returncode != 0:  # pragma: no cover - reported, the DPO loss test then skips
         print(f"make_oracles: TorchTune's DPOLoss failed: {_done.stderr[-2000:]}")
+    # NF4, QLoRA and 8da4w QAT references (torchao 0.11, TorchTune 0.6.1): quant_oracles.py.
+    _stories = os.path.join(os.environ.get("MGBENCH_SHARED_DATA", os.path.join(os.path.dirname(__file__), "..", "..",
+                                                                               "..", "shared", "data")),
+                            "models", "stories260K", "stories260K.bin")
+    _done = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "quant_oracles.py"),
+                            os.path.join(out, "quant_oracles.pt"), _stories], env=_env, capture_output=True, text=True)
+    if _done.returncode != 0:  # pragma: no cover - reported, the quantisation tests then skip
+        print(f"make_oracles: quant_oracles.py failed: {_done.stderr[-2000:]}")
 
 print(f"make_oracles: wrote {len(cases)} sampler cases, {len(bucket_cases)} bucket cases, "
       f"{len(names)} MobileNetV2 widths to {out}")

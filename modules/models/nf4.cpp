@@ -1,0 +1,167 @@
+#include "models/nf4.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace mgbench::models {
+namespace {
+
+/// torchao's NF4 table, as written there (Dettmers et al.'s values to 4 decimals).
+constexpr double kCodes[16] = {-1.0000, -0.6962, -0.5251, -0.3949, -0.2844, -0.1848, -0.0911, 0.0000,
+                               0.0796,  0.1609,  0.2461,  0.3379,  0.4407,  0.5626,  0.7230,  1.0000};
+
+/// Elements whose nearest code is searched at once: the search holds [chunk, 16] differences.
+constexpr std::int64_t kSearchChunk = std::int64_t{1} << 20;
+
+/// Per block of `block` consecutive elements of a flat tensor, its absmax (torchao's get_block_absmax).
+torch::Tensor block_absmax(const torch::Tensor& flat, std::int64_t block) {
+  return std::get<0>(flat.view({flat.numel() / block, block}).abs().max(1));
+}
+
+class LinearNf4 : public torch::autograd::Function<LinearNf4> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const Nf4Weight& weight) {
+    // The packed tensors (shared, not copied), not the dequantised weight, are kept for backward.
+    ctx->saved_data["data"] = weight.quantized_data();
+    ctx->saved_data["scalers"] = weight.quantized_scalers();
+    ctx->saved_data["factor"] = weight.quantization_factor();
+    ctx->saved_data["mean"] = weight.scaler_mean();
+    ctx->saved_data["shape"] = weight.shape();
+    ctx->saved_data["dtype"] = static_cast<std::int64_t>(weight.dtype());
+    return torch::nn::functional::linear(x, weight.dequantize().to(x.scalar_type()));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto& saved = ctx->saved_data;
+    const Nf4Weight weight = Nf4Weight::from_parts(
+        saved["data"].toTensor(), saved["scalers"].toTensor(), saved["factor"].toTensor(), saved["mean"].toTensor(),
+        saved["shape"].toIntVector(), static_cast<torch::ScalarType>(saved["dtype"].toInt()));
+    const torch::Tensor& gy = grad_outputs[0];
+    return {torch::matmul(gy, weight.dequantize().to(gy.scalar_type())), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor nf4_codes(torch::ScalarType dtype, torch::Device device) {
+  return torch::tensor(c10::ArrayRef<double>(kCodes, 16), torch::TensorOptions().dtype(torch::kFloat64))
+      .to(torch::TensorOptions().dtype(dtype).device(device));
+}
+
+Nf4Weight Nf4Weight::quantize(const torch::Tensor& weight) {
+  const auto dtype = weight.scalar_type();
+  MGBENCH_REQUIRE(dtype == torch::kBFloat16 || dtype == torch::kFloat16 || dtype == torch::kFloat32,
+                  std::invalid_argument, "NF4: a weight of {} cannot be quantised (expected bf16, fp16 or fp32)",
+                  c10::toString(dtype));
+  MGBENCH_REQUIRE(weight.dim() >= 1 && weight.dim() <= 2, std::invalid_argument,
+                  "NF4: expected a 1-D or 2-D weight, got [{}]", fmt::join(weight.sizes(), ", "));
+  const std::int64_t n = weight.numel();
+  MGBENCH_REQUIRE(n > 0 && n % kNumelMultiple == 0, std::invalid_argument,
+                  "NF4: a weight of shape [{}] has {} elements, not a multiple of {} (blocks of {} x scaler blocks "
+                  "of {}, as torchao requires)",
+                  fmt::join(weight.sizes(), ", "), n, kNumelMultiple, kBlockSize, kScalerBlockSize);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor flat = weight.detach().contiguous().flatten();
+  const torch::Tensor codes = nf4_codes(dtype, flat.device());
+  Nf4Weight out;
+  out.shape_ = weight.sizes().vec();
+  out.dtype_ = dtype;
+
+  // Double quantisation of the block absmaxes (torchao's double_quantize_scalers).
+  const torch::Tensor absmax = block_absmax(flat, kBlockSize);  // [n / 64], dtype
+  out.scaler_mean_ = absmax.mean();
+  const torch::Tensor centred = absmax - out.scaler_mean_;
+  const std::int64_t scaler_blocks = centred.numel() / kScalerBlockSize;
+  const torch::Tensor factor = 256 / (2 * block_absmax(centred, kScalerBlockSize));  // [n / 16384], dtype
+  out.quantized_scalers_ = (centred.view({scaler_blocks, kScalerBlockSize}) * factor.unsqueeze(-1))
+                               .round()
+                               .clamp(-128, 127)
+                               .flatten()
+                               .to(torch::kInt8);
+  out.quantization_factor_ = factor.contiguous();
+
+  // Nearest code of w / a_b with the raw absmax (torchao's convert_to_norm_float_weight), in chunks.
+  const torch::Tensor scaled = (flat.view({n / kBlockSize, kBlockSize}) / absmax.unsqueeze(-1)).flatten();
+  torch::Tensor indices = torch::empty({n}, flat.options().dtype(torch::kUInt8));
+  for (std::int64_t start = 0; start < n; start += kSearchChunk) {
+    const std::int64_t len = std::min(kSearchChunk, n - start);
+    const torch::Tensor diff = (scaled.narrow(0, start, len).unsqueeze(-1) - codes).abs();
+    indices.narrow(0, start, len).copy_(std::get<1>(diff.min(-1)));
+  }
+  const torch::Tensor pairs = indices.view({n / 2, 2});
+  out.quantized_data_ = pairs.select(1, 0).bitwise_left_shift(4).bitwise_or(pairs.select(1, 1)).contiguous();
+  return out;
+}
+
+torch::Tensor Nf4Weight::dequantize() const {
+  MGBENCH_REQUIRE(defined(), std::logic_error, "NF4: dequantize of an empty weight");
+  torch::NoGradGuard no_grad;
+  const std::int64_t n = numel();
+  const auto device = quantized_data_.device();
+  // The block scalers as torchao's dequantize_scalers: (q / f).to(dtype) + mu.
+  const torch::Tensor scalers =
+      (quantized_scalers_.view({-1, kScalerBlockSize}) / quantization_factor_.unsqueeze(-1)).flatten().to(dtype_) +
+      scaler_mean_;
+  // A byte holds the indices of two consecutive elements: a 256-entry table of their code pairs
+  // turns each byte into both values with one lookup.
+  const torch::Tensor codes = nf4_codes(dtype_, device);
+  const torch::Tensor byte = torch::arange(256, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  const torch::Tensor pair_table = torch::stack({codes.index_select(0, byte.bitwise_right_shift(4)),
+                                                 codes.index_select(0, byte.bitwise_and(15))},
+                                                1);  // [256, 2]
+  const torch::Tensor values = pair_table.index_select(0, quantized_data_.to(torch::kInt32));  // [n / 2, 2]
+  return (values.view({n / kBlockSize, kBlockSize}) * scalers.unsqueeze(-1)).view(shape_);
+}
+
+void Nf4Weight::to(torch::Device device, bool non_blocking) {
+  if (!defined() || device == quantized_data_.device()) return;
+  quantized_data_ = quantized_data_.to(device, non_blocking);
+  quantized_scalers_ = quantized_scalers_.to(device, non_blocking);
+  quantization_factor_ = quantization_factor_.to(device, non_blocking);
+  scaler_mean_ = scaler_mean_.to(device, non_blocking);
+}
+
+Nf4Weight Nf4Weight::from_parts(torch::Tensor quantized_data, torch::Tensor quantized_scalers,
+                                torch::Tensor quantization_factor, torch::Tensor scaler_mean,
+                                std::vector<std::int64_t> shape, torch::ScalarType dtype) {
+  Nf4Weight w;
+  w.quantized_data_ = std::move(quantized_data);
+  w.quantized_scalers_ = std::move(quantized_scalers);
+  w.quantization_factor_ = std::move(quantization_factor);
+  w.scaler_mean_ = std::move(scaler_mean);
+  w.shape_ = std::move(shape);
+  w.dtype_ = dtype;
+  const std::int64_t n = w.numel();
+  MGBENCH_REQUIRE(n % kNumelMultiple == 0 && w.quantized_data_.numel() == n / 2 &&
+                      w.quantized_scalers_.numel() == n / kBlockSize &&
+                      w.quantization_factor_.numel() == n / kNumelMultiple && w.scaler_mean_.numel() == 1,
+                  std::invalid_argument, "NF4: inner tensors do not fit the shape [{}]", fmt::join(w.shape_, ", "));
+  return w;
+}
+
+std::int64_t Nf4Weight::numel() const {
+  std::int64_t n = 1;
+  for (const auto d : shape_) n *= d;
+  return n;
+}
+
+std::int64_t Nf4Weight::nbytes() const {
+  if (!defined()) return 0;
+  return static_cast<std::int64_t>(quantized_data_.nbytes() + quantized_scalers_.nbytes() +
+                                   quantization_factor_.nbytes() + scaler_mean_.nbytes());
+}
+
+torch::Tensor linear_nf4(const torch::Tensor& x, const Nf4Weight& weight) {
+  MGBENCH_REQUIRE(weight.defined() && weight.shape().size() == 2 && x.dim() >= 1 && x.size(-1) == weight.shape()[1],
+                  std::invalid_argument, "linear_nf4: input [{}] does not fit an NF4 weight of shape [{}]",
+                  fmt::join(x.sizes(), ", "), fmt::join(weight.shape(), ", "));
+  return LinearNf4::apply(x, weight);
+}
+
+}  // namespace mgbench::models
