@@ -19,9 +19,12 @@ constexpr double kInt4Min = -8, kInt4Max = 7;
 /// torch.finfo(dtype).eps.
 double epsilon(torch::ScalarType dtype) {
   switch (dtype) {
-    case torch::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::epsilon());
-    case torch::kFloat16: return static_cast<double>(std::numeric_limits<c10::Half>::epsilon());
-    case torch::kFloat32: return static_cast<double>(std::numeric_limits<float>::epsilon());
+    case torch::kBFloat16:
+      return static_cast<double>(std::numeric_limits<c10::BFloat16>::epsilon());
+    case torch::kFloat16:
+      return static_cast<double>(std::numeric_limits<c10::Half>::epsilon());
+    case torch::kFloat32:
+      return static_cast<double>(std::numeric_limits<float>::epsilon());
     default:
       throw std::invalid_argument(
           fmt::format("fake quantisation: {} is not supported (expected bf16, fp16 or fp32)", c10::toString(dtype)));
@@ -71,7 +74,8 @@ class FakeQuantize : public torch::autograd::Function<FakeQuantize> {
       const torch::Tensor mn_neg = torch::min(mn, torch::zeros_like(mn));
       const torch::Tensor mx_pos = torch::max(mx, torch::zeros_like(mx));
       const torch::Tensor scale = torch::clamp((mx_pos - mn_neg) / (kInt8Max - kInt8Min), eps);
-      const torch::Tensor zero_point = torch::clamp(torch::rsub(torch::round(mn_neg / scale), kInt8Min), kInt8Min, kInt8Max);
+      const torch::Tensor zero_point =
+          torch::clamp(torch::rsub(torch::round(mn_neg / scale), kInt8Min), kInt8Min, kInt8Max);
       return quantize_dequantize(x, scale.to(torch::kFloat32), zero_point.to(torch::kFloat32), kInt8Min, kInt8Max);
     }
     const torch::Tensor grouped = grouped_view(x, group_size, "int4 fake quantisation");

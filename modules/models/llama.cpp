@@ -157,6 +157,38 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   return c;
 }
 
+std::string LlamaConfig::to_hf_json(torch::ScalarType dtype) const {
+  nlohmann::json j{{"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"vocab_size", vocab_size},
+                   {"hidden_size", hidden_size},
+                   {"intermediate_size", intermediate_size},
+                   {"num_hidden_layers", num_hidden_layers},
+                   {"num_attention_heads", num_attention_heads},
+                   {"num_key_value_heads", num_key_value_heads},
+                   {"head_dim", head_dim},
+                   {"rms_norm_eps", rms_norm_eps},
+                   {"rope_theta", rope_theta},
+                   {"max_position_embeddings", max_position_embeddings},
+                   {"tie_word_embeddings", tie_word_embeddings},
+                   {"hidden_act", "silu"},
+                   {"attention_bias", false},
+                   {"mlp_bias", false},
+                   {"torch_dtype", dtype == torch::kBFloat16  ? "bfloat16"
+                                   : dtype == torch::kFloat16 ? "float16"
+                                                              : "float32"}};
+  if (rope_scaling) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_scaling->factor},
+                         {"low_freq_factor", rope_scaling->low_freq_factor},
+                         {"high_freq_factor", rope_scaling->high_freq_factor},
+                         {"original_max_position_embeddings", rope_scaling->original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  return j.dump(2);
+}
+
 LlamaConfig LlamaConfig::preset(const std::string& name) {
   LlamaConfig c;  // defaults: Meta-Llama-3-8B
   if (name == "llama3-8b") return c;

@@ -44,6 +44,9 @@ struct LlamaConfig {
   /// the field for a missing file, invalid JSON, a missing required field, a rope_scaling other
   /// than llama3 / none, or inconsistent sizes (heads not dividing, ...).
   static LlamaConfig from_hf_json(const std::string& path);
+  /// config.json text as transformers writes a LlamaConfig (model_type llama, rope_scaling
+  /// llama3 or none), weights stored in dtype; from_hf_json reads it back equal.
+  std::string to_hf_json(torch::ScalarType dtype) const;
   /// Presets: "llama3-8b" (Meta-Llama-3-8B), "llama3.1-8b" (with llama3 rope scaling),
   /// "llama3.2-1b" (tied embeddings), "tiny" (2 layers, 64 hidden, for tests and CPU demos).
   /// Throws ConfigError listing the presets for an unknown name.

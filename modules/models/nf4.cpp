@@ -112,9 +112,9 @@ torch::Tensor Nf4Weight::dequantize() const {
   // turns each byte into both values with one lookup.
   const torch::Tensor codes = nf4_codes(dtype_, device);
   const torch::Tensor byte = torch::arange(256, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  const torch::Tensor pair_table = torch::stack({codes.index_select(0, byte.bitwise_right_shift(4)),
-                                                 codes.index_select(0, byte.bitwise_and(15))},
-                                                1);  // [256, 2]
+  const torch::Tensor pair_table =
+      torch::stack({codes.index_select(0, byte.bitwise_right_shift(4)), codes.index_select(0, byte.bitwise_and(15))},
+                   1);                                                                         // [256, 2]
   const torch::Tensor values = pair_table.index_select(0, quantized_data_.to(torch::kInt32));  // [n / 2, 2]
   return (values.view({n / kBlockSize, kBlockSize}) * scalers.unsqueeze(-1)).view(shape_);
 }

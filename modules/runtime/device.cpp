@@ -102,6 +102,15 @@ std::string cuda_device_description(int index) {
                      p.minor);
 }
 
+std::int64_t cuda_total_memory(int index) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, index) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<std::int64_t>(p.totalGlobalMem);
+}
+
 namespace {
 std::string cuda_version_text(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : ""; }
 }  // namespace
@@ -123,6 +132,7 @@ std::string cuda_driver_version() { return ""; }
 int visible_cuda_devices() { return 0; }
 std::string cuda_pci_bus_id(int index) { return fmt::format("none:{}", index); }
 std::string cuda_device_description(int) { return ""; }
+std::int64_t cuda_total_memory(int) { return 0; }
 #endif
 
 }  // namespace mgbench::runtime

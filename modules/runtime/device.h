@@ -2,6 +2,7 @@
 // Rank -> device binding: one MPI rank per GPU, chosen by local rank (the rank's index among
 // the ranks of its node, from MPI_Comm_split_type), and the communication backend that goes
 // with the device. No LibTorch here.
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +57,8 @@ int visible_cuda_devices();
 std::string cuda_pci_bus_id(int index);
 /// Human-readable description ("NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90"); "" without CUDA.
 std::string cuda_device_description(int index);
+/// Bytes of memory of a visible CUDA device; 0 without CUDA.
+std::int64_t cuda_total_memory(int index);
 /// The CUDA runtime this binary uses and the driver's CUDA version, "13.0" / "13.1"; "" without
 /// CUDA (or, for the driver, without a driver).
 std::string cuda_runtime_version();

@@ -5,7 +5,7 @@
 //  - samples: a row's chosen and rejected conversations, each tokenised and truncated on its own
 //    (data/text/preference.h); a micro-batch of B pairs is one batch of 2B sequences, chosen rows
 //    first, right-padded together to the longest;
-//  - policy: the model with its LoRA adapters (train/llama_lora.h); reference: the same model with
+//  - policy: the model with its LoRA adapters (train/llama_finetune.h); reference: the same model with
 //    every adapter disabled, under no_grad (one set of base weights, not two);
 //  - a sequence's log-probability: the sum over its target tokens of log_softmax(logits) in fp32
 //    (TorchTune's get_batch_log_probs), with only target positions reaching the output projection;
@@ -19,7 +19,7 @@
 #include "data/text/preference.h"
 #include "models/llama.h"
 #include "train/dpo_loss.h"
-#include "train/llama_lora.h"
+#include "train/llama_finetune.h"
 #include "train/recipe.h"
 
 namespace mgbench::train {
@@ -54,7 +54,7 @@ class DpoRecipe final : public Recipe {
         .below(0.5);
   }
 
-  void validate(const TrainOptions& train) const override { llama_.validate(train, "dpo"); }
+  void validate(const TrainOptions& train) const override { llama_.validate(train, "dpo", /*needs_adapters=*/true); }
 
   void setup(const RecipeContext& ctx) override {
     const auto& o = options_;
@@ -87,10 +87,11 @@ class DpoRecipe final : public Recipe {
   }
 
   LossNormalization loss_normalization() const override { return LossNormalization::kMeanPerMicroBatch; }
+  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
 
   MicroBatchLoss forward(const data::Batch& batch) override {
     const std::int64_t pairs = batch.samples;
-    const LlamaLora::TargetLogProbs policy = llama_.target_log_probs(batch);
+    const LlamaFinetune::TargetLogProbs policy = llama_.target_log_probs(batch);
     const torch::Tensor pi = sequence_log_probs(batch, policy.log_probs);
     torch::Tensor ref;
     {
@@ -137,12 +138,12 @@ class DpoRecipe final : public Recipe {
   }
 
   void finish(int rank) override {
-    if (rank == 0) llama_.save_adapters();
+    if (rank == 0) llama_.save();
   }
 
  private:
   DpoOptions options_;
-  LlamaLora llama_;
+  LlamaFinetune llama_;
   std::vector<text::PreferenceSample> pairs_;
 };
 

@@ -337,6 +337,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
       const double lr = lr_at_step(t.lr, run.global_step, t.warmup_steps, total_steps, cosine);
       set_learning_rate(*s.optimizer, lr);
       step.lr = lr;
+      s.recipe.begin_step(run.global_step);
       s.optimizer->zero_grad(/*set_to_none=*/true);
 
       // The step's micro-batches: forward and backward each, the all-reduce with the last one.

@@ -101,6 +101,9 @@ class Recipe {
 
   // --- training ---------------------------------------------------------------------------------
   virtual LossNormalization loss_normalization() const = 0;
+  /// Before optimizer step global_step (0-based, counted over epochs; called on a resume too):
+  /// for what a recipe switches by step (fake quantisation after N steps, say). Nothing by default.
+  virtual void begin_step(std::int64_t global_step) {}
   /// Turns a batch on the device into the model's input (cast, normalise, upscale, memory layout):
   /// the transform phase, outside autocast. The default keeps the batch as it is.
   virtual data::Batch transform(data::Batch batch) { return batch; }

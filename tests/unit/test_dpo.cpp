@@ -12,7 +12,7 @@
 #include "models/state_dict.h"
 #include "test_support.h"
 #include "train/dpo_loss.h"
-#include "train/llama_lora.h"
+#include "train/llama_finetune.h"
 
 namespace mgbench {
 namespace {

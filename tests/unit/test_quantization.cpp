@@ -29,9 +29,9 @@ const std::map<std::string, torch::Tensor>& oracle() {
   return tensors;
 }
 
-#define SKIP_WITHOUT_QUANT_ORACLE()                                                                \
-  if (oracle().empty())                                                                            \
-  GTEST_SKIP() << "oracle quant_oracles.pt not found in '" << test::oracle_dir()                   \
+#define SKIP_WITHOUT_QUANT_ORACLE()                                              \
+  if (oracle().empty())                                                          \
+  GTEST_SKIP() << "oracle quant_oracles.pt not found in '" << test::oracle_dir() \
                << "' (needs torchao 0.11 and TorchTune 0.6.1 beside the venv: scripts/install-deps.sh)"
 
 const torch::Tensor& at(const std::string& key) {
@@ -48,9 +48,9 @@ const torch::Tensor& at(const std::string& key) {
   }
   if (torch::equal(ours, theirs)) return ::testing::AssertionSuccess();
   const torch::Tensor differ = ours.ne(theirs);
-  return ::testing::AssertionFailure() << differ.sum().item<std::int64_t>() << " of " << ours.numel()
-                                       << " elements differ; max |diff| "
-                                       << (ours.to(torch::kFloat64) - theirs.to(torch::kFloat64)).abs().max().item<double>();
+  return ::testing::AssertionFailure()
+         << differ.sum().item<std::int64_t>() << " of " << ours.numel() << " elements differ; max |diff| "
+         << (ours.to(torch::kFloat64) - theirs.to(torch::kFloat64)).abs().max().item<double>();
 }
 
 TEST(Nf4, PackedDataScalersFactorsMeanAndDequantisedWeightBitwiseEqualTorchao) {
@@ -84,10 +84,16 @@ TEST(Nf4, BytesPerParameterAndErrors) {
   EXPECT_EQ(nf4.nbytes(), w.numel() / 2 + w.numel() / 64 + 2 * (w.numel() / 16384) + 2);
   EXPECT_LE(static_cast<double>(nf4.nbytes()) / static_cast<double>(w.nbytes()), 0.30);
   EXPECT_EQ(nf4.shape(), (std::vector<std::int64_t>{256, 512}));
-  test::expect_error<std::invalid_argument>([] { Nf4Weight::quantize(torch::randn({64, 64})); },
-                                            {"[64, 64]", "4096", "16384"});
-  test::expect_error<std::invalid_argument>([] { Nf4Weight::quantize(torch::randn({128, 128}, torch::kFloat64)); },
-                                            {"Double", "bf16"});
+  test::expect_error<std::invalid_argument>(
+      [] {
+        Nf4Weight::quantize(torch::randn({64, 64}));
+      },
+      {"[64, 64]", "4096", "16384"});
+  test::expect_error<std::invalid_argument>(
+      [] {
+        Nf4Weight::quantize(torch::randn({128, 128}, torch::kFloat64));
+      },
+      {"Double", "bf16"});
   test::expect_error<std::invalid_argument>([] { Nf4Weight::quantize(torch::randn({2, 128, 128})); }, {"2-D"});
 }
 
@@ -193,8 +199,11 @@ TEST(FakeQuant8da4w, PackingAndErrors) {
   EXPECT_TRUE(torch::equal(packed, torch::tensor({0x8F, 0x07, 0x3B}, torch::kUInt8).view({1, 3})));
   EXPECT_TRUE(torch::equal(models::unpack_int4(packed), values));
   EXPECT_THROW(models::pack_int4(torch::tensor({8, 0}, torch::kInt8).view({1, 2})), std::invalid_argument);
-  test::expect_error<std::invalid_argument>([] { models::fake_quantize_per_group_int4(torch::randn({4, 100}), 32); },
-                                            {"[4, 100]", "32"});
+  test::expect_error<std::invalid_argument>(
+      [] {
+        models::fake_quantize_per_group_int4(torch::randn({4, 100}), 32);
+      },
+      {"[4, 100]", "32"});
   EXPECT_THROW(models::fake_quantize_per_group_int4(torch::randn({4, 64}), 1), std::invalid_argument);
   EXPECT_THROW(models::fake_quantize_per_token_int8(torch::randn({4, 64}, torch::kFloat64)), std::invalid_argument);
   test::expect_error<std::invalid_argument>(
@@ -253,8 +262,9 @@ TEST(QuantisedLlama, Nf4ModelIsTheNf4OfTheDenseModelAndHoldsAQuarterOfItsProject
   // Fake quantisation is refused on NF4 weights.
   test::expect_error<ConfigError>([&] { nf4->enable_fake_quant(32, false); }, {"NF4"});
   // A preset whose projections NF4 cannot take is named.
-  test::expect_error<ConfigError>([] { models::LlamaForCausalLM(models::LlamaConfig::preset("tiny"), models::BaseWeights::kNf4); },
-                                  {"model.layers.0.self_attn.q_proj", "16384"});
+  test::expect_error<ConfigError>(
+      [] { models::LlamaForCausalLM(models::LlamaConfig::preset("tiny"), models::BaseWeights::kNf4); },
+      {"model.layers.0.self_attn.q_proj", "16384"});
 }
 
 TEST(QuantisedLlama, FullQatFakeQuantisesEveryDivisibleLinearAndQatLoraOnlyTheAdapted) {

@@ -1,20 +1,23 @@
-// The LoRA recipe (Lawenda et al. 2025, sec. 4): Llama 3 fine-tuned with LoRA adapters, with
-// TorchTune 0.6's lora_finetune_distributed semantics:
+// Supervised fine-tuning of Llama 3 on instruction data -- the recipes lora, qlora, full, qat and
+// qat-lora of recipes.cpp, which differ only in their defaults (Lawenda et al. 2025, sec. 4; the
+// second paper, arXiv 2505.22905, compares LoRA, QLoRA and QAT) -- with TorchTune 0.6's
+// lora_finetune_distributed / full_finetune_distributed / qat_distributed /
+// qat_lora_finetune_distributed semantics:
 //  - samples: the dataset's rows through TorchTune's templates and masks (data/text/sft.h),
 //    padded per micro-batch (tokens with <|finetune_right_pad_id|>); the loss targets (the next
 //    token where the label is not masked) are found on the loader thread;
 //  - loss: cross-entropy of the next token, summed over the targets; the loop divides the
 //    gradient by the targets of the whole step on all ranks (TorchTune's token normalisation);
-//  - the model and its adapters: train/llama_lora.h (shared with the DPO recipe); the adapters
-//    trained (AdamW, weight decay 0.01, cosine schedule with warm-up: the recipe's defaults in
-//    recipes.cpp), written in PEFT's format at the end (--output-dir).
+//  - the model and what is trained (LoRA adapters over a dense or NF4 base, or every parameter;
+//    8da4w fake quantisation): train/llama_finetune.h, shared with the DPO recipe; written at the
+//    end to --output-dir.
 // --eval-only: the token-weighted mean cross-entropy of the dataset ("eval loss: <value>"),
 // with an adapter from --adapter.
 #include <filesystem>
 
 #include "core/error.h"
 #include "data/text/sft.h"
-#include "train/llama_lora.h"
+#include "train/llama_finetune.h"
 #include "train/recipe.h"
 
 namespace mgbench::train {
@@ -32,7 +35,7 @@ struct SftDataOptions {
   std::string adapter;  // --eval-only: a PEFT adapter directory to load
 };
 
-class LoraRecipe final : public Recipe {
+class SftRecipe final : public Recipe {
  public:
   void declare(options::OptionTable& t) override {
     auto& o = options_;
@@ -50,7 +53,7 @@ class LoraRecipe final : public Recipe {
   }
 
   void validate(const TrainOptions& train) const override {
-    llama_.validate(train, "lora");
+    llama_.validate(train, "fine-tuning");
     MGBENCH_REQUIRE(options_.adapter.empty() || options_.eval_only, ConfigError, "--adapter: only with --eval-only");
   }
 
@@ -70,7 +73,7 @@ class LoraRecipe final : public Recipe {
 
   std::int64_t train_size() const override { return static_cast<std::int64_t>(samples_.size()); }
 
-  /// LlamaLora::collate of the planned rows (tokens, target positions, targets).
+  /// LlamaFinetune::collate of the planned rows (tokens, target positions, targets).
   data::Batch assemble(const data::PlannedBatch& plan, bool pin_memory) const override {
     return collate(plan.indices, pin_memory);
   }
@@ -82,6 +85,7 @@ class LoraRecipe final : public Recipe {
   }
 
   LossNormalization loss_normalization() const override { return LossNormalization::kSumOverTargets; }
+  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
 
   /// The next-token cross-entropy summed over the batch's targets (fp32; only target positions
   /// reach the output projection).
@@ -119,7 +123,7 @@ class LoraRecipe final : public Recipe {
   }
 
   void finish(int rank) override {
-    if (rank == 0 && !options_.eval_only) llama_.save_adapters();
+    if (rank == 0 && !options_.eval_only) llama_.save();
   }
 
  private:
@@ -130,12 +134,12 @@ class LoraRecipe final : public Recipe {
   }
 
   SftDataOptions options_;
-  LlamaLora llama_;
+  LlamaFinetune llama_;
   std::vector<text::TokenizedSample> samples_;
 };
 
 }  // namespace
 
-std::unique_ptr<Recipe> make_lora_recipe() { return std::make_unique<LoraRecipe>(); }
+std::unique_ptr<Recipe> make_sft_recipe() { return std::make_unique<SftRecipe>(); }
 
 }  // namespace mgbench::train
