@@ -6,4 +6,5 @@ int report_main(int argc, char** argv);
 int tokenize_main(int argc, char** argv);
 int data_main(int argc, char** argv);
 int llm_main(int argc, char** argv);
+int quantize_main(int argc, char** argv);
 }  // namespace mgbench::app

@@ -1,6 +1,7 @@
 // mgbench: how machine-learning jobs use multi-GPU nodes.
 //   mpirun -np N mgbench image [options]   image classification (MobileNetV2 on MNIST upscaled), results into HDF5
-//   mpirun -np N mgbench llm [options]     LLM fine-tuning (Llama 3 LoRA), results into HDF5
+//   mpirun -np N mgbench llm [options]     LLM fine-tuning (Llama 3: LoRA, QLoRA, DPO, full, QAT), results into HDF5
+//   mgbench quantize --model DIR --output DIR  a QAT-trained checkpoint -> int4 weights
 //   mgbench report FILE...                 tables from results files
 //   mgbench tokenize --tokenizer FILE      text on stdin -> Llama 3 token ids
 //   mgbench data stats ...                 rows and token lengths of a fine-tuning dataset
@@ -18,8 +19,9 @@ constexpr const char* kUsage = R"(usage: mgbench <command> [options]
 commands:
   image    image classification across MPI ranks: MobileNetV2 on MNIST upscaled to --image-size px
            (strategies ddp, ddp-rr, ddp-ds, dp; fp64 ... amp-bf16); per-rank timings into HDF5
-  llm      LLM fine-tuning across MPI ranks: Llama 3 with LoRA (TorchTune's recipe semantics),
-           --eval-only for a loss
+  llm      LLM fine-tuning across MPI ranks: Llama 3 with TorchTune's recipe semantics (--recipe lora,
+           qlora, dpo, full, qat, qat-lora), --eval-only for a loss
+  quantize a QAT-trained checkpoint's fake-quantised linears -> int4 weights (torchao's convert)
   report   tables of one or more results files (paper Table 2 style; --phases, --cuda, --csv)
   tokenize UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)
   data     `data stats`: rows and token lengths of a fine-tuning dataset
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
   if (command == "llm") return mgbench::app::llm_main(argc - 1, argv + 1);
   if (command == "tokenize") return mgbench::app::tokenize_main(argc - 1, argv + 1);
   if (command == "data") return mgbench::app::data_main(argc - 1, argv + 1);
+  if (command == "quantize") return mgbench::app::quantize_main(argc - 1, argv + 1);
   std::cerr << "mgbench: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

@@ -25,9 +25,11 @@ double epsilon(torch::ScalarType dtype) {
       return static_cast<double>(std::numeric_limits<c10::Half>::epsilon());
     case torch::kFloat32:
       return static_cast<double>(std::numeric_limits<float>::epsilon());
+    case torch::kFloat64:
+      return std::numeric_limits<double>::epsilon();
     default:
-      throw std::invalid_argument(
-          fmt::format("fake quantisation: {} is not supported (expected bf16, fp16 or fp32)", c10::toString(dtype)));
+      throw std::invalid_argument(fmt::format(
+          "fake quantisation: {} is not supported (expected bf16, fp16, fp32 or fp64)", c10::toString(dtype)));
   }
 }
 

@@ -16,7 +16,7 @@ namespace mgbench::models {
 /// Per token (last dimension), asymmetric int8 in [-128, 127], dynamic: mn = min(row min, 0),
 /// mx = max(row max, 0) in x's dtype; s = max((mx - mn) / 255, eps(dtype)); zp = clamp(-128 -
 /// round(mn / s), -128, 127); s, zp as fp32; q = clamp(round(x * (1 / s)) + zp, -128, 127);
-/// returns ((q - zp).to(dtype) * s).to(dtype), x's shape and dtype (bf16, fp16 or fp32), with a
+/// returns ((q - zp).to(dtype) * s).to(dtype), x's shape and dtype (bf16, fp16, fp32 or fp64), with a
 /// straight-through gradient. Throws std::invalid_argument for another dtype.
 torch::Tensor fake_quantize_per_token_int8(const torch::Tensor& x);
 

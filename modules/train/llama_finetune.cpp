@@ -75,10 +75,16 @@ void LlamaFinetune::declare(options::OptionTable& t) {
 
 void LlamaFinetune::validate(const TrainOptions& train, std::string_view recipe, bool needs_adapters) const {
   MGBENCH_REQUIRE(!model_name_.empty(), ConfigError, "--model: expected a preset name or a checkpoint directory");
-  MGBENCH_REQUIRE(train.precision == Precision::kBf16 || train.precision == Precision::kFp32, ConfigError,
-                  "--precision '{}': expected bf16 or fp32 (the {} recipe keeps the whole model in that dtype, as "
-                  "TorchTune)",
-                  precision_info(train.precision).name, recipe);
+  // fp64 is a reference for tests and numerics studies (TorchTune offers bf16 and fp32).
+  MGBENCH_REQUIRE(
+      train.precision == Precision::kBf16 || train.precision == Precision::kFp32 || train.precision == Precision::kFp64,
+      ConfigError,
+      "--precision '{}': expected bf16, fp32 or fp64 (the {} recipe keeps the whole model in that dtype, "
+      "as TorchTune)",
+      precision_info(train.precision).name, recipe);
+  MGBENCH_REQUIRE(base_ == models::BaseWeights::kDense || train.precision != Precision::kFp64, ConfigError,
+                  "--quantize-base nf4 with --precision fp64: expected bf16 or fp32 (torchao's NF4 dequantises to "
+                  "bf16, fp16 or fp32)");
   MGBENCH_REQUIRE(!data::strategy_info(train.strategy).single_process, ConfigError,
                   "--strategy '{}': expected ddp, ddp-rr or ddp-ds (the {} recipe runs one rank per GPU)",
                   data::strategy_info(train.strategy).name, recipe);

@@ -12,6 +12,7 @@ Produces, in OUT_DIR:
   grad_scaler.json       torch.amp.GradScaler trajectory (scale, growth tracker, parameters) on CPU
   llama_tiny*/           tiny random transformers LlamaForCausalLM checkpoints (untied, tied, sharded)
   llama_tiny_io.pt       their input ids and fp32 logits (eager attention)
+  llama_tiny_nf4/        llama_tiny_2256's vocabulary with projections NF4 can hold (QLoRA runs)
   llama_tiny_2256_lora/  a peft LoRA adapter (non-zero B) of llama_tiny_2256
   dpo_log_probs.pt       sequences with masked prompts and their summed target log-probs under
                          llama_tiny_2256 with that adapter (policy) and with peft's disable_adapter()
@@ -184,6 +185,13 @@ if transformers is not None:
         num_key_value_heads=2, head_dim=16, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
         tie_word_embeddings=False)
     transformers.LlamaForCausalLM(small_cfg).to(torch.float32).save_pretrained(os.path.join(out, "llama_tiny_2256"))
+    # The same vocabulary with projections NF4 can hold (numel a multiple of 16384), for QLoRA runs.
+    torch.manual_seed(10)
+    nf4_cfg = transformers.LlamaConfig(
+        vocab_size=2256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, head_dim=32, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
+        tie_word_embeddings=False)
+    transformers.LlamaForCausalLM(nf4_cfg).to(torch.float32).save_pretrained(os.path.join(out, "llama_tiny_nf4"))
 
     # peft LoRA on llama_tiny: adapter file (PEFT names) and the gradients of one batch.
     try:

@@ -88,7 +88,7 @@ def test_dpo_on_stack_exchange_paired_as_the_issue_runs_it(tmp_path):
                                                   "preference"),
     (["--data", "x.json", "--dpo-beta", "0"], "--dpo-beta '0': expected > 0"),
     (["--data", "x.json", "--label-smoothing", "0.7"], "--label-smoothing '0.7': expected < 0.5"),
-    (["--data", "x.json", "--precision", "amp-bf16"], "--precision 'amp-bf16': expected bf16 or fp32"),
+    (["--data", "x.json", "--precision", "amp-bf16"], "--precision 'amp-bf16': expected bf16, fp32 or fp64"),
     (["--data", "x.json", "--eval-only"], "eval-only"),
 ])
 def test_bad_dpo_options_exit_2(args, needle):

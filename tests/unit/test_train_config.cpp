@@ -64,7 +64,7 @@ TEST(JobConfig, EveryBadValueIsRefusedNamingTheOption) {
   // The llm task: its recipe's options and rules.
   expect_refused("llm", "lora-rank", "0", "--lora-rank '0': expected >= 1");
   expect_refused("llm", "dataset", "dolly", "--dataset 'dolly': expected alpaca, grammar, samsum, slimorca or text");
-  expect_refused("llm", "precision", "fp16", "--precision 'fp16': expected bf16 or fp32");
+  expect_refused("llm", "precision", "fp16", "--precision 'fp16': expected bf16, fp32 or fp64");
   expect_refused("llm", "strategy", "dp", "--strategy 'dp'");
   expect_refused("llm", "lora-targets", "q_proj,attention", "attention");
   expect_refused("llm", "adapter", "dir", "--adapter: only with --eval-only");
@@ -102,6 +102,43 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
   EXPECT_NE(again->ini(), train::configure("image")->ini());
   EXPECT_NE(image->ini().find("strategy = ddp-rr\n"), std::string::npos);
   EXPECT_NE(image->ini().find("lr = 0.1\n"), std::string::npos);  // shortest exact text, not 0.10000000000000001
+}
+
+TEST(JobConfig, QuantisedRecipesTakeTorchTunesDefaultsAndRefuseWhatDoesNotCombine) {
+  // Each recipe's row (TorchTune's llama3/8B_qlora_single_device, 8B_full, 8B_qat_full, 8B_qat_lora).
+  const auto ini_of = [](const std::string& recipe) { return train::configure("llm", recipe)->ini(); };
+  for (const auto& [recipe, lines] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"lora", {"quantize-base = none\n", "finetune = lora\n", "fake-quant = none\n", "lr = 0.0003\n"}},
+           {"qlora",
+            {"quantize-base = nf4\n", "finetune = lora\n", "grad-accum = 8\n", "activation-checkpointing = true\n"}},
+           {"full",
+            {"quantize-base = none\n", "finetune = full\n", "fake-quant = none\n", "lr = 2e-05\n",
+             "lr-schedule = constant\n"}},
+           {"qat", {"finetune = full\n", "fake-quant = 8da4w\n", "qat-group-size = 256\n", "lr = 2e-05\n"}},
+           {"qat-lora", {"finetune = lora\n", "fake-quant = 8da4w\n", "qat-group-size = 256\n", "grad-accum = 8\n"}}}) {
+    const std::string ini = ini_of(recipe);
+    for (const auto& line : lines) EXPECT_NE(ini.find(line), std::string::npos) << recipe << ": " << line << ini;
+  }
+  // The rules between the quantisation options, each message naming the options involved.
+  const auto refused = [](const std::string& recipe, const std::vector<std::pair<std::string, std::string>>& settings,
+                          const std::string& needle) {
+    auto config = train::configure("llm", recipe);
+    config->set("data", "x.json");
+    test::expect_error<ConfigError>(
+        [&] {
+          for (const auto& [option, text] : settings) config->set(option, text);
+          config->validate();
+        },
+        {needle});
+  };
+  refused("qlora", {{"finetune", "full"}}, "--quantize-base nf4: expected --finetune lora");
+  refused("qlora", {{"fake-quant", "8da4w"}}, "--quantize-base nf4 with --fake-quant 8da4w");
+  refused("qlora", {{"precision", "fp64"}}, "--quantize-base nf4 with --precision fp64");
+  refused("lora", {{"fake-quant-after-steps", "10"}}, "--fake-quant-after-steps 10: only with --fake-quant 8da4w");
+  refused("qat", {{"qat-group-size", "1"}}, "--qat-group-size '1': expected >= 2");
+  refused("qat", {{"fake-quant", "int4"}}, "--fake-quant 'int4': expected none or 8da4w");
+  refused("dpo", {{"finetune", "full"}}, "--finetune full: the dpo recipe needs --finetune lora");
+  refused("lora", {{"quantize-base", "nf8"}}, "--quantize-base 'nf8': expected none or nf4");
 }
 
 TEST(JobConfig, IdentityHoldsTheSettingsThatChangeResultsOnly) {
