@@ -524,7 +524,9 @@ void LlamaForCausalLMImpl::set_fake_quant_enabled(bool on) {
 
 std::int64_t LlamaForCausalLMImpl::weight_nbytes() const {
   std::int64_t bytes = 0;
-  for (const auto& p : parameters()) bytes += static_cast<std::int64_t>(p.nbytes());
+  for (const auto& item : named_parameters()) {
+    if (item.key().find(".lora_") == std::string::npos) bytes += static_cast<std::int64_t>(item.value().nbytes());
+  }
   for (const auto& module : modules(/*include_self=*/false)) {
     if (const auto* layer = module->as<LoraLinearImpl>(); layer != nullptr && layer->is_nf4()) {
       bytes += layer->nf4.nbytes();

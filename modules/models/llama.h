@@ -238,7 +238,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
                                              std::vector<std::string>* skipped = nullptr);
   /// Turns fake quantisation of every fake-quantised linear on or off.
   void set_fake_quant_enabled(bool on);
-  /// Bytes of the weights as held: every parameter and NF4 weight (adapters included).
+  /// Bytes of the base model's weights as held (dense parameters and NF4 weights; LoRA adapters,
+  /// counted by trainable parameters, are not): config().num_parameters() weights.
   std::int64_t weight_nbytes() const;
 
   /// Adds LoRA adapters to the targeted projections of every layer and freezes every other

@@ -49,12 +49,14 @@ struct QatConfig {
 
 QatConfig read_qat_config(const fs::path& path) {
   MGBENCH_REQUIRE(fs::exists(path), DataError,
-                  "'{}' not found: not the output of a QAT run (--recipe qat, or qat-lora with --adapter)", path.string());
+                  "'{}' not found: not the output of a QAT run (--recipe qat, or qat-lora with --adapter)",
+                  path.string());
   const nlohmann::json j = read_json(path);
   QatConfig c;
   try {
     MGBENCH_REQUIRE(j.value("scheme", std::string()) == "8da4w", DataError,
-                    "'{}': field \"scheme\" is \"{}\", expected \"8da4w\"", path.string(), j.value("scheme", std::string()));
+                    "'{}': field \"scheme\" is \"{}\", expected \"8da4w\"", path.string(),
+                    j.value("scheme", std::string()));
     c.group_size = j.at("group_size").get<std::int64_t>();
     c.linears = j.at("linears").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
@@ -162,8 +164,7 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
                                         {"activation", "int8 asymmetric per token, dynamic"},
                                         {"modules", qat.linears}};
   write_json(out / "config.json", config_json);
-  write_json(out / "qat_config.json",
-             {{"scheme", "8da4w"}, {"group_size", qat.group_size}, {"linears", qat.linears}});
+  write_json(out / "qat_config.json", {{"scheme", "8da4w"}, {"group_size", qat.group_size}, {"linears", qat.linears}});
   return result;
 }
 

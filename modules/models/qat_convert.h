@@ -24,9 +24,9 @@
 namespace mgbench::models {
 
 struct QatConvertResult {
-  std::int64_t converted = 0;      // linears converted to int4
-  std::int64_t dense_bytes = 0;    // bytes of those linears' weights in the checkpoint's dtype
-  std::int64_t int4_bytes = 0;     // bytes of their qweight, scales and zeros
+  std::int64_t converted = 0;    // linears converted to int4
+  std::int64_t dense_bytes = 0;  // bytes of those linears' weights in the checkpoint's dtype
+  std::int64_t int4_bytes = 0;   // bytes of their qweight, scales and zeros
   std::int64_t group_size = 0;
 };
 

@@ -22,6 +22,12 @@ std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:
 
 std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
 
+/// Rank 0's peak memory in MiB (GPU: the caching allocator's peak; CPU: peak resident set); NaN unrecorded.
+double peak_memory_mib(const results::RunRecord& r) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return r.summary.peak_memory_bytes >= 0 ? static_cast<double>(r.summary.peak_memory_bytes) / kMiB : results::kNaN;
+}
+
 // Table rows as nccl-tests prints them: the header and the units row start with '#', data rows
 // with two spaces, so the columns line up and `grep -v '^#'` leaves only data.
 template <typename... Args>
@@ -118,25 +124,31 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   auto loss = [](const results::RunRecord& r) {
     return std::isfinite(r.summary.eval_loss) ? r.summary.eval_loss : r.summary.final_loss;
   };
+  // The model's weight bytes per parameter (NF4 projections ~0.52 where bf16 is 2: the paper's QLoRA
+  // saving); NaN for runs written before it was recorded.
+  auto bytes_per_param = [](const results::RunRecord& r) {
+    return r.real("weight_bytes_per_parameter").value_or(results::kNaN);
+  };
   if (format == Format::kCsv) {
     out << "file,run_id,status,task,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
-           "efficiency_vs_1_rank_pct,mfu_pct,loss,resumes,recipe\n";
+           "efficiency_vs_1_rank_pct,mfu_pct,loss,resumes,recipe,peak_memory_mib,weight_bytes_per_param\n";
     for (const auto& r : runs) {
       if (!is_llm_run(r)) continue;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
                          r.display("task"), r.display("world_size"), r.display("model"), r.display("dataset"),
                          r.display("precision"), r.display("batch_size"), r.display("grad_accum"),
                          number(r.summary.s_per_it, 4), number(r.summary.tokens_per_s, 1), percent(efficiency(r)),
-                         number(r.summary.mfu * 100.0, 2), number(loss(r), 4), resumes(r), recipe_of(r));
+                         number(r.summary.mfu * 100.0, 2), number(loss(r), 4), resumes(r), recipe_of(r),
+                         number(peak_memory_mib(r), 0), number(bytes_per_param(r), 3));
     }
     return;
   }
   out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
          "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank\n";
-  const char* header = "{:<28} {:<6} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>6} {:>8} {:<9}\n";
+  const char* header = "{:<28} {:<8} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>6} {:>8} {:>6} {:>8} {:<9}\n";
   header_row(out, header, "run", "recipe", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s",
-             "eff_1rank", "MFU", "loss", "status");
-  header_row(out, header, "", "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "", "");
+             "eff_1rank", "MFU", "peak mem", "B/par", "loss", "status");
+  header_row(out, header, "", "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "(MiB)", "", "", "");
   for (const auto& r : runs) {
     if (!is_llm_run(r)) continue;
     std::string model = r.display("model");
@@ -145,7 +157,7 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
         out, header, r.run_id, recipe_of(r), r.display("world_size"), model, r.display("dataset"),
         r.display("precision"), fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")),
         number(r.summary.s_per_it, 3), number(r.summary.tokens_per_s, 0), percent(efficiency(r)),
-        number(r.summary.mfu * 100.0, 1),
+        number(r.summary.mfu * 100.0, 1), number(peak_memory_mib(r), 0), number(bytes_per_param(r), 2),
         std::isfinite(r.summary.eval_loss) ? "eval " + number(r.summary.eval_loss, 4) : number(r.summary.final_loss, 4),
         r.status);
   }
@@ -175,10 +187,6 @@ double final_metric(const results::RunRecord& r, const std::string& name) {
 }  // namespace
 
 void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
-  constexpr double kMiB = 1024.0 * 1024.0;
-  auto memory = [&](const results::RunRecord& r) {
-    return r.summary.peak_memory_bytes >= 0 ? static_cast<double>(r.summary.peak_memory_bytes) / kMiB : results::kNaN;
-  };
   if (format == Format::kCsv) {
     out << "file,run_id,status,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
            "padded_tokens_per_s,peak_memory_mib,loss,reward_accuracy_pct,reward_margin,resumes\n";
@@ -188,7 +196,7 @@ void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, F
                          r.display("world_size"), r.display("model"), r.display("dataset"), r.display("precision"),
                          r.display("batch_size"), r.display("grad_accum"), number(r.summary.s_per_it, 4),
                          number(r.summary.tokens_per_s, 1), number(r.summary.padded_tokens_per_s, 1),
-                         number(memory(r), 0), number(r.summary.final_loss, 4),
+                         number(peak_memory_mib(r), 0), number(r.summary.final_loss, 4),
                          number(final_metric(r, "reward_accuracy") * 100.0, 2),
                          number(final_metric(r, "reward_margin"), 4), resumes(r));
     }
@@ -207,7 +215,7 @@ void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, F
     if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
     data_row(out, header, r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
              fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")), number(r.summary.s_per_it, 3),
-             number(r.summary.tokens_per_s, 0), number(r.summary.padded_tokens_per_s, 0), number(memory(r), 0),
+             number(r.summary.tokens_per_s, 0), number(r.summary.padded_tokens_per_s, 0), number(peak_memory_mib(r), 0),
              number(r.summary.final_loss, 4), number(final_metric(r, "reward_accuracy") * 100.0, 1),
              number(final_metric(r, "reward_margin"), 3), r.status);
   }

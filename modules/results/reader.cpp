@@ -74,6 +74,15 @@ std::optional<std::int64_t> RunRecord::integer(const std::string& name) const {
   return std::nullopt;
 }
 
+std::optional<double> RunRecord::real(const std::string& name) const {
+  for (const auto& [key, value] : attributes) {
+    if (key != name) continue;
+    if (const auto* d = std::get_if<double>(&value)) return *d;
+    if (const auto* i = std::get_if<std::int64_t>(&value)) return static_cast<double>(*i);
+  }
+  return std::nullopt;
+}
+
 std::string RunRecord::display(const std::string& name) const {
   for (const auto& [key, value] : attributes) {
     if (key != name) continue;

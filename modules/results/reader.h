@@ -27,6 +27,8 @@ struct RunRecord {
   /// Attribute lookups; std::nullopt when absent or of another type.
   std::optional<std::string> text(const std::string& name) const;
   std::optional<std::int64_t> integer(const std::string& name) const;
+  /// A numeric attribute (double, or integer converted); std::nullopt when absent or text.
+  std::optional<double> real(const std::string& name) const;
   /// Attribute as display text whatever its type ("" when absent).
   std::string display(const std::string& name) const;
 };

@@ -64,7 +64,7 @@ def test_dpo_starts_at_ln2_learns_the_preferences_and_writes_adapters(tmp_path):
     report = mgbench("report", results, check=True).stdout
     assert "DPO runs" in report and "completed" in report, report
     csv = mgbench("report", "--csv", results, check=True).stdout.splitlines()
-    assert csv[0].endswith(",recipe") and csv[1].endswith(",dpo"), csv  # the LLM table's recipe column
+    assert dict(zip(csv[0].split(","), csv[1].split(",")))["recipe"] == "dpo", csv  # the LLM table's recipe column
     dpo_header = csv.index(next(line for line in csv if "reward_accuracy_pct" in line))
     row = dict(zip(csv[dpo_header].split(","), csv[dpo_header + 1].split(",")))
     assert float(row["reward_accuracy_pct"]) > 75 and float(row["reward_margin"]) > 0, row

@@ -205,7 +205,7 @@ TEST(FakeQuant8da4w, PackingAndErrors) {
       },
       {"[4, 100]", "32"});
   EXPECT_THROW(models::fake_quantize_per_group_int4(torch::randn({4, 64}), 1), std::invalid_argument);
-  EXPECT_THROW(models::fake_quantize_per_token_int8(torch::randn({4, 64}, torch::kFloat64)), std::invalid_argument);
+  EXPECT_THROW(models::fake_quantize_per_token_int8(torch::ones({4, 64}, torch::kInt32)), std::invalid_argument);
   test::expect_error<std::invalid_argument>(
       [] {
         torch::Tensor w = torch::randn({2, 64});
