@@ -2,8 +2,9 @@
 # One command for an H100/H200 machine: build mgbench against the PyTorch that machine has
 # (python3 with torch 2.11.0+cu130), run the unit, mpi, GPU and CPU end-to-end tests and a
 # preemption (SIGUSR1, exit 75, --resume) on the GPU, then the benchmark tables (mgbench vs the
-# Python torch peer; HtoD bytes per sample with device vs host upscaling; the checkpoint cost).
-# Aims at under ten minutes on 16 cores.
+# Python torch peer; HtoD bytes per sample with device vs host upscaling; the checkpoint cost; LLM
+# recipes: LoRA, DPO, QLoRA on llama3-8b shapes, every recipe vs LoRA on llama3.2-1b).
+# Aims at under ten minutes on 16 cores for the tests and each set of tables (BENCH_SETS).
 #
 #   scripts/fetch-gpu-deps.sh            # beforehand, on a Debian 12 machine with network
 #   scripts/gpu-check.sh                 # on the GPU machine, in the checkout (.gpu-deps/ beside it;
@@ -22,7 +23,8 @@
 # Environment: DEPS (.gpu-deps), PREFIX (/tmp/mgbench-deps), BUILD (build-gpu), OUT (logs and
 # tables; default $BUILD/out), DATA (MNIST dir; default shared/data/mnist or ../shared/data/mnist),
 # BENCH_SIZES ("224 500"), BENCH_PRECISIONS ("fp32 fp16 amp-bf16"), BENCH_TRAIN (4096 images),
-# SKIP_TESTS / SKIP_BENCH (1 to skip), CONFIGURE_ONLY (1: stop after cmake, for checking the script),
+# SKIP_TESTS / SKIP_BENCH (1 to skip), BENCH_SETS ("image llm": which benchmark tables; one set a
+# call where a call is limited to 10 minutes), CONFIGURE_ONLY (1: stop after cmake, for checking the script),
 # FORCE_DEPS (1: use .gpu-deps even where MPI and HDF5 are installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,7 +107,8 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   "$BUILD/app/mgbench" report "$OUT/preempt.h5" | tee "$OUT/preempt-report.txt" || true
 fi
 
-if [[ ${SKIP_BENCH:-0} != 1 ]]; then
+BENCH_SETS=${BENCH_SETS:-image llm}
+if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *image* ]]; then
   stage "benchmark: mgbench vs Python torch peer, 1 GPU"
   for precision in ${BENCH_PRECISIONS:-fp32 fp16 amp-bf16}; do
     DEVICE=cuda NP=1 SIZES="${BENCH_SIZES:-224 500}" BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=$precision PIN=true \
@@ -123,6 +126,8 @@ if [[ ${SKIP_BENCH:-0} != 1 ]]; then
   DEVICE=cuda NP=1 SIZE=224 BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 EVERY=16 REPEATS=2 THREADS=8 \
     MGBENCH="$BUILD/app/mgbench" CKPT_DIR="$OUT/bench-ck" bench/compare_checkpoint.sh "$DATA" 2>&1 |
     tee "$OUT/checkpoint-bench.txt" || true
+fi
+if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
   SHARED_DATA=$(dirname "$DATA")
   stage "benchmark: mgbench llm, llama3-8b shape, random init, bf16, batch 2, alpaca (paper: 0.77 s/it on 1 H100)"
   "$BUILD/app/mgbench" llm --model llama3-8b --init random --tokenizer "$SHARED_DATA/llama3/tokenizer.model" \
@@ -135,6 +140,15 @@ if [[ ${SKIP_BENCH:-0} != 1 ]]; then
     --data "$SHARED_DATA/text/dpo/stack_exchange_paired_tiny_torchtune.json" --batch-size 4 --grad-accum 1 \
     --max-steps 5 --epochs 1 --results "$OUT/llm.h5" --run-name llama3.1-8b-dpo --progress-interval 5 2>&1 | tail -5
   "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/dpo-report.txt"
+  stage "benchmark: mgbench llm --recipe qlora, llama3-8b shape (NF4 projections), random init, bf16, batch 2, alpaca"
+  "$BUILD/app/mgbench" llm --recipe qlora --model llama3-8b --init random \
+    --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
+    --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --grad-accum 1 --max-steps 10 \
+    --results "$OUT/llm.h5" --run-name llama3-8b-qlora --progress-interval 5 2>&1 | tail -5
+  "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/qlora-report.txt"   # LoRA and QLoRA 8B: s/it, peak memory
+  stage "benchmark: every recipe vs LoRA (qlora, qat-lora, full, qat), llama3.2-1b shape, 1 GPU, bf16"
+  DEVICE=cuda MODEL=llama3.2-1b STEPS=10 BATCH=2 MAX_SEQ_LEN=512 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" \
+    bench/compare_recipes.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
   stage "benchmark: DPO vs its Python peer (tiny Llama, CPU side of the machine)"
   PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_dpo.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
 fi
