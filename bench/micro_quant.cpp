@@ -53,9 +53,15 @@ void BM_QatLinear(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 
-BENCHMARK(BM_Nf4Quantize)->Name("BM_Nf4/quantize")->Args({2048, 2048})->Args({8192, 2048})
+BENCHMARK(BM_Nf4Quantize)
+    ->Name("BM_Nf4/quantize")
+    ->Args({2048, 2048})
+    ->Args({8192, 2048})
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Nf4Dequantize)->Name("BM_Nf4/dequantize")->Args({2048, 2048})->Args({8192, 2048})
+BENCHMARK(BM_Nf4Dequantize)
+    ->Name("BM_Nf4/dequantize")
+    ->Args({2048, 2048})
+    ->Args({8192, 2048})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_QatLinear)->Arg(512)->Unit(benchmark::kMillisecond);
 
