@@ -176,6 +176,7 @@ std::string LlamaConfig::to_hf_json(torch::ScalarType dtype) const {
                    {"mlp_bias", false},
                    {"torch_dtype", dtype == torch::kBFloat16  ? "bfloat16"
                                    : dtype == torch::kFloat16 ? "float16"
+                                   : dtype == torch::kFloat64 ? "float64"
                                                               : "float32"}};
   if (rope_scaling) {
     j["rope_scaling"] = {{"rope_type", "llama3"},

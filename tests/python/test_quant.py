@@ -11,6 +11,7 @@ torchao runs in a process of its own with the folder TorchTune is installed in (
 with peft's), as make_oracles.py runs it."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -210,6 +211,15 @@ def test_quantize_refuses_what_is_not_a_qat_checkpoint(tmp_path):
     assert proc.returncode == 1 and "adapter_config.json" in proc.stderr, proc.stderr
     proc = mgbench("quantize", "--output", tmp_path / "q")
     assert proc.returncode == 2 and "--model" in proc.stderr, proc.stderr
+    # A qat_config.json naming a layer the model lacks, or a group that does not divide its input.
+    model = tmp_path / "model"
+    shutil.copytree(MODEL, model)
+    for linears, group, needle in ((["model.layers.9.self_attn.q_proj"], 32, "'model.layers.9.self_attn.q_proj' is not"),
+                                   (["model.layers.0.mlp.down_proj"], 48, "not a multiple of group_size 48")):
+        (model / "qat_config.json").write_text(json.dumps({"scheme": "8da4w", "group_size": group, "linears": linears}))
+        proc = mgbench("quantize", "--model", model, "--output", tmp_path / "q")
+        assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
+    assert not (tmp_path / "q").exists()  # nothing written for a refused conversion
 
 
 def test_fake_quant_after_steps_trains_as_full_finetuning_until_then(tmp_path):

@@ -78,6 +78,29 @@ TEST(LlamaConfig, PresetsHaveThePublishedParameterCounts) {
   test::expect_error<ConfigError>([] { LlamaConfig::preset("gpt2"); }, {"'gpt2'", "llama3-8b"});
 }
 
+TEST(LlamaConfig, ConfigJsonRoundTripsEveryPreset) {
+  // What a full fine-tuning run writes next to its weights reads back as the same model
+  // (transformers reading it: tests/python/test_quant.py).
+  test::TempDir dir;
+  for (const char* name : {"llama3-8b", "llama3.1-8b", "llama3.2-1b", "tiny"}) {
+    const LlamaConfig c = LlamaConfig::preset(name);
+    { std::ofstream(dir.file("config.json")) << c.to_hf_json(torch::kBFloat16); }
+    const LlamaConfig back = LlamaConfig::from_hf_json(dir.file("config.json"));
+    EXPECT_EQ(back.to_hf_json(torch::kBFloat16), c.to_hf_json(torch::kBFloat16)) << name;
+    EXPECT_EQ(back.num_parameters(), c.num_parameters()) << name;
+    EXPECT_EQ(back.tie_word_embeddings, c.tie_word_embeddings) << name;
+    EXPECT_EQ(back.rope_scaling.has_value(), c.rope_scaling.has_value()) << name;
+    if (c.rope_scaling) {
+      EXPECT_EQ(back.rope_scaling->factor, c.rope_scaling->factor) << name;
+    }
+    EXPECT_EQ(back.head_dim, c.head_dim) << name;
+    EXPECT_EQ(back.rms_norm_eps, c.rms_norm_eps) << name;
+    EXPECT_EQ(back.rope_theta, c.rope_theta) << name;
+  }
+  EXPECT_NE(LlamaConfig::preset("tiny").to_hf_json(torch::kFloat32).find("\"torch_dtype\": \"float32\""),
+            std::string::npos);
+}
+
 TEST(LlamaConfig, ConfigJsonErrorsNameFileAndField) {
   test::TempDir dir;
   { std::ofstream(dir.file("c.json")) << R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8})"; }
