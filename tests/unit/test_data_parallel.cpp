@@ -1,11 +1,17 @@
 // --strategy dp's DataParallel and the Cloneable model it needs, on CPU "devices" (the same code
 // path as GPUs except for where tensors live).
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <mutex>
+#include <thread>
+#include <tuple>
 
 #include "models/image_models.h"
 #include "models/mobilenet_v2.h"
 #include "train/data_parallel.h"
+#include "train/precision.h"
 
 namespace mgbench {
 namespace {
@@ -76,6 +82,88 @@ TEST(DataParallel, KeepsTheFirstReplicasBatchNormStatistics) {
   const auto a = model->buffers();
   const auto b = first_chunk_only->buffers();
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-12, 1e-12)) << i;
+}
+
+TEST(DataParallel, EveryReplicaRunsUnderTheCallersAutocast) {
+  // LibTorch's parallel_apply runs replicas on at::parallel_for threads without the caller's
+  // thread-local state: replica 1 ran in fp32 and cat promoted the bf16 half silently.
+  torch::manual_seed(3);
+  models::MobileNetV2 model(models::MobileNetV2Options{10, 0.25, 0.0});
+  model->set_batchnorm_frozen(true);
+  model->train();
+  train::DataParallel dp(classifier(model), {torch::kCPU, torch::kCPU});
+  const torch::Tensor x = torch::rand({4, 1, 32, 32});
+  torch::Tensor out, expected;
+  {
+    const train::AutocastScope autocast(train::precision_info(train::Precision::kAmpBf16), torch::kCPU);
+    out = dp.forward(x);
+    expected = model->forward(x.narrow(0, 2, 2));  // the replica's chunk, on the model itself
+  }
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(out.narrow(0, 2, 2), expected));  // the replica computed in bf16 as the model does
+  EXPECT_EQ(dp.forward(x).scalar_type(), torch::kFloat32);   // and outside autocast in fp32
+  // Each replica sees the caller's autocast state and grad mode, on a thread of its own.
+  std::mutex mutex;
+  std::vector<std::tuple<bool, bool, std::thread::id>> seen;
+  models::ImageClassifier recording = classifier(model);
+  recording.forward = [&](torch::nn::Module& net, const torch::Tensor& in) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.emplace_back(at::autocast::is_autocast_enabled(torch::kCPU), torch::GradMode::is_enabled(),
+                        std::this_thread::get_id());
+    }
+    return static_cast<models::MobileNetV2Impl&>(net).forward(in);
+  };
+  train::DataParallel recorded(recording, {torch::kCPU, torch::kCPU, torch::kCPU});
+  {
+    const train::AutocastScope autocast(train::precision_info(train::Precision::kAmpBf16), torch::kCPU);
+    torch::NoGradGuard no_grad;
+    recorded.forward(torch::rand({3, 1, 32, 32}));
+  }
+  ASSERT_EQ(seen.size(), 3u);
+  for (const auto& [autocast, grad, thread] : seen) {
+    EXPECT_TRUE(autocast);
+    EXPECT_FALSE(grad);
+  }
+  EXPECT_NE(std::get<2>(seen[0]), std::get<2>(seen[1]));
+  EXPECT_NE(std::get<2>(seen[1]), std::get<2>(seen[2]));
+}
+
+TEST(DataParallel, ReplicatesOnceFollowsEveryUpdateAndLeavesTheRngAlone) {
+  models::MobileNetV2 reference = small_model();
+  models::MobileNetV2 model = small_model();
+  for (auto* m : {&reference, &model}) {
+    (*m)->set_batchnorm_frozen(true);
+    (*m)->train();
+  }
+  train::DataParallel dp(classifier(model), {torch::kCPU, torch::kCPU, torch::kCPU});
+  torch::optim::SGD sgd_dp(model->parameters(), torch::optim::SGDOptions(0.5));
+  torch::optim::SGD sgd_ref(reference->parameters(), torch::optim::SGDOptions(0.5));
+  const torch::Tensor x = torch::rand({6, 1, 32, 32}, torch::kFloat64);
+  const torch::Tensor labels = torch::tensor({1, 2, 3, 4, 5, 6});
+  for (int step = 0; step < 3; ++step) {
+    sgd_dp.zero_grad();
+    sgd_ref.zero_grad();
+    torch::manual_seed(11);
+    const torch::Tensor out = dp.forward(x);
+    const double draw = torch::rand({1}).item<double>();
+    torch::manual_seed(11);
+    EXPECT_EQ(draw, torch::rand({1}).item<double>()) << "step " << step << ": a forward consumed the CPU RNG";
+    const torch::Tensor expected = reference->forward(x);
+    // Step 1 and 2: the replicas run the parameters the optimizer just changed.
+    EXPECT_LT((out - expected).abs().max().item<double>(), 1e-12) << "step " << step;
+    torch::nn::functional::cross_entropy(out, labels).backward();
+    torch::nn::functional::cross_entropy(expected, labels).backward();
+    sgd_dp.step();
+    sgd_ref.step();
+  }
+  EXPECT_EQ(dp.replicas(), 2u);
+  // Fewer samples than devices: only as many replicas run.
+  EXPECT_EQ(dp.forward(x.narrow(0, 0, 2)).size(0), 2);
+  // The replicas follow the model's mode (eval: BatchNorm uses the running statistics).
+  model->eval();
+  reference->eval();
+  EXPECT_LT((dp.forward(x) - reference->forward(x)).abs().max().item<double>(), 1e-12);
 }
 
 TEST(ImageModels, TheTableBuildsEveryModelWithItsOptions) {
