@@ -3,6 +3,7 @@
 // parsing.
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -59,7 +60,14 @@ std::string usage(const std::string& task) {
 }
 
 int train_command(const std::string& task, int argc, char** argv) {
-  runtime::MpiEnvironment env(&argc, &argv);
+  std::optional<runtime::MpiEnvironment> mpi;
+  try {
+    mpi.emplace(&argc, &argv);
+  } catch (const CommError& e) {  // every rank alike (an MPI without thread support)
+    std::cerr << "mgbench " << task << ": " << e.what() << "\n";
+    return 1;
+  }
+  runtime::MpiEnvironment& env = *mpi;
   std::unique_ptr<train::JobConfig> config;
   po::variables_map vm;
   try {

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mpi_strings.h"
@@ -16,10 +18,12 @@ namespace mgbench::runtime {
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
   if (initialized == 0) {
-    int provided = 0;
     MGBENCH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     owns_mpi_ = true;
+  } else {
+    MGBENCH_CHECK_MPI(MPI_Query_thread(&provided));
   }
   // Errors come back as return codes, checked by MGBENCH_CHECK_MPI, instead of aborting silently.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -31,6 +35,15 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   hostname_ = host;
+  // Every rank refuses together (the level is the library's, the same on every rank), before any
+  // thread of mgbench's calls MPI.
+  try {
+    require_thread_multiple(provided, library_version());
+  } catch (...) {
+    MPI_Comm_free(&node_);
+    if (owns_mpi_) MPI_Finalize();
+    throw;
+  }
 
   // Cross-check with the launcher's idea of the local rank (Open MPI's mpirun, SLURM's srun).
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
@@ -39,6 +52,20 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
                 local_rank_);
     }
   }
+}
+
+void require_thread_multiple(int provided, const std::string& library) {
+  if (provided >= MPI_THREAD_MULTIPLE) return;
+  const char* level = provided == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+                      : provided == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+                      : provided == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+                                                          : "an unknown level";
+  throw CommError(fmt::format(
+      "MPI: the library provides {} where mgbench needs MPI_THREAD_MULTIPLE (gradient all-reduces are "
+      "started from autograd's thread and the watchdog aborts from its own): {}. Use an MPI built with thread "
+      "support (Open MPI: --enable-mpi-thread-multiple, the default since 3.0; with UCX, a UCX built with "
+      "threads)",
+      level, library));
 }
 
 MpiEnvironment::~MpiEnvironment() {

@@ -8,11 +8,17 @@
 
 namespace mgbench::runtime {
 
+/// Throws CommError naming the thread level provided (MPI_Init_thread's `provided`) and the MPI
+/// library when it is below MPI_THREAD_MULTIPLE, which mgbench needs: the MPI backend's
+/// collectives start on autograd's thread, the watchdog calls MPI_Abort from its own.
+void require_thread_multiple(int provided, const std::string& library);
+
 class MpiEnvironment {
  public:
   /// MPI_Init_thread (MPI_THREAD_MULTIPLE requested: gradient hooks may run on autograd threads),
   /// unless MPI is already initialised (a host program or a test harness owns it).
-  /// Local rank and local size come from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
+  /// Local rank and local size come from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Throws
+  /// CommError (require_thread_multiple) when MPI provides less than MPI_THREAD_MULTIPLE.
   MpiEnvironment(int* argc, char*** argv);
   /// MPI_Finalize when this object initialised MPI, unless the job was aborted.
   ~MpiEnvironment();

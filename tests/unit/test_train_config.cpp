@@ -9,6 +9,7 @@
 #include "core/option_table.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/mpi_env.h"
 #include "test_support.h"
 #include "train/job_config.h"
 #include "train/lr_schedule.h"
@@ -266,6 +267,17 @@ TEST(GradSync, HooksLaunchBucketsDuringBackward) {
   sync.finish();
   const auto params = net->parameters();
   for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i].grad(), expected[i]));
+}
+
+TEST(MpiEnvironment, RefusesAnMpiWithoutThreadMultiple) {
+  EXPECT_NO_THROW(runtime::require_thread_multiple(MPI_THREAD_MULTIPLE, "Open MPI v4.1.4"));
+  test::expect_error<CommError>([] { runtime::require_thread_multiple(MPI_THREAD_SERIALIZED, "Some MPI v1.0"); },
+                                {"MPI_THREAD_SERIALIZED", "MPI_THREAD_MULTIPLE", "Some MPI v1.0"});
+  test::expect_error<CommError>([] { runtime::require_thread_multiple(MPI_THREAD_FUNNELED, "x"); },
+                                {"MPI_THREAD_FUNNELED"});
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  EXPECT_EQ(provided, MPI_THREAD_MULTIPLE);  // the library the tests run on gives it
 }
 
 TEST(MpiCommunicator, RejectsWhatMpiCannotReduce) {
