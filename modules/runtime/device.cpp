@@ -102,6 +102,15 @@ std::string cuda_device_description(int index) {
                      p.minor);
 }
 
+CudaDeviceModel cuda_device_model(int index) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, index) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return {p.name, p.multiProcessorCount};
+}
+
 std::int64_t cuda_total_memory(int index) {
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, index) != cudaSuccess) {
@@ -133,6 +142,7 @@ int visible_cuda_devices() { return 0; }
 std::string cuda_pci_bus_id(int index) { return fmt::format("none:{}", index); }
 std::string cuda_device_description(int) { return ""; }
 std::int64_t cuda_total_memory(int) { return 0; }
+CudaDeviceModel cuda_device_model(int) { return {}; }
 #endif
 
 }  // namespace mgbench::runtime

@@ -59,6 +59,13 @@ std::string cuda_pci_bus_id(int index);
 std::string cuda_device_description(int index);
 /// Bytes of memory of a visible CUDA device; 0 without CUDA.
 std::int64_t cuda_total_memory(int index);
+/// cudaDeviceProp::name ("NVIDIA H100 80GB HBM3") and multiProcessorCount of a visible CUDA
+/// device, the keys of the MFU peak table (runtime/peak_flops.h); {"", 0} without CUDA.
+struct CudaDeviceModel {
+  std::string name;
+  int sm_count = 0;
+};
+CudaDeviceModel cuda_device_model(int index);
 /// The CUDA runtime this binary uses and the driver's CUDA version, "13.0" / "13.1"; "" without
 /// CUDA (or, for the driver, without a driver).
 std::string cuda_runtime_version();

@@ -20,6 +20,7 @@
 #include "profile/nvtx.h"
 #include "profile/profile_window.h"
 #include "runtime/grad_sync.h"
+#include "runtime/peak_flops.h"
 #include "train/device_pipeline.h"
 #include "train/grad_scaler.h"
 #include "train/lr_schedule.h"
@@ -28,16 +29,17 @@
 namespace mgbench::train {
 namespace {
 
-/// Peak dense matrix throughput [FLOP/s] of a device for the dtype, for MFU; NaN when unknown.
-double device_peak_flops(const runtime::DevicePlacement& p, torch::ScalarType dtype, double configured_tflops) {
-  if (configured_tflops > 0) return configured_tflops * 1e12;
-  if (!p.is_cuda()) return results::kNaN;
-  const std::string name = runtime::cuda_device_description(p.index);
-  // H100 SXM / H200: 989 TFLOP/s bf16 / fp16 dense, 67 TFLOP/s fp32 (non-tensor), vendor datasheets.
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
-    return (dtype == torch::kBFloat16 || dtype == torch::kHalf ? 989.0 : 67.0) * 1e12;
-  }
-  return results::kNaN;
+/// The peak FLOP/s for MFU of this run's device and arithmetic (runtime/peak_flops.h).
+runtime::PeakFlops run_peak_flops(const runtime::DevicePlacement& p, const PrecisionInfo& precision,
+                                  double configured_tflops) {
+  const torch::ScalarType dtype = precision.autocast ? precision.autocast_dtype : precision.param_dtype;
+  const runtime::MathKind kind = dtype == torch::kBFloat16 ? runtime::MathKind::kBf16
+                                 : dtype == torch::kHalf   ? runtime::MathKind::kFp16
+                                 : dtype == torch::kDouble ? runtime::MathKind::kFp64
+                                 : precision.tf32          ? runtime::MathKind::kTf32
+                                                           : runtime::MathKind::kFp32;
+  const runtime::CudaDeviceModel model = p.is_cuda() ? runtime::cuda_device_model(p.index) : runtime::CudaDeviceModel{};
+  return runtime::peak_flops(model.name, model.sm_count, kind, configured_tflops);
 }
 
 /// Peak memory of this process on its device: the CUDA caching allocator's peak allocation, or the
@@ -173,6 +175,10 @@ h5::Attributes TrainingLoop::run_attributes() const {
       {"trainable_parameters", trainable},
       {"allreduce_buckets",
        static_cast<std::int64_t>(s.distributed() ? runtime::GradSync::assign(s.trainable, s.sync_options).size() : 0)}};
+  // The peak MFU divides by, and where it comes from: a run's MFU is read against it.
+  const runtime::PeakFlops peak = run_peak_flops(s.placement, s.precision, s.train.peak_tflops);
+  a.emplace_back("mfu_peak_tflops", peak.flops / 1e12);
+  a.emplace_back("mfu_peak_source", peak.source);
   for (auto&& attribute : s.recipe.attributes()) a.push_back(std::move(attribute));
   return a;
 }
@@ -556,7 +562,6 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
   totals = totals.cpu();
   const double world = static_cast<double>(s.comm.world_size());
-  const torch::ScalarType compute_dtype = s.precision.autocast ? s.precision.autocast_dtype : s.precision.param_dtype;
   summary.samples_per_s = totals[0].item<double>() / summary.train_s;
   summary.final_loss = totals[1].item<double>() / world;
   summary.s_per_it = summary.train_s / static_cast<double>(std::max<std::int64_t>(run.global_step, 1));
@@ -564,7 +569,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   summary.padded_tokens_per_s =
       totals[4].item<double>() > 0 ? totals[4].item<double>() / summary.train_s : results::kNaN;
   summary.mfu = totals[3].item<double>() /
-                (summary.train_s * world * device_peak_flops(s.placement, compute_dtype, t.peak_tflops));
+                (summary.train_s * world * run_peak_flops(s.placement, s.precision, t.peak_tflops).flops);
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
   if (s.comm.rank() == 0) writer.write_summary(summary);

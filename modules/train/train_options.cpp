@@ -60,7 +60,9 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("comm-timeout", comm_timeout_s, "seconds a collective may stay in flight before the job is aborted [s]")
       .above(0)
       .no_effect();
-  t.add("peak-tflops", peak_tflops, "device peak TFLOP/s for MFU (0: the datasheet value of H100 / H200)").at_least(0);
+  t.add("peak-tflops", peak_tflops,
+        "device peak TFLOP/s for MFU (0: the datasheet value of the GPU model, runtime/peak_flops.cpp)")
+      .at_least(0);
 
   t.section("Optimisation");
   t.add("optimizer", optimizer, optimizer_choices(), "the optimizer of the trainable parameters");

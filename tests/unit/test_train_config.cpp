@@ -10,6 +10,7 @@
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/mpi_env.h"
+#include "runtime/peak_flops.h"
 #include "test_support.h"
 #include "train/job_config.h"
 #include "train/lr_schedule.h"
@@ -267,6 +268,36 @@ TEST(GradSync, HooksLaunchBucketsDuringBackward) {
   sync.finish();
   const auto params = net->parameters();
   for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i].grad(), expected[i]));
+}
+
+TEST(PeakFlops, EachGpuModelHasItsOwnDatasheetPeak) {
+  using runtime::MathKind;
+  const auto tflops = [](std::string_view name, int sms, MathKind kind) {
+    return runtime::peak_flops(name, sms, kind, 0).flops / 1e12;
+  };
+  // cudaDeviceProp names and SM counts of the real boards.
+  EXPECT_EQ(tflops("NVIDIA H100 80GB HBM3", 132, MathKind::kBf16), 989.5);
+  EXPECT_EQ(tflops("NVIDIA H100 PCIe", 114, MathKind::kBf16), 756.0);
+  EXPECT_EQ(tflops("NVIDIA H100 NVL", 132, MathKind::kBf16), 835.5);
+  EXPECT_EQ(tflops("NVIDIA H200", 132, MathKind::kFp16), 989.5);
+  EXPECT_EQ(tflops("NVIDIA H200 NVL", 132, MathKind::kBf16), 835.5);
+  EXPECT_EQ(tflops("NVIDIA GH200 480GB", 132, MathKind::kBf16), 989.5);
+  EXPECT_EQ(tflops("NVIDIA A100-SXM4-80GB", 108, MathKind::kBf16), 312.0);
+  EXPECT_EQ(tflops("NVIDIA H100 80GB HBM3", 132, MathKind::kTf32), 494.5);
+  EXPECT_EQ(tflops("NVIDIA H100 80GB HBM3", 132, MathKind::kFp32), 67.0);
+  EXPECT_EQ(tflops("NVIDIA H100 80GB HBM3", 132, MathKind::kFp64), 67.0);
+  // A name the table has with another SM count (a cut-down part), an unknown GPU, the CPU: NaN, said why.
+  const runtime::PeakFlops partial = runtime::peak_flops("NVIDIA H100 80GB HBM3", 66, MathKind::kBf16, 0);
+  EXPECT_TRUE(std::isnan(partial.flops));
+  EXPECT_NE(partial.source.find("66 SMs"), std::string::npos) << partial.source;
+  EXPECT_TRUE(std::isnan(tflops("NVIDIA RTX 6000 Ada Generation", 142, MathKind::kBf16)));
+  EXPECT_NE(runtime::peak_flops("", 0, MathKind::kFp32, 0).source.find("--peak-tflops"), std::string::npos);
+  // --peak-tflops wins, and says so.
+  const runtime::PeakFlops configured = runtime::peak_flops("NVIDIA H100 PCIe", 114, MathKind::kBf16, 500);
+  EXPECT_EQ(configured.flops, 500e12);
+  EXPECT_EQ(configured.source, "--peak-tflops");
+  EXPECT_NE(runtime::peak_flops("NVIDIA H100 PCIe", 114, MathKind::kBf16, 0).source.find("datasheet"),
+            std::string::npos);
 }
 
 TEST(MpiEnvironment, RefusesAnMpiWithoutThreadMultiple) {
