@@ -45,6 +45,16 @@ namespace {
     }                                                                                                 \
   } while (0)
 
+// An enqueue on a non-blocking communicator: ncclInProgress is not an error (settle() waits for it).
+#define MGBENCH_CHECK_NCCL_ENQUEUE(call)                                                              \
+  do {                                                                                                \
+    const ncclResult_t rc_ = (call);                                                                  \
+    if (rc_ != ncclSuccess && rc_ != ncclInProgress) {                                                \
+      throw CommError(fmt::format("NCCL: {} failed: {} ({}) [{}:{}]", #call, ncclGetErrorString(rc_), \
+                                  ncclGetLastError(nullptr), __FILE__, __LINE__));                    \
+    }                                                                                                 \
+  } while (0)
+
 ncclDataType_t nccl_type(torch::ScalarType t) {
   switch (t) {
     case torch::kFloat32:
@@ -77,6 +87,13 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
   return ncclSum;
 }
+
+/// What rank 0 broadcasts before the communicator exists.
+struct Bootstrap {
+  int ok = 0;
+  ncclUniqueId id;
+  char error[256];  // ncclGetUniqueId's error, NUL-terminated
+};
 
 /// One collective in flight, shared by its Work and the watchdog.
 struct Inflight {
@@ -112,33 +129,70 @@ class NcclCommunicator final : public Communicator {
     MGBENCH_CHECK_MPI(MPI_Comm_rank(mpi_comm, &rank_));
     MGBENCH_CHECK_MPI(MPI_Comm_size(mpi_comm, &world_size_));
     c10::cuda::set_device(device_.index());
-    ncclUniqueId id{};
-    if (rank_ == 0) MGBENCH_CHECK_NCCL(ncclGetUniqueId(&id));
-    MGBENCH_CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm));
-    // The watchdog already guards creation: a peer that never calls ncclCommInitRank must not
-    // leave this rank blocked in it forever.
-    init_deadline_s_ = now_s() + options_.timeout_s;
-    watchdog_ = std::thread([this] { watch(); });
-    ncclComm_t comm = nullptr;
-    const ncclResult_t rc = ncclCommInitRank(&comm, world_size_, id, rank_);
-    comm_ = comm;
-    init_deadline_s_ = 0;
-    if (rc != ncclSuccess) {
-      stop_watchdog();
-      throw CommError(fmt::format("NCCL: ncclCommInitRank (rank {} of {}, cuda:{}) failed: {} ({})", rank_, world_size_,
-                                  device_index, ncclGetErrorString(rc), ncclGetLastError(nullptr)));
+    // Rank 0 sends whether it has an id, not only the id: a failed ncclGetUniqueId must fail every
+    // rank together, not leave the others in the broadcast's matching collectives.
+    Bootstrap boot{};
+    if (rank_ == 0) {
+      const ncclResult_t rc = ncclGetUniqueId(&boot.id);
+      boot.ok = rc == ncclSuccess ? 1 : 0;
+      if (rc != ncclSuccess) {
+        fmt::format_to_n(boot.error, sizeof(boot.error) - 1, "{} ({})", ncclGetErrorString(rc),
+                         ncclGetLastError(nullptr));
+      }
     }
+    MGBENCH_CHECK_MPI(MPI_Bcast(&boot, sizeof(boot), MPI_BYTE, 0, mpi_comm));
+    MGBENCH_REQUIRE(boot.ok == 1, CommError, "NCCL: ncclGetUniqueId failed on rank 0: {}", boot.error);
+    // Non-blocking communicator (NCCL >= 2.14): no NCCL call blocks; where one returns
+    // ncclInProgress (creation, a collective's lazy connection, finalisation) this rank polls the
+    // communicator against a deadline, so a peer that never arrives is reported, not waited for.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t rc = ncclCommInitRankConfig(&comm, world_size_, boot.id, rank_, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      throw CommError(fmt::format("NCCL: ncclCommInitRankConfig (rank {} of {}, cuda:{}) failed: {} ({})", rank_,
+                                  world_size_, device_index, ncclGetErrorString(rc), ncclGetLastError(nullptr)));
+    }
+    comm_ = comm;
+    settle(fmt::format("ncclCommInitRankConfig (rank {} of {}, cuda:{})", rank_, world_size_, device_index),
+           now_s() + options_.timeout_s);
+    watchdog_ = std::thread([this] { watch(); });
     int version = 0;
     ncclGetVersion(&version);
     log::debug("NCCL {} communicator: rank {} of {} on cuda:{}", version, rank_, world_size_, device_index);
   }
 
+  /// Finalises with a deadline: ncclCommFinalize waits for every peer to finalise too, so a peer
+  /// that never does would hang this rank in ncclCommDestroy forever; past options.timeout_s the
+  /// communicator is aborted instead (logged; the run's results are already written).
   ~NcclCommunicator() override {
-    stop_watchdog();
-    if (ncclComm_t comm = comm_; comm != nullptr) {
+    ncclComm_t comm = comm_;
+    if (comm == nullptr) return;
+    try {
+      // The watchdog still guards the collectives this waits for.
       stream_.synchronize();
-      ncclCommDestroy(comm);
+    } catch (const std::exception& e) {
+      log::error("rank {}: NCCL teardown: {}", rank_, e.what());
     }
+    stop_watchdog();
+    const double deadline = now_s() + options_.timeout_s;
+    ncclResult_t rc = ncclCommFinalize(comm);
+    ncclResult_t state = rc;
+    while (state == ncclInProgress && now_s() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) break;
+    }
+    if (state == ncclSuccess) {
+      ncclCommDestroy(comm);
+    } else {
+      log::error("rank {}: ncclCommFinalize {} ({}); aborting the communicator", rank_,
+                 state == ncclInProgress
+                     ? fmt::format("did not complete in {:.0f} s (a peer rank did not finalise)", options_.timeout_s)
+                     : fmt::format("failed: {}", ncclGetErrorString(state)),
+                 ncclGetLastError(comm));
+      abort_bounded(comm);
+    }
+    comm_ = nullptr;
   }
 
   int rank() const override { return rank_; }
@@ -148,16 +202,18 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override {
     require_on_device(tensor, "all_reduce");
     return launch("ncclAllReduce", tensor, [&](cudaStream_t s) {
-      MGBENCH_CHECK_NCCL(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
-                                       nccl_type(tensor.scalar_type()), nccl_op(op), comm_, s));
+      MGBENCH_CHECK_NCCL_ENQUEUE(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
+                                               static_cast<std::size_t>(tensor.numel()),
+                                               nccl_type(tensor.scalar_type()), nccl_op(op), comm_, s));
     });
   }
 
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override {
     require_on_device(tensor, "broadcast");
     return launch("ncclBroadcast", tensor, [&](cudaStream_t s) {
-      MGBENCH_CHECK_NCCL(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
-                                       nccl_type(tensor.scalar_type()), root, comm_, s));
+      MGBENCH_CHECK_NCCL_ENQUEUE(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
+                                               static_cast<std::size_t>(tensor.numel()),
+                                               nccl_type(tensor.scalar_type()), root, comm_, s));
     });
   }
 
@@ -185,7 +241,8 @@ class NcclCommunicator final : public Communicator {
     ready.record(current);
     ready.block(stream_);
     op->start.record(stream_);
-    call(stream_.stream());
+    call(stream_.stream());  // returns ncclInProgress where it cannot enqueue yet (lazy connection)
+    settle(fmt::format("{} #{}", what, op->seq), op->launched_s + options_.timeout_s);
     op->done.record(stream_);
     // The caching allocator must not hand the tensor's memory out again before the collective
     // on the other stream is done with it.
@@ -197,35 +254,74 @@ class NcclCommunicator final : public Communicator {
     return std::make_unique<NcclWork>(std::move(op));
   }
 
+  /// Polls the communicator until no call of this rank is in progress (non-blocking mode). An
+  /// asynchronous error throws CommError naming `what`; not settled by deadline_s (a peer rank died
+  /// or never made the matching call) ends the job (fail).
+  void settle(const std::string& what, double deadline_s) {
+    ncclComm_t comm = comm_;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      MGBENCH_CHECK_NCCL(ncclCommGetAsyncError(comm, &state));
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
+        throw CommError(
+            fmt::format("NCCL: {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm)));
+      }
+      if (now_s() > deadline_s) {
+        fail(fmt::format("{} did not complete in {:.0f} s (a peer rank died, hangs or never made the call)", what,
+                         options_.timeout_s));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
   void watch() {
     c10::cuda::set_device(device_.index());
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
       if (stop_) break;
-      const double now = now_s();
-      if (init_deadline_s_ > 0 && now > init_deadline_s_) {
-        fail(fmt::format("ncclCommInitRank did not complete in {:.0f} s (a peer rank died or hangs)",
-                         options_.timeout_s));
-      }
-      if (ncclComm_t comm = comm_; comm != nullptr) {
-        ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
-          fail(fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async), ncclGetLastError(comm)));
+      // A sticky CUDA error makes CUDAEvent::query throw: it must end the job with its message, not
+      // leave this thread through std::terminate.
+      try {
+        const double now = now_s();
+        if (ncclComm_t comm = comm_; comm != nullptr) {
+          ncclResult_t async = ncclSuccess;
+          if (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+            fail(fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async), ncclGetLastError(comm)));
+          }
         }
-      }
-      while (!inflight_.empty() && inflight_.front()->done.query()) inflight_.pop_front();
-      if (!inflight_.empty() && now - inflight_.front()->launched_s > options_.timeout_s) {
-        const auto& op = *inflight_.front();
-        fail(fmt::format("{} #{} did not complete in {:.0f} s (a peer rank died or hangs)", op.what, op.seq,
-                         options_.timeout_s));
+        while (!inflight_.empty() && inflight_.front()->done.query()) inflight_.pop_front();
+        if (!inflight_.empty() && now - inflight_.front()->launched_s > options_.timeout_s) {
+          const auto& op = *inflight_.front();
+          fail(fmt::format("{} #{} did not complete in {:.0f} s (a peer rank died or hangs)", op.what, op.seq,
+                           options_.timeout_s));
+        }
+      } catch (const std::exception& e) {
+        fail(fmt::format("the NCCL watchdog stopped on an error: {}", e.what()));
       }
     }
   }
 
+  /// ncclCommAbort can itself hang (NVIDIA/nccl#1013, pytorch#119250): it runs on a detached
+  /// thread and this one waits at most kAbortWait_s for it.
+  void abort_bounded(ncclComm_t comm) const {
+    constexpr double kAbortWait_s = 10;
+    auto done = std::make_shared<std::atomic<bool> >(false);
+    std::thread([comm, done] {
+      ncclCommAbort(comm);
+      done->store(true);
+    }).detach();
+    const double deadline = now_s() + kAbortWait_s;
+    while (!done->load() && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done->load())
+      log::error("rank {}: ncclCommAbort did not return in {:.0f} s; going on without it", rank_, kAbortWait_s);
+  }
+
+  /// Ends the job: the reason logged, the communicator aborted (bounded), then MPI_Abort.
   [[noreturn]] void fail(const std::string& why) {
     log::error("rank {}: {}; aborting the NCCL communicator and the job", rank_, why);
-    if (ncclComm_t comm = comm_; comm != nullptr) ncclCommAbort(comm);
+    if (ncclComm_t comm = comm_; comm != nullptr) abort_bounded(comm);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::abort();
   }
@@ -246,7 +342,6 @@ class NcclCommunicator final : public Communicator {
   c10::cuda::CUDAStream stream_;
   std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog
   std::uint64_t seq_ = 0;
-  std::atomic<double> init_deadline_s_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Inflight> > inflight_;

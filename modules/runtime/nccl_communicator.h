@@ -1,17 +1,23 @@
 #pragma once
 // NCCL backend of the Communicator, bootstrapped over MPI (rank 0's ncclUniqueId is sent with
-// MPI_Bcast, then ncclCommInitRank), for CUDA tensors on this rank's GPU.
+// MPI_Bcast, then ncclCommInitRankConfig), for CUDA tensors on this rank's GPU.
 //
 // Streams: every collective runs on the communicator's own high-priority stream. It first waits
 // (cudaStreamWaitEvent) for an event recorded on the caller's current stream, so it sees the
 // tensor's latest values; Work::wait() makes the caller's current stream wait for the
 // collective's completion event. Neither blocks the host.
 //
-// Failure: a watchdog thread polls ncclCommGetAsyncError and the completion of every collective
-// in flight. An asynchronous NCCL error, or a collective (or the communicator's creation) not
-// finished after `timeout_s`, means a peer died or hangs: the watchdog logs which operation,
-// aborts the communicator (ncclCommAbort) and ends the job with MPI_Abort, so no rank waits
-// forever. Follows the design of PyTorch's ProcessGroupNCCL (watchdog, async error handling).
+// Failure: the communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call blocks
+// the host: where creation, a collective (its lazy connection on first use) or finalisation
+// returns ncclInProgress, the rank polls ncclCommGetAsyncError until done or `timeout_s`. A
+// watchdog thread polls asynchronous errors and the completion of every collective in flight. An
+// error, or anything not done after `timeout_s`, means a peer died or hangs: the rank logs which
+// operation, aborts the communicator (ncclCommAbort on a thread of its own, waited for at most
+// 10 s: it can hang itself) and ends the job with MPI_Abort, so no rank waits forever. A CUDA
+// error seen by the watchdog ends the job the same way. rank 0's failure to make the unique id
+// fails every rank together. Teardown finalises with the same deadline and aborts past it.
+// Follows the design of PyTorch's ProcessGroupNCCL (watchdog, async error handling, non-blocking
+// communicators).
 //
 // The NCCL library is the one LibTorch itself loads (the nvidia-nccl pip package next to the
 // torch wheel; cmake/Dependencies.cmake links that very file), never a second copy.

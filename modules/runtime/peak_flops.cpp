@@ -71,8 +71,8 @@ PeakFlops peak_flops(std::string_view device_name, int sm_count, MathKind kind, 
     if (p.sm_count != 0 && p.sm_count != sm_count) continue;
     return {tflops(p, kind) * 1e12, fmt::format("{} {} dense, {}", p.model, kind_name(kind), p.source)};
   }
-  return {kNaN, fmt::format("'{}' with {} SMs is not in the peak table (MFU needs --peak-tflops)", device_name,
-                            sm_count)};
+  return {kNaN,
+          fmt::format("'{}' with {} SMs is not in the peak table (MFU needs --peak-tflops)", device_name, sm_count)};
 }
 
 }  // namespace mgbench::runtime

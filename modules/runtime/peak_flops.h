@@ -18,7 +18,7 @@ struct GpuPeak {
   std::string_view name_contains;  // in cudaDeviceProp::name ("H100 PCIe"); the first matching row wins
   int sm_count;                    // cudaDeviceProp::multiProcessorCount; 0 = any
   double bf16_tflops, fp16_tflops, tf32_tflops, fp32_tflops, fp64_tflops;  // dense, TFLOP/s (10^12 / s)
-  std::string_view source;         // the datasheet
+  std::string_view source;                                                 // the datasheet
 };
 
 /// The table, most specific rows first.

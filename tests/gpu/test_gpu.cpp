@@ -12,6 +12,7 @@
 #include "profile/cupti_collector.h"
 #include "results/reader.h"
 #include "runtime/device.h"
+#include "runtime/grad_sync.h"
 #include "runtime/nccl_communicator.h"
 #include "train/checkpoint_state.h"
 #include "train/device_pipeline.h"
@@ -118,6 +119,48 @@ TEST(Nccl, AllReduceAndBroadcastEqualMpi) {
   torch::Tensor b = torch::full({1000}, static_cast<double>(world_rank()), torch::TensorOptions().device(gpu));
   nccl->broadcast(b, 0)->wait();
   EXPECT_EQ(b.abs().max().item<double>(), 0.0);
+  nccl->barrier();
+}
+
+/// The distributed path over NCCL on a single GPU: each rank its own one-rank NCCL communicator
+/// (MPI_COMM_SELF), so one lent GPU exercises GradSync's hooks, buckets, streams and events over
+/// NCCL and the non-blocking communicator's creation, collectives and teardown.
+TEST(NcclOneRank, GradSyncOverNcclEqualsNoSyncAndOverlapsBackward) {
+  SKIP_WITHOUT_GPU();
+  const auto placement = my_gpu();
+  const torch::Device gpu = train::to_torch_device(placement);
+  auto nccl = runtime::make_nccl_communicator(MPI_COMM_SELF, placement.index, {/*timeout_s=*/60});
+  ASSERT_EQ(nccl->world_size(), 1);
+  torch::manual_seed(7);
+  torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 32, 3).padding(1)), torch::nn::ReLU(),
+                            torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)), torch::nn::ReLU(),
+                            torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(64, 10));
+  net->to(gpu);
+  const torch::Tensor x = torch::randn({16, 3, 32, 32}, torch::TensorOptions().device(gpu));
+  // Without sync: the reference gradients.
+  net->forward(x).pow(2).mean().backward();
+  std::vector<torch::Tensor> expected;
+  for (auto& p : net->parameters()) {
+    expected.push_back(p.grad().clone());
+    p.mutable_grad() = torch::Tensor();
+  }
+  runtime::GradSyncOptions options;
+  options.first_bucket_bytes = 4096;
+  options.bucket_bytes = 16 * 1024;
+  runtime::GradSync sync(net->parameters(), *nccl, options);
+  ASSERT_GE(sync.num_buckets(), 3u);
+  for (int step = 0; step < 3; ++step) {
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+    sync.prepare();
+    net->forward(x).pow(2).mean().backward();
+    EXPECT_GT(sync.buckets_launched_in_backward(), 0u) << "step " << step;
+    sync.finish();
+    const auto params = net->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(params[i].grad(), expected[i], 1e-6, 1e-7)) << "step " << step << " param " << i;
+    }
+    EXPECT_GT(sync.window_s(), 0.0) << "step " << step;
+  }
   nccl->barrier();
 }
 
