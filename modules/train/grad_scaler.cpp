@@ -93,6 +93,11 @@ double GradScaler::get_scale() const {
   return scale_.item<double>();
 }
 
+torch::Tensor GradScaler::scale_tensor() const {
+  if (!scale_.defined()) return torch::full({}, get_scale(), torch::kFloat32);
+  return scale_.clone();
+}
+
 std::int64_t GradScaler::growth_tracker() const {
   if (!growth_tracker_.defined()) return pending_state_ ? pending_state_->second : 0;
   return growth_tracker_.item<std::int64_t>();

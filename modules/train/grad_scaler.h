@@ -48,6 +48,9 @@ class GradScaler {
 
   /// Current scale (host sync when on a GPU); init_scale before the first scale().
   double get_scale() const;
+  /// A copy of the current scale, float32 [] on the device once scale() ran (on the CPU before),
+  /// without a host sync: read it with the step's loss.
+  torch::Tensor scale_tensor() const;
   /// Finite steps in a row since the last growth or backoff.
   std::int64_t growth_tracker() const;
   /// Restores a checkpointed state (scale value and streak).

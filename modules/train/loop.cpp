@@ -349,6 +349,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
       // The step's micro-batches: forward and backward each, the all-reduce with the last one.
       torch::Tensor loss_sum;    // float64 on the device: one host sync per step, below
       torch::Tensor metric_sum;  // the recipe's metrics summed over the micro-batches, on the device
+      torch::Tensor loss_scale;  // amp-fp16: the step's loss scale, float32 [] on the device
       double normalizer = 0;
       double step_flops = 0;
       std::int64_t micro = 0;
@@ -376,7 +377,8 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
         clock.enter(results::Phase::kBackward);
         if (micro + 1 == t.grad_accum && s.grad_sync) s.grad_sync->prepare();  // DDP's no_sync before the last
         if (s.scaler) {
-          if (micro == 0) step.loss_scale = s.scaler->get_scale();
+          // The scale this step uses, read with the loss (no host sync between forward and backward).
+          if (micro == 0) loss_scale = s.scaler->scale_tensor();
           s.scaler->scale(out.loss).backward();
         } else {
           out.loss.backward();
@@ -429,20 +431,25 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
         if (s.scaler) {
           if (t.clip_grad_norm > 0) {
             s.scaler->unscale(*s.optimizer);
-            torch::nn::utils::clip_grad_norm_(s.trainable, t.clip_grad_norm);
+            clip_grad_norm(s.trainable, t.clip_grad_norm);
           }
           stepped = s.scaler->step(*s.optimizer);
           s.scaler->update();
         } else {
-          if (t.clip_grad_norm > 0) torch::nn::utils::clip_grad_norm_(s.trainable, t.clip_grad_norm);
+          if (t.clip_grad_norm > 0) clip_grad_norm(s.trainable, t.clip_grad_norm);
           s.optimizer->step();
           stepped = true;
         }
       }
       // This rank's loss per target (per sample for a mean loss) and the recipe's metrics: the
       // step's one host sync.
-      const torch::Tensor values = (metric_count > 0 ? torch::cat({loss_sum, metric_sum}) : loss_sum).cpu();
+      torch::Tensor on_device = metric_count > 0 ? torch::cat({loss_sum, metric_sum}) : loss_sum;
+      if (loss_scale.defined()) {
+        on_device = torch::cat({on_device, loss_scale.to(loss_sum.device()).to(torch::kFloat64).reshape({1})});
+      }
+      const torch::Tensor values = on_device.cpu();
       step.loss = normalizer > 0 ? values[0].item<double>() / normalizer : results::kNaN;
+      if (loss_scale.defined()) step.loss_scale = values[values.numel() - 1].item<double>();
       for (std::int64_t k = 0; k < metric_count; ++k) {
         metric_rows.push_back(values[k + 1].item<double>() / static_cast<double>(micro));
       }

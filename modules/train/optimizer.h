@@ -17,4 +17,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& opti
 /// Sets the learning rate of every parameter group.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
+/// torch.nn.utils.clip_grad_norm_ (PyTorch 2.x, foreach path) without a host sync: the total L2
+/// norm over the gradients of params (those without one are skipped), coef = min(max_norm /
+/// (norm + 1e-6), 1), every gradient multiplied by coef in place. Returns the total norm, a
+/// float [] tensor on the gradients' device (LibTorch's clip_grad_norm_ returns it as a double,
+/// synchronising the host every step). Throws std::invalid_argument for max_norm <= 0.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
 }  // namespace mgbench::train

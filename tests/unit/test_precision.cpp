@@ -9,6 +9,7 @@
 #include "core/option_table.h"
 #include "test_support.h"
 #include "train/grad_scaler.h"
+#include "train/optimizer.h"
 #include "train/precision.h"
 
 namespace mgbench::train {
@@ -77,11 +78,39 @@ TEST(GradScaler, MatchesTorchAmpGradScaler) {
     EXPECT_EQ(stepped, expected[i]["stepped"].get<bool>());
     skipped += stepped ? 0 : 1;
     EXPECT_EQ(scaler.get_scale(), expected[i]["scale"].get<double>());
+    EXPECT_EQ(scaler.scale_tensor().item<double>(), expected[i]["scale"].get<double>());  // the copy, no sync
     EXPECT_EQ(scaler.growth_tracker(), expected[i]["growth_tracker"].get<std::int64_t>());
     EXPECT_TRUE(torch::allclose(p1.detach(), vec(expected[i]["p1"]), 1e-6, 1e-7));
     EXPECT_TRUE(torch::allclose(p2.detach(), vec(expected[i]["p2"]), 1e-6, 1e-7));
   }
   EXPECT_GE(skipped, 2);  // the sequence exercises the backoff path
+}
+
+TEST(ClipGradNorm, EqualsLibTorchsWithoutReadingTheNormBack) {
+  torch::manual_seed(4);
+  for (const double max_norm : {0.5, 1e3}) {  // clipping, and a bound above the norm (no change)
+    std::vector<torch::Tensor> ours, theirs;
+    for (const auto& shape : std::vector<std::vector<std::int64_t>>{{7, 5}, {5}, {3, 3, 2}}) {
+      const torch::Tensor g = torch::randn(shape);
+      ours.push_back(torch::zeros(shape).requires_grad_(true));
+      theirs.push_back(torch::zeros(shape).requires_grad_(true));
+      ours.back().mutable_grad() = g.clone();
+      theirs.back().mutable_grad() = g.clone();
+    }
+    ours.push_back(torch::zeros({2}).requires_grad_(true));  // no gradient: skipped, as PyTorch
+    const torch::Tensor norm = clip_grad_norm(ours, max_norm);
+    const double expected = torch::nn::utils::clip_grad_norm_(theirs, max_norm);
+    EXPECT_FLOAT_EQ(norm.item<float>(), static_cast<float>(expected));
+    for (std::size_t i = 0; i < theirs.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(ours[i].grad(), theirs[i].grad(), 1e-6, 1e-7)) << max_norm << " " << i;
+    }
+    if (max_norm < expected) {
+      std::vector<torch::Tensor> grads;
+      for (std::size_t i = 0; i < theirs.size(); ++i) grads.push_back(ours[i].grad().flatten());
+      EXPECT_NEAR(torch::cat(grads).norm().item<double>(), max_norm, 1e-5);
+    }
+  }
+  EXPECT_THROW(clip_grad_norm({}, 0.0), std::invalid_argument);
 }
 
 TEST(GradScaler, MisuseIsAnError) {
