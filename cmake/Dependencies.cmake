@@ -143,7 +143,11 @@ if(MGBENCH_HAVE_CUDA)
   find_library(MGBENCH_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
   # The wheel's CUDA libraries first in the run path: the toolkit's lib/ holds the same sonames
   # (libcupti.so.13, libnccl.so.2), and one process must load LibTorch's copies only.
-  target_link_options(mgbench_torch INTERFACE "-Wl,-rpath,${_site}/nvidia/cu13/lib:${MGBENCH_NCCL_ROOT}/lib")
+  target_link_options(mgbench_torch INTERFACE "-Wl,-rpath,${_site}/nvidia/cu13/lib:${MGBENCH_NCCL_ROOT}/lib"
+                                              # DT_RPATH, not DT_RUNPATH: searched before LD_LIBRARY_PATH
+                                              # and for LibTorch's own dependencies too, so a `module
+                                              # load cuda` cannot swap the NCCL under torch.
+                                              "-Wl,--disable-new-dtags")
   if(MGBENCH_NCCL_INCLUDE_DIR AND MGBENCH_NCCL_LIBRARY)
     mgbench_imported_library(nccl "${MGBENCH_NCCL_INCLUDE_DIR}" "${MGBENCH_NCCL_LIBRARY}")
     set(MGBENCH_HAVE_NCCL ON)

@@ -1,4 +1,5 @@
 #include "profile/cuda_activity.h"
+#include "profile/cupti_collector.h"
 
 #include <cxxabi.h>
 
@@ -174,6 +175,17 @@ std::vector<results::CudaKernelRecord> ActivityAggregator::kernel_rows() const {
   }
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.time_s > b.time_s; });
   return rows;
+}
+
+std::string external_cuda_profiler() {
+  // nsys sets the session id; any CUDA tool injects itself through CUDA_INJECTION64_PATH.
+  if (const char* session = std::getenv("NSYS_PROFILING_SESSION_ID"); session != nullptr && *session != '\0') {
+    return "Nsight Systems (NSYS_PROFILING_SESSION_ID is set)";
+  }
+  if (const char* injection = std::getenv("CUDA_INJECTION64_PATH"); injection != nullptr && *injection != '\0') {
+    return std::string("a CUDA tool injected through CUDA_INJECTION64_PATH=") + injection;
+  }
+  return "";
 }
 
 }  // namespace mgbench::profile

@@ -4,10 +4,16 @@
 // of this process, collected while the profile window is open and summed by ActivityAggregator.
 // What Nsight Systems shows the paper's authors, without an external tool or trace files.
 #include <memory>
+#include <string>
 
 #include "profile/cuda_activity.h"
 
 namespace mgbench::profile {
+
+/// Why another CUDA profiler holds this process's CUPTI ("Nsight Systems: NSYS_PROFILING_SESSION_ID
+/// is set", "CUDA_INJECTION64_PATH=..."), or "" when none is attached. CUPTI takes one activity
+/// client: under `nsys profile` mgbench's collector must stand aside (nsys records the same data).
+std::string external_cuda_profiler();
 
 class CuptiCollector {
  public:

@@ -52,6 +52,14 @@ GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSy
     bucket.flat = torch::zeros({numel}, params_[bucket.params.front()].options().requires_grad(false));
     buckets_.push_back(std::move(bucket));
   }
+  views_.resize(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Bucket& bucket = buckets_[bucket_of_[i]];
+    const torch::Tensor& p = params_[i];
+    const torch::Tensor slice = bucket.flat.narrow(0, bucket.offsets[slot_of_[i]], p.numel());
+    // A dense layout (contiguous, channels_last, ...) spans exactly numel elements: the slice takes it.
+    views_[i] = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides()) : slice.view(p.sizes());
+  }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReadyHook>(this, i));
   }
@@ -82,13 +90,11 @@ void GradSync::prepare() {
 }
 
 void GradSync::copy_in(std::size_t index) {
-  Bucket& bucket = buckets_[bucket_of_[index]];
-  auto slice = bucket.flat.narrow(0, bucket.offsets[slot_of_[index]], params_[index].numel());
   const auto& grad = params_[index].grad();
   if (grad.defined()) {
-    slice.copy_(grad.reshape({-1}));
+    views_[index].copy_(grad);  // same layout as the parameter's gradient: a straight copy
   } else {
-    slice.zero_();
+    views_[index].zero_();
   }
 }
 
@@ -129,13 +135,12 @@ void GradSync::finish() {
     }
     bucket.work.reset();
     bucket.flat.mul_(scale);
-    for (std::size_t slot = 0; slot < bucket.params.size(); ++slot) {
-      auto& p = params_[bucket.params[slot]];
-      auto averaged = bucket.flat.narrow(0, bucket.offsets[slot], p.numel()).view(p.sizes());
+    for (const std::size_t i : bucket.params) {
+      auto& p = params_[i];
       if (p.grad().defined()) {
-        p.mutable_grad().copy_(averaged);
+        p.mutable_grad().copy_(views_[i]);
       } else {
-        p.mutable_grad() = averaged.clone();
+        p.mutable_grad() = views_[i].clone();  // keeps the parameter's layout
       }
     }
   }

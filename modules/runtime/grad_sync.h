@@ -75,6 +75,9 @@ class GradSync {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // parameter index -> bucket
   std::vector<std::size_t> slot_of_;    // parameter index -> position in its bucket
+  // Parameter index -> its slice of the bucket, viewed with the parameter's strides (DDP's bucket
+  // views): a channels_last gradient is copied in and out as it lies, without a reordering copy.
+  std::vector<torch::Tensor> views_;
   std::vector<bool> ready_;
   std::unique_ptr<Work> first_work_;  // kept after finish() for window_s()
   std::unique_ptr<Work> last_work_;

@@ -5,6 +5,21 @@
 #include "core/config.h"
 #include "core/error.h"
 
+namespace mgbench::runtime {
+
+std::string check_nccl_version(int linked, int built) {
+  const auto text = [](int v) { return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100); };
+  MGBENCH_REQUIRE(linked / 100 == built / 100, CommError,
+                  "NCCL {} is loaded but mgbench was built against NCCL {}: another libnccl.so.2 comes first (check "
+                  "LD_LIBRARY_PATH and `module list`; mgbench and LibTorch must use the same NCCL)",
+                  text(linked), text(built));
+  if (linked != built)
+    return fmt::format("NCCL {} loaded, built against {} (patch releases differ)", text(linked), text(built));
+  return "";
+}
+
+}  // namespace mgbench::runtime
+
 #ifndef MGBENCH_HAVE_NCCL
 
 namespace mgbench::runtime {
@@ -128,6 +143,13 @@ class NcclCommunicator final : public Communicator {
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index())) {
     MGBENCH_CHECK_MPI(MPI_Comm_rank(mpi_comm, &rank_));
     MGBENCH_CHECK_MPI(MPI_Comm_size(mpi_comm, &world_size_));
+    {
+      int linked = 0;
+      MGBENCH_CHECK_NCCL(ncclGetVersion(&linked));
+      if (const std::string warning = check_nccl_version(linked, NCCL_VERSION_CODE); !warning.empty()) {
+        log::warn("{}", warning);
+      }
+    }
     c10::cuda::set_device(device_.index());
     // Rank 0 sends whether it has an id, not only the id: a failed ncclGetUniqueId must fail every
     // rank together, not leave the others in the broadcast's matching collectives.

@@ -36,6 +36,11 @@ struct NcclOptions {
 
 /// True when mgbench was built with NCCL (a CUDA build).
 bool nccl_built();
+/// The NCCL loaded at run time (`linked`, ncclGetVersion) against the nccl.h mgbench was built with
+/// (`built`, NCCL_VERSION_CODE; both major * 10000 + minor * 100 + patch): throws CommError
+/// naming both (and LD_LIBRARY_PATH, the usual cause) when major or minor differ; returns a warning
+/// for a patch difference, else "". Called when an NCCL communicator is created.
+std::string check_nccl_version(int linked, int built);
 /// The NCCL library's version ("2.27.7", from ncclGetVersion); "" without NCCL.
 std::string nccl_version();
 

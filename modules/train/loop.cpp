@@ -123,7 +123,17 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   s.trainable = recipe.trainable_parameters();
   s.optimizer = make_optimizer(t, s.trainable);
   if (s.precision.loss_scaling) s.scaler = std::make_unique<GradScaler>();
-  if (s.device.is_cuda() && t.cupti) s.cupti = profile::CuptiCollector::create();
+  if (s.device.is_cuda() && t.cupti) {
+    // CUPTI has one activity client: under nsys (or another injected tool) mgbench stands aside.
+    if (const std::string other = profile::external_cuda_profiler(); !other.empty()) {
+      if (comm.rank() == 0) {
+        log::warn("--cupti: {} holds CUPTI; mgbench's CUDA metrics are off for this run (the profiler records them)",
+                  other);
+      }
+    } else {
+      s.cupti = profile::CuptiCollector::create();
+    }
+  }
   // At least a byte: a positive --bucket-mb too small for one byte still means "one tensor a bucket".
   s.sync_options.bucket_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(t.bucket_mb * 1024 * 1024));
   s.sync_options.first_bucket_bytes =

@@ -1,6 +1,9 @@
 // The GPU path's logic that runs without a GPU: rank placement, backend choice, the GPU-sharing
 // rule, the profile window, CUDA activity aggregation, the CPU phase clock, host upscaling.
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -11,8 +14,10 @@
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "profile/cuda_activity.h"
+#include "profile/cupti_collector.h"
 #include "profile/profile_window.h"
 #include "runtime/device.h"
+#include "runtime/nccl_communicator.h"
 #include "test_support.h"
 #include "train/device_pipeline.h"
 
@@ -134,6 +139,34 @@ TEST(CudaActivity, TotalsTablesAndNcclKernels) {
   bool has_nccl = false;                       // the NCCL kernel is the shortest, yet kept
   for (const auto& k : kernels) has_nccl |= k.nccl != 0;
   EXPECT_TRUE(has_nccl);
+}
+
+TEST(CudaActivity, AnExternalProfilerIsRecognised) {
+  // The test's own environment may be under a tool: keep and restore it.
+  const auto saved = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+  };
+  const auto nsys = saved("NSYS_PROFILING_SESSION_ID");
+  const auto injection = saved("CUDA_INJECTION64_PATH");
+  unsetenv("NSYS_PROFILING_SESSION_ID");
+  unsetenv("CUDA_INJECTION64_PATH");
+  EXPECT_EQ(profile::external_cuda_profiler(), "");
+  setenv("CUDA_INJECTION64_PATH", "/opt/nsight/libToolsInjection64.so", 1);
+  EXPECT_NE(profile::external_cuda_profiler().find("libToolsInjection64.so"), std::string::npos);
+  setenv("NSYS_PROFILING_SESSION_ID", "7", 1);
+  EXPECT_NE(profile::external_cuda_profiler().find("Nsight Systems"), std::string::npos);
+  unsetenv("NSYS_PROFILING_SESSION_ID");
+  unsetenv("CUDA_INJECTION64_PATH");
+  if (nsys) setenv("NSYS_PROFILING_SESSION_ID", nsys->c_str(), 1);
+  if (injection) setenv("CUDA_INJECTION64_PATH", injection->c_str(), 1);
+}
+
+TEST(Nccl, TheLoadedLibraryMustBeTheOneBuiltAgainst) {
+  EXPECT_EQ(runtime::check_nccl_version(22809, 22809), "");
+  EXPECT_NE(runtime::check_nccl_version(22807, 22809).find("2.28.7 loaded, built against 2.28.9"), std::string::npos);
+  test::expect_error<CommError>([] { runtime::check_nccl_version(22105, 22809); },
+                                {"NCCL 2.21.5 is loaded", "built against NCCL 2.28.9", "LD_LIBRARY_PATH"});
 }
 
 TEST(PhaseClock, CpuLapsAddUpToTheWallTime) {

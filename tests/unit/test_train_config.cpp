@@ -332,6 +332,31 @@ TEST(MpiCommunicator, StagesHalfTypesThroughFloat32) {
   }
 }
 
+TEST(GradSync, ChannelsLastGradientsKeepTheirLayoutThroughTheBucket) {
+  runtime::MpiCommunicator comm(MPI_COMM_SELF);
+  torch::manual_seed(2);
+  torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3)), torch::nn::ReLU(),
+                            torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 4, 3)));
+  for (auto& p : net->parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+  runtime::GradSync sync(net->parameters(), comm);
+  const torch::Tensor x = torch::randn({2, 3, 9, 9}).contiguous(torch::MemoryFormat::ChannelsLast);
+  for (int step = 0; step < 2; ++step) {
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+    sync.prepare();
+    net->forward(x).pow(2).sum().backward();
+    std::vector<torch::Tensor> expected;
+    for (const auto& p : net->parameters()) expected.push_back(p.grad().clone());
+    sync.finish();
+    const auto params = net->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(params[i].grad(), expected[i])) << i;  // one rank: the mean is the gradient
+      EXPECT_EQ(params[i].grad().strides(), params[i].strides()) << i;
+    }
+  }
+}
+
 TEST(GradSync, ReportsTheAllReduceWindow) {
   runtime::MpiCommunicator comm(MPI_COMM_SELF);
   torch::nn::Linear net(16, 4);
