@@ -20,6 +20,8 @@
 # 1.7, zlib headers. Used from the machine: python3 with torch (LibTorch, and NCCL / CUPTI from its
 # nvidia-* packages), torchvision, h5py, pytest; the CUDA toolkit (nvcc 13.0); g++, cmake, ninja.
 #
+# Output: everything printed is also written to $OUT/summary.txt (one file to bring back); logs
+# and results files beside it.
 # Environment: DEPS (.gpu-deps), PREFIX (/tmp/mgbench-deps), BUILD (build-gpu), OUT (logs and
 # tables; default $BUILD/out), DATA (MNIST dir; default shared/data/mnist or ../shared/data/mnist),
 # BENCH_SIZES ("224 500"), BENCH_PRECISIONS ("fp32 fp16 amp-bf16"), BENCH_TRAIN (4096 images),
@@ -40,9 +42,17 @@ T0=$(date +%s)
 stage() { echo "== [$(($(date +%s) - T0)) s] $*"; }
 fail() { echo "gpu-check.sh: $*" >&2; exit 1; }
 mkdir -p "$OUT"
+# Everything this script prints (machine, versions, test results, tables) also goes to one file:
+# the evidence a short lease on a GPU machine brings back.
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+exec > >(tee -a "$SUMMARY") 2>&1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 stage "machine"
+echo "date $(date -u +%FT%TZ), host $(hostname), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+nvidia-smi 2>/dev/null | head -20 || true
+nvcc --version 2>/dev/null | tail -2 || true
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
   [[ ${CONFIGURE_ONLY:-0} == 1 || ${NO_GPU_OK:-0} == 1 ]] || fail "nvidia-smi: no GPU (NO_GPU_OK=1 to build and test anyway)"
 PYTHON=$(command -v python3)
@@ -76,6 +86,8 @@ grep -E "mgbench: (CUDA|NCCL|CUPTI)" "$OUT/configure.log" || true
 stage "build"
 cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; fail "build failed"; }
 ldd "$BUILD/app/mgbench" | grep -E "not found|libnccl|libcupti|libmpi.so|libhdf5" || true
+"$BUILD/app/mgbench" --version
+mpirun --version 2>/dev/null | head -1 || true
 
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   stage "tests: unit, mpi, gpu, e2e"
@@ -152,4 +164,4 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
   stage "benchmark: DPO vs its Python peer (tiny Llama, CPU side of the machine)"
   PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_dpo.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
 fi
-stage "done; logs and tables in $OUT"
+stage "done; logs and tables in $OUT, everything printed above in $SUMMARY"
