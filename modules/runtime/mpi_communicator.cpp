@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
 
 namespace mgbench::runtime {
@@ -45,6 +46,9 @@ struct Operation {
 
 struct MpiCommunicator::Worker {
   static constexpr int kPollIntervalUs = 50;
+  double timeout_s = 0;  // 0: none
+  int rank = 0;
+  std::uint64_t started = 0;  // collectives started, for the message
   std::mutex mutex;
   std::condition_variable wake;   // the thread: work queued or stop
   std::condition_variable ended;  // waiters: an operation is done
@@ -52,7 +56,7 @@ struct MpiCommunicator::Worker {
   bool stop = false;
   std::thread thread;
 
-  Worker() : thread([this] { run(); }) {}
+  Worker(double timeout, int rank_in_comm) : timeout_s(timeout), rank(rank_in_comm), thread([this] { run(); }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -90,12 +94,23 @@ struct MpiCommunicator::Worker {
   /// Starts the operation and drives MPI's progress until it completes: MPI_Test, then a short
   /// sleep, so this thread does not take a core from backward's compute (a blocking MPI call
   /// spins; with a rank per core that slowed training by 10-15 % here).
-  static int drive(Operation& op) {
+  int drive(Operation& op) {
+    ++started;
+    const double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
     MPI_Request request = MPI_REQUEST_NULL;
     int rc = op.start(&request);
     for (int done = 0; rc == MPI_SUCCESS && done == 0;) {
       rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (done == 0) std::this_thread::sleep_for(std::chrono::microseconds(kPollIntervalUs));
+      if (done != 0) break;
+      if (deadline > 0 && now_s() > deadline) {
+        // The job cannot go on: its peers wait in the same collective or are gone.
+        log::error(
+            "rank {}: {} #{} did not complete in {:.0f} s (a peer rank died, hangs or is stopped); aborting "
+            "the job (--comm-timeout)",
+            rank, op.what, started, timeout_s);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(kPollIntervalUs));
     }
     return rc;
   }
@@ -193,12 +208,12 @@ MPI_Datatype mpi_datatype(torch::ScalarType type) {
   }
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) {
   MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
-  worker_ = std::make_unique<Worker>();
+  worker_ = std::make_unique<Worker>(timeout_s, rank_);
 }
 
 MpiCommunicator::~MpiCommunicator() {

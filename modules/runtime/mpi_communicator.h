@@ -23,8 +23,10 @@ namespace mgbench::runtime {
 class MpiCommunicator final : public Communicator {
  public:
   /// Duplicates comm, so mgbench's collectives never mix with other traffic on it, and starts the
-  /// communication thread.
-  explicit MpiCommunicator(MPI_Comm comm);
+  /// communication thread. timeout_s > 0: a collective not complete after that long (a peer rank
+  /// died, hangs or is stopped) is logged, naming it, and ends the job (MPI_Abort), as the NCCL
+  /// backend's watchdog does (--comm-timeout); 0: no deadline.
+  explicit MpiCommunicator(MPI_Comm comm, double timeout_s = 0);
   /// Runs what is queued, stops the thread, frees the duplicate.
   ~MpiCommunicator() override;
 

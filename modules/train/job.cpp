@@ -99,7 +99,7 @@ Connection connect(runtime::MpiEnvironment& env, const TrainOptions& train) {
         if (backend == runtime::Backend::kNccl) {
           comm = runtime::make_nccl_communicator(env.world(), c.placement.index, {train.comm_timeout_s});
         } else {
-          comm = std::make_unique<runtime::MpiCommunicator>(env.world());
+          comm = std::make_unique<runtime::MpiCommunicator>(env.world(), train.comm_timeout_s);
         }
       })) {
     return c;

@@ -194,6 +194,31 @@ def test_sigkill_loses_only_the_steps_since_the_last_checkpoint(tmp_path, uninte
     assert_same_parameters(ck, uninterrupted_image / "ck")
 
 
+def test_a_stopped_rank_ends_the_job_within_the_comm_timeout(tmp_path):
+    """A frozen rank (SIGSTOP: a hung node, a debugger) must not hang its peers forever: the one
+    waiting in the gradient all-reduce names it and aborts the job after --comm-timeout."""
+    ck = tmp_path / "ck"
+    proc = start([*IMAGE_BASE, "--epochs", "200", "--comm-timeout", "5", "--checkpoint-dir", ck,
+                  "--checkpoint-every", "2", "--results", tmp_path / "r.h5"])
+    wait_for_checkpoint(ck, 2, proc)
+    pids = rank_pids(proc)
+    assert len(pids) == 2, pids
+    os.kill(pids[1], signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    elapsed = time.time() - stopped
+    assert proc.returncode != 0, (out, err)
+    assert "did not complete in 5 s" in err and "--comm-timeout" in err, err
+    assert elapsed < 5 + 10, elapsed
+
+
 def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path):
     if not MODEL.exists():
         pytest.skip(f"no oracle model at {MODEL} (ctest runs the oracles fixture first)")
