@@ -23,8 +23,8 @@ ARGS=(image --data "$DATA" --image-size "$SIZE" --limit-train "$TRAIN" --limit-t
 total_s() { "$MGBENCH" report --csv "$1" | awk -F, 'NR == 2 {print $11}'; }
 printf '%-6s %12s %12s %7s %14s\n' run "plain (s)" "ckpt (s)" ratio "s/checkpoint"
 for r in $(seq "$REPEATS"); do
-  mpirun -np "$NP" --oversubscribe "$MGBENCH" "${ARGS[@]}" --results "$OUT/plain-$r.h5" >/dev/null 2>&1
-  mpirun -np "$NP" --oversubscribe "$MGBENCH" "${ARGS[@]}" --results "$OUT/ckpt-$r.h5" \
+  mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" "${ARGS[@]}" --results "$OUT/plain-$r.h5" >/dev/null 2>&1
+  mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" "${ARGS[@]}" --results "$OUT/ckpt-$r.h5" \
     --checkpoint-dir "$CKPT_DIR/$r" --checkpoint-every "$EVERY" >"$OUT/ckpt-$r.log" 2>&1
   plain=$(total_s "$OUT/plain-$r.h5")
   ckpt=$(total_s "$OUT/ckpt-$r.h5")

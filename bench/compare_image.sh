@@ -35,7 +35,7 @@ echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(
 printf "%-6s %12s %12s %12s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "ratio" "ratio"
 printf "%-6s %12s %12s %12s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(peer)" "(nhwc)"
 for size in $SIZES; do
-  mpirun -np "$NP" --oversubscribe "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
+  mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
     --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" --threads "$THREADS" \
     --device "$DEVICE" --pin-memory "$PIN" --results "$OUT/mgbench.h5" --run-name "s$size" --progress-interval 1000 >/dev/null 2>&1
   ours=$("$PY" - "$OUT/mgbench.h5" "s$size" <<'PY'

@@ -102,7 +102,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     --precision amp-bf16 --pin-memory true --checkpoint-dir "$OUT/preempt-ck" --checkpoint-every 8
     --results "$OUT/preempt.h5" --progress-interval 1000)
   rm -rf "$OUT/preempt-ck" "$OUT/preempt.h5" "$OUT/preempt.h5.lock"
-  mpirun -np 1 "$BUILD/app/mgbench" "${PREEMPT[@]}" >"$OUT/preempt-1.log" 2>&1 &
+  mpirun -np 1 --bind-to none "$BUILD/app/mgbench" "${PREEMPT[@]}" >"$OUT/preempt-1.log" 2>&1 &
   pid=$!
   for _ in $(seq 1200); do
     compgen -G "$OUT/preempt-ck/*/step-?????????" >/dev/null && break
@@ -114,7 +114,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   wait "$pid" || rc=$?
   echo "interrupted part: exit $rc (75 expected)"
   grep -E "checkpoint:|stopped on|preempted" "$OUT/preempt-1.log" | tail -4 || true
-  mpirun -np 1 "$BUILD/app/mgbench" "${PREEMPT[@]}" --resume >"$OUT/preempt-2.log" 2>&1 ||
+  mpirun -np 1 --bind-to none "$BUILD/app/mgbench" "${PREEMPT[@]}" --resume >"$OUT/preempt-2.log" 2>&1 ||
     { tail -20 "$OUT/preempt-2.log"; echo "gpu-check.sh: the resumed part failed"; }
   "$BUILD/app/mgbench" report "$OUT/preempt.h5" | tee "$OUT/preempt-report.txt" || true
 fi
@@ -128,7 +128,7 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *image* ]]; then
   done
   stage "benchmark: HtoD bytes per sample, device vs host upscaling (224 px, amp-bf16, pin_memory)"
   for upscale in device host; do
-    mpirun -np 1 "$BUILD/app/mgbench" image --data "$DATA" --image-size 224 --batch-size 64 --limit-train 2048 \
+    mpirun -np 1 --bind-to none "$BUILD/app/mgbench" image --data "$DATA" --image-size 224 --batch-size 64 --limit-train 2048 \
       --limit-test 256 --epochs 1 --precision amp-bf16 --pin-memory true --upscale "$upscale" \
       --results "$OUT/htod.h5" --run-name "upscale-$upscale" --progress-interval 1000 >"$OUT/htod-$upscale.log" 2>&1 \
       || { tail -20 "$OUT/htod-$upscale.log"; fail "mgbench --upscale $upscale failed"; }

@@ -1,5 +1,9 @@
 #include "runtime/device.h"
 
+#include <sched.h>
+
+#include <thread>
+
 #include <algorithm>
 #include <map>
 
@@ -14,6 +18,15 @@
 #endif
 
 namespace mgbench::runtime {
+
+int machine_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return machine_cores();
+  return std::max(1, CPU_COUNT(&set));
+}
 
 namespace {
 

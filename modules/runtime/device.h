@@ -55,6 +55,13 @@ int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, B
 int visible_cuda_devices();
 /// PCI bus id of a visible CUDA device ("0000:3b:00.0"); "" without CUDA.
 std::string cuda_pci_bus_id(int index);
+/// Cores of the machine (std::thread::hardware_concurrency), at least 1.
+int machine_cores();
+/// Cores this process may run on: its CPU affinity (sched_getaffinity), which launchers set
+/// (Open MPI binds each rank to one core when np <= 2, to a socket above; srun to
+/// --cpus-per-task), at least 1.
+int available_cores();
+
 /// Human-readable description ("NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90"); "" without CUDA.
 std::string cuda_device_description(int index);
 /// Bytes of memory of a visible CUDA device; 0 without CUDA.

@@ -106,8 +106,20 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   MGBENCH_REQUIRE(!strategy.single_process || comm.world_size() == 1, ConfigError,
                   "--strategy {} is single-process (one rank drives the GPUs): start 1 rank, not {}", strategy.name,
                   comm.world_size());
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  s.threads = t.threads > 0 ? t.threads : std::max(1, cores / std::max(1, local_size));
+  // Threads: as asked, else the node's cores shared by its ranks -- but never more than this rank
+  // may run on (its affinity: a launcher that binds it to one core makes more threads share it).
+  const int bound = runtime::available_cores();
+  const int share = std::max(1, runtime::machine_cores() / std::max(1, local_size));
+  s.threads = t.threads > 0 ? t.threads : std::min(share, bound);
+  if (t.threads > bound) {
+    log::warn(
+        "--threads {}: this rank may run on {} core(s) only (its CPU affinity, set by the launcher: Open MPI "
+        "binds each rank to one core when np <= 2; --bind-to none, or --map-by slot:PE={} gives it more)",
+        t.threads, bound, t.threads);
+  } else if (t.threads == 0 && bound < share) {
+    log::info("threads: {} per rank, the cores its CPU affinity allows ({} would be this node's share)", s.threads,
+              share);
+  }
   s.device = to_torch_device(placement);
   s.window = profile::parse_profile_window(t.profile_window);
   profile::set_nvtx_enabled(t.nvtx);

@@ -1,7 +1,11 @@
 #include "train/train_options.h"
 
+#include <filesystem>
+#include <system_error>
+
 #include "core/error.h"
 #include "profile/profile_window.h"
+#include "runtime/device.h"
 
 namespace mgbench::train {
 
@@ -36,6 +40,9 @@ std::span<const Choice<LrSchedule>> lr_schedule_choices() { return kLrSchedules;
 void CheckpointOptions::validate() const {
   MGBENCH_REQUIRE(!dir.empty() || (every_steps == 0 && !resume), ConfigError,
                   "--checkpoint-every and --resume need --checkpoint-dir (where the checkpoints are)");
+  std::error_code ec;
+  MGBENCH_REQUIRE(dir.empty() || !std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec),
+                  ConfigError, "--checkpoint-dir '{}': a file, expected a directory (or a path to create one at)", dir);
 }
 
 void TrainOptions::declare(options::OptionTable& t) {
@@ -55,7 +62,13 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("precision", precision, precision_choices(), "numeric precision (train/precision.h)");
   t.add("pin-memory", pin_memory, "page-locked host batches, copied on a copy stream ahead of compute (GPU only)");
   t.add("prefetch", prefetch, "batches the loader thread assembles ahead").at_least(1).at_most(64);
-  t.add("threads", threads, "intra-op CPU threads per rank (0: the node's cores / ranks on the node)").at_least(0);
+  // More threads than the machine has cores only oversubscribe them (100000 of them took 7 GB
+  // before doing anything); the rank's own CPU affinity is checked when it starts (the loop).
+  t.add("threads", threads,
+        "intra-op CPU threads per rank (0: the cores this rank may run on, at most the node's cores / ranks on the "
+        "node)")
+      .at_least(0)
+      .at_most(runtime::machine_cores());
   t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)");
   t.add("comm-timeout", comm_timeout_s, "seconds a collective may stay in flight before the job is aborted [s]")
       .above(0)
@@ -72,9 +85,11 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("lr-schedule", lr_schedule, lr_schedule_choices(), "learning rate after the warm-up");
   t.add("warmup-steps", warmup_steps, "linear warm-up from 0 over this many optimizer steps").at_least(0);
   t.add("clip-grad-norm", clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)").at_least(0);
-  t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)").above(0);
+  // At least one byte: smaller sizes are not sizes (1e-300 MiB failed in training, not here).
+  constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
+  t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)").at_least(kOneByteMiB);
   t.add("first-bucket-mb", first_bucket_mb, "first bucket's size [MiB] (small, so communication starts early)")
-      .above(0);
+      .at_least(kOneByteMiB);
 
   t.section("Evaluation and results");
   t.add("eval-every", eval_every, "evaluate every N epochs (and after the last)").at_least(1);

@@ -22,6 +22,8 @@ from conftest import SMALL, mgbench
     (["--recipe", "lora"], "--recipe 'lora': expected classification"),
     (["--no-such-option"], "no-such-option"),
     (["--config", "/nonexistent.ini"], "/nonexistent.ini"),
+    (["--threads", "100000"], "--threads '100000': expected <= "),
+    (["--bucket-mb", "1e-300"], "--bucket-mb '1e-300': expected >= "),
 ])
 def test_bad_options_exit_2_naming_the_option(args, needle):
     proc = mgbench("image", *args)
@@ -121,3 +123,12 @@ def test_unusable_results_directory_fails_promptly_on_all_ranks(tmp_path, mnist)
                    "--results", blocker / "sub" / "r.h5", np=2, timeout=60)  # hung before the fix
     assert proc.returncode != 0
     assert "creating the results directory failed" in proc.stderr and "a-file" in proc.stderr
+
+
+def test_more_threads_than_the_rank_may_run_on_is_said(tmp_path, mnist):
+    # Open MPI binds each rank to one core when np <= 2: two threads would share it.
+    proc = mgbench("image", "--image-size", "32", "--width-mult", "0.25", "--threads", "2", "--device", "cpu", "--data",
+                   mnist, "--limit-train", "64", "--limit-test", "32", "--epochs", "1", "--results", tmp_path / "r.h5",
+                   np=2)
+    assert proc.returncode == 0, proc.stderr
+    assert "--threads 2: this rank may run on 1 core(s) only" in proc.stderr, proc.stderr

@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -60,6 +61,15 @@ TEST(JobConfig, EveryBadValueIsRefusedNamingTheOption) {
   expect_refused("image", "dropout", "1", "--dropout '1': expected < 1");
   expect_refused("image", "lr", "0", "--lr '0': expected > 0");
   expect_refused("image", "prefetch", "65", "--prefetch '65': expected <= 64");
+  // More threads than the machine has cores; a bucket smaller than a byte (issue 16).
+  expect_refused("image", "threads", "100000", "--threads '100000': expected <= ");
+  expect_refused("image", "bucket-mb", "1e-300", "--bucket-mb '1e-300': expected >= ");
+  expect_refused("image", "first-bucket-mb", "0", "--first-bucket-mb '0': expected >= ");
+  {
+    test::TempDir dir;
+    { std::ofstream(dir.file("a-file")) << "x"; }
+    expect_refused("image", "checkpoint-dir", dir.file("a-file"), "a file, expected a directory");
+  }
   // Rules between options.
   expect_refused("image", "checkpoint-every", "5", "--checkpoint-dir");
   expect_refused("image", "resume", "true", "--checkpoint-dir");
