@@ -39,7 +39,13 @@ int tokenize_main(int argc, char** argv) {
     const text::Llama3Tokenizer tok(tokenizer);
     if (vm.count("decode") != 0) {
       std::vector<std::int32_t> ids;
-      for (long long id = 0; std::cin >> id;) ids.push_back(static_cast<std::int32_t>(id));
+      for (long long id = 0; std::cin >> id;) {
+        // Checked before the narrowing: 4294967296 must not decode as id 0.
+        MGBENCH_REQUIRE(id >= 0 && id < tok.vocab_size(), DataError,
+                        "mgbench tokenize --decode: id {} (the {}th on stdin) is outside the vocabulary [0, {})", id,
+                        ids.size() + 1, tok.vocab_size());
+        ids.push_back(static_cast<std::int32_t>(id));
+      }
       MGBENCH_REQUIRE(std::cin.eof(), DataError, "mgbench tokenize --decode: stdin holds a non-integer after {} ids",
                       ids.size());
       std::cout << tok.decode(ids);

@@ -98,3 +98,14 @@ def test_bad_inputs_name_the_problem(tmp_path):
         assert proc.returncode == 1 and b"UTF-8" in proc.stderr, proc.stderr
     proc = subprocess.run([BIN, "tokenize"], input=b"x", capture_output=True)
     assert proc.returncode == 2 and b"--tokenizer" in proc.stderr
+    # A megabyte-long broken token is quoted by its start and length, not whole.
+    huge = tmp_path / "huge.model"
+    huge.write_text(base64.b64encode(b"a").decode() + " 0\n" + "*" * (1 << 20) + " 1\n")
+    proc = subprocess.run([BIN, "tokenize", "--tokenizer", str(huge)], input=b"x", capture_output=True)
+    assert proc.returncode == 1 and b"(1048576 characters)" in proc.stderr and len(proc.stderr) < 1000, proc.stderr[:300]
+    if os.path.exists(SMALL):
+        # Ids outside the vocabulary, 2^32 included (it once wrapped to 0 and decoded as "!").
+        for bad_id in ("4294967296", "-1", "999999"):
+            proc = subprocess.run([BIN, "tokenize", "--tokenizer", SMALL, "--decode"], input=f"5 {bad_id}".encode(),
+                                  capture_output=True)
+            assert proc.returncode == 1 and f"id {bad_id} (the 2th on stdin)".encode() in proc.stderr, proc.stderr

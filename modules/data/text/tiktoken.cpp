@@ -16,6 +16,14 @@
 namespace mgbench::text {
 namespace {
 
+/// A field quoted in an error: whole up to 80 characters, else its first 80 and its length (a
+/// broken line can be megabytes long).
+std::string excerpt(std::string_view field) {
+  constexpr std::size_t kMax = 80;
+  if (field.size() <= kMax) return fmt::format("'{}'", field);
+  return fmt::format("'{}...' ({} characters)", field.substr(0, kMax), field.size());
+}
+
 /// RFC 4648 base64 (with padding), as tiktoken files use it. Returns false on any invalid input.
 bool decode_base64(std::string_view in, std::string& out) {
   static const std::array<std::int8_t, 256> table = [] {
@@ -95,10 +103,11 @@ TiktokenBpe::TiktokenBpe(const std::string& path, const std::string& pattern) : 
     const char* last = line.data() + line.size();
     const auto [end, ec] = std::from_chars(first, last, rank);
     MGBENCH_REQUIRE(ec == std::errc() && end == last && rank >= 0, DataError,
-                    "tokenizer '{}' line {}: rank '{}' is not a non-negative integer", path, line_no,
-                    std::string(first, last));
+                    "tokenizer '{}' line {}: rank {} is not a non-negative integer", path, line_no,
+                    excerpt(std::string_view(first, static_cast<std::size_t>(last - first))));
     MGBENCH_REQUIRE(decode_base64(std::string_view(line).substr(0, space), bytes), DataError,
-                    "tokenizer '{}' line {}: '{}' is not valid base64", path, line_no, line.substr(0, space));
+                    "tokenizer '{}' line {}: {} is not valid base64", path, line_no,
+                    excerpt(std::string_view(line).substr(0, space)));
     MGBENCH_REQUIRE(rank == static_cast<std::int32_t>(decoder_.size()), DataError,
                     "tokenizer '{}' line {}: rank {} out of order (expected {}: ranks are 0, 1, 2, ...)", path, line_no,
                     rank, decoder_.size());
