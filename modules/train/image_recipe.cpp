@@ -71,6 +71,10 @@ class ClassificationRecipe final : public Recipe {
     dtype_ = ctx.precision.param_dtype;
     train_set_ = data::load_mnist(o.data_dir, data::Split::kTrain, o.limit_train);
     test_set_ = data::load_mnist(o.data_dir, data::Split::kTest, o.limit_test);
+    MGBENCH_REQUIRE(train_set_.rows == test_set_.rows && train_set_.cols == test_set_.cols, DataError,
+                    "the training images ({}) are {}x{} but the test images ({}) are {}x{}: one model cannot take both",
+                    train_set_.images_path, train_set_.rows, train_set_.cols, test_set_.images_path, test_set_.rows,
+                    test_set_.cols);
     model_ = o.model({data::kMnistClasses, o.width_mult, o.dropout, o.freeze_batchnorm});
     model_.module->to(ctx.device, dtype_);
     if (o.channels_last) models::to_channels_last(*model_.module);

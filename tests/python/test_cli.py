@@ -74,6 +74,18 @@ def test_corrupt_and_truncated_files(tmp_path, mnist):
     assert "train-images-idx3-ubyte.gz" in proc.stderr
 
 
+def test_train_and_test_images_of_different_sizes_are_refused(tmp_path, mnist):
+    import struct
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        shutil.copy(mnist / name, tmp_path / name)
+    # A 10-image test set of 14x14 images next to 28x28 training images.
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 0x803, 10, 14, 14) + bytes(10 * 14 * 14))
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x801, 10) + bytes(10))
+    proc = mgbench("image", "--data", tmp_path, *SMALL, "--results", tmp_path / "r.h5", np=2)
+    assert proc.returncode != 0
+    assert "28x28" in proc.stderr and "14x14" in proc.stderr and "t10k-images-idx3-ubyte" in proc.stderr, proc.stderr
+
+
 def test_results_path_that_is_not_hdf5_is_left_alone(tmp_path, mnist):
     target = tmp_path / "notes.h5"
     target.write_text("my notes")
