@@ -595,6 +595,20 @@ void LlamaForCausalLMImpl::load_lora_adapter(const std::string& path) {
                   unused.empty() ? std::string() : *unused.begin());
 }
 
+namespace {
+/// A base weight with NaN or Inf would evaluate to `eval loss: nan` and train nothing: refused at
+/// load, naming the tensor and its first bad element (one pass over the weights).
+void require_finite(const torch::Tensor& t, const std::string& dir, const std::string& name, const std::string& file) {
+  if (!t.is_floating_point() || torch::isfinite(t).all().item<bool>()) return;
+  const torch::Tensor bad = torch::nonzero(~torch::isfinite(t.reshape({-1})));
+  const std::int64_t first = bad[0][0].item<std::int64_t>();
+  throw DataError(
+      fmt::format("checkpoint '{}': tensor '{}' in {} holds {} non-finite value(s), the first {} at flat "
+                  "index {}",
+                  dir, name, file, bad.size(0), t.reshape({-1})[first].item<double>(), first));
+}
+}  // namespace
+
 void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
   const SafetensorsCheckpoint checkpoint(dir);
   std::set<std::string> unused;
@@ -612,6 +626,7 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
     MGBENCH_REQUIRE(t.dim() == 2 && t.size(0) == layer->out_features && t.size(1) == layer->in_features, DataError,
                     "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects [{}, {}]", dir,
                     name, checkpoint.file_of(name), dims(t.sizes()), layer->out_features, layer->in_features);
+    require_finite(t, dir, name, checkpoint.file_of(name));
     try {
       layer->quantize_base(t.to(quantize_device_));
     } catch (const std::invalid_argument& e) {
@@ -627,6 +642,7 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
     MGBENCH_REQUIRE(t.sizes() == p.value().sizes(), DataError,
                     "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects {}", dir, name,
                     checkpoint.file_of(name), dims(t.sizes()), dims(p.value().sizes()));
+    require_finite(t, dir, name, checkpoint.file_of(name));
     p.value().copy_(t);
     unused.erase(name);
   }

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/durable.h"
@@ -98,11 +99,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), mapping
       e.begin = static_cast<std::size_t>(offsets[0]);
       e.end = static_cast<std::size_t>(offsets[1]);
       std::uint64_t numel = 1;
+      bool overflow = false;
       for (const auto d : e.shape) {
         MGBENCH_REQUIRE(d >= 0, DataError, "{}: negative dimension {}", where, d);
-        numel *= static_cast<std::uint64_t>(d);
+        overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
       }
-      const std::uint64_t expected = numel * c10::elementSize(e.dtype);
+      std::uint64_t expected = 0;
+      overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(c10::elementSize(e.dtype)), &expected);
+      MGBENCH_REQUIRE(!overflow, DataError, "{}: shape [{}] holds more bytes than 64 bits count", where,
+                      fmt::join(e.shape, ", "));
       MGBENCH_REQUIRE(expected == e.end - e.begin, DataError, "{}: shape needs {} bytes of {} but data_offsets span {}",
                       where, expected, dtype, e.end - e.begin);
       MGBENCH_REQUIRE(e.end <= data_bytes, DataError,
@@ -112,6 +117,24 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), mapping
     } catch (const nlohmann::json::exception& ex) {
       throw DataError(fmt::format("{}: malformed entry ({})", where, ex.what()));
     }
+  }
+  // As the reference implementation (safetensors' validate): the tensors tile the data section,
+  // in order, without overlaps or holes; an overlap would alias two tensors' bytes.
+  std::vector<std::pair<const std::string*, const Entry*>> order;
+  for (const auto& [name, e] : entries_) order.emplace_back(&name, &e);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.second->begin != b.second->begin ? a.second->begin < b.second->begin : a.second->end < b.second->end;
+  });
+  std::size_t end = 0;
+  const std::string* previous = nullptr;
+  for (const auto& [name, e] : order) {
+    MGBENCH_REQUIRE(e->begin >= end, DataError, "safetensors '{}': tensor '{}' (bytes {}-{}) overlaps tensor '{}'",
+                    path, *name, e->begin, e->end, previous != nullptr ? *previous : "");
+    MGBENCH_REQUIRE(e->begin == end, DataError,
+                    "safetensors '{}': a hole of {} bytes before tensor '{}' (the data section must be tiled)", path,
+                    e->begin - end, *name);
+    end = e->end;
+    previous = name;
   }
 }
 

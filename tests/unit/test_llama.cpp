@@ -2,6 +2,7 @@
 // (tests/python/make_oracles.py: tiny random checkpoints, untied / tied / sharded, fp32 logits).
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -61,6 +62,18 @@ TEST(Safetensors, CorruptFilesNameTheProblem) {
   test::expect_error<DataError>([&] { SafetensorsFile(dir.file("dtype.safetensors")); }, {"'t'", "F8_E4M3"});
   write_header("shape.safetensors", R"({"t": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})");
   test::expect_error<DataError>([&] { SafetensorsFile(dir.file("shape.safetensors")); }, {"'t'", "12 bytes"});
+  // A shape whose bytes overflow 64 bits (it once wrapped and passed the size check).
+  write_header("wrap.safetensors",
+               R"({"t": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 0]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("wrap.safetensors")); }, {"'t'", "64 bits"});
+  // Overlapping tensors, and a hole (the reference implementation refuses both).
+  write_header("overlap.safetensors", R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                          "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("overlap.safetensors")); },
+                                {"overlap.safetensors", "'b'", "overlaps tensor 'a'"});
+  write_header("hole.safetensors", R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                                       "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("hole.safetensors")); }, {"hole of 4 bytes", "'b'"});
   write_header("field.safetensors", R"({"t": {"dtype": "F32", "data_offsets": [0, 8]}})");
   test::expect_error<DataError>([&] { SafetensorsFile(dir.file("field.safetensors")); }, {"'t'", "malformed"});
   {
@@ -152,6 +165,20 @@ TEST(Llama, CheckpointMismatchesAreNamed) {
   fewer.num_hidden_layers = 1;
   LlamaForCausalLM small(fewer);
   test::expect_error<DataError>([&] { small->load_hf_checkpoint(dir); }, {"model.layers.1", "not part of the model"});
+  // A NaN in a base weight (dense and NF4-loaded paths) is refused, named, at load.
+  test::TempDir bad;
+  std::filesystem::copy_file(dir + "/config.json", bad.file("config.json"));
+  const SafetensorsCheckpoint checkpoint(dir);
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& name : checkpoint.names()) {
+    torch::Tensor t = checkpoint.tensor(name).clone();
+    if (name == "model.layers.1.self_attn.v_proj.weight") t.view({-1})[5] = std::numeric_limits<float>::quiet_NaN();
+    tensors.emplace_back(name, t);
+  }
+  write_safetensors(bad.file("model.safetensors"), tensors);
+  LlamaForCausalLM fresh(LlamaConfig::from_hf_json(dir + "/config.json"));
+  test::expect_error<DataError>([&] { fresh->load_hf_checkpoint(bad.path()); },
+                                {"model.layers.1.self_attn.v_proj.weight", "1 non-finite", "flat index 5"});
 }
 
 TEST(Lora, GradientsEqualPeft) {
