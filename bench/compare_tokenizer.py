@@ -2,6 +2,7 @@
 """Tokenizer speed: `mgbench tokenize` vs tiktoken (PyPI) on the same text, one thread each.
 
     bench/compare_tokenizer.py [--tokenizer ../shared/data/llama3/tokenizer.model] [--text FILE] [--repeat 3]
+    bench/compare_tokenizer.py --long-piece 1000000     # one piece of that many bytes (random DNA letters)
 
 Default text: the alpaca-cleaned sample (../shared/data/text/alpaca), all fields joined. Prints
 tokens/s of both and the ratio mgbench / tiktoken (encoding only: file loading excluded on both
@@ -28,8 +29,17 @@ def main():
     p.add_argument("--text", default=os.path.join(HERE, "../../shared/data/text/alpaca/alpaca_cleaned_first5k.json"))
     p.add_argument("--mgbench", default=os.path.join(HERE, "../build/app/mgbench"))
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--long-piece", type=int, default=0,
+                   help="instead of --text: one piece of this many bytes without spaces (seeded random ACGT), "
+                        "the worst case of byte-pair merging")
     a = p.parse_args()
-    raw = open(a.text, encoding="utf-8").read()
+    if a.long_piece > 0:
+        import random
+        rng = random.Random(16)
+        raw = "".join(rng.choice("ACGT") for _ in range(a.long_piece))
+        a.text = f"a {a.long_piece}-byte DNA piece"
+    else:
+        raw = open(a.text, encoding="utf-8").read()
     if a.text.endswith(".json"):
         rows = json.loads(raw)
         raw = "\n\n".join(v for row in rows for v in row.values() if isinstance(v, str))

@@ -39,6 +39,16 @@ CORPUS = [
     "Combining: e\u0301 a\u0308 n\u0303, and math: ∑∫√∞≠≤≥ ½ ¾ ², ① ② ③",
     "'s 's 'S 'll 'LL 're 're' 'd''d ''",
 ]
+# Long pieces (one regex match each): mgbench merges them with a heap, not tiktoken's linear scan,
+# and must give the same ids (issue 16: a 1 MB piece took minutes).
+_rng = __import__("random").Random(16)
+CORPUS += [
+    "".join(_rng.choice("ACGT") for _ in range(20000)),                       # DNA
+    "".join(_rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6000)),  # letters
+    base64.b64encode(bytes(_rng.randrange(256) for _ in range(6000))).decode(),  # a base64 blob
+    "ab" * 3000 + "ba" * 3000,
+    "ж" * 2000 + "z" * 129,
+]
 
 
 def tiktoken_encoding(path, name):

@@ -6,7 +6,9 @@
 #include <array>
 #include <charconv>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <queue>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -154,6 +156,10 @@ void TiktokenBpe::encode_piece(std::string_view piece, std::vector<std::int32_t>
     out.push_back(whole);
     return;
   }
+  if (piece.size() >= kHeapMergeMinBytes) {
+    encode_long_piece(piece, out);
+    return;
+  }
   // tiktoken's _byte_pair_merge: parts[i] = (start offset, rank of the pair starting there).
   struct Part {
     std::size_t start;
@@ -183,15 +189,60 @@ void TiktokenBpe::encode_piece(std::string_view piece, std::vector<std::int32_t>
     parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
   }
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    const std::int32_t r = rank_of(piece.substr(parts[i].start, parts[i + 1].start - parts[i].start));
-    // Every single byte is a token in a byte-level BPE file; a file without one cannot encode it.
-    if (r == kNoRank)
-      throw DataError(
-          fmt::format("tokenizer: byte sequence of length {} has no token (the file lacks "
-                      "single-byte tokens)",
-                      parts[i + 1].start - parts[i].start));
-    out.push_back(r);
+    emit_part(piece.substr(parts[i].start, parts[i + 1].start - parts[i].start), out);
   }
+}
+
+void TiktokenBpe::emit_part(std::string_view part, std::vector<std::int32_t>& out) const {
+  const std::int32_t r = rank_of(part);
+  // Every single byte is a token in a byte-level BPE file; a file without one cannot encode it.
+  MGBENCH_REQUIRE(r != kNoRank, DataError,
+                  "tokenizer: byte sequence of length {} has no token (the file lacks single-byte tokens)",
+                  part.size());
+  out.push_back(r);
+}
+
+void TiktokenBpe::encode_long_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
+  // Part i spans [i, next[i]): a part keeps its first byte's index when it absorbs its right
+  // neighbour, so indices order parts as positions do and "leftmost" is "smallest index".
+  const std::size_t n = piece.size();
+  std::vector<std::size_t> next(n), prev(n);
+  std::vector<std::uint32_t> version(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    next[i] = i + 1;
+    prev[i] = i == 0 ? n : i - 1;  // n: none
+  }
+  struct Candidate {
+    std::int32_t rank;
+    std::size_t start;
+    std::uint32_t version;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : start > o.start; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  // The rank of part i joined with its right neighbour (kNoRank without one or without a token).
+  auto pair_rank = [&](std::size_t i) {
+    const std::size_t j = next[i];
+    if (j >= n) return kNoRank;
+    return rank_of(piece.substr(i, next[j] - i));
+  };
+  auto offer = [&](std::size_t i) {
+    ++version[i];
+    if (const std::int32_t r = pair_rank(i); r != kNoRank) heap.push({r, i, version[i]});
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) offer(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    if (c.version != version[c.start]) continue;  // stale: the part or its neighbour changed since
+    const std::size_t i = c.start;
+    const std::size_t j = next[i];  // absorbed
+    next[i] = next[j];
+    if (next[j] < n) prev[next[j]] = i;
+    ++version[j];  // j is gone: its candidates are stale
+    offer(i);
+    if (prev[i] < n) offer(prev[i]);
+  }
+  for (std::size_t i = 0; i < n; i = next[i]) emit_part(piece.substr(i, next[i] - i), out);
 }
 
 std::vector<std::int32_t> TiktokenBpe::encode(std::string_view text) const {
