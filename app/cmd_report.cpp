@@ -61,8 +61,24 @@ int report_main(int argc, char** argv) {
       for (std::size_t i = 0; i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
       globfree(&matches);
     } else if (std::filesystem::is_directory(f)) {
-      for (const auto& entry : std::filesystem::recursive_directory_iterator(f)) {
-        if (entry.path().extension() == ".h5") files.push_back(entry.path().string());
+      // Walked with error codes: an unreadable subdirectory is named, not thrown through main.
+      std::error_code ec;
+      std::size_t found = 0;
+      std::string last = f;
+      for (std::filesystem::recursive_directory_iterator it(f, ec), end; !ec && it != end; it.increment(ec)) {
+        last = it->path().string();
+        if (it->path().extension() == ".h5") {
+          files.push_back(last);
+          ++found;
+        }
+      }
+      if (ec) {
+        std::cerr << "mgbench report: cannot read below '" << f << "' (at '" << last << "'): " << ec.message() << "\n";
+        return 1;
+      }
+      if (found == 0) {  // as a pattern that matches nothing
+        std::cerr << "mgbench report: no results file (*.h5) below '" << f << "'\n";
+        return 1;
       }
     } else {
       files.push_back(f);

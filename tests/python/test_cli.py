@@ -102,7 +102,26 @@ def test_report_errors(tmp_path):
     assert proc.returncode == 1 and "absent.h5" in proc.stderr
     proc = mgbench("report", str(tmp_path / "nothing-*.h5"))
     assert proc.returncode == 1 and "no file matches" in proc.stderr and "nothing-*.h5" in proc.stderr
+    # A directory without results files fails as a pattern matching nothing does (issue 16).
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    proc = mgbench("report", tmp_path / "empty")
+    assert proc.returncode == 1 and "no results file (*.h5) below" in proc.stderr, proc.stderr
     assert mgbench("unknown-command").returncode == 2
+
+
+def test_report_names_an_unreadable_directory(tmp_path):
+    import os
+    if os.geteuid() == 0:
+        pytest.skip("root reads every directory: permissions cannot make one unreadable")
+    locked = tmp_path / "runs" / "locked"
+    locked.mkdir(parents=True)
+    (locked / "r.h5").write_text("x")
+    locked.chmod(0)
+    try:
+        proc = mgbench("report", tmp_path / "runs")
+    finally:
+        locked.chmod(0o755)
+    assert proc.returncode == 1 and "cannot read below" in proc.stderr and "locked" in proc.stderr, proc.stderr
 
 
 def test_every_shipped_config_is_valid():
