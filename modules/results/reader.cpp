@@ -116,6 +116,13 @@ std::vector<RunRecord> read_runs(const std::string& path) {
     run.file = path;
     run.run_id = id;
     run.attributes = h5::read_attributes(group);
+    // A newer mgbench's layout read with this one's would show wrong or empty columns: refuse it.
+    if (const auto version = run.integer("schema_version"); version && *version > kSchemaVersion) {
+      throw ResultsError(
+          fmt::format("{} was written with results schema version {}; this mgbench reads versions up "
+                      "to {} (docs/results-schema.md): use the mgbench that wrote it, or a newer one",
+                      where, *version, kSchemaVersion));
+    }
     run.status = read_fixed_string(group, "status", kStatusBytes, where);
     run.error = read_fixed_string(group, "error", kErrorBytes, where);
     const auto summary = read_table<RunSummary>(group, "summary", summary_type, where);

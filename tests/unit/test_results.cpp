@@ -4,8 +4,11 @@
 #include <sstream>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "report/report.h"
+#include "results/hdf5.h"
 #include "results/reader.h"
 #include "results/writer.h"
 #include "test_support.h"
@@ -83,6 +86,23 @@ TEST(Results, RefusesForeignFilesWithoutTouchingThem) {
   const std::string other = dir.file("other.h5");
   H5Fclose(H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   test::expect_error<ResultsError>([&] { write_run(other, "x", 1.0); }, {other, "not an mgbench results file"});
+}
+
+TEST(Results, RefusesARunOfANewerSchema) {
+  test::TempDir dir;
+  const std::string path = dir.file("r.h5");
+  const std::string id = write_run(path, "future", 1.0);
+  EXPECT_EQ(read_runs(path).size(), 1u);
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t run = H5Gopen2(file, ("runs/" + id).c_str(), H5P_DEFAULT);
+    H5Adelete(run, "schema_version");
+    h5::write_attribute(run, "schema_version", std::int64_t{kSchemaVersion + 1});
+    H5Gclose(run);
+    H5Fclose(file);
+  }
+  test::expect_error<ResultsError>([&] { read_runs(path); },
+                                   {path, id, fmt::format("schema version {}", kSchemaVersion + 1)});
 }
 
 TEST(Results, FailedRunKeepsItsMessage) {
