@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "options.h"
 #include "runtime/mpi_env.h"
+#include "runtime/stop_request.h"
 #include "train/job.h"
 #include "train/job_config.h"
 
@@ -60,6 +61,9 @@ std::string usage(const std::string& task) {
 }
 
 int train_command(const std::string& task, int argc, char** argv) {
+  // First of all, before MPI_Init's slow start: a SIGUSR1 / SIGTERM arriving now is recorded and
+  // honoured at the first step boundary (exit 75), not the default action that kills the rank.
+  runtime::install_stop_handlers();
   std::optional<runtime::MpiEnvironment> mpi;
   try {
     mpi.emplace(&argc, &argv);

@@ -194,6 +194,35 @@ def test_sigkill_loses_only_the_steps_since_the_last_checkpoint(tmp_path, uninte
     assert_same_parameters(ck, uninterrupted_image / "ck")
 
 
+def test_a_stop_signal_right_after_launch_stops_cleanly(tmp_path):
+    """SIGUSR1 to the ranks as soon as their handler exists -- now the first thing main() does, before
+    MPI_Init -- is recorded and honoured at the first step boundary (exit 75), not the default action
+    that kills the rank. (Before main, while the dynamic loader maps LibTorch, nothing can catch it.)"""
+    proc = start([*IMAGE, "--results", tmp_path / "r.h5"])
+
+    def catches_sigusr1(pid):  # the handler is installed (SigCgt), i.e. main() has started
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+            return bool(caught & (1 << (signal.SIGUSR1 - 1)))
+        except (OSError, StopIteration):
+            return False
+
+    deadline = time.time() + 60
+    pids = []
+    while time.time() < deadline and proc.poll() is None:
+        pids = rank_pids(proc)
+        if len(pids) == 2 and all(catches_sigusr1(p) for p in pids):
+            break
+        time.sleep(0.005)
+    assert len(pids) == 2, pids
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, err[-2000:])
+    assert "SIGUSR1" in err, err[-2000:]
+
+
 def test_a_stopped_rank_ends_the_job_within_the_comm_timeout(tmp_path):
     """A frozen rank (SIGSTOP: a hung node, a debugger) must not hang its peers forever: the one
     waiting in the gradient all-reduce names it and aborts the job after --comm-timeout."""
