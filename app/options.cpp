@@ -1,9 +1,11 @@
 #include "options.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -18,10 +20,23 @@ void parse(int argc, char** argv, const po::options_description& options, po::va
     po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
     if (vm.count("config") != 0) {
       const std::string path = vm["config"].as<std::string>();
+      // A directory opens as a stream that reads nothing: the run would silently take the defaults.
+      std::error_code ec;
+      MGBENCH_REQUIRE(std::filesystem::is_regular_file(path, ec), ConfigError, "--config {}: {}", path,
+                      std::filesystem::is_directory(path, ec) ? "a directory, expected an INI file" : "no such file");
       std::ifstream file(path);
       MGBENCH_REQUIRE(file.good(), ConfigError, "--config {}: cannot open the file", path);
       try {
-        po::store(po::parse_config_file(file, options), vm);
+        const po::parsed_options parsed = po::parse_config_file(file, options);
+        // `config = other.ini` inside a configuration file would be dropped (the command line's
+        // --config wins): includes are not supported, so say so.
+        for (const auto& option : parsed.options) {
+          MGBENCH_REQUIRE(option.string_key != "config", ConfigError,
+                          "--config {}: the key 'config' (an include of another file) is not supported in a "
+                          "configuration file; merge the files, or give the other with --config instead",
+                          path);
+        }
+        po::store(parsed, vm);
       } catch (const po::error& e) {
         throw ConfigError(fmt::format("--config {}: {}", path, e.what()));
       }

@@ -43,6 +43,13 @@ def test_bad_config_file_key(tmp_path):
     proc = mgbench("image", "--config", ini)
     assert proc.returncode == 2
     assert "colour" in proc.stderr and str(ini) in proc.stderr
+    # A directory is not a configuration (it once ran with the defaults), nor is an include.
+    proc = mgbench("image", "--config", tmp_path)
+    assert proc.returncode == 2 and "a directory, expected an INI file" in proc.stderr, proc.stderr
+    nested = tmp_path / "nested.ini"
+    nested.write_text(f"epochs = 2\nconfig = {ini}\n")
+    proc = mgbench("image", "--config", nested)
+    assert proc.returncode == 2 and "the key 'config'" in proc.stderr and str(nested) in proc.stderr, proc.stderr
 
 
 def test_config_file_and_command_line_override(tmp_path):
