@@ -1,6 +1,7 @@
 // `mgbench quantize`: a QAT-trained checkpoint's fake-quantised linears -> real int4 weights
 // (torchao's convert; layout in models/qat_convert.h and docs/quantization.md).
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -24,16 +25,7 @@ int quantize_main(int argc, char** argv) {
       "output", po::value(&output)->required(), "directory for model.safetensors, config.json, qat_config.json")(
       "help,h", "show this help");
   po::variables_map vm;
-  try {
-    if (wants_help(argc, argv)) {
-      std::cout << options << "\n";
-      return 0;
-    }
-    parse(argc, argv, options, vm);
-  } catch (const ConfigError& e) {
-    std::cerr << "mgbench quantize: " << e.what() << "\n(see mgbench quantize --help)\n";
-    return 2;
-  }
+  if (const std::optional<int> exit_code = parse_tool_options("quantize", argc, argv, options, vm)) return *exit_code;
   try {
     const models::QatConvertResult r = models::convert_qat_checkpoint(model, adapter, output);
     constexpr double kMiB = 1024.0 * 1024.0;

@@ -1,6 +1,7 @@
 // `mgbench tokenize`: UTF-8 text on stdin -> Llama 3 token ids, space-separated, on one line.
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -25,16 +26,7 @@ int tokenize_main(int argc, char** argv) {
       "report-speed", "print the encoding speed (tokens/s, excluding file loading) on stderr")("help,h",
                                                                                                "show this help");
   po::variables_map vm;
-  try {
-    if (wants_help(argc, argv)) {
-      std::cout << options << "\n";
-      return 0;
-    }
-    parse(argc, argv, options, vm);
-  } catch (const ConfigError& e) {
-    std::cerr << "mgbench tokenize: " << e.what() << "\n(see mgbench tokenize --help)\n";
-    return 2;
-  }
+  if (const std::optional<int> exit_code = parse_tool_options("tokenize", argc, argv, options, vm)) return *exit_code;
   try {
     const text::Llama3Tokenizer tok(tokenizer);
     if (vm.count("decode") != 0) {

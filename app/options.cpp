@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <system_error>
@@ -73,6 +74,21 @@ void apply_values(const po::variables_map& vm, options::OptionTable& table) {
     if (it == vm.end() || it->second.defaulted()) continue;
     table.set(o.name, it->second.as<std::string>());
   }
+}
+
+std::optional<int> parse_tool_options(const char* command, int argc, char** argv,
+                                      const po::options_description& options, po::variables_map& vm) {
+  if (wants_help(argc, argv)) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  try {
+    parse(argc, argv, options, vm);
+  } catch (const ConfigError& e) {
+    std::cerr << "mgbench " << command << ": " << e.what() << "\n(see mgbench " << command << " --help)\n";
+    return 2;
+  }
+  return std::nullopt;
 }
 
 bool wants_help(int argc, char** argv) {

@@ -1,6 +1,7 @@
 #pragma once
 // Shared command-line plumbing (Boost.Program_options): config files below the command line,
 // option tables (core/option_table.h) as --help sections, errors as ConfigError.
+#include <optional>
 #include <string>
 
 #include <boost/program_options.hpp>
@@ -31,6 +32,12 @@ void apply_values(const po::variables_map& vm, options::OptionTable& table);
 /// True when argv holds -h or --help: commands with required options print their help before
 /// parsing would complain about a missing one.
 bool wants_help(int argc, char** argv);
+
+/// The option handling of a single-process tool (`mgbench tokenize`, `mgbench quantize`): prints
+/// the help (0) or the error with a pointer to the help (2) and returns the exit code, or parses
+/// argv into vm and returns std::nullopt (go on). command: "tokenize", for the messages.
+std::optional<int> parse_tool_options(const char* command, int argc, char** argv,
+                                      const po::options_description& options, po::variables_map& vm);
 
 /// argv joined with spaces.
 std::string join_command_line(int argc, char** argv);

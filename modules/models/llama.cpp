@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "models/fake_quant.h"
+#include "models/json_file.h"
 #include "models/safetensors.h"
 
 namespace mgbench::models {
@@ -97,14 +98,7 @@ std::int64_t LlamaConfig::num_parameters() const {
 }
 
 LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
-  std::ifstream in(path);
-  MGBENCH_REQUIRE(in.good(), DataError, "model config '{}': cannot open the file", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(fmt::format("model config '{}': not valid JSON: {}", path, e.what()));
-  }
+  const nlohmann::json j = read_json_file(path, "model config");
   auto field = [&](const char* name) -> const nlohmann::json& {
     MGBENCH_REQUIRE(j.contains(name) && !j[name].is_null(), DataError, "model config '{}': missing field \"{}\"", path,
                     name);

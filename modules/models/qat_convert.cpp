@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/durable.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "models/fake_quant.h"
+#include "models/json_file.h"
 #include "models/llama.h"
 #include "models/safetensors.h"
 
@@ -21,26 +21,6 @@ namespace mgbench::models {
 namespace {
 
 namespace fs = std::filesystem;
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  MGBENCH_REQUIRE(in.good(), DataError, "'{}': cannot open the file", path.string());
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(fmt::format("'{}': not valid JSON: {}", path.string(), e.what()));
-  }
-}
-
-void write_json(const fs::path& path, const nlohmann::json& json) {
-  {
-    std::ofstream out(path);
-    out << json.dump(2) << "\n";
-    out.flush();
-    MGBENCH_REQUIRE(out.good(), DataError, "'{}': write failed", path.string());
-  }
-  sync_to_disk(path.string());
-}
 
 struct QatConfig {
   std::int64_t group_size = 0;
@@ -51,7 +31,7 @@ QatConfig read_qat_config(const fs::path& path) {
   MGBENCH_REQUIRE(fs::exists(path), DataError,
                   "'{}' not found: not the output of a QAT run (--recipe qat, or qat-lora with --adapter)",
                   path.string());
-  const nlohmann::json j = read_json(path);
+  const nlohmann::json j = read_json_file(path.string());
   QatConfig c;
   try {
     MGBENCH_REQUIRE(j.value("scheme", std::string()) == "8da4w", DataError,
@@ -104,7 +84,7 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
   }
   if (!adapter_dir.empty()) {
     const fs::path adapter_config = fs::path(adapter_dir) / "adapter_config.json";
-    const nlohmann::json a = read_json(adapter_config);
+    const nlohmann::json a = read_json_file(adapter_config.string());
     LoraOptions lora;
     try {
       lora.rank = a.at("r").get<std::int64_t>();
@@ -157,14 +137,15 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
   fs::create_directories(out);
   write_safetensors((out / "model.safetensors").string(), tensors,
                     {{"format", "pt"}, {"quantization", "8da4w"}, {"group_size", std::to_string(qat.group_size)}});
-  nlohmann::json config_json = read_json(config_path);
+  nlohmann::json config_json = read_json_file(config_path.string());
   config_json["quantization_config"] = {{"quant_method", "8da4w"},
                                         {"group_size", qat.group_size},
                                         {"weight", "int4 symmetric per group, packed two per byte (qweight)"},
                                         {"activation", "int8 asymmetric per token, dynamic"},
                                         {"modules", qat.linears}};
-  write_json(out / "config.json", config_json);
-  write_json(out / "qat_config.json", {{"scheme", "8da4w"}, {"group_size", qat.group_size}, {"linears", qat.linears}});
+  write_json_file((out / "config.json").string(), config_json);
+  write_json_file((out / "qat_config.json").string(),
+                  {{"scheme", "8da4w"}, {"group_size", qat.group_size}, {"linears", qat.linears}});
   return result;
 }
 

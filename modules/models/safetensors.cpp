@@ -18,6 +18,7 @@
 
 #include "core/durable.h"
 #include "core/error.h"
+#include "models/json_file.h"
 
 namespace mgbench::models {
 namespace {
@@ -171,13 +172,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir)
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   const fs::path single = fs::path(dir) / "model.safetensors";
   if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      std::ifstream in(index);
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw DataError(fmt::format("'{}': not valid JSON: {}", index.string(), e.what()));
-    }
+    const nlohmann::json j = read_json_file(index.string());
     MGBENCH_REQUIRE(j.contains("weight_map") && j["weight_map"].is_object(), DataError,
                     "'{}': no \"weight_map\" object", index.string());
     std::map<std::string, std::size_t> shard_index;

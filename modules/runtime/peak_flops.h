@@ -11,14 +11,14 @@
 namespace mgbench::runtime {
 
 /// The arithmetic a run's matrix products use (precision and TF32 setting decide it).
-enum class MathKind { kBf16, kFp16, kTf32, kFp32, kFp64 };
+enum class MathKind { kBf16, kFp16, kTf32, kFp32, kFp64 };  // also the index into GpuPeak::tflops
 
 struct GpuPeak {
   std::string_view model;          // "H100 SXM5"
   std::string_view name_contains;  // in cudaDeviceProp::name ("H100 PCIe"); the first matching row wins
   int sm_count;                    // cudaDeviceProp::multiProcessorCount; 0 = any
-  double bf16_tflops, fp16_tflops, tf32_tflops, fp32_tflops, fp64_tflops;  // dense, TFLOP/s (10^12 / s)
-  std::string_view source;                                                 // the datasheet
+  double tflops[5];                // dense TFLOP/s (10^12 / s) by MathKind: bf16, fp16, tf32, fp32, fp64
+  std::string_view source;         // the datasheet
 };
 
 /// The table, most specific rows first.

@@ -35,7 +35,7 @@ struct DpoOptions {
   double label_smoothing = 0.0;
 };
 
-class DpoRecipe final : public Recipe {
+class DpoRecipe final : public LlamaRecipe {
  public:
   void declare(options::OptionTable& t) override {
     auto& o = options_;
@@ -80,14 +80,7 @@ class DpoRecipe final : public Recipe {
     return batch;
   }
 
-  torch::nn::Module& model() override { return llama_.model(); }
-  std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
-  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
-    return llama_.checkpoint_tensors();
-  }
-
   LossNormalization loss_normalization() const override { return LossNormalization::kMeanPerMicroBatch; }
-  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
 
   MicroBatchLoss forward(const data::Batch& batch) override {
     const std::int64_t pairs = batch.samples;
@@ -129,7 +122,6 @@ class DpoRecipe final : public Recipe {
   double flops(const data::Batch& batch) const override {
     return 1.5 * llama_.flops(batch.padded_tokens, batch.tensors[0].size(1));
   }
-  bool counts_tokens() const override { return true; }
 
   h5::Attributes attributes() const override {
     h5::Attributes a = llama_.attributes();
@@ -143,7 +135,6 @@ class DpoRecipe final : public Recipe {
 
  private:
   DpoOptions options_;
-  LlamaFinetune llama_;
   std::vector<text::PreferenceSample> pairs_;
 };
 

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/durable.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "models/json_file.h"
 #include "models/log_probs.h"
 #include "models/safetensors.h"
 #include "runtime/device.h"
@@ -275,20 +275,6 @@ h5::Attributes LlamaFinetune::attributes() const {
           {"fake_quantized_linears", static_cast<std::int64_t>(fake_quantized_.size())}};
 }
 
-namespace {
-
-void write_json(const std::string& path, const nlohmann::json& json) {
-  {
-    std::ofstream out(path);
-    out << json.dump(2) << "\n";
-    out.flush();
-    MGBENCH_REQUIRE(out.good(), DataError, "'{}': write failed", path);
-  }
-  sync_to_disk(path);
-}
-
-}  // namespace
-
 void LlamaFinetune::save() const {
   if (output_dir_.empty()) return;
   const fs::path dir(output_dir_);
@@ -296,26 +282,26 @@ void LlamaFinetune::save() const {
   if (finetune_ == Finetune::kLora) {
     models::write_safetensors((dir / "adapter_model.safetensors").string(), model_->lora_state_dict(),
                               {{"format", "pt"}});
-    write_json((dir / "adapter_config.json").string(), {{"peft_type", "LORA"},
-                                                        {"task_type", "CAUSAL_LM"},
-                                                        {"r", lora_.rank},
-                                                        {"lora_alpha", lora_.alpha},
-                                                        {"lora_dropout", lora_.dropout},
-                                                        {"target_modules", lora_.hf_targets()},
-                                                        {"bias", "none"},
-                                                        {"fan_in_fan_out", false},
-                                                        {"inference_mode", true},
-                                                        {"base_model_name_or_path", model_name_}});
+    models::write_json_file((dir / "adapter_config.json").string(), {{"peft_type", "LORA"},
+                                                                     {"task_type", "CAUSAL_LM"},
+                                                                     {"r", lora_.rank},
+                                                                     {"lora_alpha", lora_.alpha},
+                                                                     {"lora_dropout", lora_.dropout},
+                                                                     {"target_modules", lora_.hf_targets()},
+                                                                     {"bias", "none"},
+                                                                     {"fan_in_fan_out", false},
+                                                                     {"inference_mode", true},
+                                                                     {"base_model_name_or_path", model_name_}});
     log::info("adapters: {} (PEFT format)", dir.string());
   } else {
     models::write_safetensors((dir / "model.safetensors").string(), model_->hf_state_dict(), {{"format", "pt"}});
-    write_json((dir / "config.json").string(),
-               nlohmann::json::parse(model_->config().to_hf_json(model_->output_weight().scalar_type())));
+    models::write_json_file((dir / "config.json").string(),
+                            nlohmann::json::parse(model_->config().to_hf_json(model_->output_weight().scalar_type())));
     log::info("model: {} (Hugging Face format)", dir.string());
   }
   if (fake_quant_ == FakeQuant::k8da4w) {
-    write_json((dir / "qat_config.json").string(),
-               {{"scheme", "8da4w"}, {"group_size", qat_group_size_}, {"linears", fake_quantized_}});
+    models::write_json_file((dir / "qat_config.json").string(),
+                            {{"scheme", "8da4w"}, {"group_size", qat_group_size_}, {"linears", fake_quantized_}});
   }
 }
 

@@ -139,4 +139,21 @@ class LlamaFinetune {
   std::vector<std::string> fake_quantized_;  // names of the fake-quantised linears
 };
 
+/// A recipe on the Llama component (sft_recipe.cpp, dpo_recipe.cpp): the Recipe members that are
+/// the component's own -- the model, what is trained and checkpointed, the step hook that switches
+/// fake quantisation on, token counting. A recipe adds its data, loss, evaluation and records.
+class LlamaRecipe : public Recipe {
+ public:
+  torch::nn::Module& model() override { return llama_.model(); }
+  std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
+  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
+    return llama_.checkpoint_tensors();
+  }
+  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
+  bool counts_tokens() const override { return true; }
+
+ protected:
+  LlamaFinetune llama_;
+};
+
 }  // namespace mgbench::train

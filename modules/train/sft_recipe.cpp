@@ -35,7 +35,7 @@ struct SftDataOptions {
   std::string adapter;  // --eval-only: a PEFT adapter directory to load
 };
 
-class SftRecipe final : public Recipe {
+class SftRecipe final : public LlamaRecipe {
  public:
   void declare(options::OptionTable& t) override {
     auto& o = options_;
@@ -78,14 +78,7 @@ class SftRecipe final : public Recipe {
     return collate(plan.indices, pin_memory);
   }
 
-  torch::nn::Module& model() override { return llama_.model(); }
-  std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
-  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
-    return llama_.checkpoint_tensors();
-  }
-
   LossNormalization loss_normalization() const override { return LossNormalization::kSumOverTargets; }
-  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
 
   /// The next-token cross-entropy summed over the batch's targets (fp32; only target positions
   /// reach the output projection).
@@ -96,7 +89,6 @@ class SftRecipe final : public Recipe {
   double flops(const data::Batch& batch) const override {
     return llama_.flops(batch.padded_tokens, batch.tensors[0].size(1));
   }
-  bool counts_tokens() const override { return true; }
 
   std::int64_t eval_size() const override { return options_.eval_only ? train_size() : 0; }
   data::Batch assemble_eval(const std::vector<std::int64_t>& indices) const override {
@@ -134,7 +126,6 @@ class SftRecipe final : public Recipe {
   }
 
   SftDataOptions options_;
-  LlamaFinetune llama_;
   std::vector<text::TokenizedSample> samples_;
 };
 
