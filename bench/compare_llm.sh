@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# mgbench llm vs its Python peer (bench/peer_llm.py: transformers + peft + AdamW) on the same CPU,
-# in one run: the same small random Llama (made here with transformers), the same alpaca samples
-# (Llama 3 chat template, tiktoken_small vocabulary) in the same order, batch, precision, LoRA and
-# schedule. Prints real tokens/s and s/it of both (the first step left out on both sides) and the
-# ratio mgbench / peer (> 1: mgbench faster).
+# mgbench llm vs its Python peer (bench/peer_llm.py: transformers + peft + AdamW; for dpo TorchTune's
+# lora_dpo step written with them) on the same CPU, in one run: the same small random Llama (made
+# here with transformers), the same rows (Llama 3 chat template, tiktoken_small vocabulary; dpo:
+# preference pairs) in the same order, batch, precision, LoRA and schedule. Prints real tokens/s
+# (dpo: chosen and rejected) and s/it of both (the first step left out on both sides) and the ratio
+# mgbench / peer (> 1: mgbench faster).
 #   bench/compare_llm.sh [SHARED_DATA_DIR]
-# Environment: STEPS (21), BATCH (2), PRECISION (fp32), HIDDEN (256), LAYERS (4), MGBENCH
-#   (build/app/mgbench), PYTHON (the venv's python with transformers and peft).
+#   RECIPE=dpo bench/compare_llm.sh [SHARED_DATA_DIR]
+# Environment: RECIPE (lora | dpo), STEPS (21), BATCH (2 samples, or pairs), PRECISION (fp32), HIDDEN
+#   (256), LAYERS (4), DATASET (lora: alpaca; dpo: hh_rlhf, stack_exchange_paired or preference),
+#   MAX_SEQ_LEN (lora: 0 = none; dpo: 512), MGBENCH (build/app/mgbench), PYTHON (the venv's python
+#   with transformers and peft).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${1:-../shared/data}
+RECIPE=${RECIPE:-lora}
 STEPS=${STEPS:-21}
 BATCH=${BATCH:-2}
 PRECISION=${PRECISION:-fp32}
@@ -18,7 +23,29 @@ LAYERS=${LAYERS:-4}
 MGBENCH=${MGBENCH:-build/app/mgbench}
 PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
 TOKENIZER=$SHARED/llama3/tiktoken_small.model
-DATA=$SHARED/text/alpaca/alpaca_cleaned_first5k.json
+case $RECIPE in
+  lora)
+    DATASET=${DATASET:-alpaca}
+    MAX_SEQ_LEN=${MAX_SEQ_LEN:-0}
+    RECIPE_ARGS=()
+    WHAT="transformers $("$PY" -c 'import transformers; print(transformers.__version__)') + peft"
+    UNIT="samples" ;;
+  dpo)
+    DATASET=${DATASET:-hh_rlhf}
+    MAX_SEQ_LEN=${MAX_SEQ_LEN:-512}
+    RECIPE_ARGS=(--grad-accum 1 --drop-last false --activation-checkpointing false)
+    WHAT="TorchTune's lora_dpo step on transformers $("$PY" -c 'import transformers; print(transformers.__version__)') + peft"
+    UNIT="pairs" ;;
+  *) echo "compare_llm.sh: RECIPE $RECIPE: expected lora or dpo" >&2; exit 2 ;;
+esac
+case $DATASET in
+  alpaca) DATA=$SHARED/text/alpaca/alpaca_cleaned_first5k.json ;;
+  hh_rlhf) DATA=$SHARED/text/dpo/hh_rlhf_harmless_base_test.jsonl.gz ;;
+  stack_exchange_paired) DATA=$SHARED/text/dpo/stack_exchange_paired_tiny_torchtune.json ;;
+  preference) DATA=$SHARED/text/dpo/dpo_en_demo_llamafactory.json ;;
+  *) echo "compare_llm.sh: DATASET $DATASET: expected alpaca (lora), hh_rlhf, stack_exchange_paired or preference (dpo)" >&2
+     exit 2 ;;
+esac
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -33,11 +60,12 @@ cfg = transformers.LlamaConfig(vocab_size=2256, hidden_size=hidden, intermediate
 transformers.LlamaForCausalLM(cfg).save_pretrained(out)
 PY
 ROWS=$((STEPS * BATCH))
-"$MGBENCH" data stats --dataset alpaca --data "$DATA" --tokenizer "$TOKENIZER" --dump "$ROWS" >"$OUT/samples.jsonl"
-"$MGBENCH" llm --model "$OUT/model" --tokenizer "$TOKENIZER" --dataset alpaca --data "$DATA" \
-  --limit "$ROWS" --shuffle false --batch-size "$BATCH" --max-steps "$STEPS" --precision "$PRECISION" \
-  --lora-rank 8 --results "$OUT/r.h5" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 ||
-  { tail -20 "$OUT/mgbench.log"; exit 1; }
+"$MGBENCH" data stats --dataset "$DATASET" --data "$DATA" --tokenizer "$TOKENIZER" --max-seq-len "$MAX_SEQ_LEN" \
+  --dump "$ROWS" >"$OUT/rows.jsonl"
+"$MGBENCH" llm --recipe "$RECIPE" --model "$OUT/model" --tokenizer "$TOKENIZER" --dataset "$DATASET" --data "$DATA" \
+  --limit "$ROWS" --shuffle false --batch-size "$BATCH" --max-steps "$STEPS" --max-seq-len "$MAX_SEQ_LEN" \
+  --precision "$PRECISION" --lora-rank 8 "${RECIPE_ARGS[@]}" --results "$OUT/r.h5" --progress-interval 1000 \
+  >"$OUT/mgbench.log" 2>&1 || { tail -20 "$OUT/mgbench.log"; exit 1; }
 ours=$("$PY" - "$OUT/r.h5" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
@@ -45,7 +73,7 @@ with h5py.File(sys.argv[1], "r") as f:
     print(f'{steps["tokens"].sum() / steps["step_s"].sum():.1f} {steps["step_s"].mean():.4f}')
 PY
 )
-"$PY" bench/peer_llm.py --model "$OUT/model" --samples "$OUT/samples.jsonl" --batch-size "$BATCH" \
+"$PY" bench/peer_llm.py --recipe "$RECIPE" --model "$OUT/model" --rows "$OUT/rows.jsonl" --batch-size "$BATCH" \
   --steps "$STEPS" --precision "$PRECISION" --pad-id 2004 >"$OUT/peer.json" 2>"$OUT/peer.err" ||
   { tail -20 "$OUT/peer.err"; exit 1; }
 peer=$("$PY" - "$OUT/peer.json" <<'PY'
@@ -56,9 +84,9 @@ PY
 )
 read -r ours_tps ours_spi <<<"$ours"
 read -r peer_tps peer_spi <<<"$peer"
-echo "# mgbench llm vs Python peer (transformers $("$PY" -c 'import transformers; print(transformers.__version__)') + peft), 1 rank, CPU"
+echo "# mgbench llm --recipe $RECIPE vs Python peer ($WHAT), 1 rank, CPU"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(date -u +%Y-%m-%dT%H:%MZ); Llama hidden $HIDDEN x $LAYERS layers, vocab 2256, LoRA r 8 (q,v,o,mlp)"
-echo "# batch $BATCH, $PRECISION, $STEPS steps of alpaca (first left out), same samples and order"
+echo "# $DATASET, max_seq_len $MAX_SEQ_LEN, batch $BATCH $UNIT, $PRECISION, $STEPS steps (first left out), same rows and order"
 printf "%-10s %12s %10s\n" "" "tokens/s" "s/it"
 printf "%-10s %12s %10s\n" "mgbench" "$ours_tps" "$ours_spi"
 printf "%-10s %12s %10s\n" "peer" "$peer_tps" "$peer_spi"

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""The Python peer of `mgbench llm`: the same LoRA fine-tuning written the usual way, with
-transformers' LlamaForCausalLM (SDPA attention) + peft's LoRA + torch.optim.AdamW, on exactly the
-samples mgbench trains on (token ids and labels dumped by `mgbench data stats --dump`), in the same
-order (no shuffling), the same batch, precision, learning rate, warm-up and step count.
+"""The Python peer of `mgbench llm`, written the usual way: transformers' LlamaForCausalLM (SDPA
+attention) + peft's LoRA + torch.optim.AdamW with TorchTune's cosine schedule with warm-up, on
+exactly the rows mgbench trains on (token ids and labels dumped by `mgbench data stats --dump`), in
+the same order (no shuffling), the same batch, precision, learning rate, warm-up and step count.
 
-    peer_llm.py --model DIR --samples samples.jsonl --batch-size 2 --steps 20 [--precision fp32]
+  --recipe lora  supervised fine-tuning: next-token cross-entropy summed over the targets, divided by
+                 their number (TorchTune 0.6's token normalisation).
+  --recipe dpo   TorchTune 0.6.1's lora_dpo step (its own modules cannot share a process with this
+                 peft: its torchao is older): concatenated_forward (chosen rows then rejected,
+                 right-padded together; full logits .float()), get_batch_log_probs, the reference
+                 under no_grad with peft's disable_adapter(), DPOLoss (-logsigmoid(beta z)), mean.
 
-Prints one JSON line: {"tokens_per_s": ..., "s_per_it": ..., "train_s": ..., "tokens": ...}, where
-tokens are the real (non-padding) input tokens and the time is the training loop's (as mgbench's
-summary).
+    peer_llm.py --recipe lora --model DIR --rows rows.jsonl --batch-size 2 --steps 20 --pad-id 2004 [--precision fp32]
+
+Prints one JSON line: {"tokens_per_s": ..., "s_per_it": ..., "train_s": ..., "tokens": ...}: real
+(non-padding) input tokens (dpo: of chosen and rejected) and the training loop's time, the first
+step left out, as mgbench's summary.
 """
 import argparse
 import json
@@ -19,21 +26,47 @@ import peft
 import torch
 import transformers
 
+# Each recipe's defaults: TorchTune's llama3/8B_lora and llama3_1/8B_lora_dpo configs.
+DEFAULTS = {"lora": {"lr": 3e-4, "weight_decay": 0.01}, "dpo": {"lr": 5e-4, "weight_decay": 0.05}}
+
+
+def batch_log_probs(logits, labels):  # torchtune.rlhf.get_batch_log_probs
+    labels = labels[:, 1:].clone()
+    logits = logits[:, :-1, :]
+    mask = labels != -100
+    labels[labels == -100] = 0
+    per_token = torch.gather(logits.log_softmax(-1), dim=2, index=labels.unsqueeze(2)).squeeze(2)
+    return (per_token * mask).sum(-1)
+
+
+def padded(rows, pad_id):
+    """[(tokens, labels)] -> ids and labels [len(rows), longest], right-padded (labels with -100)."""
+    length = max(len(t) for t, _ in rows)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), length), -100, dtype=torch.long)
+    for i, (t, l) in enumerate(rows):
+        ids[i, :len(t)] = torch.tensor(t)
+        labels[i, :len(l)] = torch.tensor(l)
+    return ids, labels
+
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--recipe", choices=sorted(DEFAULTS), default="lora")
     p.add_argument("--model", required=True)
-    p.add_argument("--samples", required=True)
-    p.add_argument("--batch-size", type=int, default=2)
+    p.add_argument("--rows", required=True, help="`mgbench data stats --dump` output (samples, or pairs for dpo)")
+    p.add_argument("--batch-size", type=int, default=2, help="samples (dpo: pairs) per step")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, help="default: the recipe's")
     p.add_argument("--warmup-steps", type=int, default=100)
+    p.add_argument("--beta", type=float, default=0.1, help="dpo")
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--lora-alpha", type=float, default=16)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--pad-id", type=int, required=True)
     a = p.parse_args()
+    defaults = DEFAULTS[a.recipe]
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(42)
@@ -44,38 +77,44 @@ def main():
     model = peft.get_peft_model(model, config)
     model.train()
     params = [q for q in model.parameters() if q.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.01)
-    total = a.steps
+    opt = torch.optim.AdamW(params, lr=a.lr or defaults["lr"], weight_decay=defaults["weight_decay"])
 
     def lr_lambda(step):  # torchtune's get_cosine_schedule_with_warmup
         if step < a.warmup_steps:
             return step / max(1, a.warmup_steps)
-        progress = (step - a.warmup_steps) / max(1, total - a.warmup_steps)
+        progress = (step - a.warmup_steps) / max(1, a.steps - a.warmup_steps)
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
-    samples = [json.loads(line) for line in open(a.samples)]
+    data = [json.loads(line) for line in open(a.rows)]
     tokens_done, start = 0, None
     for step in range(a.steps):
         if step == 1:
             start = time.perf_counter()  # the first step (lazy initialisation) is left out, as warm-up
-        batch = samples[step * a.batch_size:(step + 1) * a.batch_size]
-        length = max(len(s["tokens"]) for s in batch)
-        ids = torch.full((len(batch), length), a.pad_id, dtype=torch.long)
-        labels = torch.full((len(batch), length), -100, dtype=torch.long)
-        for i, s in enumerate(batch):
-            ids[i, :len(s["tokens"])] = torch.tensor(s["tokens"])
-            labels[i, :len(s["labels"])] = torch.tensor(s["labels"])
-        logits = model(input_ids=ids).logits
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)),
-                                                 labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
-        n = (labels[:, 1:] != -100).sum()
-        (loss / n).backward()
+        batch = data[step * a.batch_size:(step + 1) * a.batch_size]
+        if a.recipe == "dpo":
+            rows = [(s["chosen_tokens"], s["chosen_labels"]) for s in batch] + \
+                   [(s["rejected_tokens"], s["rejected_labels"]) for s in batch]
+            ids, labels = padded(rows, a.pad_id)
+            n = len(batch)
+            policy = batch_log_probs(model(input_ids=ids).logits.float(), labels)
+            with torch.no_grad(), model.disable_adapter():
+                reference = batch_log_probs(model(input_ids=ids).logits.float(), labels)
+            z = (policy[:n] - policy[n:]) - (reference[:n] - reference[n:])
+            loss = -torch.nn.functional.logsigmoid(a.beta * z).mean()
+        else:
+            rows = [(s["tokens"], s["labels"]) for s in batch]
+            ids, labels = padded(rows, a.pad_id)
+            logits = model(input_ids=ids).logits
+            summed = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)),
+                                                       labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+            loss = summed / (labels[:, 1:] != -100).sum()
+        loss.backward()
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
         if step >= 1:
-            tokens_done += sum(len(s["tokens"]) for s in batch)
+            tokens_done += sum(len(t) for t, _ in rows)
     train_s = time.perf_counter() - start
     print(json.dumps({"tokens_per_s": tokens_done / train_s, "s_per_it": train_s / (a.steps - 1),
                       "train_s": train_s, "tokens": tokens_done}), flush=True)

@@ -162,6 +162,6 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
   DEVICE=cuda MODEL=llama3.2-1b STEPS=10 BATCH=2 MAX_SEQ_LEN=512 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" \
     bench/compare_recipes.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
   stage "benchmark: DPO vs its Python peer (tiny Llama, CPU side of the machine)"
-  PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_dpo.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
+  RECIPE=dpo PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_llm.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
 fi
 stage "done; logs and tables in $OUT, everything printed above in $SUMMARY"
