@@ -179,19 +179,16 @@ if transformers is not None:
 
     # A tiny model whose vocabulary fits TorchTune's tiktoken_small.model (2,000 ranks + 256
     # Llama 3 special tokens), for `mgbench llm` runs and --eval-only against transformers.
-    torch.manual_seed(9)
-    small_cfg = transformers.LlamaConfig(
-        vocab_size=2256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
-        tie_word_embeddings=False)
-    transformers.LlamaForCausalLM(small_cfg).to(torch.float32).save_pretrained(os.path.join(out, "llama_tiny_2256"))
+    def tiny_2256(name, seed, **sizes):
+        torch.manual_seed(seed)
+        cfg = transformers.LlamaConfig(vocab_size=2256, num_hidden_layers=2, num_attention_heads=4,
+                                       max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
+                                       tie_word_embeddings=False, **sizes)
+        transformers.LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(os.path.join(out, name))
+
+    tiny_2256("llama_tiny_2256", 9, hidden_size=64, intermediate_size=128, num_key_value_heads=2, head_dim=16)
     # The same vocabulary with projections NF4 can hold (numel a multiple of 16384), for QLoRA runs.
-    torch.manual_seed(10)
-    nf4_cfg = transformers.LlamaConfig(
-        vocab_size=2256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, head_dim=32, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
-        tie_word_embeddings=False)
-    transformers.LlamaForCausalLM(nf4_cfg).to(torch.float32).save_pretrained(os.path.join(out, "llama_tiny_nf4"))
+    tiny_2256("llama_tiny_nf4", 10, hidden_size=128, intermediate_size=256, num_key_value_heads=4, head_dim=32)
 
     # peft LoRA on llama_tiny: adapter file (PEFT names) and the gradients of one batch.
     try:
