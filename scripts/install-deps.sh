@@ -2,9 +2,11 @@
 # Installs what mgbench needs on a Debian/Ubuntu workstation, skipping what is already there:
 #   - Debian packages: compilers, CMake, Ninja, ccache, Open MPI, HDF5 built with Open MPI,
 #     Boost.Program_options, zlib, spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark,
-#     clang-format (the style check), slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here);
+#     clang-format (the style check), slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here),
+#     chromium (headless: the browser-labelled test of mgbench-plot's HTML page);
 #   - a Python virtual environment with the PyPI torch wheel pinned to 2.11.0 (its LibTorch is
-#     what mgbench links), torchvision (test oracle, benchmark peer), h5py, numpy, pytest.
+#     what mgbench links), torchvision (test oracle, benchmark peer), h5py, numpy, pytest, and the
+#     analysis package python/ (mgbench_analysis, mgbench-plot; with pandas and matplotlib).
 # The venv lives outside the checkout so clean clones reuse it:
 #   MGBENCH_VENV (default ~/.cache/mgbench/venv).
 # Clusters use environment modules instead: see Makefile.hpc.
@@ -17,7 +19,8 @@ APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev clang-format
-  slurm-wlm munge)  # slurm-wlm, munge: the test SLURM of tests/slurm (label slurm)
+  slurm-wlm munge  # slurm-wlm, munge: the test SLURM of tests/slurm (label slurm)
+  chromium)        # headless, for the HTML page of mgbench-plot (label browser)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -50,4 +53,9 @@ TORCHTUNE_SITE="$MGBENCH_VENV/torchtune-site"
 TORCHTUNE=("torchtune==0.6.1" "torchao==0.11.0" "sentencepiece==0.2.1" "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3")
 [[ -d "$TORCHTUNE_SITE/torchtune" ]] ||
   "$PY" -m pip install -q --no-deps --target "$TORCHTUNE_SITE" "${TORCHTUNE[@]}"
+# The analysis package of this checkout (reinstalled when its version differs from the installed one).
+ANALYSIS_DIR="$(cd "$(dirname "$0")/.." && pwd)/python"
+ANALYSIS_VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ANALYSIS_DIR/pyproject.toml")
+"$PY" -c "import mgbench_analysis, pandas, matplotlib, sys; sys.exit(mgbench_analysis.__version__ != '$ANALYSIS_VERSION')" \
+  2>/dev/null || "$PY" -m pip install -q "$ANALYSIS_DIR"
 echo "install-deps: ok (python: $PY, $("$PY" -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,6 +1,8 @@
 """Shared fixtures of mgbench's Python-driven tests: the binary, mpirun, the shared data."""
+import glob
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,31 @@ def mnist():
     if not (MNIST / "train-images-idx3-ubyte.gz").exists():
         pytest.skip(f"no MNIST at {MNIST}")
     return MNIST
+
+
+RANK_ENV = dict(ENV, OMP_NUM_THREADS="1")
+
+
+def start(args, np=2):
+    """Starts mgbench under mpirun -np without waiting (one thread per rank); returns the Popen."""
+    cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", BIN, *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RANK_ENV)
+
+
+def wait_for_checkpoint(directory, step, proc, timeout=240):
+    """Waits until checkpoint step-<step> (or a later one) is committed."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        done = [int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{directory}/*/step-?????????")]
+        if any(s >= step for s in done):
+            return
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"run ended ({proc.returncode}) before checkpoint {step}:\n{out}\n{err}")
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"no checkpoint {step} in {directory} after {timeout} s")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: needs headless Chromium (ctest label browser)")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN, ENV, MPIEXEC, SHARED, SMALL, mgbench, mnist  # noqa: F401 (fixture)
+from conftest import BIN, SHARED, SMALL, mgbench, mnist, start, wait_for_checkpoint  # noqa: F401 (fixture)
 
 h5py = pytest.importorskip("h5py")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -37,29 +37,6 @@ DPO = ["llm", "--recipe", "dpo", "--model", MODEL, "--tokenizer", SHARED / "llam
        "160", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "30", "--max-seq-len", "256", "--warmup-steps",
        "2", "--lr", "1e-3", "--lora-rank", "4", "--precision", "fp32", "--activation-checkpointing", "false",
        "--progress-interval", "1000", "--device", "cpu"]
-RANK_ENV = dict(ENV, OMP_NUM_THREADS="1")
-
-
-def start(args, np=2):
-    cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", BIN, *map(str, args)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RANK_ENV)
-
-
-def wait_for_checkpoint(directory, step, proc, timeout=240):
-    """Waits until checkpoint step-<step> (or a later one) is committed."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        done = [int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{directory}/*/step-?????????")]
-        if any(s >= step for s in done):
-            return
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"run ended ({proc.returncode}) before checkpoint {step}:\n{out}\n{err}")
-        time.sleep(0.05)
-    proc.kill()
-    pytest.fail(f"no checkpoint {step} in {directory} after {timeout} s")
-
-
 def rank_pids(proc):
     """The ranks: mpirun's child processes running mgbench."""
     out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout

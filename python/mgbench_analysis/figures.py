@@ -1,0 +1,569 @@
+"""The figures of Lawenda et al. 2025 (arXiv 2503.15252), and what the paper lacks, from mgbench results.
+
+One descriptor per figure (:class:`FigureSpec`, as nccl-tests has one per collective): its file name,
+what runs it needs (the line printed when it is skipped), and a function that draws it from the data
+or returns None when the data do not support it. A new figure is one function and one entry in
+:data:`FIGURES`.
+
+Every plotted series is an artist labelled with what it shows (a Line2D or BarContainer whose label is
+the strategy, rank count, precision, phase, ...), so the figures' data can be read back from the
+artists (tests/python/test_analysis.py does). Values are means over repeated runs of one point.
+"""
+from __future__ import annotations
+
+import functools
+import textwrap
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from . import paper
+from .report import runs as runs_frame
+from .results import PHASES, Run, cuda, epochs, steps
+
+# Workload attributes that, with the plotted axes, make image runs comparable (as `mgbench report`).
+IMAGE_WORKLOAD = ["strategy", "precision", "pin_memory", "image_size", "epochs", "batch_size", "train_samples"]
+LLM_WORKLOAD = ["recipe", "model", "precision", "batch_size", "grad_accum", "max_seq_len"]
+# The four metrics of the paper's Fig. 3 (Nsight Systems there, CUPTI here).
+FIG3_METRICS = ("CUDA memcpy HtoD", "cudaLaunchKernel", "cudaStreamSynchronize", "NCCL kernels")
+
+
+class Data:
+    """The frames the figures are drawn from, read once from the runs."""
+
+    def __init__(self, runs: Sequence[Run]):
+        self.run_list = list(runs)
+
+    @functools.cached_property
+    def runs(self) -> pd.DataFrame:
+        frame = runs_frame(self.run_list) if self.run_list else pd.DataFrame()
+        if not frame.empty:
+            frame["label"] = run_labels(frame)
+        return frame
+
+    @functools.cached_property
+    def steps(self) -> pd.DataFrame:
+        return steps(self.run_list)
+
+    @functools.cached_property
+    def epochs(self) -> pd.DataFrame:
+        return epochs(self.run_list)
+
+    @functools.cached_property
+    def cuda_summary(self) -> pd.DataFrame:
+        return cuda(self.run_list, "summary")
+
+    @functools.cached_property
+    def cuda_api(self) -> pd.DataFrame:
+        return cuda(self.run_list, "api")
+
+    def completed(self, llm: bool) -> pd.DataFrame:
+        """Completed runs with a finite total time, image (llm=False) or LLM (llm=True) ones."""
+        frame = self.runs
+        if frame.empty:
+            return frame
+        is_llm = frame["task"].astype(str).str.startswith("llm")
+        return frame[(frame["status"] == "completed") & np.isfinite(frame["total_s"]) & (is_llm == llm)]
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str  # file name without extension (the paper's figure number where it has one)
+    title: str
+    needs: str  # what runs the figure needs: printed when it is skipped
+    draw: Callable[[Data, bool], Optional[Figure]]  # (data, paper overlay) -> figure, or None to skip
+
+
+def run_labels(frame: pd.DataFrame) -> List[str]:
+    """Short, unique labels of runs: image "ddp-ds 2r fp32 224px pin", LLM "lora alpaca 2r bf16"."""
+    labels = []
+    for _, r in frame.iterrows():
+        if str(r.get("task", "")).startswith("llm"):
+            label = f"{r['recipe']} {r.get('dataset', '')} {r['ranks']}r {r.get('precision', '')}"
+        else:
+            label = f"{r.get('strategy', '')} {r['ranks']}r {r.get('precision', '')} {r.get('image_size', '')}px"
+            if str(r.get("pin_memory", "")) == "true":
+                label += " pin"
+        labels.append(label)
+    seen: Dict[str, int] = {}
+    for i, label in enumerate(labels):
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1 or labels.count(label) > 1:
+            labels[i] = f"{label} #{seen[label]}"
+    return labels
+
+
+def _choose(frame: pd.DataFrame, keys: List[str], ok: Callable[[pd.DataFrame], bool],
+            prefer: Callable[[tuple, pd.DataFrame], tuple]) -> Optional[pd.DataFrame]:
+    """The group of runs (equal in `keys`) that `ok` accepts and `prefer` ranks highest; None if none."""
+    best, best_rank = None, None
+    for key, group in frame.groupby([k for k in keys], dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        if not ok(group):
+            continue
+        rank = prefer(dict(zip(keys, key)), group)
+        if best_rank is None or rank > best_rank:
+            best, best_rank = group, rank
+    return best
+
+
+def _describe(group: pd.DataFrame, keys: Sequence[str]) -> str:
+    first = group.iloc[0]
+    parts = []
+    for k in keys:
+        v = first.get(k)
+        if k == "image_size":
+            parts.append(f"{v} px")
+        elif k == "pin_memory":
+            parts.append(f"pin_memory {v}")
+        elif k == "epochs":
+            parts.append(f"{v} epoch(s)")
+        elif k == "batch_size":
+            parts.append(f"batch {v}/rank")
+        elif k == "train_samples":
+            parts.append(f"{v} samples")
+        elif k == "grad_accum":
+            parts.append(f"grad-accum {v}")
+        elif k == "max_seq_len":
+            parts.append(f"max_seq_len {v}" if v else "no max_seq_len")
+        elif k == "model":
+            parts.append(str(v).rstrip("/").rsplit("/", 1)[-1])
+        else:
+            parts.append(str(v))
+    return ", ".join(parts)
+
+
+def _series(group: pd.DataFrame, by: str, x: str, y: str) -> Dict[object, pd.Series]:
+    """For each value of `by`, the mean of `y` over runs at each `x` (sorted), NaNs dropped."""
+    out = {}
+    for value, sub in group.groupby(by, sort=True):
+        s = sub.groupby(x)[y].mean().dropna()
+        if not s.empty:
+            out[value] = s
+    return out
+
+
+# One colour per strategy, precision, rank count, ...: the same in every panel and for the paper's points.
+_PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+            "tab:cyan", "tab:gray"]
+_KNOWN = ["ddp", "ddp-rr", "ddp-ds", "dp", "fp64", "fp32", "fp16", "bf16", "amp-fp16", "amp-bf16"]
+
+
+def color(value) -> str:
+    """The colour of a series value: fixed for strategies and precisions, by value otherwise."""
+    value = str(value)
+    index = _KNOWN.index(value) if value in _KNOWN else sum(map(ord, value))
+    return _PALETTE[index % len(_PALETTE)]
+
+
+def _plot_series(ax, series: Dict[object, pd.Series], scale: float = 1.0, prefix: str = "", marker="o") -> None:
+    for value, s in series.items():
+        ax.plot(s.index.to_numpy(), s.to_numpy() * scale, marker=marker, label=f"{prefix}{value}",
+                color=color(f"{prefix}{value}" if prefix else value))
+
+
+def _ideal_speedup(ax, ranks) -> None:
+    ranks = sorted(set(ranks))
+    ax.plot(ranks, [100.0 * r for r in ranks], color="grey", linestyle=":", label="_ideal")
+
+
+def _finish(fig: Figure, title: str) -> Figure:
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(fig.get_figwidth() * 11))))
+    for ax in fig.axes:
+        handles, labels = ax.get_legend_handles_labels()
+        if handles and len(handles) <= 16 and ax.get_legend() is None:
+            ax.legend(fontsize="small")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _rank_counts(group: pd.DataFrame) -> int:
+    return group["ranks"].nunique()
+
+
+# --- Fig. 1: strategy scaling ----------------------------------------------------------------------
+
+def fig1_strategy_scaling(data: Data, overlay: bool) -> Optional[Figure]:
+    image = data.completed(llm=False)
+    if image.empty:
+        return None
+    keys = [k for k in IMAGE_WORKLOAD if k != "strategy"]
+    # The paper's Fig. 1: FP32, pin_memory false, the largest image size; then the most strategies.
+    group = _choose(image, keys, lambda g: _rank_counts(g) >= 2,
+                    lambda k, g: (k["precision"] == "fp32", k["pin_memory"] == "false", g["strategy"].nunique(),
+                                  k["image_size"], len(g)))
+    if group is None:
+        return None
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2)
+    _plot_series(left, _series(group, "strategy", "ranks", "total_s"))
+    left.set(xlabel="ranks (GPUs)", ylabel="total time (s)", title="time to train and evaluate")
+    _plot_series(right, _series(group, "strategy", "ranks", "efficiency_vs_1_rank"), scale=100.0)
+    _ideal_speedup(right, group["ranks"])
+    right.set(xlabel="ranks (GPUs)", ylabel="efficiency vs 1 rank (%)", title="T(1 rank) / T(n ranks)")
+    for ax in (left, right):
+        ax.set_xticks(sorted(group["ranks"].unique()))
+    return _finish(fig, f"Fig. 1: strategy scaling ({_describe(group, keys)})")
+
+
+# --- Fig. 2: time and efficiency vs image size ---------------------------------------------------
+
+def fig2_time_efficiency_vs_size(data: Data, overlay: bool) -> Optional[Figure]:
+    image = data.completed(llm=False)
+    if image.empty:
+        return None
+    image = image[image["strategy"] == "ddp-ds"]
+    keys = [k for k in IMAGE_WORKLOAD if k not in ("strategy", "image_size")]
+    group = _choose(image, keys, lambda g: g["image_size"].nunique() >= 2 and _rank_counts(g) >= 2,
+                    lambda k, g: (k["precision"] == "fp64", k["pin_memory"] == "false", g["image_size"].nunique(),
+                                  len(g)))
+    if group is None:
+        return None
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2)
+    _plot_series(left, _series(group, "ranks", "image_size", "total_s"), prefix="ranks ")
+    left.set(xlabel="image size (px)", ylabel="total time (s)", title="execution time")
+    _plot_series(right, _series(group[group["ranks"] > 1], "ranks", "image_size", "efficiency_vs_1_rank"),
+                 scale=100.0, prefix="ranks ")
+    right.set(xlabel="image size (px)", ylabel="efficiency vs 1 rank (%)", title="T(1 rank) / T(n ranks)")
+    return _finish(fig, f"Fig. 2: DDP-DS time and efficiency vs image size ({_describe(group, keys)})")
+
+
+# --- Table 2 as a figure: precision scaling --------------------------------------------------------
+
+def precision_scaling(data: Data, overlay: bool) -> Optional[Figure]:
+    image = data.completed(llm=False)
+    if image.empty:
+        return None
+    keys = [k for k in IMAGE_WORKLOAD if k != "precision"]
+    group = _choose(image, keys, lambda g: g["precision"].nunique() >= 2,
+                    lambda k, g: (k["strategy"] == "ddp-ds", k["pin_memory"] == "false", g["precision"].nunique(),
+                                  _rank_counts(g), len(g)))
+    if group is None:
+        return None
+    fig = Figure(figsize=(15, 4.2))
+    time_ax, one_ax, fp64_ax = fig.subplots(1, 3)
+    _plot_series(time_ax, _series(group, "precision", "ranks", "total_s"))
+    time_ax.set(xlabel="ranks (GPUs)", ylabel="total time (s)", title="time")
+    _plot_series(one_ax, _series(group, "precision", "ranks", "efficiency_vs_1_rank"), scale=100.0)
+    one_ax.set(xlabel="ranks (GPUs)", ylabel="efficiency vs 1 rank (%)", title="T(1 rank) / T(n ranks)")
+    _plot_series(fp64_ax, _series(group, "precision", "ranks", "efficiency_vs_fp64"), scale=100.0)
+    fp64_ax.set(xlabel="ranks (GPUs)", ylabel="efficiency vs FP64 (%)", title="T(fp64) / T(precision)")
+    if overlay:
+        for precision, rows in paper.TABLE2.groupby("precision"):
+            one_ax.plot(rows["ranks"], rows["efficiency_vs_1_rank"] * 100, linestyle="--", marker="s",
+                        fillstyle="none", label=f"paper {precision}", color=color(precision))
+            if precision != "fp64":
+                fp64_ax.plot(rows["ranks"], rows["efficiency_vs_fp64"] * 100, linestyle="--", marker="s",
+                             fillstyle="none", label=f"paper {precision}", color=color(precision))
+    for ax in (time_ax, one_ax, fp64_ax):
+        ax.set_xticks(sorted(set(group["ranks"]) | (set(paper.TABLE2["ranks"]) if overlay else set())))
+    suffix = f"; dashed: {paper.SOURCE}, Table 2" if overlay else ""
+    return _finish(fig, f"Table 2: precision ({_describe(group, keys)}){suffix}")
+
+
+# --- Table 3 as a figure: pin_memory ------------------------------------------------------------
+
+def pin_memory_scaling(data: Data, overlay: bool) -> Optional[Figure]:
+    image = data.completed(llm=False)
+    if image.empty:
+        return None
+    keys = [k for k in IMAGE_WORKLOAD if k != "pin_memory"]
+    group = _choose(image, keys, lambda g: g["pin_memory"].nunique() >= 2,
+                    lambda k, g: (k["precision"] == "fp32", k["strategy"] == "ddp-ds", _rank_counts(g), len(g)))
+    if group is None:
+        return None
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2)
+    _plot_series(left, _series(group, "pin_memory", "ranks", "total_s"), prefix="pin_memory ")
+    left.set(xlabel="ranks (GPUs)", ylabel="total time (s)", title="time")
+    times = group.groupby(["ranks", "pin_memory"])["total_s"].mean().unstack()
+    if {"true", "false"} <= set(times.columns):
+        gain = (times["false"] / times["true"]).dropna()
+        right.plot(gain.index.to_numpy(), gain.to_numpy() * 100, marker="o", label="measured")
+    if overlay:
+        rows = paper.TABLE3.dropna(subset=["efficiency_vs_pin_false"])
+        right.plot(rows["ranks"], rows["efficiency_vs_pin_false"] * 100, linestyle="--", marker="s",
+                   fillstyle="none", label="paper Table 3")
+    right.axhline(100, color="grey", linestyle=":")
+    right.set(xlabel="ranks (GPUs)", ylabel="T(pin false) / T(pin true) (%)", title="pin_memory gain")
+    return _finish(fig, f"Table 3: pin_memory ({_describe(group, keys)})")
+
+
+# --- Fig. 3: the four profiler metrics in percent ------------------------------------------------
+
+def _api_time(data: Data) -> pd.DataFrame:
+    """Per run and rank: seconds in cudaLaunchKernel and cudaStreamSynchronize (CUPTI API table)."""
+    api = data.cuda_api
+    if api.empty:
+        return pd.DataFrame(columns=["file", "run_id", "rank", "cudaLaunchKernel", "cudaStreamSynchronize"])
+    wide = api.pivot_table(index=["file", "run_id", "rank"], columns="name", values="time_s", aggfunc="sum")
+    for name in ("cudaLaunchKernel", "cudaStreamSynchronize"):
+        if name not in wide:
+            wide[name] = 0.0
+    return wide[["cudaLaunchKernel", "cudaStreamSynchronize"]].fillna(0.0).reset_index()
+
+
+def cuda_metrics(data: Data) -> pd.DataFrame:
+    """Per run and rank, the seconds of the paper's Fig. 3 / 5 / 6 metrics (HtoD copies' device time,
+    cudaLaunchKernel and cudaStreamSynchronize host time, NCCL kernels' device time) and the profile
+    window's length (s)."""
+    summary = data.cuda_summary
+    if summary.empty:
+        return pd.DataFrame()
+    frame = summary[["file", "run_id", "rank", "window_s", "htod_s", "nccl_kernel_s"]].merge(
+        _api_time(data), on=["file", "run_id", "rank"], how="left").fillna(0.0)
+    return frame.rename(columns={"htod_s": "CUDA memcpy HtoD", "nccl_kernel_s": "NCCL kernels"})
+
+
+def _grouped_bars(ax, labels: Sequence[str], values: Dict[str, Sequence[float]]) -> None:
+    x = np.arange(len(labels))
+    width = 0.8 / max(1, len(values))
+    for i, (name, heights) in enumerate(values.items()):
+        ax.bar(x + (i - (len(values) - 1) / 2) * width, heights, width, label=name)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize="small")
+
+
+def fig3_profiler_metrics(data: Data, overlay: bool) -> Optional[Figure]:
+    metrics = cuda_metrics(data)
+    image = data.completed(llm=False)
+    if metrics.empty or image.empty:
+        return None
+    per_run = metrics.groupby(["file", "run_id"]).mean(numeric_only=True).reset_index()
+    per_run = per_run.merge(image[["file", "run_id", "label"]], on=["file", "run_id"])
+    if per_run.empty:
+        return None
+    fig = Figure(figsize=(max(8, 1.2 * len(per_run) + 3), 4.8))
+    ax = fig.subplots()
+    _grouped_bars(ax, list(per_run["label"]),
+                  {m: (100 * per_run[m] / per_run["window_s"]).tolist() for m in FIG3_METRICS})
+    ax.set(ylabel="% of the profile window (mean over ranks)")
+    return _finish(fig, "Fig. 3: profiler metrics in percent of the profile window (CUPTI)")
+
+
+# --- Fig. 4: LLM iteration times ------------------------------------------------------------------
+
+def _llm_group(data: Data, ok: Callable[[pd.DataFrame], bool]) -> Optional[pd.DataFrame]:
+    llm = data.completed(llm=True)
+    llm = llm[llm["task"] == "llm"] if not llm.empty else llm
+    if llm.empty:
+        return None
+    keys = [k for k in LLM_WORKLOAD if k in llm]
+    return _choose(llm, keys, ok, lambda k, g: (k["recipe"] == "lora", g["dataset"].nunique(), len(g)))
+
+
+def fig4_llm_iteration_times(data: Data, overlay: bool) -> Optional[Figure]:
+    group = _llm_group(data, lambda g: g["s_per_it"].notna().any())
+    if group is None:
+        return None
+    means = group.groupby(["dataset", "ranks"])["s_per_it"].mean().unstack()
+    fig = Figure(figsize=(10, 4.5))
+    ax = fig.subplots()
+    _grouped_bars(ax, list(means.index), {f"ranks {r}": means[r].tolist() for r in means.columns})
+    ax.set(xlabel="dataset", ylabel="iteration time (s/it)")
+    if overlay and "alpaca" in means.index:
+        twin = ax.twinx()
+        x = list(means.index).index("alpaca")
+        rows = paper.TABLE5[paper.TABLE5["pin_memory"] == "false"]
+        twin.plot(x - 0.3 + 0.2 * (rows["ranks"] - 1), rows["s_per_it"], linestyle="none", marker="s",
+                  fillstyle="none", color="black", label="paper Table 5 (alpaca, 1-4 GPUs, left to right)")
+        twin.set_ylim(0, None)
+        twin.set_ylabel("paper s/it (Llama3-8B LoRA)")
+        twin.legend(loc="upper right", fontsize="small")
+        ax.legend(loc="upper left", fontsize="small")
+    return _finish(fig, f"Fig. 4: LLM iteration time per dataset and rank count "
+                        f"({_describe(group, [k for k in LLM_WORKLOAD if k in group])})")
+
+
+# --- Fig. 5 and 6: CUDA API calls of LLM runs ------------------------------------------------------
+
+def _llm_cuda(data: Data) -> pd.DataFrame:
+    metrics = cuda_metrics(data)
+    llm = data.completed(llm=True)
+    if metrics.empty or llm.empty:
+        return pd.DataFrame()
+    return metrics.merge(llm[["file", "run_id", "dataset", "ranks", "pin_memory", "label"]], on=["file", "run_id"])
+
+
+def fig5_cuda_api_by_dataset(data: Data, overlay: bool) -> Optional[Figure]:
+    frame = _llm_cuda(data)
+    if frame.empty:
+        return None
+    # The paper profiles one GPU; with no 1-rank run, the mean over ranks of the others.
+    if (frame["ranks"] == 1).any():
+        frame = frame[frame["ranks"] == 1]
+    names = ["cudaLaunchKernel", "cudaStreamSynchronize", "CUDA memcpy HtoD"]
+    means = frame.groupby("dataset")[names].mean()
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.subplots()
+    _grouped_bars(ax, list(means.index), {n: means[n].tolist() for n in names})
+    ax.set(xlabel="dataset", ylabel="time in the profile window (s)")
+    return _finish(fig, "Fig. 5: CUDA API calls per dataset (LLM runs, CUPTI)")
+
+
+def fig6_cuda_api_pin_memory(data: Data, overlay: bool) -> Optional[Figure]:
+    frame = _llm_cuda(data)
+    if frame.empty or frame["pin_memory"].nunique() < 2:
+        return None
+    names = ["cudaLaunchKernel", "CUDA memcpy HtoD", "NCCL kernels"]
+    # Summed over ranks, as the paper sums its accelerators (its totals may exceed the window).
+    per_run = frame.groupby(["file", "run_id", "ranks", "pin_memory"])[names + ["window_s"]].sum().reset_index()
+    groups = per_run.groupby(["ranks", "pin_memory"])[names + ["window_s"]].mean()
+    labels = [f"{r} rank(s), pin {p}" for r, p in groups.index]
+    fig = Figure(figsize=(12, 4.5))
+    left, right = fig.subplots(1, 2)
+    _grouped_bars(left, labels, {n: groups[n].tolist() for n in names})
+    left.set(ylabel="time, summed over ranks (s)")
+    _grouped_bars(right, labels, {n: (100 * groups[n] / groups["window_s"]).tolist() for n in names})
+    right.set(ylabel="% of the profile windows")
+    return _finish(fig, "Fig. 6: CUDA API calls with and without pin_memory (LLM runs, CUPTI)")
+
+
+# --- What the paper lacks ------------------------------------------------------------------------
+
+_MAX_RUNS = 12
+
+
+def loss_accuracy_per_epoch(data: Data, overlay: bool) -> Optional[Figure]:
+    ep = data.epochs
+    if ep.empty or data.runs.empty:
+        return None
+    per_epoch = ep.groupby(["file", "run_id", "epoch"]).agg(loss=("loss_mean", "mean"),
+                                                             accuracy=("test_accuracy", "first")).reset_index()
+    per_epoch = per_epoch.merge(data.runs[["file", "run_id", "label"]], on=["file", "run_id"])
+    if per_epoch.empty:
+        return None
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2)
+    for label, rows in per_epoch.groupby("label", sort=False):
+        left.plot(rows["epoch"] + 1, rows["loss"], marker="o", label=label)
+        accuracy = rows.dropna(subset=["accuracy"])
+        if not accuracy.empty:
+            right.plot(accuracy["epoch"] + 1, accuracy["accuracy"] * 100, marker="o", label=label)
+    left.set(xlabel="epoch", ylabel="training loss (mean over steps and ranks)")
+    right.set(xlabel="epoch", ylabel="test accuracy (%)")
+    return _finish(fig, "Loss and test accuracy per epoch")
+
+
+def step_timeline(data: Data, overlay: bool) -> Optional[Figure]:
+    st = data.steps
+    if st.empty:
+        return None
+    runs = data.runs.copy()
+    runs["multi"] = runs["ranks"] > 1
+    chosen = runs.sort_values(["multi", "run_id"], ascending=False).head(6)
+    chosen = chosen[chosen.apply(lambda r: ((st["file"] == r["file"]) & (st["run_id"] == r["run_id"])).any(), axis=1)]
+    if chosen.empty:
+        return None
+    fig = Figure(figsize=(11, 2.8 * len(chosen)))
+    axes = np.atleast_1d(fig.subplots(len(chosen), 1, squeeze=False)[:, 0])
+    for ax, (_, run) in zip(axes, chosen.iterrows()):
+        rows = st[(st["file"] == run["file"]) & (st["run_id"] == run["run_id"])]
+        for rank, r in rows.groupby("rank"):
+            ax.plot(r["start_s"], r["step_s"], linewidth=0.8, label=f"rank {rank}")
+        ax.set(xlabel="time since the start of training (s)", ylabel="step time (s)", title=run["label"])
+    return _finish(fig, "Step time per rank (stragglers stand out)")
+
+
+def phase_breakdown(data: Data, overlay: bool) -> Optional[Figure]:
+    ep = data.epochs
+    if ep.empty:
+        return None
+    fields = [f for _, f in PHASES]
+    # Per run: each phase summed over epochs, then the mean over ranks; "other" is the rest of train_s.
+    per_rank = ep.groupby(["file", "run_id", "rank"])[fields + ["train_s"]].sum()
+    per_run = per_rank.groupby(["file", "run_id"]).mean().reset_index()
+    per_run = per_run.merge(data.runs[["file", "run_id", "label"]], on=["file", "run_id"]).tail(30)
+    if per_run.empty:
+        return None
+    per_run["other_s"] = (per_run["train_s"] - per_run[fields].sum(axis=1)).clip(lower=0)
+    fig = Figure(figsize=(11, 1.5 + 0.35 * len(per_run)))
+    ax = fig.subplots()
+    left = np.zeros(len(per_run))
+    for name, f in list(PHASES) + [("other", "other_s")]:
+        ax.barh(per_run["label"], per_run[f], left=left, label=name)
+        left += per_run[f].to_numpy()
+    ax.set(xlabel="training time, mean over ranks (s)")
+    ax.invert_yaxis()
+    return _finish(fig, "Where the training time goes: phases per run")
+
+
+def llm_recipes(data: Data, overlay: bool) -> Optional[Figure]:
+    llm = data.completed(llm=True)
+    if llm.empty or data.steps.empty:
+        return None
+    llm = llm[llm["task"] == "llm"]
+    if llm.empty:
+        return None
+    fig = Figure(figsize=(15, 4.2))
+    loss_ax, tok_ax, mem_ax = fig.subplots(1, 3)
+    st = data.steps.merge(llm[["file", "run_id", "label"]], on=["file", "run_id"])
+    for label, rows in st.groupby("label", sort=False):
+        # Optimizer steps counted across epochs; the loss is the mean over ranks.
+        per_step = rows.groupby(["epoch", "step"])["loss"].mean().reset_index()
+        loss_ax.plot(np.arange(1, len(per_step) + 1), per_step["loss"], label=label)
+    loss_ax.set(xlabel="optimizer step", ylabel="training loss (mean over ranks)")
+    by_recipe = llm.groupby("recipe")[["tokens_per_s", "peak_memory_mib"]].mean()
+    tok_ax.bar(by_recipe.index, by_recipe["tokens_per_s"], label="tokens/s")
+    tok_ax.set(xlabel="recipe", ylabel="tokens/s (all ranks, mean over runs)")
+    mem_ax.bar(by_recipe.index, by_recipe["peak_memory_mib"], label="peak memory")
+    mem_ax.set(xlabel="recipe", ylabel="peak memory, rank 0 (MiB)")
+    return _finish(fig, "LLM recipes: loss, throughput and peak memory")
+
+
+FIGURES: List[FigureSpec] = [
+    FigureSpec("fig1_strategy_scaling", "Fig. 1: strategy scaling",
+               "completed image runs of one workload at two or more rank counts (e.g. ddp, ddp-rr, ddp-ds at 1 and "
+               "2 ranks)", fig1_strategy_scaling),
+    FigureSpec("fig2_time_efficiency_vs_size", "Fig. 2: time and efficiency vs image size",
+               "completed ddp-ds image runs at two or more image sizes and two or more rank counts",
+               fig2_time_efficiency_vs_size),
+    FigureSpec("table2_precision_scaling", "Table 2: precision", "completed image runs of one workload in two or "
+               "more precisions (fp64, fp32, fp16, ...)", precision_scaling),
+    FigureSpec("table3_pin_memory_scaling", "Table 3: pin_memory", "completed image runs of one workload with "
+               "--pin-memory true and false", pin_memory_scaling),
+    FigureSpec("fig3_profiler_metrics", "Fig. 3: profiler metrics",
+               "image runs on GPUs with CUDA metrics (--cupti true, the default on GPUs)", fig3_profiler_metrics),
+    FigureSpec("fig4_llm_iteration_times", "Fig. 4: LLM iteration times", "completed `mgbench llm` runs",
+               fig4_llm_iteration_times),
+    FigureSpec("fig5_cuda_api_by_dataset", "Fig. 5: CUDA API calls per dataset",
+               "`mgbench llm` runs on GPUs with CUDA metrics (--cupti true)", fig5_cuda_api_by_dataset),
+    FigureSpec("fig6_cuda_api_pin_memory", "Fig. 6: CUDA API calls and pin_memory",
+               "`mgbench llm` runs on GPUs with CUDA metrics, with --pin-memory true and false",
+               fig6_cuda_api_pin_memory),
+    FigureSpec("loss_accuracy_per_epoch", "Loss and test accuracy per epoch", "runs with a completed epoch",
+               loss_accuracy_per_epoch),
+    FigureSpec("step_timeline", "Step time per rank", "runs with written steps", step_timeline),
+    FigureSpec("phase_breakdown", "Training time by phase", "runs with a completed epoch", phase_breakdown),
+    FigureSpec("llm_recipes", "LLM recipes", "completed `mgbench llm` runs (lora, qlora, dpo, qat, ...)",
+               llm_recipes),
+]
+
+
+def by_name(name: str) -> FigureSpec:
+    """The figure of that name; raises KeyError listing the names."""
+    for spec in FIGURES:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"no figure '{name}'; figures: {', '.join(s.name for s in FIGURES)}")
+
+
+def draw(name: str, source, overlay: bool = False) -> Optional[Figure]:
+    """One figure drawn from runs, files or patterns; None when the data do not support it."""
+    data = source if isinstance(source, Data) else Data(source if _is_runs(source) else _read(source))
+    return by_name(name).draw(data, overlay)
+
+
+def _is_runs(source) -> bool:
+    return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(r, Run) for r in source)
+
+
+def _read(source):
+    from .results import read
+
+    return read(source)

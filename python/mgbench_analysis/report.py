@@ -1,0 +1,211 @@
+"""One row per run, with the efficiencies `mgbench report` prints (modules/report/report.cpp).
+
+The definitions are the report's, so the frames equal its CSV (tested against ``mgbench report --csv``):
+- image runs, "vs 1 rank" = T(1 rank) / T(n ranks): the completed 1-rank run of the same workload (task,
+  precision, pin_memory, image size, epochs, per-rank batch size, training samples), a same-strategy one
+  preferred, the latest among several; "vs FP64" = T(fp64) / T(this precision), same workload, strategy
+  and world size (Lawenda et al. 2025, Table 2);
+- LLM runs, "vs 1 rank" = (tokens/s / ranks) / tokens/s of the 1-rank run of the same recipe, model,
+  dataset, precision, batch size, grad-accum, training samples and max_seq_len;
+- DPO: the reward accuracy and margin at the end: the mean over ranks of each rank's last min(10, steps)
+  steps.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .results import Run, read
+
+MIB = 1024.0 * 1024.0
+
+#: `mgbench report --csv` columns of each table, in its order.
+CSV_COLUMNS = {
+    "image": ["file", "run_id", "status", "ranks", "strategy", "precision", "pin_memory", "image_size", "epochs",
+              "batch_size", "total_s", "test_accuracy_pct", "img_per_s", "efficiency_vs_1_rank_pct",
+              "efficiency_vs_fp64_pct", "resumes"],
+    "llm": ["file", "run_id", "status", "task", "ranks", "model", "dataset", "precision", "batch_size", "grad_accum",
+            "s_per_it", "tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct", "loss", "resumes", "recipe",
+            "peak_memory_mib", "weight_bytes_per_param"],
+    "dpo": ["file", "run_id", "status", "ranks", "model", "dataset", "precision", "batch_size", "grad_accum",
+            "s_per_it", "tokens_per_s", "padded_tokens_per_s", "peak_memory_mib", "loss", "reward_accuracy_pct",
+            "reward_margin", "resumes"],
+}
+
+
+def display(value) -> str:
+    """An attribute as `mgbench report` shows it (and compares workloads by): text as is, integers in
+    decimal, numbers as printf's %g; "" when absent."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:g}"
+    return str(value)
+
+
+def is_llm(run: Run) -> bool:
+    return str(run.attributes.get("task", "")).startswith("llm")
+
+
+def recipe_of(run: Run) -> str:
+    """The run's recipe; runs written before recipes were recorded ran the only recipe of their job then."""
+    recipe = display(run.attributes.get("recipe"))
+    return recipe if recipe else ("lora" if is_llm(run) else "classification")
+
+
+def _usable(run: Run) -> bool:
+    return run.status == "completed" and math.isfinite(run.summary["total_s"])
+
+
+def _a(run: Run, name: str) -> str:
+    return display(run.attributes.get(name))
+
+
+def _image_key(run: Run, precision: Optional[str] = None) -> tuple:
+    return (_a(run, "task"), precision if precision is not None else _a(run, "precision"), _a(run, "pin_memory"),
+            _a(run, "image_size"), _a(run, "epochs"), _a(run, "batch_size"), _a(run, "train_samples"))
+
+
+def _llm_key(run: Run) -> tuple:
+    return (recipe_of(run), _a(run, "model"), _a(run, "dataset"), _a(run, "precision"), _a(run, "batch_size"),
+            _a(run, "grad_accum"), _a(run, "train_samples"), _a(run, "max_seq_len"))
+
+
+def _image_efficiencies(runs: Sequence[Run]) -> Dict[int, tuple]:
+    out = {}
+    for i, run in enumerate(runs):
+        vs_one = vs_fp64 = math.nan
+        if _usable(run):
+            one = fp64 = None
+            for other in runs:
+                if not _usable(other):
+                    continue
+                if other.attributes.get("world_size") == 1 and _image_key(other) == _image_key(run):
+                    same = _a(other, "strategy") == _a(run, "strategy")
+                    # Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
+                    if one is None or same or _a(one, "strategy") != _a(run, "strategy"):
+                        one = other
+                if (_image_key(other) == _image_key(run, "fp64") and _a(other, "strategy") == _a(run, "strategy")
+                        and other.attributes.get("world_size") == run.attributes.get("world_size")):
+                    fp64 = other
+            if one is not None:
+                vs_one = one.summary["total_s"] / run.summary["total_s"]
+            if fp64 is not None and _a(run, "precision") != "fp64":
+                vs_fp64 = fp64.summary["total_s"] / run.summary["total_s"]
+        out[i] = (vs_one, vs_fp64)
+    return out
+
+
+def _llm_efficiency(run: Run, runs: Sequence[Run]) -> float:
+    if not _usable(run) or not math.isfinite(run.summary["tokens_per_s"]):
+        return math.nan
+    one = None
+    for other in runs:
+        if (is_llm(other) and _usable(other) and other.attributes.get("world_size") == 1
+                and _llm_key(other) == _llm_key(run) and math.isfinite(other.summary["tokens_per_s"])):
+            one = other
+    if one is None:
+        return math.nan
+    return run.summary["tokens_per_s"] / int(run.attributes.get("world_size", 1)) / one.summary["tokens_per_s"]
+
+
+def final_metric(run: Run, name: str) -> float:
+    """The mean over ranks of a recipe metric over each rank's last min(10, steps) written steps; NaN
+    when the run has no such metric."""
+    if name not in run.metric_names:
+        return math.nan
+    values = []
+    for steps in run.steps:
+        written = steps[steps[run.metric_names].notna().any(axis=1)]
+        values.extend(written[name].to_numpy()[-10:])
+    return float(np.mean(values)) if values else math.nan
+
+
+def runs(source) -> pd.DataFrame:
+    """One row per run of the given files, directories or glob patterns (see results.expand), or of
+    already read runs: every run attribute under its own name (docs/results-schema.md), ``file``,
+    ``run_id``, ``status``, ``error``, the summary's fields, and the report's columns:
+
+    - ``ranks`` (world size), ``recipe`` (resolved for runs written before it was recorded);
+    - ``efficiency_vs_1_rank``, ``efficiency_vs_fp64``: fractions (1.0 = 100 %), NaN without a baseline
+      (definitions: this module's docstring; for LLM runs the per-rank tokens/s ratio);
+    - ``loss``: LLM runs, the evaluation loss where there is one, else the final training loss;
+    - ``peak_memory_mib``, ``weight_bytes_per_param``, ``reward_accuracy``, ``reward_margin`` (fraction),
+      ``resumes`` (0 for a run never resumed).
+
+    Raises results.ResultsError naming the file for input that is not an mgbench results file.
+    """
+    read_runs: List[Run] = list(source) if _all_runs(source) else read(source)
+    image = [r for r in read_runs if not is_llm(r)]
+    llm = [r for r in read_runs if is_llm(r)]
+    image_eff = dict(zip(map(id, image), _image_efficiencies(image).values()))
+    rows = []
+    for run in read_runs:
+        row = dict(run.attributes)
+        row.update(file=run.file, run_id=run.run_id, status=run.status, error=run.error)
+        row.update(run.summary)
+        row["ranks"] = int(run.attributes.get("world_size", len(run.steps) or 1))
+        row["recipe"] = recipe_of(run)
+        if is_llm(run):
+            row["efficiency_vs_1_rank"], row["efficiency_vs_fp64"] = _llm_efficiency(run, llm), math.nan
+            row["loss"] = run.summary["eval_loss"] if math.isfinite(run.summary["eval_loss"]) else \
+                run.summary["final_loss"]
+        else:
+            row["efficiency_vs_1_rank"], row["efficiency_vs_fp64"] = image_eff[id(run)]
+            row["loss"] = run.summary["final_loss"]
+        peak = run.summary["peak_memory_bytes"]
+        row["peak_memory_mib"] = peak / MIB if peak >= 0 else math.nan
+        row["weight_bytes_per_param"] = float(run.attributes.get("weight_bytes_per_parameter", math.nan))
+        row["reward_accuracy"] = final_metric(run, "reward_accuracy")
+        row["reward_margin"] = final_metric(run, "reward_margin")
+        row["resumes"] = int(run.attributes.get("resumes", 0))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    # Integer attributes stay integers where some runs lack them (image_size of LLM runs): nullable Int64.
+    for column in frame.columns:
+        values = frame[column].dropna()
+        if frame[column].dtype == float and len(values) and all(isinstance(rows[i].get(column), int)
+                                                                 for i in values.index):
+            frame[column] = frame[column].astype("Int64")
+    first = ["file", "run_id", "status", "task", "recipe", "ranks", "strategy", "precision"]
+    return frame[[c for c in first if c in frame] + [c for c in frame.columns if c not in first]]
+
+
+def _all_runs(source) -> bool:
+    return isinstance(source, (list, tuple)) and len(source) > 0 and all(isinstance(r, Run) for r in source)
+
+
+def report_table(frame: pd.DataFrame, table: str = "image") -> pd.DataFrame:
+    """The rows and columns of one `mgbench report --csv` table (``image``, ``llm`` or ``dpo``) from a
+    :func:`runs` frame: the same names and units (percent where the name ends in ``_pct``, MiB), the
+    values unrounded, NaN where the CSV prints "-".
+
+    Raises ValueError for another table name.
+    """
+    if table not in CSV_COLUMNS:
+        raise ValueError(f"report_table(table={table!r}): expected one of {', '.join(CSV_COLUMNS)}")
+    if frame.empty:
+        return pd.DataFrame(columns=CSV_COLUMNS[table])
+    llm = frame["task"].astype(str).str.startswith("llm")
+    rows = frame[~llm] if table == "image" else frame[llm] if table == "llm" else frame[llm &
+                                                                                        (frame["recipe"] == "dpo")]
+    out = pd.DataFrame(index=rows.index)
+    for column in CSV_COLUMNS[table]:
+        if column == "img_per_s":
+            out[column] = rows["samples_per_s"]
+        elif column == "test_accuracy_pct":
+            out[column] = rows["test_accuracy"] * 100.0
+        elif column == "mfu_pct":
+            out[column] = rows["mfu"] * 100.0
+        elif column.endswith("_pct"):
+            out[column] = rows[column[: -len("_pct")]] * 100.0
+        elif column == "loss" and table == "dpo":
+            out[column] = rows["final_loss"]
+        else:
+            out[column] = rows[column] if column in rows else math.nan
+    return out.reset_index(drop=True)

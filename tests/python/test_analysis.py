@@ -1,0 +1,383 @@
+"""The Python analysis package (python/mgbench_analysis) and `mgbench-plot` on files of real runs.
+
+A module fixture runs a small experiment matrix with the real binary (image: 1 and 2 ranks, two
+strategies, fp64 and fp32, two image sizes, pin_memory true; LLM: LoRA on two datasets at 1 and 2
+ranks, DPO; an image run preempted with SIGUSR1 and resumed). The oracles are `mgbench report --csv`
+(the frames' values), h5py reads of the files (the per-rank frames), and the frames themselves (the
+figures' data, read back from the matplotlib artists). No GPU here: the CUDA figures (Figs. 3, 5, 6)
+are drawn from a copy of the files to which schema-conforming CUPTI tables were added with h5py.
+"""
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import BIN, ENV, SHARED, mgbench, start, wait_for_checkpoint
+
+h5py = pytest.importorskip("h5py")
+pd = pytest.importorskip("pandas")
+pytest.importorskip("matplotlib")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+import mgbench_analysis as mga  # noqa: E402
+from mgbench_analysis import figures as figs  # noqa: E402
+from mgbench_analysis.cli import plot_all  # noqa: E402
+
+PY_ENV = dict(ENV, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "python"))
+MNIST = SHARED / "mnist"
+MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
+TOKENIZER = SHARED / "llama3" / "tiktoken_small.model"
+IMAGE = ["image", "--data", MNIST, "--width-mult", "0.25", "--threads", "1", "--progress-interval", "1000",
+         "--device", "cpu", "--limit-train", "256", "--limit-test", "128", "--batch-size", "32", "--epochs", "2"]
+LLM = ["llm", "--model", MODEL, "--tokenizer", TOKENIZER, "--limit", "32", "--batch-size", "2", "--max-steps", "3",
+       "--warmup-steps", "1", "--lora-rank", "4", "--precision", "fp32", "--progress-interval", "1000", "--device",
+       "cpu"]
+ALPACA = ["--dataset", "alpaca", "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json"]
+SAMSUM = ["--dataset", "samsum", "--data", SHARED / "text" / "samsum" / "samsum_test_819.json"]
+DPO = ["llm", "--recipe", "dpo", "--model", MODEL, "--tokenizer", TOKENIZER, "--dataset", "stack_exchange_paired",
+       "--data", SHARED / "text" / "dpo" / "stack_exchange_paired_tiny_torchtune.json", "--limit", "16",
+       "--batch-size", "2", "--grad-accum", "1", "--max-steps", "3", "--lora-rank", "4", "--precision", "fp32",
+       "--progress-interval", "1000", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    """A results directory of real runs: image.h5, llm.h5, resumed.h5."""
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists() or not MODEL.exists():
+        pytest.skip(f"needs MNIST at {MNIST} and the tiny Llama oracle at {MODEL}")
+    d = tmp_path_factory.mktemp("matrix")
+    image = d / "image.h5"
+    for np_, strategy, precision, size, pin in [(1, "ddp-ds", "fp32", 32, "false"), (2, "ddp-ds", "fp32", 32, "false"),
+                                                (2, "ddp", "fp32", 32, "false"), (1, "ddp-ds", "fp64", 32, "false"),
+                                                (2, "ddp-ds", "fp64", 32, "false"), (1, "ddp-ds", "fp64", 48, "false"),
+                                                (2, "ddp-ds", "fp64", 48, "false"), (1, "ddp-ds", "fp32", 32, "true")]:
+        mgbench(*IMAGE, "--strategy", strategy, "--precision", precision, "--image-size", size, "--pin-memory", pin,
+                "--results", image, np=np_, check=True)
+    llm = d / "llm.h5"
+    for np_, dataset, pin in [(1, ALPACA, "false"), (2, ALPACA, "false"), (1, SAMSUM, "false"), (1, ALPACA, "true")]:
+        mgbench(*LLM, *dataset, "--pin-memory", pin, "--results", llm, np=np_, check=True)
+    mgbench(*DPO, "--results", llm, np=1, check=True)
+    # Preempted with SIGUSR1 after its checkpoint at step 3 (of 8 per rank), then resumed to the end.
+    resumed, ck = d / "resumed.h5", d / "ck"
+    args = [*IMAGE, "--image-size", "32", "--checkpoint-dir", ck, "--results", resumed]
+    proc = start([*args, "--checkpoint-every", "3"])
+    wait_for_checkpoint(ck, 3, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 75, err
+    mgbench(*args, "--resume", np=2, check=True)
+    return d
+
+
+def add_cuda_tables(path):
+    """Adds CUPTI tables of the documented layout (docs/results-schema.md) to every run of a copied
+    results file, with values drawn from a seeded generator: the CUDA figures' input without a GPU."""
+    rng = np.random.default_rng(7)
+    summary_type = np.dtype([(n, "<f8") for n in ("window_start_s", "window_s")] +
+                            [("htod_count", "<i8"), ("htod_bytes", "<i8"), ("htod_s", "<f8"),
+                             ("htod_pinned_count", "<i8"), ("dtoh_count", "<i8"), ("dtoh_bytes", "<i8"),
+                             ("dtoh_s", "<f8"), ("dtod_count", "<i8"), ("dtod_bytes", "<i8"), ("dtod_s", "<f8"),
+                             ("kernel_count", "<i8"), ("kernel_s", "<f8"), ("nccl_kernel_count", "<i8"),
+                             ("nccl_kernel_s", "<f8"), ("samples", "<i8"), ("peak_allocated_bytes", "<i8"),
+                             ("peak_reserved_bytes", "<i8"), ("dropped_records", "<i8")])
+    api_type = np.dtype([("name", "S64"), ("calls", "<i8"), ("time_s", "<f8")])
+    kernel_type = np.dtype([("name", "S192"), ("count", "<i8"), ("time_s", "<f8"), ("nccl", "i1")])
+    with h5py.File(path, "a") as f:
+        for run in f["runs"].values():
+            for r in range(int(run.attrs["world_size"])):
+                g = run[f"rank_{r}"]
+                s = np.zeros(1, summary_type)
+                s["window_s"], s["htod_s"], s["nccl_kernel_s"] = 10.0 + r, rng.uniform(0.1, 1), rng.uniform(0, 1)
+                s["htod_count"], s["samples"] = 100, 1000
+                g.create_dataset("cuda_summary", data=s)
+                api = np.zeros(32, api_type)
+                for i, name in enumerate([b"cudaLaunchKernel", b"cudaMemcpyAsync", b"cudaStreamSynchronize"]):
+                    api[i] = (name, 1000 * (i + 1), rng.uniform(0.1, 3))
+                g.create_dataset("cuda_api", data=api)
+                kernels = np.zeros(48, kernel_type)
+                kernels[0] = (b"ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, s["nccl_kernel_s"][0], 1)
+                g.create_dataset("cuda_kernels", data=kernels)
+
+
+@pytest.fixture(scope="module")
+def gpu_like(matrix, tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu_like")
+    for name in ("image.h5", "llm.h5"):
+        shutil.copy(matrix / name, d / name)
+        add_cuda_tables(d / name)
+    return d
+
+
+def report_csv_tables(directory):
+    """`mgbench report --csv DIR`: the image, LLM and DPO tables (blank-line separated) as frames of text."""
+    out = mgbench("report", "--csv", directory, check=True).stdout
+    return [pd.read_csv(StringIO(block), dtype=str, keep_default_na=False) for block in out.strip().split("\n\n")]
+
+
+def assert_frame_equals_csv(frame, csv):
+    assert list(frame.columns) == list(csv.columns)
+    assert len(frame) == len(csv)
+    for column in csv.columns:
+        for ours, text in zip(frame[column], csv[column]):
+            if text == "-":
+                assert ours is None or pd.isna(ours), (column, ours)
+            elif text.lstrip("-").replace(".", "", 1).isdigit():
+                # Printed with d decimals: equal to within half a unit of the last digit.
+                d = len(text.split(".")[1]) if "." in text else 0
+                assert abs(float(ours) - float(text)) <= 0.5 * 10 ** -d + 1e-12, (column, ours, text)
+            else:
+                assert str(ours) == text, (column, ours, text)
+
+
+def test_runs_frame_equals_report_csv(matrix):
+    frame = mga.runs(matrix)
+    image_csv, llm_csv, dpo_csv = report_csv_tables(matrix)
+    assert len(image_csv) == 9 and len(llm_csv) == 5 and len(dpo_csv) == 1
+    assert_frame_equals_csv(mga.report_table(frame, "image"), image_csv)
+    assert_frame_equals_csv(mga.report_table(frame, "llm"), llm_csv)
+    assert_frame_equals_csv(mga.report_table(frame, "dpo"), dpo_csv)
+    # The efficiencies are there to compare (not all "-"): 2-rank runs have 1-rank peers, fp32 an fp64 one.
+    assert image_csv["efficiency_vs_1_rank_pct"].ne("-").sum() >= 7
+    assert image_csv["efficiency_vs_fp64_pct"].ne("-").sum() >= 2
+    assert llm_csv["efficiency_vs_1_rank_pct"].ne("-").sum() >= 3
+    resumed = frame[frame["file"].str.endswith("resumed.h5")].iloc[0]
+    assert resumed["status"] == "completed" and resumed["resumes"] == 1
+    # Every attribute of a run is a column, typed as written.
+    assert frame["image_size"].dropna().map(type).eq(int).all() and set(frame["strategy"].dropna()) == {"ddp", "ddp-ds"}
+
+
+def test_per_rank_frames_equal_the_files(matrix):
+    runs = mga.read(matrix)
+    steps, epochs = mga.steps(runs), mga.epochs(runs)
+    for path in sorted(matrix.glob("*.h5")):
+        with h5py.File(path, "r") as f:
+            for run_id, run in f["runs"].items():
+                for r in range(int(run.attrs["world_size"])):
+                    raw = run[f"rank_{r}/steps"][:]
+                    raw = raw[raw["epoch"] >= 0]
+                    ours = steps[(steps["file"] == str(path)) & (steps["run_id"] == run_id) & (steps["rank"] == r)]
+                    assert len(ours) == len(raw) > 0
+                    for field in ("step_s", "forward_s", "loss", "samples", "tokens"):
+                        assert np.array_equal(ours[field].to_numpy(), raw[field], equal_nan=True), field
+                    raw_epochs = run[f"rank_{r}/epochs"][:]
+                    ours = epochs[(epochs["file"] == str(path)) & (epochs["run_id"] == run_id) & (epochs["rank"] == r)]
+                    assert np.array_equal(ours["train_s"].to_numpy(), raw_epochs[raw_epochs["epoch"] >= 0]["train_s"])
+                if "metrics" in run["rank_0"]:  # DPO: the recipe's metrics as step columns
+                    metrics = run["rank_0/metrics"][:]
+                    ours = steps[(steps["run_id"] == run_id) & (steps["rank"] == 0)]
+                    assert np.allclose(ours["reward_margin"], metrics[: len(ours), 3], equal_nan=True)
+    # The resumed run: every step row written once, as an uninterrupted run (8 steps per rank per epoch).
+    resumed = steps[steps["file"].str.endswith("resumed.h5")]
+    assert len(resumed) == 2 * 2 * 4 and not resumed.duplicated(["rank", "epoch", "step"]).any()
+    assert mga.cuda(runs).empty  # CPU runs: no CUPTI tables
+
+
+def lines(ax):
+    return {line.get_label(): line.get_xydata() for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def bars(ax):
+    return {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers}
+
+
+def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_path):
+    sources = [matrix / "resumed.h5", gpu_like / "image.h5", gpu_like / "llm.h5"]
+    written, skipped = plot_all(sources, str(tmp_path / "figs"), "png", overlay=True, log=lambda _: None)
+    assert skipped == [] and {n for n, _ in written} == {s.name for s in figs.FIGURES}
+    assert all(os.path.getsize(p) > 10_000 for _, p in written)
+    data = figs.Data(mga.read(sources))
+    runs = data.runs
+    image = runs[(runs["task"] == "image") & (runs["status"] == "completed")]
+
+    # Fig. 1: time per strategy and rank count (fp32, pin false, 32 px).
+    fig1 = figs.draw("fig1_strategy_scaling", data)
+    point = image[(image["precision"] == "fp32") & (image["pin_memory"] == "false") & (image["image_size"] == 32)]
+    expected = point.groupby(["strategy", "ranks"])["total_s"].mean()
+    got = lines(fig1.axes[0])
+    assert set(got) == {"ddp", "ddp-ds"}
+    for strategy, xy in got.items():
+        assert np.allclose(xy[:, 1], expected[strategy].to_numpy()) and list(xy[:, 0]) == list(expected[strategy].index)
+
+    # Fig. 2: fp64 ddp-ds, time vs image size per rank count, and the efficiency of 2 ranks.
+    fig2 = figs.draw("fig2_time_efficiency_vs_size", data)
+    fp64 = image[(image["precision"] == "fp64") & (image["strategy"] == "ddp-ds")]
+    for ranks in (1, 2):
+        xy = lines(fig2.axes[0])[f"ranks {ranks}"]
+        rows = fp64[fp64["ranks"] == ranks].sort_values("image_size")
+        assert list(xy[:, 0]) == [32, 48] and np.allclose(xy[:, 1], rows["total_s"])
+    xy = lines(fig2.axes[1])["ranks 2"]
+    assert np.allclose(xy[:, 1], 100 * fp64[fp64["ranks"] == 2].sort_values("image_size")["efficiency_vs_1_rank"])
+
+    # Table 2 as a figure, with the paper's points overlaid (--paper).
+    table2 = figs.draw("table2_precision_scaling", data, overlay=True)
+    fp32_vs_fp64 = lines(table2.axes[2])["fp32"]
+    rows = point[(point["strategy"] == "ddp-ds")].groupby("ranks")["efficiency_vs_fp64"].mean()
+    assert np.allclose(fp32_vs_fp64[:, 1], 100 * rows.to_numpy())
+    assert np.allclose(lines(table2.axes[1])["paper fp16"][:, 1], [100, 171.41, 236.12, 269.53])
+
+    # Fig. 3: the four metrics, % of the profile window, mean over ranks, per image run.
+    fig3 = figs.draw("fig3_profiler_metrics", data)
+    summary, api = mga.cuda(sources), mga.cuda(sources, "api")
+    first = image.iloc[0]
+    s = summary[(summary["file"] == first["file"]) & (summary["run_id"] == first["run_id"])]
+    a = api[(api["file"] == first["file"]) & (api["run_id"] == first["run_id"])]
+    launch = a[a["name"] == "cudaLaunchKernel"].set_index("rank")["time_s"]
+    got = bars(fig3.axes[0])
+    labels = [t.get_text() for t in fig3.axes[0].get_xticklabels()]
+    k = labels.index(first["label"])
+    assert math.isclose(got["cudaLaunchKernel"][k], 100 * (launch / s.set_index("rank")["window_s"]).mean())
+    assert math.isclose(got["CUDA memcpy HtoD"][k], 100 * (s["htod_s"] / s["window_s"]).mean())
+
+    # Fig. 4: s/it per dataset and rank count (lora runs).
+    fig4 = figs.draw("fig4_llm_iteration_times", data)
+    lora = runs[(runs["recipe"] == "lora") & (runs["status"] == "completed")]
+    got = bars(fig4.axes[0])
+    assert math.isclose(got["ranks 2"][0], lora[(lora["dataset"] == "alpaca") & (lora["ranks"] == 2)]["s_per_it"].mean())
+    assert math.isclose(got["ranks 1"][1], lora[(lora["dataset"] == "samsum") & (lora["ranks"] == 1)]["s_per_it"].mean())
+
+    # Phases: each bar segment is the phase summed over epochs, mean over ranks.
+    phases = figs.draw("phase_breakdown", data)
+    ep = data.epochs
+    ax = phases.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    row = runs.iloc[0]
+    mine = ep[(ep["file"] == row["file"]) & (ep["run_id"] == row["run_id"])]
+    backward = mine.groupby("rank")["backward_s"].sum().mean()
+    (container,) = [c for c in ax.containers if c.get_label() == "backward"]
+    assert math.isclose(container.patches[labels.index(row["label"])].get_width(), backward)
+
+    # Loss per epoch: mean over ranks of each epoch's loss_mean; test accuracy in percent.
+    loss = figs.draw("loss_accuracy_per_epoch", data)
+    xy = lines(loss.axes[0])[row["label"]]
+    assert np.allclose(xy[:, 1], mine.groupby("epoch")["loss_mean"].mean())
+    acc = lines(loss.axes[1])[row["label"]]
+    assert np.allclose(acc[:, 1], 100 * mine.groupby("epoch")["test_accuracy"].first())
+
+    # Step timeline: one line per rank, (start_s, step_s) of its steps.
+    timeline = figs.draw("step_timeline", data)
+    st = data.steps
+    for ax in timeline.axes:
+        run = runs[runs["label"] == ax.get_title()].iloc[0]
+        for rank, xy in lines(ax).items():
+            mine = st[(st["file"] == run["file"]) & (st["run_id"] == run["run_id"]) &
+                      (st["rank"] == int(rank.split()[1]))]
+            assert np.allclose(xy, mine[["start_s", "step_s"]].to_numpy())
+
+    # LLM recipes: tokens/s and peak memory per recipe.
+    recipes = figs.draw("llm_recipes", data)
+    completed_llm = runs[(runs["task"] == "llm") & (runs["status"] == "completed")]
+    per_recipe = completed_llm.groupby("recipe")[["tokens_per_s", "peak_memory_mib"]].mean()
+    assert np.allclose(bars(recipes.axes[1])["tokens/s"], per_recipe["tokens_per_s"])
+    assert np.allclose(bars(recipes.axes[2])["peak memory"], per_recipe["peak_memory_mib"])
+
+    # Fig. 6: pin_memory true vs false, summed over ranks.
+    fig6 = figs.draw("fig6_cuda_api_pin_memory", data)
+    ticks = [t.get_text() for t in fig6.axes[0].get_xticklabels()]
+    assert ticks == ["1 rank(s), pin false", "1 rank(s), pin true", "2 rank(s), pin false"]
+
+
+def plot_cli(*args):
+    return subprocess.run([sys.executable, "-m", "mgbench_analysis.cli", *map(str, args)], capture_output=True,
+                          text=True, env=PY_ENV, timeout=300)
+
+
+def test_figures_without_data_are_skipped_saying_what_they_need(matrix, tmp_path):
+    proc = plot_cli(matrix / "llm.h5", "--out", tmp_path, "--format", "svg")
+    assert proc.returncode == 0, proc.stderr
+    for spec in figs.FIGURES:
+        written = (tmp_path / f"{spec.name}.svg").exists()
+        line = f"mgbench-plot: skipped {spec.name}: needs {spec.needs}"
+        assert written != (line in proc.stdout), (spec.name, proc.stdout)
+    assert (tmp_path / "fig4_llm_iteration_times.svg").exists()
+    assert "skipped fig1_strategy_scaling: needs completed image runs" in proc.stdout
+
+
+def test_report_plot_writes_the_figures_and_the_page(matrix, tmp_path):
+    out = tmp_path / "plots"
+    proc = mgbench("report", "--plot", out, matrix / "image.h5")
+    assert proc.returncode == 0, proc.stderr
+    assert "# mgbench report: 8 run(s)" in proc.stdout  # the tables are printed as without --plot
+    assert (out / "fig1_strategy_scaling.png").exists() and (out / "index.html").exists()
+    assert "table2_precision_scaling.png" in (out / "index.html").read_text()
+
+
+def write_other_hdf5(path, **attrs):
+    with h5py.File(path, "w") as f:
+        f.create_group("runs")
+        for k, v in attrs.items():
+            f.attrs[k] = v
+
+
+@pytest.mark.parametrize("case", ["text", "other_schema", "newer_version", "no_match", "empty_dir", "missing"])
+def test_bad_input_is_named(tmp_path, case):
+    if case == "text":
+        target = tmp_path / "notes.h5"
+        target.write_text("not HDF5")
+        expected = f"'{target}' is not an HDF5 file"
+    elif case == "other_schema":
+        target = tmp_path / "other.h5"
+        write_other_hdf5(target, schema="something-else")
+        expected = f"'{target}' is not an mgbench results file"
+    elif case == "newer_version":
+        target = tmp_path / "future.h5"
+        write_other_hdf5(target, schema="mgbench-results", schema_version=99)
+        expected = f"'{target}' has results schema version 99"
+    elif case == "no_match":
+        target = tmp_path / "*.h5"
+        expected = f"no file matches '{target}'"
+    elif case == "empty_dir":
+        target = tmp_path
+        expected = f"no results file (*.h5) below '{target}'"
+    else:
+        target = tmp_path / "absent.h5"
+        expected = f"results file '{target}' does not exist"
+    with pytest.raises(mga.ResultsError, match=None) as error:
+        mga.runs(target)
+    assert expected in str(error.value)
+    proc = plot_cli(target, "--out", tmp_path / "figs")
+    assert proc.returncode == 1 and expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.browser
+def test_html_page_renders_every_image_in_headless_chromium(matrix, tmp_path):
+    browser = chromium()
+    if browser is None:
+        pytest.skip("no Chromium (Debian package chromium; scripts/install-deps.sh installs it)")
+    site = tmp_path / "site"
+    proc = plot_cli(matrix / "image.h5", matrix / "llm.h5", "--html", site)
+    assert proc.returncode == 0, proc.stderr
+    page = (site / "index.html").read_text()
+    images = page.count("<img ")
+    assert images == len([s for s in figs.FIGURES if (site / f"{s.name}.png").exists()]) >= 8
+    # The page is loaded in a frame of a harness page that counts, after load, the images that decoded
+    # (naturalWidth > 0) and those that did not; --dump-dom prints the harness's DOM with the verdict.
+    harness = site / "harness.html"
+    harness.write_text("""<!DOCTYPE html><html><body><iframe id="page" src="index.html"></iframe><script>
+document.getElementById('page').onload = function () {
+  const imgs = Array.from(this.contentDocument.images);
+  const broken = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'));
+  const verdict = document.createElement('pre'); verdict.id = 'verdict';
+  verdict.textContent = 'images=' + imgs.length + ' broken=' + broken.length + ' [' + broken.join(',') + ']';
+  document.body.appendChild(verdict);
+};
+</script></body></html>""")
+
+    def verdict():
+        proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                               "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom",
+                               harness.as_uri()], capture_output=True, text=True, timeout=120)
+        return proc.stdout + proc.stderr[-2000:]
+
+    assert f"images={images} broken=0 []" in verdict()
+    (site / "step_timeline.png").unlink()  # the check sees a broken image
+    assert f"images={images} broken=1 [step_timeline.png]" in verdict()
