@@ -4,8 +4,8 @@
 # <outputs>/<job id>/results.h5; the whole matrix is analysed with one command:
 #   mgbench report '<outputs>/*/results.h5'          (add --csv for a spreadsheet)
 #
-#   slurm/matrix.sh image [--dry-run] [--test-only] [--cpu] [-- extra mgbench image options]
-#   slurm/matrix.sh llm   [--dry-run] [--test-only] [--cpu] [-- extra mgbench llm options]
+#   slurm/matrix.sh image [--dry-run] [--test-only] [--cpu] [--local] [-- extra mgbench image options]
+#   slurm/matrix.sh llm   [--dry-run] [--test-only] [--cpu] [--local] [-- extra mgbench llm options]
 #
 # image (Lawenda et al. 2025, Figs. 1-6, Table 2): GPUS x STRATEGIES x PRECISIONS x PIN x SIZES
 # llm   (Lawenda et al. 2025, sec. 4, Table 3):    GPUS x DATASETS x PIN
@@ -16,18 +16,21 @@
 #   SBATCH_ARGS    extra sbatch options (account, partition, QoS, time)
 # --cpu: CPU variants (no GPUs requested, --device cpu), for workstations and the CI's test SLURM.
 # --dry-run: print the sbatch commands only. --test-only: sbatch --test-only (validates, runs nothing).
+# --local: no SLURM: run the points one after another here with mpirun (a workstation; with --cpu and
+#   small settings after --, a miniature of the papers' matrix), then: mgbench-plot OUTPUTS --out DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 task=${1:-}
-[[ "$task" == image || "$task" == llm ]] || { sed -n '2,21p' "$0" >&2; exit 2; }
+[[ "$task" == image || "$task" == llm ]] || { sed -n '2,23p' "$0" >&2; exit 2; }
 shift
-dry_run=0 test_only=() cpu=0 extra=()
+dry_run=0 test_only=() cpu=0 local=0 failed=0 extra=()
 while (($#)); do
   case "$1" in
     --dry-run) dry_run=1 ;;
     --test-only) test_only=(--test-only) ;;
     --cpu) cpu=1 ;;
+    --local) local=1 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "slurm/matrix.sh: unknown argument '$1' (see the header of slurm/matrix.sh)" >&2; exit 2 ;;
   esac
@@ -40,8 +43,32 @@ read -r -a sbatch_args <<<"${SBATCH_ARGS:-}"
 device=()
 ((cpu)) && device=(--device cpu)
 
+((local)) && ((${#test_only[@]})) && { echo "slurm/matrix.sh: --local runs without SLURM: --test-only does not apply" >&2; exit 2; }
+
+run_here() {  # run_here RANKS NAME SCRIPT ARGS...: the point with mpirun, results in OUTPUTS/NAME/results.h5
+  local ranks=$1 name=$2 task_of_script
+  task_of_script=$(basename "$3" .sbatch)
+  shift 3
+  local dir="$OUTPUTS/$name" outputs=()
+  [[ "$task_of_script" == llm ]] && outputs=(--output-dir "$dir/adapter")
+  local cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none build/app/mgbench "$task_of_script" "$@" "${device[@]}"
+    "${extra[@]}" --results "$dir/results.h5" "${outputs[@]}")
+  if ((dry_run)); then
+    printf '%q ' "${cmd[@]}"
+    echo
+  else
+    mkdir -p "$dir"
+    echo "# $name" >&2
+    "${cmd[@]}" >"$dir/log.txt" 2>&1 || { echo "slurm/matrix.sh: $name failed: see $dir/log.txt" >&2; failed=$((failed + 1)); }
+  fi
+}
+
 submit() {  # submit RANKS NAME SCRIPT ARGS...
   local ranks=$1 name=$2 script=$3
+  if ((local)); then
+    run_here "$@"
+    return
+  fi
   shift 3
   local resources=(--ntasks-per-node="$ranks")
   if ((cpu)); then
@@ -99,4 +126,9 @@ else
     done
   done
 fi
-echo "# $n job(s) for $OUTPUTS; when done: mgbench report '$OUTPUTS/*/results.h5'" >&2
+if ((local)); then
+  echo "# $n point(s) run here into $OUTPUTS ($failed failed): mgbench report --plot $OUTPUTS/figures '$OUTPUTS/*/results.h5'" >&2
+  ((failed == 0))
+else
+  echo "# $n job(s) for $OUTPUTS; when done: mgbench report '$OUTPUTS/*/results.h5'" >&2
+fi

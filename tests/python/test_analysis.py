@@ -381,3 +381,36 @@ document.getElementById('page').onload = function () {
     assert f"images={images} broken=0 []" in verdict()
     (site / "step_timeline.png").unlink()  # the check sees a broken image
     assert f"images={images} broken=1 [step_timeline.png]" in verdict()
+
+
+GET_MNIST = Path(__file__).resolve().parents[2] / "scripts" / "get-mnist.sh"
+
+
+def test_get_mnist_prefers_the_shared_copy_and_refuses_a_wrong_checksum(tmp_path):
+    proc = subprocess.run([GET_MNIST], capture_output=True, text=True, timeout=60,
+                          env=dict(ENV, MGBENCH_SHARED_MNIST=str(MNIST), MGBENCH_DATA_CACHE=str(tmp_path / "cache")))
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == str(MNIST.resolve()), proc.stderr
+    if not Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists():
+        pytest.skip("Debian's dataset-fashion-mnist is not installed (the fallback would install it)")
+    # A mirror that serves files of the right names and the wrong content: each is refused, then the
+    # script falls back to Debian's Fashion-MNIST and says so.
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                 "t10k-labels-idx1-ubyte.gz"):
+        (mirror / name).write_bytes(b"not mnist")
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=mirror,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        port = server.stdout.readline().split("port ")[1].split()[0]
+        proc = subprocess.run([GET_MNIST], capture_output=True, text=True, timeout=120,
+                              env=dict(ENV, MGBENCH_SHARED_MNIST=str(tmp_path / "none"),
+                                       MGBENCH_DATA_CACHE=str(tmp_path / "cache"),
+                                       MGBENCH_MNIST_MIRRORS=f"http://127.0.0.1:{port}/"))
+    finally:
+        server.kill()
+    assert proc.returncode == 0, proc.stderr
+    assert f"http://127.0.0.1:{port}/train-images-idx3-ubyte.gz: wrong md5" in proc.stderr
+    assert "falling back to Fashion-MNIST" in proc.stderr
+    assert proc.stdout.splitlines()[-1] == "/usr/share/datasets/fashion-mnist"
+    assert not list((tmp_path / "cache" / "mnist").glob("*.gz"))  # nothing unverified kept
