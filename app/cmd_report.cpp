@@ -1,5 +1,4 @@
 // `mgbench report`: tables from results files. Never initialises MPI and needs no LibTorch (see mgbench-report).
-#include <glob.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,7 +15,9 @@
 #include "core/error.h"
 #include "options.h"
 #include "plot_paths.h"
+#include "report/predict.h"
 #include "report/report.h"
+#include "results_files.h"
 
 extern char** environ;
 
@@ -100,57 +101,27 @@ int report_main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::string> files;
-  for (const auto& f : vm["files"].as<std::vector<std::string>>()) {
-    if (!std::filesystem::exists(f) && f.find_first_of("*?[") != std::string::npos) {
-      // A pattern the shell did not expand (quoted, or too many files for one command line).
-      glob_t matches{};
-      const int rc = glob(f.c_str(), 0, nullptr, &matches);
-      if (rc != 0) {
-        globfree(&matches);
-        std::cerr << "mgbench report: no file matches '" << f << "'\n";
-        return 1;
-      }
-      for (std::size_t i = 0; i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
-      globfree(&matches);
-    } else if (std::filesystem::is_directory(f)) {
-      // Walked with error codes: an unreadable subdirectory is named, not thrown through main.
-      std::error_code ec;
-      std::size_t found = 0;
-      std::string last = f;
-      for (std::filesystem::recursive_directory_iterator it(f, ec), end; !ec && it != end; it.increment(ec)) {
-        last = it->path().string();
-        if (it->path().extension() == ".h5") {
-          files.push_back(last);
-          ++found;
-        }
-      }
-      if (ec) {
-        std::cerr << "mgbench report: cannot read below '" << f << "' (at '" << last << "'): " << ec.message() << "\n";
-        return 1;
-      }
-      if (found == 0) {  // as a pattern that matches nothing
-        std::cerr << "mgbench report: no results file (*.h5) below '" << f << "'\n";
-        return 1;
-      }
-    } else {
-      files.push_back(f);
-    }
-  }
-  std::sort(files.begin(), files.end());
   std::vector<results::RunRecord> runs;
   try {
-    for (const auto& f : files) {
-      auto more = results::read_runs(f);
-      runs.insert(runs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
-    }
+    files = expand_results_files(vm["files"].as<std::vector<std::string>>());
+    runs = read_results_files(files);
   } catch (const Error& e) {
     std::cerr << "mgbench report: " << e.what() << "\n";
     return 1;
   }
   const auto format = vm.count("csv") != 0 ? report::Format::kCsv : report::Format::kTable;
-  std::vector<results::RunRecord> image_runs, llm_runs;
-  for (auto& r : runs) (report::is_llm_run(r) ? llm_runs : image_runs).push_back(r);
-  if (!image_runs.empty() || llm_runs.empty()) report::print(std::cout, report::build_rows(image_runs), format);
+  std::vector<results::RunRecord> image_runs, llm_runs, comm_runs;
+  bool predictions = false;
+  for (auto& r : runs) {
+    if (report::is_prediction_run(r)) {
+      predictions = true;  // shown beside the measured runs below, never a baseline of theirs
+      continue;
+    }
+    (report::is_llm_run(r) ? llm_runs : report::is_comm_run(r) ? comm_runs : image_runs).push_back(r);
+  }
+  if (!image_runs.empty() || (llm_runs.empty() && comm_runs.empty() && !predictions)) {
+    report::print(std::cout, report::build_rows(image_runs), format);
+  }
   if (!llm_runs.empty()) {
     if (!image_runs.empty()) std::cout << "\n";
     report::print_llm(std::cout, llm_runs, format);
@@ -159,9 +130,21 @@ int report_main(int argc, char** argv) {
       report::print_dpo(std::cout, llm_runs, format);
     }
   }
+  if (!comm_runs.empty()) {
+    if (!image_runs.empty() || !llm_runs.empty()) std::cout << "\n";
+    report::print_comm(std::cout, comm_runs, format);
+  }
+  if (predictions) {
+    std::cout << "\n";
+    report::print_prediction_check(std::cout, runs, format == report::Format::kCsv);
+  }
   if (vm.count("phases") != 0) {
     std::cout << "\n";
-    report::print_phases(std::cout, runs);
+    std::vector<results::RunRecord> trained;  // the runs with training phases
+    for (const auto& r : runs) {
+      if (!report::is_comm_run(r) && !report::is_prediction_run(r)) trained.push_back(r);
+    }
+    report::print_phases(std::cout, trained);
   }
   if (vm.count("cuda") != 0) {
     std::cout << "\n";

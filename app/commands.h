@@ -7,4 +7,6 @@ int tokenize_main(int argc, char** argv);
 int data_main(int argc, char** argv);
 int llm_main(int argc, char** argv);
 int quantize_main(int argc, char** argv);
+int comm_main(int argc, char** argv);
+int predict_main(int argc, char** argv);
 }  // namespace mgbench::app

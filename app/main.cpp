@@ -1,6 +1,8 @@
 // mgbench: how machine-learning jobs use multi-GPU nodes.
 //   mpirun -np N mgbench image [options]   image classification (MobileNetV2 on MNIST upscaled), results into HDF5
 //   mpirun -np N mgbench llm [options]     LLM fine-tuning (Llama 3: LoRA, QLoRA, DPO, full, QAT), results into HDF5
+//   mpirun -np N mgbench comm [options]    collective benchmark (nccl-tests style) over MPI or NCCL
+//   mgbench predict FILE... [--ranks 1,2,4]   scaling prediction from measured runs and a comm run
 //   mgbench quantize --model DIR --output DIR  a QAT-trained checkpoint -> int4 weights
 //   mgbench report FILE...                 tables from results files
 //   mgbench tokenize --tokenizer FILE      text on stdin -> Llama 3 token ids
@@ -21,6 +23,10 @@ commands:
            (strategies ddp, ddp-rr, ddp-ds, dp; fp64 ... amp-bf16); per-rank timings into HDF5
   llm      LLM fine-tuning across MPI ranks: Llama 3 with TorchTune's recipe semantics (--recipe lora,
            qlora, dpo, full, qat, qat-lora), --eval-only for a loss
+  comm     collective benchmark in nccl-tests' manner (all-reduce, all-gather, reduce-scatter,
+           broadcast) over the Communicator training uses: MPI on CPUs, NCCL on GPUs
+  predict  time, speed-up and limiting phase of measured workloads at other rank counts and strategies
+           (from a 1-rank run and a comm run; written as `prediction` runs)
   quantize a QAT-trained checkpoint's fake-quantised linears -> int4 weights (torchao's convert)
   report   tables of one or more results files (paper Table 2 style; --phases, --cuda, --csv)
   tokenize UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)
@@ -55,6 +61,8 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return mgbench::app::tokenize_main(argc - 1, argv + 1);
   if (command == "data") return mgbench::app::data_main(argc - 1, argv + 1);
   if (command == "quantize") return mgbench::app::quantize_main(argc - 1, argv + 1);
+  if (command == "comm") return mgbench::app::comm_main(argc - 1, argv + 1);
+  if (command == "predict") return mgbench::app::predict_main(argc - 1, argv + 1);
   std::cerr << "mgbench: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

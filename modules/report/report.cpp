@@ -92,6 +92,8 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
 
 bool is_llm_run(const results::RunRecord& run) { return run.display("task").rfind("llm", 0) == 0; }
 
+bool is_comm_run(const results::RunRecord& run) { return run.display("task") == "comm"; }
+
 namespace {
 /// The recipe of a run; runs written before recipes were recorded are the jobs' only recipes then.
 std::string recipe_of(const results::RunRecord& r) {
@@ -254,6 +256,82 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
              percent(row.efficiency_vs_1_rank), percent(row.efficiency_vs_fp64), r.status);
   }
   for (const auto& row : rows) print_notes(out, *row.run);
+}
+
+namespace {
+
+/// One row of a comm run: a collective, dtype, placement and size, across ranks.
+struct CommRow {
+  const results::CommRecord* first = nullptr;  // rank 0's record
+  double min_s = INFINITY, avg_s = 0, max_s = -INFINITY;
+  std::int64_t wrong = 0;
+  bool checked = true;
+};
+
+std::vector<CommRow> comm_rows(const results::RunRecord& run) {
+  std::vector<CommRow> rows;
+  if (run.comm.empty()) return rows;
+  for (std::size_t i = 0; i < run.comm.front().size(); ++i) {
+    CommRow row;
+    row.first = &run.comm.front()[i];
+    std::size_t ranks = 0;
+    for (const auto& rank : run.comm) {
+      if (i >= rank.size()) continue;
+      const auto& c = rank[i];
+      row.min_s = std::min(row.min_s, c.time_s);
+      row.max_s = std::max(row.max_s, c.time_s);
+      row.avg_s += c.time_s;
+      if (c.wrong < 0) row.checked = false;
+      row.wrong += std::max<std::int64_t>(c.wrong, 0);
+      ++ranks;
+    }
+    row.avg_s /= static_cast<double>(std::max<std::size_t>(ranks, 1));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
+  if (format == Format::kCsv) {
+    out << "file,run_id,status,ranks,backend,device,collective,dtype,op,root,in_place,bytes,count,time_min_s,"
+           "time_avg_s,time_max_s,algbw_gbs,busbw_gbs,wrong\n";
+  } else {
+    out << "# comm runs (mgbench comm, nccl-tests' columns): time of one launch, min / avg / max across ranks; "
+           "algbw = size / avg time, busbw = algbw x bus factor\n";
+  }
+  const char* header = "{:<28} {:>5} {:<5} {:<15} {:<5} {:<5} {:<6} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n";
+  if (format == Format::kTable) {
+    header_row(out, header, "run", "ranks", "bknd", "collective", "type", "redop", "place", "size", "time_min",
+               "time_avg", "time_max", "algbw", "busbw", "#wrong");
+    header_row(out, header, "", "", "", "", "", "", "", "(B)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "");
+  }
+  for (const auto& r : runs) {
+    if (!is_comm_run(r)) continue;
+    for (const CommRow& row : comm_rows(r)) {
+      const auto& c = *row.first;
+      const double algbw = static_cast<double>(c.bytes) / row.avg_s / 1e9;
+      const double busbw = c.time_s > 0 ? algbw * c.busbw_gbs / c.algbw_gbs : results::kNaN;  // the bus factor
+      const std::string wrong =
+          row.checked ? std::to_string(row.wrong) : std::string(format == Format::kCsv ? "" : "N/A");
+      if (format == Format::kCsv) {
+        out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{}\n", r.file, r.run_id,
+                           r.status, r.display("world_size"), r.display("backend"), r.display("device"), c.collective,
+                           c.dtype, c.op, c.root, static_cast<int>(c.in_place), c.bytes, c.count, row.min_s, row.avg_s,
+                           row.max_s, number(algbw, 4), number(busbw, 4), wrong);
+      } else {
+        data_row(out, header, r.run_id, r.display("world_size"), r.display("backend"), c.collective, c.dtype,
+                 c.op[0] != '\0' ? c.op : "none", c.in_place != 0 ? "in" : "out", c.bytes, number(row.min_s * 1e6, 2),
+                 number(row.avg_s * 1e6, 2), number(row.max_s * 1e6, 2), number(algbw, 3), number(busbw, 3), wrong);
+      }
+    }
+  }
+  if (format == Format::kTable) {
+    for (const auto& r : runs) {
+      if (is_comm_run(r)) print_notes(out, r);
+    }
+  }
 }
 
 void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs) {

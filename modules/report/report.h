@@ -52,6 +52,14 @@ bool is_dpo_run(const results::RunRecord& run);
 /// True for runs of `mgbench llm`.
 bool is_llm_run(const results::RunRecord& run);
 
+/// True for runs of `mgbench comm`.
+bool is_comm_run(const results::RunRecord& run);
+
+/// Runs of `mgbench comm`, in nccl-tests' columns: per run, collective, dtype, placement and size,
+/// the time of one launch min / avg / max across ranks, algbw and busbw (from the average) and the
+/// wrong elements summed over ranks. The CSV has one line per row.
+void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format);
+
 /// Where the training time of each run went: per phase (data, h2d, transform, forward, backward,
 /// allreduce, optimizer) the seconds summed over the run's epochs, min / avg / max across ranks,
 /// and the average share of the training time [%].

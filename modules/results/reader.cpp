@@ -145,6 +145,11 @@ std::vector<RunRecord> read_runs(const std::string& path) {
         run.cuda_api.push_back(std::move(api));
         run.cuda_kernels.push_back(std::move(kernels));
       }
+      if (h5::link_exists(rank_group, "comm")) {
+        auto rows = read_table<CommRecord>(rank_group, "comm", comm_record_type(), where + "/" + rank_name);
+        std::erase_if(rows, [](const CommRecord& c) { return c.bytes < 0; });
+        run.comm.push_back(std::move(rows));
+      }
       if (h5::link_exists(rank_group, "metrics")) {
         const std::string what = where + "/" + rank_name + "/metrics";
         h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "metrics", H5P_DEFAULT), "open " + what);

@@ -23,6 +23,7 @@ struct RunRecord {
   std::vector<std::vector<CudaKernelRecord>> cuda_kernels;  // [rank], used rows only
   std::vector<std::string> metric_names;                    // columns of the recipe's per-step metrics
   std::vector<std::vector<std::vector<double>>> metrics;    // [rank][step row][column], written rows only
+  std::vector<std::vector<CommRecord>> comm;                // [rank] rows of `mgbench comm` runs, written rows only
 
   /// Attribute lookups; std::nullopt when absent or of another type.
   std::optional<std::string> text(const std::string& name) const;

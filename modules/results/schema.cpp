@@ -125,4 +125,21 @@ h5::Handle cuda_kernel_type() {
   return t;
 }
 
+h5::Handle comm_record_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(CommRecord)), "create comm record type");
+  insert(t, "collective", offsetof(CommRecord, collective), h5::fixed_string_type(sizeof(CommRecord::collective)));
+  insert(t, "dtype", offsetof(CommRecord, dtype), h5::fixed_string_type(sizeof(CommRecord::dtype)));
+  insert(t, "op", offsetof(CommRecord, op), h5::fixed_string_type(sizeof(CommRecord::op)));
+  insert(t, "root", offsetof(CommRecord, root), H5T_NATIVE_INT32);
+  insert(t, "in_place", offsetof(CommRecord, in_place), H5T_NATIVE_INT8);
+  insert(t, "bytes", offsetof(CommRecord, bytes), H5T_NATIVE_INT64);
+  insert(t, "count", offsetof(CommRecord, count), H5T_NATIVE_INT64);
+  insert(t, "iters", offsetof(CommRecord, iters), H5T_NATIVE_INT64);
+  insert(t, "time_s", offsetof(CommRecord, time_s), H5T_NATIVE_DOUBLE);
+  insert(t, "algbw_gbs", offsetof(CommRecord, algbw_gbs), H5T_NATIVE_DOUBLE);
+  insert(t, "busbw_gbs", offsetof(CommRecord, busbw_gbs), H5T_NATIVE_DOUBLE);
+  insert(t, "wrong", offsetof(CommRecord, wrong), H5T_NATIVE_INT64);
+  return t;
+}
+
 }  // namespace mgbench::results

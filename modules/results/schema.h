@@ -12,7 +12,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 3;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 4;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -134,6 +134,24 @@ struct CudaKernelRecord {
 inline constexpr std::int64_t kCudaApiRows = 32;     // fixed table sizes: created at run start
 inline constexpr std::int64_t kCudaKernelRows = 48;  // (unused rows: empty name, count 0)
 
+/// A row of rank_<r>/comm (runs of `mgbench comm`): one collective, message size and placement on
+/// this rank, as nccl-tests reports them.
+struct CommRecord {
+  char collective[16] = {};  // all-reduce | all-gather | reduce-scatter | broadcast
+  char dtype[8] = {};        // fp32 | bf16 | fp16 | fp64
+  char op[8] = {};           // sum | max | min; "" for collectives without a reduction
+  std::int32_t root = -1;    // broadcast's root; -1 otherwise
+  std::int8_t in_place = 0;  // 1: in place (NCCL's layout)
+  std::int64_t bytes = -1;   // nccl-tests' size: the whole message (all-gather: the output, reduce-scatter:
+                             // the input) [bytes]; -1: row not written
+  std::int64_t count = 0;    // nccl-tests' count: elements of this rank's input (reduce-scatter: output)
+  std::int64_t iters = 0;    // timed iterations
+  double time_s = kNaN;      // mean time of one collective on this rank [s]
+  double algbw_gbs = kNaN;   // bytes / time_s [GB/s, 1e9]
+  double busbw_gbs = kNaN;   // algbw x the collective's bus factor (nccl-tests PERFORMANCE.md) [GB/s]
+  std::int64_t wrong = -1;   // elements of this rank's output that differ from the expected ones; -1: unchecked
+};
+
 /// /runs/<id>/summary, written by rank 0 when the run ends.
 struct RunSummary {
   double total_s = kNaN;        // wall time from the start of training to the end of the run
@@ -160,5 +178,6 @@ h5::Handle run_summary_type();
 h5::Handle cuda_summary_type();
 h5::Handle cuda_api_type();
 h5::Handle cuda_kernel_type();
+h5::Handle comm_record_type();
 
 }  // namespace mgbench::results

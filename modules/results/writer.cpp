@@ -212,10 +212,13 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
 
   // Every rank creates every rank's group and tables (HDF5 metadata operations are collective),
   // so each rank needs all ranks' layouts and attributes.
-  constexpr int kLayoutFields = 5;
-  std::array<std::int64_t, kLayoutFields> mine{layout.epochs, layout.steps_per_epoch, layout.indices_per_epoch,
+  constexpr int kLayoutFields = 6;
+  std::array<std::int64_t, kLayoutFields> mine{layout.epochs,
+                                               layout.steps_per_epoch,
+                                               layout.indices_per_epoch,
                                                layout.cuda_metrics ? 1 : 0,
-                                               static_cast<std::int64_t>(layout.metrics.size())};
+                                               static_cast<std::int64_t>(layout.metrics.size()),
+                                               layout.comm_rows};
   // The metrics' names, the same on every rank (one recipe): rank 0's, as an attribute of each table.
   std::string metric_columns;
   for (const auto& name : layout.metrics) metric_columns += (metric_columns.empty() ? "" : ",") + name;
@@ -265,9 +268,15 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
       metrics = create_table(group, "metrics", H5T_IEEE_F64LE, metric_dims, &no_value, group_path);
       h5::write_attribute(metrics, "columns", metric_columns);
     }
+    h5::Handle comm_rows;
+    if (l[5] > 0) {
+      const hsize_t comm_dims[1] = {static_cast<hsize_t>(l[5])};
+      const CommRecord empty_comm;
+      comm_rows = create_table(group, "comm", comm_record_type(), comm_dims, &empty_comm, group_path);
+    }
     if (r == rank_) {
       own_ = {std::move(steps),    std::move(epochs),       std::move(indices), std::move(cuda_summary),
-              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics)};
+              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics), std::move(comm_rows)};
     }
   }
   if (rank_ == 0) write_status(kStatusRunning, "");
@@ -328,9 +337,10 @@ void ResultsWriter::open_own_tables() {
     h5::Handle cuda_api = open("cuda_api", false);
     h5::Handle cuda_kernels = open("cuda_kernels", false);
     h5::Handle metrics = open("metrics", false);
+    h5::Handle comm_rows = open("comm", false);
     if (r == rank_) {
       own_ = {std::move(steps),    std::move(epochs),       std::move(indices), std::move(cuda_summary),
-              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics)};
+              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics), std::move(comm_rows)};
     }
   }
   auto rows = [&](hid_t dataset) {
@@ -364,8 +374,9 @@ ResultsWriter::~ResultsWriter() {
     // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
     // other ranks may be gone, so release the handles instead of waiting on them. Everything
     // written so far is already in the file (raw data goes straight to MPI-IO).
-    for (h5::Handle* h : {&own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices,
-                          &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
+    for (h5::Handle* h :
+         {&own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices,
+          &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
       h->release();
     }
   }
@@ -396,6 +407,12 @@ void ResultsWriter::write_steps(std::int64_t epoch, std::span<const StepRecord> 
   if (steps.empty()) return;
   write_rows(own_.steps, step_type_, epoch * layout_.steps_per_epoch, static_cast<std::int64_t>(steps.size()),
              steps.data(), "steps");
+}
+
+void ResultsWriter::write_comm(std::int64_t first, std::span<const CommRecord> rows) {
+  MGBENCH_REQUIRE(own_.comm.valid(), ResultsError, "write_comm: the run was created without a comm table");
+  if (rows.empty()) return;
+  write_rows(own_.comm, comm_record_type(), first, static_cast<std::int64_t>(rows.size()), rows.data(), "comm");
 }
 
 void ResultsWriter::write_epoch(const EpochRecord& record) {
@@ -454,11 +471,11 @@ void ResultsWriter::write_status(std::string_view status, const std::string& mes
   write_rows(error_, error_type, 0, 1, e.data(), "error");
 }
 
-void ResultsWriter::finish(std::string_view status) {
-  if (rank_ == 0) write_status(status, "");
+void ResultsWriter::finish(std::string_view status, const std::string& error) {
+  if (rank_ == 0) write_status(status, error);
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
-  for (h5::Handle* h : {&own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices,
-                        &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_}) {
+  for (h5::Handle* h : {&own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary,
+                        &own_.indices, &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_}) {
     h->reset();
   }
   file_.reset();

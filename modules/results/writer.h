@@ -32,6 +32,7 @@ struct RankLayout {
   std::int64_t indices_per_epoch = 0;  // columns of rank_<r>/indices; 0: no indices recorded
   bool cuda_metrics = false;           // rank_<r>/cuda_summary, cuda_api, cuda_kernels (GPU runs)
   std::vector<std::string> metrics;    // columns of rank_<r>/metrics (a recipe's per-step metrics); none: no table
+  std::int64_t comm_rows = 0;          // rows of rank_<r>/comm (`mgbench comm`); 0: no table
 };
 
 class ResultsWriter {
@@ -69,11 +70,14 @@ class ResultsWriter {
   /// kCudaKernelRows kernel rows. Independent.
   void write_cuda_metrics(const CudaSummaryRecord& summary, std::span<const CudaApiRecord> api,
                           std::span<const CudaKernelRecord> kernels);
+  /// Writes this rank's rows of rank_<r>/comm from row `first` on (layout.comm_rows in all). Independent.
+  void write_comm(std::int64_t first, std::span<const CommRecord> rows);
   /// Writes /runs/<id>/summary. Call on one rank (rank 0). Independent.
   void write_summary(const RunSummary& summary);
 
-  /// Collective: records the final status ("completed" or "preempted"), flushes and closes.
-  void finish(std::string_view status);
+  /// Collective: records the final status ("completed", "preempted", or "failed" with `error`: a run
+  /// that ended without a crash but whose results are wrong), flushes and closes.
+  void finish(std::string_view status, const std::string& error = "");
   /// Any single rank, no collective, never throws: records "failed" and message in the run.
   /// The caller then aborts the job; the file is left consistent.
   void mark_failed(const std::string& message) noexcept;
@@ -110,7 +114,7 @@ class ResultsWriter {
   h5::Handle summary_;
   /// This rank's tables (rank_<r>/...); indices and cuda_* only when the layout has them.
   struct RankTables {
-    h5::Handle steps, epochs, indices, cuda_summary, cuda_api, cuda_kernels, metrics;
+    h5::Handle steps, epochs, indices, cuda_summary, cuda_api, cuda_kernels, metrics, comm;
   };
   RankTables own_;
   h5::Handle step_type_;

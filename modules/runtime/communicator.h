@@ -44,11 +44,23 @@ class Communicator {
   /// "mpi" or "nccl".
   virtual std::string backend() const = 0;
 
-  /// In-place all-reduce of a contiguous tensor (float32, float64, float16, bfloat16, int32,
-  /// int64) on every rank. The tensor must not be touched until the Work has been waited on.
-  virtual std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) = 0;
+  /// All-reduce: output = op over the ranks of input, elementwise. input and output are contiguous
+  /// tensors of one dtype (float32, float64, float16, bfloat16, int32, int64) and size; output may
+  /// be input (in place). Neither may be touched until the Work has been waited on.
+  virtual std::unique_ptr<Work> all_reduce(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) = 0;
+  /// Broadcast: output = root's input on every rank (input is read on root only); same rules.
+  virtual std::unique_ptr<Work> broadcast(const torch::Tensor& input, torch::Tensor& output, int root) = 0;
+  /// All-gather: output [world_size * n] = the ranks' inputs [n], in rank order. In place when input
+  /// is this rank's slice of output (output.data_ptr() + rank * n elements), as NCCL defines it.
+  virtual std::unique_ptr<Work> all_gather(const torch::Tensor& input, torch::Tensor& output) = 0;
+  /// Reduce-scatter: output [n] = op over the ranks of input [world_size * n], slice `rank`. In place
+  /// when output is this rank's slice of input, as NCCL defines it.
+  virtual std::unique_ptr<Work> reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) = 0;
+
+  /// In-place all-reduce of a contiguous tensor (see above).
+  std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) { return all_reduce(tensor, tensor, op); }
   /// In-place broadcast of a contiguous tensor from root to every rank.
-  virtual std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) = 0;
+  std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) { return broadcast(tensor, tensor, root); }
   /// Blocks until every rank has reached the barrier.
   virtual void barrier() = 0;
 };

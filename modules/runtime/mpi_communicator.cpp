@@ -17,18 +17,39 @@
 namespace mgbench::runtime {
 namespace {
 
-/// A tensor as MPI sees it: the tensor itself when it is a CPU tensor of an MPI type, else a
-/// host copy (CUDA tensors, half types) written back when the collective completes.
+/// What MPI reads and writes for one collective: host tensors of MPI types, the caller's own where
+/// they are such (CPU float32/float64/int32/int64), else host copies (CUDA tensors; float16 and
+/// bfloat16 as float32), written back into the caller's output when the collective completes.
 struct Staged {
-  torch::Tensor target;  // the caller's tensor
-  torch::Tensor buffer;  // what MPI reads and writes
-  bool copy_back() const { return !buffer.is_same(target); }
+  torch::Tensor output;  // the caller's
+  torch::Tensor recv;    // what MPI writes: output itself or its host copy
+  torch::Tensor send;    // what MPI reads; undefined: MPI_IN_PLACE (the input is in recv)
+  bool copy_back() const { return !recv.is_same(output); }
 };
 
-Staged stage(torch::Tensor& t) {
-  const bool half = t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16;
-  if (t.device().is_cpu() && !half) return {t, t};
-  return {t, t.to(torch::TensorOptions().device(torch::kCPU).dtype(half ? torch::kFloat32 : t.scalar_type()))};
+bool needs_host_copy(const torch::Tensor& t) {
+  return !t.device().is_cpu() || t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16;
+}
+
+torch::ScalarType mpi_scalar_type(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : t.scalar_type();
+}
+
+/// t as MPI reads it: t, or a host copy of its values.
+torch::Tensor host_values(const torch::Tensor& t) {
+  return needs_host_copy(t) ? t.to(torch::TensorOptions().device(torch::kCPU).dtype(mpi_scalar_type(t))) : t;
+}
+
+/// Stages an in-place collective (the input is the output's current values).
+Staged stage_in_place(torch::Tensor& output) { return {output, host_values(output), {}}; }
+
+/// Stages an out-of-place collective; MPI writes recv without reading it.
+Staged stage_out_of_place(const torch::Tensor& input, torch::Tensor& output) {
+  torch::Tensor recv =
+      needs_host_copy(output)
+          ? torch::empty(output.sizes(), torch::TensorOptions().device(torch::kCPU).dtype(mpi_scalar_type(output)))
+          : output;
+  return {output, recv, host_values(input)};
 }
 
 /// One queued collective, shared by its Work and the communication thread.
@@ -164,7 +185,7 @@ class MpiWork final : public Work {
   void complete() {
     finished_ = true;
     if (op_->rc != MPI_SUCCESS) detail::throw_mpi_error(op_->rc, op_->what, __FILE__, __LINE__);
-    if (op_->staged.copy_back()) op_->staged.target.copy_(op_->staged.buffer);
+    if (op_->staged.copy_back()) op_->staged.output.copy_(op_->staged.recv);
   }
 
   MpiCommunicator::Worker& worker_;
@@ -188,6 +209,25 @@ void require_contiguous(const torch::Tensor& t, const char* op) {
   MGBENCH_REQUIRE(t.is_contiguous(), CommError, "MPI backend {}: tensor must be contiguous", op);
   MGBENCH_REQUIRE(t.numel() <= std::numeric_limits<int>::max(), CommError,
                   "MPI backend {}: {} elements exceed MPI's int count", op, t.numel());
+}
+
+/// The rules every collective shares: contiguous tensors of one dtype, output numel = input numel
+/// times `output_per_input` / `input_per_output`.
+void require_pair(const torch::Tensor& input, const torch::Tensor& output, const char* op, std::int64_t output_factor,
+                  std::int64_t input_factor) {
+  require_contiguous(input, op);
+  require_contiguous(output, op);
+  MGBENCH_REQUIRE(input.scalar_type() == output.scalar_type(), CommError,
+                  "MPI backend {}: input {} and output {} differ in dtype", op, c10::toString(input.scalar_type()),
+                  c10::toString(output.scalar_type()));
+  MGBENCH_REQUIRE(input.numel() * output_factor == output.numel() * input_factor, CommError,
+                  "MPI backend {}: input of {} elements and output of {} do not match", op, input.numel(),
+                  output.numel());
+}
+
+/// True when `part` starts `offset` elements into `whole` (same dtype): NCCL's in-place layout.
+bool starts_at(const torch::Tensor& part, const torch::Tensor& whole, std::int64_t offset) {
+  return part.data_ptr() == static_cast<const char*>(whole.data_ptr()) + offset * whole.element_size();
 }
 
 }  // namespace
@@ -223,29 +263,63 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_NULL && finalized == 0) MPI_Comm_free(&comm_);
 }
 
-std::unique_ptr<Work> MpiCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  require_contiguous(tensor, "all_reduce");
-  Staged staged = stage(tensor);
-  const MPI_Datatype type = mpi_datatype(staged.buffer.scalar_type());
-  void* data = staged.buffer.data_ptr();
-  const int count = static_cast<int>(tensor.numel());
+std::unique_ptr<Work> MpiCommunicator::all_reduce(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) {
+  require_pair(input, output, "all_reduce", 1, 1);
+  Staged staged = input.data_ptr() == output.data_ptr() ? stage_in_place(output) : stage_out_of_place(input, output);
+  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
+  const void* send = staged.send.defined() ? staged.send.data_ptr() : MPI_IN_PLACE;
+  void* recv = staged.recv.data_ptr();
+  const int count = static_cast<int>(output.numel());
   const MPI_Op mpi = mpi_op(op);
   MPI_Comm comm = comm_;
   return std::make_unique<MpiWork>(*worker_, worker_->submit("MPI_Iallreduce", std::move(staged), [=](MPI_Request* r) {
-    return MPI_Iallreduce(MPI_IN_PLACE, data, count, type, mpi, comm, r);
+    return MPI_Iallreduce(send, recv, count, type, mpi, comm, r);
   }));
 }
 
-std::unique_ptr<Work> MpiCommunicator::broadcast(torch::Tensor& tensor, int root) {
-  require_contiguous(tensor, "broadcast");
-  Staged staged = stage(tensor);
-  const MPI_Datatype type = mpi_datatype(staged.buffer.scalar_type());
-  void* data = staged.buffer.data_ptr();
-  const int count = static_cast<int>(tensor.numel());
+std::unique_ptr<Work> MpiCommunicator::broadcast(const torch::Tensor& input, torch::Tensor& output, int root) {
+  require_pair(input, output, "broadcast", 1, 1);
+  // MPI's broadcast is in place: out of place, root's input is first copied into the output.
+  if (rank_ == root && input.data_ptr() != output.data_ptr()) output.copy_(input);
+  Staged staged = stage_in_place(output);
+  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
+  void* data = staged.recv.data_ptr();
+  const int count = static_cast<int>(output.numel());
   MPI_Comm comm = comm_;
   return std::make_unique<MpiWork>(*worker_, worker_->submit("MPI_Ibcast", std::move(staged), [=](MPI_Request* r) {
     return MPI_Ibcast(data, count, type, root, comm, r);
   }));
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_gather(const torch::Tensor& input, torch::Tensor& output) {
+  require_pair(input, output, "all_gather", world_size_, 1);
+  const std::int64_t n = input.numel();
+  Staged staged = starts_at(input, output, rank_ * n) ? stage_in_place(output) : stage_out_of_place(input, output);
+  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
+  const void* send = staged.send.defined() ? staged.send.data_ptr() : MPI_IN_PLACE;
+  void* recv = staged.recv.data_ptr();
+  const int count = static_cast<int>(n);
+  MPI_Comm comm = comm_;
+  return std::make_unique<MpiWork>(*worker_, worker_->submit("MPI_Iallgather", std::move(staged), [=](MPI_Request* r) {
+    return MPI_Iallgather(send, count, type, recv, count, type, comm, r);
+  }));
+}
+
+std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) {
+  require_pair(input, output, "reduce_scatter", 1, world_size_);
+  // MPI's in-place reduce-scatter has another layout than NCCL's (its result starts the buffer):
+  // NCCL's in-place case reads from a copy of the input.
+  Staged staged = stage_out_of_place(starts_at(output, input, rank_ * output.numel()) ? input.clone() : input, output);
+  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
+  const void* send = staged.send.data_ptr();
+  void* recv = staged.recv.data_ptr();
+  const int count = static_cast<int>(output.numel());
+  const MPI_Op mpi = mpi_op(op);
+  MPI_Comm comm = comm_;
+  return std::make_unique<MpiWork>(*worker_,
+                                   worker_->submit("MPI_Ireduce_scatter_block", std::move(staged), [=](MPI_Request* r) {
+                                     return MPI_Ireduce_scatter_block(send, recv, count, type, mpi, comm, r);
+                                   }));
 }
 
 void MpiCommunicator::barrier() {

@@ -1,14 +1,15 @@
 #pragma once
 // Communicator backend on MPI, with a communication thread. Every collective is queued, in the
-// caller's order, to the communicator's own thread, which runs it as a blocking MPI call
-// (MPI_Allreduce, MPI_Bcast, MPI_Barrier) while the caller goes on: gradient all-reduces launched
+// caller's order, to the communicator's own thread, which starts it as a non-blocking MPI call
+// (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ibarrier) and drives it
+// to completion while the caller goes on: gradient all-reduces launched
 // from autograd's hooks overlap the rest of backward on CPUs, where Open MPI's non-blocking
 // collectives progress only inside MPI calls (and a blocking MPI_Allreduce was 2x faster than
 // MPI_Iallreduce for 8.9 MB here). One thread issues all of a communicator's collectives, so
 // every rank issues them in the same order. As PyTorch's ProcessGroupGloo does with its worker
 // threads.
 //
-// CPU tensors are reduced in place; CUDA tensors are staged through host memory (copied to the
+// CPU tensors of MPI types are used as they are; CUDA tensors are staged through host memory (copied to the
 // host at launch, back at wait() on the caller's thread and stream), which lets several ranks
 // share one GPU in tests, where NCCL refuses. float16/bfloat16 are reduced as float32 (MPI has no
 // such types) and rounded back. Needs MPI_THREAD_MULTIPLE (runtime/mpi_env.h checks it).
@@ -33,10 +34,14 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "mpi"; }
-  /// Throws CommError for non-contiguous tensors and dtypes MPI cannot reduce (see mpi_datatype);
-  /// an MPI error is thrown by the Work's wait().
-  std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override;
-  std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  /// Throw CommError for non-contiguous tensors, mismatched sizes or dtypes, and dtypes MPI cannot
+  /// reduce (see mpi_datatype); an MPI error is thrown by the Work's wait().
+  std::unique_ptr<Work> all_reduce(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) override;
+  std::unique_ptr<Work> broadcast(const torch::Tensor& input, torch::Tensor& output, int root) override;
+  std::unique_ptr<Work> all_gather(const torch::Tensor& input, torch::Tensor& output) override;
+  std::unique_ptr<Work> reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) override;
   /// Queued behind every collective launched before it; returns when all ranks reached it.
   void barrier() override;
 

@@ -221,21 +221,42 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "nccl"; }
 
-  std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override {
-    require_on_device(tensor, "all_reduce");
-    return launch("ncclAllReduce", tensor, [&](cudaStream_t s) {
-      MGBENCH_CHECK_NCCL_ENQUEUE(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
-                                               static_cast<std::size_t>(tensor.numel()),
-                                               nccl_type(tensor.scalar_type()), nccl_op(op), comm_, s));
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+
+  std::unique_ptr<Work> all_reduce(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) override {
+    require_pair(input, output, "all_reduce", 1, 1);
+    return launch("ncclAllReduce", input, output, [&](cudaStream_t s) {
+      MGBENCH_CHECK_NCCL_ENQUEUE(ncclAllReduce(input.data_ptr(), output.data_ptr(),
+                                               static_cast<std::size_t>(output.numel()),
+                                               nccl_type(output.scalar_type()), nccl_op(op), comm_, s));
     });
   }
 
-  std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override {
-    require_on_device(tensor, "broadcast");
-    return launch("ncclBroadcast", tensor, [&](cudaStream_t s) {
-      MGBENCH_CHECK_NCCL_ENQUEUE(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
-                                               static_cast<std::size_t>(tensor.numel()),
-                                               nccl_type(tensor.scalar_type()), root, comm_, s));
+  std::unique_ptr<Work> broadcast(const torch::Tensor& input, torch::Tensor& output, int root) override {
+    require_pair(input, output, "broadcast", 1, 1);
+    return launch("ncclBroadcast", input, output, [&](cudaStream_t s) {
+      MGBENCH_CHECK_NCCL_ENQUEUE(ncclBroadcast(input.data_ptr(), output.data_ptr(),
+                                               static_cast<std::size_t>(output.numel()),
+                                               nccl_type(output.scalar_type()), root, comm_, s));
+    });
+  }
+
+  std::unique_ptr<Work> all_gather(const torch::Tensor& input, torch::Tensor& output) override {
+    require_pair(input, output, "all_gather", world_size_, 1);
+    return launch("ncclAllGather", input, output, [&](cudaStream_t s) {
+      MGBENCH_CHECK_NCCL_ENQUEUE(ncclAllGather(input.data_ptr(), output.data_ptr(),
+                                               static_cast<std::size_t>(input.numel()), nccl_type(output.scalar_type()),
+                                               comm_, s));
+    });
+  }
+
+  std::unique_ptr<Work> reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) override {
+    require_pair(input, output, "reduce_scatter", 1, world_size_);
+    return launch("ncclReduceScatter", input, output, [&](cudaStream_t s) {
+      MGBENCH_CHECK_NCCL_ENQUEUE(ncclReduceScatter(input.data_ptr(), output.data_ptr(),
+                                                   static_cast<std::size_t>(output.numel()),
+                                                   nccl_type(output.scalar_type()), nccl_op(op), comm_, s));
     });
   }
 
@@ -252,8 +273,22 @@ class NcclCommunicator final : public Communicator {
     MGBENCH_REQUIRE(t.is_contiguous(), CommError, "NCCL backend {}: tensor must be contiguous", op);
   }
 
+  /// Both tensors on this rank's GPU, contiguous, of one dtype; output numel * input_factor = input
+  /// numel * output_factor.
+  void require_pair(const torch::Tensor& input, const torch::Tensor& output, const char* op, std::int64_t output_factor,
+                    std::int64_t input_factor) const {
+    require_on_device(input, op);
+    require_on_device(output, op);
+    MGBENCH_REQUIRE(input.scalar_type() == output.scalar_type(), CommError,
+                    "NCCL backend {}: input {} and output {} differ in dtype", op, c10::toString(input.scalar_type()),
+                    c10::toString(output.scalar_type()));
+    MGBENCH_REQUIRE(input.numel() * output_factor == output.numel() * input_factor, CommError,
+                    "NCCL backend {}: input of {} elements and output of {} do not match", op, input.numel(),
+                    output.numel());
+  }
+
   template <class Call>
-  std::unique_ptr<Work> launch(const char* what, torch::Tensor& tensor, Call&& call) {
+  std::unique_ptr<Work> launch(const char* what, const torch::Tensor& input, const torch::Tensor& output, Call&& call) {
     auto op = std::make_shared<Inflight>();
     op->what = what;
     op->seq = ++seq_;
@@ -266,9 +301,10 @@ class NcclCommunicator final : public Communicator {
     call(stream_.stream());  // returns ncclInProgress where it cannot enqueue yet (lazy connection)
     settle(fmt::format("{} #{}", what, op->seq), op->launched_s + options_.timeout_s);
     op->done.record(stream_);
-    // The caching allocator must not hand the tensor's memory out again before the collective
+    // The caching allocator must not hand the tensors' memory out again before the collective
     // on the other stream is done with it.
-    c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream_);
+    c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
+    if (!output.is_same(input)) c10::cuda::CUDACachingAllocator::recordStream(output.storage().data_ptr(), stream_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       inflight_.push_back(op);

@@ -65,8 +65,10 @@ class Data:
         frame = self.runs
         if frame.empty:
             return frame
-        is_llm = frame["task"].astype(str).str.startswith("llm")
-        return frame[(frame["status"] == "completed") & np.isfinite(frame["total_s"]) & (is_llm == llm)]
+        task = frame["task"].astype(str)
+        trained = ~task.isin(["comm", "prediction"])  # the benchmark's and the predictor's runs have no epochs
+        return frame[(frame["status"] == "completed") & np.isfinite(frame["total_s"]) & trained &
+                     (task.str.startswith("llm") == llm)]
 
 
 @dataclass(frozen=True)

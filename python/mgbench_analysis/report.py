@@ -139,7 +139,7 @@ def runs(source) -> pd.DataFrame:
     Raises results.ResultsError naming the file for input that is not an mgbench results file.
     """
     read_runs: List[Run] = list(source) if _all_runs(source) else read(source)
-    image = [r for r in read_runs if not is_llm(r)]
+    image = [r for r in read_runs if not is_llm(r) and r.attributes.get("task") not in ("comm", "prediction")]
     llm = [r for r in read_runs if is_llm(r)]
     image_eff = dict(zip(map(id, image), _image_efficiencies(image).values()))
     rows = []
@@ -153,9 +153,11 @@ def runs(source) -> pd.DataFrame:
             row["efficiency_vs_1_rank"], row["efficiency_vs_fp64"] = _llm_efficiency(run, llm), math.nan
             row["loss"] = run.summary["eval_loss"] if math.isfinite(run.summary["eval_loss"]) else \
                 run.summary["final_loss"]
-        else:
+        elif id(run) in image_eff:
             row["efficiency_vs_1_rank"], row["efficiency_vs_fp64"] = image_eff[id(run)]
             row["loss"] = run.summary["final_loss"]
+        else:  # comm and prediction runs
+            row["efficiency_vs_1_rank"], row["efficiency_vs_fp64"], row["loss"] = math.nan, math.nan, math.nan
         peak = run.summary["peak_memory_bytes"]
         row["peak_memory_mib"] = peak / MIB if peak >= 0 else math.nan
         row["weight_bytes_per_param"] = float(run.attributes.get("weight_bytes_per_parameter", math.nan))
@@ -191,9 +193,11 @@ def report_table(frame: pd.DataFrame, table: str = "image") -> pd.DataFrame:
         raise ValueError(f"report_table(table={table!r}): expected one of {', '.join(CSV_COLUMNS)}")
     if frame.empty:
         return pd.DataFrame(columns=CSV_COLUMNS[table])
-    llm = frame["task"].astype(str).str.startswith("llm")
-    rows = frame[~llm] if table == "image" else frame[llm] if table == "llm" else frame[llm &
-                                                                                        (frame["recipe"] == "dpo")]
+    task = frame["task"].astype(str)
+    llm = task.str.startswith("llm")
+    # comm and prediction runs have tables of their own in `mgbench report`.
+    image = ~llm & ~task.isin(["comm", "prediction"])
+    rows = frame[image] if table == "image" else frame[llm] if table == "llm" else frame[llm & (frame["recipe"] == "dpo")]
     out = pd.DataFrame(index=rows.index)
     for column in CSV_COLUMNS[table]:
         if column == "img_per_s":

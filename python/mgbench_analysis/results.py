@@ -18,7 +18,7 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
 PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("transform", "transform_s"), ("forward", "forward_s"),
           ("backward", "backward_s"), ("allreduce", "allreduce_s"), ("optimizer", "optimizer_s"))
@@ -112,6 +112,7 @@ class Run:
     cuda_summary: List[pd.DataFrame] = field(default_factory=list)  # [rank] of GPU runs with CUPTI
     cuda_api: List[pd.DataFrame] = field(default_factory=list)  # [rank], used rows only
     cuda_kernels: List[pd.DataFrame] = field(default_factory=list)  # [rank], used rows only
+    comm: List[pd.DataFrame] = field(default_factory=list)  # [rank] rows of `mgbench comm` runs, written rows only
     metric_names: List[str] = field(default_factory=list)  # the recipe's per-step metrics (steps columns)
 
     @property
@@ -164,6 +165,9 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
             epochs = epochs[epochs["epoch"] >= 0].reset_index(drop=True)
         run.steps.append(steps)
         run.epochs.append(epochs)
+        if "comm" in rank_group:
+            comm = _table(rank_group, "comm")
+            run.comm.append(comm[comm["bytes"] >= 0].reset_index(drop=True))
         if "cuda_summary" in rank_group:
             run.cuda_summary.append(_table(rank_group, "cuda_summary"))
             api = _table(rank_group, "cuda_api")
@@ -231,6 +235,12 @@ def epochs(source) -> pd.DataFrame:
     """Every written epoch row of every rank (``rank_<r>/epochs``): columns file, run_id, rank, then the
     schema's fields."""
     return _per_rank(_runs_of(source), lambda run: run.epochs)
+
+
+def comm(source) -> pd.DataFrame:
+    """The rows of `mgbench comm` runs (``rank_<r>/comm``), one per rank, collective, size and placement:
+    columns file, run_id, rank, then the schema's fields (bytes, time_s, algbw_gbs, busbw_gbs, wrong, ...)."""
+    return _per_rank(_runs_of(source), lambda run: run.comm)
 
 
 def cuda(source, table: str = "summary") -> pd.DataFrame:

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "core/error.h"
 #include "core/progress.h"
 #include "mpi_support.h"
 #include "results/reader.h"
@@ -32,6 +33,53 @@ TEST(Communicator, AllReduceAndBroadcast) {
   torch::Tensor c = torch::full({5}, static_cast<float>(comm.rank()), torch::kFloat32);
   comm.broadcast(c, n - 1)->wait();
   EXPECT_TRUE(torch::all(c == static_cast<float>(n - 1)).item<bool>());
+}
+
+// The collectives `mgbench comm` measures, out of place and in place (NCCL's layout), with a dtype
+// MPI stages through float32: rank r holds r * 10 + i at element i.
+TEST(Communicator, GatherScatterAndOutOfPlaceCollectives) {
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  const int n = comm.world_size();
+  const int r = comm.rank();
+  for (const auto dtype : {torch::kFloat64, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto opts = torch::TensorOptions().dtype(dtype);
+    const torch::Tensor mine = torch::arange(4, opts) + r * 10;  // [4]
+    // all-gather, out of place: rank q's block at q * 4.
+    torch::Tensor gathered = torch::zeros({4 * n}, opts);
+    comm.all_gather(mine, gathered)->wait();
+    for (int q = 0; q < n; ++q) {
+      EXPECT_TRUE(torch::equal(gathered.narrow(0, 4 * q, 4), torch::arange(4, opts) + q * 10)) << "rank " << q;
+    }
+    // all-gather in place: the input is this rank's slice of the output.
+    torch::Tensor buffer = torch::full({4 * n}, -1, opts);
+    buffer.narrow(0, 4 * r, 4).copy_(mine);
+    torch::Tensor slice = buffer.narrow(0, 4 * r, 4);
+    comm.all_gather(slice, buffer)->wait();
+    EXPECT_TRUE(torch::equal(buffer, gathered));
+    // reduce-scatter: rank r gets slice r of the sum of every rank's [4 * n] input.
+    const torch::Tensor input = torch::arange(4 * n, opts) + r;  // element j: j + r
+    const double rank_sum = n * (n - 1) / 2.0;
+    const torch::Tensor expected = (torch::arange(4, torch::kFloat64) + 4 * r) * n + rank_sum;
+    torch::Tensor part = torch::zeros({4}, opts);
+    comm.reduce_scatter(input, part, runtime::ReduceOp::kSum)->wait();
+    EXPECT_TRUE(torch::equal(part.to(torch::kFloat64), expected));
+    torch::Tensor whole = input.clone();  // in place: the output is this rank's slice of the input
+    torch::Tensor own = whole.narrow(0, 4 * r, 4);
+    comm.reduce_scatter(whole, own, runtime::ReduceOp::kSum)->wait();
+    EXPECT_TRUE(torch::equal(own.to(torch::kFloat64), expected));
+    // all-reduce and broadcast out of place leave the input alone.
+    torch::Tensor reduced = torch::zeros({4}, opts);
+    comm.all_reduce(mine, reduced, runtime::ReduceOp::kMax)->wait();
+    EXPECT_TRUE(torch::equal(reduced, torch::arange(4, opts) + (n - 1) * 10));
+    EXPECT_TRUE(torch::equal(mine, torch::arange(4, opts) + r * 10));
+    torch::Tensor received = torch::zeros({4}, opts);
+    comm.broadcast(mine, received, n - 1)->wait();
+    EXPECT_TRUE(torch::equal(received, torch::arange(4, opts) + (n - 1) * 10));
+  }
+  // Mismatched sizes are refused, naming the collective.
+  torch::Tensor wrong = torch::zeros({3});
+  EXPECT_THROW(comm.all_gather(torch::zeros({2}), wrong), CommError);
 }
 
 TEST(GradSync, AveragesGradientsOverRanks) {

@@ -1,0 +1,131 @@
+#pragma once
+// `mgbench predict`: how a measured workload will scale to N ranks, from what mgbench measured
+// (a 1-rank run's phase times, the all-reduce of a `mgbench comm` run) -- before anyone pays for
+// the GPUs. The model (docs/design.md, "The scaling predictor"), per rank and optimizer step:
+//
+//   steps(n)      ddp-ds, ddp-rr: ceil(ceil(N / n) / b) (DistributedSampler's padded shard);
+//                 ddp: ceil(N / b) (no split: every rank computes every batch); capped by max_steps
+//   compute       h2d + transform + forward + backward + optimizer + the loop's other time, as
+//                 measured with 1 rank (each rank has its own device: a GPU, or --threads cores)
+//   data(n)       data_s; ddp-rr: n x data_s (every rank loads every batch, computes 1/n of them)
+//   allreduce(n)  the gradient buckets' all-reduces one after another, each costing what the comm
+//                 run measured for its size at n ranks (interpolated log-log; or a stated link
+//                 assumption), times (1 - overlap): the share hidden behind backward as a measured
+//                 multi-rank run of the workload showed (none without one)
+//   epoch(n)      steps(n) x (compute + data(n) + allreduce(n)) x straggler spread (the measured
+//                 slowest rank's training time over the ranks' mean; 1 without a multi-rank run)
+//   total(n)      epochs x epoch(n) + evaluated epochs x eval_s / n + the measured start-up
+// Nothing is fitted: every number is measured or a labelled assumption.
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "results/reader.h"
+
+namespace mgbench::report {
+
+/// A link assumption where no comm run was measured at a rank count (latency + size / busbw with
+/// the ring all-reduce's 2(n-1)/n bus factor). Labelled as assumptions wherever used.
+struct LinkAssumption {
+  std::string name;    // as typed: h100-nvlink
+  double latency_s;    // per all-reduce
+  double busbw_gbs;    // bus bandwidth [GB/s, 1e9]
+  std::string source;  // where the figure comes from
+};
+const std::vector<LinkAssumption>& link_assumptions();
+/// The assumption named `name`; throws ConfigError listing the names.
+const LinkAssumption& link_assumption(const std::string& name);
+
+/// All-reduce time by message size at one rank count, from a comm run's out-of-place rows of one
+/// dtype (time averaged over ranks), or from a link assumption.
+class AllReduceCost {
+ public:
+  /// points: (bytes, seconds), any order, at least one; source: what they come from.
+  AllReduceCost(int world_size, std::vector<std::pair<double, double>> points, std::string source);
+  AllReduceCost(int world_size, const LinkAssumption& link);
+  /// Seconds for one all-reduce of `bytes`: interpolated linearly in log(bytes)-log(time) between
+  /// measured sizes; below the smallest, its time; above the largest, its time plus the extra bytes
+  /// at the largest size's algorithm bandwidth.
+  double seconds(double bytes) const;
+  int world_size() const { return world_size_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  int world_size_;
+  std::vector<std::pair<double, double>> points_;  // sorted by bytes
+  std::optional<LinkAssumption> link_;
+  std::string source_;
+};
+
+/// The all-reduce costs of every comm run's all-reduce rows in `runs` with this dtype, by world
+/// size (the latest run wins).
+std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord>& runs, const std::string& dtype);
+
+/// Gradient bucket sizes [bytes] as the GradSync assigns them, approximately (it splits at tensor
+/// boundaries): first_bucket_bytes, then bucket_bytes each, the rest last.
+std::vector<double> gradient_buckets(double gradient_bytes, double first_bucket_bytes, double bucket_bytes);
+
+/// Optimizer steps per epoch per rank of a strategy (see the model above).
+std::int64_t steps_per_epoch(const std::string& strategy, std::int64_t samples, std::int64_t batch_per_step, int ranks,
+                             std::int64_t max_steps, bool drop_last);
+
+/// What a 1-rank run says about its workload, per optimizer step (averages over all its steps).
+struct MeasuredStep {
+  double data_s = 0, h2d_s = 0, transform_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, other_s = 0;
+  double eval_s = 0;     // per evaluated epoch
+  double startup_s = 0;  // total_s - train_s - eval_s
+  std::int64_t evaluated_epochs = 0;
+  double gradient_bytes = 0;  // trainable parameters x gradient element size
+};
+/// Throws ResultsError naming the run when it has no completed epoch or lacks the attributes.
+MeasuredStep measure_step(const results::RunRecord& one_rank);
+
+/// From multi-rank runs of the workload: the share of the all-reduce window hidden behind backward
+/// (1 - exposed / window, summed over their ranks and epochs) and the straggler spread (mean over
+/// runs and epochs of the slowest rank's train_s over the ranks' mean).
+struct MeasuredScaling {
+  double overlap = 0;                // 0 when unmeasured
+  double spread = 1;                 // 1 when unmeasured
+  std::vector<std::string> sources;  // run ids used
+};
+MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& multi_rank);
+
+struct Prediction {
+  const results::RunRecord* base = nullptr;  // the 1-rank run measured
+  std::string strategy;
+  int ranks = 1;
+  std::int64_t steps = 0;                             // per epoch per rank
+  double compute_s = 0, data_s = 0, allreduce_s = 0;  // per step (allreduce: exposed)
+  double epoch_s = 0, eval_s = 0, total_s = 0;        // eval_s: per evaluated epoch
+  double speedup = 1;                                 // T(1 rank) / T(n ranks), both predicted
+  std::string limiting;                               // the largest per-step phase
+  std::string comm_source;                            // comm run or link assumption used
+  MeasuredScaling scaling;
+};
+
+/// Predicts the workload of `base` (a completed 1-rank run) at each of ranks x strategies. costs:
+/// per world size (a rank count without one uses `link`, or is skipped with a note when none).
+/// notes: what was skipped or assumed, one line each.
+std::vector<Prediction> predict(const results::RunRecord& base,
+                                const std::vector<const results::RunRecord*>& multi_rank,
+                                const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
+                                const std::vector<int>& ranks, const std::vector<std::string>& strategies,
+                                std::vector<std::string>& notes);
+
+/// The predictions as a table ('#' header and units rows, as the report's), one row per rank count
+/// and strategy, with the inputs as '#' lines.
+void print_predictions(std::ostream& out, const std::vector<Prediction>& predictions);
+
+/// What makes runs of one workload comparable whatever their strategy and rank count (task,
+/// precision, pin_memory, image size or model and dataset, epochs, batch, grad-accum, samples).
+std::string workload_of(const results::RunRecord& run);
+
+/// `mgbench report`: predicted runs (task `prediction`) beside the measured run of the same workload,
+/// strategy and rank count when there is one, with the error of the predicted total time.
+void print_prediction_check(std::ostream& out, const std::vector<results::RunRecord>& runs, bool csv);
+
+/// True for runs written by `mgbench predict`.
+bool is_prediction_run(const results::RunRecord& run);
+
+}  // namespace mgbench::report

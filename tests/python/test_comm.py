@@ -1,0 +1,150 @@
+"""`mgbench comm` (nccl-tests-style collective benchmark) and `mgbench predict` end to end, on the CPU
+over MPI: the table's layout and values against the results file (h5py), the correctness check
+failing when a rank perturbs its input, predictions written as runs and shown beside measured ones."""
+import math
+import re
+
+import numpy as np
+import pytest
+
+from conftest import MNIST, mgbench
+
+h5py = pytest.importorskip("h5py")
+
+COLLECTIVES = ["all-reduce", "all-gather", "reduce-scatter", "broadcast"]
+
+
+def data_rows(stdout):
+    return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_table_has_nccl_tests_layout_and_equals_the_results_file(tmp_path, np_):
+    results = tmp_path / "comm.h5"
+    proc = mgbench("comm", "--collective", "all", "--min-bytes", "8", "--max-bytes", "64K", "--step-factor", "16",
+                   "--iters", "5", "--warmup-iters", "2", "--dtype", "bf16", "--results", results, np=np_, check=True)
+    out = proc.stdout
+    assert "# Out of bounds values : 0 OK" in out
+    assert re.search(r"^#\s+\(B\)\s+\(elements\)\s+\(us\)", out, re.M), out  # the units row
+    rows = data_rows(out)
+    assert len(rows) == 4 * 4  # 4 collectives x sizes 8, 128, 2K, 32K
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        assert run["status"][0] == b"completed" and run.attrs["task"] == "comm" and run.attrs["backend"] == "mpi"
+        assert run.attrs["world_size"] == np_ and run.attrs["dtype"] == "bf16"
+        tables = [run[f"rank_{r}/comm"][:] for r in range(np_)]
+    factors = {"all-reduce": 2 * (np_ - 1) / np_, "all-gather": (np_ - 1) / np_, "reduce-scatter": (np_ - 1) / np_,
+               "broadcast": 1.0}
+    for i, row in enumerate(rows):
+        size, count = int(row[0]), int(row[1])
+        out_place = [t[2 * i] for t in tables]
+        in_place = [t[2 * i + 1] for t in tables]
+        collective = out_place[0]["collective"].decode()
+        assert collective == COLLECTIVES[i // 4]
+        assert out_place[0]["bytes"] == size and out_place[0]["count"] == count and in_place[0]["in_place"] == 1
+        if collective in ("all-gather", "reduce-scatter"):
+            assert size == count * np_ * 2  # bf16: the whole message, a multiple of the ranks
+        # time min / avg / max across ranks, algbw from the average, busbw with nccl-tests' factor.
+        for half, offset in ((out_place, 5), (in_place, 11)):
+            times = np.array([t["time_s"] for t in half]) * 1e6
+            t_min, t_avg, t_max, algbw, busbw, wrong = row[offset:offset + 6]
+            assert math.isclose(float(t_min), times.min(), abs_tol=0.006)
+            assert math.isclose(float(t_avg), times.mean(), abs_tol=0.006)
+            assert math.isclose(float(t_max), times.max(), abs_tol=0.006)
+            assert math.isclose(float(algbw), size / times.mean() / 1e3, abs_tol=0.006)
+            assert math.isclose(float(busbw), size / times.mean() / 1e3 * factors[collective], abs_tol=0.006)
+            assert wrong == "0" and all(t["wrong"] == 0 for t in half)
+    # `mgbench report` shows the same rows from the file.
+    report = mgbench("report", "--csv", results, check=True).stdout.splitlines()
+    assert report[0].startswith("file,run_id,status,ranks,backend,device,collective")
+    assert len(report) == 1 + 2 * len(rows)
+
+
+def test_a_perturbed_rank_fails_the_check(tmp_path):
+    results = tmp_path / "comm.h5"
+    proc = mgbench("comm", "--collective", "all-reduce,all-gather", "--min-bytes", "64", "--max-bytes", "64",
+                   "--iters", "2", "--check-perturb-rank", "1", "--results", results, np=2)
+    assert proc.returncode == 1, proc.stderr
+    rows = data_rows(proc.stdout)
+    # One element of rank 1's input is off: every rank's all-reduce sees it at element 0 (2 ranks x
+    # 2 placements), the all-gather at rank 1's first element.
+    assert [r[10] for r in rows] == ["2", "2"] and [r[16] for r in rows] == ["2", "2"], proc.stdout
+    assert re.search(r"# Out of bounds values : 8 FAILED", proc.stdout), proc.stdout
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        assert run["status"][0] == b"failed" and b"8 wrong value" in run["error"][0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--collective", "all-to-all"], "--collective 'all-to-all': expected all-reduce"),
+    (["--max-bytes", "12Q"], "--max-bytes '12Q': expected a size in bytes"),
+    (["--min-bytes", "1M", "--max-bytes", "1K"], "--max-bytes 1K is below --min-bytes 1M"),
+    (["--dtype", "int8"], "--dtype 'int8': expected fp32, bf16, fp16 or fp64"),
+    (["--iters", "0"], "--iters"),
+])
+def test_bad_options_are_named(tmp_path, args, needle):
+    proc = mgbench("comm", *args, "--results", tmp_path / "r.h5", np=2)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert not (tmp_path / "r.h5").exists()
+
+
+def test_root_outside_the_world_is_refused(tmp_path):
+    proc = mgbench("comm", "--collective", "broadcast", "--root", "5", "--results", tmp_path / "r.h5", np=2)
+    assert proc.returncode == 2 and "--root 5" in proc.stderr and "below 2" in proc.stderr
+
+
+def test_predict_writes_prediction_runs_that_report_compares(tmp_path):
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {MNIST}")
+    image = ["image", "--data", MNIST, "--limit-train", "256", "--limit-test", "128", "--epochs", "1",
+             "--batch-size", "32", "--width-mult", "0.25", "--image-size", "32", "--threads", "1", "--device", "cpu",
+             "--progress-interval", "1000"]
+    one, two, comm = tmp_path / "one.h5", tmp_path / "two.h5", tmp_path / "comm.h5"
+    mgbench(*image, "--results", one, np=1, check=True)
+    mgbench(*image, "--results", two, np=2, check=True)
+    mgbench("comm", "--min-bytes", "1K", "--max-bytes", "4M", "--step-factor", "4", "--iters", "3",
+            "--results", comm, np=2, check=True)
+    predictions = tmp_path / "pred.h5"
+    proc = mgbench("predict", one, "--comm", comm, "--ranks", "1,2,4", "--strategies", "ddp-ds,ddp",
+                   "--results", predictions, check=True)
+    assert "4 ranks skipped: no comm run at 4 ranks (mpirun -np 4 mgbench comm)" in proc.stdout, proc.stdout
+    table = data_rows(proc.stdout)
+    assert [(r[0], r[1]) for r in table] == [("1", "ddp-ds"), ("2", "ddp-ds"), ("1", "ddp"), ("2", "ddp")]
+    with h5py.File(one, "r") as f:
+        (measured,) = f["runs"].values()
+        measured_total, measured_id = measured["summary"][0]["total_s"], measured.attrs["run_id"]
+        steps_one = int(measured["rank_0/epochs"][0]["steps"])
+    with h5py.File(predictions, "r") as f:
+        runs = {r.attrs["strategy"] + "-" + str(r.attrs["world_size"]): r for r in f["runs"].values()}
+        assert set(runs) == {"ddp-ds-1", "ddp-ds-2", "ddp-1", "ddp-2"}
+        for run in runs.values():
+            assert run.attrs["task"] == "prediction" and run.attrs["predicted_task"] == "image"
+            assert run.attrs["prediction_of"] == measured_id and run.attrs["prediction_of_file"] == str(one)
+        # At 1 rank the model returns its measurement; ddp-ds halves the steps, ddp keeps them.
+        assert math.isclose(runs["ddp-ds-1"]["summary"][0]["total_s"], measured_total, rel_tol=1e-9)
+        assert runs["ddp-ds-2"].attrs["prediction_steps_per_epoch"] == math.ceil(steps_one / 2)
+        assert runs["ddp-2"].attrs["prediction_steps_per_epoch"] == steps_one
+        assert runs["ddp-ds-2"].attrs["prediction_comm"].startswith("comm run")
+        predicted_two = runs["ddp-ds-2"]["summary"][0]["total_s"]
+    with h5py.File(two, "r") as f:
+        (run,) = f["runs"].values()
+        measured_two, measured_two_id = run["summary"][0]["total_s"], run.attrs["run_id"]
+    report = mgbench("report", one, two, predictions, check=True).stdout
+    line = next(l for l in report.splitlines() if "predicted-ddp-ds-2r" in l)
+    error = float(line.split()[7])
+    assert measured_two_id in line
+    assert math.isclose(error, 100 * (predicted_two - measured_two) / measured_two, abs_tol=0.051)
+    # Predictions never become baselines: the image table's 2-rank row keeps its measured peer.
+    image_rows = [l for l in report.splitlines() if l.startswith("  ") and "completed" in l]
+    assert len(image_rows) == 2
+
+
+def test_predict_without_a_one_rank_run_says_so(tmp_path):
+    comm = tmp_path / "comm.h5"
+    mgbench("comm", "--max-bytes", "1K", "--iters", "1", "--results", comm, np=2, check=True)
+    proc = mgbench("predict", comm, "--results", tmp_path / "p.h5")
+    assert proc.returncode == 1 and "no completed 1-rank run" in proc.stderr
+    proc = mgbench("predict", comm, "--ranks", "0,2")
+    assert proc.returncode == 2 and "--ranks '0,2': expected" in proc.stderr
+    proc = mgbench("predict", comm, "--link", "infiniband")
+    assert proc.returncode == 2 and "--link 'infiniband'" in proc.stderr

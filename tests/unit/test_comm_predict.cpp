@@ -1,0 +1,230 @@
+// `mgbench comm`'s arithmetic (bus factors, message counts, expected values, sizes) and the scaling
+// predictor's (steps per epoch, buckets, all-reduce cost, a whole prediction), on hand-computed cases.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "report/predict.h"
+#include "train/collectives.h"
+#include "train/comm_benchmark.h"
+
+namespace mgbench {
+namespace {
+
+using train::Collective;
+using train::collective_info;
+
+TEST(Collectives, BusFactorsAreNcclTests) {
+  // nccl-tests doc/PERFORMANCE.md: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, broadcast 1.
+  const auto& ar = collective_info(Collective::kAllReduce);
+  EXPECT_DOUBLE_EQ(ar.bus_factor(1), 0.0);
+  EXPECT_DOUBLE_EQ(ar.bus_factor(2), 1.0);
+  EXPECT_DOUBLE_EQ(ar.bus_factor(4), 1.5);
+  EXPECT_DOUBLE_EQ(ar.bus_factor(8), 1.75);
+  for (const auto c : {Collective::kAllGather, Collective::kReduceScatter}) {
+    EXPECT_DOUBLE_EQ(collective_info(c).bus_factor(2), 0.5);
+    EXPECT_DOUBLE_EQ(collective_info(c).bus_factor(4), 0.75);
+    EXPECT_DOUBLE_EQ(collective_info(c).bus_factor(8), 0.875);
+  }
+  EXPECT_DOUBLE_EQ(collective_info(Collective::kBroadcast).bus_factor(4), 1.0);
+}
+
+TEST(Collectives, MessageCountsRoundLikeNcclTests) {
+  // 1000 bytes of fp32 over 3 ranks: 250 elements, 83 per rank, 249 (996 bytes) in the whole message.
+  const auto ag = collective_info(Collective::kAllGather).counts(1000, 4, 3, 2);
+  EXPECT_EQ(ag.input, 83);
+  EXPECT_EQ(ag.output, 249);
+  EXPECT_EQ(ag.bytes, 996);
+  EXPECT_EQ(ag.in_place_input_offset, 166);
+  const auto rs = collective_info(Collective::kReduceScatter).counts(1000, 4, 3, 2);
+  EXPECT_EQ(rs.input, 249);
+  EXPECT_EQ(rs.output, 83);
+  EXPECT_EQ(rs.in_place_output_offset, 166);
+  const auto ar = collective_info(Collective::kAllReduce).counts(1000, 4, 3, 2);
+  EXPECT_EQ(ar.input, 250);
+  EXPECT_EQ(ar.output, 250);
+  EXPECT_EQ(ar.bytes, 1000);
+  EXPECT_EQ(collective_info(Collective::kAllReduce).counts(1, 8, 3, 0).output, 1);  // at least one element
+  EXPECT_EQ(collective_info(Collective::kAllGather).counts(8, 4, 4, 0).output, 4);  // one per rank
+}
+
+TEST(Collectives, ExpectedOutputsByHand) {
+  // Rank r holds 1 + (r + i) mod 3 at element i.
+  EXPECT_TRUE(
+      torch::equal(train::input_pattern(4, 1, torch::kFloat32, torch::kCPU), torch::tensor({2.F, 3.F, 1.F, 2.F})));
+  using runtime::ReduceOp;
+  const auto ar = collective_info(Collective::kAllReduce);
+  const auto counts3 = ar.counts(16, 4, 3, 0);  // 4 elements; 3 ranks hold {1, 2, 3} in some order at each
+  EXPECT_TRUE(torch::equal(train::expected_output(ar, counts3, ReduceOp::kSum, 0, 0, 3),
+                           torch::full({4}, 6.0, torch::kFloat64)));
+  EXPECT_TRUE(torch::equal(train::expected_output(ar, counts3, ReduceOp::kMax, 0, 0, 3),
+                           torch::full({4}, 3.0, torch::kFloat64)));
+  EXPECT_TRUE(torch::equal(train::expected_output(ar, counts3, ReduceOp::kMin, 0, 0, 3),
+                           torch::full({4}, 1.0, torch::kFloat64)));
+  // 2 ranks: rank 0 [1, 2], rank 1 [2, 3].
+  const auto ag = collective_info(Collective::kAllGather);
+  EXPECT_TRUE(torch::equal(train::expected_output(ag, ag.counts(16, 4, 2, 0), ReduceOp::kSum, 0, 0, 2),
+                           torch::tensor({1.0, 2.0, 2.0, 3.0}, torch::kFloat64)));
+  // Rank 1 of 2 gets elements 2, 3 of the sum: (3 + 1), (1 + 2).
+  const auto rs = collective_info(Collective::kReduceScatter);
+  EXPECT_TRUE(torch::equal(train::expected_output(rs, rs.counts(16, 4, 2, 1), ReduceOp::kSum, 0, 1, 2),
+                           torch::tensor({4.0, 3.0}, torch::kFloat64)));
+  const auto bc = collective_info(Collective::kBroadcast);
+  EXPECT_TRUE(torch::equal(train::expected_output(bc, bc.counts(12, 4, 3, 0), ReduceOp::kSum, 1, 0, 3),
+                           torch::tensor({2.0, 3.0, 1.0}, torch::kFloat64)));
+}
+
+TEST(CommOptions, SizesParseAndSweepLikeNcclTests) {
+  EXPECT_EQ(train::parse_bytes("max-bytes", "64M"), 64LL << 20);
+  EXPECT_EQ(train::parse_bytes("max-bytes", "4K"), 4096);
+  EXPECT_EQ(train::parse_bytes("max-bytes", "1.5K"), 1536);
+  EXPECT_EQ(train::parse_bytes("min-bytes", "8"), 8);
+  EXPECT_EQ(train::parse_bytes("max-bytes", "1G"), 1LL << 30);
+  EXPECT_THROW(train::parse_bytes("max-bytes", "12Q"), ConfigError);
+  EXPECT_THROW(train::parse_bytes("max-bytes", "0"), ConfigError);
+  EXPECT_THROW(train::parse_bytes("max-bytes", "M"), ConfigError);
+  EXPECT_EQ(train::sweep_sizes(8, 64, 2), (std::vector<std::int64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(train::sweep_sizes(8, 100, 4), (std::vector<std::int64_t>{8, 32}));
+  const auto huge = train::sweep_sizes(1, std::numeric_limits<std::int64_t>::max() / 2, 2);  // no overflow
+  EXPECT_EQ(huge.size(), 62U);
+  train::CommOptions o;
+  o.collectives = {"all"};
+  o.validate();
+  EXPECT_EQ(o.resolved_collectives.size(), 4U);
+  o.collectives = {"all-to-all"};
+  EXPECT_THROW(o.validate(), ConfigError);
+  o.collectives = {"broadcast"};
+  o.min_bytes = "1M";
+  o.max_bytes = "1K";
+  EXPECT_THROW(o.validate(), ConfigError);
+}
+
+TEST(Predict, StepsPerEpochFollowTheSamplers) {
+  using report::steps_per_epoch;
+  // 1000 samples, 32 per step.
+  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 1, 0, false), 32);
+  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 2, 0, false), 16);  // ceil(500 / 32)
+  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 3, 0, false), 11);  // ceil(334 / 32): the padded shard
+  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 3, 0, true), 10);   // floor(333 / 32)
+  EXPECT_EQ(steps_per_epoch("ddp-rr", 1000, 32, 3, 0, false), 11);  // ceil(32 batches / 3)
+  EXPECT_EQ(steps_per_epoch("ddp", 1000, 32, 4, 0, false), 32);     // every rank every batch
+  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 2, 5, false), 5);   // max_steps
+}
+
+TEST(Predict, GradientBucketsAsGradSyncFillsThem) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  EXPECT_EQ(report::gradient_buckets(60 * kMiB, kMiB, 25 * kMiB),
+            (std::vector<double>{kMiB, 25 * kMiB, 25 * kMiB, 9 * kMiB}));
+  EXPECT_EQ(report::gradient_buckets(0.5 * kMiB, kMiB, 25 * kMiB), (std::vector<double>{0.5 * kMiB}));
+}
+
+TEST(Predict, AllReduceCostInterpolatesLogLog) {
+  report::AllReduceCost cost(2, {{1e5, 1e-2}, {1e3, 1e-4}}, "test");
+  EXPECT_NEAR(cost.seconds(1e4), 1e-3, 1e-15);  // the log-log midpoint
+  EXPECT_DOUBLE_EQ(cost.seconds(500), 1e-4);    // below: the smallest size's time
+  EXPECT_NEAR(cost.seconds(2e5), 2e-2, 1e-15);  // above: + the extra bytes at the largest's bandwidth
+  report::AllReduceCost one(1, {{1e3, 1e-4}}, "test");
+  EXPECT_EQ(one.seconds(1e6), 0.0);  // nothing to reduce on one rank
+  const auto& nvlink = report::link_assumption("h100-nvlink");
+  report::AllReduceCost assumed(4, nvlink);
+  EXPECT_NEAR(assumed.seconds(350e6), nvlink.latency_s + 350e6 * 1.5 / (nvlink.busbw_gbs * 1e9), 1e-12);
+  EXPECT_THROW(report::link_assumption("infiniband"), ConfigError);
+}
+
+results::RunRecord hand_made_run() {
+  results::RunRecord r;
+  r.run_id = "base";
+  r.file = "hand.h5";
+  r.status = "completed";
+  r.attributes = {{"task", std::string("image")},
+                  {"strategy", std::string("ddp-ds")},
+                  {"world_size", std::int64_t{1}},
+                  {"train_samples", std::int64_t{1000}},
+                  {"batch_size", std::int64_t{50}},
+                  {"grad_accum", std::int64_t{1}},
+                  {"epochs", std::int64_t{2}},
+                  {"max_steps", std::int64_t{0}},
+                  {"drop_last", std::string("false")},
+                  {"precision", std::string("fp32")},
+                  {"trainable_parameters", std::int64_t{1000000}},  // 4 MB of fp32 gradients
+                  {"bucket_mb", 25.0},
+                  {"first_bucket_mb", 1.0}};
+  std::vector<results::EpochRecord> epochs(2);
+  for (int e = 0; e < 2; ++e) {
+    auto& rec = epochs[static_cast<std::size_t>(e)];
+    rec.epoch = e;
+    rec.steps = 20;
+    rec.train_s = 4.0;
+    rec.phases.data_s = 0.2;
+    rec.phases.forward_s = 1.0;
+    rec.phases.backward_s = 2.0;
+    rec.phases.optimizer_s = 0.4;  // the loop's other time: 4.0 - 3.6 = 0.4
+    rec.eval_s = 0.5;
+  }
+  r.epochs.push_back(epochs);
+  r.summary.total_s = 10.0;
+  r.summary.train_s = 8.0;
+  r.summary.eval_s = 1.0;  // start-up: 10 - 8 - 1 = 1
+  return r;
+}
+
+TEST(Predict, ArithmeticOfAHandMadeRun) {
+  const results::RunRecord base = hand_made_run();
+  // A link of 1 ms latency and 1 GB/s bus bandwidth: at 2 ranks (factor 1) the buckets of 1 MiB and
+  // 4e6 - 1 MiB bytes cost 1 ms + bytes / 1e9 each: 6 ms in all.
+  const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
+  std::vector<std::string> notes;
+  const auto p = report::predict(base, {}, {}, &link, {1, 2}, {"ddp-ds", "ddp-rr", "ddp"}, notes);
+  ASSERT_EQ(p.size(), 6U);
+  // Per step: compute 0.05 + 0.1 + 0.02 + 0.02 (other) = 0.19, data 0.01.
+  const auto& one = p[0];
+  EXPECT_EQ(one.steps, 20);
+  EXPECT_NEAR(one.compute_s, 0.19, 1e-12);
+  EXPECT_NEAR(one.total_s, 10.0, 1e-12);  // the model reproduces its own measurement
+  const auto& ds = p[1];
+  EXPECT_EQ(ds.ranks, 2);
+  EXPECT_EQ(ds.steps, 10);
+  EXPECT_NEAR(ds.allreduce_s, 0.006, 1e-12);
+  EXPECT_NEAR(ds.epoch_s, 10 * (0.19 + 0.01 + 0.006), 1e-12);
+  EXPECT_NEAR(ds.total_s, 2 * 2.06 + 2 * 0.25 + 1.0, 1e-12);
+  EXPECT_NEAR(ds.speedup, 10.0 / 5.62, 1e-12);
+  EXPECT_EQ(ds.limiting, "backward");
+  const auto& rr = p[3];  // every rank loads both ranks' batches: data 0.02 per step
+  EXPECT_EQ(rr.strategy, "ddp-rr");
+  EXPECT_NEAR(rr.total_s, 2 * 10 * 0.216 + 2 * 0.25 + 1.0, 1e-12);
+  const auto& ddp = p[5];  // no split: 20 steps per rank
+  EXPECT_NEAR(ddp.total_s, 2 * 20 * 0.206 + 2 * 0.25 + 1.0, 1e-12);
+  // Without a comm run or a link at 3 ranks: skipped, with a note saying how to measure one.
+  notes.clear();
+  EXPECT_EQ(report::predict(base, {}, {}, nullptr, {3}, {"ddp-ds"}, notes).size(), 0U);
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_NE(notes[0].find("mpirun -np 3 mgbench comm"), std::string::npos);
+}
+
+TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
+  results::RunRecord two = hand_made_run();
+  two.run_id = "two";
+  std::vector<results::EpochRecord> rank0(1), rank1(1);
+  rank0[0].epoch = rank1[0].epoch = 0;
+  rank0[0].train_s = 1.0;
+  rank1[0].train_s = 1.5;  // the slowest over the mean: 1.5 / 1.25 = 1.2
+  rank0[0].allreduce_window_s = rank1[0].allreduce_window_s = 1.0;
+  rank0[0].phases.allreduce_s = 0.2;
+  rank1[0].phases.allreduce_s = 0.3;  // 0.5 exposed of a 2.0 window: 75 % hidden
+  two.epochs = {rank0, rank1};
+  const auto s = report::measure_scaling({&two});
+  EXPECT_NEAR(s.overlap, 0.75, 1e-12);
+  EXPECT_NEAR(s.spread, 1.2, 1e-12);
+  const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
+  std::vector<std::string> notes;
+  const auto p = report::predict(hand_made_run(), {&two}, {}, &link, {2}, {"ddp-ds"}, notes);
+  ASSERT_EQ(p.size(), 1U);
+  EXPECT_NEAR(p[0].allreduce_s, 0.006 * 0.25, 1e-12);
+  EXPECT_NEAR(p[0].epoch_s, 10 * (0.2 + 0.0015) * 1.2, 1e-12);
+}
+
+}  // namespace
+}  // namespace mgbench
