@@ -3,7 +3,8 @@
 # (python3 with torch 2.11.0+cu130), run the unit, mpi, GPU and CPU end-to-end tests and a
 # preemption (SIGUSR1, exit 75, --resume) on the GPU, then the benchmark tables (mgbench vs the
 # Python torch peer; HtoD bytes per sample with device vs host upscaling; the checkpoint cost; LLM
-# recipes: LoRA, DPO, QLoRA on llama3-8b shapes, every recipe vs LoRA on llama3.2-1b).
+# recipes: LoRA, DPO, QLoRA on llama3-8b shapes, every recipe vs LoRA on llama3.2-1b; `mgbench comm`
+# over NCCL, with nccl-tests beside it where NCCL_TESTS names a build; `mgbench predict` from them).
 # Aims at under ten minutes on 16 cores for the tests and each set of tables (BENCH_SETS).
 #
 #   scripts/fetch-gpu-deps.sh            # beforehand, on a Debian 12 machine with network
@@ -25,7 +26,7 @@
 # Environment: DEPS (.gpu-deps), PREFIX (/tmp/mgbench-deps), BUILD (build-gpu), OUT (logs and
 # tables; default $BUILD/out), DATA (MNIST dir; default shared/data/mnist or ../shared/data/mnist),
 # BENCH_SIZES ("224 500"), BENCH_PRECISIONS ("fp32 fp16 amp-bf16"), BENCH_TRAIN (4096 images),
-# SKIP_TESTS / SKIP_BENCH (1 to skip), BENCH_SETS ("image llm": which benchmark tables; one set a
+# SKIP_TESTS / SKIP_BENCH (1 to skip), BENCH_SETS ("image comm llm": which benchmark tables; one set a
 # call where a call is limited to 10 minutes), CONFIGURE_ONLY (1: stop after cmake, for checking the script),
 # FORCE_DEPS (1: use .gpu-deps even where MPI and HDF5 are installed).
 set -euo pipefail
@@ -119,7 +120,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   "$BUILD/app/mgbench" report "$OUT/preempt.h5" | tee "$OUT/preempt-report.txt" || true
 fi
 
-BENCH_SETS=${BENCH_SETS:-image llm}
+BENCH_SETS=${BENCH_SETS:-image comm llm}
 if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *image* ]]; then
   stage "benchmark: mgbench vs Python torch peer, 1 GPU"
   for precision in ${BENCH_PRECISIONS:-fp32 fp16 amp-bf16}; do
@@ -138,6 +139,26 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *image* ]]; then
   DEVICE=cuda NP=1 SIZE=224 BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 EVERY=16 REPEATS=2 THREADS=8 \
     MGBENCH="$BUILD/app/mgbench" CKPT_DIR="$OUT/bench-ck" bench/compare_checkpoint.sh "$DATA" 2>&1 |
     tee "$OUT/checkpoint-bench.txt" || true
+fi
+if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *comm* ]]; then
+  GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+  ((GPUS >= 1)) || GPUS=1
+  stage "benchmark: mgbench comm over NCCL, $GPUS rank(s), one per GPU (a single GPU checks the path, not a link)"
+  mpirun -np "$GPUS" --bind-to none "$BUILD/app/mgbench" comm --backend nccl --collective all --min-bytes 8 \
+    --max-bytes 1G --step-factor 4 --results "$OUT/comm.h5" 2>&1 | tee "$OUT/comm-nccl.txt"
+  # nccl-tests beside it, on the same machine, where a build is given (NCCL_TESTS: its build/ folder).
+  if [[ -x ${NCCL_TESTS:-}/all_reduce_perf ]]; then
+    for c in all_reduce all_gather reduce_scatter broadcast; do
+      mpirun -np "$GPUS" --bind-to none "$NCCL_TESTS/${c}_perf" -b 8 -e 1G -f 4 -g 1 2>&1 | tee -a "$OUT/nccl-tests.txt"
+    done
+  else
+    echo "# nccl-tests: not run (set NCCL_TESTS to the build/ folder of github.com/NVIDIA/nccl-tests, built with MPI=1)"
+  fi
+  stage "predict: 2-8 GPUs of the 224 px amp-bf16 workload from its 1-GPU run and this comm run"
+  if [[ -f "$OUT/htod.h5" ]]; then
+    "$BUILD/app/mgbench" predict "$OUT/htod.h5" --comm "$OUT/comm.h5" --ranks 1,2,4,8 --link h100-nvlink \
+      --results "$OUT/predictions.h5" | tee "$OUT/predict.txt"
+  fi
 fi
 if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
   SHARED_DATA=$(dirname "$DATA")
