@@ -185,4 +185,8 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
   stage "benchmark: DPO vs its Python peer (tiny Llama, CPU side of the machine)"
   RECIPE=dpo PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_llm.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
 fi
+if compgen -G "$OUT/*.h5" >/dev/null; then
+  stage "figures of every results file above (the CUDA ones, Figs. 3, 5, 6, need these GPU runs): $OUT/figures"
+  "$BUILD/app/mgbench" report --plot "$OUT/figures" "$OUT"/*.h5 >/dev/null || echo "# figures: mgbench-plot failed (above)"
+fi
 stage "done; logs and tables in $OUT, everything printed above in $SUMMARY"

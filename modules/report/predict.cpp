@@ -174,14 +174,17 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
         exposed += e.phases.allreduce_s;
       }
     }
+    // Synchronous ranks end their epochs together; where they differ is the time outside the
+    // collectives (the faster rank waits in them): compare that.
     const std::size_t epochs = r->epochs.empty() ? 0 : r->epochs.front().size();
     for (std::size_t k = 0; k < epochs; ++k) {
       double sum = 0, slowest = 0;
       std::size_t n = 0;
       for (const auto& rank : r->epochs) {
         if (k >= rank.size()) continue;
-        sum += rank[k].train_s;
-        slowest = std::max(slowest, rank[k].train_s);
+        const double own = rank[k].train_s - rank[k].phases.allreduce_s;
+        sum += own;
+        slowest = std::max(slowest, own);
         ++n;
       }
       if (n > 1 && sum > 0) {

@@ -13,7 +13,7 @@
 //                 assumption), times (1 - overlap): the share hidden behind backward as a measured
 //                 multi-rank run of the workload showed (none without one)
 //   epoch(n)      steps(n) x (compute + data(n) + allreduce(n)) x straggler spread (the measured
-//                 slowest rank's training time over the ranks' mean; 1 without a multi-rank run)
+//                 slowest rank's time outside collectives over the ranks' mean; 1 without a multi-rank run)
 //   total(n)      epochs x epoch(n) + evaluated epochs x eval_s / n + the measured start-up
 // Nothing is fitted: every number is measured or a labelled assumption.
 #include <optional>
@@ -83,7 +83,8 @@ MeasuredStep measure_step(const results::RunRecord& one_rank);
 
 /// From multi-rank runs of the workload: the share of the all-reduce window hidden behind backward
 /// (1 - exposed / window, summed over their ranks and epochs) and the straggler spread (mean over
-/// runs and epochs of the slowest rank's train_s over the ranks' mean).
+/// runs and epochs of the slowest rank's time outside the collectives, train_s - allreduce_s, over
+/// the ranks' mean: synchronous ranks end each step together, the faster one waiting).
 struct MeasuredScaling {
   double overlap = 0;                // 0 when unmeasured
   double spread = 1;                 // 1 when unmeasured

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from . import paper
 from .report import runs as runs_frame
-from .results import PHASES, Run, cuda, epochs, steps
+from .results import PHASES, Run, comm, cuda, epochs, steps
 
 # Workload attributes that, with the plotted axes, make image runs comparable (as `mgbench report`).
 IMAGE_WORKLOAD = ["strategy", "precision", "pin_memory", "image_size", "epochs", "batch_size", "train_samples"]
@@ -59,6 +59,10 @@ class Data:
     @functools.cached_property
     def cuda_api(self) -> pd.DataFrame:
         return cuda(self.run_list, "api")
+
+    @functools.cached_property
+    def comm(self) -> pd.DataFrame:
+        return comm(self.run_list)
 
     def completed(self, llm: bool) -> pd.DataFrame:
         """Completed runs with a finite total time, image (llm=False) or LLM (llm=True) ones."""
@@ -518,6 +522,31 @@ def llm_recipes(data: Data, overlay: bool) -> Optional[Figure]:
     return _finish(fig, "LLM recipes: loss, throughput and peak memory")
 
 
+def comm_bandwidth(data: Data, overlay: bool) -> Optional[Figure]:
+    rows = data.comm
+    if rows.empty:
+        return None
+    rows = rows[rows["in_place"] == 0]
+    # Per run, collective and size: the time averaged over ranks, algbw from it, busbw with the
+    # run's bus factor (busbw / algbw of its rows), as `mgbench report` and nccl-tests compute them.
+    per = rows.groupby(["file", "run_id", "collective", "dtype", "bytes"]).agg(
+        time_s=("time_s", "mean"), factor=("busbw_gbs", "first"), algbw=("algbw_gbs", "first")).reset_index()
+    per["busbw_gbs"] = per["bytes"] / per["time_s"] / 1e9 * (per["factor"] / per["algbw"])
+    per = per.merge(data.runs[["file", "run_id", "backend", "ranks"]], on=["file", "run_id"])
+    fig = Figure(figsize=(12, 4.5))
+    time_ax, bw_ax = fig.subplots(1, 2)
+    several = per[["file", "run_id"]].drop_duplicates().shape[0] > 1
+    for (file, run_id, collective, dtype, backend, ranks), group in per.groupby(
+            ["file", "run_id", "collective", "dtype", "backend", "ranks"]):
+        group = group.sort_values("bytes")
+        label = f"{collective} {dtype} {backend} {ranks}r" + (f" ({run_id})" if several else "")
+        time_ax.plot(group["bytes"], group["time_s"] * 1e6, marker=".", label=label)
+        bw_ax.plot(group["bytes"], group["busbw_gbs"], marker=".", label=label)
+    time_ax.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="time of one collective (us)")
+    bw_ax.set(xscale="log", xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)")
+    return _finish(fig, "mgbench comm: collectives by message size (out of place; time averaged over ranks)")
+
+
 FIGURES: List[FigureSpec] = [
     FigureSpec("fig1_strategy_scaling", "Fig. 1: strategy scaling",
                "completed image runs of one workload at two or more rank counts (e.g. ddp, ddp-rr, ddp-ds at 1 and "
@@ -544,6 +573,7 @@ FIGURES: List[FigureSpec] = [
     FigureSpec("phase_breakdown", "Training time by phase", "runs with a completed epoch", phase_breakdown),
     FigureSpec("llm_recipes", "LLM recipes", "completed `mgbench llm` runs (lora, qlora, dpo, qat, ...)",
                llm_recipes),
+    FigureSpec("comm_bandwidth", "Collectives by message size", "`mgbench comm` runs", comm_bandwidth),
 ]
 
 

@@ -48,7 +48,7 @@ DPO = ["llm", "--recipe", "dpo", "--model", MODEL, "--tokenizer", TOKENIZER, "--
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
-    """A results directory of real runs: image.h5, llm.h5, resumed.h5."""
+    """A results directory of real runs: image.h5, llm.h5, comm.h5, resumed.h5."""
     if not (MNIST / "train-images-idx3-ubyte.gz").exists() or not MODEL.exists():
         pytest.skip(f"needs MNIST at {MNIST} and the tiny Llama oracle at {MODEL}")
     d = tmp_path_factory.mktemp("matrix")
@@ -63,6 +63,8 @@ def matrix(tmp_path_factory):
     for np_, dataset, pin in [(1, ALPACA, "false"), (2, ALPACA, "false"), (1, SAMSUM, "false"), (1, ALPACA, "true")]:
         mgbench(*LLM, *dataset, "--pin-memory", pin, "--results", llm, np=np_, check=True)
     mgbench(*DPO, "--results", llm, np=1, check=True)
+    mgbench("comm", "--collective", "all-reduce,all-gather", "--min-bytes", "64", "--max-bytes", "64K",
+            "--step-factor", "8", "--iters", "3", "--results", d / "comm.h5", np=2, check=True)
     # Preempted with SIGUSR1 after its checkpoint at step 3 (of 8 per rank), then resumed to the end.
     resumed, ck = d / "resumed.h5", d / "ck"
     args = [*IMAGE, "--image-size", "32", "--checkpoint-dir", ck, "--results", resumed]
@@ -137,7 +139,9 @@ def assert_frame_equals_csv(frame, csv):
 
 def test_runs_frame_equals_report_csv(matrix):
     frame = mga.runs(matrix)
-    image_csv, llm_csv, dpo_csv = report_csv_tables(matrix)
+    image_csv, llm_csv, dpo_csv, comm_csv = report_csv_tables(matrix)
+    # 2 collectives x 4 sizes (64 B .. 32 KiB, x8) x 2 placements, one line each (the ranks summarised)
+    assert comm_csv.columns[6] == "collective" and len(comm_csv) == 2 * 4 * 2
     assert len(image_csv) == 9 and len(llm_csv) == 5 and len(dpo_csv) == 1
     assert_frame_equals_csv(mga.report_table(frame, "image"), image_csv)
     assert_frame_equals_csv(mga.report_table(frame, "llm"), llm_csv)
@@ -158,6 +162,8 @@ def test_per_rank_frames_equal_the_files(matrix):
     for path in sorted(matrix.glob("*.h5")):
         with h5py.File(path, "r") as f:
             for run_id, run in f["runs"].items():
+                if run.attrs["task"] == "comm":
+                    continue  # no steps: its rows are rank_<r>/comm (test_comm.py)
                 for r in range(int(run.attrs["world_size"])):
                     raw = run[f"rank_{r}/steps"][:]
                     raw = raw[raw["epoch"] >= 0]
@@ -187,7 +193,7 @@ def bars(ax):
 
 
 def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_path):
-    sources = [matrix / "resumed.h5", gpu_like / "image.h5", gpu_like / "llm.h5"]
+    sources = [matrix / "resumed.h5", matrix / "comm.h5", gpu_like / "image.h5", gpu_like / "llm.h5"]
     written, skipped = plot_all(sources, str(tmp_path / "figs"), "png", overlay=True, log=lambda _: None)
     assert skipped == [] and {n for n, _ in written} == {s.name for s in figs.FIGURES}
     assert all(os.path.getsize(p) > 10_000 for _, p in written)
@@ -275,6 +281,16 @@ def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_p
     per_recipe = completed_llm.groupby("recipe")[["tokens_per_s", "peak_memory_mib"]].mean()
     assert np.allclose(bars(recipes.axes[1])["tokens/s"], per_recipe["tokens_per_s"])
     assert np.allclose(bars(recipes.axes[2])["peak memory"], per_recipe["peak_memory_mib"])
+
+    # Collectives: bus bandwidth from the time averaged over ranks, with nccl-tests' factor (all-reduce,
+    # 2 ranks: 1).
+    bandwidth = figs.draw("comm_bandwidth", data)
+    rows = mga.comm(sources)
+    rows = rows[(rows["collective"] == "all-reduce") & (rows["in_place"] == 0)]
+    mean_time = rows.groupby("bytes")["time_s"].mean()
+    xy = lines(bandwidth.axes[1])["all-reduce fp32 mpi 2r"]
+    assert list(xy[:, 0]) == list(mean_time.index)
+    assert np.allclose(xy[:, 1], mean_time.index / mean_time.to_numpy() / 1e9)
 
     # Fig. 6: pin_memory true vs false, summed over ranks.
     fig6 = figs.draw("fig6_cuda_api_pin_memory", data)

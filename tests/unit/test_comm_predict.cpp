@@ -209,8 +209,8 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   two.run_id = "two";
   std::vector<results::EpochRecord> rank0(1), rank1(1);
   rank0[0].epoch = rank1[0].epoch = 0;
-  rank0[0].train_s = 1.0;
-  rank1[0].train_s = 1.5;  // the slowest over the mean: 1.5 / 1.25 = 1.2
+  rank0[0].train_s = 1.0;  // outside the collectives: 0.8 and 1.2, the slowest over the mean 1.2
+  rank1[0].train_s = 1.5;
   rank0[0].allreduce_window_s = rank1[0].allreduce_window_s = 1.0;
   rank0[0].phases.allreduce_s = 0.2;
   rank1[0].phases.allreduce_s = 0.3;  // 0.5 exposed of a 2.0 window: 75 % hidden
