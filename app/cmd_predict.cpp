@@ -89,6 +89,8 @@ h5::Attributes prediction_attributes(const report::Prediction& p, const std::str
   set("prediction_limiting_phase", p.limiting);
   set("prediction_speedup", p.speedup);
   set("prediction_model", std::string("mgbench predict v1 (docs/design.md, The scaling predictor)"));
+  // What belonged to the measured run's own history.
+  std::erase_if(a, [](const auto& attr) { return attr.first == "resumes" || attr.first == "resumed_utc"; });
   return a;
 }
 
@@ -174,32 +176,39 @@ int predict_main(int argc, char** argv) {
   }
   std::vector<report::Prediction> all_predictions;
   std::vector<std::string> notes;
-  try {
-    for (const auto& w : workloads) {
-      std::vector<report::Prediction> of_workload;
+  for (const auto& w : workloads) {
+    std::vector<report::Prediction> of_workload;
+    try {
       for (const auto& strategy : strategies) {
         const results::RunRecord* base = one_rank[w].back();
         for (const auto* r : one_rank[w]) {
           if (r->display("strategy") == strategy) base = r;
         }
-        std::vector<std::string> dtype_notes;
         std::string dtype = base->display("precision");
         if (dtype != "fp64" && dtype != "fp16" && dtype != "bf16") dtype = "fp32";  // the gradients' dtype
-        auto costs = report::all_reduce_costs(runs, dtype);
+        const std::string device = base->display("device");
+        auto costs = report::all_reduce_costs(runs, dtype, device);
         if (costs.empty() && dtype != "fp32") {
-          costs = report::all_reduce_costs(runs, "fp32");
+          costs = report::all_reduce_costs(runs, "fp32", device);
           if (!costs.empty()) notes.push_back(fmt::format("no {} all-reduce measured: fp32 rows used by size", dtype));
+        }
+        if (costs.empty()) {
+          notes.push_back(
+              fmt::format("no completed comm run on {} among the files (mpirun -np N mgbench comm --device "
+                          "{}): only --link can stand in",
+                          device, device));
         }
         auto p = report::predict(*base, multi_rank[w], costs, link, ranks, {strategy}, notes);
         of_workload.insert(of_workload.end(), p.begin(), p.end());
       }
-      report::print_predictions(std::cout, of_workload);
-      std::cout << "\n";
-      all_predictions.insert(all_predictions.end(), of_workload.begin(), of_workload.end());
+    } catch (const Error& e) {
+      // One workload that cannot be predicted (a run of an older mgbench) leaves the others.
+      notes.push_back(fmt::format("workload of {} not predicted: {}", one_rank[w].back()->run_id, e.what()));
+      continue;
     }
-  } catch (const Error& e) {
-    std::cerr << "mgbench predict: " << e.what() << "\n";
-    return 1;
+    report::print_predictions(std::cout, of_workload);
+    std::cout << "\n";
+    all_predictions.insert(all_predictions.end(), of_workload.begin(), of_workload.end());
   }
   std::sort(notes.begin(), notes.end());
   notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
@@ -219,7 +228,7 @@ int predict_main(int argc, char** argv) {
       results::RunSummary s;
       s.total_s = p.total_s;
       s.train_s = p.epoch_s * static_cast<double>(p.base->integer("epochs").value_or(1));
-      s.eval_s = p.eval_s;
+      s.eval_s = p.eval_s * static_cast<double>(p.evaluated_epochs);  // as a measured run's: the sum
       s.s_per_it = p.steps > 0 ? p.epoch_s / static_cast<double>(p.steps) : NAN;
       s.epochs_completed = p.base->integer("epochs").value_or(1);
       s.finished_unix_s = static_cast<double>(std::time(nullptr));

@@ -73,15 +73,17 @@ double AllReduceCost::seconds(double bytes) const {
   return std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
 }
 
-std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord>& runs, const std::string& dtype) {
+std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord>& runs, const std::string& dtype,
+                                            const std::string& device) {
   std::map<int, AllReduceCost> by_ranks;
   for (const auto& r : runs) {
-    if (r.display("task") != "comm" || r.comm.empty()) continue;
+    // Only what measured the target: a completed comm run (its check passed) on the same device kind.
+    if (r.display("task") != "comm" || r.comm.empty() || !usable(r) || r.display("device") != device) continue;
     std::map<double, std::pair<double, int>> sums;  // bytes -> (sum of rank means, ranks)
     for (const auto& rank : r.comm) {
       for (const auto& c : rank) {
-        if (std::string_view(c.collective) != "all-reduce" || std::string_view(c.dtype) != dtype || c.in_place != 0 ||
-            !std::isfinite(c.time_s)) {
+        if (std::string_view(c.collective) != "all-reduce" || std::string_view(c.dtype) != dtype ||
+            std::string_view(c.op) != "sum" || c.in_place != 0 || !std::isfinite(c.time_s)) {
           continue;
         }
         auto& s = sums[static_cast<double>(c.bytes)];
@@ -244,8 +246,10 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       }
       p.comm_source = n > 1 ? cost->source() : "none (1 rank)";
       p.steps = steps_per_epoch(strategy, samples, batch, n, max_steps, drop_last);
-      p.compute_s = m.h2d_s + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s;
-      p.data_s = strategy == "ddp-rr" ? m.data_s * n : m.data_s;
+      // ddp-rr: every rank loads and copies every batch (loop.cpp charges them to its next step).
+      const double loads = strategy == "ddp-rr" ? n : 1;
+      p.compute_s = m.h2d_s * loads + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s;
+      p.data_s = m.data_s * loads;
       double allreduce = 0;
       if (n > 1) {
         for (const double bytes : buckets) allreduce += cost->seconds(bytes);
@@ -253,11 +257,12 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       p.allreduce_s = allreduce * (1.0 - p.scaling.overlap);
       p.epoch_s = static_cast<double>(p.steps) * (p.compute_s + p.data_s + p.allreduce_s) * p.scaling.spread;
       p.eval_s = m.eval_s / n;
+      p.evaluated_epochs = m.evaluated_epochs;
       p.total_s =
           static_cast<double>(epochs) * p.epoch_s + static_cast<double>(m.evaluated_epochs) * p.eval_s + m.startup_s;
       if (n == 1) one_rank_total = p.total_s;
       const std::vector<std::pair<const char*, double>> phases = {
-          {"data", p.data_s},          {"h2d", m.h2d_s},           {"transform", m.transform_s},
+          {"data", p.data_s},          {"h2d", m.h2d_s * loads},   {"transform", m.transform_s},
           {"forward", m.forward_s},    {"backward", m.backward_s}, {"allreduce", p.allreduce_s},
           {"optimizer", m.optimizer_s}};
       p.limiting = std::max_element(phases.begin(), phases.end(), [](const auto& a, const auto& b) {
@@ -282,10 +287,13 @@ std::vector<Prediction> predict(const results::RunRecord& base,
 void print_predictions(std::ostream& out, const std::vector<Prediction>& predictions) {
   if (predictions.empty()) return;
   const auto& base = *predictions.front().base;
-  out << fmt::format("# PREDICTION (mgbench predict) of {} ({}): {} {} px, {}, batch {}, {} epoch(s), {} samples\n",
-                     base.run_id, base.file, base.display("task"), base.display("image_size"),
-                     base.display("precision"), base.display("batch_size"), base.display("epochs"),
-                     base.display("train_samples"));
+  const std::string what = base.display("image_size").empty()
+                               ? fmt::format("{} on {}", base.display("model"), base.display("dataset"))
+                               : fmt::format("{} px", base.display("image_size"));
+  out << fmt::format(
+      "# PREDICTION (mgbench predict) of {} ({}): {} {} ({}), {}, batch {} x {}, {} epoch(s), {} samples\n",
+      base.run_id, base.file, base.display("task"), what, base.display("recipe"), base.display("precision"),
+      base.display("batch_size"), base.display("grad_accum"), base.display("epochs"), base.display("train_samples"));
   const char* row = "{:>5} {:<7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:<10} {}\n";
   out << "# "
       << fmt::format(fmt::runtime(row), "ranks", "strat", "steps", "compute", "data", "allreduce", "epoch", "total",
@@ -312,10 +320,10 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
 std::string workload_of(const results::RunRecord& r) {
   std::string task = r.display("task");
   if (task == "prediction") task = r.display("predicted_task");
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", task, r.display("precision"), r.display("pin_memory"),
-                     r.display("image_size"), r.display("model"), r.display("dataset"), r.display("epochs"),
-                     r.display("batch_size"), r.display("grad_accum"), r.display("train_samples"),
-                     r.display("max_steps"));
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", task, r.display("recipe"), r.display("device"),
+                     r.display("precision"), r.display("pin_memory"), r.display("image_size"), r.display("width_mult"),
+                     r.display("model"), r.display("dataset"), r.display("epochs"), r.display("batch_size"),
+                     r.display("grad_accum"), r.display("train_samples"), r.display("max_steps"));
 }
 
 bool is_prediction_run(const results::RunRecord& run) { return run.display("task") == "prediction"; }

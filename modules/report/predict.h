@@ -3,11 +3,13 @@
 // (a 1-rank run's phase times, the all-reduce of a `mgbench comm` run) -- before anyone pays for
 // the GPUs. The model (docs/design.md, "The scaling predictor"), per rank and optimizer step:
 //
-//   steps(n)      ddp-ds, ddp-rr: ceil(ceil(N / n) / b) (DistributedSampler's padded shard);
-//                 ddp: ceil(N / b) (no split: every rank computes every batch); capped by max_steps
+//   steps(n)      ddp-ds: ceil(ceil(N / n) / b) (DistributedSampler's padded shard; floor with
+//                 drop_last); ddp-rr: ceil(ceil(N / b) / n) (round robin over the batches); ddp:
+//                 ceil(N / b) (no split: every rank computes every batch); capped by max_steps
 //   compute       h2d + transform + forward + backward + optimizer + the loop's other time, as
 //                 measured with 1 rank (each rank has its own device: a GPU, or --threads cores)
-//   data(n)       data_s; ddp-rr: n x data_s (every rank loads every batch, computes 1/n of them)
+//   data(n)       data_s; ddp-rr: n x data_s and n x h2d_s (every rank loads and copies every batch,
+//                 computes 1/n of them)
 //   allreduce(n)  the gradient buckets' all-reduces one after another, each costing what the comm
 //                 run measured for its size at n ranks (interpolated log-log; or a stated link
 //                 assumption), times (1 - overlap): the share hidden behind backward as a measured
@@ -58,9 +60,10 @@ class AllReduceCost {
   std::string source_;
 };
 
-/// The all-reduce costs of every comm run's all-reduce rows in `runs` with this dtype, by world
-/// size (the latest run wins).
-std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord>& runs, const std::string& dtype);
+/// The all-reduce costs of the completed comm runs in `runs` on `device` (cpu, cuda): their
+/// out-of-place sum rows of this dtype, by world size (the latest run wins).
+std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord>& runs, const std::string& dtype,
+                                            const std::string& device);
 
 /// Gradient bucket sizes [bytes] as the GradSync assigns them, approximately (it splits at tensor
 /// boundaries): first_bucket_bytes, then bucket_bytes each, the rest last.
@@ -99,6 +102,7 @@ struct Prediction {
   std::int64_t steps = 0;                             // per epoch per rank
   double compute_s = 0, data_s = 0, allreduce_s = 0;  // per step (allreduce: exposed)
   double epoch_s = 0, eval_s = 0, total_s = 0;        // eval_s: per evaluated epoch
+  std::int64_t evaluated_epochs = 0;                  // of the measured run
   double speedup = 1;                                 // T(1 rank) / T(n ranks), both predicted
   std::string limiting;                               // the largest per-step phase
   std::string comm_source;                            // comm run or link assumption used
@@ -118,8 +122,9 @@ std::vector<Prediction> predict(const results::RunRecord& base,
 /// and strategy, with the inputs as '#' lines.
 void print_predictions(std::ostream& out, const std::vector<Prediction>& predictions);
 
-/// What makes runs of one workload comparable whatever their strategy and rank count (task,
-/// precision, pin_memory, image size or model and dataset, epochs, batch, grad-accum, samples).
+/// What makes runs of one workload comparable whatever their strategy and rank count (task, recipe,
+/// device, precision, pin_memory, image size and width or model and dataset, epochs, batch,
+/// grad-accum, samples, max_steps).
 std::string workload_of(const results::RunRecord& run);
 
 /// `mgbench report`: predicted runs (task `prediction`) beside the measured run of the same workload,

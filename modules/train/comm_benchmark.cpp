@@ -85,11 +85,18 @@ class Bench {
     for (std::int64_t i = 0; i < o_.warmup_iters; ++i) c.launch(comm_, b.input, b.output, o_.op, o_.root)->wait();
     synchronize();
     comm_.barrier();
-    // As nccl-tests: the iterations are launched back to back, then waited for together.
+    // As nccl-tests: the iterations are launched back to back, then waited for together. The MPI
+    // backend runs its queue one collective at a time anyway, but stages host copies per launch
+    // (CUDA tensors, half types, in-place reduce-scatter): there each launch is waited for before
+    // the next, so a sweep to 1 GB holds one staged copy, not one per iteration.
+    const bool one_at_a_time = comm_.backend() == "mpi";
     const double start = now_s();
     std::vector<std::unique_ptr<runtime::Work>> works;
     works.reserve(static_cast<std::size_t>(o_.iters));
-    for (std::int64_t i = 0; i < o_.iters; ++i) works.push_back(c.launch(comm_, b.input, b.output, o_.op, o_.root));
+    for (std::int64_t i = 0; i < o_.iters; ++i) {
+      works.push_back(c.launch(comm_, b.input, b.output, o_.op, o_.root));
+      if (one_at_a_time) works.back()->wait();
+    }
     for (auto& w : works) w->wait();
     synchronize();
     Measurement m;
@@ -104,7 +111,8 @@ class Bench {
                      const torch::TensorOptions& to) {
     Buffers b = make_buffers(counts, in_place, to);
     torch::Tensor input = input_pattern(counts.input, comm_.rank(), to.dtype().toScalarType(), torch::kCPU);
-    if (comm_.rank() == o_.perturb_rank) input[0] = input[0] + 1;  // the check must see this
+    // Outside every pattern value (1 .. 3) in the direction the reduction keeps: the check must see it.
+    if (comm_.rank() == o_.perturb_rank) input[0] = o_.op == runtime::ReduceOp::kMin ? -100 : 100;
     b.input.copy_(input);
     c.launch(comm_, b.input, b.output, o_.op, o_.root)->wait();
     synchronize();
@@ -214,7 +222,8 @@ void CommOptions::declare(options::OptionTable& t) {
       .no_effect();
   t.add("run-name", run_name, "name appended to the run id").no_effect();
   t.add("check-perturb-rank", perturb_rank,
-        "testing: this rank's input gets one wrong element before each check, which must then report it (-1: none)")
+        "testing: this rank's input gets one wrong element (100; -100 with --op min) before each check, which must "
+        "then report it (-1: none; with broadcast, only the root)")
       .at_least(-1);
 }
 
@@ -240,6 +249,17 @@ void CommOptions::validate() {
 
 int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, runtime::MpiEnvironment& env,
                        const std::string& command_line) {
+  const bool broadcasts = std::find(o.resolved_collectives.begin(), o.resolved_collectives.end(),
+                                    Collective::kBroadcast) != o.resolved_collectives.end();
+  if (broadcasts && o.perturb_rank >= 0 && o.perturb_rank != o.root) {
+    if (env.rank() == 0) {
+      std::cerr << fmt::format(
+          "mgbench comm: --check-perturb-rank {} with broadcast: only the root's input ({}) is "
+          "read; perturb the root\n",
+          o.perturb_rank, o.root);
+    }
+    return 2;
+  }
   if (o.root >= env.world_size() || o.perturb_rank >= env.world_size()) {
     if (env.rank() == 0) {
       std::cerr << fmt::format("mgbench comm: --root {} / --check-perturb-rank {}: expected a rank below {}\n", o.root,

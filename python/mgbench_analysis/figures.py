@@ -460,12 +460,13 @@ def step_timeline(data: Data, overlay: bool) -> Optional[Figure]:
     st = data.steps
     if st.empty:
         return None
-    runs = data.runs.copy()
+    # Runs with step rows (not comm or prediction runs), the latest multi-rank ones first.
+    with_steps = st[["file", "run_id"]].drop_duplicates()
+    runs = data.runs.merge(with_steps, on=["file", "run_id"])
+    if runs.empty:
+        return None
     runs["multi"] = runs["ranks"] > 1
     chosen = runs.sort_values(["multi", "run_id"], ascending=False).head(6)
-    chosen = chosen[chosen.apply(lambda r: ((st["file"] == r["file"]) & (st["run_id"] == r["run_id"])).any(), axis=1)]
-    if chosen.empty:
-        return None
     fig = Figure(figsize=(11, 2.8 * len(chosen)))
     axes = np.atleast_1d(fig.subplots(len(chosen), 1, squeeze=False)[:, 0])
     for ax, (_, run) in zip(axes, chosen.iterrows()):

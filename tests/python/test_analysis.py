@@ -63,8 +63,9 @@ def matrix(tmp_path_factory):
     for np_, dataset, pin in [(1, ALPACA, "false"), (2, ALPACA, "false"), (1, SAMSUM, "false"), (1, ALPACA, "true")]:
         mgbench(*LLM, *dataset, "--pin-memory", pin, "--results", llm, np=np_, check=True)
     mgbench(*DPO, "--results", llm, np=1, check=True)
+    # 3 ranks: bus factors other than 1 (all-reduce 4/3, all-gather 2/3).
     mgbench("comm", "--collective", "all-reduce,all-gather", "--min-bytes", "64", "--max-bytes", "64K",
-            "--step-factor", "8", "--iters", "3", "--results", d / "comm.h5", np=2, check=True)
+            "--step-factor", "8", "--iters", "3", "--results", d / "comm.h5", np=3, check=True)
     # Preempted with SIGUSR1 after its checkpoint at step 3 (of 8 per rank), then resumed to the end.
     resumed, ck = d / "resumed.h5", d / "ck"
     args = [*IMAGE, "--image-size", "32", "--checkpoint-dir", ck, "--results", resumed]
@@ -282,15 +283,16 @@ def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_p
     assert np.allclose(bars(recipes.axes[1])["tokens/s"], per_recipe["tokens_per_s"])
     assert np.allclose(bars(recipes.axes[2])["peak memory"], per_recipe["peak_memory_mib"])
 
-    # Collectives: bus bandwidth from the time averaged over ranks, with nccl-tests' factor (all-reduce,
-    # 2 ranks: 1).
+    # Collectives: bus bandwidth from the time averaged over ranks, with nccl-tests' factors at 3 ranks:
+    # all-reduce 2(n-1)/n = 4/3, all-gather (n-1)/n = 2/3.
     bandwidth = figs.draw("comm_bandwidth", data)
     rows = mga.comm(sources)
-    rows = rows[(rows["collective"] == "all-reduce") & (rows["in_place"] == 0)]
-    mean_time = rows.groupby("bytes")["time_s"].mean()
-    xy = lines(bandwidth.axes[1])["all-reduce fp32 mpi 2r"]
-    assert list(xy[:, 0]) == list(mean_time.index)
-    assert np.allclose(xy[:, 1], mean_time.index / mean_time.to_numpy() / 1e9)
+    for collective, factor in (("all-reduce", 4 / 3), ("all-gather", 2 / 3)):
+        mine = rows[(rows["collective"] == collective) & (rows["in_place"] == 0)]
+        mean_time = mine.groupby("bytes")["time_s"].mean()
+        xy = lines(bandwidth.axes[1])[f"{collective} fp32 mpi 3r"]
+        assert list(xy[:, 0]) == list(mean_time.index)
+        assert np.allclose(xy[:, 1], mean_time.index / mean_time.to_numpy() / 1e9 * factor)
 
     # Fig. 6: pin_memory true vs false, summed over ranks.
     fig6 = figs.draw("fig6_cuda_api_pin_memory", data)

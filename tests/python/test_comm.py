@@ -75,6 +75,23 @@ def test_a_perturbed_rank_fails_the_check(tmp_path):
         assert run["status"][0] == b"failed" and b"8 wrong value" in run["error"][0]
 
 
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_a_perturbed_rank_fails_the_check_of_max_and_min(tmp_path, op):
+    # Rank 0's element 0 becomes 100 (max) or -100 (min): outside the pattern, so the reduction keeps it.
+    proc = mgbench("comm", "--collective", "all-reduce,reduce-scatter", "--op", op, "--min-bytes", "64",
+                   "--max-bytes", "64", "--iters", "1", "--check-perturb-rank", "0", "--results", tmp_path / "c.h5",
+                   np=2)
+    assert proc.returncode == 1 and "FAILED" in proc.stdout, proc.stdout
+    all_reduce, reduce_scatter = data_rows(proc.stdout)
+    assert all_reduce[10] == "2" and reduce_scatter[10] == "1"  # every rank; rank 0's slice only
+
+
+def test_perturbing_a_broadcast_non_root_is_refused(tmp_path):
+    proc = mgbench("comm", "--collective", "broadcast", "--check-perturb-rank", "1", "--results", tmp_path / "c.h5",
+                   np=2)
+    assert proc.returncode == 2 and "only the root's input (0) is read" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--collective", "all-to-all"], "--collective 'all-to-all': expected all-reduce"),
     (["--max-bytes", "12Q"], "--max-bytes '12Q': expected a size in bytes"),
