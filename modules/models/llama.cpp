@@ -88,6 +88,23 @@ void LlamaConfig::validate() const {
                   head_dim);
   MGBENCH_REQUIRE(rms_norm_eps > 0 && rope_theta > 0, ConfigError,
                   "Llama config: rms_norm_eps and rope_theta must be > 0");
+  // Bounds far above every Llama (3.1 405B: hidden 16384, intermediate 53248, 126 layers, 128
+  // heads, vocabulary 128256), so that sizes are checked, and their products fit 64 bits, before
+  // anything is allocated.
+  const std::pair<const char*, std::int64_t> sizes[] = {{"vocab_size", vocab_size},
+                                                        {"hidden_size", hidden_size},
+                                                        {"intermediate_size", intermediate_size},
+                                                        {"num_hidden_layers", num_hidden_layers},
+                                                        {"num_attention_heads", num_attention_heads},
+                                                        {"num_key_value_heads", num_key_value_heads},
+                                                        {"head_dim", head_dim}};
+  const std::int64_t limits[] = {std::int64_t{1} << 24, std::int64_t{1} << 17, std::int64_t{1} << 20,
+                                 std::int64_t{1} << 12, std::int64_t{1} << 12, std::int64_t{1} << 12,
+                                 std::int64_t{1} << 12};
+  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+    MGBENCH_REQUIRE(sizes[i].second <= limits[i], ConfigError, "Llama config: {} {} is beyond any Llama (at most {})",
+                    sizes[i].first, sizes[i].second, limits[i]);
+  }
 }
 
 std::int64_t LlamaConfig::num_parameters() const {

@@ -130,7 +130,8 @@ std::vector<RunRecord> read_runs(const std::string& path) {
     for (int r = 0;; ++r) {
       const std::string rank_name = fmt::format("rank_{}", r);
       if (!h5::link_exists(group, rank_name)) break;
-      h5::Handle rank_group = h5::wrap_group(H5Gopen2(group, rank_name.c_str(), H5P_DEFAULT), "open " + where);
+      h5::Handle rank_group =
+          h5::wrap_group(H5Gopen2(group, rank_name.c_str(), H5P_DEFAULT), "open " + where + "/" + rank_name);
       auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
       std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
       run.epochs.push_back(std::move(epochs));

@@ -1,5 +1,7 @@
 #include "train/llama_finetune.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -132,6 +134,7 @@ void LlamaFinetune::load_tokenizer() {
 }
 
 void LlamaFinetune::build(const RecipeContext& ctx) {
+  refuse_if_weights_do_not_fit(ctx);
   {
     // Built directly in the run's dtype: an 8B model in bf16 needs 16 GB of host memory, not 32
     // (with NF4 projections, 6 GB: they are quantised on the device one at a time).
@@ -165,6 +168,25 @@ void LlamaFinetune::build(const RecipeContext& ctx) {
     }
     begin_step(0);
   }
+}
+
+void LlamaFinetune::refuse_if_weights_do_not_fit(const RecipeContext& ctx) const {
+  // The weights alone (NF4 projections at their lower bound of half a byte a parameter), against
+  // the device's memory: a config.json with absurd sizes is refused here, not minutes into allocating.
+  const double parameters = static_cast<double>(config_->num_parameters());
+  const double bytes =
+      parameters *
+      (base_ == models::BaseWeights::kNf4 ? 0.5 : static_cast<double>(c10::elementSize(ctx.precision.param_dtype)));
+  const double memory = ctx.placement.is_cuda()
+                            ? static_cast<double>(runtime::cuda_total_memory(ctx.placement.index))
+                            : static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const fs::path where = fs::is_directory(model_name_) ? fs::path(model_name_) / "config.json" : fs::path(model_name_);
+  MGBENCH_REQUIRE(memory <= 0 || bytes <= memory, DataError,
+                  "model '{}' (hidden_size {}, intermediate_size {}, num_hidden_layers {}, vocab_size {}): {:.3g} "
+                  "parameters need at least {:.1f} GiB for the weights alone, and this rank's {} has {:.1f} GiB",
+                  where.string(), config_->hidden_size, config_->intermediate_size, config_->num_hidden_layers,
+                  config_->vocab_size, parameters, bytes / (1 << 30), ctx.placement.is_cuda() ? "GPU" : "host memory",
+                  memory / (1 << 30));
 }
 
 void LlamaFinetune::warn_if_full_replica_does_not_fit(const RecipeContext& ctx) const {
@@ -273,6 +295,62 @@ h5::Attributes LlamaFinetune::attributes() const {
           {"weight_bytes", bytes},
           {"weight_bytes_per_parameter", static_cast<double>(bytes) / static_cast<double>(parameters)},
           {"fake_quantized_linears", static_cast<std::int64_t>(fake_quantized_.size())}};
+}
+
+void LlamaFinetune::load_adapter(const std::string& dir) {
+  const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
+  const nlohmann::json config = models::read_json_file(config_path, "adapter configuration");
+  std::vector<std::string> differ;
+  std::vector<std::string> fixes;
+  const auto number = [&](const char* key) -> double {
+    MGBENCH_REQUIRE(config.contains(key) && config[key].is_number(), DataError, "'{}': \"{}\" missing or not a number",
+                    config_path, key);
+    return config[key].get<double>();
+  };
+  // PEFT variants mgbench's LoRA does not compute: refused rather than evaluated wrongly.
+  for (const char* key : {"use_rslora", "use_dora"}) {
+    MGBENCH_REQUIRE(!config.contains(key) || !config[key].is_boolean() || !config[key].get<bool>(), ConfigError,
+                    "--adapter {}: adapter_config.json has \"{}\": true, which mgbench's LoRA does not compute", dir,
+                    key);
+  }
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    MGBENCH_REQUIRE(!config.contains(key) || config[key].is_null() || config[key].empty(), ConfigError,
+                    "--adapter {}: adapter_config.json has a per-module \"{}\", which mgbench's LoRA does not take",
+                    dir, key);
+  }
+  const double r = number("r");
+  const double alpha = number("lora_alpha");
+  if (r != static_cast<double>(lora_.rank)) {
+    differ.push_back(fmt::format("r {:g} (--lora-rank {})", r, lora_.rank));
+    fixes.push_back(fmt::format("--lora-rank {:g}", r));
+  }
+  if (alpha != lora_.alpha) {
+    differ.push_back(fmt::format("lora_alpha {:g} (--lora-alpha {:g})", alpha, lora_.alpha));
+    fixes.push_back(fmt::format("--lora-alpha {:g}", alpha));
+  }
+  MGBENCH_REQUIRE(config.contains("target_modules") && config["target_modules"].is_array(), DataError,
+                  "'{}': \"target_modules\" missing or not a list", config_path);
+  std::vector<std::string> theirs;
+  for (const auto& t : config["target_modules"]) {
+    MGBENCH_REQUIRE(t.is_string(), DataError, "'{}': \"target_modules\" holds a non-string", config_path);
+    theirs.push_back(t.get<std::string>());
+  }
+  models::LoraOptions adapter = lora_;
+  adapter.targets = theirs;
+  std::vector<std::string> their_targets = adapter.hf_targets();  // PEFT's names, or TorchTune's
+  std::vector<std::string> our_targets = lora_.hf_targets();
+  std::sort(their_targets.begin(), their_targets.end());
+  std::sort(our_targets.begin(), our_targets.end());
+  if (their_targets != our_targets) {
+    differ.push_back(fmt::format("target_modules {} (--lora-targets {})", fmt::join(their_targets, ","),
+                                 fmt::join(our_targets, ",")));
+    fixes.push_back(fmt::format("--lora-targets {}", fmt::join(their_targets, ",")));
+  }
+  MGBENCH_REQUIRE(differ.empty(), ConfigError,
+                  "--adapter {}: adapter_config.json differs from this run's adapters: {}; "
+                  "give {}",
+                  dir, fmt::join(differ, ", "), fmt::join(fixes, " "));
+  model_->load_lora_adapter((fs::path(dir) / "adapter_model.safetensors").string());
 }
 
 void LlamaFinetune::save() const {

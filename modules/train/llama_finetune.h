@@ -77,6 +77,14 @@ class LlamaFinetune {
   /// or the QAT group size cannot take, naming the layer).
   void build(const RecipeContext& ctx);
 
+  /// Loads a PEFT LoRA adapter (--adapter DIR: adapter_model.safetensors) into the built model,
+  /// after checking DIR/adapter_config.json against this run's adapters: r, lora_alpha and
+  /// target_modules must equal --lora-rank, --lora-alpha and --lora-targets (an adapter trained with
+  /// alpha 64 and evaluated with 16 scales its update by a quarter: a wrong loss, no error). Throws
+  /// ConfigError naming the file, each differing value and the options to give, or DataError for a
+  /// missing or malformed file.
+  void load_adapter(const std::string& dir);
+
   models::LlamaForCausalLMImpl& model() { return *model_; }
   const models::LlamaForCausalLMImpl& model() const { return *model_; }
   /// What the optimizer trains, in registration order: the adapters, or every parameter.
@@ -119,6 +127,9 @@ class LlamaFinetune {
  private:
   enum class Init { kCheckpoint, kRandom };
   /// A warning when full fine-tuning's per-rank state alone exceeds the GPU (Llama 3 8B on 80 GB).
+  /// Throws DataError naming config.json, its sizes and the memory, when the weights alone exceed
+  /// the device's memory (before anything is allocated).
+  void refuse_if_weights_do_not_fit(const RecipeContext& ctx) const;
   void warn_if_full_replica_does_not_fit(const RecipeContext& ctx) const;
   std::string model_name_ = "llama3-8b";  // preset name or a directory with config.json + safetensors
   Init init_ = Init::kCheckpoint;

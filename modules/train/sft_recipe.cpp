@@ -66,9 +66,7 @@ class SftRecipe final : public LlamaRecipe {
     }
     MGBENCH_REQUIRE(!samples_.empty(), DataError, "dataset '{}': no rows", o.data);
     llama_.build(ctx);
-    if (o.eval_only && !o.adapter.empty()) {
-      llama_.model().load_lora_adapter((fs::path(o.adapter) / "adapter_model.safetensors").string());
-    }
+    if (o.eval_only && !o.adapter.empty()) llama_.load_adapter(o.adapter);
   }
 
   std::int64_t train_size() const override { return static_cast<std::int64_t>(samples_.size()); }

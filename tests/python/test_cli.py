@@ -116,6 +116,19 @@ def test_report_errors(tmp_path):
     assert mgbench("unknown-command").returncode == 2
 
 
+def test_report_names_the_object_at_fault(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+    broken = tmp_path / "broken.h5"
+    with h5py.File(broken, "w") as f:  # an mgbench file whose run has a rank_0 that is not a group
+        f.attrs["schema"], f.attrs["schema_version"] = "mgbench-results", np.int64(4)
+        run = f.create_group("runs/r1")
+        run.create_dataset("status", data=np.array([b"completed"], dtype=h5py.string_dtype("utf-8", 16)))
+        run.create_dataset("rank_0", data=np.zeros(3))
+    proc = mgbench("report", broken)
+    assert proc.returncode == 1 and "/runs/r1/rank_0" in proc.stderr and "broken.h5" in proc.stderr, proc.stderr
+
+
 def test_report_names_an_unreadable_directory(tmp_path):
     import os
     if os.geteuid() == 0:

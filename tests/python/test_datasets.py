@@ -236,6 +236,11 @@ def test_bad_rows_name_file_and_row(tmp_path):
     csv_fields.write_text("input,output\na,b\nc,d,e\n")
     proc = run_data(csv_fields, "grammar")
     assert proc.returncode == 1 and b"fields.csv' row 2 (line 3): 3 fields, the header has 2" in proc.stderr
+    csv_twice = tmp_path / "twice.csv"  # a second "input" column would silently replace the first
+    csv_twice.write_text("input,output,input\na,b,c\n")
+    proc = run_data(csv_twice, "grammar")
+    assert proc.returncode == 1 and b'twice.csv\' line 1: the header names column "input" twice (columns 1 and 3)' \
+        in proc.stderr, proc.stderr
     orca = tmp_path / "orca.json"
     orca.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "x"}]}]))
     proc = run_data(orca, "slimorca")

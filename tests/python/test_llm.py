@@ -50,6 +50,41 @@ def test_eval_only_loss_equals_transformers(tmp_path):
     assert abs(ours - total / count) < 1e-4, (ours, total / count)
 
 
+def test_eval_only_with_a_peft_adapter_equals_peft_and_checks_its_config(tmp_path):
+    need_model()
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    tiktoken = pytest.importorskip("tiktoken")
+    from tiktoken.load import load_tiktoken_bpe
+    adapter = os.path.join(ORACLES, "llama_tiny_2256_lora")  # peft-made: r 4, alpha 8, six projections (no k_proj)
+    texts = [row["output"] for row in json.load(open(ALPACA, encoding="utf-8"))[20:26]]
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    common = ["llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "text", "--data", data,
+              "--precision", "fp32", "--eval-only", "--batch-size", "2", "--adapter", adapter,
+              "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]
+    # The adapter's alpha is 8: evaluated with the default 16 its update would count twice.
+    proc = mgbench(*common, "--lora-rank", "4", "--results", tmp_path / "r.h5", np=1)
+    assert proc.returncode == 1, proc.stderr
+    assert "adapter_config.json differs from this run's adapters: lora_alpha 8 (--lora-alpha 16); give --lora-alpha 8" \
+        in proc.stderr, proc.stderr
+    proc = mgbench(*common, "--lora-rank", "4", "--lora-alpha", "8", "--results", tmp_path / "r.h5", np=1, check=True)
+    ours = float(proc.stdout.split("eval loss:")[1].split()[0])
+    ranks = load_tiktoken_bpe(SMALL_TOKENIZER)
+    enc = tiktoken.Encoding("small", pat_str=PATTERN, mergeable_ranks=ranks, special_tokens={})
+    base = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+    model = peft.PeftModel.from_pretrained(base, adapter).eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for t in texts:
+            ids = torch.tensor([[len(ranks)] + enc.encode_ordinary(t) + [len(ranks) + 1]])  # BOS ... EOS
+            logits = model(ids).logits[0, :-1]
+            total += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
+            count += ids.shape[1] - 1
+    assert abs(ours - total / count) < 1e-4, (ours, total / count)
+
+
 def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
     need_model()
     results = tmp_path / "llm.h5"
@@ -122,3 +157,23 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
     assert proc.returncode == 1 and "--init random" in proc.stderr
     proc = mgbench("llm", "--model", tmp_path / "no-such-model", "--data", ALPACA, "--results", tmp_path / "r.h5")
     assert proc.returncode == 1 and "no-such-model': unknown preset" in proc.stderr
+
+
+@pytest.mark.parametrize("sizes, needle", [
+    ({"hidden_size": 2 ** 40}, "hidden_size 1099511627776 is beyond any Llama (at most 131072)"),
+    ({"num_hidden_layers": 10 ** 9}, "num_hidden_layers 1000000000 is beyond any Llama"),
+    # Within the bounds, but ~1.6e15 parameters: refused before anything is allocated.
+    ({"hidden_size": 2 ** 17, "intermediate_size": 2 ** 20, "num_hidden_layers": 4096, "num_attention_heads": 1024,
+      "num_key_value_heads": 1024}, "for the weights alone, and this rank's host memory has"),
+])
+def test_absurd_model_sizes_are_refused_naming_config_json(tmp_path, sizes, needle):
+    need_model()
+    model = tmp_path / "model"
+    model.mkdir()
+    config = json.loads(open(os.path.join(MODEL, "config.json"), encoding="utf-8").read())
+    config.update(sizes)
+    config.pop("head_dim", None)
+    (model / "config.json").write_text(json.dumps(config))
+    proc = mgbench("llm", "--model", model, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--device", "cpu",
+                   "--results", tmp_path / "r.h5", timeout=120)
+    assert proc.returncode == 1 and needle in proc.stderr and "config.json" in proc.stderr, proc.stderr

@@ -80,6 +80,14 @@ Records read_delimited(const std::string& path, const std::string& data, unsigne
   for (; rows_before < st.rows.size(); ++rows_before) st.lines.push_back(line);
   MGBENCH_REQUIRE(!st.rows.empty(), DataError, "dataset '{}': empty (expected a header row)", path);
   const auto& header = st.rows.front();
+  for (std::size_t k = 0; k < header.size(); ++k) {
+    for (std::size_t j = 0; j < k; ++j) {
+      // A row is a map by column name: a second column of the same name would replace the first.
+      MGBENCH_REQUIRE(header[j] != header[k], DataError,
+                      "dataset '{}' line {}: the header names column \"{}\" twice (columns {} and {})", path,
+                      st.lines.front(), header[k], j + 1, k + 1);
+    }
+  }
   Records out;
   out.path = path;
   for (std::size_t r = 1; r < st.rows.size(); ++r) {
