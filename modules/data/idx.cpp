@@ -2,8 +2,10 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
+#include <new>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -69,11 +71,29 @@ IdxArray read_idx_u8(const std::string& path, int expected_ndims) {
     MGBENCH_REQUIRE(total <= (std::int64_t{1} << 36), DataError, "{}: IDX array of {} bytes is implausibly large", path,
                     total);
   }
-  out.data.resize(static_cast<std::size_t>(total));
-  const std::size_t body = read_bytes(f, out.data.data(), out.data.size(), path);
-  MGBENCH_REQUIRE(body == out.data.size(), DataError,
+  // The header is not trusted for the allocation: the data are read in chunks and the array grows
+  // with what the file holds, so a header announcing 80 M images over a few MB fails as truncated
+  // after reading those MB, not with std::bad_alloc (or gigabytes) first.
+  constexpr std::size_t kChunk = std::size_t{64} << 20;
+  const auto announced = static_cast<std::size_t>(total);
+  while (out.data.size() < announced) {
+    const std::size_t at = out.data.size();
+    const std::size_t want = std::min(kChunk, announced - at);
+    try {
+      out.data.resize(at + want);
+    } catch (const std::bad_alloc&) {
+      throw DataError(fmt::format("{}: out of memory after {} of the {} data bytes the header announces ({})", path, at,
+                                  total, fmt::join(out.dims, " x ")));
+    }
+    const std::size_t got = read_bytes(f, out.data.data() + at, want, path);
+    if (got < want) {
+      out.data.resize(at + got);
+      break;
+    }
+  }
+  MGBENCH_REQUIRE(out.data.size() == announced, DataError,
                   "{}: truncated: header announces {} data bytes ({}), file holds {}", path, total,
-                  fmt::join(out.dims, " x "), body);
+                  fmt::join(out.dims, " x "), out.data.size());
   unsigned char extra = 0;
   MGBENCH_REQUIRE(read_bytes(f, &extra, 1, path) == 0, DataError,
                   "{}: trailing bytes after the {} data bytes the header announces", path, total);

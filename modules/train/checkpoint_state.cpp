@@ -1,5 +1,7 @@
 #include "train/checkpoint_state.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <mutex>
 #include <optional>
@@ -45,10 +47,37 @@ bool CheckpointState::contains(const std::string& name) const {
   return std::any_of(tensors_.begin(), tensors_.end(), [&](const auto& e) { return e.first == name; });
 }
 
+namespace {
+
+/// CRC-32 (zlib's) of a contiguous CPU tensor's bytes, as 8 hex digits.
+std::string crc32_hex(const torch::Tensor& t) {
+  const torch::Tensor c = t.contiguous();
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* bytes = static_cast<const Bytef*>(c.data_ptr());
+  std::size_t left = static_cast<std::size_t>(c.numel()) * c.element_size();
+  while (left > 0) {  // zlib takes uInt lengths
+    const auto chunk = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
+    crc = crc32(crc, bytes, chunk);
+    bytes += chunk;
+    left -= chunk;
+  }
+  return fmt::format("{:08x}", static_cast<std::uint32_t>(crc));
+}
+
+}  // namespace
+
 torch::Tensor CheckpointState::tensor(const std::string& name) const {
   if (file_) {
     MGBENCH_REQUIRE(file_->contains(name), DataError, "checkpoint '{}' has no tensor '{}'", source_, name);
-    return file_->tensor(name);
+    torch::Tensor t = file_->tensor(name);
+    if (const auto stored = metadata_.find("crc32:" + name); stored != metadata_.end()) {
+      const std::string read = crc32_hex(t);
+      MGBENCH_REQUIRE(read == stored->second, DataError,
+                      "checkpoint '{}': tensor '{}' fails its CRC-32 check (stored {}, read {}): the file is damaged; "
+                      "resume from an older checkpoint or start again",
+                      source_, name, stored->second, read);
+    }
+    return t;
   }
   for (const auto& [n, t] : tensors_) {
     if (n == name) return t;
@@ -99,7 +128,22 @@ torch::Tensor CheckpointState::record_bytes(const std::string& name, std::size_t
   return bytes;
 }
 
-void CheckpointState::write(const std::string& path) const { models::write_safetensors(path, tensors_, metadata_); }
+void CheckpointState::write(const std::string& path, std::optional<int> rank) const {
+  std::map<std::string, std::string> metadata = metadata_;
+  for (const auto& [name, t] : tensors_) metadata["crc32:" + name] = crc32_hex(t);
+  if (rank) metadata["rank"] = std::to_string(*rank);
+  models::write_safetensors(path, tensors_, metadata);
+}
+
+void CheckpointState::check_rank(int rank) const {
+  const auto it = metadata_.find("rank");
+  if (it == metadata_.end()) return;  // written before ranks were recorded
+  MGBENCH_REQUIRE(
+      it->second == std::to_string(rank), DataError,
+      "checkpoint '{}' was written by rank {}, not rank {}: a checkpoint's rank files must stay where their "
+      "ranks wrote them",
+      source_, it->second, rank);
+}
 
 // --- state helpers ------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -44,6 +45,8 @@ class CheckpointState {
   }
 
   bool contains(const std::string& name) const;
+  /// A stored tensor; read from a file, it is checked against its CRC-32 (DataError naming the file
+  /// and the tensor on a mismatch: a damaged checkpoint fails here, not later as a diverging run).
   torch::Tensor tensor(const std::string& name) const;
   std::int64_t integer(const std::string& key) const;
   double number(const std::string& key) const;
@@ -57,8 +60,13 @@ class CheckpointState {
     return out;
   }
 
-  /// Writes the state to path atomically (safetensors, fsynced). Throws DataError naming the file.
-  void write(const std::string& path) const;
+  /// Writes the state to path atomically (safetensors, fsynced), with each tensor's CRC-32 in the
+  /// metadata ("crc32:<name>") and, given one, the writing rank ("rank"). Throws DataError naming the
+  /// file.
+  void write(const std::string& path, std::optional<int> rank = std::nullopt) const;
+  /// Read back: throws DataError naming the file when it was written by another rank (the rank
+  /// files of a checkpoint swapped or copied), before any tensor is used.
+  void check_rank(int rank) const;
   const std::string& source() const { return source_; }
 
  private:

@@ -255,7 +255,9 @@ std::string Checkpointer::other_configuration() const {
 }
 
 CheckpointState Checkpointer::load(const CheckpointManifest& manifest) const {
-  return CheckpointState((fs::path(manifest.path) / rank_file_name(env_.rank())).string());
+  CheckpointState state((fs::path(manifest.path) / rank_file_name(env_.rank())).string());
+  state.check_rank(env_.rank());
+  return state;
 }
 
 bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointState& state) {
@@ -270,7 +272,7 @@ bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointStat
     return false;
   }
   if (!runtime::all_succeed(env_, "writing the checkpoint",
-                            [&] { state.write((partial / rank_file_name(env_.rank())).string()); })) {
+                            [&] { state.write((partial / rank_file_name(env_.rank())).string(), env_.rank()); })) {
     return false;
   }
   if (!runtime::all_succeed(env_, "committing the checkpoint", [&] {

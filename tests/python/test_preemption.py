@@ -146,6 +146,41 @@ def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp
         assert len(runs) == 1
 
 
+def test_swapped_or_damaged_rank_files_are_refused_at_resume(tmp_path):
+    if not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {SHARED / 'mnist'}")
+    ck, results = tmp_path / "ck", tmp_path / "r.h5"
+    proc = start([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results])
+    wait_for_checkpoint(ck, 3, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, err
+    (latest,) = sorted(glob.glob(f"{ck}/*/step-?????????"))[-1:]
+    rank0, rank1 = Path(latest) / "rank-00000.safetensors", Path(latest) / "rank-00001.safetensors"
+    original0, original1 = rank0.read_bytes(), rank1.read_bytes()
+    # Swapped: each rank would continue with the other's sampler position and records.
+    rank0.write_bytes(original1)
+    rank1.write_bytes(original0)
+    resumed = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
+    assert resumed.returncode == 1 and "was written by rank 1, not rank 0" in resumed.stderr, resumed.stderr
+    # One bit flipped inside a model tensor: refused naming the file and the tensor.
+    rank0.write_bytes(original0)
+    rank1.write_bytes(original1)
+    header_bytes = int.from_bytes(original0[:8], "little")
+    header = json.loads(original0[8:8 + header_bytes])
+    name = next(k for k in sorted(header) if k.startswith("model/") and header[k]["data_offsets"][1] >
+                header[k]["data_offsets"][0])
+    flipped = bytearray(original0)
+    flipped[8 + header_bytes + header[name]["data_offsets"][0]] ^= 0x01
+    rank0.write_bytes(bytes(flipped))
+    resumed = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
+    assert resumed.returncode == 1, resumed.stderr
+    assert f"rank-00000.safetensors': tensor '{name}' fails its CRC-32 check" in resumed.stderr, resumed.stderr
+    # Intact again: the run resumes and completes.
+    rank0.write_bytes(original0)
+    mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", results, np=2, check=True)
+
+
 def test_sigkill_loses_only_the_steps_since_the_last_checkpoint(tmp_path, uninterrupted_image):
     ck, results = tmp_path / "ck", tmp_path / "r.h5"
     earlier = mgbench(*IMAGE_BASE, "--epochs", "1", "--results", results, "--run-name", "earlier", np=2)

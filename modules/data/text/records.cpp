@@ -25,7 +25,14 @@ std::string read_all(const std::string& path) {
   std::string data;
   char buf[1 << 16];
   int n = 0;
-  while ((n = gzread(f, buf, sizeof(buf))) > 0) data.append(buf, static_cast<std::size_t>(n));
+  while ((n = gzread(f, buf, sizeof(buf))) > 0) {
+    data.append(buf, static_cast<std::size_t>(n));
+    // A small .gz can expand to anything: stop at the documented limit instead of exhausting memory.
+    MGBENCH_REQUIRE(data.size() <= kMaxDatasetBytes, DataError,
+                    "dataset '{}': more than {} GiB of text (decompressed), mgbench's limit for one dataset file: "
+                    "split it, or use --limit on a prefix of it",
+                    path, kMaxDatasetBytes >> 30);
+  }
   int err = 0;
   const char* msg = gzerror(f, &err);
   MGBENCH_REQUIRE(n == 0 && err == Z_OK, DataError, "dataset '{}': read failed ({})", path, msg);

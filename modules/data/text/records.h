@@ -3,6 +3,7 @@
 // (`datasets.Dataset.to_json / to_csv`, or the raw files): a JSON array of objects (.json),
 // JSON Lines (.jsonl), CSV (.csv, RFC 4180, header row) and TSV (.tsv); any of them gzip-compressed
 // (.gz, through zlib). Each row becomes a JSON object (CSV/TSV fields as strings).
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -18,9 +19,14 @@ struct Records {
   std::vector<std::size_t> lines;  // 1-based source line of each row (0: not tracked, JSON arrays)
 };
 
+/// The most text one dataset file may hold, decompressed: the whole file is read into memory before
+/// its rows are parsed (a 1 MB .gz can expand to gigabytes). 8 GiB.
+inline constexpr std::size_t kMaxDatasetBytes = std::size_t{8} << 30;
+
 /// Reads every row of path (format by extension, see above). Throws DataError naming the file and
-/// the row or line for unreadable files, malformed JSON / CSV (unterminated quote, a row with more
-/// or fewer fields than the header), non-object rows, or invalid UTF-8.
+/// the row or line for unreadable files, text beyond kMaxDatasetBytes, malformed JSON / CSV
+/// (unterminated quote, a header naming a column twice, a row with more or fewer fields than the
+/// header), non-object rows, or invalid UTF-8.
 Records read_records(const std::string& path);
 
 /// The string field `name` of row i; throws DataError naming file, row and field when it is
