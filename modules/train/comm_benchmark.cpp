@@ -86,16 +86,21 @@ class Bench {
     synchronize();
     comm_.barrier();
     // As nccl-tests: the iterations are launched back to back, then waited for together. The MPI
-    // backend runs its queue one collective at a time anyway, but stages host copies per launch
-    // (CUDA tensors, half types, in-place reduce-scatter): there each launch is waited for before
-    // the next, so a sweep to 1 GB holds one staged copy, not one per iteration.
-    const bool one_at_a_time = comm_.backend() == "mpi";
+    // backend stages host copies per launch (CUDA tensors, half types, in-place reduce-scatter), so
+    // there at most kMpiInFlight are in flight (the queue never runs dry, the memory stays bounded);
+    // an in-place reduce-scatter copies its input at launch, which the one before is still writing:
+    // one at a time.
+    constexpr std::size_t kMpiInFlight = 4;
+    const bool mpi = comm_.backend() == "mpi";
+    const std::size_t window = !mpi                                                   ? static_cast<std::size_t>(o_.iters)
+                               : in_place && c.value == Collective::kReduceScatter ? 1
+                                                                                   : kMpiInFlight;
     const double start = now_s();
     std::vector<std::unique_ptr<runtime::Work>> works;
     works.reserve(static_cast<std::size_t>(o_.iters));
     for (std::int64_t i = 0; i < o_.iters; ++i) {
+      if (works.size() >= window) works[works.size() - window]->wait();
       works.push_back(c.launch(comm_, b.input, b.output, o_.op, o_.root));
-      if (one_at_a_time) works.back()->wait();
     }
     for (auto& w : works) w->wait();
     synchronize();
