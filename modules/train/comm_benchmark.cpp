@@ -92,7 +92,7 @@ class Bench {
     // one at a time.
     constexpr std::size_t kMpiInFlight = 4;
     const bool mpi = comm_.backend() == "mpi";
-    const std::size_t window = !mpi                                                   ? static_cast<std::size_t>(o_.iters)
+    const std::size_t window = !mpi                                                ? static_cast<std::size_t>(o_.iters)
                                : in_place && c.value == Collective::kReduceScatter ? 1
                                                                                    : kMpiInFlight;
     const double start = now_s();
