@@ -13,6 +13,7 @@
 #include "core/timer.h"
 #include "options.h"
 #include "report/predict.h"
+#include "report/report.h"
 #include "results/writer.h"
 #include "results_files.h"
 #include "runtime/mpi_env.h"
@@ -51,44 +52,37 @@ std::vector<std::string> parse_strategies(const std::string& text) {
   return out;
 }
 
+/// A measured training run (not a comm run, a prediction or an evaluation).
 bool usable(const results::RunRecord& r) {
-  return r.status == "completed" && std::isfinite(r.summary.total_s) && !report::is_prediction_run(r) &&
-         r.display("task") != "comm" && r.display("task") != "llm-eval";
+  return report::is_completed(r) && !report::is_prediction_run(r) && !report::is_comm_run(r) &&
+         r.display("task") != "llm-eval";
 }
 
 /// The prediction as a run: the base's attributes, then what was predicted and from what.
 h5::Attributes prediction_attributes(const report::Prediction& p, const std::string& command_line) {
   h5::Attributes a = p.base->attributes;
-  auto set = [&](const std::string& name, h5::AttrValue value) {
-    for (auto& [k, v] : a) {
-      if (k == name) {
-        v = std::move(value);
-        return;
-      }
-    }
-    a.emplace_back(name, std::move(value));
-  };
-  set("task", std::string("prediction"));
-  set("predicted_task", p.base->display("task"));
-  set("strategy", p.strategy);
-  set("world_size", static_cast<std::int64_t>(p.ranks));
-  set("hosts", std::string());
-  set("slurm_job_id", std::string());
-  set("started_utc", utc_now_iso8601());
-  set("command_line", command_line);
-  set("prediction_of", p.base->run_id);
-  set("prediction_of_file", p.base->file);
-  set("prediction_comm", p.comm_source);
-  set("prediction_overlap", p.scaling.overlap);
-  set("prediction_spread", p.scaling.spread);
-  set("prediction_scaling_runs", fmt::format("{}", fmt::join(p.scaling.sources, ",")));
-  set("prediction_steps_per_epoch", p.steps);
-  set("prediction_compute_s_per_step", p.compute_s);
-  set("prediction_data_s_per_step", p.data_s);
-  set("prediction_allreduce_s_per_step", p.allreduce_s);
-  set("prediction_limiting_phase", p.limiting);
-  set("prediction_speedup", p.speedup);
-  set("prediction_model", std::string("mgbench predict v1 (docs/design.md, The scaling predictor)"));
+  h5::merge_attributes(
+      a, {{"task", std::string("prediction")},
+          {"predicted_task", p.base->display("task")},
+          {"strategy", p.strategy},
+          {"world_size", static_cast<std::int64_t>(p.ranks)},
+          {"hosts", std::string()},
+          {"slurm_job_id", std::string()},
+          {"started_utc", utc_now_iso8601()},
+          {"command_line", command_line},
+          {"prediction_of", p.base->run_id},
+          {"prediction_of_file", p.base->file},
+          {"prediction_comm", p.comm_source},
+          {"prediction_overlap", p.scaling.overlap},
+          {"prediction_spread", p.scaling.spread},
+          {"prediction_scaling_runs", fmt::format("{}", fmt::join(p.scaling.sources, ","))},
+          {"prediction_steps_per_epoch", p.steps},
+          {"prediction_compute_s_per_step", p.compute_s},
+          {"prediction_data_s_per_step", p.data_s},
+          {"prediction_allreduce_s_per_step", p.allreduce_s},
+          {"prediction_limiting_phase", p.limiting},
+          {"prediction_speedup", p.speedup},
+          {"prediction_model", std::string("mgbench predict v1 (docs/design.md, The scaling predictor)")}});
   // What belonged to the measured run's own history.
   std::erase_if(a, [](const auto& attr) { return attr.first == "resumes" || attr.first == "resumed_utc"; });
   return a;

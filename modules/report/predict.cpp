@@ -7,13 +7,12 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "report/report.h"
 
 namespace mgbench::report {
 namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-bool usable(const results::RunRecord& r) { return r.status == "completed" && std::isfinite(r.summary.total_s); }
 
 /// Bytes of one gradient element: the parameters' dtype of the precision (train/precision.cpp).
 double gradient_element_bytes(const std::string& precision) {
@@ -78,7 +77,7 @@ std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord
   std::map<int, AllReduceCost> by_ranks;
   for (const auto& r : runs) {
     // Only what measured the target: a completed comm run (its check passed) on the same device kind.
-    if (r.display("task") != "comm" || r.comm.empty() || !usable(r) || r.display("device") != device) continue;
+    if (r.display("task") != "comm" || r.comm.empty() || !is_completed(r) || r.display("device") != device) continue;
     std::map<double, std::pair<double, int>> sums;  // bytes -> (sum of rank means, ranks)
     for (const auto& rank : r.comm) {
       for (const auto& c : rank) {
@@ -347,7 +346,7 @@ void print_prediction_check(std::ostream& out, const std::vector<results::RunRec
     if (!is_prediction_run(p)) continue;
     const results::RunRecord* measured = nullptr;
     for (const auto& m : runs) {
-      if (is_prediction_run(m) || m.display("task") == "comm" || !usable(m)) continue;
+      if (is_prediction_run(m) || m.display("task") == "comm" || !is_completed(m)) continue;
       if (workload_of(m) == workload_of(p) && m.display("strategy") == p.display("strategy") &&
           m.integer("world_size") == p.integer("world_size")) {
         measured = &m;  // the latest

@@ -16,8 +16,6 @@ std::string workload_key(const results::RunRecord& r, const std::string& precisi
 
 std::string workload_key(const results::RunRecord& r) { return workload_key(r, r.display("precision")); }
 
-bool usable(const results::RunRecord& r) { return r.status == "completed" && std::isfinite(r.summary.total_s); }
-
 std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v * 100.0) : "-"; }
 
 std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
@@ -63,11 +61,11 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
   std::vector<Row> rows;
   for (const auto& run : runs) {
     Row row{&run, std::nullopt, std::nullopt};
-    if (usable(run)) {
+    if (is_completed(run)) {
       const results::RunRecord* one_rank = nullptr;
       const results::RunRecord* fp64 = nullptr;
       for (const auto& other : runs) {
-        if (!usable(other)) continue;
+        if (!is_completed(other)) continue;
         // Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
         if (other.integer("world_size") == 1 && workload_key(other) == workload_key(run)) {
           const bool same_strategy = other.display("strategy") == run.display("strategy");
@@ -88,6 +86,10 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
     rows.push_back(row);
   }
   return rows;
+}
+
+bool is_completed(const results::RunRecord& run) {
+  return run.status == "completed" && std::isfinite(run.summary.total_s);
 }
 
 bool is_llm_run(const results::RunRecord& run) { return run.display("task").rfind("llm", 0) == 0; }
@@ -111,10 +113,10 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
                        r.display("train_samples"), r.display("max_seq_len"));
   };
   auto efficiency = [&](const results::RunRecord& r) -> std::optional<double> {
-    if (!usable(r) || !std::isfinite(r.summary.tokens_per_s)) return std::nullopt;
+    if (!is_completed(r) || !std::isfinite(r.summary.tokens_per_s)) return std::nullopt;
     const results::RunRecord* one = nullptr;
     for (const auto& o : runs) {
-      if (is_llm_run(o) && usable(o) && o.integer("world_size") == 1 && key(o) == key(r) &&
+      if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && key(o) == key(r) &&
           std::isfinite(o.summary.tokens_per_s)) {
         one = &o;
       }

@@ -49,6 +49,9 @@ void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, F
 /// True for runs of the DPO recipe.
 bool is_dpo_run(const results::RunRecord& run);
 
+/// A completed run with a finite total time: the runs efficiencies and predictions are built on.
+bool is_completed(const results::RunRecord& run);
+
 /// True for runs of `mgbench llm`.
 bool is_llm_run(const results::RunRecord& run);
 

@@ -1,5 +1,7 @@
 #include "results/hdf5.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -122,6 +124,17 @@ herr_t read_one_attribute(hid_t location, const char* name, const H5A_info_t*, v
   return 0;
 }
 }  // namespace
+
+void merge_attributes(Attributes& into, Attributes more) {
+  for (auto& [name, value] : more) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const auto& a) { return a.first == name; });
+    if (it != into.end()) {
+      it->second = std::move(value);
+    } else {
+      into.emplace_back(std::move(name), std::move(value));
+    }
+  }
+}
 
 Attributes read_attributes(hid_t object) {
   Attributes out;

@@ -77,6 +77,9 @@ void write_attributes(hid_t object, const Attributes& attributes);
 /// Reads every scalar attribute of object that is a string, integer or float.
 Attributes read_attributes(hid_t object);
 
+/// Attributes in `more` replace those of the same name in `into`; the others are appended, in order.
+void merge_attributes(Attributes& into, Attributes more);
+
 /// A fixed-length, NUL-padded C string type of `length` bytes (for raw string datasets).
 Handle fixed_string_type(std::size_t length);
 

@@ -2,9 +2,26 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include "runtime/communicator.h"
 
+#include "core/error.h"
+
 namespace mgbench::runtime {
+
+void check_collective(const torch::Tensor& input, const torch::Tensor& output, const char* backend, const char* op,
+                      std::int64_t output_factor, std::int64_t input_factor) {
+  for (const torch::Tensor* t : {&input, &output}) {
+    MGBENCH_REQUIRE(t->is_contiguous(), CommError, "{} backend {}: tensor must be contiguous", backend, op);
+  }
+  MGBENCH_REQUIRE(input.scalar_type() == output.scalar_type(), CommError,
+                  "{} backend {}: input {} and output {} differ in dtype", backend, op,
+                  c10::toString(input.scalar_type()), c10::toString(output.scalar_type()));
+  MGBENCH_REQUIRE(input.numel() * output_factor == output.numel() * input_factor, CommError,
+                  "{} backend {}: input of {} elements and output of {} do not match", backend, op, input.numel(),
+                  output.numel());
+}
 
 void broadcast_coalesced(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root) {
   if (comm.world_size() == 1) return;

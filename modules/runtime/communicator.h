@@ -69,6 +69,12 @@ class Communicator {
 
 namespace mgbench::runtime {
 
+/// The rules every collective's tensors share, whatever the backend: contiguous, one dtype, and
+/// output numel x input_factor == input numel x output_factor (all-gather: output_factor = world
+/// size; reduce-scatter: input_factor = world size). Throws CommError "<backend> backend <op>: ...".
+void check_collective(const torch::Tensor& input, const torch::Tensor& output, const char* backend, const char* op,
+                      std::int64_t output_factor, std::int64_t input_factor);
+
 /// Broadcasts tensors from root in place, one collective per dtype (tensors of a dtype are
 /// packed into one flat buffer first). Used to start every rank from rank 0's parameters and
 /// to share BatchNorm buffers each step (DDP's broadcast_buffers). Blocks until done.

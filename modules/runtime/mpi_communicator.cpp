@@ -218,24 +218,12 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
-void require_contiguous(const torch::Tensor& t, const char* op) {
-  MGBENCH_REQUIRE(t.is_contiguous(), CommError, "MPI backend {}: tensor must be contiguous", op);
-  MGBENCH_REQUIRE(t.numel() <= std::numeric_limits<int>::max(), CommError,
-                  "MPI backend {}: {} elements exceed MPI's int count", op, t.numel());
-}
-
-/// The rules every collective shares: contiguous tensors of one dtype, output numel = input numel
-/// times `output_per_input` / `input_per_output`.
+/// check_collective, and counts within MPI's int.
 void require_pair(const torch::Tensor& input, const torch::Tensor& output, const char* op, std::int64_t output_factor,
                   std::int64_t input_factor) {
-  require_contiguous(input, op);
-  require_contiguous(output, op);
-  MGBENCH_REQUIRE(input.scalar_type() == output.scalar_type(), CommError,
-                  "MPI backend {}: input {} and output {} differ in dtype", op, c10::toString(input.scalar_type()),
-                  c10::toString(output.scalar_type()));
-  MGBENCH_REQUIRE(input.numel() * output_factor == output.numel() * input_factor, CommError,
-                  "MPI backend {}: input of {} elements and output of {} do not match", op, input.numel(),
-                  output.numel());
+  check_collective(input, output, "MPI", op, output_factor, input_factor);
+  MGBENCH_REQUIRE(std::max(input.numel(), output.numel()) <= std::numeric_limits<int>::max(), CommError,
+                  "MPI backend {}: {} elements exceed MPI's int count", op, std::max(input.numel(), output.numel()));
 }
 
 /// True when `part` starts `offset` elements into `whole` (same dtype): NCCL's in-place layout.

@@ -267,24 +267,14 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  void require_on_device(const torch::Tensor& t, const char* op) const {
-    MGBENCH_REQUIRE(t.device() == device_, CommError, "NCCL backend {}: tensor on {}, expected {}", op,
-                    t.device().str(), device_.str());
-    MGBENCH_REQUIRE(t.is_contiguous(), CommError, "NCCL backend {}: tensor must be contiguous", op);
-  }
-
-  /// Both tensors on this rank's GPU, contiguous, of one dtype; output numel * input_factor = input
-  /// numel * output_factor.
+  /// check_collective, and both tensors on this rank's GPU.
   void require_pair(const torch::Tensor& input, const torch::Tensor& output, const char* op, std::int64_t output_factor,
                     std::int64_t input_factor) const {
-    require_on_device(input, op);
-    require_on_device(output, op);
-    MGBENCH_REQUIRE(input.scalar_type() == output.scalar_type(), CommError,
-                    "NCCL backend {}: input {} and output {} differ in dtype", op, c10::toString(input.scalar_type()),
-                    c10::toString(output.scalar_type()));
-    MGBENCH_REQUIRE(input.numel() * output_factor == output.numel() * input_factor, CommError,
-                    "NCCL backend {}: input of {} elements and output of {} do not match", op, input.numel(),
-                    output.numel());
+    for (const torch::Tensor* t : {&input, &output}) {
+      MGBENCH_REQUIRE(t->device() == device_, CommError, "NCCL backend {}: tensor on {}, expected {}", op,
+                      t->device().str(), device_.str());
+    }
+    check_collective(input, output, "NCCL", op, output_factor, input_factor);
   }
 
   template <class Call>

@@ -279,7 +279,7 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
   const std::string device = connection.placement.is_cuda() ? "cuda" : "cpu";
 
   h5::Attributes attributes = common_attributes(env, table, "comm", table.identity(), command_line);
-  merge(attributes, {{"device", device}, {"backend", backend}, {"recipe", std::string("comm")}});
+  h5::merge_attributes(attributes, {{"device", device}, {"backend", backend}, {"recipe", std::string("comm")}});
   results::RankLayout layout;
   layout.comm_rows = static_cast<std::int64_t>(o.resolved_collectives.size() * o.sizes.size() * 2);
   h5::Attributes rank_attributes{{"rank", static_cast<std::int64_t>(env.rank())},

@@ -139,7 +139,7 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
     return 1;
   }
   h5::Attributes attributes = common_attributes(env, config.table, task, identity, command_line);
-  merge(attributes, loop->run_attributes());
+  h5::merge_attributes(attributes, loop->run_attributes());
   const auto job =
       start_run(env, config.train, std::move(checkpointer), from, attributes, loop->rank_attributes(), loop->layout());
   if (!job) return 1;

@@ -39,17 +39,6 @@ std::string cudnn_version() {
 
 }  // namespace
 
-void merge(h5::Attributes& into, h5::Attributes more) {
-  for (auto& [name, value] : more) {
-    auto it = std::find_if(into.begin(), into.end(), [&](const auto& a) { return a.first == name; });
-    if (it != into.end()) {
-      it->second = std::move(value);
-    } else {
-      into.emplace_back(std::move(name), std::move(value));
-    }
-  }
-}
-
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend requested,
                    double timeout_s) {
   Connection c;
@@ -97,21 +86,21 @@ h5::Attributes common_attributes(runtime::MpiEnvironment& env, const options::Op
                                  const std::string& command_line) {
   h5::Attributes a{{"task", task}};
   for (auto&& option : table.attributes()) a.emplace_back(std::move(option));
-  merge(a, {{"world_size", static_cast<std::int64_t>(env.world_size())},
-            {"hosts", env.all_hosts()},
-            {"started_utc", utc_now_iso8601()},
-            {"mgbench_version", std::string(build_info::kVersion)},
-            {"git_commit", std::string(build_info::kGitCommit)},
-            {"torch_version", std::string(TORCH_VERSION)},
-            {"cuda_runtime_version", runtime::cuda_runtime_version()},
-            {"cuda_driver_version", runtime::cuda_driver_version()},
-            {"cudnn_version", cudnn_version()},
-            {"nccl_version", runtime::nccl_version()},
-            {"mpi_version", env.library_version()},
-            {"slurm_job_id", env_or("SLURM_JOB_ID", "")},
-            {"command_line", command_line},
-            {"config", table.ini()},
-            {"config_id", config_id(identity)}});
+  h5::merge_attributes(a, {{"world_size", static_cast<std::int64_t>(env.world_size())},
+                           {"hosts", env.all_hosts()},
+                           {"started_utc", utc_now_iso8601()},
+                           {"mgbench_version", std::string(build_info::kVersion)},
+                           {"git_commit", std::string(build_info::kGitCommit)},
+                           {"torch_version", std::string(TORCH_VERSION)},
+                           {"cuda_runtime_version", runtime::cuda_runtime_version()},
+                           {"cuda_driver_version", runtime::cuda_driver_version()},
+                           {"cudnn_version", cudnn_version()},
+                           {"nccl_version", runtime::nccl_version()},
+                           {"mpi_version", env.library_version()},
+                           {"slurm_job_id", env_or("SLURM_JOB_ID", "")},
+                           {"command_line", command_line},
+                           {"config", table.ini()},
+                           {"config_id", config_id(identity)}});
   return a;
 }
 

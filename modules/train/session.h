@@ -29,9 +29,6 @@ struct Connection {
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend backend,
                    double timeout_s);
 
-/// Attributes in `more` replace those of the same name in `into`; the others are appended.
-void merge(h5::Attributes& into, h5::Attributes more);
-
 /// The run attributes every job records (docs/results-schema.md): task, every option of `table`,
 /// world size, hosts, start time, versions of mgbench and the libraries, the SLURM job id, the
 /// command line, the resolved configuration (INI) and its config_id (CRC-32 of identity).

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from . import paper
 from .report import runs as runs_frame
-from .results import PHASES, Run, comm, cuda, epochs, steps
+from .results import PHASES, Run, as_runs, comm, cuda, epochs, steps
 
 # Workload attributes that, with the plotted axes, make image runs comparable (as `mgbench report`).
 IMAGE_WORKLOAD = ["strategy", "precision", "pin_memory", "image_size", "epochs", "batch_size", "train_samples"]
@@ -191,17 +191,30 @@ def _rank_counts(group: pd.DataFrame) -> int:
     return group["ranks"].nunique()
 
 
+def _image_group(data: Data, varied: Sequence[str], ok: Callable[[pd.DataFrame], bool],
+                 prefer: Callable[[dict, pd.DataFrame], tuple], strategy: Optional[str] = None):
+    """The completed image runs of one workload (equal in IMAGE_WORKLOAD but the `varied` axes) that
+    `ok` accepts and `prefer` ranks highest, and the keys that define it; (None, keys) when none."""
+    image = data.completed(llm=False)
+    if strategy is not None and not image.empty:
+        image = image[image["strategy"] == strategy]
+    keys = [k for k in IMAGE_WORKLOAD if k not in varied]
+    return (None if image.empty else _choose(image, keys, ok, prefer)), keys
+
+
+def _paper_points(ax, x, y, label: str, value=None) -> None:
+    """The paper's own numbers (--paper): dashed lines of hollow squares, in the series' colour."""
+    ax.plot(x, y, linestyle="--", marker="s", fillstyle="none", label=label,
+            color=color(value) if value is not None else "black")
+
+
 # --- Fig. 1: strategy scaling ----------------------------------------------------------------------
 
 def fig1_strategy_scaling(data: Data, overlay: bool) -> Optional[Figure]:
-    image = data.completed(llm=False)
-    if image.empty:
-        return None
-    keys = [k for k in IMAGE_WORKLOAD if k != "strategy"]
     # The paper's Fig. 1: FP32, pin_memory false, the largest image size; then the most strategies.
-    group = _choose(image, keys, lambda g: _rank_counts(g) >= 2,
-                    lambda k, g: (k["precision"] == "fp32", k["pin_memory"] == "false", g["strategy"].nunique(),
-                                  k["image_size"], len(g)))
+    group, keys = _image_group(data, ["strategy"], lambda g: _rank_counts(g) >= 2,
+                               lambda k, g: (k["precision"] == "fp32", k["pin_memory"] == "false",
+                                             g["strategy"].nunique(), k["image_size"], len(g)))
     if group is None:
         return None
     fig = Figure(figsize=(11, 4.2))
@@ -219,14 +232,10 @@ def fig1_strategy_scaling(data: Data, overlay: bool) -> Optional[Figure]:
 # --- Fig. 2: time and efficiency vs image size ---------------------------------------------------
 
 def fig2_time_efficiency_vs_size(data: Data, overlay: bool) -> Optional[Figure]:
-    image = data.completed(llm=False)
-    if image.empty:
-        return None
-    image = image[image["strategy"] == "ddp-ds"]
-    keys = [k for k in IMAGE_WORKLOAD if k not in ("strategy", "image_size")]
-    group = _choose(image, keys, lambda g: g["image_size"].nunique() >= 2 and _rank_counts(g) >= 2,
-                    lambda k, g: (k["precision"] == "fp64", k["pin_memory"] == "false", g["image_size"].nunique(),
-                                  len(g)))
+    group, keys = _image_group(data, ["strategy", "image_size"],
+                               lambda g: g["image_size"].nunique() >= 2 and _rank_counts(g) >= 2,
+                               lambda k, g: (k["precision"] == "fp64", k["pin_memory"] == "false",
+                                             g["image_size"].nunique(), len(g)), strategy="ddp-ds")
     if group is None:
         return None
     fig = Figure(figsize=(11, 4.2))
@@ -242,13 +251,9 @@ def fig2_time_efficiency_vs_size(data: Data, overlay: bool) -> Optional[Figure]:
 # --- Table 2 as a figure: precision scaling --------------------------------------------------------
 
 def precision_scaling(data: Data, overlay: bool) -> Optional[Figure]:
-    image = data.completed(llm=False)
-    if image.empty:
-        return None
-    keys = [k for k in IMAGE_WORKLOAD if k != "precision"]
-    group = _choose(image, keys, lambda g: g["precision"].nunique() >= 2,
-                    lambda k, g: (k["strategy"] == "ddp-ds", k["pin_memory"] == "false", g["precision"].nunique(),
-                                  _rank_counts(g), len(g)))
+    group, keys = _image_group(data, ["precision"], lambda g: g["precision"].nunique() >= 2,
+                               lambda k, g: (k["strategy"] == "ddp-ds", k["pin_memory"] == "false",
+                                             g["precision"].nunique(), _rank_counts(g), len(g)))
     if group is None:
         return None
     fig = Figure(figsize=(15, 4.2))
@@ -261,11 +266,10 @@ def precision_scaling(data: Data, overlay: bool) -> Optional[Figure]:
     fp64_ax.set(xlabel="ranks (GPUs)", ylabel="efficiency vs FP64 (%)", title="T(fp64) / T(precision)")
     if overlay:
         for precision, rows in paper.TABLE2.groupby("precision"):
-            one_ax.plot(rows["ranks"], rows["efficiency_vs_1_rank"] * 100, linestyle="--", marker="s",
-                        fillstyle="none", label=f"paper {precision}", color=color(precision))
+            _paper_points(one_ax, rows["ranks"], rows["efficiency_vs_1_rank"] * 100, f"paper {precision}", precision)
             if precision != "fp64":
-                fp64_ax.plot(rows["ranks"], rows["efficiency_vs_fp64"] * 100, linestyle="--", marker="s",
-                             fillstyle="none", label=f"paper {precision}", color=color(precision))
+                _paper_points(fp64_ax, rows["ranks"], rows["efficiency_vs_fp64"] * 100, f"paper {precision}",
+                              precision)
     for ax in (time_ax, one_ax, fp64_ax):
         ax.set_xticks(sorted(set(group["ranks"]) | (set(paper.TABLE2["ranks"]) if overlay else set())))
     suffix = f"; dashed: {paper.SOURCE}, Table 2" if overlay else ""
@@ -275,12 +279,9 @@ def precision_scaling(data: Data, overlay: bool) -> Optional[Figure]:
 # --- Table 3 as a figure: pin_memory ------------------------------------------------------------
 
 def pin_memory_scaling(data: Data, overlay: bool) -> Optional[Figure]:
-    image = data.completed(llm=False)
-    if image.empty:
-        return None
-    keys = [k for k in IMAGE_WORKLOAD if k != "pin_memory"]
-    group = _choose(image, keys, lambda g: g["pin_memory"].nunique() >= 2,
-                    lambda k, g: (k["precision"] == "fp32", k["strategy"] == "ddp-ds", _rank_counts(g), len(g)))
+    group, keys = _image_group(data, ["pin_memory"], lambda g: g["pin_memory"].nunique() >= 2,
+                               lambda k, g: (k["precision"] == "fp32", k["strategy"] == "ddp-ds", _rank_counts(g),
+                                             len(g)))
     if group is None:
         return None
     fig = Figure(figsize=(11, 4.2))
@@ -293,8 +294,7 @@ def pin_memory_scaling(data: Data, overlay: bool) -> Optional[Figure]:
         right.plot(gain.index.to_numpy(), gain.to_numpy() * 100, marker="o", label="measured")
     if overlay:
         rows = paper.TABLE3.dropna(subset=["efficiency_vs_pin_false"])
-        right.plot(rows["ranks"], rows["efficiency_vs_pin_false"] * 100, linestyle="--", marker="s",
-                   fillstyle="none", label="paper Table 3")
+        _paper_points(right, rows["ranks"], rows["efficiency_vs_pin_false"] * 100, "paper Table 3")
     right.axhline(100, color="grey", linestyle=":")
     right.set(xlabel="ranks (GPUs)", ylabel="T(pin false) / T(pin true) (%)", title="pin_memory gain")
     return _finish(fig, f"Table 3: pin_memory ({_describe(group, keys)})")
@@ -588,15 +588,5 @@ def by_name(name: str) -> FigureSpec:
 
 def draw(name: str, source, overlay: bool = False) -> Optional[Figure]:
     """One figure drawn from runs, files or patterns; None when the data do not support it."""
-    data = source if isinstance(source, Data) else Data(source if _is_runs(source) else _read(source))
+    data = source if isinstance(source, Data) else Data(as_runs(source))
     return by_name(name).draw(data, overlay)
-
-
-def _is_runs(source) -> bool:
-    return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(r, Run) for r in source)
-
-
-def _read(source):
-    from .results import read
-
-    return read(source)

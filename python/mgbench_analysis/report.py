@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .results import Run, read
+from .results import Run, as_runs
 
 MIB = 1024.0 * 1024.0
 
@@ -138,7 +138,7 @@ def runs(source) -> pd.DataFrame:
 
     Raises results.ResultsError naming the file for input that is not an mgbench results file.
     """
-    read_runs: List[Run] = list(source) if _all_runs(source) else read(source)
+    read_runs: List[Run] = as_runs(source)
     image = [r for r in read_runs if not is_llm(r) and r.attributes.get("task") not in ("comm", "prediction")]
     llm = [r for r in read_runs if is_llm(r)]
     image_eff = dict(zip(map(id, image), _image_efficiencies(image).values()))
@@ -176,10 +176,6 @@ def runs(source) -> pd.DataFrame:
             frame[column] = frame[column].astype("Int64")
     first = ["file", "run_id", "status", "task", "recipe", "ranks", "strategy", "precision"]
     return frame[[c for c in first if c in frame] + [c for c in frame.columns if c not in first]]
-
-
-def _all_runs(source) -> bool:
-    return isinstance(source, (list, tuple)) and len(source) > 0 and all(isinstance(r, Run) for r in source)
 
 
 def report_table(frame: pd.DataFrame, table: str = "image") -> pd.DataFrame:

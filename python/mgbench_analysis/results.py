@@ -219,28 +219,29 @@ def _per_rank(runs: Sequence[Run], tables) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _runs_of(source) -> Sequence[Run]:
+def as_runs(source) -> List[Run]:
+    """Runs already read (a non-empty list of Run), or the runs of files, directories and patterns."""
     if isinstance(source, (list, tuple)) and source and all(isinstance(r, Run) for r in source):
-        return source
+        return list(source)
     return read(source)
 
 
 def steps(source) -> pd.DataFrame:
     """Every written step row of every rank (``rank_<r>/steps``, the recipe's metrics as extra columns):
     columns file, run_id, rank, then the schema's fields (seconds, samples, tokens, ...)."""
-    return _per_rank(_runs_of(source), lambda run: run.steps)
+    return _per_rank(as_runs(source), lambda run: run.steps)
 
 
 def epochs(source) -> pd.DataFrame:
     """Every written epoch row of every rank (``rank_<r>/epochs``): columns file, run_id, rank, then the
     schema's fields."""
-    return _per_rank(_runs_of(source), lambda run: run.epochs)
+    return _per_rank(as_runs(source), lambda run: run.epochs)
 
 
 def comm(source) -> pd.DataFrame:
     """The rows of `mgbench comm` runs (``rank_<r>/comm``), one per rank, collective, size and placement:
     columns file, run_id, rank, then the schema's fields (bytes, time_s, algbw_gbs, busbw_gbs, wrong, ...)."""
-    return _per_rank(_runs_of(source), lambda run: run.comm)
+    return _per_rank(as_runs(source), lambda run: run.comm)
 
 
 def cuda(source, table: str = "summary") -> pd.DataFrame:
@@ -253,4 +254,4 @@ def cuda(source, table: str = "summary") -> pd.DataFrame:
               "kernels": lambda run: run.cuda_kernels}
     if table not in tables:
         raise ValueError(f"cuda(table={table!r}): expected one of {', '.join(tables)}")
-    return _per_rank(_runs_of(source), tables[table])
+    return _per_rank(as_runs(source), tables[table])

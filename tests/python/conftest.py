@@ -1,6 +1,7 @@
 """Shared fixtures of mgbench's Python-driven tests: the binary, mpirun, the shared data."""
 import glob
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -58,6 +59,21 @@ def wait_for_checkpoint(directory, step, proc, timeout=240):
         time.sleep(0.05)
     proc.kill()
     pytest.fail(f"no checkpoint {step} in {directory} after {timeout} s")
+
+
+EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: the batch scripts requeue on it
+
+
+def preempt(args, checkpoint_dir, step, np=2):
+    """Starts mgbench with args (its --checkpoint-dir being checkpoint_dir), waits for checkpoint
+    `step`, sends mpirun SIGUSR1 (what `#SBATCH --signal=B:USR1@120` and the batch script's trap do),
+    and checks the run stopped with exit 75. Returns its stderr."""
+    proc = start(args, np=np)
+    wait_for_checkpoint(checkpoint_dir, step, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, err
+    return err
 
 
 def pytest_configure(config):

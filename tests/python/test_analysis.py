@@ -10,7 +10,6 @@ are drawn from a copy of the files to which schema-conforming CUPTI tables were 
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from io import StringIO
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN, ENV, SHARED, mgbench, start, wait_for_checkpoint
+from conftest import ENV, SHARED, mgbench, preempt
 
 h5py = pytest.importorskip("h5py")
 pd = pytest.importorskip("pandas")
@@ -69,11 +68,7 @@ def matrix(tmp_path_factory):
     # Preempted with SIGUSR1 after its checkpoint at step 3 (of 8 per rank), then resumed to the end.
     resumed, ck = d / "resumed.h5", d / "ck"
     args = [*IMAGE, "--image-size", "32", "--checkpoint-dir", ck, "--results", resumed]
-    proc = start([*args, "--checkpoint-every", "3"])
-    wait_for_checkpoint(ck, 3, proc)
-    proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 75, err
+    preempt([*args, "--checkpoint-every", "3"], ck, 3)
     mgbench(*args, "--resume", np=2, check=True)
     return d
 

@@ -24,6 +24,24 @@ def need_model():
         pytest.skip("no tiktoken_small.model")
 
 
+def reference_loss(model, texts):
+    """The oracle: the token-weighted mean cross-entropy of a transformers (or peft) model over texts,
+    each tokenized with tiktoken as BOS text EOS, as `mgbench llm --eval-only --dataset text` computes it."""
+    import tiktoken
+    import torch
+    from tiktoken.load import load_tiktoken_bpe
+    ranks = load_tiktoken_bpe(SMALL_TOKENIZER)
+    enc = tiktoken.Encoding("small", pat_str=PATTERN, mergeable_ranks=ranks, special_tokens={})
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for t in texts:
+            ids = torch.tensor([[len(ranks)] + enc.encode_ordinary(t) + [len(ranks) + 1]])  # BOS ... EOS
+            logits = model(ids).logits[0, :-1]
+            total += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
+            count += ids.shape[1] - 1
+    return total / count
+
+
 def test_eval_only_loss_equals_transformers(tmp_path):
     need_model()
     torch = pytest.importorskip("torch")
@@ -37,17 +55,9 @@ def test_eval_only_loss_equals_transformers(tmp_path):
                    "--precision", "fp32", "--eval-only", "--batch-size", "3", "--results", tmp_path / "r.h5",
                    np=2, check=True)
     ours = float(proc.stdout.split("eval loss:")[1].split()[0])
-    ranks = load_tiktoken_bpe(SMALL_TOKENIZER)
-    enc = tiktoken.Encoding("small", pat_str=PATTERN, mergeable_ranks=ranks, special_tokens={})
     model = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for t in texts:
-            ids = torch.tensor([[len(ranks)] + enc.encode_ordinary(t) + [len(ranks) + 1]])  # BOS ... EOS
-            logits = model(ids).logits[0, :-1]
-            total += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
-            count += ids.shape[1] - 1
-    assert abs(ours - total / count) < 1e-4, (ours, total / count)
+    reference = reference_loss(model, texts)
+    assert abs(ours - reference) < 1e-4, (ours, reference)
 
 
 def test_eval_only_with_a_peft_adapter_equals_peft_and_checks_its_config(tmp_path):
@@ -71,18 +81,10 @@ def test_eval_only_with_a_peft_adapter_equals_peft_and_checks_its_config(tmp_pat
         in proc.stderr, proc.stderr
     proc = mgbench(*common, "--lora-rank", "4", "--lora-alpha", "8", "--results", tmp_path / "r.h5", np=1, check=True)
     ours = float(proc.stdout.split("eval loss:")[1].split()[0])
-    ranks = load_tiktoken_bpe(SMALL_TOKENIZER)
-    enc = tiktoken.Encoding("small", pat_str=PATTERN, mergeable_ranks=ranks, special_tokens={})
     base = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
     model = peft.PeftModel.from_pretrained(base, adapter).eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for t in texts:
-            ids = torch.tensor([[len(ranks)] + enc.encode_ordinary(t) + [len(ranks) + 1]])  # BOS ... EOS
-            logits = model(ids).logits[0, :-1]
-            total += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
-            count += ids.shape[1] - 1
-    assert abs(ours - total / count) < 1e-4, (ours, total / count)
+    reference = reference_loss(model, texts)
+    assert abs(ours - reference) < 1e-4, (ours, reference)
 
 
 def test_two_rank_finetune_results_and_peft_adapter(tmp_path):

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN, SHARED, SMALL, mgbench, mnist, start, wait_for_checkpoint  # noqa: F401 (fixture)
+from conftest import (BIN, EXIT_PREEMPTED, SHARED, SMALL, mgbench, mnist, preempt, start,  # noqa: F401 (fixture)
+                      wait_for_checkpoint)
 
 h5py = pytest.importorskip("h5py")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-EXIT_PREEMPTED = 75
 IMAGE_BASE = ["image", *SMALL, "--data", SHARED / "mnist", "--limit-train", "512", "--limit-test", "256",
               "--batch-size", "32", "--precision", "fp64"]
 IMAGE = [*IMAGE_BASE, "--epochs", "2"]  # 2 ranks: 8 steps per epoch, 16 in all
@@ -76,11 +76,7 @@ def uninterrupted_image(tmp_path_factory, request):
 
 def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp_path, uninterrupted_image):
     ck, results = tmp_path / "ck", tmp_path / "r.h5"
-    proc = start([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results])
-    wait_for_checkpoint(ck, 3, proc)
-    proc.send_signal(signal.SIGUSR1)  # what `#SBATCH --signal=B:USR1@120` + the batch script's trap do
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == EXIT_PREEMPTED, err
+    err = preempt([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results], ck, 3)
     assert "stopped on SIGUSR1" in err
     f, runs = open_runs(results)
     with f:
@@ -150,11 +146,7 @@ def test_swapped_or_damaged_rank_files_are_refused_at_resume(tmp_path):
     if not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").exists():
         pytest.skip(f"no MNIST at {SHARED / 'mnist'}")
     ck, results = tmp_path / "ck", tmp_path / "r.h5"
-    proc = start([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results])
-    wait_for_checkpoint(ck, 3, proc)
-    proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == EXIT_PREEMPTED, err
+    preempt([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results], ck, 3)
     (latest,) = sorted(glob.glob(f"{ck}/*/step-?????????"))[-1:]
     rank0, rank1 = Path(latest) / "rank-00000.safetensors", Path(latest) / "rank-00001.safetensors"
     original0, original1 = rank0.read_bytes(), rank1.read_bytes()
@@ -299,11 +291,7 @@ def test_dpo_sigusr1_then_resume_equals_uninterrupted_with_its_metrics(tmp_path)
     ref = mgbench(*DPO, "--checkpoint-dir", tmp_path / "ref", "--results", tmp_path / "ref.h5", np=2)
     assert ref.returncode == 0, ref.stderr
     ck, results = tmp_path / "ck", tmp_path / "r.h5"
-    proc = start([*DPO, "--checkpoint-dir", ck, "--checkpoint-every", "4", "--results", results])
-    wait_for_checkpoint(ck, 4, proc)
-    proc.send_signal(signal.SIGUSR1)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == EXIT_PREEMPTED, err
+    preempt([*DPO, "--checkpoint-dir", ck, "--checkpoint-every", "4", "--results", results], ck, 4)
     proc = mgbench(*DPO, "--checkpoint-dir", ck, "--resume", "--results", results, np=2)
     assert proc.returncode == 0, proc.stderr
     assert_same_parameters(ck, tmp_path / "ref")
@@ -321,11 +309,7 @@ def test_resume_with_another_number_of_ranks_is_refused(tmp_path):
     if not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").exists():
         pytest.skip("no MNIST")
     ck = tmp_path / "ck"
-    proc = start([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "2", "--results", tmp_path / "r.h5"])
-    wait_for_checkpoint(ck, 2, proc)
-    proc.send_signal(signal.SIGUSR1)
-    proc.communicate(timeout=300)
-    assert proc.returncode == EXIT_PREEMPTED
+    preempt([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "2", "--results", tmp_path / "r.h5"], ck, 2)
     bad = mgbench(*IMAGE, "--checkpoint-dir", ck, "--resume", "--results", tmp_path / "r.h5", np=3)
     assert bad.returncode == 1
     assert "written by 2 rank(s); resume with the same number of ranks, not 3" in bad.stderr
