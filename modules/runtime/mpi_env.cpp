@@ -114,6 +114,19 @@ int MpiEnvironment::first_failing_rank(bool ok) const {
 
 void MpiEnvironment::barrier() const { MGBENCH_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
 
+MpiEnvironment::Spread MpiEnvironment::spread(double value) const {
+  double low_high[2] = {value, -value};  // one MPI_MIN gives both
+  double total = value;
+  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, low_high, 2, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  return {low_high[0], total / world_size_, -low_high[1]};
+}
+
+std::int64_t MpiEnvironment::sum(std::int64_t value) const {
+  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return value;
+}
+
 void MpiEnvironment::abort(int exit_code) const {
   std::fflush(stdout);
   std::fflush(stderr);

@@ -3,6 +3,7 @@
 // the way a failing rank brings the whole job down.
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,14 @@ class MpiEnvironment {
   /// set-up together (clean exit) instead of aborting.
   int first_failing_rank(bool ok) const;
   void barrier() const;
+
+  /// A value of every rank summarised: its minimum, mean and maximum over the ranks. Collective.
+  struct Spread {
+    double min = 0, mean = 0, max = 0;
+  };
+  Spread spread(double value) const;
+  /// The sum of value over the ranks. Collective.
+  std::int64_t sum(std::int64_t value) const;
 
   /// Ends every rank of the job now (MPI_Abort). Never returns.
   [[noreturn]] void abort(int exit_code) const;

@@ -134,21 +134,17 @@ class Bench {
   torch::Device device_;
 };
 
-/// Across ranks: min, sum and max of a time, sum of wrong values (MPI on the world, not the
-/// communicator under test).
+/// Across ranks: min, mean and max of a time, sum of wrong values (over the MPI environment, not
+/// the communicator under test).
 struct Across {
   double min_s = 0, avg_s = 0, max_s = 0;
   std::int64_t wrong = -1;
 };
 
 Across across_ranks(runtime::MpiEnvironment& env, const Measurement& m) {
-  double t[2] = {m.time_s, -m.time_s};
-  double sum = m.time_s;
-  std::int64_t wrong = m.wrong;
-  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MIN, env.world()));
-  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, env.world()));
-  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, env.world()));
-  return {t[0], sum / env.world_size(), -t[1], m.wrong < 0 ? -1 : wrong};
+  const runtime::MpiEnvironment::Spread t = env.spread(m.time_s);
+  const std::int64_t wrong = env.sum(m.wrong);
+  return {t.min, t.mean, t.max, m.wrong < 0 ? -1 : wrong};
 }
 
 // The table, as nccl-tests prints it: '#' header and units rows, data rows without a prefix.
