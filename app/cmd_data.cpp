@@ -65,7 +65,7 @@ int data_main(int argc, char** argv) {
       options::fail("dataset", dataset, options::join_names(names));
     }
   } catch (const po::error& e) {
-    std::cerr << "mgbench data: " << e.what() << "\n(see mgbench data --help)\n";
+    std::cerr << "mgbench data: " << error_text(e) << "\n(see mgbench data --help)\n";
     return 2;
   } catch (const ConfigError& e) {
     std::cerr << "mgbench data: " << e.what() << "\n(see mgbench data --help)\n";

@@ -130,7 +130,7 @@ int predict_main(int argc, char** argv) {
     strategies = parse_strategies(strategies_text);
     if (!link_name.empty()) link = &report::link_assumption(link_name);
   } catch (const po::error& e) {
-    std::cerr << "mgbench predict: " << e.what() << "\n(see mgbench predict --help)\n";
+    std::cerr << "mgbench predict: " << error_text(e) << "\n(see mgbench predict --help)\n";
     return 2;
   } catch (const ConfigError& e) {
     std::cerr << "mgbench predict: " << e.what() << "\n(see mgbench predict --help)\n";

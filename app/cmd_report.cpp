@@ -89,7 +89,7 @@ int report_main(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    std::cerr << "mgbench report: " << e.what() << "\n";
+    std::cerr << "mgbench report: " << error_text(e) << "\n";
     return 2;
   }
   if (vm.count("help") != 0) {

@@ -1,6 +1,7 @@
 // `mgbench image` and `mgbench llm`: the options of the task's recipe and of the training loop
 // (one option table, train/job_config.h), parsed on every rank, then the job. No logic beyond
 // parsing.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -39,11 +40,21 @@ std::string chosen_recipe(int argc, char** argv) {
   try {
     po::store(po::command_line_parser(argc, argv).options(first).allow_unregistered().run(), vm);
     if (vm.count("recipe") == 0 && vm.count("config") != 0) {
-      std::ifstream file(vm["config"].as<std::string>());
-      if (file.good()) po::store(po::parse_config_file(file, first, /*allow_unregistered=*/true), vm);
+      // Only a regular file (a FIFO would block here): options.cpp names any other.
+      std::error_code ec;
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream file;
+      if (std::filesystem::is_regular_file(path, ec)) file.open(path);
+      try {
+        if (file.good() && file.is_open()) {
+          po::store(po::parse_config_file(file, first, /*allow_unregistered=*/true), vm);
+        }
+      } catch (const po::error& e) {
+        throw ConfigError(fmt::format("--config {}: {}", path, error_text(e)));
+      }
     }
   } catch (const po::error& e) {
-    throw ConfigError(e.what());
+    throw ConfigError(error_text(e));
   }
   return vm.count("recipe") != 0 ? vm["recipe"].as<std::string>() : "";
 }
@@ -61,8 +72,8 @@ std::string usage(const std::string& task) {
 }
 
 int train_command(const std::string& task, int argc, char** argv) {
-  // First of all, before MPI_Init's slow start: a SIGUSR1 / SIGTERM arriving now is recorded and
-  // honoured at the first step boundary (exit 75), not the default action that kills the rank.
+  // First of all, before MPI_Init's slow start: a SIGUSR1 / SIGTERM arriving during set-up ends the
+  // process with a message and exit 75 (nothing trained or written), not the default action.
   runtime::install_stop_handlers();
   std::optional<runtime::MpiEnvironment> mpi;
   try {

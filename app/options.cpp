@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <system_error>
@@ -13,18 +14,44 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mgbench::app {
+
+std::string error_text(const po::error& e) {
+  const auto* named = dynamic_cast<const po::error_with_option_name*>(&e);
+  if (named == nullptr) return e.what();
+  // The quoted tokens are protected members: read through a derived class's member pointer.
+  struct Tokens : po::error_with_option_name {
+    static std::map<std::string, std::string> of(const po::error_with_option_name& error) {
+      return error.*(&Tokens::m_substitutions);
+    }
+  };
+  po::error_with_option_name copy = *named;
+  for (auto [key, value] : Tokens::of(*named)) {
+    if (value.find('%') == std::string::npos) continue;
+    for (std::size_t at = value.find('%'); at != std::string::npos; at = value.find('%', at + 3)) {
+      value.replace(at, 1, "\xef\xbc\x85");  // U+FF05 FULLWIDTH PERCENT SIGN
+    }
+    copy.set_substitute(key, value);
+  }
+  return copy.what();
+}
 
 void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm) {
   try {
     po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
     if (vm.count("config") != 0) {
       const std::string path = vm["config"].as<std::string>();
-      // A directory opens as a stream that reads nothing: the run would silently take the defaults.
+      // A directory opens as a stream that reads nothing (the run would silently take the defaults),
+      // a FIFO blocks the open.
       std::error_code ec;
-      MGBENCH_REQUIRE(std::filesystem::is_regular_file(path, ec), ConfigError, "--config {}: {}", path,
-                      std::filesystem::is_directory(path, ec) ? "a directory, expected an INI file" : "no such file");
+      MGBENCH_REQUIRE(std::filesystem::exists(path, ec), ConfigError, "--config {}: no such file", path);
+      try {
+        require_regular_file(path, "--config");
+      } catch (const DataError& e) {
+        throw ConfigError(fmt::format("{}; expected an INI file", e.what()));
+      }
       std::ifstream file(path);
       MGBENCH_REQUIRE(file.good(), ConfigError, "--config {}: cannot open the file", path);
       try {
@@ -39,12 +66,12 @@ void parse(int argc, char** argv, const po::options_description& options, po::va
         }
         po::store(parsed, vm);
       } catch (const po::error& e) {
-        throw ConfigError(fmt::format("--config {}: {}", path, e.what()));
+        throw ConfigError(fmt::format("--config {}: {}", path, error_text(e)));
       }
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw ConfigError(e.what());
+    throw ConfigError(error_text(e));
   }
 }
 

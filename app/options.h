@@ -16,6 +16,11 @@ namespace po = boost::program_options;
 inline constexpr unsigned kLineLength = 120;
 inline constexpr unsigned kDescriptionLength = 60;
 
+/// e.what(), safe on any input: Boost 1.74's error_with_option_name::what() loops forever when a
+/// token it quotes contains its own placeholder (a config line "x%invalid_line%" hung every
+/// command; found by tests/fuzz/fuzz_ini), so quoted tokens show '%' as U+FF05 ('％').
+std::string error_text(const po::error& e);
+
 /// Parses argv (argv[0] = subcommand name) into vm. When --config FILE is given, FILE's
 /// `key = value` lines (the long option names) fill what the command line left unset.
 /// Throws ConfigError naming the option, value or file at fault.

@@ -2,7 +2,7 @@
 # Installs what mgbench needs on a Debian/Ubuntu workstation, skipping what is already there:
 #   - Debian packages: compilers, CMake, Ninja, ccache, Open MPI, HDF5 built with Open MPI,
 #     Boost.Program_options, zlib, spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark,
-#     clang-format (the style check), slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here),
+#     clang-format (the style check), clang (libFuzzer: scripts/fuzz.sh), slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here),
 #     chromium (headless: the browser-labelled test of mgbench-plot's HTML page);
 #   - a Python virtual environment with the PyPI torch wheel pinned to 2.11.0 (its LibTorch is
 #     what mgbench links), torchvision (test oracle, benchmark peer), h5py, numpy, pytest, and the
@@ -19,6 +19,7 @@ APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev clang-format
+  clang            # libFuzzer and the sanitizers: the fuzz targets of tests/fuzz (label fuzz)
   slurm-wlm munge  # slurm-wlm, munge: the test SLURM of tests/slurm (label slurm)
   chromium)        # headless, for the HTML page of mgbench-plot (label browser)
 

@@ -3,10 +3,12 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 
 namespace mgbench {
 
 std::string broadcast_string(MPI_Comm comm, std::string value) {
+  const watchdog::Deadline deadline("a broadcast of a text from rank 0");
   std::int64_t size = static_cast<std::int64_t>(value.size());
   MGBENCH_CHECK_MPI(MPI_Bcast(&size, 1, MPI_INT64_T, 0, comm));
   value.resize(static_cast<std::size_t>(size));
@@ -15,6 +17,7 @@ std::string broadcast_string(MPI_Comm comm, std::string value) {
 }
 
 std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {
+  const watchdog::Deadline deadline("a gather of a text from every rank");
   int world = 0;
   MGBENCH_CHECK_MPI(MPI_Comm_size(comm, &world));
   int my_size = static_cast<int>(mine.size());

@@ -7,6 +7,8 @@
 
 namespace mgbench {
 
+// Both run under a watchdog::Deadline (the default timeout): a rank that never arrives ends the job.
+
 /// Rank 0's value on every rank. Collective over comm; throws CommError on failure.
 std::string broadcast_string(MPI_Comm comm, std::string value);
 

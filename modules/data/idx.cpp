@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mgbench::data {
 namespace {
@@ -40,6 +41,7 @@ std::size_t read_bytes(gzFile f, void* out, std::size_t n, const std::string& pa
 }  // namespace
 
 IdxArray read_idx_u8(const std::string& path, int expected_ndims) {
+  require_regular_file(path, "IDX file");
   std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
   MGBENCH_REQUIRE(file != nullptr, DataError, "{}: cannot open (missing or unreadable)", path);
   gzFile f = file.get();
@@ -67,9 +69,11 @@ IdxArray read_idx_u8(const std::string& path, int expected_ndims) {
     MGBENCH_REQUIRE(dim > 0 && dim <= (std::int64_t{1} << 31), DataError, "{}: IDX dimension {} has size {}", path,
                     d + 1, dim);
     out.dims.push_back(dim);
-    total *= dim;
-    MGBENCH_REQUIRE(total <= (std::int64_t{1} << 36), DataError, "{}: IDX array of {} bytes is implausibly large", path,
-                    total);
+    // Checked before it can overflow (found by tests/fuzz/fuzz_idx): 2^36 x 2^31 does not fit 64 bits.
+    const bool overflow = __builtin_mul_overflow(total, dim, &total);
+    MGBENCH_REQUIRE(!overflow && total <= (std::int64_t{1} << 36), DataError,
+                    "{}: IDX array of {} bytes is implausibly large (dimensions {})", path,
+                    overflow ? "more than 2^63" : std::to_string(total), fmt::join(out.dims, " x "));
   }
   // The header is not trusted for the allocation: the data are read in chunks and the array grows
   // with what the file holds, so a header announcing 80 M images over a few MB fails as truncated

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/idx.h"
 
 namespace mgbench::data {
@@ -21,7 +22,10 @@ std::string find_file(const std::string& dir, const std::string& prefix, const s
     for (const char* suffix : {".gz", ""}) {
       const fs::path p = fs::path(dir) / (stem + suffix);
       tried.push_back(p.filename().string());
-      if (fs::is_regular_file(p)) return p.string();
+      if (fs::exists(p)) {
+        require_regular_file(p.string(), "IDX file");  // a FIFO of that name: refused, not skipped
+        return p.string();
+      }
     }
   }
   throw DataError(fmt::format("{}: no {} file of the {} split found (tried {})", dir, kind.substr(0, kind.find('-')),

@@ -6,11 +6,13 @@
 
 #include "core/durable.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mgbench::models {
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
   const std::string name = what.empty() ? fmt::format("'{}'", path) : fmt::format("{} '{}'", what, path);
+  require_regular_file(path, what.empty() ? "JSON file" : what);
   std::ifstream in(path);
   MGBENCH_REQUIRE(in.good(), DataError, "{}: cannot open the file", name);
   try {

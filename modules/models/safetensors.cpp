@@ -18,7 +18,9 @@
 
 #include "core/durable.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "models/json_file.h"
+#include "models/safetensors_header.h"
 
 namespace mgbench::models {
 namespace {
@@ -32,7 +34,13 @@ constexpr DtypeName kDtypes[] = {{"F64", torch::kFloat64},   {"F32", torch::kFlo
                                  {"I16", torch::kInt16},     {"I8", torch::kInt8},     {"U8", torch::kUInt8},
                                  {"BOOL", torch::kBool}};
 
-constexpr std::uint64_t kMaxHeaderBytes = 100 * 1024 * 1024;  // the reference implementation's limit
+/// The LibTorch dtype of a safetensors dtype name that parse_safetensors_header accepted.
+torch::ScalarType torch_dtype(const std::string& name) {
+  const auto* found =
+      std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const DtypeName& d) { return name == d.name; });
+  if (found == std::end(kDtypes)) throw std::logic_error("safetensors dtype " + name + " without a LibTorch type");
+  return found->type;
+}
 
 }  // namespace
 
@@ -46,6 +54,7 @@ struct SafetensorsFile::Mapping {
 };
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), mapping_(std::make_shared<Mapping>()) {
+  require_regular_file(path, "safetensors");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   MGBENCH_REQUIRE(fd >= 0, DataError, "safetensors '{}': cannot open ({})", path, std::strerror(errno));
   struct stat st {};
@@ -64,79 +73,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), mapping
   MGBENCH_REQUIRE(mapping_->data != MAP_FAILED, DataError, "safetensors '{}': mmap failed ({})", path,
                   std::strerror(errno));
 
-  std::uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, mapping_->bytes(), 8);  // little-endian, as x86-64 and aarch64 are
-  MGBENCH_REQUIRE(header_bytes <= kMaxHeaderBytes && header_bytes <= mapping_->size - 8, DataError,
-                  "safetensors '{}': header length {} exceeds the file ({} bytes): truncated or not safetensors", path,
-                  header_bytes, mapping_->size);
-  data_offset_ = 8 + static_cast<std::size_t>(header_bytes);
-  const std::size_t data_bytes = mapping_->size - data_offset_;
-
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(mapping_->bytes() + 8, mapping_->bytes() + data_offset_);
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(fmt::format("safetensors '{}': header is not valid JSON: {}", path, e.what()));
-  }
-  MGBENCH_REQUIRE(header.is_object(), DataError, "safetensors '{}': header is not a JSON object", path);
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      MGBENCH_REQUIRE(value.is_object(), DataError, "safetensors '{}': __metadata__ is not an object", path);
-      for (const auto& [k, v] : value.items()) metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
-      continue;
-    }
-    const std::string where = fmt::format("safetensors '{}' tensor '{}'", path, name);
-    try {
-      Entry e;
-      const std::string dtype = value.at("dtype").get<std::string>();
-      const auto* found =
-          std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const DtypeName& d) { return dtype == d.name; });
-      MGBENCH_REQUIRE(found != std::end(kDtypes), DataError, "{}: unsupported dtype '{}'", where, dtype);
-      e.dtype = found->type;
-      e.shape = value.at("shape").get<std::vector<std::int64_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<std::uint64_t>>();
-      MGBENCH_REQUIRE(offsets.size() == 2 && offsets[0] <= offsets[1], DataError,
-                      "{}: data_offsets must be [begin, end] with begin <= end", where);
-      e.begin = static_cast<std::size_t>(offsets[0]);
-      e.end = static_cast<std::size_t>(offsets[1]);
-      std::uint64_t numel = 1;
-      bool overflow = false;
-      for (const auto d : e.shape) {
-        MGBENCH_REQUIRE(d >= 0, DataError, "{}: negative dimension {}", where, d);
-        overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
-      }
-      std::uint64_t expected = 0;
-      overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(c10::elementSize(e.dtype)), &expected);
-      MGBENCH_REQUIRE(!overflow, DataError, "{}: shape [{}] holds more bytes than 64 bits count", where,
-                      fmt::join(e.shape, ", "));
-      MGBENCH_REQUIRE(expected == e.end - e.begin, DataError, "{}: shape needs {} bytes of {} but data_offsets span {}",
-                      where, expected, dtype, e.end - e.begin);
-      MGBENCH_REQUIRE(e.end <= data_bytes, DataError,
-                      "{}: data ends at byte {} of a {}-byte data section: the file is truncated", where, e.end,
-                      data_bytes);
-      entries_.emplace(name, std::move(e));
-    } catch (const nlohmann::json::exception& ex) {
-      throw DataError(fmt::format("{}: malformed entry ({})", where, ex.what()));
-    }
-  }
-  // As the reference implementation (safetensors' validate): the tensors tile the data section,
-  // in order, without overlaps or holes; an overlap would alias two tensors' bytes.
-  std::vector<std::pair<const std::string*, const Entry*>> order;
-  for (const auto& [name, e] : entries_) order.emplace_back(&name, &e);
-  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-    return a.second->begin != b.second->begin ? a.second->begin < b.second->begin : a.second->end < b.second->end;
-  });
-  std::size_t end = 0;
-  const std::string* previous = nullptr;
-  for (const auto& [name, e] : order) {
-    MGBENCH_REQUIRE(e->begin >= end, DataError, "safetensors '{}': tensor '{}' (bytes {}-{}) overlaps tensor '{}'",
-                    path, *name, e->begin, e->end, previous != nullptr ? *previous : "");
-    MGBENCH_REQUIRE(e->begin == end, DataError,
-                    "safetensors '{}': a hole of {} bytes before tensor '{}' (the data section must be tiled)", path,
-                    e->begin - end, *name);
-    end = e->end;
-    previous = name;
-  }
+  const SafetensorsHeader header = parse_safetensors_header({mapping_->bytes(), mapping_->size}, path);
+  data_offset_ = header.data_offset;
+  metadata_ = header.metadata;
+  for (const auto& [name, e] : header.entries)
+    entries_.emplace(name, Entry{torch_dtype(e.dtype), e.shape, e.begin, e.end});
 }
 
 SafetensorsFile::~SafetensorsFile() = default;

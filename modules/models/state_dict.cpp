@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mgbench::models {
 
@@ -49,6 +50,7 @@ void to_channels_last(torch::nn::Module& module) {
 }
 
 std::map<std::string, torch::Tensor> read_torch_state_dict(const std::string& path) {
+  require_regular_file(path, "state dict");
   std::ifstream in(path, std::ios::binary);
   MGBENCH_REQUIRE(in.good(), DataError, "{}: cannot open", path);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -126,12 +126,12 @@ herr_t read_one_attribute(hid_t location, const char* name, const H5A_info_t*, v
 }  // namespace
 
 void merge_attributes(Attributes& into, Attributes more) {
-  for (auto& [name, value] : more) {
-    auto it = std::find_if(into.begin(), into.end(), [&](const auto& a) { return a.first == name; });
+  for (auto& attribute : more) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const auto& a) { return a.first == attribute.first; });
     if (it != into.end()) {
-      it->second = std::move(value);
+      it->second = std::move(attribute.second);
     } else {
-      into.emplace_back(std::move(name), std::move(value));
+      into.push_back(std::move(attribute));
     }
   }
 }

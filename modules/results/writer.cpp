@@ -1,18 +1,22 @@
 #include "results/writer.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/mpi_strings.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 
 namespace mgbench::results {
 namespace {
@@ -114,7 +118,43 @@ std::string lock_for_writing(const std::string& path, int& fd) {
       lock_path, std::strerror(error));
 }
 
+std::string mib(std::uint64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+/// "" when the file system of path has room for `needed` more bytes, else the problem.
+std::string check_free_space(const std::string& path, std::uint64_t needed) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) != 0) return "";  // cannot tell: the writes will say
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free_bytes >= needed) return "";
+  return fmt::format(
+      "results file '{}': its file system has {} free, the run needs about {} (its tables are allocated when the "
+      "run starts); free some space or choose another --results path. Nothing was written",
+      path, mib(free_bytes), mib(needed));
+}
+
 }  // namespace
+
+std::uint64_t run_bytes_upper_bound(std::span<const RankLayout> layouts, std::uint64_t attribute_bytes) {
+  // Per object (group or dataset): its header, fill-value and layout messages, small attributes.
+  constexpr std::uint64_t kObjectBytes = 4096;
+  constexpr std::uint64_t kFileBytes = 64 * 1024;  // superblock, root group, heaps, the run's own datasets
+  auto rows = [](std::int64_t n) { return static_cast<std::uint64_t>(std::max<std::int64_t>(n, 0)); };
+  std::uint64_t bytes = kFileBytes + 2 * attribute_bytes + 4 * kObjectBytes + sizeof(RunSummary);
+  for (const RankLayout& l : layouts) {
+    const std::uint64_t steps = rows(l.epochs) * rows(l.steps_per_epoch);
+    bytes += 3 * kObjectBytes + steps * sizeof(StepRecord) + rows(l.epochs) * sizeof(EpochRecord);
+    if (l.indices_per_epoch > 0) bytes += kObjectBytes + rows(l.epochs) * rows(l.indices_per_epoch) * 8;
+    if (l.cuda_metrics) {
+      bytes += 3 * kObjectBytes + sizeof(CudaSummaryRecord) + kCudaApiRows * sizeof(CudaApiRecord) +
+               kCudaKernelRows * sizeof(CudaKernelRecord);
+    }
+    if (!l.metrics.empty()) bytes += kObjectBytes + steps * l.metrics.size() * 8;
+    if (l.comm_rows > 0) bytes += kObjectBytes + rows(l.comm_rows) * sizeof(CommRecord);
+  }
+  return bytes + bytes / 4;
+}
 
 std::string sanitize_run_name(const std::string& name) {
   std::string out = name;
@@ -126,7 +166,7 @@ std::string sanitize_run_name(const std::string& name) {
   return out;
 }
 
-void ResultsWriter::open_file(bool create) {
+void ResultsWriter::open_file(bool create, std::uint64_t needed_bytes) {
   // Rank 0 inspects the path so that every rank fails, or proceeds, together.
   std::string problem;
   bool exists = false;
@@ -135,6 +175,8 @@ void ResultsWriter::open_file(bool create) {
     exists = access(path_.c_str(), F_OK) == 0;
     if (!problem.empty()) {
       // another job writes the file: touch nothing
+    } else if (std::string full = check_free_space(path_, needed_bytes); !full.empty()) {
+      problem = std::move(full);
     } else if (!exists && !create) {
       problem = fmt::format("results file '{}' of the run to resume does not exist (moved or deleted?)", path_);
     } else if (exists && H5Fis_hdf5(path_.c_str()) <= 0) {
@@ -169,6 +211,7 @@ void ResultsWriter::open_file(bool create) {
                       path_, kSchemaName));
     }
   } else {
+    created_ = true;  // from here on a failed creation removes the file (abandon_creation)
     file_ = h5::wrap_file(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
     h5::write_attributes(file_, {{"schema", std::string(kSchemaName)}, {"schema_version", kSchemaVersion}});
     h5::wrap_group(H5Gcreate2(file_, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create /runs");
@@ -183,8 +226,45 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
-  open_file(/*create=*/true);
+  // A rank stuck in a collective HDF5 call (a peer failed inside it) ends the job after
+  // --comm-timeout, removing the file if this job created it.
+  const watchdog::Deadline deadline(fmt::format("creating a run in results file '{}'", path_), -1,
+                                    [this] { remove_created_file(); });
 
+  // Every rank creates every rank's group and tables (HDF5 metadata operations are collective),
+  // so each rank needs all ranks' layouts and attributes: gathered before the file is touched.
+  constexpr int kLayoutFields = 6;
+  std::array<std::int64_t, kLayoutFields> mine{layout.epochs,
+                                               layout.steps_per_epoch,
+                                               layout.indices_per_epoch,
+                                               layout.cuda_metrics ? 1 : 0,
+                                               static_cast<std::int64_t>(layout.metrics.size()),
+                                               layout.comm_rows};
+  std::vector<std::int64_t> fields(kLayoutFields * static_cast<std::size_t>(world_size_));
+  MGBENCH_CHECK_MPI(
+      MPI_Allgather(mine.data(), kLayoutFields, MPI_INT64_T, fields.data(), kLayoutFields, MPI_INT64_T, comm_));
+  std::vector<RankLayout> layouts(static_cast<std::size_t>(world_size_));
+  for (std::size_t r = 0; r < layouts.size(); ++r) {
+    const auto* l = &fields[kLayoutFields * r];
+    layouts[r] = {l[0], l[1], l[2], l[3] != 0, std::vector<std::string>(static_cast<std::size_t>(l[4])), l[5]};
+  }
+  // The metrics' names, the same on every rank (one recipe): rank 0's, as an attribute of each table.
+  std::string metric_columns;
+  for (const auto& name : layout.metrics) metric_columns += (metric_columns.empty() ? "" : ",") + name;
+  metric_columns = broadcast_string(comm_, metric_columns);
+  const std::vector<std::string> rank_attrs = allgather_strings(comm_, encode_attributes(rank_attributes));
+  const std::string run_attrs = broadcast_string(comm_, encode_attributes(run_attributes));
+  std::uint64_t attribute_bytes = run_attrs.size() + metric_columns.size() * layouts.size();
+  for (const auto& a : rank_attrs) attribute_bytes += a.size();
+
+  open_file(/*create=*/true, run_bytes_upper_bound(layouts, attribute_bytes));
+  agree_on(fmt::format("create a run in results file '{}'", path_),
+           [&] { create_run(run_name, decode_attributes(run_attrs), rank_attrs, layouts, metric_columns); });
+}
+
+void ResultsWriter::create_run(const std::string& run_name, const h5::Attributes& run_attributes,
+                               const std::vector<std::string>& rank_attrs, const std::vector<RankLayout>& layouts,
+                               const std::string& metric_columns) {
   // Run id: rank 0's UTC start time and the run name, made unique in this file. Every rank runs
   // the loop: with collective metadata operations, H5Lexists is a collective call.
   const std::string base = broadcast_string(
@@ -196,7 +276,7 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   run_group_ = h5::wrap_group(H5Gcreate2(file_, run_path.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                               "create group /" + run_path);
   // Attribute writes are collective with identical values: everyone writes rank 0's.
-  h5::write_attributes(run_group_, decode_attributes(broadcast_string(comm_, encode_attributes(run_attributes))));
+  h5::write_attributes(run_group_, run_attributes);
   h5::write_attribute(run_group_, "hdf5_version", hdf5_version());
   h5::write_attribute(run_group_, "schema_version", kSchemaVersion);
   h5::write_attribute(run_group_, "run_id", run_id_);
@@ -210,24 +290,6 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   const RunSummary empty_summary;
   summary_ = create_table(run_group_, "summary", summary_type_, {scalar_dims, 1}, &empty_summary, run_path);
 
-  // Every rank creates every rank's group and tables (HDF5 metadata operations are collective),
-  // so each rank needs all ranks' layouts and attributes.
-  constexpr int kLayoutFields = 6;
-  std::array<std::int64_t, kLayoutFields> mine{layout.epochs,
-                                               layout.steps_per_epoch,
-                                               layout.indices_per_epoch,
-                                               layout.cuda_metrics ? 1 : 0,
-                                               static_cast<std::int64_t>(layout.metrics.size()),
-                                               layout.comm_rows};
-  // The metrics' names, the same on every rank (one recipe): rank 0's, as an attribute of each table.
-  std::string metric_columns;
-  for (const auto& name : layout.metrics) metric_columns += (metric_columns.empty() ? "" : ",") + name;
-  metric_columns = broadcast_string(comm_, metric_columns);
-  std::vector<std::int64_t> layouts(kLayoutFields * static_cast<std::size_t>(world_size_));
-  MGBENCH_CHECK_MPI(
-      MPI_Allgather(mine.data(), kLayoutFields, MPI_INT64_T, layouts.data(), kLayoutFields, MPI_INT64_T, comm_));
-  const std::vector<std::string> rank_attrs = allgather_strings(comm_, encode_attributes(rank_attributes));
-
   step_type_ = step_record_type();
   epoch_type_ = epoch_record_type();
   const StepRecord empty_step;
@@ -239,18 +301,18 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
                                       "create group /" + group_path);
     h5::write_attributes(group, decode_attributes(rank_attrs[static_cast<std::size_t>(r)]));
     h5::write_attribute(group, "rank", static_cast<std::int64_t>(r));
-    const auto* l = &layouts[kLayoutFields * static_cast<std::size_t>(r)];
-    const hsize_t step_dims[1] = {static_cast<hsize_t>(l[0] * l[1])};
-    const hsize_t epoch_dims[1] = {static_cast<hsize_t>(l[0])};
+    const RankLayout& l = layouts[static_cast<std::size_t>(r)];
+    const hsize_t step_dims[1] = {static_cast<hsize_t>(l.epochs * l.steps_per_epoch)};
+    const hsize_t epoch_dims[1] = {static_cast<hsize_t>(l.epochs)};
     h5::Handle steps = create_table(group, "steps", step_type_, step_dims, &empty_step, group_path);
     h5::Handle epochs = create_table(group, "epochs", epoch_type_, epoch_dims, &empty_epoch, group_path);
     h5::Handle indices;
-    if (l[2] > 0) {
-      const hsize_t index_dims[2] = {static_cast<hsize_t>(l[0]), static_cast<hsize_t>(l[2])};
+    if (l.indices_per_epoch > 0) {
+      const hsize_t index_dims[2] = {static_cast<hsize_t>(l.epochs), static_cast<hsize_t>(l.indices_per_epoch)};
       indices = create_table(group, "indices", H5T_STD_I64LE, index_dims, &no_index, group_path);
     }
     h5::Handle cuda_summary, cuda_api, cuda_kernels;
-    if (l[3] != 0) {
+    if (l.cuda_metrics) {
       const hsize_t one[1] = {1};
       const hsize_t api_rows[1] = {static_cast<hsize_t>(kCudaApiRows)};
       const hsize_t kernel_rows[1] = {static_cast<hsize_t>(kCudaKernelRows)};
@@ -262,15 +324,16 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
       cuda_kernels = create_table(group, "cuda_kernels", cuda_kernel_type(), kernel_rows, &empty_kernel, group_path);
     }
     h5::Handle metrics;
-    if (l[4] > 0) {
-      const hsize_t metric_dims[2] = {static_cast<hsize_t>(l[0] * l[1]), static_cast<hsize_t>(l[4])};
+    if (!l.metrics.empty()) {
+      const hsize_t metric_dims[2] = {static_cast<hsize_t>(l.epochs * l.steps_per_epoch),
+                                      static_cast<hsize_t>(l.metrics.size())};
       const double no_value = kNaN;
       metrics = create_table(group, "metrics", H5T_IEEE_F64LE, metric_dims, &no_value, group_path);
       h5::write_attribute(metrics, "columns", metric_columns);
     }
     h5::Handle comm_rows;
-    if (l[5] > 0) {
-      const hsize_t comm_dims[1] = {static_cast<hsize_t>(l[5])};
+    if (l.comm_rows > 0) {
+      const hsize_t comm_dims[1] = {static_cast<hsize_t>(l.comm_rows)};
       const CommRecord empty_comm;
       comm_rows = create_table(group, "comm", comm_record_type(), comm_dims, &empty_comm, group_path);
     }
@@ -283,6 +346,46 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
 }
 
+void ResultsWriter::agree_on(const std::string& what, const std::function<void()>& stage) {
+  std::string error;
+  try {
+    stage();
+  } catch (const std::exception& e) {
+    error = e.what();
+    // Said now: should a peer stay inside the collective HDF5 call this rank left, the watchdog
+    // ends the job and this line is the reason.
+    if (world_size_ > 1) log::error("rank {}: {}", rank_, error);
+  }
+  int lowest = error.empty() ? world_size_ : rank_;
+  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm_));
+  if (lowest == world_size_) return;
+  const std::string message = allgather_strings(comm_, error)[static_cast<std::size_t>(lowest)];
+  abandon();
+  throw ResultsError(world_size_ > 1 ? fmt::format("{} (on rank {})", message, lowest) : message);
+}
+
+void ResultsWriter::abandon() noexcept {
+  // Every rank is here (agreed): the closes, collective, match. Their errors change nothing now.
+  for (h5::Handle* h : {&own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary,
+                        &own_.indices, &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
+    try {
+      h->reset();
+    } catch (...) {
+    }
+  }
+  if (rank_ == 0) remove_created_file();
+  lock_.close();
+  finished_ = true;  // nothing left to close
+}
+
+void ResultsWriter::remove_created_file() noexcept {
+  // A file this job created holds nothing but the failed run: leaving it would make later runs
+  // refuse it (a 0-byte or half-made HDF5 file). A file that existed keeps its earlier runs.
+  if (!created_) return;
+  std::error_code ignored;
+  if (std::filesystem::remove(path_, ignored)) log::warn("removed the half-made results file '{}'", path_);
+}
+
 ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_id,
                              const RankLayout& layout)
     : path_(path), run_id_(run_id), layout_(layout) {
@@ -290,7 +393,13 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
-  open_file(/*create=*/false);
+  const watchdog::Deadline deadline(fmt::format("reopening run {} in results file '{}'", run_id_, path_));
+  // A resumed run's tables exist: only its attributes grow.
+  open_file(/*create=*/false, run_bytes_upper_bound({}, 0));
+  agree_on(fmt::format("reopen run {} in results file '{}'", run_id_, path_), [&] { reopen_run(); });
+}
+
+void ResultsWriter::reopen_run() {
   const std::string run_path = "runs/" + run_id_;
   if (!h5::link_exists(file_, run_path)) {
     throw ResultsError(fmt::format("results file '{}' has no run '{}' to resume", path_, run_id_));
@@ -355,10 +464,8 @@ void ResultsWriter::open_own_tables() {
       (!own_.indices.valid() || rows(own_.indices)[1] == layout_.indices_per_epoch) &&
       layout_.cuda_metrics == own_.cuda_summary.valid() && layout_.metrics.empty() == !own_.metrics.valid() &&
       (!own_.metrics.valid() || rows(own_.metrics)[1] == static_cast<std::int64_t>(layout_.metrics.size()));
-  // Agreed, so that a mismatch on one rank fails every rank alike.
-  int mismatch = same ? 0 : 1;
-  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &mismatch, 1, MPI_INT, MPI_MAX, comm_));
-  MGBENCH_REQUIRE(mismatch == 0, ResultsError,
+  // Within agree_on: a mismatch on one rank fails every rank alike.
+  MGBENCH_REQUIRE(same, ResultsError,
                   "run '{}' in '{}' has tables of another shape than this job's (epochs, steps per epoch, indices, "
                   "CUDA or recipe metrics differ): it is not the same configuration",
                   run_id_, path_);
@@ -472,6 +579,7 @@ void ResultsWriter::write_status(std::string_view status, const std::string& mes
 }
 
 void ResultsWriter::finish(std::string_view status, const std::string& error) {
+  const watchdog::Deadline deadline(fmt::format("closing results file '{}'", path_));
   if (rank_ == 0) write_status(status, error);
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
   for (h5::Handle* h : {&own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary,

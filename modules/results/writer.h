@@ -15,7 +15,9 @@
 // any collective, before the job is aborted.
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,7 +43,11 @@ class ResultsWriter {
   /// creates /runs/<run_id> with run_attributes, and rank_<r> groups with each rank's
   /// rank_attributes and tables. Rank 0's run_attributes are stored (e.g. its start time).
   /// Throws ResultsError (same message on every rank) when path exists and is not an mgbench
-  /// results file, or cannot be opened or written.
+  /// results file, or cannot be opened or written, or its file system has less free space than
+  /// the run needs (run_bytes_upper_bound; the message names the file and both sizes). A failed
+  /// creation leaves no file behind where there was none, and earlier runs of an existing file
+  /// untouched; a rank stuck in a collective HDF5 call ends the job after the watchdog's default
+  /// timeout (core/watchdog.h).
   ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
                 const h5::Attributes& run_attributes, const h5::Attributes& rank_attributes, const RankLayout& layout);
   /// Collective over comm. Continues run `run_id` of the existing results file path (a resumed,
@@ -83,11 +89,25 @@ class ResultsWriter {
   void mark_failed(const std::string& message) noexcept;
 
  private:
-  /// Opens (or, when create is true and it does not exist, creates) path_ collectively.
-  void open_file(bool create);
+  /// Opens (or, when create is true and it does not exist, creates) path_ collectively, after
+  /// rank 0 checked that its file system has needed_bytes free (agreed: every rank throws alike).
+  void open_file(bool create, std::uint64_t needed_bytes);
+  /// The collective HDF5 part of each constructor.
+  void create_run(const std::string& run_name, const h5::Attributes& run_attributes,
+                  const std::vector<std::string>& rank_attrs, const std::vector<RankLayout>& layouts,
+                  const std::string& metric_columns);
+  void reopen_run();
   /// Opens every rank's tables of the run (collectively), keeps this rank's and checks their
-  /// sizes against layout_ (agreed: a mismatch anywhere throws everywhere).
+  /// sizes against layout_ (throws on a mismatch: run within agree_on).
   void open_own_tables();
+  /// Runs a collective stage on every rank and agrees on its success before any further
+  /// collective: a failure on any rank closes what is open on every rank (abandon) and throws the
+  /// lowest failing rank's message everywhere, instead of leaving the ranks in different HDF5
+  /// collectives (a full disk failing one rank's fill write inside H5Dcreate).
+  void agree_on(const std::string& what, const std::function<void()>& stage);
+  void abandon() noexcept;
+  /// Removes path_ when this job created it (never a file with earlier runs). Any thread.
+  void remove_created_file() noexcept;
   void write_status(std::string_view status, const std::string& message);
   void write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows, const void* rows,
                   const char* what);
@@ -99,6 +119,7 @@ class ResultsWriter {
   int world_size_ = 1;
   RankLayout layout_;
   bool finished_ = false;
+  std::atomic<bool> created_{false};  // this job created path_ (read by the watchdog's thread)
   /// Rank 0's open "<file>.lock", holding the write lock until closed. Declared before the HDF5
   /// handles, so that it is released after them, also when a constructor throws.
   struct LockFile {
@@ -121,6 +142,11 @@ class ResultsWriter {
   h5::Handle epoch_type_;
   h5::Handle summary_type_;
 };
+
+/// The bytes a run of these ranks' layouts takes in a results file, an upper bound: every table's
+/// raw data (allocated when the run starts), a few KiB per object, twice attribute_bytes (the
+/// attributes' text) and 25 % more. The writer refuses to start a run where less is free.
+std::uint64_t run_bytes_upper_bound(std::span<const RankLayout> layouts, std::uint64_t attribute_bytes);
 
 /// Makes a run-name safe as an HDF5 link name: keeps [A-Za-z0-9._-], maps the rest to '_'.
 std::string sanitize_run_name(const std::string& name);

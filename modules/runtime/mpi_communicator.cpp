@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 
 namespace mgbench::runtime {
 namespace {
@@ -72,8 +73,7 @@ struct MpiCommunicator::Worker {
   static constexpr int kPollIntervalUs = 50;  // the longest pause between two MPI_Test calls
   static constexpr double kSpinS = 20e-6;     // tested back to back first
   double timeout_s = 0;                       // 0: none
-  int rank = 0;
-  std::uint64_t started = 0;  // collectives started, for the message
+  std::uint64_t started = 0;                  // collectives started, for the message
   std::mutex mutex;
   std::condition_variable wake;   // the thread: work queued or stop
   std::condition_variable ended;  // waiters: an operation is done
@@ -81,7 +81,7 @@ struct MpiCommunicator::Worker {
   bool stop = false;
   std::thread thread;
 
-  Worker(double timeout, int rank_in_comm) : timeout_s(timeout), rank(rank_in_comm), thread([this] { run(); }) {}
+  explicit Worker(double timeout) : timeout_s(timeout), thread([this] { run(); }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -125,23 +125,16 @@ struct MpiCommunicator::Worker {
   int drive(Operation& op) {
     ++started;
     const double begin = now_s();
-    const double deadline = timeout_s > 0 ? begin + timeout_s : 0;
+    // Past timeout_s (a peer died, hangs or is stopped) the watchdog names the collective and
+    // where every rank is, and ends the job.
+    const watchdog::Deadline deadline(fmt::format("{} #{}", op.what, started), timeout_s);
     MPI_Request request = MPI_REQUEST_NULL;
     int rc = op.start(&request);
     int pause_us = 0;
     for (int done = 0; rc == MPI_SUCCESS && done == 0;) {
       rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (done != 0) break;
-      const double now = now_s();
-      if (deadline > 0 && now > deadline) {
-        // The job cannot go on: its peers wait in the same collective or are gone.
-        log::error(
-            "rank {}: {} #{} did not complete in {:.0f} s (a peer rank died, hangs or is stopped); aborting "
-            "the job (--comm-timeout)",
-            rank, op.what, started, timeout_s);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-      if (now - begin < kSpinS) continue;
+      if (now_s() - begin < kSpinS) continue;
       pause_us = std::min(pause_us == 0 ? 1 : 2 * pause_us, kPollIntervalUs);
       std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
     }
@@ -254,7 +247,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
-  worker_ = std::make_unique<Worker>(timeout_s, rank_);
+  worker_ = std::make_unique<Worker>(timeout_s);
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -25,7 +25,8 @@ class MpiCommunicator final : public Communicator {
  public:
   /// Duplicates comm, so mgbench's collectives never mix with other traffic on it, and starts the
   /// communication thread. timeout_s > 0: a collective not complete after that long (a peer rank
-  /// died, hangs or is stopped) is logged, naming it, and ends the job (MPI_Abort), as the NCCL
+  /// died, hangs or is stopped) ends the job through the process's watchdog (core/watchdog.h,
+  /// started by MpiEnvironment), which names the collective and where every rank is, as the NCCL
   /// backend's watchdog does (--comm-timeout); 0: no deadline.
   explicit MpiCommunicator(MPI_Comm comm, double timeout_s = 0);
   /// Runs what is queued, stops the thread, frees the duplicate.

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mpi_strings.h"
+#include "core/watchdog.h"
 
 namespace mgbench::runtime {
 
@@ -44,6 +45,7 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
     if (owns_mpi_) MPI_Finalize();
     throw;
   }
+  watchdog::start();  // deadlines of blocking stages, and the census answers of this rank
 
   // Cross-check with the launcher's idea of the local rank (Open MPI's mpirun, SLURM's srun).
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
@@ -72,12 +74,14 @@ MpiEnvironment::~MpiEnvironment() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized == 0) {
+    watchdog::stop();
     if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
     if (owns_mpi_) MPI_Finalize();
   }
 }
 
 std::vector<std::string> MpiEnvironment::node_allgather(const std::string& value) const {
+  const watchdog::Deadline deadline("a gather over the node's ranks");
   return allgather_strings(node_, value);
 }
 
@@ -95,6 +99,7 @@ std::string MpiEnvironment::all_hosts() const {
   std::vector<char> all(static_cast<std::size_t>(kLen) * static_cast<std::size_t>(world_size_), '\0');
   std::vector<char> mine(kLen, '\0');
   hostname_.copy(mine.data(), kLen - 1);
+  const watchdog::Deadline deadline("gathering the host names");
   MGBENCH_CHECK_MPI(MPI_Allgather(mine.data(), kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD));
   std::set<std::string> seen;
   std::ostringstream out;
@@ -105,24 +110,22 @@ std::string MpiEnvironment::all_hosts() const {
   return out.str();
 }
 
-int MpiEnvironment::first_failing_rank(bool ok) const {
-  int mine = ok ? world_size_ : rank_;
-  int lowest = 0;
-  MGBENCH_CHECK_MPI(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  return lowest == world_size_ ? -1 : lowest;
+void MpiEnvironment::barrier() const {
+  const watchdog::Deadline deadline("a barrier of all ranks");
+  MGBENCH_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
 }
-
-void MpiEnvironment::barrier() const { MGBENCH_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
 
 MpiEnvironment::Spread MpiEnvironment::spread(double value) const {
   double low_high[2] = {value, -value};  // one MPI_MIN gives both
   double total = value;
+  const watchdog::Deadline deadline("summarising a value over the ranks");
   MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, low_high, 2, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
   MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   return {low_high[0], total / world_size_, -low_high[1]};
 }
 
 std::int64_t MpiEnvironment::sum(std::int64_t value) const {
+  const watchdog::Deadline deadline("summing a value over the ranks");
   MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
   return value;
 }

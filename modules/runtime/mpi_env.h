@@ -39,9 +39,6 @@ class MpiEnvironment {
   /// value of every rank of this rank's node, in local-rank order. Collective over the world.
   std::vector<std::string> node_allgather(const std::string& value) const;
 
-  /// The lowest rank whose ok is false, or -1 when every rank is ok. Collective: lets ranks fail
-  /// set-up together (clean exit) instead of aborting.
-  int first_failing_rank(bool ok) const;
   void barrier() const;
 
   /// A value of every rank summarised: its minimum, mean and maximum over the ranks. Collective.

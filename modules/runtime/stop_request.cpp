@@ -1,15 +1,50 @@
 #include "runtime/stop_request.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 
 namespace mgbench::runtime {
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_in_setup = 1;  // until defer_stops_to_step_boundaries()
+
+// The set-up stop messages, formatted ahead (a handler may only write(2) them).
+constexpr std::size_t kMessageBytes = 512;
+char g_term_message[kMessageBytes] = {};
+char g_usr1_message[kMessageBytes] = {};
+std::size_t g_term_length = 0;
+std::size_t g_usr1_length = 0;
+
+void format_messages(const std::string& who) {
+  for (const auto& [signal_name, buffer, length] :
+       {std::tuple{"SIGTERM", g_term_message, &g_term_length}, std::tuple{"SIGUSR1", g_usr1_message, &g_usr1_length}}) {
+    const int n = std::snprintf(buffer, kMessageBytes,
+                                "mgbench (%s): stopped on %s during set-up, before the first step: nothing was "
+                                "trained or written, nothing to resume (exit %d)\n",
+                                who.c_str(), signal_name, kExitStopped);
+    *length = n < 0 ? 0 : std::min(static_cast<std::size_t>(n), kMessageBytes - 1);
+  }
+}
 
 extern "C" void on_stop_signal(int signal_number) {
+  if (g_in_setup != 0) {
+    const bool term = signal_number == SIGTERM;
+    const ssize_t ignored =
+        ::write(STDERR_FILENO, term ? g_term_message : g_usr1_message, term ? g_term_length : g_usr1_length);
+    (void)ignored;
+    ::_exit(kExitStopped);
+  }
   if (g_stop_signal == signal_number) {
     // Asked twice: stop waiting for a step boundary.
     std::signal(signal_number, SIG_DFL);
@@ -22,12 +57,26 @@ extern "C" void on_stop_signal(int signal_number) {
 }  // namespace
 
 void install_stop_handlers() {
+  if (g_term_length == 0) format_messages(fmt::format("pid {}", ::getpid()));
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // blocking reads and MPI progress calls carry on
   for (int s : {SIGTERM, SIGUSR1}) sigaction(s, &action, nullptr);
 }
+
+void name_process_for_stop_message(const std::string& who) {
+  // Blocked while rewritten, so that a handler never writes a half-formatted message.
+  sigset_t stops, previous;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &stops, &previous);
+  format_messages(who);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
+void defer_stops_to_step_boundaries() noexcept { g_in_setup = 0; }
 
 int stop_signal_received() noexcept { return g_stop_signal; }
 
@@ -62,6 +111,9 @@ StopAgreement::~StopAgreement() {
 bool StopAgreement::poll() {
   if (agreed_signal_ != 0) return true;
   if (request_ != MPI_REQUEST_NULL) {
+    // Started a step ago, so normally long complete; a rank that never reaches this boundary
+    // (stopped, hung) leaves it open: the watchdog ends the job after --comm-timeout.
+    const watchdog::Deadline deadline("the stop agreement at a step boundary");
     MGBENCH_CHECK_MPI(MPI_Wait(&request_, MPI_STATUS_IGNORE));
     if (reduced_ != 0) {
       agreed_signal_ = reduced_;

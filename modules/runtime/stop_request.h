@@ -10,12 +10,29 @@
 // same boundary, one step after the first rank saw the signal.
 #include <mpi.h>
 
+#include <string>
+
 namespace mgbench::runtime {
+
+/// The exit status of a job that stopped on a signal with nothing lost (the batch scripts requeue it).
+inline constexpr int kExitStopped = 75;
 
 /// Installs handlers for SIGTERM and SIGUSR1 that record the request (async-signal-safe: a flag).
 /// A second signal of the same kind ends the process as the default action would, so an operator
 /// can still force it. Idempotent.
+///
+/// Until defer_stops_to_step_boundaries() is called, the process is in its set-up (MPI start,
+/// options, loading the model and data), which no step boundary interrupts and which may block (a
+/// hung file system): a stop signal then ends the process at once, saying so on stderr, with exit
+/// status kExitStopped -- nothing was trained and no results run exists yet, so nothing is lost.
 void install_stop_handlers();
+
+/// Names this process in the set-up stop message ("rank 3 on node12"). Call once the rank is known.
+void name_process_for_stop_message(const std::string& who);
+
+/// From now on a stop signal is recorded and honoured at the next step boundary (StopAgreement).
+/// Call right before a run is created in a results file: from then on a stop must record it.
+void defer_stops_to_step_boundaries() noexcept;
 
 /// The first stop signal this process received (SIGTERM, SIGUSR1), or 0.
 int stop_signal_received() noexcept;

@@ -15,6 +15,7 @@
 #include "core/build_info.h"
 #include "core/durable.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/log.h"
 #include "core/mpi_strings.h"
 #include "core/option_table.h"
@@ -97,6 +98,7 @@ void write_text_file(const std::string& path, const std::string& text) {
 }
 
 std::string read_text_file(const std::string& path) {
+  require_regular_file(path, "checkpoint file");
   std::ifstream in(path, std::ios::binary);
   MGBENCH_REQUIRE(in.good(), DataError, "checkpoint: cannot read '{}' ({})", path, std::strerror(errno));
   std::ostringstream text;

@@ -103,9 +103,11 @@ std::string done_line(const results::RunSummary& s, const char* unit) {
 }  // namespace
 
 int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& command_line) {
-  // From the start: a stop requested during set-up takes effect at the first step boundary (a
-  // checkpoint and exit 75, which the batch scripts requeue) instead of killing the job.
+  // A stop during set-up ends the process at once (exit 75: nothing trained, nothing written); from
+  // the moment the run is created in the results file, at the next step boundary (a checkpoint
+  // and exit 75, which the batch scripts requeue).
   runtime::install_stop_handlers();
+  runtime::name_process_for_stop_message(fmt::format("rank {} on {}", env.rank(), env.hostname()));
   Connection connection = connect(env, config.train.device, config.train.backend, config.train.comm_timeout_s);
   if (!connection.comm) return 1;
   const bool eval_only = config.recipe->eval_only();
@@ -140,6 +142,7 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   }
   h5::Attributes attributes = common_attributes(env, config.table, task, identity, command_line);
   h5::merge_attributes(attributes, loop->run_attributes());
+  runtime::defer_stops_to_step_boundaries();
   const auto job =
       start_run(env, config.train, std::move(checkpointer), from, attributes, loop->rank_attributes(), loop->layout());
   if (!job) return 1;
@@ -152,7 +155,8 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
         summary = loop->run(writer, progress, job->control);
         if (!job->control.preempted) config.recipe->finish(env.rank());
       },
-      &job->control.preempted);
+      &job->control.preempted, &job->control.not_resumable);
+  if (!job->control.not_resumable.empty()) return 1;  // stopped, and its checkpoint lost: not a preemption
   if (job->control.preempted) return kExitPreempted;
   if (eval_only) {
     if (env.rank() == 0) std::cout << fmt::format("eval loss: {:.6f}\n", summary.eval_loss) << std::flush;

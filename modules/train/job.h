@@ -9,13 +9,14 @@
 #include <string>
 
 #include "runtime/mpi_env.h"
+#include "runtime/stop_request.h"
 #include "train/job_config.h"
 
 namespace mgbench::train {
 
 /// Exit code of a run that stopped early on SIGTERM / SIGUSR1 (sysexits' EX_TEMPFAIL, "try
 /// again"): the batch scripts requeue the job on it.
-inline constexpr int kExitPreempted = 75;
+inline constexpr int kExitPreempted = runtime::kExitStopped;
 
 /// Runs the job of config (validated) on this rank. Returns the process exit code: 0 done, 1 a
 /// set-up failure (every rank exits cleanly, the lowest failing rank says why), 75 preempted.

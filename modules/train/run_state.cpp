@@ -49,9 +49,9 @@ void RunProgress::next_epoch() {
   steps.clear();
 }
 
-void save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
+bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
-  if (control.checkpointer == nullptr || !control.checkpointer->enabled()) return;
+  if (control.checkpointer == nullptr || !control.checkpointer->enabled()) return true;
   CheckpointState state;
   put_state(state);
   progress.save(state);
@@ -61,30 +61,52 @@ void save_checkpoint(RunControl& control, const RunProgress& progress, bool comp
   if (control.stop != nullptr && control.stop->agreed_signal() != 0) {
     m.stop_signal = runtime::stop_signal_name(control.stop->agreed_signal());
   }
-  if (!control.checkpointer->save(m, state)) {
-    log::warn("checkpoint at global step {} not written; the previous one stays the latest", progress.global_step);
-  }
+  if (control.checkpointer->save(m, state)) return true;
+  log::warn("checkpoint at global step {} not written; the previous one stays the latest", progress.global_step);
+  return false;
 }
 
 bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
                       const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
   const bool stop = control.stop != nullptr && control.stop->poll();
+  bool saved = true;
   if (stop || (control.checkpointer != nullptr && control.checkpointer->due(progress.global_step))) {
     const double epoch_elapsed_before = progress.epoch_elapsed_s;
     const Stopwatch checkpoint_clock;
     progress.elapsed_s = run_elapsed_s;
     progress.epoch_elapsed_s = epoch_elapsed_before + epoch_clock_s;
-    save_checkpoint(control, progress, /*completed=*/false, writer, put_state);
+    saved = save_checkpoint(control, progress, /*completed=*/false, writer, put_state);
     progress.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
   }
   if (!stop) return false;
   control.preempted = true;
-  const bool resumable = control.checkpointer != nullptr && control.checkpointer->enabled();
-  log::info("stopped on {} after global step {} (epoch {}, step {}){}",
-            runtime::stop_signal_name(control.stop->agreed_signal()), progress.global_step, progress.epoch + 1,
-            progress.steps.size(),
-            resumable ? fmt::format(": continue with --resume --checkpoint-dir {}", control.checkpointer->options().dir)
-                      : std::string(": no --checkpoint-dir, nothing to resume from"));
+  const std::string stopped = fmt::format("stopped on {} after global step {} (epoch {}, step {})",
+                                          runtime::stop_signal_name(control.stop->agreed_signal()),
+                                          progress.global_step, progress.epoch + 1, progress.steps.size());
+  if (control.checkpointer == nullptr || !control.checkpointer->enabled()) {
+    log::info("{}: no --checkpoint-dir, nothing to resume from", stopped);
+    return true;
+  }
+  const std::string resume = fmt::format("--resume --checkpoint-dir {}", control.checkpointer->options().dir);
+  if (saved) {
+    log::info("{}: continue with {}", stopped, resume);
+    return true;
+  }
+  // The stop's checkpoint failed (a full disk, a quota): --resume continues from the latest one
+  // written before, if this run has one; else nothing can be continued and the job must not say so.
+  const std::optional<CheckpointManifest> earlier = control.checkpointer->latest();
+  if (earlier && earlier->run_id == writer.run_id() && earlier->results == writer.path()) {
+    log::warn(
+        "{}; its checkpoint could not be written: {} continues from the earlier checkpoint at global step {} "
+        "({}), repeating the steps since",
+        stopped, resume, earlier->global_step, earlier->path);
+    return true;
+  }
+  control.not_resumable = fmt::format(
+      "{}; its checkpoint could not be written and the run has no earlier one in {}: nothing to resume (a --resume "
+      "would start a new run)",
+      stopped, control.checkpointer->directory());
+  log::error("{}", control.not_resumable);
   return true;
 }
 

@@ -4,6 +4,7 @@
 // and the step boundary itself -- the agreed stop and the checkpoint due.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "results/schema.h"
@@ -20,6 +21,8 @@ struct RunControl {
   runtime::StopAgreement* stop = nullptr;   // polled at every step boundary
   const CheckpointState* resume = nullptr;  // the state to continue from
   bool preempted = false;                   // out: the run stopped early on a signal
+  std::string not_resumable;                // out: why a stopped run cannot be continued ("": it can, or
+                                            // no --checkpoint-dir was given)
 };
 
 /// Where a run stands at a step boundary, as the training loop keeps it: what a checkpoint carries
@@ -47,8 +50,8 @@ struct RunProgress {
 /// Writes a checkpoint of `progress` plus what `put_state` adds (model, optimizer, RNG, the
 /// loop's counters) when control has a checkpointer; records the writer's results file and run
 /// and the agreed stop signal in the manifest. Collective. A failed save is logged and training
-/// goes on (the previous checkpoint stays the latest).
-void save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
+/// goes on (the previous checkpoint stays the latest). False, on every rank, when a save failed.
+bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state);
 
 /// The step boundary, after each optimizer step on every rank: polls the agreed stop and writes a
@@ -56,7 +59,8 @@ void save_checkpoint(RunControl& control, const RunProgress& progress, bool comp
 /// epoch_elapsed_s are updated for the checkpoint; writing it is not counted as training time
 /// (epoch_elapsed_s is lowered by its duration). epoch_clock_s: time since this process began the
 /// epoch. Returns true when the job agreed to stop (control.preempted is then set and the stop is
-/// logged).
+/// logged). When the stop's checkpoint could not be written, the latest earlier checkpoint of the
+/// run is where --resume continues (said so); with none, control.not_resumable says why.
 bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
                       const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state);
 

@@ -14,6 +14,7 @@
 #include "core/build_info.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 #include "runtime/agreement.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/nccl_communicator.h"
@@ -41,6 +42,8 @@ std::string cudnn_version() {
 
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend requested,
                    double timeout_s) {
+  // From here on every blocking stage that waits on other ranks has --comm-timeout to finish.
+  watchdog::set_default_timeout(timeout_s);
   Connection c;
   runtime::Backend& backend = c.backend;
   // Every rank picks its GPU by local rank, then the node checks that no two ranks share one

@@ -45,7 +45,7 @@ def test_bad_config_file_key(tmp_path):
     assert "colour" in proc.stderr and str(ini) in proc.stderr
     # A directory is not a configuration (it once ran with the defaults), nor is an include.
     proc = mgbench("image", "--config", tmp_path)
-    assert proc.returncode == 2 and "a directory, expected an INI file" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "a directory, not a regular file" in proc.stderr and "expected an INI file" in proc.stderr, proc.stderr
     nested = tmp_path / "nested.ini"
     nested.write_text(f"epochs = 2\nconfig = {ini}\n")
     proc = mgbench("image", "--config", nested)

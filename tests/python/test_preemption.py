@@ -199,9 +199,10 @@ def test_sigkill_loses_only_the_steps_since_the_last_checkpoint(tmp_path, uninte
 
 
 def test_a_stop_signal_right_after_launch_stops_cleanly(tmp_path):
-    """SIGUSR1 to the ranks as soon as their handler exists -- now the first thing main() does, before
-    MPI_Init -- is recorded and honoured at the first step boundary (exit 75), not the default action
-    that kills the rank. (Before main, while the dynamic loader maps LibTorch, nothing can catch it.)"""
+    """SIGUSR1 to the ranks as soon as their handler exists -- the first thing main() does, before
+    MPI_Init -- ends them during set-up with a message and exit 75 (nothing trained or written: no
+    results file), not the default action that kills the rank. (Before main, while the dynamic loader
+    maps LibTorch, nothing can catch it.)"""
     proc = start([*IMAGE, "--results", tmp_path / "r.h5"])
 
     def catches_sigusr1(pid):  # the handler is installed (SigCgt), i.e. main() has started
@@ -224,12 +225,14 @@ def test_a_stop_signal_right_after_launch_stops_cleanly(tmp_path):
         os.kill(pid, signal.SIGUSR1)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, err[-2000:])
-    assert "SIGUSR1" in err, err[-2000:]
+    assert "stopped on SIGUSR1 during set-up" in err, err[-2000:]
+    assert not (tmp_path / "r.h5").exists()
 
 
 def test_a_stopped_rank_ends_the_job_within_the_comm_timeout(tmp_path):
     """A frozen rank (SIGSTOP: a hung node, a debugger) must not hang its peers forever: the one
-    waiting in the gradient all-reduce names it and aborts the job after --comm-timeout."""
+    waiting in the gradient all-reduce aborts the job after --comm-timeout, its census naming the rank
+    that did not answer."""
     ck = tmp_path / "ck"
     proc = start([*IMAGE_BASE, "--epochs", "200", "--comm-timeout", "5", "--checkpoint-dir", ck,
                   "--checkpoint-every", "2", "--results", tmp_path / "r.h5"])
@@ -249,6 +252,9 @@ def test_a_stopped_rank_ends_the_job_within_the_comm_timeout(tmp_path):
     elapsed = time.time() - stopped
     assert proc.returncode != 0, (out, err)
     assert "did not complete in 5 s" in err and "--comm-timeout" in err, err
+    # The watchdog's census names the frozen rank, and where the waiting one is.
+    assert "rank 1: no answer in 3 s (stopped, or hung outside MPI)" in err, err
+    assert "rank 0: in MPI_Iallreduce #" in err, err
     assert elapsed < 5 + 10, elapsed
 
 

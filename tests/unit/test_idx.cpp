@@ -34,6 +34,14 @@ void expect_data_error(const std::string& path, int ndims, const std::string& ne
   test::expect_error<DataError>([&] { read_idx_u8(path, ndims); }, {path, needle});
 }
 
+// Found by tests/fuzz/fuzz_idx: the element count overflowed 64 bits (signed: undefined
+// behaviour) before the size check could see it.
+TEST(Idx, RefusesDimensionsWhoseProductOverflows) {
+  TempDir dir;
+  write_bytes(dir.file("huge"), idx_bytes(3, {0x80000000u, 0x80000000u, 0x80000000u}, 16));
+  expect_data_error(dir.file("huge"), 3, "implausibly large (dimensions 2147483648 x 2147483648");
+}
+
 TEST(Idx, ReadsRawAndGzipAlike) {
   TempDir dir;
   const auto bytes = idx_bytes(3, {2, 3, 4}, 24);

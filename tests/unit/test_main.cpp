@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "core/watchdog.h"
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -15,6 +17,7 @@ int main(int argc, char** argv) {
   const int failed = RUN_ALL_TESTS();
   int any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  mgbench::watchdog::stop();  // started by an MpiEnvironment a test made; before MPI_Finalize
   MPI_Finalize();
   return any_failed;
 }

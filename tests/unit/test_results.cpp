@@ -1,6 +1,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -119,6 +120,34 @@ TEST(Results, FailedRunKeepsItsMessage) {
   EXPECT_EQ(runs[0].error, "rank 0: loss became nan");
   EXPECT_TRUE(std::isnan(runs[0].summary.total_s));
   EXPECT_EQ(sanitize_run_name("a b/c"), "a_b_c");
+}
+
+// The writer refuses a run where its file system has less free space than run_bytes_upper_bound:
+// the bound must hold for real files (else a full disk fails inside HDF5's collective calls) and
+// stay near them (else a disk with room is refused).
+TEST(Results, TheBytesARunNeedsBoundTheFileItMakes) {
+  test::TempDir dir;
+  const std::string config(20000, 'c');  // a resolved configuration's text, as big as the LLM job's
+  const std::vector<RankLayout> layouts = {
+      {1, 1, 0, false, {}, 0},
+      small_layout(),
+      {30, 2000, 60000, false, {}, 0},                  // an image run: 30 epochs, indices recorded
+      {3, 5000, 0, true, {"loss", "tokens", "lr"}, 0},  // an LLM run on a GPU: CUDA tables, metrics
+      {1, 1, 0, false, {}, 400},                        // `mgbench comm`
+  };
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const std::string path = dir.file(fmt::format("r{}.h5", i));
+    const h5::Attributes run_attributes{{"config", config}, {"task", std::string("image")}};
+    const h5::Attributes rank_attributes{{"hostname", std::string("node001")}};
+    {
+      ResultsWriter writer(path, MPI_COMM_SELF, "size", run_attributes, rank_attributes, layouts[i]);
+      writer.finish(kStatusCompleted);
+    }
+    const auto bytes = static_cast<std::uint64_t>(std::filesystem::file_size(path));
+    const std::uint64_t bound = run_bytes_upper_bound({&layouts[i], 1}, config.size() + 40);
+    EXPECT_GE(bound, bytes) << "layout " << i;
+    EXPECT_LE(bound, 2 * bytes + 256 * 1024) << "layout " << i;
+  }
 }
 
 RunRecord fake_run(std::int64_t ranks, const std::string& precision, double total_s) {

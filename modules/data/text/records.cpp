@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mgbench::text {
 namespace {
@@ -19,6 +20,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 /// The file's bytes, gunzipped when compressed (zlib reads plain files unchanged).
 std::string read_all(const std::string& path) {
+  require_regular_file(path, "dataset");
   gzFile f = gzopen(path.c_str(), "rb");
   MGBENCH_REQUIRE(f != nullptr, DataError, "dataset '{}': cannot open the file", path);
   std::unique_ptr<gzFile_s, int (*)(gzFile)> closer(f, gzclose);

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mgbench::text {
 namespace {
@@ -89,6 +90,7 @@ pcre2_match_context* thread_match_context() {
 }  // namespace
 
 TiktokenBpe::TiktokenBpe(const std::string& path, const std::string& pattern) : regex_(std::make_unique<Regex>()) {
+  require_regular_file(path, "tokenizer");
   std::ifstream in(path, std::ios::binary);
   MGBENCH_REQUIRE(in.good(), DataError, "tokenizer '{}': cannot open the file", path);
   std::string line, bytes;

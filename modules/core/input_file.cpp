@@ -1,0 +1,26 @@
+#include "core/input_file.h"
+
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace mgbench {
+
+void require_regular_file(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
+  const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO (named pipe)"
+                     : S_ISDIR(st.st_mode)  ? "a directory"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a file";
+  throw DataError(fmt::format(
+      "{} '{}': {}, not a regular file; mgbench reads its inputs from regular files only (reading a pipe or device "
+      "could block the job forever)",
+      what, path, kind));
+}
+
+}  // namespace mgbench

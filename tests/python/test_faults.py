@@ -1,0 +1,250 @@
+"""Faults a job meets on a real machine (issue 16): a full file system under the results file or the
+checkpoints, inputs that are pipes or devices, stop signals while the set-up is blocked, a frozen
+rank. Each case must end promptly with a clear message and the documented exit status, and leave
+what was written before intact. Every subprocess has a timeout, so a regression fails, never hangs.
+
+The full-disk cases mount a small tmpfs: they need root (CI's container) and report SKIPPED otherwise."""
+import hashlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+
+from conftest import EXIT_PREEMPTED, MNIST, SHARED, SMALL, mgbench, start, wait_for_checkpoint
+
+IMAGE = ["image", *SMALL, "--data", MNIST, "--limit-train", "512", "--limit-test", "64", "--batch-size", "32",
+         "--precision", "fp64"]
+MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
+TOKENIZER = SHARED / "llama3" / "tiktoken_small.model"
+ALPACA = SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json"
+CHECKPOINT_BYTES = 8_700_000  # one checkpoint of IMAGE at 2 ranks (two 4.3 MB rank files)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """Mounts tmpfs file systems of a given size under tmp_path; unmounted afterwards."""
+    mounted = []
+
+    def mount(name, size):
+        where = tmp_path / name
+        where.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def digest(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def statuses(results):
+    with h5py.File(results, "r") as f:
+        return [(r["status"][0], r["error"][0]) for r in f["runs"].values()]
+
+
+def kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def rank_pids(proc):
+    out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def catches(pid, sig):
+    """The process has a handler for sig (SigCgt): mgbench's main() has started."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+        return bool(caught & (1 << (sig - 1)))
+    except (OSError, StopIteration):
+        return False
+
+
+def wait_for(condition, proc, timeout=120, what="the condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"ended ({proc.returncode}) before {what}:\n{out}\n{err}")
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail(f"no {what} after {timeout} s")
+
+
+# --- a full file system ------------------------------------------------------------------------------
+
+def test_a_new_results_file_on_a_full_file_system_is_refused_before_anything_is_written(small_fs):
+    """Was: rank 0 unwound into H5Fclose while rank 1 sat in H5Dcreate's fill barrier (a deadlock),
+    leaving a 0-byte file that later runs refused. Now rank 0 compares the run's size with the free
+    space first; every rank exits, naming the file and both sizes, and no file is left."""
+    for size in ("24k", "64k"):
+        fs = small_fs(f"fs{size}", size)
+        results = fs / "r.h5"
+        t = time.time()
+        proc = mgbench(*IMAGE, "--epochs", "1", "--results", results, np=2, timeout=120)
+        assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+        assert time.time() - t < 60
+        assert f"results file '{results}'" in proc.stderr and "MiB free" in proc.stderr, proc.stderr[-2000:]
+        assert "needs about" in proc.stderr and "Nothing was written" in proc.stderr
+        assert not results.exists()
+
+
+def test_a_full_file_system_leaves_an_existing_results_file_and_its_runs_untouched(tmp_path, small_fs):
+    results_elsewhere = tmp_path / "first.h5"
+    mgbench(*IMAGE, "--epochs", "1", "--results", results_elsewhere, np=2, check=True)
+    size = results_elsewhere.stat().st_size
+    fs = small_fs("fs", f"{size + 16 * 1024}")  # the file fits, a second run does not
+    results = fs / "r.h5"
+    results.write_bytes(results_elsewhere.read_bytes())
+    before = digest(results)
+    proc = mgbench(*IMAGE, "--epochs", "1", "--results", results, np=2, timeout=120)
+    assert proc.returncode == 1 and "MiB free" in proc.stderr, proc.stderr[-2000:]
+    assert digest(results) == before
+    assert [s for s, _ in statuses(results)] == [b"completed"]
+
+
+def test_a_stop_whose_checkpoint_cannot_be_written_is_not_reported_resumable(tmp_path, small_fs):
+    """A checkpoint directory too small for any checkpoint: a stop signal's checkpoint fails, so the
+    job must not say "continue with --resume" nor exit 75 (a requeued --resume would start afresh):
+    exit 1, a message saying nothing can be resumed, the run recorded as failed with it."""
+    ck = small_fs("ck", "2m")
+    results = tmp_path / "r.h5"
+    proc = start([*IMAGE, "--epochs", "200", "--checkpoint-dir", ck, "--results", results])
+    wait_for(results.exists, proc, what="the results run")
+    time.sleep(1.0)  # some steps
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, (proc.returncode, err[-3000:])
+    assert "its checkpoint could not be written and the run has no earlier one" in err, err[-3000:]
+    assert "continue with --resume" not in err
+    ((status, error),) = statuses(results)
+    assert status == b"failed" and b"nothing to resume" in error, (status, error)
+
+
+def test_a_stop_whose_checkpoint_fails_resumes_from_the_earlier_one(tmp_path, small_fs):
+    """Room for one checkpoint only: the stop's own fails, the one before stays, --resume continues
+    from it (exit 75 says so, naming its step) and completes."""
+    ck = small_fs("ck", str(int(1.5 * CHECKPOINT_BYTES)))
+    results = tmp_path / "r.h5"
+    args = [*IMAGE, "--epochs", "4", "--checkpoint-dir", ck, "--checkpoint-every", "2", "--results", results]
+    proc = start(args)
+    wait_for_checkpoint(ck, 2, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, err[-3000:])
+    assert "continues from the earlier checkpoint at global step 2" in err, err[-3000:]
+    resumed = mgbench(*args, "--resume", np=2, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(global step 2)" in resumed.stderr, resumed.stderr[-3000:]
+    assert [s for s, _ in statuses(results)] == [b"completed"]
+
+
+# --- inputs that are not regular files ---------------------------------------------------------------
+
+def test_inputs_that_are_pipes_are_refused_instead_of_blocking_the_set_up(tmp_path, mnist):
+    """Opening a FIFO blocks until a writer comes: every input is checked to be a regular file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    model = tmp_path / "model"
+    model.mkdir()
+    if MODEL.exists():
+        (model / "config.json").write_bytes((MODEL / "config.json").read_bytes())
+    os.mkfifo(model / "model.safetensors")
+    images = tmp_path / "mnist"
+    images.mkdir()
+    for name in os.listdir(mnist):
+        (images / name).symlink_to(mnist / name)
+    (images / "train-images-idx3-ubyte.gz").unlink()
+    os.mkfifo(images / "train-images-idx3-ubyte.gz")
+    llm = ["llm", "--tokenizer", TOKENIZER, "--dataset", "alpaca", "--data", ALPACA, "--device", "cpu",
+           "--results", tmp_path / "r.h5"]
+    cases = [
+        (["tokenize", "--tokenizer", fifo], "tokenizer"),
+        (["data", "stats", "--dataset", "alpaca", "--data", fifo, "--tokenizer", TOKENIZER], "dataset"),
+        (["image", *SMALL, "--data", images, "--results", tmp_path / "r.h5"], "IDX file"),
+        (["image", *SMALL, "--config", fifo, "--data", mnist, "--results", tmp_path / "r.h5"], "--config"),
+        ([*llm[:2], fifo, *llm[2:], "--model", MODEL] if MODEL.exists() else None, "tokenizer"),
+        ([*llm, "--model", model] if MODEL.exists() else None, "safetensors"),
+    ]
+    for args, role in cases:
+        if args is None:
+            continue
+        t = time.time()
+        proc = mgbench(*args, np=2 if args[0] in ("image", "llm") else None, timeout=60)
+        assert proc.returncode != 0, (args, proc.stderr[-1500:])
+        assert role in proc.stderr and ("FIFO" in proc.stderr or "not a regular file" in proc.stderr), \
+            (args, proc.stderr[-1500:])
+        assert time.time() - t < 50
+
+
+# --- stop signals during a blocked set-up; a frozen rank ---------------------------------------------
+
+def test_sigterm_ends_a_blocked_set_up_at_once_with_exit_75(tmp_path):
+    """Rank 1 frozen (SIGSTOP) from the start holds rank 0 in the set-up's collectives, which no step
+    boundary ends: SIGTERM to rank 0 ends it at once with a message and exit 75 (nothing trained or
+    written), and the launcher takes the job down."""
+    results = tmp_path / "r.h5"
+    proc = start([*IMAGE, "--epochs", "2", "--results", results])
+    pids = []
+
+    def handlers_installed():
+        nonlocal pids
+        pids = rank_pids(proc)
+        return len(pids) == 2 and all(catches(p, signal.SIGTERM) for p in pids)
+
+    try:
+        wait_for(handlers_installed, proc, what="the stop handlers")
+        os.kill(pids[1], signal.SIGSTOP)
+        time.sleep(2)
+        t = time.time()
+        os.kill(pids[0], signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert time.time() - t < 20
+    finally:
+        kill_all(pids)
+    assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, err[-2000:])
+    assert "stopped on SIGTERM during set-up, before the first step" in err, err[-2000:]
+    assert not results.exists()
+
+
+# --- what the fuzz targets found (tests/fuzz; each a regression test here) -------------------------
+
+def test_a_config_line_quoting_a_boost_placeholder_is_an_error_not_a_hang(tmp_path, mnist):
+    """fuzz_ini: Boost 1.74 loops forever formatting an error whose quoted line contains
+    "%invalid_line%"; every command with such a --config hung."""
+    config = tmp_path / "bad.ini"
+    config.write_text("epochs = 2\nfoo%invalid_line%bar\n")
+    for command in (["image", "--data", mnist], ["llm"]):
+        proc = mgbench(*command, "--config", config, "--dry-run", timeout=30)
+        assert proc.returncode == 2, proc.stderr
+        assert f"--config {config}" in proc.stderr and "invalid line" in proc.stderr, proc.stderr
+
+
+def test_report_refuses_a_status_of_several_strings(tmp_path):
+    """fuzz_results: a run's `status` dataset of several strings was read into a one-string buffer
+    (a heap overflow: glibc aborted `mgbench report`)."""
+    path = tmp_path / "odd.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["schema"] = "mgbench-results"
+        f.create_group("runs/run0").create_dataset("status", shape=(5000,), dtype=h5py.string_dtype("utf-8", 16))
+    proc = mgbench("report", path, timeout=60)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "/runs/run0/status: 5000 strings where mgbench writes one" in proc.stderr, proc.stderr
