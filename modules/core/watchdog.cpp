@@ -110,9 +110,10 @@ std::string rank_list(const std::vector<int>& ranks) {
     }
   }
   const std::string ranks = census();
-  log::error("rank {}: {} did not complete in {:.0f} s (a peer rank died, hangs or is stopped){}; aborting the job "
-             "(--comm-timeout)",
-             world_rank(), what, timeout_s, ranks.empty() ? "" : "; the ranks: " + ranks);
+  log::error(
+      "rank {}: {} did not complete in {:.0f} s (a peer rank died, hangs or is stopped){}; aborting the job "
+      "(--comm-timeout)",
+      world_rank(), what, timeout_s, ranks.empty() ? "" : "; the ranks: " + ranks);
   std::fflush(stdout);
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -233,8 +234,8 @@ std::string census(double window_s) {
   std::string out;
   for (auto& [answer, ranks] : groups) {
     std::sort(ranks.begin(), ranks.end());
-    out += fmt::format("{}rank{} {}: {}", out.empty() ? "" : "; ", ranks.size() > 1 ? "s" : "", rank_list(ranks),
-                       answer);
+    out +=
+        fmt::format("{}rank{} {}: {}", out.empty() ? "" : "; ", ranks.size() > 1 ? "s" : "", rank_list(ranks), answer);
   }
   return out;
 }

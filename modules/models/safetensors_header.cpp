@@ -18,9 +18,9 @@ constexpr std::uint64_t kMaxHeaderBytes = 100 * 1024 * 1024;  // the reference i
 }  // namespace
 
 std::size_t safetensors_element_bytes(std::string_view dtype) {
-  static constexpr std::pair<std::string_view, std::size_t> kSizes[] = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1}, {"U8", 1},
-      {"BOOL", 1}};
+  static constexpr std::pair<std::string_view, std::size_t> kSizes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2},
+                                                                        {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+                                                                        {"U8", 1},  {"BOOL", 1}};
   for (const auto& [name, bytes] : kSizes) {
     if (name == dtype) return bytes;
   }

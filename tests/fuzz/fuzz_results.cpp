@@ -33,8 +33,9 @@ void add_dataset(FuzzedDataProvider& in, hid_t group, const char* name, hid_t ri
       type = H5Tcopy(right_type);
       break;
     case 1:
-      type = in.ConsumeBool() ? string_type(in.ConsumeIntegralInRange<std::size_t>(1, 2048))
-                              : H5Tcopy(mgbench::h5::fixed_string_type(in.ConsumeIntegralInRange<std::size_t>(1, 2048)));
+      type = in.ConsumeBool()
+                 ? string_type(in.ConsumeIntegralInRange<std::size_t>(1, 2048))
+                 : H5Tcopy(mgbench::h5::fixed_string_type(in.ConsumeIntegralInRange<std::size_t>(1, 2048)));
       break;
     case 2:
       type = H5Tcopy(H5T_NATIVE_INT64);

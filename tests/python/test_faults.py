@@ -225,6 +225,45 @@ def test_sigterm_ends_a_blocked_set_up_at_once_with_exit_75(tmp_path):
     assert not results.exists()
 
 
+# --- datasets are streamed ---------------------------------------------------------------------------
+
+def peak_rss_kib(args):
+    """Runs mgbench from a fresh interpreter whose only child it is: (returncode, stderr, peak RSS)."""
+    import sys
+    watcher = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "sys.stderr.write(p.stderr); print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    from conftest import BIN, ENV
+    proc = subprocess.run([sys.executable, "-c", watcher, BIN, *map(str, args)], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+    returncode, peak = map(int, proc.stdout.split())
+    return returncode, proc.stderr, peak
+
+
+def test_a_dataset_of_a_gibibyte_is_streamed_not_read_whole(tmp_path):
+    """A 1 MB .jsonl.gz that expands to 1 GiB (lines of spaces, then two rows) was read whole into
+    one string: now its text streams through a line at a time, and the peak memory is that of the
+    same rows in a small file."""
+    import gzip
+    import json
+    rows = "".join(json.dumps(r) + "\n" for r in [{"instruction": "Say hi", "input": "", "output": "Hi"},
+                                                  {"instruction": "Add", "input": "1+1", "output": "2"}])
+    small, big = tmp_path / "small.jsonl.gz", tmp_path / "big.jsonl.gz"
+    with gzip.open(small, "wt") as f:
+        f.write(rows)
+    blank = " " * ((1 << 20) - 1) + "\n"
+    with gzip.open(big, "wt", compresslevel=1) as f:
+        for _ in range(1024):  # 1 GiB of whitespace lines, skipped as blank
+            f.write(blank)
+        f.write(rows)
+    assert big.stat().st_size < 8 << 20
+    args = ["data", "stats", "--dataset", "alpaca", "--tokenizer", TOKENIZER]
+    rc_small, err_small, peak_small = peak_rss_kib([*args, "--data", small])
+    rc_big, err_big, peak_big = peak_rss_kib([*args, "--data", big])
+    assert rc_small == 0, err_small
+    assert rc_big == 0, err_big
+    assert peak_big - peak_small < 64 * 1024, (peak_small, peak_big)  # KiB: not the GiB of text
+
+
 # --- what the fuzz targets found (tests/fuzz; each a regression test here) -------------------------
 
 def test_a_config_line_quoting_a_boost_placeholder_is_an_error_not_a_hang(tmp_path, mnist):

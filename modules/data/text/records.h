@@ -19,8 +19,9 @@ struct Records {
   std::vector<std::size_t> lines;  // 1-based source line of each row (0: not tracked, JSON arrays)
 };
 
-/// The most text one dataset file may hold, decompressed: the whole file is read into memory before
-/// its rows are parsed (a 1 MB .gz can expand to gigabytes). 8 GiB.
+/// The most text one dataset file may hold, decompressed (a 1 MB .gz can expand to gigabytes):
+/// 8 GiB. The text is streamed in 64 KiB pieces -- JSON Lines and CSV a line at a time, a JSON
+/// array into its rows -- so memory holds the rows, not the text besides them.
 inline constexpr std::size_t kMaxDatasetBytes = std::size_t{8} << 30;
 
 /// Reads every row of path (format by extension, see above). Throws DataError naming the file and
