@@ -54,9 +54,13 @@ mgbench_run() {
   local pid rc
   "${launcher[@]}" "${wrapper[@]}" "$MGBENCH" "$@" &
   pid=$!
-  # Forward the stop signals to the launcher, which passes them to every rank.
+  # Forward the stop signals to the launcher, which passes them to every rank. Open MPI's mpirun
+  # forwards SIGUSR1/2 but answers SIGTERM by killing the job itself (exit 1, no requeue): to it a
+  # SIGTERM goes as SIGUSR1, which mgbench takes as the same request (checkpoint, stop, exit 75).
+  local term_as=TERM
+  [[ "${MGBENCH_LAUNCHER:-srun}" == mpirun ]] && term_as=USR1
   trap 'echo "# SIGUSR1: asking mgbench to checkpoint and stop"; kill -USR1 "$pid" 2>/dev/null || true' USR1
-  trap 'echo "# SIGTERM: asking mgbench to checkpoint and stop"; kill -TERM "$pid" 2>/dev/null || true' TERM
+  trap 'echo "# SIGTERM: asking mgbench to checkpoint and stop (as SIG$term_as)"; kill -$term_as "$pid" 2>/dev/null || true' TERM
   while :; do
     rc=0
     wait "$pid" || rc=$?

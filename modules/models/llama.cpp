@@ -128,16 +128,18 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
       MGBENCH_REQUIRE(type == "llama", DataError, "model config '{}': model_type \"{}\", expected \"llama\"", path,
                       type);
     }
-    c.vocab_size = field("vocab_size").get<std::int64_t>();
-    c.hidden_size = field("hidden_size").get<std::int64_t>();
-    c.intermediate_size = field("intermediate_size").get<std::int64_t>();
-    c.num_hidden_layers = field("num_hidden_layers").get<std::int64_t>();
-    c.num_attention_heads = field("num_attention_heads").get<std::int64_t>();
-    c.num_key_value_heads = j.value("num_key_value_heads", c.num_attention_heads);
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<std::int64_t>()
+    c.vocab_size = json_integer(field("vocab_size"));
+    c.hidden_size = json_integer(field("hidden_size"));
+    c.intermediate_size = json_integer(field("intermediate_size"));
+    c.num_hidden_layers = json_integer(field("num_hidden_layers"));
+    c.num_attention_heads = json_integer(field("num_attention_heads"));
+    c.num_key_value_heads =
+        j.contains("num_key_value_heads") ? json_integer(j["num_key_value_heads"]) : c.num_attention_heads;
+    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? json_integer(j["head_dim"])
                                                                     : c.hidden_size / c.num_attention_heads;
     c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
-    c.max_position_embeddings = j.value("max_position_embeddings", std::int64_t{2048});
+    c.max_position_embeddings =
+        j.contains("max_position_embeddings") ? json_integer(j["max_position_embeddings"]) : std::int64_t{2048};
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
     // RoPE: transformers <= 4 writes rope_theta + rope_scaling; transformers 5 rope_parameters.
     nlohmann::json rope = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? j["rope_parameters"]
@@ -150,7 +152,7 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
       s.factor = rope.at("factor").get<double>();
       s.low_freq_factor = rope.at("low_freq_factor").get<double>();
       s.high_freq_factor = rope.at("high_freq_factor").get<double>();
-      s.original_max_position_embeddings = rope.at("original_max_position_embeddings").get<std::int64_t>();
+      s.original_max_position_embeddings = json_integer(rope.at("original_max_position_embeddings"));
       c.rope_scaling = s;
     } else {
       MGBENCH_REQUIRE(rope_type == "default", DataError,

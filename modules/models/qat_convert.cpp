@@ -37,7 +37,7 @@ QatConfig read_qat_config(const fs::path& path) {
     MGBENCH_REQUIRE(j.value("scheme", std::string()) == "8da4w", DataError,
                     "'{}': field \"scheme\" is \"{}\", expected \"8da4w\"", path.string(),
                     j.value("scheme", std::string()));
-    c.group_size = j.at("group_size").get<std::int64_t>();
+    c.group_size = json_integer(j.at("group_size"));
     c.linears = j.at("linears").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("'{}': expected fields \"group_size\" (integer) and \"linears\" (names): {}",
@@ -87,7 +87,7 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
     const nlohmann::json a = read_json_file(adapter_config.string());
     LoraOptions lora;
     try {
-      lora.rank = a.at("r").get<std::int64_t>();
+      lora.rank = json_integer(a.at("r"));
       lora.alpha = a.at("lora_alpha").get<double>();
       lora.targets = a.at("target_modules").get<std::vector<std::string>>();
     } catch (const nlohmann::json::exception& e) {

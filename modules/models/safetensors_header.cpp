@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/json_file.h"
 
 namespace mgbench::models {
 namespace {
@@ -59,10 +60,10 @@ SafetensorsHeader parse_safetensors_header(std::string_view file, const std::str
       const std::size_t element_bytes = safetensors_element_bytes(dtype);
       MGBENCH_REQUIRE(element_bytes != 0, DataError, "{}: unsupported dtype '{}'", where, dtype);
       e.dtype = dtype;
-      e.shape = value.at("shape").get<std::vector<std::int64_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<std::uint64_t>>();
-      MGBENCH_REQUIRE(offsets.size() == 2 && offsets[0] <= offsets[1], DataError,
-                      "{}: data_offsets must be [begin, end] with begin <= end", where);
+      e.shape = json_integers(value.at("shape"));
+      const auto offsets = json_integers(value.at("data_offsets"));
+      MGBENCH_REQUIRE(offsets.size() == 2 && 0 <= offsets[0] && offsets[0] <= offsets[1], DataError,
+                      "{}: data_offsets must be [begin, end] with 0 <= begin <= end", where);
       e.begin = static_cast<std::size_t>(offsets[0]);
       e.end = static_cast<std::size_t>(offsets[1]);
       std::uint64_t numel = 1;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mgbench::results {
 namespace {
@@ -102,6 +103,7 @@ std::vector<RunRecord> read_runs(const std::string& path) {
   h5::silence_error_stack();
   MGBENCH_REQUIRE(access(path.c_str(), R_OK) == 0, ResultsError, "results file '{}' does not exist or is not readable",
                   path);
+  require_regular_file(path, "results file");  // a FIFO would block H5Fis_hdf5's open
   MGBENCH_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, ResultsError, "'{}' is not an HDF5 file", path);
   h5::Handle fapl = h5::wrap_plist(H5Pcreate(H5P_FILE_ACCESS), "file access list");
   // A running job holds the file open; reading it while it runs is allowed.

@@ -20,6 +20,7 @@
 #include "core/mpi_strings.h"
 #include "core/option_table.h"
 #include "core/timer.h"
+#include "models/json_file.h"
 #include "runtime/agreement.h"
 
 namespace mgbench::train {
@@ -73,9 +74,9 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.task = j.at("task").get<std::string>();
     m.config_id = j.at("config_id").get<std::string>();
     m.config = j.at("config").get<std::string>();
-    m.world_size = j.at("world_size").get<std::int64_t>();
-    m.global_step = j.at("global_step").get<std::int64_t>();
-    m.epoch = j.at("epoch").get<std::int64_t>();
+    m.world_size = models::json_integer(j.at("world_size"));
+    m.global_step = models::json_integer(j.at("global_step"));
+    m.epoch = models::json_integer(j.at("epoch"));
     m.completed = j.at("completed").get<bool>();
     m.results = j.at("results").get<std::string>();
     m.run_id = j.at("run_id").get<std::string>();

@@ -161,8 +161,9 @@ def test_a_stop_whose_checkpoint_fails_resumes_from_the_earlier_one(tmp_path, sm
 
 def test_inputs_that_are_pipes_are_refused_instead_of_blocking_the_set_up(tmp_path, mnist):
     """Opening a FIFO blocks until a writer comes: every input is checked to be a regular file."""
-    fifo = tmp_path / "fifo"
+    fifo, jsonl_fifo = tmp_path / "fifo", tmp_path / "rows.jsonl"
     os.mkfifo(fifo)
+    os.mkfifo(jsonl_fifo)
     model = tmp_path / "model"
     model.mkdir()
     if MODEL.exists():
@@ -178,9 +179,10 @@ def test_inputs_that_are_pipes_are_refused_instead_of_blocking_the_set_up(tmp_pa
            "--results", tmp_path / "r.h5"]
     cases = [
         (["tokenize", "--tokenizer", fifo], "tokenizer"),
-        (["data", "stats", "--dataset", "alpaca", "--data", fifo, "--tokenizer", TOKENIZER], "dataset"),
+        (["data", "stats", "--dataset", "alpaca", "--data", jsonl_fifo, "--tokenizer", TOKENIZER], "dataset"),
         (["image", *SMALL, "--data", images, "--results", tmp_path / "r.h5"], "IDX file"),
         (["image", *SMALL, "--config", fifo, "--data", mnist, "--results", tmp_path / "r.h5"], "--config"),
+        (["report", fifo], "results file"),
         ([*llm[:2], fifo, *llm[2:], "--model", MODEL] if MODEL.exists() else None, "tokenizer"),
         ([*llm, "--model", model] if MODEL.exists() else None, "safetensors"),
     ]

@@ -146,8 +146,12 @@ def test_matrix_points_are_analysed_together(slurm, tmp_path):
     assert sorted(r.split(",")[3] for r in rows) == ["1", "2"]  # the ranks column
 
 
-def test_usr1_before_the_time_limit_checkpoints_requeues_and_resumes(slurm, tmp_path):
-    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_CHECKPOINT_EVERY="2")
+@pytest.mark.parametrize("launcher, stop", [("srun", "USR1"), ("mpirun", "TERM")])
+def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launcher, stop):
+    """USR1 is what `#SBATCH --signal=B:USR1@120` sends two minutes before the time limit; TERM is
+    scancel's. With Open MPI's mpirun as the launcher, which kills the job on SIGTERM (exit 1, no
+    requeue), the batch script forwards SIGTERM as SIGUSR1: the job still exits 75 and requeues."""
+    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_CHECKPOINT_EVERY="2", MGBENCH_LAUNCHER=launcher)
     proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/job.out", "slurm/image.sbatch",
                   *IMAGE_ARGS, "--limit-train", "1024", "--epochs", "2", "--precision", "fp64", wait=False)
     assert proc.returncode == 0, proc.stderr
@@ -157,8 +161,7 @@ def test_usr1_before_the_time_limit_checkpoints_requeues_and_resumes(slurm, tmp_
     while time.time() < deadline and not glob.glob(f"{checkpoints}/*/step-?????????"):
         assert job_state(env, job)[0] in ("PENDING", "RUNNING", "CONFIGURING"), (tmp_path / "job.out").read_text()
         time.sleep(0.2)
-    # What `#SBATCH --signal=B:USR1@120` does two minutes before the time limit.
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, env=env)
+    subprocess.run(["scancel", "--batch", f"--signal={stop}", job], check=True, env=env)
     deadline = time.time() + 500
     released = False
     while time.time() < deadline:
@@ -175,7 +178,7 @@ def test_usr1_before_the_time_limit_checkpoints_requeues_and_resumes(slurm, tmp_
         time.sleep(0.5)
     log = (tmp_path / "job.out").read_text()
     assert (state, restarts) == ("COMPLETED", 1), log + controller_log(env, job)
-    assert "requeueing job" in log and "stopped on SIGUSR1" in log, log
+    assert "requeueing job" in log and "stopped on SIGUSR1" in log, log  # mpirun: SIGTERM forwarded as SIGUSR1
     f, run = only_run(tmp_path / "out" / job / "results.h5")
     with f:
         assert run["status"][0] == b"completed" and run.attrs["resumes"] == 1

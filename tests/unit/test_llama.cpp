@@ -74,6 +74,12 @@ TEST(Safetensors, CorruptFilesNameTheProblem) {
   write_header("hole.safetensors", R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                                        "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})");
   test::expect_error<DataError>([&] { SafetensorsFile(dir.file("hole.safetensors")); }, {"hole of 4 bytes", "'b'"});
+  // Found by tests/fuzz/fuzz_safetensors: a float shape was cast to int64 (undefined beyond its range).
+  write_header("float.safetensors", R"({"t": {"dtype": "F32", "shape": [2.4e27], "data_offsets": [0, 4]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("float.safetensors")); },
+                                {"'t'", "expected an integer, got number 2.4e+27"});
+  write_header("offset.safetensors", R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})");
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("offset.safetensors")); }, {"'t'", "0 <= begin"});
   write_header("field.safetensors", R"({"t": {"dtype": "F32", "data_offsets": [0, 8]}})");
   test::expect_error<DataError>([&] { SafetensorsFile(dir.file("field.safetensors")); }, {"'t'", "malformed"});
   {
