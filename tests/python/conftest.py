@@ -46,19 +46,55 @@ def start(args, np=2):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RANK_ENV)
 
 
-def wait_for_checkpoint(directory, step, proc, timeout=240):
-    """Waits until checkpoint step-<step> (or a later one) is committed."""
+def wait_for(condition, proc, timeout=120, what="the condition", interval=0.01):
+    """Polls condition() until it holds; fails the test, with the run's output, when proc (a Popen)
+    ends first, or after timeout seconds (killing proc)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        done = [int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{directory}/*/step-?????????")]
-        if any(s >= step for s in done):
+        if condition():
             return
         if proc.poll() is not None:
             out, err = proc.communicate()
-            pytest.fail(f"run ended ({proc.returncode}) before checkpoint {step}:\n{out}\n{err}")
-        time.sleep(0.05)
+            pytest.fail(f"run ended ({proc.returncode}) before {what}:\n{out}\n{err}")
+        time.sleep(interval)
     proc.kill()
-    pytest.fail(f"no checkpoint {step} in {directory} after {timeout} s")
+    pytest.fail(f"no {what} after {timeout} s")
+
+
+def wait_for_checkpoint(directory, step, proc, timeout=240):
+    """Waits until checkpoint step-<step> (or a later one) is committed."""
+    def committed():
+        return any(int(p.rsplit("-", 1)[1]) >= step for p in glob.glob(f"{directory}/*/step-?????????"))
+
+    wait_for(committed, proc, timeout=timeout, what=f"checkpoint {step} in {directory}", interval=0.05)
+
+
+def rank_pids(proc):
+    """The ranks: mpirun's child processes running mgbench."""
+    out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def catches(pid, sig):
+    """The process has a handler for sig (SigCgt in /proc): mgbench's main() has started."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+        return bool(caught & (1 << (sig - 1)))
+    except (OSError, StopIteration):
+        return False
+
+
+def peak_rss_kib(args, timeout=300):
+    """Runs mgbench with args from a fresh interpreter whose only child it is; returns
+    (returncode, stderr, peak resident memory in KiB)."""
+    import sys
+    watcher = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "sys.stderr.write(p.stderr); print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    proc = subprocess.run([sys.executable, "-c", watcher, BIN, *map(str, args)], capture_output=True, text=True,
+                          env=ENV, timeout=timeout)
+    returncode, peak = map(int, proc.stdout.split())
+    return returncode, proc.stderr, peak
 
 
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: the batch scripts requeue on it

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import BIN, ENV, SMALL, mgbench
+from conftest import BIN, ENV, SMALL, mgbench, peak_rss_kib
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -83,22 +83,15 @@ def test_corrupt_and_truncated_files(tmp_path, mnist):
 
 def test_an_idx_header_is_not_trusted_for_the_allocation(tmp_path, mnist):
     import struct
-    import subprocess
-    import sys
     for name in ("train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
         shutil.copy(mnist / name, tmp_path / name)
     # 1,000 images of data under a header announcing 4,000,000 (3.1 GB): truncated, read as it comes.
     header = struct.pack(">IIII", 0x803, 4_000_000, 28, 28)
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(header + bytes(1000 * 28 * 28)))
-    # Run from a fresh interpreter whose only child is this mgbench: its peak resident memory.
-    watcher = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-               "sys.stderr.write(p.stderr); print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    proc = subprocess.run([sys.executable, "-c", watcher, BIN, "image", "--data", str(tmp_path), *map(str, SMALL),
-                           "--results", str(tmp_path / "r.h5")], capture_output=True, text=True, env=ENV, timeout=300)
-    returncode, peak_kib = map(int, proc.stdout.split())
+    returncode, stderr, peak_kib = peak_rss_kib(["image", "--data", tmp_path, *SMALL, "--results", tmp_path / "r.h5"])
     assert returncode != 0
     assert "train-images-idx3-ubyte.gz: truncated: header announces 3136000000 data bytes (4000000 x 28 x 28), " \
-        "file holds 784000" in proc.stderr, proc.stderr
+        "file holds 784000" in stderr, stderr
     assert peak_kib < 2 * 1024 * 1024, peak_kib  # not the 3 GB the header asks for
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import EXIT_PREEMPTED, MNIST, SHARED, SMALL, mgbench, start, wait_for_checkpoint
+from conftest import (EXIT_PREEMPTED, MNIST, SHARED, SMALL, catches, mgbench, peak_rss_kib, rank_pids, start,
+                      wait_for, wait_for_checkpoint)
 
 IMAGE = ["image", *SMALL, "--data", MNIST, "--limit-train", "512", "--limit-test", "64", "--batch-size", "32",
          "--precision", "fp64"]
@@ -60,36 +61,6 @@ def kill_all(pids):
         except ProcessLookupError:
             pass
 
-
-def rank_pids(proc):
-    out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def catches(pid, sig):
-    """The process has a handler for sig (SigCgt): mgbench's main() has started."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
-        return bool(caught & (1 << (sig - 1)))
-    except (OSError, StopIteration):
-        return False
-
-
-def wait_for(condition, proc, timeout=120, what="the condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"ended ({proc.returncode}) before {what}:\n{out}\n{err}")
-        time.sleep(0.01)
-    proc.kill()
-    pytest.fail(f"no {what} after {timeout} s")
-
-
-# --- a full file system ------------------------------------------------------------------------------
 
 def test_a_new_results_file_on_a_full_file_system_is_refused_before_anything_is_written(small_fs):
     """Was: rank 0 unwound into H5Fclose while rank 1 sat in H5Dcreate's fill barrier (a deadlock),
@@ -228,18 +199,6 @@ def test_sigterm_ends_a_blocked_set_up_at_once_with_exit_75(tmp_path):
 
 
 # --- datasets are streamed ---------------------------------------------------------------------------
-
-def peak_rss_kib(args):
-    """Runs mgbench from a fresh interpreter whose only child it is: (returncode, stderr, peak RSS)."""
-    import sys
-    watcher = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-               "sys.stderr.write(p.stderr); print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    from conftest import BIN, ENV
-    proc = subprocess.run([sys.executable, "-c", watcher, BIN, *map(str, args)], capture_output=True, text=True,
-                          env=ENV, timeout=300)
-    returncode, peak = map(int, proc.stdout.split())
-    return returncode, proc.stderr, peak
-
 
 def test_a_dataset_of_a_gibibyte_is_streamed_not_read_whole(tmp_path):
     """A 1 MB .jsonl.gz that expands to 1 GiB (lines of spaces, then two rows) was read whole into

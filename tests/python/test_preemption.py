@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import (BIN, EXIT_PREEMPTED, SHARED, SMALL, mgbench, mnist, preempt, start,  # noqa: F401 (fixture)
-                      wait_for_checkpoint)
+from conftest import (BIN, EXIT_PREEMPTED, SHARED, SMALL, catches, mgbench, mnist,  # noqa: F401 (fixture)
+                      preempt, rank_pids, start, wait_for_checkpoint)
 
 h5py = pytest.importorskip("h5py")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -37,12 +37,6 @@ DPO = ["llm", "--recipe", "dpo", "--model", MODEL, "--tokenizer", SHARED / "llam
        "160", "--batch-size", "2", "--grad-accum", "2", "--max-steps", "30", "--max-seq-len", "256", "--warmup-steps",
        "2", "--lr", "1e-3", "--lora-rank", "4", "--precision", "fp32", "--activation-checkpointing", "false",
        "--progress-interval", "1000", "--device", "cpu"]
-def rank_pids(proc):
-    """The ranks: mpirun's child processes running mgbench."""
-    out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
 def final_tensors(directory, rank):
     (latest,) = sorted(glob.glob(f"{directory}/*/step-?????????"))[-1:]
     tensors = safetensors_torch.load_file(f"{latest}/rank-{rank:05d}.safetensors")
@@ -205,19 +199,11 @@ def test_a_stop_signal_right_after_launch_stops_cleanly(tmp_path):
     maps LibTorch, nothing can catch it.)"""
     proc = start([*IMAGE, "--results", tmp_path / "r.h5"])
 
-    def catches_sigusr1(pid):  # the handler is installed (SigCgt), i.e. main() has started
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
-            return bool(caught & (1 << (signal.SIGUSR1 - 1)))
-        except (OSError, StopIteration):
-            return False
-
     deadline = time.time() + 60
     pids = []
     while time.time() < deadline and proc.poll() is None:
         pids = rank_pids(proc)
-        if len(pids) == 2 and all(catches_sigusr1(p) for p in pids):
+        if len(pids) == 2 and all(catches(p, signal.SIGUSR1) for p in pids):
             break
         time.sleep(0.005)
     assert len(pids) == 2, pids
