@@ -69,7 +69,8 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
   CheckpointManifest m;
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
-    MGBENCH_REQUIRE(j.value("format", "") == kFormat && j.value("format_version", 0) == kFormatVersion, DataError,
+    const std::int64_t version = j.contains("format_version") ? models::json_integer(j["format_version"]) : 0;
+    MGBENCH_REQUIRE(j.value("format", "") == kFormat && version == kFormatVersion, DataError,
                     "checkpoint manifest '{}': not an mgbench checkpoint of format version {}", file, kFormatVersion);
     m.task = j.at("task").get<std::string>();
     m.config_id = j.at("config_id").get<std::string>();
