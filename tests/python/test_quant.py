@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -54,7 +55,9 @@ def torchao(script, *args):
 
 def eval_loss(model, *extra):
     """mgbench's --eval-only loss (per target token) over alpaca rows, 2 ranks."""
-    proc = mgbench("llm", "--model", model, *TRAIN, "--eval-only", *extra, np=2, check=True)
+    with tempfile.TemporaryDirectory() as results:  # not the default outputs/ under the caller's directory
+        proc = mgbench("llm", "--model", model, *TRAIN, "--eval-only", *extra, "--results", f"{results}/r.h5", np=2,
+                       check=True)
     return float(proc.stdout.split("eval loss:")[1].split()[0])
 
 
