@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # mgbench image vs its Python torch peer (bench/peer_image.py) on the same machine, in one run:
 # same model (MobileNetV2, width 1.0), image size, per-rank batch, precision, ranks, samples,
-# threads per rank. Two peers: as the paper's users write it (default memory layout), and tuned
-# (channels_last, as mgbench). Prints img/s and the ratios mgbench / peer (> 1: mgbench faster).
+# threads per rank. Three peers: as the paper's users write it (default memory layout), tuned
+# (channels_last, as mgbench), and tuned with mgbench's host malloc settings (--malloc-reuse, given
+# to Python through GLIBC_TUNABLES: the same glibc thresholds). Prints img/s and the ratios
+# mgbench / peer (> 1: mgbench faster).
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
 #   THREADS (1 per rank), DEVICE (cpu | cuda), PIN (false), MGBENCH (build/app/mgbench),
@@ -32,8 +34,8 @@ echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader
 [[ $DEVICE == cuda ]] && echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), pin_memory $PIN"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank"
-printf "%-6s %12s %12s %12s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "ratio" "ratio"
-printf "%-6s %12s %12s %12s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(peer)" "(nhwc)"
+printf "%-6s %12s %12s %12s %12s %8s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "nhwc+malloc" "ratio" "ratio" "ratio"
+printf "%-6s %12s %12s %12s %12s %8s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" "(peer)" "(nhwc)" "(+malloc)"
 for size in $SIZES; do
   mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
     --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" --threads "$THREADS" \
@@ -52,6 +54,10 @@ PY
   }
   if ! plain=$(peer); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
   if ! nhwc=$(peer --channels-last); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
-  printf "%-6s %12s %12s %12s %8s %8s\n" "$size" "$ours" "$plain" "$nhwc" \
-    "$("$PY" -c "print(f'{$ours / $plain:.2f}')")" "$("$PY" -c "print(f'{$ours / $nhwc:.2f}')")"
+  # core/host_memory.h's settings: mmap threshold 32 MiB, trim threshold 2^31 - 1.
+  if ! reuse=$(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647 \
+      peer --channels-last); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
+  ratio() { "$PY" -c "print(f'{$1 / $2:.2f}')"; }
+  printf "%-6s %12s %12s %12s %12s %8s %8s %8s\n" "$size" "$ours" "$plain" "$nhwc" "$reuse" \
+    "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$(ratio "$ours" "$reuse")"
 done

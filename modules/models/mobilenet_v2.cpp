@@ -14,6 +14,11 @@ namespace nn = torch::nn;
 constexpr std::int64_t kSettings[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
                                           {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
 
+// A contiguous [N, 1, H, W] tensor viewed with channels_last strides (H*W, 1, W, 1): the same bytes.
+torch::Tensor single_channel_as_channels_last(const torch::Tensor& t) {
+  return t.as_strided(t.sizes(), {t.size(2) * t.size(3), 1, t.size(3), 1});
+}
+
 }  // namespace
 
 ConvBNReLU6Impl::ConvBNReLU6Impl(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
@@ -112,14 +117,17 @@ torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& x) {
   if (x.size(1) == 1) {
     const auto* stem_conv = stem.conv.get();
     const auto& o = stem_conv->options;
-    h = torch::conv2d(x, stem_conv->weight.sum(1, /*keepdim=*/true), /*bias=*/{}, o.stride(),
-                      std::get<torch::ExpandingArray<2>>(o.padding()));
-    // A 1-channel input and the channel-summed weight are layout-ambiguous, so the convolution
-    // returns NCHW; continue in the layout of the model's weights (channels_last when converted),
-    // otherwise every later convolution would reorder its input (measured: no NHWC speed-up).
+    torch::Tensor input = x;
+    torch::Tensor weight = stem_conv->weight.sum(1, /*keepdim=*/true);
+    // A 1-channel tensor is contiguous in both layouts, and PyTorch reads NCHW strides as NCHW: the
+    // convolution then runs oneDNN's im2col + GEMM path and returns NCHW. In a channels_last model,
+    // give input and weight channels_last strides (the same bytes): oneDNN's direct NHWC kernel,
+    // 4x faster at 64 px (forward + backward), and an NHWC output for the later convolutions.
     if (!stem_conv->weight.is_contiguous() && stem_conv->weight.is_contiguous(torch::MemoryFormat::ChannelsLast)) {
-      h = h.contiguous(torch::MemoryFormat::ChannelsLast);
+      input = single_channel_as_channels_last(x.contiguous());
+      weight = single_channel_as_channels_last(weight.contiguous());
     }
+    h = torch::conv2d(input, weight, /*bias=*/{}, o.stride(), std::get<torch::ExpandingArray<2>>(o.padding()));
     h = stem.relu(stem.bn(h));
   } else {
     h = stem.forward(x);

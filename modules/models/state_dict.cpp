@@ -45,7 +45,13 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
 void to_channels_last(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+    // Tensor::to, not contiguous(): a depthwise weight [C, 1, kH, kW] is contiguous in both layouts,
+    // so contiguous() keeps its NCHW strides, and PyTorch then reads it as NCHW and picks oneDNN's
+    // NCHW kernels (a GEMM-based weight gradient, reorders) for the whole depthwise convolution.
+    // to() gives it channels_last strides, as Python's Module.to does.
+    if (p.dim() == 4) {
+      p.set_data(p.data().to(p.options(), /*non_blocking=*/false, /*copy=*/false, torch::MemoryFormat::ChannelsLast));
+    }
   }
 }
 

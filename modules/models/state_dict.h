@@ -18,7 +18,8 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
                      const std::string& source, bool strict = true);
 
 /// Converts every 4-D parameter (convolution weights) of module to channels_last (NHWC) memory
-/// layout in place, as Python's module.to(memory_format=torch.channels_last).
+/// layout in place, as Python's module.to(memory_format=torch.channels_last): also those contiguous
+/// in both layouts (depthwise [C, 1, kH, kW]) get channels_last strides (C stride 1).
 void to_channels_last(torch::nn::Module& module);
 
 /// Reads a dict of tensors written by torch.save(state_dict) (zip format) at path.

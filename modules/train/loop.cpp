@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -129,6 +130,11 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   configure_device(s.device, t.cudnn_benchmark);
   apply_math_mode(s.precision);
   torch::set_num_threads(s.threads);
+  // Before the recipe builds the model: from here on, every step reuses the memory the last freed.
+  if (t.malloc_reuse) {
+    const std::string line = host_memory::keep_freed_memory_for_reuse();
+    if (comm.rank() == 0) log::info("{}", line);
+  }
   torch::manual_seed(t.seed);
   recipe.setup({s.train, s.device, placement, s.precision, comm.rank(), comm.world_size()});
 

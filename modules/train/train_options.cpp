@@ -70,6 +70,10 @@ void TrainOptions::declare(options::OptionTable& t) {
       .at_least(0)
       .at_most(runtime::machine_cores());
   t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)");
+  t.add("malloc-reuse", malloc_reuse,
+        "keep host memory freed by a step for the next (glibc malloc: mmap threshold 32 MiB, no trimming; "
+        "GLIBC_TUNABLES or a preloaded jemalloc / TCMalloc take precedence); false: glibc's defaults")
+      .no_effect();
   t.add("comm-timeout", comm_timeout_s, "seconds a collective may stay in flight before the job is aborted [s]")
       .above(0)
       .no_effect();

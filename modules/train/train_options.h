@@ -50,6 +50,7 @@ struct TrainOptions {
   int prefetch = 2;         // batches the loader assembles ahead
   int threads = 0;          // intra-op CPU threads per rank; 0: cores of the node / ranks on the node
   bool cudnn_benchmark = true;
+  bool malloc_reuse = true;     // keep freed host memory for the next step (core/host_memory.h)
   double comm_timeout_s = 600;  // a collective in flight longer than this aborts the job (both backends)
   double peak_tflops = 0;       // device peak for MFU; 0: the datasheet value of known GPUs
   // optimisation

@@ -85,16 +85,17 @@ def catches(pid, sig):
         return False
 
 
-def peak_rss_kib(args, timeout=300):
+def run_with_rusage(args, timeout=300):
     """Runs mgbench with args from a fresh interpreter whose only child it is; returns
-    (returncode, stderr, peak resident memory in KiB)."""
+    (returncode, stderr, {"maxrss_kib": peak resident memory, "minflt": minor page faults}) of it."""
     import sys
     watcher = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-               "sys.stderr.write(p.stderr); print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+               "sys.stderr.write(p.stderr); u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+               "print(p.returncode, u.ru_maxrss, u.ru_minflt)")
     proc = subprocess.run([sys.executable, "-c", watcher, BIN, *map(str, args)], capture_output=True, text=True,
                           env=ENV, timeout=timeout)
-    returncode, peak = map(int, proc.stdout.split())
-    return returncode, proc.stderr, peak
+    returncode, peak, minflt = map(int, proc.stdout.split())
+    return returncode, proc.stderr, {"maxrss_kib": peak, "minflt": minflt}
 
 
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: the batch scripts requeue on it

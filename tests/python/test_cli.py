@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import BIN, ENV, SMALL, mgbench, peak_rss_kib
+from conftest import BIN, ENV, SMALL, mgbench, run_with_rusage
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -88,11 +88,11 @@ def test_an_idx_header_is_not_trusted_for_the_allocation(tmp_path, mnist):
     # 1,000 images of data under a header announcing 4,000,000 (3.1 GB): truncated, read as it comes.
     header = struct.pack(">IIII", 0x803, 4_000_000, 28, 28)
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(header + bytes(1000 * 28 * 28)))
-    returncode, stderr, peak_kib = peak_rss_kib(["image", "--data", tmp_path, *SMALL, "--results", tmp_path / "r.h5"])
+    returncode, stderr, usage = run_with_rusage(["image", "--data", tmp_path, *SMALL, "--results", tmp_path / "r.h5"])
     assert returncode != 0
     assert "train-images-idx3-ubyte.gz: truncated: header announces 3136000000 data bytes (4000000 x 28 x 28), " \
         "file holds 784000" in stderr, stderr
-    assert peak_kib < 2 * 1024 * 1024, peak_kib  # not the 3 GB the header asks for
+    assert usage["maxrss_kib"] < 2 * 1024 * 1024, usage  # not the 3 GB the header asks for
 
 
 def test_train_and_test_images_of_different_sizes_are_refused(tmp_path, mnist):

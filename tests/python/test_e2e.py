@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import BIN, ENV, SMALL, mgbench
+from conftest import BIN, ENV, SMALL, mgbench, run_with_rusage
 
 
 def test_main_job_two_ranks(tmp_path, mnist):
@@ -185,3 +185,31 @@ def test_failing_run_is_marked_failed_and_job_ends(tmp_path, mnist):
         failed = f["runs"][names[1]]
         assert failed["status"][0] == b"failed"
         assert b"diverged" in failed["error"][0]
+
+
+def test_malloc_reuse_stops_the_steps_faulting_in_memory(tmp_path, mnist):
+    """--malloc-reuse (core/host_memory.h): the memory a step frees serves the next, so more steps
+    add next to no page faults (the kernel's count, getrusage), where glibc's defaults return it and
+    fault it in again every step. The results are the same either way."""
+    env_tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc." in env_tunables:
+        pytest.skip(f"GLIBC_TUNABLES sets malloc already ({env_tunables}): mgbench leaves it alone")
+    small_64px = list(SMALL)
+    small_64px[small_64px.index("--image-size") + 1] = "64"
+    faults, losses = {}, {}
+    for reuse in ("true", "false"):
+        for steps in (8, 24):
+            args = ["image", "--data", mnist, *small_64px, "--batch-size", "16",
+                    "--limit-train", str(16 * steps), "--limit-test", "16", "--malloc-reuse", reuse,
+                    "--results", tmp_path / f"{reuse}.h5"]
+            returncode, stderr, usage = run_with_rusage(args)
+            assert returncode == 0, stderr
+            assert ("freed memory kept for reuse" in stderr) == (reuse == "true"), stderr
+            faults[reuse, steps] = usage["minflt"]
+        with h5py.File(tmp_path / f"{reuse}.h5", "r") as f:
+            run = f["runs"][sorted(f["runs"])[-1]]
+            losses[reuse] = run["summary"][0]["final_loss"]
+    per_step = {reuse: (faults[reuse, 24] - faults[reuse, 8]) / 16 for reuse in ("true", "false")}
+    assert per_step["false"] > 500, per_step  # the defaults' cost, so that the comparison means something
+    assert per_step["true"] < 0.1 * per_step["false"], (per_step, faults)
+    assert losses["true"] == losses["false"], losses

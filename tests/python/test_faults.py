@@ -14,7 +14,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import (EXIT_PREEMPTED, MNIST, SHARED, SMALL, catches, mgbench, peak_rss_kib, rank_pids, start,
+from conftest import (EXIT_PREEMPTED, MNIST, SHARED, SMALL, catches, mgbench, rank_pids, run_with_rusage, start,
                       wait_for, wait_for_checkpoint)
 
 IMAGE = ["image", *SMALL, "--data", MNIST, "--limit-train", "512", "--limit-test", "64", "--batch-size", "32",
@@ -218,8 +218,9 @@ def test_a_dataset_of_a_gibibyte_is_streamed_not_read_whole(tmp_path):
         f.write(rows)
     assert big.stat().st_size < 8 << 20
     args = ["data", "stats", "--dataset", "alpaca", "--tokenizer", TOKENIZER]
-    rc_small, err_small, peak_small = peak_rss_kib([*args, "--data", small])
-    rc_big, err_big, peak_big = peak_rss_kib([*args, "--data", big])
+    rc_small, err_small, usage_small = run_with_rusage([*args, "--data", small])
+    rc_big, err_big, usage_big = run_with_rusage([*args, "--data", big])
+    peak_small, peak_big = usage_small["maxrss_kib"], usage_big["maxrss_kib"]
     assert rc_small == 0, err_small
     assert rc_big == 0, err_big
     assert peak_big - peak_small < 64 * 1024, (peak_small, peak_big)  # KiB: not the GiB of text

@@ -1,5 +1,6 @@
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -127,7 +128,19 @@ TEST(MobileNetV2, ChannelsLastGivesTheSameResult) {
   MobileNetV2 nhwc(MobileNetV2Options{10, 0.5, 0.0});
   load_state_dict(*nhwc, state_dict(*nchw), "nchw model");
   to_channels_last(*nhwc);
-  EXPECT_TRUE(nhwc->named_parameters()["features.0.0.weight"].is_contiguous(torch::MemoryFormat::ChannelsLast));
+  // Every convolution weight with the strides Python's module.to(memory_format=torch.channels_last)
+  // gives it, (C*kH*kW, 1, kW*C, C) -- also the depthwise ones [C, 1, 3, 3], which are contiguous in
+  // both layouts and kept NCHW strides under contiguous(): PyTorch then ran their convolutions
+  // through oneDNN's NCHW kernels (a GEMM weight gradient: 7 % of a 32 px step).
+  int depthwise = 0;
+  for (const auto& p : nhwc->named_parameters()) {
+    const torch::Tensor& w = p.value();
+    if (w.dim() != 4) continue;
+    const std::vector<std::int64_t> expected{w.size(1) * w.size(2) * w.size(3), 1, w.size(3) * w.size(1), w.size(1)};
+    EXPECT_EQ(w.strides().vec(), expected) << p.key() << " " << w.sizes();
+    depthwise += w.size(1) == 1 ? 1 : 0;
+  }
+  EXPECT_EQ(depthwise, 17) << "depthwise convolutions checked";
   const torch::Tensor x = torch::rand({4, 1, 48, 48});
   const torch::Tensor a = nchw->forward(x);
   const torch::Tensor b = nhwc->forward(x.contiguous(torch::MemoryFormat::ChannelsLast));
@@ -139,6 +152,37 @@ TEST(MobileNetV2, ChannelsLastGivesTheSameResult) {
   // fp32 sums over B x H x W in another order: compare relative to the gradient's norm.
   const double relative = ((g_nchw - g_nhwc).norm() / g_nchw.norm()).item<double>();
   EXPECT_LT(relative, 1e-4) << "|g| = " << g_nchw.norm().item<double>();
+}
+
+TEST(MobileNetV2, ChannelsLastGivesTheSameGradientsOnOneByOneFeatureMaps) {
+  // 32 px: the last blocks run on 1 x 1 feature maps, where the activations' layout is ambiguous
+  // too. In fp64, because batch norm over 4 x 1 x 1 values amplifies fp32 rounding (1e-3 relative).
+  torch::manual_seed(5);
+  MobileNetV2 nchw(MobileNetV2Options{10, 0.5, 0.0});
+  MobileNetV2 nhwc(MobileNetV2Options{10, 0.5, 0.0});
+  nchw->to(torch::kFloat64);
+  nhwc->to(torch::kFloat64);
+  load_state_dict(*nhwc, state_dict(*nchw), "nchw model");
+  to_channels_last(*nhwc);
+  const torch::Tensor x = torch::rand({4, 1, 32, 32}, torch::kFloat64);
+  // A squared loss: the gradient of a plain sum is constant over the batch, which train-mode batch
+  // norm removes (zero up to rounding in every layer before the last batch norm).
+  nchw->forward(x).square().sum().backward();
+  nhwc->forward(x.contiguous(torch::MemoryFormat::ChannelsLast)).square().sum().backward();
+  const auto expected = nchw->named_parameters();
+  double largest = 0.0;
+  for (const auto& p : expected) largest = std::max(largest, p.value().grad().norm().item<double>());
+  int compared = 0;
+  for (const auto& p : nhwc->named_parameters()) {
+    const torch::Tensor& g = p.value().grad();
+    const torch::Tensor& g_nchw = expected[p.key()].grad();
+    // The biases of the batch norms before a projection have gradients of zero up to rounding (the
+    // next batch norm removes a constant shift): relative to at least 1e-3 of the largest gradient.
+    const double relative = ((g - g_nchw).norm() / g_nchw.norm().clamp_min(1e-3 * largest)).item<double>();
+    EXPECT_LT(relative, 1e-10) << p.key() << " |g| = " << g_nchw.norm().item<double>();
+    ++compared;
+  }
+  EXPECT_EQ(compared, 158);
 }
 
 }  // namespace
