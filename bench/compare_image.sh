@@ -34,8 +34,8 @@ echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader
 [[ $DEVICE == cuda ]] && echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), pin_memory $PIN"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank"
-printf "%-6s %12s %12s %12s %12s %8s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "nhwc+malloc" "ratio" "ratio" "ratio"
-printf "%-6s %12s %12s %12s %12s %8s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" "(peer)" "(nhwc)" "(+malloc)"
+printf "# %-4s %12s %12s %12s %12s %8s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "nhwc+malloc" "ratio" "ratio" "ratio"
+printf "# %-4s %12s %12s %12s %12s %8s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" "(peer)" "(nhwc)" "(+malloc)"
 for size in $SIZES; do
   mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
     --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" --threads "$THREADS" \

@@ -47,6 +47,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions)
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "runtime/event_pool.h"
 
 namespace mgbench::runtime {
 namespace {
@@ -110,25 +111,28 @@ struct Bootstrap {
   char error[256];  // ncclGetUniqueId's error, NUL-terminated
 };
 
-/// One collective in flight, shared by its Work and the watchdog.
+using Events = EventPool<at::cuda::CUDAEvent>;
+
+/// One collective in flight, shared by its Work and the watchdog. Its events come from the
+/// communicator's pool and go back to it with the last of the two.
 struct Inflight {
   std::string what;
   std::uint64_t seq = 0;
   double launched_s = 0;
-  at::cuda::CUDAEvent start{cudaEventDefault};  // timing enabled: Work::seconds_since
-  at::cuda::CUDAEvent done{cudaEventDefault};
+  std::shared_ptr<at::cuda::CUDAEvent> start;  // timing enabled: Work::seconds_since_start_of
+  std::shared_ptr<at::cuda::CUDAEvent> done;
 };
 
 class NcclWork final : public Work {
  public:
   explicit NcclWork(std::shared_ptr<Inflight> op) : op_(std::move(op)) {}
-  void wait() override { op_->done.block(c10::cuda::getCurrentCUDAStream()); }
-  bool test() override { return op_->done.query(); }
+  void wait() override { op_->done->block(c10::cuda::getCurrentCUDAStream()); }
+  bool test() override { return op_->done->query(); }
   double seconds_since_start_of(const Work& first) const override {
     const auto* f = dynamic_cast<const NcclWork*>(&first);
     if (f == nullptr) return 0;
-    op_->done.synchronize();
-    return static_cast<double>(f->op_->start.elapsed_time(op_->done)) / 1e3;
+    op_->done->synchronize();
+    return static_cast<double>(f->op_->start->elapsed_time(*op_->done)) / 1e3;
   }
 
  private:
@@ -284,13 +288,18 @@ class NcclCommunicator final : public Communicator {
     op->seq = ++seq_;
     op->launched_s = now_s();
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
-    at::cuda::CUDAEvent ready;
-    ready.record(current);
-    ready.block(stream_);
-    op->start.record(stream_);
+    {
+      // cudaStreamWaitEvent takes the event's state at the call: the event can be reused at once.
+      const std::shared_ptr<at::cuda::CUDAEvent> ready = sync_events_.acquire();
+      ready->record(current);
+      ready->block(stream_);
+    }
+    op->start = timing_events_.acquire();
+    op->done = timing_events_.acquire();
+    op->start->record(stream_);
     call(stream_.stream());  // returns ncclInProgress where it cannot enqueue yet (lazy connection)
     settle(fmt::format("{} #{}", what, op->seq), op->launched_s + options_.timeout_s);
-    op->done.record(stream_);
+    op->done->record(stream_);
     // The caching allocator must not hand the tensors' memory out again before the collective
     // on the other stream is done with it.
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
@@ -316,8 +325,9 @@ class NcclCommunicator final : public Communicator {
             fmt::format("NCCL: {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm)));
       }
       if (now_s() > deadline_s) {
-        fail(fmt::format("{} did not complete in {:.0f} s (a peer rank died, hangs or never made the call)", what,
-                         options_.timeout_s));
+        fail(fmt::format(
+            "{} did not complete in {:.0f} s (--comm-timeout): a peer rank died, hangs or never made the call", what,
+            options_.timeout_s));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -339,11 +349,11 @@ class NcclCommunicator final : public Communicator {
             fail(fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async), ncclGetLastError(comm)));
           }
         }
-        while (!inflight_.empty() && inflight_.front()->done.query()) inflight_.pop_front();
+        while (!inflight_.empty() && inflight_.front()->done->query()) inflight_.pop_front();
         if (!inflight_.empty() && now - inflight_.front()->launched_s > options_.timeout_s) {
           const auto& op = *inflight_.front();
-          fail(fmt::format("{} #{} did not complete in {:.0f} s (a peer rank died or hangs)", op.what, op.seq,
-                           options_.timeout_s));
+          fail(fmt::format("{} #{} did not complete in {:.0f} s (--comm-timeout): a peer rank died or hangs", op.what,
+                           op.seq, options_.timeout_s));
         }
       } catch (const std::exception& e) {
         fail(fmt::format("the NCCL watchdog stopped on an error: {}", e.what()));
@@ -354,7 +364,7 @@ class NcclCommunicator final : public Communicator {
   /// ncclCommAbort can itself hang (NVIDIA/nccl#1013, pytorch#119250): it runs on a detached
   /// thread and this one waits at most kAbortWait_s for it.
   void abort_bounded(ncclComm_t comm) const {
-    constexpr double kAbortWait_s = 10;
+    constexpr double kAbortWait_s = 5;  // the job still ends within --comm-timeout + 10 s
     auto done = std::make_shared<std::atomic<bool> >(false);
     std::thread([comm, done] {
       ncclCommAbort(comm);
@@ -388,6 +398,9 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int world_size_ = 1;
   c10::cuda::CUDAStream stream_;
+  // Before the in-flight list: destroyed after it (an event of a Work still held goes with it).
+  Events timing_events_{[] { return std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault); }};
+  Events sync_events_{[] { return std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming); }};
   std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog
   std::uint64_t seq_ = 0;
   std::mutex mutex_;

@@ -5,7 +5,8 @@
 // Streams: every collective runs on the communicator's own high-priority stream. It first waits
 // (cudaStreamWaitEvent) for an event recorded on the caller's current stream, so it sees the
 // tensor's latest values; Work::wait() makes the caller's current stream wait for the
-// collective's completion event. Neither blocks the host.
+// collective's completion event. Neither blocks the host. The events come from a pool
+// (runtime/event_pool.h): none is created or destroyed per collective once the pool has warmed up.
 //
 // Failure: the communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call blocks
 // the host: where creation, a collective (its lazy connection on first use) or finalisation
@@ -13,7 +14,7 @@
 // watchdog thread polls asynchronous errors and the completion of every collective in flight. An
 // error, or anything not done after `timeout_s`, means a peer died or hangs: the rank logs which
 // operation, aborts the communicator (ncclCommAbort on a thread of its own, waited for at most
-// 10 s: it can hang itself) and ends the job with MPI_Abort, so no rank waits forever. A CUDA
+// 5 s: it can hang itself) and ends the job with MPI_Abort, so no rank waits forever. A CUDA
 // error seen by the watchdog ends the job the same way. rank 0's failure to make the unique id
 // fails every rank together. Teardown finalises with the same deadline and aborts past it.
 // Follows the design of PyTorch's ProcessGroupNCCL (watchdog, async error handling, non-blocking

@@ -1,12 +1,24 @@
 // GPU tests (ctest label gpu), run under `mpirun -np 2`. Each reports SKIPPED without a GPU
 // (or without enough GPUs for NCCL); scripts/gpu-check.sh runs them on an H100/H200.
 #include <mpi.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "core/config.h"
 #include "data/transforms.h"
 #include "mpi_support.h"
 #include "profile/cupti_collector.h"
@@ -18,6 +30,13 @@
 #include "train/device_pipeline.h"
 #include "train/job_config.h"
 #include "train/loop.h"
+
+#ifdef MGBENCH_HAVE_NCCL
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+extern char** environ;  // NOLINT: POSIX
 
 namespace mgbench {
 namespace {
@@ -269,6 +288,131 @@ TEST(LlmOnGpu, TrainingRecordsTheCopyToTheDevice) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+/// Seconds since the epoch: the one clock both a test and the job it starts read.
+double epoch_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+struct Finished {
+  int status = 0;      // as waitpid gives it
+  double ended_s = 0;  // epoch_s() when it was seen to end
+  std::string output;  // stdout and stderr
+};
+
+/// Runs `argv` as a job of its own: this job's launcher variables (OMPI_*, PMIX_*, PRTE_*; the
+/// run-as-root consents kept) removed so a nested mpiexec starts its own, `extra_env` added,
+/// stdout and stderr into one file. Killed (and the test failed) if still running after
+/// `deadline_s` seconds.
+Finished run_separate_job(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+                          double deadline_s) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var(*e);
+    const bool launcher = var.rfind("OMPI_", 0) == 0 || var.rfind("PMIX_", 0) == 0 || var.rfind("PRTE_", 0) == 0;
+    if (!launcher || var.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) == 0) env.push_back(var);
+  }
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> argv_c, env_c;
+  for (const auto& a : argv) argv_c.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& v : env) env_c.push_back(const_cast<char*>(v.c_str()));
+  argv_c.push_back(nullptr);
+  env_c.push_back(nullptr);
+
+  std::string log = (std::filesystem::temp_directory_path() / "mgbench-job-XXXXXX").string();
+  const int fd = mkstemp(log.data());
+  if (fd < 0) throw std::runtime_error("mkstemp failed");
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_adddup2(&files, fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&files, fd, STDERR_FILENO);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv_c[0], &files, nullptr, argv_c.data(), env_c.data());
+  posix_spawn_file_actions_destroy(&files);
+  close(fd);
+  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
+
+  Finished f;
+  const double give_up = epoch_s() + deadline_s;
+  while (waitpid(pid, &f.status, WNOHANG) == 0) {
+    if (epoch_s() > give_up) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &f.status, 0);
+      ADD_FAILURE() << argv[0] << " still running after " << deadline_s << " s: killed";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  f.ended_s = epoch_s();
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  f.output = text.str();
+  std::filesystem::remove(log);
+  return f;
+}
+
+constexpr char kWatchdogTimeoutVar[] = "MGBENCH_TEST_WATCHDOG_TIMEOUT";
+constexpr char kLaunchedMark[] = "watchdog child: never-completing all-reduce launched at ";
+
+/// The NCCL watchdog ends a job whose collective never completes, with its message, within
+/// --comm-timeout + 10 s of the launch (issue 15). The job is the DISABLED_ child below, started
+/// as a job of its own (it ends in MPI_Abort): 2 ranks where this node has 2 GPUs (rank 1 skips
+/// the all-reduce rank 0 makes), else 1 rank whose stream a host function holds, so the one lent
+/// GPU tests it too.
+TEST(NcclWatchdog, ACollectiveThatNeverCompletesEndsTheJobWithinTheTimeout) {
+  SKIP_WITHOUT_GPU();
+#ifndef MGBENCH_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  if (world_rank() == 0) {
+    constexpr double kTimeout_s = 5;
+    const int ranks = runtime::visible_cuda_devices() >= 2 ? 2 : 1;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const Finished job =
+        run_separate_job({MGBENCH_MPIEXEC, "-np", std::to_string(ranks), "--oversubscribe", self,
+                          "--gtest_also_run_disabled_tests", "--gtest_filter=DISABLED_NcclWatchdogChild.*"},
+                         {fmt::format("{}={}", kWatchdogTimeoutVar, kTimeout_s)}, /*deadline_s=*/180);
+    SCOPED_TRACE(job.output.substr(job.output.size() > 6000 ? job.output.size() - 6000 : 0));
+    EXPECT_FALSE(WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0) << "the job ended with exit 0";
+    EXPECT_NE(job.output.find("ncclAllReduce #2 did not complete in 5 s (--comm-timeout)"), std::string::npos);
+    EXPECT_EQ(job.output.find("the watchdog did not end the job"), std::string::npos);
+    const std::size_t mark = job.output.find(kLaunchedMark);
+    ASSERT_NE(mark, std::string::npos) << "the child never launched the all-reduce";
+    const double launched_s = std::stod(job.output.substr(mark + std::strlen(kLaunchedMark)));
+    EXPECT_LT(job.ended_s - launched_s, kTimeout_s + 10) << ranks << " rank(s)";
+    EXPECT_GE(job.ended_s - launched_s, kTimeout_s) << "ended before the timeout: not the watchdog";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+#endif
+}
+
+#ifdef MGBENCH_HAVE_NCCL
+/// Run only by NcclWatchdog.ACollectiveThatNeverCompletesEndsTheJobWithinTheTimeout, in a job of
+/// its own: an all-reduce that can never complete, then the host waits for the watchdog.
+TEST(DISABLED_NcclWatchdogChild, ACollectiveThatNeverCompletes) {
+  const char* timeout = std::getenv(kWatchdogTimeoutVar);
+  ASSERT_NE(timeout, nullptr) << "started by NcclWatchdog.ACollectiveThatNeverCompletesEndsTheJobWithinTheTimeout only";
+  const auto placement = my_gpu();
+  auto nccl = runtime::make_nccl_communicator(MPI_COMM_WORLD, placement.index, {std::stod(timeout)});
+  torch::Tensor x = torch::ones({1 << 20}, torch::TensorOptions().device(train::to_torch_device(placement)));
+  nccl->all_reduce(x, runtime::ReduceOp::kSum)->wait();  // #1 completes: the ranks are connected
+  torch::cuda::synchronize();
+  if (world_size() == 1) {
+    // One GPU: a host function that does not return holds the caller's stream, which the
+    // collective's stream waits on.
+    const cudaError_t rc = cudaLaunchHostFunc(
+        c10::cuda::getCurrentCUDAStream().stream(),
+        [](void*) { std::this_thread::sleep_for(std::chrono::minutes(10)); }, nullptr);
+    ASSERT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
+  }
+  if (world_rank() == 0) {  // rank 1 of two skips it
+    std::fprintf(stderr, "%s%.3f\n", kLaunchedMark, epoch_s());
+    std::fflush(stderr);
+    nccl->all_reduce(x, runtime::ReduceOp::kSum)->wait();  // #2
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(120));
+  ADD_FAILURE() << "the watchdog did not end the job in 120 s";
+}
+#endif
 
 }  // namespace
 }  // namespace mgbench

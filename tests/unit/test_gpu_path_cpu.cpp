@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "profile/cupti_collector.h"
 #include "profile/profile_window.h"
 #include "runtime/device.h"
+#include "runtime/event_pool.h"
 #include "runtime/nccl_communicator.h"
 #include "test_support.h"
 #include "train/device_pipeline.h"
@@ -253,6 +255,90 @@ TEST(DeviceFeeder, OnTheCpuTheBatchIsUsedInPlaceAndNoCopyIsTimed) {
   EXPECT_GT(t.data_s, 0.0);
   EXPECT_EQ(t.h2d_s, 0.0);  // nothing crosses a bus on the CPU: the schema's h2d_s is exactly 0
   EXPECT_FALSE(feeder.next(clock));
+}
+
+/// Stands in for a CUDA event: counts the live ones.
+struct FakeEvent {
+  static inline int live = 0;
+  FakeEvent() { ++live; }
+  ~FakeEvent() { --live; }
+  FakeEvent(const FakeEvent&) = delete;
+  FakeEvent& operator=(const FakeEvent&) = delete;
+};
+
+runtime::EventPool<FakeEvent> fake_pool() {
+  return runtime::EventPool<FakeEvent>([] { return std::make_unique<FakeEvent>(); });
+}
+
+TEST(EventPool, AThousandCollectivesCreateOnlyTheEventsInFlightAtOnce) {
+  auto pool = fake_pool();
+  // The NCCL backend's pattern: a ready event released at once, start and done held by the
+  // collective's Work; at most two collectives in flight (bucket k waited on while k+1 runs).
+  std::vector<std::shared_ptr<FakeEvent> > previous;
+  for (int collective = 0; collective < 1000; ++collective) {
+    { const auto ready = pool.acquire(); }
+    std::vector<std::shared_ptr<FakeEvent> > held = {pool.acquire(), pool.acquire()};
+    previous = std::move(held);  // the collective before this one completes
+  }
+  EXPECT_EQ(pool.created(), 4u);  // two collectives x {start, done}; the ready event reuses one
+  EXPECT_EQ(FakeEvent::live, 4);
+  previous.clear();
+  EXPECT_EQ(pool.idle(), 4u);
+}
+
+TEST(EventPool, EventsInUseAreNeverHandedOutTwice) {
+  auto pool = fake_pool();
+  std::vector<std::shared_ptr<FakeEvent> > held;
+  std::set<FakeEvent*> distinct;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(pool.acquire());
+    distinct.insert(held.back().get());
+  }
+  EXPECT_EQ(distinct.size(), 8u);
+  const std::set<FakeEvent*> first(distinct);
+  held.clear();
+  EXPECT_EQ(pool.idle(), 8u);
+  for (int i = 0; i < 8; ++i) held.push_back(pool.acquire());
+  EXPECT_EQ(pool.created(), 8u);
+  for (const auto& e : held) EXPECT_TRUE(first.count(e.get()) == 1) << "a recycled event was expected";
+}
+
+TEST(EventPool, AnEventReleasedOnAnotherThreadReturnsToThePool) {
+  auto pool = fake_pool();
+  auto event = pool.acquire();
+  std::thread watchdog([e = std::move(event)]() mutable { e.reset(); });  // as the watchdog drops a done collective
+  watchdog.join();
+  EXPECT_EQ(pool.idle(), 1u);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&pool] {
+      for (int i = 0; i < 2000; ++i) {
+        const auto a = pool.acquire();
+        const auto b = pool.acquire();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LE(pool.created(), 8u);
+  EXPECT_EQ(pool.idle(), pool.created());
+}
+
+TEST(EventPool, AnEventThatOutlivesItsPoolIsDestroyedAndAFailedFactoryCountsNothing) {
+  const int before = FakeEvent::live;
+  std::shared_ptr<FakeEvent> survivor;
+  {
+    auto pool = fake_pool();
+    survivor = pool.acquire();
+    { const auto idle = pool.acquire(); }
+  }
+  EXPECT_EQ(FakeEvent::live, before + 1);  // the pool's idle event went with it
+  survivor.reset();
+  EXPECT_EQ(FakeEvent::live, before);
+
+  runtime::EventPool<FakeEvent> failing(
+      []() -> std::unique_ptr<FakeEvent> { throw std::runtime_error("cudaEventCreateWithFlags: out of memory"); });
+  EXPECT_THROW(failing.acquire(), std::runtime_error);
+  EXPECT_EQ(failing.created(), 0u);
 }
 
 }  // namespace
