@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/agreement.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mpi_strings.h"
@@ -347,21 +348,10 @@ void ResultsWriter::create_run(const std::string& run_name, const h5::Attributes
 }
 
 void ResultsWriter::agree_on(const std::string& what, const std::function<void()>& stage) {
-  std::string error;
-  try {
-    stage();
-  } catch (const std::exception& e) {
-    error = e.what();
-    // Said now: should a peer stay inside the collective HDF5 call this rank left, the watchdog
-    // ends the job and this line is the reason.
-    if (world_size_ > 1) log::error("rank {}: {}", rank_, error);
-  }
-  int lowest = error.empty() ? world_size_ : rank_;
-  MGBENCH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm_));
-  if (lowest == world_size_) return;
-  const std::string message = allgather_strings(comm_, error)[static_cast<std::size_t>(lowest)];
+  const Agreement a = agree(comm_, what, stage);
+  if (a.ok()) return;
   abandon();
-  throw ResultsError(world_size_ > 1 ? fmt::format("{} (on rank {})", message, lowest) : message);
+  throw ResultsError(world_size_ > 1 ? fmt::format("{} (on rank {})", a.error, a.failed_rank) : a.error);
 }
 
 void ResultsWriter::abandon() noexcept {

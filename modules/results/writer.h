@@ -100,10 +100,10 @@ class ResultsWriter {
   /// Opens every rank's tables of the run (collectively), keeps this rank's and checks their
   /// sizes against layout_ (throws on a mismatch: run within agree_on).
   void open_own_tables();
-  /// Runs a collective stage on every rank and agrees on its success before any further
-  /// collective: a failure on any rank closes what is open on every rank (abandon) and throws the
-  /// lowest failing rank's message everywhere, instead of leaving the ranks in different HDF5
-  /// collectives (a full disk failing one rank's fill write inside H5Dcreate).
+  /// Runs a collective stage on every rank and agrees on its success (mgbench::agree) before any
+  /// further collective: a failure on any rank closes what is open on every rank (abandon) and
+  /// throws the lowest failing rank's message everywhere, instead of leaving the ranks in different
+  /// HDF5 collectives (a full disk failing one rank's fill write inside H5Dcreate).
   void agree_on(const std::string& what, const std::function<void()>& stage);
   void abandon() noexcept;
   /// Removes path_ when this job created it (never a file with earlier runs). Any thread.

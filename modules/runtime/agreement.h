@@ -1,6 +1,5 @@
 #pragma once
-// Stages every rank runs and all agree on: a stage that throws on one rank fails on every rank,
-// cleanly, instead of leaving the others waiting in a collective (docs/design.md, "lifecycle").
+// The job's set-up and checkpoint stages, agreed over all ranks (core/agreement.h) and logged.
 #include <functional>
 #include <string_view>
 
@@ -9,8 +8,8 @@
 namespace mgbench::runtime {
 
 /// Runs step on every rank; true when it succeeded everywhere. Otherwise the lowest failing rank
-/// logs its error as "<stage> failed [on rank r]: <what>" and every rank returns false (no hang,
-/// no abort). Collective (one MPI_Allreduce).
+/// logs its error as "<stage> failed [on rank r]: <what>" (unless it said so while waiting; see
+/// mgbench::agree) and every rank returns false (no hang, no abort). Collective over env.world().
 bool all_succeed(const MpiEnvironment& env, std::string_view stage, const std::function<void()>& step);
 
 }  // namespace mgbench::runtime

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Sequence, Union
 
@@ -181,12 +182,20 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
 def read_file(path: Union[str, os.PathLike]) -> List[Run]:
     """Every run of one results file, in name order (as ``mgbench report``).
 
-    Raises ResultsError naming the file when it is missing, not HDF5, of another schema, or of a
+    Raises ResultsError naming the file when it is missing, not a regular file (a FIFO would block
+    the reader forever, as ``mgbench report`` refuses it too), not HDF5, of another schema, or of a
     schema version this package does not read.
     """
     path = os.fspath(path)
-    if not os.access(path, os.R_OK):
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is None or not os.access(path, os.R_OK):
         raise ResultsError(f"results file '{path}' does not exist or is not readable")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file"
+        raise ResultsError(f"results file '{path}' is not a regular file ({kind}): expected an HDF5 file mgbench wrote")
     if not h5py.is_hdf5(path):
         raise ResultsError(f"'{path}' is not an HDF5 file")
     try:

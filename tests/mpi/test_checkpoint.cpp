@@ -6,9 +6,11 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "core/agreement.h"
 #include "core/error.h"
 #include "mpi_support.h"
 #include "results/schema.h"
@@ -265,6 +267,34 @@ TEST(StopAgreement, NoSignalNoStop) {
   runtime::StopAgreement agreement(MPI_COMM_WORLD);
   for (int step = 0; step < 10; ++step) ASSERT_FALSE(agreement.poll());
   EXPECT_EQ(agreement.agreed_signal(), 0);
+}
+
+TEST(Agreement, EveryRankLearnsTheLowestFailingRankAndItsMessage) {
+  const Agreement ok = agree(MPI_COMM_WORLD, "a stage that works", [] {});
+  EXPECT_TRUE(ok.ok());
+  EXPECT_EQ(ok.failed_rank, -1);
+  EXPECT_EQ(ok.error, "");
+  // Every rank but 0 throws its own message: all agree on rank 1's.
+  const Agreement failed = agree(MPI_COMM_WORLD, "a stage that fails", [] {
+    if (world_rank() > 0) throw DataError("no such file on rank " + std::to_string(world_rank()));
+  });
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.failed_rank, 1);
+  EXPECT_EQ(failed.error, "no such file on rank 1");
+  EXPECT_FALSE(failed.reported);  // the peers arrived at once
+}
+
+TEST(Agreement, AFailedRankWhosePeersAreLateSaysWhyWhileItWaits) {
+  // Rank 0 is still in the stage (as in a collective HDF5 call the failed rank left) when the last
+  // rank fails: the failed rank logs its error before the agreement completes.
+  const int failing = world_size() - 1;
+  const Agreement a = agree(MPI_COMM_WORLD, "a slow stage", [failing] {
+    if (world_rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    if (world_rank() == failing) throw DataError("disk full");
+  });
+  EXPECT_EQ(a.failed_rank, failing);
+  EXPECT_EQ(a.error, "disk full");
+  EXPECT_EQ(a.reported, world_rank() == failing);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from io import StringIO
 from pathlib import Path
 
@@ -327,9 +328,20 @@ def write_other_hdf5(path, **attrs):
             f.attrs[k] = v
 
 
-@pytest.mark.parametrize("case", ["text", "other_schema", "newer_version", "no_match", "empty_dir", "missing"])
+@pytest.mark.parametrize("case", ["text", "other_schema", "newer_version", "no_match", "empty_dir", "missing",
+                                  "fifo"])
 def test_bad_input_is_named(tmp_path, case):
-    if case == "text":
+    release = None
+    if case == "fifo":
+        target = tmp_path / "pipe.h5"
+        os.mkfifo(target)
+        expected = f"results file '{target}' is not a regular file (a FIFO)"
+        # Were the FIFO opened, the reader would block: a writer after 30 s releases it, so that a
+        # regression fails here instead of hanging the suite.
+        release = threading.Timer(30, lambda: os.close(os.open(target, os.O_WRONLY)))
+        release.daemon = True
+        release.start()
+    elif case == "text":
         target = tmp_path / "notes.h5"
         target.write_text("not HDF5")
         expected = f"'{target}' is not an HDF5 file"
@@ -355,6 +367,8 @@ def test_bad_input_is_named(tmp_path, case):
     assert expected in str(error.value)
     proc = plot_cli(target, "--out", tmp_path / "figs")
     assert proc.returncode == 1 and expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    if release is not None:
+        release.cancel()
 
 
 def chromium():
