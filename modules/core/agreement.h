@@ -25,7 +25,7 @@ struct Agreement {
 /// 2 s (or half the watchdog's default timeout, if shorter) logs "<stage> failed on rank r (waiting
 /// for the other ranks): <error>" at once and sets `reported`: a peer stuck inside the stage (a
 /// collective HDF5 call this rank left) ends the job through the watchdog, and this line is then
-/// the only reason given. Collective over comm. Throws MpiError only where MPI itself fails.
+/// the only reason given. Collective over comm. Throws CommError only where MPI itself fails.
 Agreement agree(MPI_Comm comm, std::string_view stage, const std::function<void()>& step);
 
 }  // namespace mgbench

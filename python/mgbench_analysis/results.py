@@ -190,12 +190,12 @@ def read_file(path: Union[str, os.PathLike]) -> List[Run]:
     try:
         mode = os.stat(path).st_mode
     except OSError:
-        mode = None
-    if mode is None or not os.access(path, os.R_OK):
-        raise ResultsError(f"results file '{path}' does not exist or is not readable")
+        raise ResultsError(f"results file '{path}' does not exist or is not readable") from None
     if not stat.S_ISREG(mode):
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file"
         raise ResultsError(f"results file '{path}' is not a regular file ({kind}): expected an HDF5 file mgbench wrote")
+    if not os.access(path, os.R_OK):
+        raise ResultsError(f"results file '{path}' does not exist or is not readable")
     if not h5py.is_hdf5(path):
         raise ResultsError(f"'{path}' is not an HDF5 file")
     try:

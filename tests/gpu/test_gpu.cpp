@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "core/config.h"
+#include "core/timer.h"
 #include "data/transforms.h"
 #include "mpi_support.h"
 #include "profile/cupti_collector.h"
@@ -289,12 +290,9 @@ TEST(LlmOnGpu, TrainingRecordsTheCopyToTheDevice) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/// Seconds since the epoch: the one clock both a test and the job it starts read.
-double epoch_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-
 struct Finished {
   int status = 0;      // as waitpid gives it
-  double ended_s = 0;  // epoch_s() when it was seen to end
+  double ended_s = 0;  // now_s() when it was seen to end (CLOCK_MONOTONIC: the same in every process of the node)
   std::string output;  // stdout and stderr
 };
 
@@ -331,9 +329,9 @@ Finished run_separate_job(const std::vector<std::string>& argv, const std::vecto
   if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
 
   Finished f;
-  const double give_up = epoch_s() + deadline_s;
+  const double give_up = now_s() + deadline_s;
   while (waitpid(pid, &f.status, WNOHANG) == 0) {
-    if (epoch_s() > give_up) {
+    if (now_s() > give_up) {
       kill(pid, SIGKILL);
       waitpid(pid, &f.status, 0);
       ADD_FAILURE() << argv[0] << " still running after " << deadline_s << " s: killed";
@@ -341,7 +339,7 @@ Finished run_separate_job(const std::vector<std::string>& argv, const std::vecto
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  f.ended_s = epoch_s();
+  f.ended_s = now_s();
   std::ifstream in(log);
   std::stringstream text;
   text << in.rdbuf();
@@ -405,7 +403,7 @@ TEST(DISABLED_NcclWatchdogChild, ACollectiveThatNeverCompletes) {
     ASSERT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
   }
   if (world_rank() == 0) {  // rank 1 of two skips it
-    std::fprintf(stderr, "%s%.3f\n", kLaunchedMark, epoch_s());
+    std::fprintf(stderr, "%s%.3f\n", kLaunchedMark, now_s());
     std::fflush(stderr);
     nccl->all_reduce(x, runtime::ReduceOp::kSum)->wait();  // #2
   }
