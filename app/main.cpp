@@ -1,53 +1,71 @@
-// mgbench: how machine-learning jobs use multi-GPU nodes.
-//   mpirun -np N mgbench image [options]   image classification (MobileNetV2 on MNIST upscaled), results into HDF5
-//   mpirun -np N mgbench llm [options]     LLM fine-tuning (Llama 3: LoRA, QLoRA, DPO, full, QAT), results into HDF5
-//   mpirun -np N mgbench comm [options]    collective benchmark (nccl-tests style) over MPI or NCCL
-//   mgbench predict FILE... [--ranks 1,2,4]   scaling prediction from measured runs and a comm run
-//   mgbench quantize --model DIR --output DIR  a QAT-trained checkpoint -> int4 weights
-//   mgbench report FILE...                 tables from results files
-//   mgbench tokenize --tokenizer FILE      text on stdin -> Llama 3 token ids
-//   mgbench data stats ...                 rows and token lengths of a fine-tuning dataset
-#include <cstring>
+// mgbench: how machine-learning jobs use multi-GPU nodes. One row per command below: its name, what
+// it does (the usage text is made of these rows) and its function (one file each in app/).
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include "commands.h"
 #include "core/build_info.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: mgbench <command> [options]
+struct Command {
+  std::string_view name;
+  std::string_view help;
+  int (*main)(int argc, char** argv);
+};
 
-commands:
-  image    image classification across MPI ranks: MobileNetV2 on MNIST upscaled to --image-size px
-           (strategies ddp, ddp-rr, ddp-ds, dp; fp64 ... amp-bf16); per-rank timings into HDF5
-  llm      LLM fine-tuning across MPI ranks: Llama 3 with TorchTune's recipe semantics (--recipe lora,
-           qlora, dpo, full, qat, qat-lora), --eval-only for a loss
-  comm     collective benchmark in nccl-tests' manner (all-reduce, all-gather, reduce-scatter,
-           broadcast) over the Communicator training uses: MPI on CPUs, NCCL on GPUs
-  predict  time, speed-up and limiting phase of measured workloads at other rank counts and strategies
-           (from a 1-rank run and a comm run; written as `prediction` runs)
-  quantize a QAT-trained checkpoint's fake-quantised linears -> int4 weights (torchao's convert)
-  report   tables of one or more results files (paper Table 2 style; --phases, --cuda, --csv)
-  tokenize UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)
-  data     `data stats`: rows and token lengths of a fine-tuning dataset
+constexpr Command kCommands[] = {
+    {"image",
+     "image classification across MPI ranks: MobileNetV2 on MNIST upscaled to --image-size px\n"
+     "(strategies ddp, ddp-rr, ddp-ds, dp; fp64 ... amp-bf16); per-rank timings into HDF5",
+     &mgbench::app::image_main},
+    {"llm",
+     "LLM fine-tuning across MPI ranks: Llama 3 with TorchTune's recipe semantics (--recipe lora,\n"
+     "qlora, dpo, full, qat, qat-lora), --eval-only for a loss",
+     &mgbench::app::llm_main},
+    {"comm",
+     "collective benchmark in nccl-tests' manner (all-reduce, all-gather, reduce-scatter,\n"
+     "broadcast) over the Communicator training uses: MPI on CPUs, NCCL on GPUs",
+     &mgbench::app::comm_main},
+    {"predict",
+     "time, speed-up and limiting phase of measured workloads at other rank counts and strategies\n"
+     "(from a 1-rank run and a comm run; written as `prediction` runs)",
+     &mgbench::app::predict_main},
+    {"quantize", "a QAT-trained checkpoint's fake-quantised linears -> int4 weights (torchao's convert)",
+     &mgbench::app::quantize_main},
+    {"report", "tables of one or more results files (paper Table 2 style; --phases, --cuda, --csv, --plot)",
+     &mgbench::app::report_main},
+    {"tokenize", "UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)", &mgbench::app::tokenize_main},
+    {"data", "`data stats`: rows and token lengths of a fine-tuning dataset", &mgbench::app::data_main},
+};
 
-  mgbench <command> --help   options of a command
-  mgbench --version          version and git commit
-launch: mpirun -np N mgbench image --data DIR ...   (one rank per GPU, or per CPU slot;
-        SLURM: slurm/image.sbatch, slurm/llm.sbatch)
-)";
+std::string usage() {
+  std::string text = "usage: mgbench <command> [options]\n\ncommands:\n";
+  for (const auto& c : kCommands) {
+    std::string help(c.help);
+    for (std::size_t at = help.find('\n'); at != std::string::npos; at = help.find('\n', at + 1)) {
+      help.insert(at + 1, 11, ' ');  // continuation lines under the first
+    }
+    text += "  " + std::string(c.name) + std::string(9 - c.name.size(), ' ') + help + "\n";
+  }
+  return text +
+         "\n  mgbench <command> --help   options of a command\n"
+         "  mgbench --version          version and git commit\n"
+         "launch: mpirun -np N mgbench image --data DIR ...   (one rank per GPU, or per CPU slot;\n"
+         "        SLURM: slurm/image.sbatch, slurm/llm.sbatch)\n";
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << kUsage;
+    std::cerr << usage();
     return 2;
   }
   const std::string command = argv[1];
   if (command == "-h" || command == "--help" || command == "help") {
-    std::cout << kUsage;
+    std::cout << usage();
     return 0;
   }
   if (command == "--version") {
@@ -55,14 +73,9 @@ int main(int argc, char** argv) {
               << mgbench::build_info::kBuildType << ", " << mgbench::build_info::kCompiler << ")\n";
     return 0;
   }
-  if (command == "image") return mgbench::app::image_main(argc - 1, argv + 1);
-  if (command == "report") return mgbench::app::report_main(argc - 1, argv + 1);
-  if (command == "llm") return mgbench::app::llm_main(argc - 1, argv + 1);
-  if (command == "tokenize") return mgbench::app::tokenize_main(argc - 1, argv + 1);
-  if (command == "data") return mgbench::app::data_main(argc - 1, argv + 1);
-  if (command == "quantize") return mgbench::app::quantize_main(argc - 1, argv + 1);
-  if (command == "comm") return mgbench::app::comm_main(argc - 1, argv + 1);
-  if (command == "predict") return mgbench::app::predict_main(argc - 1, argv + 1);
-  std::cerr << "mgbench: unknown command '" << command << "'\n\n" << kUsage;
+  for (const auto& c : kCommands) {
+    if (c.name == command) return c.main(argc - 1, argv + 1);
+  }
+  std::cerr << "mgbench: unknown command '" << command << "'\n\n" << usage();
   return 2;
 }

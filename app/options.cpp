@@ -38,9 +38,10 @@ std::string error_text(const po::error& e) {
   return copy.what();
 }
 
-void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm) {
+void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+           const po::positional_options_description& positional) {
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
     if (vm.count("config") != 0) {
       const std::string path = vm["config"].as<std::string>();
       // A directory opens as a stream that reads nothing (the run would silently take the defaults),
@@ -75,14 +76,26 @@ void parse(int argc, char** argv, const po::options_description& options, po::va
   }
 }
 
-void describe(const options::OptionTable& table, po::options_description& into) {
+void describe(const options::OptionTable& table, po::options_description& into, po::options_description* hidden,
+              po::positional_options_description* positional) {
   // One section per caption, in the order of their first option.
   std::vector<std::pair<std::string, std::unique_ptr<po::options_description>>> sections;
   for (const auto& o : table.options()) {
+    if (o.positional != 0 && hidden != nullptr && positional != nullptr) {
+      // Operands: one token each, collected in order (the usage line names them).
+      hidden->add_options()(o.name.c_str(), po::value<std::vector<std::string>>()->composing(), o.help.c_str());
+      positional->add(o.name.c_str(), o.positional);
+      continue;
+    }
     auto section = std::find_if(sections.begin(), sections.end(), [&](const auto& s) { return s.first == o.section; });
     if (section == sections.end()) {
       section = sections.emplace(sections.end(), o.section,
                                  std::make_unique<po::options_description>(o.section, kLineLength, kDescriptionLength));
+    }
+    if (o.repeatable || o.positional != 0) {
+      section->second->add_options()(
+          o.name.c_str(), po::value<std::vector<std::string>>()->composing()->value_name(o.value_name), o.help.c_str());
+      continue;
     }
     auto* value = po::value<std::string>()->value_name(o.value_name);
     if (o.is_switch) {
@@ -99,31 +112,93 @@ void apply_values(const po::variables_map& vm, options::OptionTable& table) {
   for (auto& o : table.options()) {
     const auto it = vm.find(o.name);
     if (it == vm.end() || it->second.defaulted()) continue;
-    table.set(o.name, it->second.as<std::string>());
+    if (o.repeatable || o.positional != 0) {
+      for (const auto& item : it->second.as<std::vector<std::string>>()) table.append(o.name, item);
+    } else {
+      table.set(o.name, it->second.as<std::string>());
+    }
   }
 }
 
-std::optional<int> parse_tool_options(const char* command, int argc, char** argv,
-                                      const po::options_description& options, po::variables_map& vm) {
-  if (wants_help(argc, argv)) {
-    std::cout << options << "\n";
-    return 0;
-  }
-  try {
-    parse(argc, argv, options, vm);
-  } catch (const ConfigError& e) {
-    std::cerr << "mgbench " << command << ": " << e.what() << "\n(see mgbench " << command << " --help)\n";
-    return 2;
-  }
-  return std::nullopt;
-}
+namespace {
 
+/// True when argv holds -h or --help: the help is printed whatever else argv holds.
 bool wants_help(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return true;
   }
   return false;
+}
+
+}  // namespace
+
+std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& table, int argc, char** argv,
+                                 GeneralFlags& flags, const std::function<void()>& validate, bool speak) {
+  const std::string prefix = "mgbench " + spec.name + ": ";
+  po::options_description visible(spec.usage, kLineLength, kDescriptionLength);
+  po::options_description hidden;
+  po::positional_options_description positional;
+  try {
+    describe(table, visible, &hidden, &positional);
+    po::options_description general("General", kLineLength, kDescriptionLength);
+    if (spec.config_file) {
+      general.add_options()("config", po::value<std::string>()->value_name("FILE"),
+                            "INI file of `option = value` lines; the command line overrides it");
+    }
+    if (spec.dry_run) general.add_options()("dry-run", "validate the configuration, print it and exit");
+    if (spec.verbose) general.add_options()("verbose", "log at debug level on every rank");
+    general.add_options()("help,h", "show this help");
+    visible.add(general);
+    if (wants_help(argc, argv)) {
+      if (speak) std::cout << visible << "\n";
+      return 0;
+    }
+    po::options_description all;
+    all.add(visible).add(hidden);
+    po::variables_map vm;
+    parse(argc, argv, all, vm, positional);
+    flags.dry_run = vm.count("dry-run") != 0;
+    flags.verbose = vm.count("verbose") != 0;
+    apply_values(vm, table);
+    table.validate();
+    if (validate) validate();
+  } catch (const ConfigError& e) {
+    // Every rank parses the same argv and fails alike: said once, every rank exits 2.
+    if (speak) std::cerr << prefix << e.what() << "\n(see mgbench " << spec.name << " --help)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    // A defect of mgbench's own option tables (an option declared twice, a default naming none).
+    if (speak) std::cerr << prefix << "internal error in the options: " << e.what() << "\n";
+    return 1;
+  }
+  return std::nullopt;
+}
+
+std::string prescan(int argc, char** argv, const std::string& name) {
+  po::options_description first;
+  first.add_options()(name.c_str(), po::value<std::string>())("config", po::value<std::string>());
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(first).allow_unregistered().run(), vm);
+    if (vm.count(name) == 0 && vm.count("config") != 0) {
+      // Only a regular file (a FIFO would block here): parse() names any other.
+      std::error_code ec;
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream file;
+      if (std::filesystem::is_regular_file(path, ec)) file.open(path);
+      try {
+        if (file.good() && file.is_open()) {
+          po::store(po::parse_config_file(file, first, /*allow_unregistered=*/true), vm);
+        }
+      } catch (const po::error& e) {
+        throw ConfigError(fmt::format("--config {}: {}", path, error_text(e)));
+      }
+    }
+  } catch (const po::error& e) {
+    throw ConfigError(error_text(e));
+  }
+  return vm.count(name) != 0 ? vm[name].as<std::string>() : "";
 }
 
 std::string join_command_line(int argc, char** argv) {

@@ -1,6 +1,9 @@
 #pragma once
-// Shared command-line plumbing (Boost.Program_options): config files below the command line,
-// option tables (core/option_table.h) as --help sections, errors as ConfigError.
+// The one place where command lines meet Boost.Program_options: every command declares its options
+// in an option table (core/option_table.h) and reads its command line with parse_command, so every
+// command has the same --help layout, typed values, messages and exit codes; config files (--config)
+// below the command line.
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -16,35 +19,60 @@ namespace po = boost::program_options;
 inline constexpr unsigned kLineLength = 120;
 inline constexpr unsigned kDescriptionLength = 60;
 
+/// A command's command line besides its option table: the --help header and the general options
+/// it takes (--help always).
+struct CommandSpec {
+  std::string name;          // "report": messages say "mgbench report: ..."
+  std::string usage;         // --help's text above the options (what it does, a usage line)
+  bool config_file = false;  // --config FILE: `option = value` lines below the command line
+  bool dry_run = false;      // --dry-run: validate, print the configuration, exit
+  bool verbose = false;      // --verbose: debug logging on every rank
+};
+
+/// What the general options asked for.
+struct GeneralFlags {
+  bool dry_run = false;
+  bool verbose = false;
+};
+
+/// Reads argv (argv[0]: the command's name) into table: the options by name, the table's
+/// positional options from the operands, --config's file below the command line; then the table's
+/// checks and `validate` (the component's rules between options; throws ConfigError). Returns the
+/// exit code to end with -- 0 after printing --help, 2 after a ConfigError ("mgbench <name>: <what>
+/// (see mgbench <name> --help)"), 1 for a defect of the table itself -- or std::nullopt to go on.
+/// speak: whether this process prints (rank 0 of an MPI job; every rank parses alike).
+std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& table, int argc, char** argv,
+                                 GeneralFlags& flags, const std::function<void()>& validate = {}, bool speak = true);
+
+/// The value of one option of argv or of its --config file, without reading the rest (which may
+/// depend on it: --recipe chooses the options there are); "" when absent. Throws ConfigError for a
+/// malformed config file.
+std::string prescan(int argc, char** argv, const std::string& name);
+
+/// argv joined with spaces.
+std::string join_command_line(int argc, char** argv);
+
+// The steps of parse_command, for the tests (tests/fuzz/fuzz_ini.cpp).
+
 /// e.what(), safe on any input: Boost 1.74's error_with_option_name::what() loops forever when a
 /// token it quotes contains its own placeholder (a config line "x%invalid_line%" hung every
 /// command; found by tests/fuzz/fuzz_ini), so quoted tokens show '%' as U+FF05 ('％').
 std::string error_text(const po::error& e);
 
-/// Parses argv (argv[0] = subcommand name) into vm. When --config FILE is given, FILE's
-/// `key = value` lines (the long option names) fill what the command line left unset.
-/// Throws ConfigError naming the option, value or file at fault.
-void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm);
+/// Parses argv into vm (positional: the operands' options). When --config FILE is given, FILE's
+/// `key = value` lines (the long option names) fill what the command line left unset. Throws
+/// ConfigError naming the option, value or file at fault.
+void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+           const po::positional_options_description& positional = {});
 
 /// The table's options as Boost descriptions, one section per table section, in order; every
-/// value is read as text (the table parses it), switches take none.
-void describe(const options::OptionTable& table, po::options_description& into);
+/// value is read as text (the table parses it), switches take none, positional options go into
+/// `hidden` (not listed by --help: the usage names them) and `positional`.
+void describe(const options::OptionTable& table, po::options_description& into,
+              po::options_description* hidden = nullptr, po::positional_options_description* positional = nullptr);
 
 /// Hands every value the command line or config file gave (not Boost's defaults) to the table,
 /// which parses it into its typed field. Throws ConfigError naming the option.
 void apply_values(const po::variables_map& vm, options::OptionTable& table);
-
-/// True when argv holds -h or --help: commands with required options print their help before
-/// parsing would complain about a missing one.
-bool wants_help(int argc, char** argv);
-
-/// The option handling of a single-process tool (`mgbench tokenize`, `mgbench quantize`): prints
-/// the help (0) or the error with a pointer to the help (2) and returns the exit code, or parses
-/// argv into vm and returns std::nullopt (go on). command: "tokenize", for the messages.
-std::optional<int> parse_tool_options(const char* command, int argc, char** argv,
-                                      const po::options_description& options, po::variables_map& vm);
-
-/// argv joined with spaces.
-std::string join_command_line(int argc, char** argv);
 
 }  // namespace mgbench::app

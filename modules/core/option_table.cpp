@@ -1,5 +1,7 @@
 #include "core/option_table.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -10,6 +12,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -51,12 +54,17 @@ void fail(std::string_view option, std::string_view text, std::string_view expec
   throw ConfigError(fmt::format("--{} '{}': expected {}", option, text, expected));
 }
 
+void fail_operand(std::string_view value_name, std::string_view text, std::string_view expected) {
+  throw ConfigError(fmt::format("{} '{}': expected {}", value_name, text, expected));
+}
+
 std::string to_text(const std::string& v) { return v; }
 std::string to_text(bool v) { return v ? "true" : "false"; }
 std::string to_text(int v) { return std::to_string(v); }
 std::string to_text(std::int64_t v) { return std::to_string(v); }
 std::string to_text(std::uint64_t v) { return std::to_string(v); }
 std::string to_text(double v) { return fmt::format("{}", v); }
+std::string to_text(const std::vector<std::int64_t>& v) { return fmt::format("{}", fmt::join(v, ",")); }
 std::string to_text(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
@@ -106,6 +114,19 @@ void from_text(std::string_view option, const std::string& text, std::vector<std
   }
 }
 
+void from_text(std::string_view option, const std::string& text, std::vector<std::int64_t>& out) {
+  std::vector<std::string> items;
+  from_text(option, text, items);
+  out.clear();
+  for (const auto& item : items) {
+    std::int64_t v = 0;
+    const char* end = item.data() + item.size();
+    const auto [ptr, ec] = std::from_chars(item.data(), end, v);
+    if (ec != std::errc() || ptr != end) fail(option, text, "comma-separated integers");
+    out.push_back(v);
+  }
+}
+
 Value to_value(const std::string& v) { return v; }
 Value to_value(bool v) { return to_text(v); }
 Value to_value(int v) { return static_cast<std::int64_t>(v); }
@@ -113,6 +134,7 @@ Value to_value(std::int64_t v) { return v; }
 Value to_value(std::uint64_t v) { return static_cast<std::int64_t>(v); }
 Value to_value(double v) { return v; }
 Value to_value(const std::vector<std::string>& v) { return to_text(v); }
+Value to_value(const std::vector<std::int64_t>& v) { return to_text(v); }
 
 std::string_view value_name(const std::string&) { return "TEXT"; }
 std::string_view value_name(bool) { return "true|false"; }
@@ -121,6 +143,7 @@ std::string_view value_name(std::int64_t) { return "N"; }
 std::string_view value_name(std::uint64_t) { return "N"; }
 std::string_view value_name(double) { return "X"; }
 std::string_view value_name(const std::vector<std::string>&) { return "A,B,..."; }
+std::string_view value_name(const std::vector<std::int64_t>&) { return "N,M,..."; }
 
 Option& OptionTable::declare(std::string name, std::string help, std::string value_name) {
   if (find(name) != nullptr) throw std::logic_error("option --" + name + " declared twice");
@@ -148,6 +171,15 @@ void OptionTable::set(std::string_view name, const std::string& text) {
   o->given = true;
 }
 
+void OptionTable::append(std::string_view name, const std::string& item) {
+  Option* o = find(name);
+  if (o == nullptr) throw std::out_of_range("undeclared option --" + std::string(name));
+  if (!o->append) return set(name, item);
+  if (!o->given) o->parse("");  // the first item replaces the default list
+  o->append(item);
+  o->given = true;
+}
+
 void OptionTable::set_defaults(std::string_view ini) {
   std::istringstream lines{std::string(ini)};
   for (std::string line; std::getline(lines, line);) {
@@ -164,8 +196,12 @@ void OptionTable::set_defaults(std::string_view ini) {
 
 void OptionTable::validate() const {
   for (const auto& o : options_) {
-    MGBENCH_REQUIRE(!o.required || o.given, ConfigError, "--{}: required ({})", o.name,
-                    o.help.substr(0, o.help.find('\n')));
+    if (o.required && !o.given) {
+      const std::string what = o.help.substr(0, o.help.find('\n'));
+      // Operands have no option name to point at: say what is missing.
+      if (o.positional != 0) throw ConfigError(fmt::format("no {} given: {}", o.value_name, what));
+      throw ConfigError(fmt::format("--{}: required ({})", o.name, what));
+    }
     for (const auto& check : o.checks) check();
   }
 }
@@ -209,6 +245,12 @@ std::vector<std::string> differences(const std::string& a, const std::string& b)
     if (left_map.count(key) == 0) out.push_back(fmt::format("--{}: (none) -> {}", key, value));
   }
   return out;
+}
+
+std::string config_id(std::string_view identity) {
+  const uLong crc =
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(identity.data()), static_cast<uInt>(identity.size()));
+  return fmt::format("{:08x}", static_cast<std::uint32_t>(crc));
 }
 
 }  // namespace mgbench::options

@@ -66,6 +66,8 @@ std::string_view name_of(std::span<const Row> rows, ValueOf<Row> value) {
 
 /// Throws ConfigError "--<option> '<text>': expected <what>".
 [[noreturn]] void fail(std::string_view option, std::string_view text, std::string_view expected);
+/// The same for an operand (a positional option, named by its value name): "<NAME> '<text>': expected <what>".
+[[noreturn]] void fail_operand(std::string_view value_name, std::string_view text, std::string_view expected);
 
 /// The value named text; throws ConfigError "--<option> '<text>': expected a, b or c".
 template <typename Row>
@@ -93,7 +95,8 @@ std::string to_text(int v);
 std::string to_text(std::int64_t v);
 std::string to_text(std::uint64_t v);
 std::string to_text(double v);
-std::string to_text(const std::vector<std::string>& v);  // comma-separated
+std::string to_text(const std::vector<std::string>& v);   // comma-separated
+std::string to_text(const std::vector<std::int64_t>& v);  // comma-separated
 void from_text(std::string_view option, const std::string& text, std::string& out);
 void from_text(std::string_view option, const std::string& text, bool& out);  // true|false (1|0, yes|no, on|off)
 void from_text(std::string_view option, const std::string& text, int& out);
@@ -101,6 +104,7 @@ void from_text(std::string_view option, const std::string& text, std::int64_t& o
 void from_text(std::string_view option, const std::string& text, std::uint64_t& out);
 void from_text(std::string_view option, const std::string& text, double& out);  // finite
 void from_text(std::string_view option, const std::string& text, std::vector<std::string>& out);
+void from_text(std::string_view option, const std::string& text, std::vector<std::int64_t>& out);
 Value to_value(const std::string& v);
 Value to_value(bool v);  // "true" / "false" (HDF5 has no boolean)
 Value to_value(int v);
@@ -108,6 +112,7 @@ Value to_value(std::int64_t v);
 Value to_value(std::uint64_t v);
 Value to_value(double v);
 Value to_value(const std::vector<std::string>& v);
+Value to_value(const std::vector<std::int64_t>& v);
 std::string_view value_name(const std::string&);
 std::string_view value_name(bool);
 std::string_view value_name(int);
@@ -115,21 +120,26 @@ std::string_view value_name(std::int64_t);
 std::string_view value_name(std::uint64_t);
 std::string_view value_name(double);
 std::string_view value_name(const std::vector<std::string>&);
+std::string_view value_name(const std::vector<std::int64_t>&);
 
 /// One declared option (type-erased; OptionTable::add builds it).
 struct Option {
-  std::string name;        // long name without dashes: "batch-size"
-  std::string section;     // its --help section
-  std::string help;        // the help text, with the choices of an enumeration appended
-  std::string value_name;  // "N", "X", "S", "true|false", "ddp|ddp-rr|..."
-  bool is_switch = false;  // given without a value: --resume
-  bool required = false;   // no usable default: must be given
+  std::string name;         // long name without dashes: "batch-size"
+  std::string section;      // its --help section
+  std::string help;         // the help text, with the choices of an enumeration appended
+  std::string value_name;   // "N", "X", "S", "true|false", "ddp|ddp-rr|..."
+  bool is_switch = false;   // given without a value: --resume
+  bool required = false;    // no usable default: must be given
+  int positional = 0;       // given without its name, as the command's operands: at most this many
+                            // (-1: all the remaining); 0: by name only
+  bool repeatable = false;  // a list whose name may be given several times, one item each (--comm A --comm B)
   Effect effect = Effect::kResult;
-  bool given = false;                             // set from the command line or a config file
-  std::function<std::string()> text;              // the current value, exact
-  std::function<Value()> value;                   // the current value, typed
-  std::function<void(const std::string&)> parse;  // text -> field; throws ConfigError naming the option
-  std::vector<std::function<void()>> checks;      // bounds; each throws ConfigError naming the option
+  bool given = false;                              // set from the command line or a config file
+  std::function<std::string()> text;               // the current value, exact
+  std::function<Value()> value;                    // the current value, typed
+  std::function<void(const std::string&)> parse;   // text -> field; throws ConfigError naming the option
+  std::function<void(const std::string&)> append;  // one more item of a list (positional or repeatable ones)
+  std::vector<std::function<void()>> checks;       // bounds; each throws ConfigError naming the option
 };
 
 /// What OptionTable::add returns: bounds and properties of the option just declared.
@@ -172,11 +182,25 @@ class Declared {
     option_.value_name = std::move(name);
     return *this;
   }
+  /// Given without its name, as operands (`mgbench report FILE...`): up to max_count tokens
+  /// (-1: every remaining one). A list takes one item per token.
+  Declared& positional(int max_count = -1) {
+    option_.positional = max_count;
+    return *this;
+  }
+  /// A list given as one item per occurrence of its name (--comm A --comm B), commas kept.
+  Declared& repeatable() {
+    static_assert(std::is_same_v<T, std::vector<std::string>>, "repeatable: lists of text only");
+    option_.repeatable = true;
+    return *this;
+  }
 
  private:
   Declared& bound(std::function<bool(const T&)> ok, std::string expected) {
     option_.checks.push_back([ok = std::move(ok), expected = std::move(expected), &field = field_, &o = option_] {
-      if (!ok(field)) fail(o.name, o.text(), expected);
+      if (ok(field)) return;
+      if (o.positional != 0) fail_operand(o.value_name, o.text(), expected);
+      fail(o.name, o.text(), expected);
     });
     return *this;
   }
@@ -206,7 +230,41 @@ class OptionTable {
     o.text = [&field] { return to_text(field); };
     o.value = [&field] { return to_value(field); };
     o.parse = [&field, &o](const std::string& text) { from_text(o.name, text, field); };
+    if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      o.append = [&field](const std::string& item) { field.push_back(item); };
+    }
     return Declared<T>(o, field);
+  }
+
+  /// Declares a list of an enumerated option's values, comma-separated names of rows.
+  template <typename Row>
+  Declared<std::vector<ValueOf<Row>>> add(std::string name, std::vector<ValueOf<Row>>& field, std::span<const Row> rows,
+                                          std::string help) {
+    std::string names;
+    for (const auto& r : rows) {
+      names += (names.empty() ? "" : ",") + std::string(r.name);
+      help += "\n  " + std::string(r.name) + ": " + std::string(r.help);
+    }
+    Option& o = declare(std::move(name), std::move(help), names);
+    o.text = [&field, rows] {
+      std::string text;
+      for (const auto v : field) text += (text.empty() ? "" : ",") + std::string(name_of(rows, v));
+      return text;
+    };
+    o.value = [&o] { return Value(o.text()); };
+    o.parse = [&field, rows, &o](const std::string& text) {
+      std::vector<std::string> items;
+      from_text(o.name, text, items);
+      field.clear();
+      for (const auto& item : items) {
+        // The whole list in the message: "--strategies 'ddp,fsdp': expected ddp, ddp-rr, ..."
+        bool known = false;
+        for (const auto& r : rows) known = known || r.name == item;
+        if (!known) fail(o.name, text, join_names(names_of(rows)));
+        field.push_back(parse_choice(rows, o.name, item));
+      }
+    };
+    return Declared<std::vector<ValueOf<Row>>>(o, field);
   }
 
   /// Declares an enumerated option: its text is the name of one of rows (a descriptor table:
@@ -234,6 +292,9 @@ class OptionTable {
   /// Sets --name from text (the command line or a config file). Throws ConfigError naming the
   /// option for a bad value, std::out_of_range for an undeclared name.
   void set(std::string_view name, const std::string& text);
+  /// Adds one item to the list --name (a positional or repeatable option): the first replaces the
+  /// default. Other options: as set(). Throws as set().
+  void append(std::string_view name, const std::string& item);
   /// Sets the defaults of several options from "name = value" lines (--config's format), before
   /// anything is given. Throws as set(), and std::logic_error for a line that is not "name = value".
   void set_defaults(std::string_view ini);
@@ -244,7 +305,8 @@ class OptionTable {
   /// "name = value" lines of every option, in declaration order: the resolved configuration,
   /// readable with --config.
   std::string ini() const;
-  /// ini() of the options that change results (Effect::kResult): what identifies a run's results.
+  /// ini() of the options that change results (Effect::kResult): what identifies a run's results
+  /// (config_id names it).
   std::string identity() const;
   /// Every option as a run attribute: name with '-' as '_', the typed value.
   std::vector<std::pair<std::string, Value>> attributes() const;
@@ -255,6 +317,10 @@ class OptionTable {
   std::deque<Option> options_;  // a deque: Declared and the closures keep references to rows
   std::string section_ = "Options";
 };
+
+/// The CRC-32 (zlib's) of an identity text (OptionTable::identity, plus what a job adds to it) as
+/// 8 hex digits: the run attribute config_id and the name of a configuration's checkpoint directory.
+std::string config_id(std::string_view identity);
 
 /// The settings in which two identity texts (OptionTable::identity) differ, as
 /// "--name: <a> -> <b>" (a missing setting shows as "(none)"), in the order of `a`, then b's own.

@@ -12,13 +12,12 @@
 
 namespace mgbench {
 
-std::string utc_now_iso8601() {
+std::string utc_now(const char* format) {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  char buf[64];
+  return std::strftime(buf, sizeof(buf), format, &tm) > 0 ? buf : "";
 }
 
 std::string format_duration(double seconds) {

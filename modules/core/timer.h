@@ -29,7 +29,11 @@ class Stopwatch {
   double start_s_;
 };
 
-/// Current UTC time as ISO 8601, e.g. "2026-11-21T09:30:00Z".
-std::string utc_now_iso8601();
+/// The current UTC time in a strftime format: "%Y-%m-%dT%H:%M:%SZ" (ISO 8601, the default:
+/// "2026-11-21T09:30:00Z"), "%Y%m%dT%H%M%SZ" (its basic form, for names: run ids).
+std::string utc_now(const char* format = "%Y-%m-%dT%H:%M:%SZ");
+
+/// utc_now() as ISO 8601 (run attributes, manifests).
+inline std::string utc_now_iso8601() { return utc_now(); }
 
 }  // namespace mgbench

@@ -41,27 +41,6 @@ std::vector<std::vector<std::int64_t>> split_batches(const std::vector<std::int6
 
 }  // namespace
 
-namespace {
-
-constexpr StrategyInfo kStrategies[] = {
-    {"ddp", Strategy::kDdp, "every rank loads and computes the whole dataset (N ranks do N times the work)", false},
-    {"ddp-rr", Strategy::kDdpRr, "every rank loads every batch, rank r computes batches k with k % N == r", false},
-    {"ddp-ds", Strategy::kDdpDs, "torch.utils.data.DistributedSampler: each rank its 1/N of the shuffled dataset",
-     false},
-    {"dp", Strategy::kDp, "torch.nn.DataParallel: one process (1 rank) over every GPU of the node", true},
-};
-
-}  // namespace
-
-std::span<const StrategyInfo> strategy_choices() { return kStrategies; }
-
-const StrategyInfo& strategy_info(Strategy s) {
-  for (const auto& row : kStrategies) {
-    if (row.value == s) return row;
-  }
-  throw std::logic_error("strategy missing from the strategy table");
-}
-
 std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_size, int rank, std::uint64_t seed,
                                                       std::int64_t epoch, bool shuffle, bool drop_last) {
   MGBENCH_REQUIRE(world_size >= 1 && rank >= 0 && rank < world_size, ConfigError,
@@ -89,7 +68,7 @@ std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epo
   MGBENCH_REQUIRE(o.batch_size >= 1, ConfigError, "--batch-size must be >= 1 (got {})", o.batch_size);
   MGBENCH_REQUIRE(o.dataset_size >= 1, ConfigError, "the training set is empty");
   std::vector<PlannedBatch> plan;
-  if (o.strategy == Strategy::kDdpDs || o.strategy == Strategy::kDp) {
+  if (o.strategy == axes::Strategy::kDdpDs || o.strategy == axes::Strategy::kDp) {
     const auto indices =
         distributed_sampler_indices(o.dataset_size, o.world_size, o.rank, o.seed, epoch, o.shuffle, o.drop_last);
     auto batches = split_batches(indices, o.batch_size, o.drop_last);
@@ -103,7 +82,7 @@ std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epo
   auto batches = split_batches(indices, o.batch_size, o.drop_last);
   MGBENCH_REQUIRE(!batches.empty(), ConfigError, "--batch-size {} with drop_last leaves no batch of {} samples",
                   o.batch_size, o.dataset_size);
-  if (o.strategy == Strategy::kDdp) {
+  if (o.strategy == axes::Strategy::kDdp) {
     for (std::size_t k = 0; k < batches.size(); ++k) {
       plan.push_back({static_cast<std::int64_t>(k), std::move(batches[k]), true});
     }
@@ -117,10 +96,8 @@ std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epo
   return plan;
 }
 
-std::int64_t computed_batches_per_epoch(const EpochPlanOptions& o) {
-  std::int64_t n = 0;
-  for (const auto& b : plan_epoch(o, 0)) n += b.compute ? 1 : 0;
-  return n;
+axes::EpochShape epoch_shape(const EpochPlanOptions& o) {
+  return {o.dataset_size, o.batch_size, o.world_size, o.drop_last};
 }
 
 }  // namespace mgbench::data

@@ -1,35 +1,15 @@
 #pragma once
-// Which samples a rank loads and computes on, per workload-distribution strategy
-// (Lawenda et al. 2025, sec. 3.2; ARCHITECTURE.md "Semantics"):
-//   ddp    every rank loads and computes the whole dataset (N ranks do N times the work);
-//   ddp-rr every rank loads and transfers every batch, rank r computes batch k when
-//          k % world_size == r;
-//   ddp-ds torch.utils.data.DistributedSampler: shuffle with a generator seeded seed + epoch,
-//          pad to a multiple of world_size by wrapping around (or drop the tail), take
-//          indices[rank::world_size].
-//   dp     one process over several GPUs (torch.nn.DataParallel): planned as ddp-ds on one rank;
-//          the replication is the model's side (train/data_parallel.h).
-// Adding a strategy: a row in sampler.cpp's table and its plan in plan_epoch.
+// Which samples a rank loads and computes on, epoch by epoch, per workload-distribution strategy
+// (axes/strategy.h: the strategies and what each rank computes per epoch). The plan of an epoch is
+// the order of its batches with their dataset indices; for ddp-ds (and dp) it is
+// torch.utils.data.DistributedSampler's, bit for bit.
+// Adding a strategy: its row in axes/strategy.cpp and its plan in plan_epoch.
 #include <cstdint>
-#include <span>
-#include <string>
-#include <string_view>
 #include <vector>
 
+#include "axes/strategy.h"
+
 namespace mgbench::data {
-
-enum class Strategy { kDdp, kDdpRr, kDdpDs, kDp };
-
-/// A row of the strategy table (--strategy), in the manner of nccl-tests' testColl descriptors.
-struct StrategyInfo {
-  std::string_view name;
-  Strategy value;
-  std::string_view help;
-  bool single_process;  // one rank drives every GPU of the node (dp)
-};
-
-std::span<const StrategyInfo> strategy_choices();
-const StrategyInfo& strategy_info(Strategy s);
 
 /// The index sequence torch.utils.data.DistributedSampler(dataset of size n, num_replicas=world_size,
 /// rank, shuffle, seed, drop_last) yields after set_epoch(epoch). Shuffling uses torch.randperm
@@ -44,7 +24,7 @@ struct PlannedBatch {
 };
 
 struct EpochPlanOptions {
-  Strategy strategy = Strategy::kDdpDs;
+  axes::Strategy strategy = axes::Strategy::kDdpDs;
   std::int64_t dataset_size = 0;
   std::int64_t batch_size = 1;  // per rank
   int world_size = 1;
@@ -60,7 +40,7 @@ struct EpochPlanOptions {
 /// Throws ConfigError when batch_size < 1 or the dataset is empty.
 std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& options, std::int64_t epoch);
 
-/// Number of batches this rank computes per epoch (the same for every epoch).
-std::int64_t computed_batches_per_epoch(const EpochPlanOptions& options);
+/// The epoch's shape for the strategy row's counts (axes::StrategyInfo::computed_batches).
+axes::EpochShape epoch_shape(const EpochPlanOptions& options);
 
 }  // namespace mgbench::data

@@ -149,4 +149,27 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
   return result;
 }
 
+void QuantizeOptions::declare(options::OptionTable& t) {
+  t.add("model", model, "Hugging Face checkpoint: a qat run's --output-dir, or the base model of a qat-lora run")
+      .required()
+      .value_name("DIR");
+  t.add("adapter", adapter, "a qat-lora run's --output-dir (adapters merged into --model first)").value_name("DIR");
+  t.add("output", output, "directory for model.safetensors, config.json, qat_config.json").required().value_name("DIR");
+}
+
+int quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err) {
+  try {
+    const QatConvertResult r = convert_qat_checkpoint(o.model, o.adapter, o.output);
+    constexpr double kMiB = 1024.0 * 1024.0;
+    out << fmt::format(
+        "quantize: {} linears to int4 (groups of {}): {:.2f} MiB -> {:.2f} MiB ({:.3f} of their bytes); {}\n",
+        r.converted, r.group_size, static_cast<double>(r.dense_bytes) / kMiB, static_cast<double>(r.int4_bytes) / kMiB,
+        static_cast<double>(r.int4_bytes) / static_cast<double>(r.dense_bytes), o.output);
+  } catch (const std::exception& e) {
+    err << "mgbench quantize: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace mgbench::models

@@ -19,7 +19,10 @@
 // A weight is recovered as unpack_int4(qweight) * scales (repeated over each group); at inference
 // the activations are quantised per token as in training (fake_quantize_per_token_int8).
 #include <cstdint>
+#include <ostream>
 #include <string>
+
+#include "core/option_table.h"
 
 namespace mgbench::models {
 
@@ -39,5 +42,18 @@ struct QatConvertResult {
 /// not have or the group does not divide; I/O errors name the output file.
 QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std::string& adapter_dir,
                                         const std::string& output_dir);
+
+/// `mgbench quantize`'s options.
+struct QuantizeOptions {
+  std::string model;    // a qat run's --output-dir, or the base model of a qat-lora run
+  std::string adapter;  // a qat-lora run's --output-dir ("": none)
+  std::string output;   // the directory written
+
+  void declare(options::OptionTable& table);
+};
+
+/// `mgbench quantize`: convert_qat_checkpoint, then one line on out saying what was converted and the
+/// bytes before and after. Returns the exit code: 0, or 1 with the message on err.
+int quantize(const QuantizeOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace mgbench::models

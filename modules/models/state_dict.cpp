@@ -12,6 +12,8 @@
 
 namespace mgbench::models {
 
+std::string shape_text(c10::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
+
 std::map<std::string, torch::Tensor> state_dict(const torch::nn::Module& module) {
   std::map<std::string, torch::Tensor> out;
   for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace(p.key(), p.value());

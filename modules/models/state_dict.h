@@ -8,6 +8,9 @@
 
 namespace mgbench::models {
 
+/// A tensor's shape as text, "[2, 3]" (for messages).
+std::string shape_text(c10::IntArrayRef sizes);
+
 /// Named parameters and buffers of module (buffers such as BatchNorm running statistics included).
 std::map<std::string, torch::Tensor> state_dict(const torch::nn::Module& module);
 

@@ -2,28 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <map>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "report/report.h"
+#include "report/table.h"
+#include "results/writer.h"
 
 namespace mgbench::report {
-namespace {
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-/// Bytes of one gradient element: the parameters' dtype of the precision (train/precision.cpp).
-double gradient_element_bytes(const std::string& precision) {
-  if (precision == "fp64") return 8;
-  if (precision == "fp16" || precision == "bf16") return 2;
-  return 4;  // fp32, tf32, amp-* (fp32 master weights)
-}
-
-std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
-
-}  // namespace
+namespace {}  // namespace
 
 const std::vector<LinkAssumption>& link_assumptions() {
   // Bus bandwidths of large all-reduces as nccl-tests reports them on such machines; latencies of
@@ -39,13 +31,18 @@ const std::vector<LinkAssumption>& link_assumptions() {
   return links;
 }
 
-const LinkAssumption& link_assumption(const std::string& name) {
-  std::string names;
+const LinkAssumption* find_link(const std::string& name) {
   for (const auto& l : link_assumptions()) {
-    if (l.name == name) return l;
-    names += (names.empty() ? "" : ", ") + l.name;
+    if (l.name == name) return &l;
   }
-  throw ConfigError(fmt::format("--link '{}': expected one of {}", name, names));
+  return nullptr;
+}
+
+const LinkAssumption& link_assumption(const std::string& name) {
+  if (const LinkAssumption* link = find_link(name)) return *link;
+  std::vector<std::string_view> names;
+  for (const auto& l : link_assumptions()) names.push_back(l.name);
+  options::fail("link", name, options::join_names(names));
 }
 
 AllReduceCost::AllReduceCost(int world_size, std::vector<std::pair<double, double>> points, std::string source)
@@ -114,17 +111,14 @@ std::vector<double> gradient_buckets(double gradient_bytes, double first_bucket_
   return buckets;
 }
 
-std::int64_t steps_per_epoch(const std::string& strategy, std::int64_t samples, std::int64_t batch_per_step, int ranks,
-                             std::int64_t max_steps, bool drop_last) {
-  std::int64_t steps = 0;
-  if (strategy == "ddp-ds" || strategy == "dp") {
-    const std::int64_t per_rank = drop_last ? samples / ranks : ceil_div(samples, ranks);  // DistributedSampler
-    steps = drop_last ? per_rank / batch_per_step : ceil_div(per_rank, batch_per_step);
-  } else {
-    const std::int64_t batches = drop_last ? samples / batch_per_step : ceil_div(samples, batch_per_step);
-    steps = strategy == "ddp-rr" ? ceil_div(batches, ranks) : batches;
+const axes::PrecisionInfo& precision_of(const results::RunRecord& r) {
+  const std::string name = r.display("precision");
+  try {
+    return axes::find_precision("precision", name);
+  } catch (const ConfigError&) {
+    throw ResultsError(fmt::format("run {} ({}): precision '{}' is not one this mgbench knows ({})", r.run_id, r.file,
+                                   name, options::join_names(options::names_of(axes::precision_choices()))));
   }
-  return max_steps > 0 ? std::min(steps, max_steps) : steps;
 }
 
 MeasuredStep measure_step(const results::RunRecord& r) {
@@ -158,8 +152,8 @@ MeasuredStep measure_step(const results::RunRecord& r) {
   m.eval_s = m.evaluated_epochs > 0 ? eval_s / static_cast<double>(m.evaluated_epochs) : 0;
   const double summary_eval = std::isfinite(r.summary.eval_s) ? r.summary.eval_s : 0;
   m.startup_s = std::max(0.0, r.summary.total_s - r.summary.train_s - summary_eval);
-  m.gradient_bytes =
-      static_cast<double>(*r.integer("trainable_parameters")) * gradient_element_bytes(r.display("precision"));
+  m.gradient_bytes = static_cast<double>(*r.integer("trainable_parameters")) *
+                     axes::dtype_info(precision_of(r).gradient_dtype()).bytes;
   return m;
 }
 
@@ -202,11 +196,12 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank,
                                 const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
-                                const std::vector<int>& ranks, const std::vector<std::string>& strategies,
+                                const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
                                 std::vector<std::string>& notes) {
   const MeasuredStep m = measure_step(base);
   const std::int64_t samples = base.integer("train_samples").value_or(0);
-  const std::int64_t batch = base.integer("batch_size").value_or(1) * base.integer("grad_accum").value_or(1);
+  const std::int64_t batch = base.integer("batch_size").value_or(1);
+  const std::int64_t grad_accum = base.integer("grad_accum").value_or(1);
   const std::int64_t max_steps = base.integer("max_steps").value_or(0);
   const bool drop_last = base.display("drop_last") == "true";
   const std::int64_t epochs = base.integer("epochs").value_or(1);
@@ -214,17 +209,23 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       gradient_buckets(m.gradient_bytes, base.real("first_bucket_mb").value_or(1.0) * 1024 * 1024,
                        base.real("bucket_mb").value_or(25.0) * 1024 * 1024);
   std::vector<Prediction> out;
-  for (const std::string& strategy : strategies) {
+  // Steps per epoch per rank as the training loop runs them (the strategy row's count).
+  auto steps_at = [&](const axes::StrategyInfo& strategy, std::int64_t n) {
+    return axes::steps_per_epoch(strategy, {samples, batch, static_cast<int>(n), drop_last}, grad_accum, max_steps);
+  };
+  for (const axes::Strategy value : strategies) {
+    const axes::StrategyInfo& strategy = axes::strategy_info(value);
     std::vector<const results::RunRecord*> same_strategy;
     for (const auto* r : multi_rank) {
-      if (r->display("strategy") == strategy) same_strategy.push_back(r);
+      if (r->display("strategy") == strategy.name) same_strategy.push_back(r);
     }
     const MeasuredScaling scaling = measure_scaling(same_strategy.empty() ? multi_rank : same_strategy);
     double one_rank_total = NAN;
-    for (const int n : ranks) {
+    for (const std::int64_t ranks_n : ranks) {
+      const int n = static_cast<int>(ranks_n);
       Prediction p;
       p.base = &base;
-      p.strategy = strategy;
+      p.strategy = &strategy;
       p.ranks = n;
       p.scaling = n > 1 ? scaling : MeasuredScaling{};
       const AllReduceCost* cost = nullptr;
@@ -244,9 +245,9 @@ std::vector<Prediction> predict(const results::RunRecord& base,
         cost = &*assumed;
       }
       p.comm_source = n > 1 ? cost->source() : "none (1 rank)";
-      p.steps = steps_per_epoch(strategy, samples, batch, n, max_steps, drop_last);
-      // ddp-rr: every rank loads and copies every batch (loop.cpp charges them to its next step).
-      const double loads = strategy == "ddp-rr" ? n : 1;
+      p.steps = steps_at(strategy, n);
+      // ddp-rr: every rank loads and copies every batch (the loop charges them to its next step).
+      const double loads = strategy.loads_every_batch ? n : 1;
       p.compute_s = m.h2d_s * loads + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s;
       p.data_s = m.data_s * loads;
       double allreduce = 0;
@@ -271,13 +272,13 @@ std::vector<Prediction> predict(const results::RunRecord& base,
     }
     // T(1 rank) of the same model (the base's own configuration at 1 rank).
     if (!std::isfinite(one_rank_total)) {
-      const std::int64_t steps1 = steps_per_epoch(strategy, samples, batch, 1, max_steps, drop_last);
+      const std::int64_t steps1 = steps_at(strategy, 1);
       one_rank_total = static_cast<double>(epochs * steps1) * (m.h2d_s + m.transform_s + m.forward_s + m.backward_s +
                                                                m.optimizer_s + m.other_s + m.data_s) +
                        static_cast<double>(m.evaluated_epochs) * m.eval_s + m.startup_s;
     }
     for (auto& p : out) {
-      if (p.strategy == strategy) p.speedup = one_rank_total / p.total_s;
+      if (p.strategy == &strategy) p.speedup = one_rank_total / p.total_s;
     }
   }
   return out;
@@ -293,23 +294,27 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
       "# PREDICTION (mgbench predict) of {} ({}): {} {} ({}), {}, batch {} x {}, {} epoch(s), {} samples\n",
       base.run_id, base.file, base.display("task"), what, base.display("recipe"), base.display("precision"),
       base.display("batch_size"), base.display("grad_accum"), base.display("epochs"), base.display("train_samples"));
-  const char* row = "{:>5} {:<7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:<10} {}\n";
-  out << "# "
-      << fmt::format(fmt::runtime(row), "ranks", "strat", "steps", "compute", "data", "allreduce", "epoch", "total",
-                     "speedup", "par_eff", "limiting", "comm");
-  out << "# "
-      << fmt::format(fmt::runtime(row), "", "", "(/rank)", "(ms/step)", "(ms/step)", "(ms/step)", "(s)", "(s)", "(x)",
-                     "(%)", "", "");
-  for (const auto& p : predictions) {
-    out << "  "
-        << fmt::format(fmt::runtime(row), p.ranks, p.strategy, p.steps, number(p.compute_s * 1e3, 2),
-                       number(p.data_s * 1e3, 2), number(p.allreduce_s * 1e3, 2), number(p.epoch_s, 2),
-                       number(p.total_s, 2), number(p.speedup, 2), number(100 * p.speedup / p.ranks, 1), p.limiting,
-                       p.comm_source);
-  }
+  using P = Prediction;
+  auto ms = [](double P::*field) { return [field](const P& p) { return number(p.*field * 1e3, 2); }; };
+  auto s = [](double P::*field) { return [field](const P& p) { return number(p.*field, 2); }; };
+  const std::vector<Column<P>> columns = {
+      {"ranks", "", 5, "", [](const P& p) { return std::to_string(p.ranks); }},
+      {"strat", "", -7, "", [](const P& p) { return std::string(p.strategy->name); }},
+      {"steps", "(/rank)", 7, "", [](const P& p) { return std::to_string(p.steps); }},
+      {"compute", "(ms/step)", 10, "", ms(&P::compute_s)},
+      {"data", "(ms/step)", 10, "", ms(&P::data_s)},
+      {"allreduce", "(ms/step)", 10, "", ms(&P::allreduce_s)},
+      {"epoch", "(s)", 10, "", s(&P::epoch_s)},
+      {"total", "(s)", 10, "", s(&P::total_s)},
+      {"speedup", "(x)", 8, "", s(&P::speedup)},
+      {"par_eff", "(%)", 8, "", [](const P& p) { return number(100 * p.speedup / p.ranks, 1); }},
+      {"limiting", "", -10, "", [](const P& p) { return p.limiting; }},
+      {"comm", "", 0, "", [](const P& p) { return p.comm_source; }},
+  };
+  write_table(out, columns, predictions, /*csv=*/false);
   for (const auto& p : predictions) {
     if (p.ranks > 1 && !p.scaling.sources.empty()) {
-      out << fmt::format("# {} {} ranks: overlap {:.1f} %, straggler spread {:.3f} measured in {}\n", p.strategy,
+      out << fmt::format("# {} {} ranks: overlap {:.1f} %, straggler spread {:.3f} measured in {}\n", p.strategy->name,
                          p.ranks, 100 * p.scaling.overlap, p.scaling.spread, fmt::join(p.scaling.sources, ", "));
       break;
     }
@@ -328,20 +333,13 @@ std::string workload_of(const results::RunRecord& r) {
 bool is_prediction_run(const results::RunRecord& run) { return run.display("task") == "prediction"; }
 
 void print_prediction_check(std::ostream& out, const std::vector<results::RunRecord>& runs, bool csv) {
-  if (csv) {
-    out << "file,run_id,ranks,strategy,precision,image_size,predicted_total_s,measured_run_id,measured_total_s,"
-           "error_pct\n";
-  } else {
-    out << "# PREDICTIONS (mgbench predict) beside the measured run of the same workload, strategy and rank count; "
-           "error = (predicted - measured) / measured\n";
-  }
-  const char* row = "{:<36} {:>5} {:<7} {:<9} {:>5} {:>10} {:>10} {:>8} {:<28}\n";
-  if (!csv) {
-    out << "# "
-        << fmt::format(fmt::runtime(row), "prediction", "ranks", "strat", "precision", "size", "predicted", "measured",
-                       "error", "measured run");
-    out << "# " << fmt::format(fmt::runtime(row), "", "", "", "", "(px)", "(s)", "(s)", "(%)", "");
-  }
+  // Each prediction beside the latest completed measured run of its workload, strategy and rank count.
+  struct Check {
+    const results::RunRecord* prediction;
+    const results::RunRecord* measured;  // nullptr: not measured
+    double error_pct;                    // (predicted - measured) / measured
+  };
+  std::vector<Check> checks;
   for (const auto& p : runs) {
     if (!is_prediction_run(p)) continue;
     const results::RunRecord* measured = nullptr;
@@ -354,17 +352,197 @@ void print_prediction_check(std::ostream& out, const std::vector<results::RunRec
     }
     const double error =
         measured != nullptr ? 100.0 * (p.summary.total_s - measured->summary.total_s) / measured->summary.total_s : NAN;
-    if (csv) {
-      out << fmt::format("{},{},{},{},{},{},{:.6g},{},{},{}\n", p.file, p.run_id, p.display("world_size"),
-                         p.display("strategy"), p.display("precision"), p.display("image_size"), p.summary.total_s,
-                         measured != nullptr ? measured->run_id : "",
-                         measured != nullptr ? number(measured->summary.total_s, 3) : "-", number(error, 2));
+    checks.push_back({&p, measured, error});
+  }
+  using C = Check;
+  auto attribute = [](const char* name) { return [name](const C& c) { return c.prediction->display(name); }; };
+  const std::vector<Column<C>> columns = {
+      {"", "", 0, "file", [](const C& c) { return c.prediction->file; }},
+      {"prediction", "", -36, "run_id", [](const C& c) { return c.prediction->run_id; }},
+      {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"strat", "", -7, "strategy", attribute("strategy")},
+      {"precision", "", -9, "precision", attribute("precision")},
+      {"size", "(px)", 5, "image_size", attribute("image_size")},
+      {"predicted", "(s)", 10, "predicted_total_s", [](const C& c) { return number(c.prediction->summary.total_s, 2); },
+       [](const C& c) { return fmt::format("{:.6g}", c.prediction->summary.total_s); }},
+      {"measured run", "", -28, "measured_run_id",
+       [](const C& c) { return c.measured != nullptr ? c.measured->run_id : "(not measured)"; },
+       [](const C& c) { return c.measured != nullptr ? c.measured->run_id : ""; }},
+      {"measured", "(s)", 10, "measured_total_s",
+       [](const C& c) { return c.measured != nullptr ? number(c.measured->summary.total_s, 2) : "-"; },
+       [](const C& c) { return c.measured != nullptr ? number(c.measured->summary.total_s, 3) : "-"; }},
+      {"error", "(%)", 8, "error_pct", [](const C& c) { return number(c.error_pct, 1); },
+       [](const C& c) { return number(c.error_pct, 2); }},
+  };
+  if (!csv) {
+    out << "# PREDICTIONS (mgbench predict) beside the measured run of the same workload, strategy and rank count; "
+           "error = (predicted - measured) / measured\n";
+  }
+  write_table(out, columns, checks, csv);
+}
+
+void PredictOptions::declare(options::OptionTable& t) {
+  t.add("files", files, "results files with the measured runs (files, directories, quoted patterns)")
+      .positional()
+      .required()
+      .value_name("FILE...");
+  t.add("comm", comm_files, "results files with `mgbench comm` runs (comm runs among FILE... are used too)")
+      .repeatable()
+      .value_name("FILE");
+  t.add("ranks", ranks, "rank counts to predict, comma-separated")
+      .check(
+          [](const std::vector<std::int64_t>& v) {
+            return !v.empty() && std::all_of(v.begin(), v.end(), [](std::int64_t n) { return n >= 1; });
+          },
+          "comma-separated rank counts >= 1 (1,2,4)");
+  t.add("strategies", strategies, axes::strategy_choices(), "strategies to predict")
+      .check(
+          [](const std::vector<axes::Strategy>& v) {
+            return !v.empty() && std::none_of(v.begin(), v.end(),
+                                              [](axes::Strategy s) { return axes::strategy_info(s).single_process; });
+          },
+          "comma-separated strategies of several ranks (a single-process strategy has no other rank counts)");
+  std::vector<std::string_view> links;
+  for (const auto& l : link_assumptions()) links.push_back(l.name);
+  t.add("link", link,
+        "where no comm run was measured at a rank count, assume this link (labelled as an assumption): " +
+            options::join_names(links))
+      .check([](const std::string& name) { return name.empty() || find_link(name) != nullptr; },
+             options::join_names(links));
+  t.add("results", results, "results file the predictions are appended to")
+      .check([](const std::string& path) { return !path.empty(); }, "a file path");
+}
+
+namespace {
+
+/// A measured training run (not a comm run, a prediction or an evaluation).
+bool usable(const results::RunRecord& r) {
+  return is_completed(r) && !is_prediction_run(r) && !is_comm_run(r) && r.display("task") != "llm-eval";
+}
+
+/// The predictions of one workload at every strategy asked: each from the latest completed 1-rank
+/// run of that strategy, else the latest of any.
+std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& runs,
+                                         const std::vector<const results::RunRecord*>& one_rank,
+                                         const std::vector<const results::RunRecord*>& multi_rank,
+                                         const PredictOptions& o, const LinkAssumption* link,
+                                         std::vector<std::string>& notes) {
+  std::vector<Prediction> out;
+  for (const axes::Strategy strategy : o.strategies) {
+    const results::RunRecord* base = one_rank.back();
+    for (const auto* r : one_rank) {
+      if (r->display("strategy") == axes::strategy_info(strategy).name) base = r;
+    }
+    // The all-reduce moves the gradients: priced in their dtype, by the precision's row.
+    const std::string dtype(axes::dtype_info(precision_of(*base).gradient_dtype()).name);
+    const std::string device = base->display("device");
+    auto costs = all_reduce_costs(runs, dtype, device);
+    if (costs.empty() && dtype != "fp32") {
+      costs = all_reduce_costs(runs, "fp32", device);
+      if (!costs.empty()) notes.push_back(fmt::format("no {} all-reduce measured: fp32 rows used by size", dtype));
+    }
+    if (costs.empty()) {
+      notes.push_back(
+          fmt::format("no completed comm run on {} among the files (mpirun -np N mgbench comm --device {}): only "
+                      "--link can stand in",
+                      device, device));
+    }
+    auto p = predict(*base, multi_rank, costs, link, o.ranks, {strategy}, notes);
+    out.insert(out.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
+  }
+  return out;
+}
+
+/// A prediction as a run: the base's attributes, then what was predicted and from what.
+h5::Attributes prediction_attributes(const Prediction& p, const std::string& command_line) {
+  h5::Attributes a = p.base->attributes;
+  h5::merge_attributes(
+      a, {{"task", std::string("prediction")},
+          {"predicted_task", p.base->display("task")},
+          {"strategy", std::string(p.strategy->name)},
+          {"world_size", static_cast<std::int64_t>(p.ranks)},
+          {"hosts", std::string()},
+          {"slurm_job_id", std::string()},
+          {"started_utc", utc_now_iso8601()},
+          {"command_line", command_line},
+          {"prediction_of", p.base->run_id},
+          {"prediction_of_file", p.base->file},
+          {"prediction_comm", p.comm_source},
+          {"prediction_overlap", p.scaling.overlap},
+          {"prediction_spread", p.scaling.spread},
+          {"prediction_scaling_runs", fmt::format("{}", fmt::join(p.scaling.sources, ","))},
+          {"prediction_steps_per_epoch", p.steps},
+          {"prediction_compute_s_per_step", p.compute_s},
+          {"prediction_data_s_per_step", p.data_s},
+          {"prediction_allreduce_s_per_step", p.allreduce_s},
+          {"prediction_limiting_phase", p.limiting},
+          {"prediction_speedup", p.speedup},
+          {"prediction_model", std::string("mgbench predict v1 (docs/design.md, The scaling predictor)")}});
+  // What belonged to the measured run's own history.
+  std::erase_if(a, [](const auto& attr) { return attr.first == "resumes" || attr.first == "resumed_utc"; });
+  return a;
+}
+
+}  // namespace
+
+PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& o) {
+  PredictionPlan plan;
+  if (!o.link.empty()) plan.link = &link_assumption(o.link);
+  // Per workload, in the files' order: its 1-rank runs (the bases) and its multi-rank runs.
+  std::map<std::string, std::vector<const results::RunRecord*>> one_rank, multi_rank;
+  std::vector<std::string> workloads;
+  for (const auto& r : runs) {
+    if (!usable(r)) continue;
+    const std::string w = workload_of(r);
+    if (r.integer("world_size").value_or(1) == 1) {
+      if (one_rank.find(w) == one_rank.end()) workloads.push_back(w);
+      one_rank[w].push_back(&r);
     } else {
-      out << "  "
-          << fmt::format(fmt::runtime(row), p.run_id, p.display("world_size"), p.display("strategy"),
-                         p.display("precision"), p.display("image_size"), number(p.summary.total_s, 2),
-                         measured != nullptr ? number(measured->summary.total_s, 2) : "-", number(error, 1),
-                         measured != nullptr ? measured->run_id : "(not measured)");
+      multi_rank[w].push_back(&r);
+    }
+  }
+  MGBENCH_REQUIRE(!workloads.empty(), ResultsError,
+                  "no completed 1-rank run of `mgbench image` or `mgbench llm` among the files: measure the workload "
+                  "on 1 rank first");
+  for (const auto& w : workloads) {
+    try {
+      plan.workloads.push_back(predict_workload(runs, one_rank[w], multi_rank[w], o, plan.link, plan.notes));
+    } catch (const Error& e) {
+      // One workload that cannot be predicted (a run of an older mgbench) leaves the others.
+      plan.notes.push_back(fmt::format("workload of {} not predicted: {}", one_rank[w].back()->run_id, e.what()));
+    }
+  }
+  std::sort(plan.notes.begin(), plan.notes.end());
+  plan.notes.erase(std::unique(plan.notes.begin(), plan.notes.end()), plan.notes.end());
+  return plan;
+}
+
+void print_plan(std::ostream& out, const PredictionPlan& plan) {
+  for (const auto& predictions : plan.workloads) {
+    print_predictions(out, predictions);
+    out << "\n";
+  }
+  for (const auto& n : plan.notes) out << "# note: " << n << "\n";
+  if (plan.link != nullptr) out << fmt::format("# assumption {}: {}\n", plan.link->name, plan.link->source);
+}
+
+void write_predictions(const std::string& path, const PredictionPlan& plan, const std::string& command_line) {
+  for (const auto& predictions : plan.workloads) {
+    for (const auto& p : predictions) {
+      // Named after what it predicts: <strategy>-<n>r-of-<the 1-rank run measured>.
+      results::ResultsWriter writer(path, MPI_COMM_SELF,
+                                    fmt::format("predicted-{}-{}r-of-{}", p.strategy->name, p.ranks, p.base->run_id),
+                                    prediction_attributes(p, command_line), {{"rank", std::int64_t{0}}}, {});
+      const std::int64_t epochs = p.base->integer("epochs").value_or(1);
+      results::RunSummary s;
+      s.total_s = p.total_s;
+      s.train_s = p.epoch_s * static_cast<double>(epochs);
+      s.eval_s = p.eval_s * static_cast<double>(p.evaluated_epochs);  // as a measured run's: the sum
+      s.s_per_it = p.steps > 0 ? p.epoch_s / static_cast<double>(p.steps) : NAN;
+      s.epochs_completed = epochs;
+      s.finished_unix_s = static_cast<double>(std::time(nullptr));
+      writer.write_summary(s);
+      writer.finish(results::kStatusCompleted);
     }
   }
 }

@@ -3,26 +3,31 @@
 // (a 1-rank run's phase times, the all-reduce of a `mgbench comm` run) -- before anyone pays for
 // the GPUs. The model (docs/design.md, "The scaling predictor"), per rank and optimizer step:
 //
-//   steps(n)      ddp-ds: ceil(ceil(N / n) / b) (DistributedSampler's padded shard; floor with
-//                 drop_last); ddp-rr: ceil(ceil(N / b) / n) (round robin over the batches); ddp:
-//                 ceil(N / b) (no split: every rank computes every batch); capped by max_steps
+//   steps(n)      the strategy row's steps per epoch (axes/strategy.h, what the training loop runs):
+//                 ddp-ds: ceil(N / n) samples in micro-batches of b (DistributedSampler's padded
+//                 shard; floor with drop_last); ddp-rr: ceil(ceil(N / b) / n) (round robin over the
+//                 batches); ddp: ceil(N / b) (no split); in whole steps of grad_accum, capped by max_steps
 //   compute       h2d + transform + forward + backward + optimizer + the loop's other time, as
 //                 measured with 1 rank (each rank has its own device: a GPU, or --threads cores)
-//   data(n)       data_s; ddp-rr: n x data_s and n x h2d_s (every rank loads and copies every batch,
-//                 computes 1/n of them)
-//   allreduce(n)  the gradient buckets' all-reduces one after another, each costing what the comm
-//                 run measured for its size at n ranks (interpolated log-log; or a stated link
-//                 assumption), times (1 - overlap): the share hidden behind backward as a measured
-//                 multi-rank run of the workload showed (none without one)
+//   data(n)       data_s; a strategy whose ranks load every batch (ddp-rr): n x data_s and n x h2d_s
+//                 (every rank loads and copies every batch, computes 1/n of them)
+//   allreduce(n)  the gradient buckets' all-reduces one after another (the gradients' dtype: the
+//                 precision row's), each costing what the comm run measured for its size and dtype at n ranks
+//                 (interpolated log-log; or a stated link assumption), times (1 - overlap): the share hidden behind
+//                 backward as a measured multi-rank run of the workload showed (none without one)
 //   epoch(n)      steps(n) x (compute + data(n) + allreduce(n)) x straggler spread (the measured
 //                 slowest rank's time outside collectives over the ranks' mean; 1 without a multi-rank run)
 //   total(n)      epochs x epoch(n) + evaluated epochs x eval_s / n + the measured start-up
 // Nothing is fitted: every number is measured or a labelled assumption.
+#include <cstdint>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "axes/precision.h"
+#include "axes/strategy.h"
+#include "core/option_table.h"
 #include "results/reader.h"
 
 namespace mgbench::report {
@@ -36,7 +41,9 @@ struct LinkAssumption {
   std::string source;  // where the figure comes from
 };
 const std::vector<LinkAssumption>& link_assumptions();
-/// The assumption named `name`; throws ConfigError listing the names.
+/// The assumption named `name`, or nullptr.
+const LinkAssumption* find_link(const std::string& name);
+/// The assumption named `name`; throws ConfigError "--link '<name>': expected ..." listing the names.
 const LinkAssumption& link_assumption(const std::string& name);
 
 /// All-reduce time by message size at one rank count, from a comm run's out-of-place rows of one
@@ -69,9 +76,9 @@ std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord
 /// boundaries): first_bucket_bytes, then bucket_bytes each, the rest last.
 std::vector<double> gradient_buckets(double gradient_bytes, double first_bucket_bytes, double bucket_bytes);
 
-/// Optimizer steps per epoch per rank of a strategy (see the model above).
-std::int64_t steps_per_epoch(const std::string& strategy, std::int64_t samples, std::int64_t batch_per_step, int ranks,
-                             std::int64_t max_steps, bool drop_last);
+/// The precision row of a run's `precision` attribute. Throws ResultsError naming the run and the
+/// value when this mgbench does not know it (a run of a newer mgbench, a damaged file).
+const axes::PrecisionInfo& precision_of(const results::RunRecord& run);
 
 /// What a 1-rank run says about its workload, per optimizer step (averages over all its steps).
 struct MeasuredStep {
@@ -79,9 +86,10 @@ struct MeasuredStep {
   double eval_s = 0;     // per evaluated epoch
   double startup_s = 0;  // total_s - train_s - eval_s
   std::int64_t evaluated_epochs = 0;
-  double gradient_bytes = 0;  // trainable parameters x gradient element size
+  double gradient_bytes = 0;  // trainable parameters x the bytes of the gradients' dtype
 };
-/// Throws ResultsError naming the run when it has no completed epoch or lacks the attributes.
+/// Throws ResultsError naming the run when it has no completed epoch, lacks the attributes or has
+/// a precision this mgbench does not know.
 MeasuredStep measure_step(const results::RunRecord& one_rank);
 
 /// From multi-rank runs of the workload: the share of the all-reduce window hidden behind backward
@@ -97,7 +105,7 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
 
 struct Prediction {
   const results::RunRecord* base = nullptr;  // the 1-rank run measured
-  std::string strategy;
+  const axes::StrategyInfo* strategy = nullptr;
   int ranks = 1;
   std::int64_t steps = 0;                             // per epoch per rank
   double compute_s = 0, data_s = 0, allreduce_s = 0;  // per step (allreduce: exposed)
@@ -115,8 +123,43 @@ struct Prediction {
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank,
                                 const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
-                                const std::vector<int>& ranks, const std::vector<std::string>& strategies,
+                                const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
                                 std::vector<std::string>& notes);
+
+/// What `mgbench predict` predicts from which files (its options; declared into its option table).
+struct PredictOptions {
+  std::vector<std::string> files;       // results files, directories, quoted patterns (positional)
+  std::vector<std::string> comm_files;  // more files with comm runs (--comm, repeatable)
+  std::vector<std::int64_t> ranks{1, 2, 3, 4};
+  std::vector<axes::Strategy> strategies{axes::Strategy::kDdp, axes::Strategy::kDdpRr, axes::Strategy::kDdpDs};
+  std::string link;  // a link_assumptions() name where no comm run was measured; "": none
+  std::string results = "outputs/results.h5";
+
+  void declare(options::OptionTable& table);
+};
+
+/// Every workload's predictions, each predicted from its latest completed 1-rank run of the
+/// strategy (else of any strategy: at 1 rank they compute the same), with what was skipped or
+/// assumed.
+struct PredictionPlan {
+  std::vector<std::vector<Prediction>> workloads;  // one entry per workload, in the files' order
+  std::vector<std::string> notes;                  // sorted, unique
+  const LinkAssumption* link = nullptr;            // --link, if given
+};
+
+/// Predicts every workload of `runs` (training runs completed at 1 rank; the comm runs among
+/// `runs` price the all-reduce in the gradients' dtype). A workload that cannot be predicted (a run
+/// of an older mgbench) becomes a note. Throws ResultsError when no run can serve as a base.
+PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& options);
+
+/// The plan as tables (print_predictions per workload), then the notes and the link assumption.
+void print_plan(std::ostream& out, const PredictionPlan& plan);
+
+/// Appends every prediction to the results file `path` as a run of task `prediction` (its
+/// attributes: the base's, then what was predicted from what; its summary: the predicted times),
+/// named predicted-<strategy>-<n>r-of-<base run>. A single process: MPI must be initialised.
+/// Throws what the results writer throws (ResultsError naming the file).
+void write_predictions(const std::string& path, const PredictionPlan& plan, const std::string& command_line);
 
 /// The predictions as a table ('#' header and units rows, as the report's), one row per rank count
 /// and strategy, with the inputs as '#' lines.

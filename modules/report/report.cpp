@@ -2,8 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <tuple>
 
 #include <fmt/format.h>
+
+#include "report/table.h"
 
 namespace mgbench::report {
 namespace {
@@ -18,23 +24,21 @@ std::string workload_key(const results::RunRecord& r) { return workload_key(r, r
 
 std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v * 100.0) : "-"; }
 
-std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
-
 /// Rank 0's peak memory in MiB (GPU: the caching allocator's peak; CPU: peak resident set); NaN unrecorded.
 double peak_memory_mib(const results::RunRecord& r) {
   constexpr double kMiB = 1024.0 * 1024.0;
   return r.summary.peak_memory_bytes >= 0 ? static_cast<double>(r.summary.peak_memory_bytes) / kMiB : results::kNaN;
 }
 
-// Table rows as nccl-tests prints them: the header and the units row start with '#', data rows
-// with two spaces, so the columns line up and `grep -v '^#'` leaves only data.
-template <typename... Args>
-void header_row(std::ostream& out, const char* layout, Args&&... columns) {
-  out << "# " << fmt::format(fmt::runtime(layout), std::forward<Args>(columns)...);
+/// A model path cut to its last 13 characters for a 16-character column.
+std::string short_model(const results::RunRecord& r) {
+  std::string model = r.display("model");
+  return model.size() > 16 ? "..." + model.substr(model.size() - 13) : model;
 }
-template <typename... Args>
-void data_row(std::ostream& out, const char* layout, Args&&... columns) {
-  out << "  " << fmt::format(fmt::runtime(layout), std::forward<Args>(columns)...);
+
+/// "<batch>x<grad-accum>".
+std::string batch_x_accum(const results::RunRecord& r) {
+  return fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum"));
 }
 
 /// How often a run was resumed from a checkpoint (`mgbench ... --resume`); 0 when never.
@@ -112,61 +116,78 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
                        r.display("precision"), r.display("batch_size"), r.display("grad_accum"),
                        r.display("train_samples"), r.display("max_seq_len"));
   };
-  auto efficiency = [&](const results::RunRecord& r) -> std::optional<double> {
-    if (!is_completed(r) || !std::isfinite(r.summary.tokens_per_s)) return std::nullopt;
-    const results::RunRecord* one = nullptr;
-    for (const auto& o : runs) {
-      if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && key(o) == key(r) &&
-          std::isfinite(o.summary.tokens_per_s)) {
-        one = &o;
+  // Per-rank tokens/s over the 1-rank run's of the same workload.
+  struct LlmRow {
+    const results::RunRecord* run;
+    std::optional<double> efficiency;
+  };
+  std::vector<LlmRow> rows;
+  for (const auto& r : runs) {
+    if (!is_llm_run(r)) continue;
+    LlmRow row{&r, std::nullopt};
+    if (is_completed(r) && std::isfinite(r.summary.tokens_per_s)) {
+      const results::RunRecord* one = nullptr;
+      for (const auto& o : runs) {
+        if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && key(o) == key(r) &&
+            std::isfinite(o.summary.tokens_per_s)) {
+          one = &o;
+        }
+      }
+      if (one != nullptr) {
+        row.efficiency = r.summary.tokens_per_s / static_cast<double>(r.integer("world_size").value_or(1)) /
+                         one->summary.tokens_per_s;
       }
     }
-    if (one == nullptr) return std::nullopt;
-    return r.summary.tokens_per_s / static_cast<double>(r.integer("world_size").value_or(1)) /
-           one->summary.tokens_per_s;
-  };
+    rows.push_back(row);
+  }
   auto loss = [](const results::RunRecord& r) {
     return std::isfinite(r.summary.eval_loss) ? r.summary.eval_loss : r.summary.final_loss;
   };
+  auto attribute = [](const char* name) { return [name](const LlmRow& w) { return w.run->display(name); }; };
   // The model's weight bytes per parameter (NF4 projections ~0.52 where bf16 is 2: the paper's QLoRA
   // saving); NaN for runs written before it was recorded.
-  auto bytes_per_param = [](const results::RunRecord& r) {
-    return r.real("weight_bytes_per_parameter").value_or(results::kNaN);
+  auto bytes_per_param = [](const LlmRow& w) {
+    return w.run->real("weight_bytes_per_parameter").value_or(results::kNaN);
   };
-  if (format == Format::kCsv) {
-    out << "file,run_id,status,task,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
-           "efficiency_vs_1_rank_pct,mfu_pct,loss,resumes,recipe,peak_memory_mib,weight_bytes_per_param\n";
-    for (const auto& r : runs) {
-      if (!is_llm_run(r)) continue;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
-                         r.display("task"), r.display("world_size"), r.display("model"), r.display("dataset"),
-                         r.display("precision"), r.display("batch_size"), r.display("grad_accum"),
-                         number(r.summary.s_per_it, 4), number(r.summary.tokens_per_s, 1), percent(efficiency(r)),
-                         number(r.summary.mfu * 100.0, 2), number(loss(r), 4), resumes(r), recipe_of(r),
-                         number(peak_memory_mib(r), 0), number(bytes_per_param(r), 3));
-    }
-    return;
+  const std::vector<Column<LlmRow>> columns = {
+      {"", "", 0, "file", [](const LlmRow& w) { return w.run->file; }},
+      {"run", "", -28, "run_id", [](const LlmRow& w) { return w.run->run_id; }},
+      {"status", "", -9, "status", [](const LlmRow& w) { return w.run->status; }},
+      {"", "", 0, "task", attribute("task")},
+      {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"model", "", -16, "model", [](const LlmRow& w) { return short_model(*w.run); }, attribute("model")},
+      {"dataset", "", -9, "dataset", attribute("dataset")},
+      {"prec", "", -5, "precision", attribute("precision")},
+      {"batch", "(xacc)", 7, "", [](const LlmRow& w) { return batch_x_accum(*w.run); }},
+      {"", "", 0, "batch_size", attribute("batch_size")},
+      {"", "", 0, "grad_accum", attribute("grad_accum")},
+      {"s/it", "(s)", 8, "s_per_it", [](const LlmRow& w) { return number(w.run->summary.s_per_it, 3); },
+       [](const LlmRow& w) { return number(w.run->summary.s_per_it, 4); }},
+      {"tokens/s", "", 10, "tokens_per_s", [](const LlmRow& w) { return number(w.run->summary.tokens_per_s, 0); },
+       [](const LlmRow& w) { return number(w.run->summary.tokens_per_s, 1); }},
+      {"eff_1rank", "(%)", 9, "efficiency_vs_1_rank_pct", [](const LlmRow& w) { return percent(w.efficiency); }},
+      {"MFU", "(%)", 6, "mfu_pct", [](const LlmRow& w) { return number(w.run->summary.mfu * 100.0, 1); },
+       [](const LlmRow& w) { return number(w.run->summary.mfu * 100.0, 2); }},
+      {"loss", "", 8, "loss",
+       [](const LlmRow& w) {
+         const auto& s = w.run->summary;
+         return std::isfinite(s.eval_loss) ? "eval " + number(s.eval_loss, 4) : number(s.final_loss, 4);
+       },
+       [&](const LlmRow& w) { return number(loss(*w.run), 4); }},
+      {"", "", 0, "resumes", [](const LlmRow& w) { return std::to_string(resumes(*w.run)); }},
+      {"recipe", "", -8, "recipe", [](const LlmRow& w) { return recipe_of(*w.run); }},
+      {"peak mem", "(MiB)", 8, "peak_memory_mib", [](const LlmRow& w) { return number(peak_memory_mib(*w.run), 0); }},
+      {"B/par", "", 6, "weight_bytes_per_param", [&](const LlmRow& w) { return number(bytes_per_param(w), 2); },
+       [&](const LlmRow& w) { return number(bytes_per_param(w), 3); }},
+  };
+  const bool csv = format == Format::kCsv;
+  if (!csv) {
+    out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
+           "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank\n";
   }
-  out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
-         "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank\n";
-  const char* header = "{:<28} {:<8} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>9} {:>6} {:>8} {:>6} {:>8} {:<9}\n";
-  header_row(out, header, "run", "recipe", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s",
-             "eff_1rank", "MFU", "peak mem", "B/par", "loss", "status");
-  header_row(out, header, "", "", "", "", "", "", "(xacc)", "(s)", "", "(%)", "(%)", "(MiB)", "", "", "");
-  for (const auto& r : runs) {
-    if (!is_llm_run(r)) continue;
-    std::string model = r.display("model");
-    if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
-    data_row(
-        out, header, r.run_id, recipe_of(r), r.display("world_size"), model, r.display("dataset"),
-        r.display("precision"), fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")),
-        number(r.summary.s_per_it, 3), number(r.summary.tokens_per_s, 0), percent(efficiency(r)),
-        number(r.summary.mfu * 100.0, 1), number(peak_memory_mib(r), 0), number(bytes_per_param(r), 2),
-        std::isfinite(r.summary.eval_loss) ? "eval " + number(r.summary.eval_loss, 4) : number(r.summary.final_loss, 4),
-        r.status);
-  }
-  for (const auto& r : runs) {
-    if (is_llm_run(r)) print_notes(out, r);
+  write_table(out, columns, rows, csv);
+  if (!csv) {
+    for (const auto& row : rows) print_notes(out, *row.run);
   }
 }
 
@@ -191,73 +212,83 @@ double final_metric(const results::RunRecord& r, const std::string& name) {
 }  // namespace
 
 void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
-  if (format == Format::kCsv) {
-    out << "file,run_id,status,ranks,model,dataset,precision,batch_size,grad_accum,s_per_it,tokens_per_s,"
-           "padded_tokens_per_s,peak_memory_mib,loss,reward_accuracy_pct,reward_margin,resumes\n";
-    for (const auto& r : runs) {
-      if (!is_dpo_run(r)) continue;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
-                         r.display("world_size"), r.display("model"), r.display("dataset"), r.display("precision"),
-                         r.display("batch_size"), r.display("grad_accum"), number(r.summary.s_per_it, 4),
-                         number(r.summary.tokens_per_s, 1), number(r.summary.padded_tokens_per_s, 1),
-                         number(peak_memory_mib(r), 0), number(r.summary.final_loss, 4),
-                         number(final_metric(r, "reward_accuracy") * 100.0, 2),
-                         number(final_metric(r, "reward_margin"), 4), resumes(r));
-    }
-    return;
-  }
-  out << "# DPO runs (Lawenda et al. 2025b): s/it per optimizer step; tokens/s of all ranks, real and padded (as "
-         "TorchTune logs them) tokens of chosen and rejected; reward accuracy and margin: mean over ranks of the "
-         "last 10 steps\n";
-  const char* header = "{:<28} {:>5} {:<16} {:<9} {:<5} {:>7} {:>8} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8} {:<9}\n";
-  header_row(out, header, "run", "ranks", "model", "dataset", "prec", "batch", "s/it", "tokens/s", "padded/s",
-             "peak mem", "loss", "rew_acc", "margin", "status");
-  header_row(out, header, "", "", "", "", "", "(xacc)", "(s)", "", "", "(MiB)", "", "(%)", "", "");
+  std::vector<const results::RunRecord*> rows;
   for (const auto& r : runs) {
-    if (!is_dpo_run(r)) continue;
-    std::string model = r.display("model");
-    if (model.size() > 16) model = "..." + model.substr(model.size() - 13);
-    data_row(out, header, r.run_id, r.display("world_size"), model, r.display("dataset"), r.display("precision"),
-             fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum")), number(r.summary.s_per_it, 3),
-             number(r.summary.tokens_per_s, 0), number(r.summary.padded_tokens_per_s, 0), number(peak_memory_mib(r), 0),
-             number(r.summary.final_loss, 4), number(final_metric(r, "reward_accuracy") * 100.0, 1),
-             number(final_metric(r, "reward_margin"), 3), r.status);
+    if (is_dpo_run(r)) rows.push_back(&r);
   }
-  for (const auto& r : runs) {
-    if (is_dpo_run(r)) print_notes(out, r);
+  using Run = const results::RunRecord*;
+  auto attribute = [](const char* name) { return [name](Run r) { return r->display(name); }; };
+  auto metric = [](const char* name, double scale, int digits) {
+    return [=](Run r) { return number(final_metric(*r, name) * scale, digits); };
+  };
+  const std::vector<Column<Run>> columns = {
+      {"", "", 0, "file", [](Run r) { return r->file; }},
+      {"run", "", -28, "run_id", [](Run r) { return r->run_id; }},
+      {"status", "", -9, "status", [](Run r) { return r->status; }},
+      {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"model", "", -16, "model", [](Run r) { return short_model(*r); }, attribute("model")},
+      {"dataset", "", -9, "dataset", attribute("dataset")},
+      {"prec", "", -5, "precision", attribute("precision")},
+      {"batch", "(xacc)", 7, "", [](Run r) { return batch_x_accum(*r); }},
+      {"", "", 0, "batch_size", attribute("batch_size")},
+      {"", "", 0, "grad_accum", attribute("grad_accum")},
+      {"s/it", "(s)", 8, "s_per_it", [](Run r) { return number(r->summary.s_per_it, 3); },
+       [](Run r) { return number(r->summary.s_per_it, 4); }},
+      {"tokens/s", "", 10, "tokens_per_s", [](Run r) { return number(r->summary.tokens_per_s, 0); },
+       [](Run r) { return number(r->summary.tokens_per_s, 1); }},
+      {"padded/s", "", 10, "padded_tokens_per_s", [](Run r) { return number(r->summary.padded_tokens_per_s, 0); },
+       [](Run r) { return number(r->summary.padded_tokens_per_s, 1); }},
+      {"peak mem", "(MiB)", 9, "peak_memory_mib", [](Run r) { return number(peak_memory_mib(*r), 0); }},
+      {"loss", "", 8, "loss", [](Run r) { return number(r->summary.final_loss, 4); }},
+      {"rew_acc", "(%)", 8, "reward_accuracy_pct", metric("reward_accuracy", 100.0, 1),
+       metric("reward_accuracy", 100.0, 2)},
+      {"margin", "", 8, "reward_margin", metric("reward_margin", 1.0, 3), metric("reward_margin", 1.0, 4)},
+      {"", "", 0, "resumes", [](Run r) { return std::to_string(resumes(*r)); }},
+  };
+  const bool csv = format == Format::kCsv;
+  if (!csv) {
+    out << "# DPO runs (Lawenda et al. 2025b): s/it per optimizer step; tokens/s of all ranks, real and padded (as "
+           "TorchTune logs them) tokens of chosen and rejected; reward accuracy and margin: mean over ranks of the "
+           "last 10 steps\n";
+  }
+  write_table(out, columns, rows, csv);
+  if (!csv) {
+    for (const auto* r : rows) print_notes(out, *r);
   }
 }
 
 void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
-  if (format == Format::kCsv) {
-    out << "file,run_id,status,ranks,strategy,precision,pin_memory,image_size,epochs,batch_size,total_s,"
-           "test_accuracy_pct,img_per_s,efficiency_vs_1_rank_pct,efficiency_vs_fp64_pct,resumes\n";
-    for (const auto& row : rows) {
-      const auto& r = *row.run;
-      out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.file, r.run_id, r.status,
-                         r.display("world_size"), r.display("strategy"), r.display("precision"),
-                         r.display("pin_memory"), r.display("image_size"), r.display("epochs"), r.display("batch_size"),
-                         number(r.summary.total_s, 3), number(r.summary.test_accuracy * 100.0, 2),
-                         number(r.summary.samples_per_s, 1), percent(row.efficiency_vs_1_rank),
-                         percent(row.efficiency_vs_fp64), resumes(r));
-    }
-    return;
+  auto attribute = [](const char* name) { return [name](const Row& w) { return w.run->display(name); }; };
+  const std::vector<Column<Row>> columns = {
+      {"", "", 0, "file", [](const Row& w) { return w.run->file; }},
+      {"run", "", -36, "run_id", [](const Row& w) { return w.run->run_id; }},
+      {"status", "", -9, "status", [](const Row& w) { return w.run->status; }},
+      {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"strat", "", -7, "strategy", attribute("strategy")},
+      {"precision", "", -9, "precision", attribute("precision")},
+      {"pin", "", -5, "pin_memory", attribute("pin_memory")},
+      {"size", "(px)", 5, "image_size", attribute("image_size")},
+      {"epochs", "", 6, "epochs", attribute("epochs")},
+      {"", "", 0, "batch_size", attribute("batch_size")},
+      {"total", "(s)", 10, "total_s", [](const Row& w) { return number(w.run->summary.total_s, 1); },
+       [](const Row& w) { return number(w.run->summary.total_s, 3); }},
+      {"test_acc", "(%)", 8, "test_accuracy_pct",
+       [](const Row& w) { return number(w.run->summary.test_accuracy * 100.0, 2); }},
+      {"thruput", "(img/s)", 9, "img_per_s", [](const Row& w) { return number(w.run->summary.samples_per_s, 1); }},
+      {"eff_1rank", "(%)", 9, "efficiency_vs_1_rank_pct", [](const Row& w) { return percent(w.efficiency_vs_1_rank); }},
+      {"eff_fp64", "(%)", 9, "efficiency_vs_fp64_pct", [](const Row& w) { return percent(w.efficiency_vs_fp64); }},
+      {"", "", 0, "resumes", [](const Row& w) { return std::to_string(resumes(*w.run)); }},
+  };
+  const bool csv = format == Format::kCsv;
+  if (!csv) {
+    out << fmt::format("# mgbench report: {} run(s)\n", rows.size());
+    out << "# efficiency vs 1 rank = T(1 rank) / T(n ranks); vs FP64 = T(fp64) / T(precision), same ranks "
+           "(Lawenda et al. 2025, Table 2)\n";
   }
-  out << fmt::format("# mgbench report: {} run(s)\n", rows.size());
-  out << "# efficiency vs 1 rank = T(1 rank) / T(n ranks); vs FP64 = T(fp64) / T(precision), same ranks "
-         "(Lawenda et al. 2025, Table 2)\n";
-  const char* header = "{:<36} {:>5} {:<7} {:<9} {:<5} {:>5} {:>6} {:>10} {:>8} {:>9} {:>9} {:>9} {:<9}\n";
-  header_row(out, header, "run", "ranks", "strat", "precision", "pin", "size", "epochs", "total", "test_acc", "thruput",
-             "eff_1rank", "eff_fp64", "status");
-  header_row(out, header, "", "", "", "", "", "(px)", "", "(s)", "(%)", "(img/s)", "(%)", "(%)", "");
-  for (const auto& row : rows) {
-    const auto& r = *row.run;
-    data_row(out, header, r.run_id, r.display("world_size"), r.display("strategy"), r.display("precision"),
-             r.display("pin_memory"), r.display("image_size"), r.display("epochs"), number(r.summary.total_s, 1),
-             number(r.summary.test_accuracy * 100.0, 2), number(r.summary.samples_per_s, 1),
-             percent(row.efficiency_vs_1_rank), percent(row.efficiency_vs_fp64), r.status);
+  write_table(out, columns, rows, csv);
+  if (!csv) {
+    for (const auto& row : rows) print_notes(out, *row.run);
   }
-  for (const auto& row : rows) print_notes(out, *row.run);
 }
 
 namespace {
@@ -296,48 +327,89 @@ std::vector<CommRow> comm_rows(const results::RunRecord& run) {
 }  // namespace
 
 void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
-  if (format == Format::kCsv) {
-    out << "file,run_id,status,ranks,backend,device,collective,dtype,op,root,in_place,bytes,count,time_min_s,"
-           "time_avg_s,time_max_s,algbw_gbs,busbw_gbs,wrong\n";
-  } else {
-    out << "# comm runs (mgbench comm, nccl-tests' columns): time of one launch, min / avg / max across ranks; "
-           "algbw = size / avg time, busbw = algbw x bus factor\n";
-  }
-  const char* header = "{:<28} {:>5} {:<5} {:<15} {:<5} {:<5} {:<6} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n";
-  if (format == Format::kTable) {
-    header_row(out, header, "run", "ranks", "bknd", "collective", "type", "redop", "place", "size", "time_min",
-               "time_avg", "time_max", "algbw", "busbw", "#wrong");
-    header_row(out, header, "", "", "", "", "", "", "", "(B)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "");
-  }
+  struct CommLine {
+    const results::RunRecord* run;
+    CommRow row;
+    double algbw, busbw;  // GB/s, from the average time
+  };
+  std::vector<CommLine> lines;
   for (const auto& r : runs) {
     if (!is_comm_run(r)) continue;
     for (const CommRow& row : comm_rows(r)) {
       const auto& c = *row.first;
       const double algbw = static_cast<double>(c.bytes) / row.avg_s / 1e9;
       const double busbw = c.time_s > 0 ? algbw * c.busbw_gbs / c.algbw_gbs : results::kNaN;  // the bus factor
-      const std::string wrong =
-          row.checked ? std::to_string(row.wrong) : std::string(format == Format::kCsv ? "" : "N/A");
-      if (format == Format::kCsv) {
-        out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{}\n", r.file, r.run_id,
-                           r.status, r.display("world_size"), r.display("backend"), r.display("device"), c.collective,
-                           c.dtype, c.op, c.root, static_cast<int>(c.in_place), c.bytes, c.count, row.min_s, row.avg_s,
-                           row.max_s, number(algbw, 4), number(busbw, 4), wrong);
-      } else {
-        data_row(out, header, r.run_id, r.display("world_size"), r.display("backend"), c.collective, c.dtype,
-                 c.op[0] != '\0' ? c.op : "none", c.in_place != 0 ? "in" : "out", c.bytes, number(row.min_s * 1e6, 2),
-                 number(row.avg_s * 1e6, 2), number(row.max_s * 1e6, 2), number(algbw, 3), number(busbw, 3), wrong);
-      }
+      lines.push_back({&r, row, algbw, busbw});
     }
   }
-  if (format == Format::kTable) {
+  using L = CommLine;
+  auto attribute = [](const char* name) { return [name](const L& l) { return l.run->display(name); }; };
+  auto record = [](const L& l) -> const results::CommRecord& { return *l.row.first; };
+  auto micro = [](double CommRow::*field) { return [field](const L& l) { return number(l.row.*field * 1e6, 2); }; };
+  auto seconds = [](double CommRow::*field) {
+    return [field](const L& l) { return fmt::format("{:.9g}", l.row.*field); };
+  };
+  const std::vector<Column<L>> columns = {
+      {"", "", 0, "file", [](const L& l) { return l.run->file; }},
+      {"run", "", -28, "run_id", [](const L& l) { return l.run->run_id; }},
+      {"", "", 0, "status", [](const L& l) { return l.run->status; }},
+      {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"bknd", "", -5, "backend", attribute("backend")},
+      {"", "", 0, "device", attribute("device")},
+      {"collective", "", -15, "collective", [&](const L& l) { return std::string(record(l).collective); }},
+      {"type", "", -5, "dtype", [&](const L& l) { return std::string(record(l).dtype); }},
+      {"redop", "", -5, "op", [&](const L& l) { return std::string(record(l).op[0] != '\0' ? record(l).op : "none"); },
+       [&](const L& l) { return std::string(record(l).op); }},
+      {"", "", 0, "root", [&](const L& l) { return std::to_string(record(l).root); }},
+      {"place", "", -6, "in_place", [&](const L& l) { return std::string(record(l).in_place != 0 ? "in" : "out"); },
+       [&](const L& l) { return std::to_string(static_cast<int>(record(l).in_place)); }},
+      {"size", "(B)", 12, "bytes", [&](const L& l) { return std::to_string(record(l).bytes); }},
+      {"", "", 0, "count", [&](const L& l) { return std::to_string(record(l).count); }},
+      {"time_min", "(us)", 10, "time_min_s", micro(&CommRow::min_s), seconds(&CommRow::min_s)},
+      {"time_avg", "(us)", 10, "time_avg_s", micro(&CommRow::avg_s), seconds(&CommRow::avg_s)},
+      {"time_max", "(us)", 10, "time_max_s", micro(&CommRow::max_s), seconds(&CommRow::max_s)},
+      {"algbw", "(GB/s)", 8, "algbw_gbs", [](const L& l) { return number(l.algbw, 3); },
+       [](const L& l) { return number(l.algbw, 4); }},
+      {"busbw", "(GB/s)", 8, "busbw_gbs", [](const L& l) { return number(l.busbw, 3); },
+       [](const L& l) { return number(l.busbw, 4); }},
+      {"#wrong", "", 6, "wrong", [](const L& l) { return l.row.checked ? std::to_string(l.row.wrong) : "N/A"; },
+       [](const L& l) { return l.row.checked ? std::to_string(l.row.wrong) : ""; }},
+  };
+  const bool csv = format == Format::kCsv;
+  if (!csv) {
+    out << "# comm runs (mgbench comm, nccl-tests' columns): time of one launch, min / avg / max across ranks; "
+           "algbw = size / avg time, busbw = algbw x bus factor\n";
+  }
+  write_table(out, columns, lines, csv);
+  if (!csv) {
     for (const auto& r : runs) {
       if (is_comm_run(r)) print_notes(out, r);
     }
   }
 }
 
+namespace {
+
+/// A row of a table-only listing: its cells as text.
+using TextRow = std::vector<std::string>;
+
+/// Columns of text rows: header, unit and width of each cell in order.
+std::vector<Column<TextRow>> text_columns(
+    std::initializer_list<std::tuple<std::string_view, std::string_view, int>> spec) {
+  std::vector<Column<TextRow>> columns;
+  std::size_t k = 0;
+  for (const auto& [header, unit, width] : spec) {
+    columns.push_back({header, unit, width, "", [k](const TextRow& row) { return row[k]; }});
+    ++k;
+  }
+  return columns;
+}
+
+}  // namespace
+
 void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs) {
-  const char* row = "{:<10} {:>10} {:>10} {:>10} {:>8}\n";
+  const auto columns = text_columns(
+      {{"phase", "", -10}, {"min", "(s)", 10}, {"avg", "(s)", 10}, {"max", "(s)", 10}, {"share", "(%)", 8}});
   for (const auto& run : runs) {
     out << fmt::format("# {} ({} ranks, {}, {}, {} px): training time by phase, summed over {} epoch(s)\n", run.run_id,
                        run.display("world_size"), run.display("strategy"), run.display("precision"),
@@ -347,14 +419,14 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
       out << fmt::format("# (no completed epoch yet: status {})\n", run.status);
       continue;
     }
-    header_row(out, row, "phase", "min", "avg", "max", "share");
-    header_row(out, row, "", "(s)", "(s)", "(s)", "(%)");
     std::vector<double> train_s;
     for (const auto& rank : run.epochs) {
       double t = 0;
       for (const auto& e : rank) t += e.train_s;
       train_s.push_back(t);
     }
+    const double n = static_cast<double>(run.epochs.size());
+    std::vector<TextRow> rows;
     for (const auto& [name, field] : results::kPhaseFields) {
       double lo = INFINITY, hi = -INFINITY, sum = 0, share = 0;
       for (std::size_t r = 0; r < run.epochs.size(); ++r) {
@@ -365,20 +437,14 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
         sum += t;
         share += train_s[r] > 0 ? t / train_s[r] : 0.0;
       }
-      const double n = static_cast<double>(run.epochs.size());
-      if (n == 0) continue;
-      data_row(out, row, name, number(lo, 3), number(sum / n, 3), number(hi, 3), number(100.0 * share / n, 1));
+      rows.push_back(
+          {std::string(name), number(lo, 3), number(sum / n, 3), number(hi, 3), number(100.0 * share / n, 1)});
     }
-    double lo = INFINITY, hi = -INFINITY, sum = 0;
-    for (double t : train_s) {
-      lo = std::min(lo, t);
-      hi = std::max(hi, t);
-      sum += t;
-    }
-    if (!train_s.empty()) {
-      data_row(out, row, "train", number(lo, 3), number(sum / static_cast<double>(train_s.size()), 3), number(hi, 3),
-               "100.0");
-    }
+    const auto [lo, hi] = std::minmax_element(train_s.begin(), train_s.end());
+    double sum = 0;
+    for (double t : train_s) sum += t;
+    rows.push_back({"train", number(*lo, 3), number(sum / n, 3), number(*hi, 3), "100.0"});
+    write_table(out, columns, rows, /*csv=*/false);
     double window = 0, exposed = 0;
     for (const auto& rank : run.epochs) {
       for (const auto& e : rank) {
@@ -397,6 +463,24 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
 }
 
 void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, std::size_t top_kernels) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const auto rank_columns = text_columns({{"rank", "", -6},
+                                          {"window", "(s)", 9},
+                                          {"HtoD", "(count)", 9},
+                                          {"HtoD", "(MiB)", 11},
+                                          {"HtoD/smp", "(B)", 10},
+                                          {"HtoD", "(s)", 9},
+                                          {"HtoD", "(%)", 7},
+                                          {"kernels", "(s)", 10},
+                                          {"kernels", "(%)", 7},
+                                          {"NCCL", "(s)", 10},
+                                          {"NCCL", "(%)", 7},
+                                          {"peak alloc", "(MiB)", 10},
+                                          {"peak resv", "(MiB)", 10}});
+  const auto api_columns =
+      text_columns({{"API (mean over ranks)", "", -28}, {"calls", "", 12}, {"time", "(s)", 10}, {"", "(%)", 8}});
+  const auto kernel_columns =
+      text_columns({{"top kernels (rank 0)", "", -60}, {"count", "", 10}, {"time", "(s)", 10}, {"", "(%)", 8}});
   for (const auto& run : runs) {
     out << fmt::format("# {} ({} ranks, {}, {}, pin_memory {}, upscale {}, {} px): CUDA activity", run.run_id,
                        run.display("world_size"), run.display("strategy"), run.display("precision"),
@@ -406,28 +490,27 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
       continue;
     }
     out << fmt::format(", profile window {}\n", run.display("profile_window"));
-    const char* row = "{:<6} {:>9} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10}\n";
-    header_row(out, row, "rank", "window", "HtoD", "HtoD", "HtoD/smp", "HtoD", "HtoD", "kernels", "kernels", "NCCL",
-               "NCCL", "peak alloc", "peak resv");
-    header_row(out, row, "", "(s)", "(count)", "(MiB)", "(B)", "(s)", "(%)", "(s)", "(%)", "(s)", "(%)", "(MiB)",
-               "(MiB)");
-    constexpr double kMiB = 1024.0 * 1024.0;
+    std::vector<TextRow> rows;
     for (std::size_t r = 0; r < run.cuda.size(); ++r) {
       const auto& c = run.cuda[r];
       const double w = c.window_s > 0 ? c.window_s : NAN;
-      data_row(out, row, r, number(c.window_s, 2), c.htod_count, number(static_cast<double>(c.htod_bytes) / kMiB, 1),
-               c.samples > 0 ? number(static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples), 0)
-                             : std::string("-"),
-               number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
-               number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
-               number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),
-               number(static_cast<double>(c.peak_reserved_bytes) / kMiB, 0));
-      if (c.dropped_records > 0) out << fmt::format("# (rank {}: {} CUPTI records dropped)\n", r, c.dropped_records);
+      rows.push_back({std::to_string(r), number(c.window_s, 2), std::to_string(c.htod_count),
+                      number(static_cast<double>(c.htod_bytes) / kMiB, 1),
+                      c.samples > 0 ? number(static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples), 0)
+                                    : std::string("-"),
+                      number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
+                      number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
+                      number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),
+                      number(static_cast<double>(c.peak_reserved_bytes) / kMiB, 0)});
+    }
+    write_table(out, rank_columns, rows, /*csv=*/false);
+    for (std::size_t r = 0; r < run.cuda.size(); ++r) {
+      if (run.cuda[r].dropped_records > 0) {
+        out << fmt::format("# (rank {}: {} CUPTI records dropped)\n", r, run.cuda[r].dropped_records);
+      }
     }
     // API calls, averaged over ranks.
-    const char* api_row = "{:<28} {:>12} {:>10} {:>8}\n";
-    header_row(out, api_row, "API (mean over ranks)", "calls", "time", "");
-    header_row(out, api_row, "", "", "(s)", "(%)");
+    rows.clear();
     const auto& first = run.cuda_api.front();
     for (std::size_t i = 0; i < first.size(); ++i) {
       double calls = 0, time = 0, share = 0;
@@ -441,19 +524,19 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
       }
       const double n = static_cast<double>(run.cuda_api.size());
       if (calls == 0) continue;
-      data_row(out, api_row, first[i].name, number(calls / n, 0), number(time / n, 3), number(100 * share / n, 2));
+      rows.push_back({first[i].name, number(calls / n, 0), number(time / n, 3), number(100 * share / n, 2)});
     }
-    const char* kernel_row = "{:<60} {:>10} {:>10} {:>8}\n";
-    header_row(out, kernel_row, "top kernels (rank 0)", "count", "time", "");
-    header_row(out, kernel_row, "", "", "(s)", "(%)");
+    write_table(out, api_columns, rows, /*csv=*/false);
+    rows.clear();
     const auto& kernels = run.cuda_kernels.front();
     const double w0 = run.cuda.front().window_s;
     for (std::size_t i = 0; i < std::min(top_kernels, kernels.size()); ++i) {
       std::string name = kernels[i].name;
       if (name.size() > 60) name = name.substr(0, 57) + "...";
-      data_row(out, kernel_row, name, kernels[i].count, number(kernels[i].time_s, 3),
-               number(w0 > 0 ? 100 * kernels[i].time_s / w0 : NAN, 2));
+      rows.push_back({name, std::to_string(kernels[i].count), number(kernels[i].time_s, 3),
+                      number(w0 > 0 ? 100 * kernels[i].time_s / w0 : NAN, 2)});
     }
+    write_table(out, kernel_columns, rows, /*csv=*/false);
     out << "\n";
   }
 }

@@ -77,15 +77,6 @@ std::string hdf5_version() {
   return fmt::format("{}.{}.{}", major, minor, release);
 }
 
-std::string compact_utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
-}
-
 /// Takes the exclusive write lock of path ("<path>.lock", fcntl): "" and fd set, or the problem.
 std::string lock_for_writing(const std::string& path, int& fd) {
   const std::string lock_path = path + ".lock";
@@ -269,7 +260,7 @@ void ResultsWriter::create_run(const std::string& run_name, const h5::Attributes
   // Run id: rank 0's UTC start time and the run name, made unique in this file. Every rank runs
   // the loop: with collective metadata operations, H5Lexists is a collective call.
   const std::string base = broadcast_string(
-      comm_, rank_ == 0 ? compact_utc_now() + (run_name.empty() ? "" : "_" + sanitize_run_name(run_name)) : "");
+      comm_, rank_ == 0 ? utc_now("%Y%m%dT%H%M%SZ") + (run_name.empty() ? "" : "_" + sanitize_run_name(run_name)) : "");
   run_id_ = base;
   for (int n = 2; h5::link_exists(file_, "runs/" + run_id_); ++n) run_id_ = fmt::format("{}-{}", base, n);
   const std::string run_path = "runs/" + run_id_;

@@ -25,10 +25,10 @@
 #include "runtime/mpi_communicator.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/stop_request.h"
-#include "train/checkpointer.h"
+#include "session/session.h"
+#include "train/checkpoint/checkpointer.h"
+#include "train/checkpoint/run_state.h"
 #include "train/loop.h"
-#include "train/run_state.h"
-#include "train/session.h"
 
 namespace mgbench::train {
 namespace {
@@ -36,7 +36,7 @@ namespace {
 /// The checkpoint identity of this job (checkpointer.h): the settings that change results, and
 /// what `--device auto` and `--backend auto` resolved to here (a run started on the CPU does not
 /// continue on a GPU, nor the other way round).
-std::string job_identity(const JobConfig& config, const Connection& c) {
+std::string job_identity(const JobConfig& config, const session::Connection& c) {
   return config.identity() + fmt::format("device (resolved) = {}\nbackend (resolved) = {}\n",
                                          c.placement.is_cuda() ? "cuda" : "cpu", runtime::backend_name(c.backend));
 }
@@ -78,7 +78,7 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const TrainOptio
     log::info("results: {} run {} resumed from {} (global step {})", from->results, from->run_id, from->path,
               from->global_step);
   } else {
-    job->writer = open_run(env, train.results, train.run_name, run_attributes, rank_attributes, layout);
+    job->writer = session::open_run(env, train.results, train.run_name, run_attributes, rank_attributes, layout);
     if (!job->writer) return nullptr;
   }
   job->stop = std::make_unique<runtime::StopAgreement>(env.world());
@@ -108,7 +108,8 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   // and exit 75, which the batch scripts requeue).
   runtime::install_stop_handlers();
   runtime::name_process_for_stop_message(fmt::format("rank {} on {}", env.rank(), env.hostname()));
-  Connection connection = connect(env, config.train.device, config.train.backend, config.train.comm_timeout_s);
+  session::Connection connection =
+      session::connect(env, config.train.device, config.train.backend, config.train.comm_timeout_s);
   if (!connection.comm) return 1;
   const bool eval_only = config.recipe->eval_only();
   const std::string task = eval_only ? config.task + "-eval" : config.task;
@@ -140,7 +141,7 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
       })) {
     return 1;
   }
-  h5::Attributes attributes = common_attributes(env, config.table, task, identity, command_line);
+  h5::Attributes attributes = session::common_attributes(env, config.table, task, identity, command_line);
   h5::merge_attributes(attributes, loop->run_attributes());
   runtime::defer_stops_to_step_boundaries();
   const auto job =
@@ -149,7 +150,7 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   results::ResultsWriter& writer = *job->writer;
   Progress progress(env.rank() == 0, loop->throughput_unit(), config.train.progress_interval_s);
   results::RunSummary summary;
-  run_or_abort(
+  session::run_or_abort(
       env, writer, eval_only ? "evaluation" : "training",
       [&] {
         summary = loop->run(writer, progress, job->control);

@@ -1,15 +1,11 @@
 #pragma once
-// The training loop: written once, for every recipe (recipe.h).
-//
-// Per optimizer step, on every rank: the learning rate of the schedule; grad_accum micro-batches,
-// each from the loader thread through the device feeder (data and h2d phases), forward under the
-// precision's autocast (the recipe's loss; transform and forward phases), backward (scaled with
-// amp-fp16), the gradients' bucketed all-reduce overlapped with the last micro-batch's backward
-// (GradSync; DDP's no_sync for the earlier ones); the gradients normalised as the recipe's
-// LossNormalization says, clipped, the optimizer step (GradScaler's with amp-fp16); then the
-// step boundary: the agreed stop and the checkpoint due. Per epoch: the epoch's records, the
-// evaluation when due, progress. At the end: CUDA metrics, the summary. Phase times come from a
-// PhaseClock (CUDA events on a GPU), the step records and epochs go to the ResultsWriter.
+// The training loop: written once, for every recipe (recipe.h). Its lifecycle, as run() reads:
+// where the run starts (a checkpoint's state, or afresh), epochs of optimizer steps (step.h: the
+// micro-batches, gradient sync, normalisation, clipping, the optimizer), each step followed by the
+// step boundary (the agreed stop, the checkpoint due); the epoch's end (its records, the evaluation
+// when due, progress); the run's end (CUDA metrics, the totals of all ranks, the summary, the final
+// checkpoint). Phase times come from a PhaseClock (CUDA events on a GPU); steps, epochs and the
+// summary go to the ResultsWriter.
 //
 // The loop never calls MPI itself: collectives go through the Communicator, results through the
 // ResultsWriter, the stop agreement and checkpoints through RunControl.
@@ -23,11 +19,14 @@
 #include "results/writer.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
+#include "train/checkpoint/checkpoint_state.h"
+#include "train/checkpoint/run_state.h"
 #include "train/recipe.h"
-#include "train/run_state.h"
 #include "train/train_options.h"
 
 namespace mgbench::train {
+
+struct LoopParts;
 
 class TrainingLoop {
  public:
@@ -45,7 +44,7 @@ class TrainingLoop {
   /// Sizes of this rank's result tables.
   results::RankLayout layout() const;
   /// Run attributes of the loop and the recipe (identical on every rank): the resolved device
-  /// and backend, gradient buckets, the recipe's attributes.
+  /// and backend, the gradients' dtype, gradient buckets, the recipe's attributes.
   h5::Attributes run_attributes() const;
   /// Rank attributes: device, threads, GPU.
   h5::Attributes rank_attributes() const;
@@ -62,12 +61,18 @@ class TrainingLoop {
   /// over the ranks. Collective.
   EvalResult evaluate();
 
+  /// This rank's state as a checkpoint holds it: the recipe's checkpoint tensors ("model/<name>"),
+  /// the optimizer, the loss scale, the RNGs and where the run stands (RunProgress).
+  void state_dict(CheckpointState& state) const;
+  /// The reverse of state_dict. Throws DataError naming the file for a missing or malformed entry,
+  /// or a position outside this run's epochs.
+  void load_state_dict(const CheckpointState& state);
+
   /// The throughput unit of progress lines: "img/s" or "tok/s".
   const char* throughput_unit() const;
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<LoopParts> parts_;
 };
 
 }  // namespace mgbench::train

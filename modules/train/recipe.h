@@ -24,7 +24,7 @@
 #include "results/hdf5.h"
 #include "results/schema.h"
 #include "runtime/device.h"
-#include "train/checkpoint_state.h"
+#include "train/checkpoint/checkpoint_state.h"
 #include "train/precision.h"
 #include "train/train_options.h"
 
@@ -35,7 +35,7 @@ struct RecipeContext {
   const TrainOptions& train;
   torch::Device device = torch::kCPU;
   runtime::DevicePlacement placement;
-  const PrecisionInfo& precision;  // of --precision
+  const axes::PrecisionInfo& precision;  // of --precision
   int rank = 0;
   int world_size = 1;
 };

@@ -47,7 +47,7 @@ void CheckpointOptions::validate() const {
 
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
-  t.add("strategy", strategy, data::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)");
+  t.add("strategy", strategy, axes::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)");
   t.add("epochs", epochs, "training epochs").at_least(1);
   t.add("batch-size", batch_size, "samples per micro-batch per rank").at_least(1);
   t.add("grad-accum", grad_accum, "micro-batches per optimizer step (gradient accumulation)").at_least(1);
@@ -59,7 +59,7 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.section("Compute");
   t.add("device", device, runtime::device_choices(), "where each rank computes");
   t.add("backend", backend, runtime::backend_choices(), "the gradient all-reduce's communication library");
-  t.add("precision", precision, precision_choices(), "numeric precision (train/precision.h)");
+  t.add("precision", precision, axes::precision_choices(), "numeric precision (axes/precision.h)");
   t.add("pin-memory", pin_memory, "page-locked host batches, copied on a copy stream ahead of compute (GPU only)");
   t.add("prefetch", prefetch, "batches the loader thread assembles ahead").at_least(1).at_most(64);
   // More threads than the machine has cores only oversubscribe them (100000 of them took 7 GB

@@ -7,10 +7,10 @@
 #include <span>
 #include <string>
 
+#include "axes/precision.h"
+#include "axes/strategy.h"
 #include "core/option_table.h"
-#include "data/sampler.h"
 #include "runtime/device.h"
-#include "train/precision.h"
 
 namespace mgbench::train {
 
@@ -34,7 +34,7 @@ struct CheckpointOptions {
 
 struct TrainOptions {
   // workload distribution
-  data::Strategy strategy = data::Strategy::kDdpDs;
+  axes::Strategy strategy = axes::Strategy::kDdpDs;
   std::int64_t epochs = 1;
   std::int64_t batch_size = 1;  // samples per micro-batch per rank
   std::int64_t grad_accum = 1;  // micro-batches per optimizer step
@@ -45,7 +45,7 @@ struct TrainOptions {
   // compute
   runtime::DeviceRequest device = runtime::DeviceRequest::kAuto;
   runtime::Backend backend = runtime::Backend::kAuto;
-  Precision precision = Precision::kFp32;
+  axes::Precision precision = axes::Precision::kFp32;
   bool pin_memory = false;  // page-locked host batches, copied on a copy stream (GPU)
   int prefetch = 2;         // batches the loader assembles ahead
   int threads = 0;          // intra-op CPU threads per rank; 0: cores of the node / ranks on the node

@@ -472,7 +472,13 @@ def step_timeline(data: Data, overlay: bool) -> Optional[Figure]:
     for ax, (_, run) in zip(axes, chosen.iterrows()):
         rows = st[(st["file"] == run["file"]) & (st["run_id"] == run["run_id"])]
         for rank, r in rows.groupby("rank"):
-            ax.plot(r["start_s"], r["step_s"], linewidth=0.8, label=f"rank {rank}")
+            # One line per rank, broken (a NaN point) where an epoch begins: no steps run in the evaluation
+            # before it, and a line across that gap would draw steps that never happened.
+            breaks = np.flatnonzero(r["epoch"].ne(r["epoch"].shift()).to_numpy()[1:]) + 1
+            # Small markers: an epoch of one step (a segment of one point) still shows.
+            ax.plot(np.insert(r["start_s"].to_numpy(float), breaks, np.nan),
+                    np.insert(r["step_s"].to_numpy(float), breaks, np.nan), linewidth=0.8, marker=".",
+                    markersize=2, label=f"rank {rank}")
         ax.set(xlabel="time since the start of training (s)", ylabel="step time (s)", title=run["label"])
     return _finish(fig, "Step time per rank (stragglers stand out)")
 
@@ -489,7 +495,7 @@ def phase_breakdown(data: Data, overlay: bool) -> Optional[Figure]:
     if per_run.empty:
         return None
     per_run["other_s"] = (per_run["train_s"] - per_run[fields].sum(axis=1)).clip(lower=0)
-    fig = Figure(figsize=(11, 1.5 + 0.35 * len(per_run)))
+    fig = Figure(figsize=(11, 2.0 + 0.35 * len(per_run)))  # 0.5 in of it for the legend's two rows
     ax = fig.subplots()
     left = np.zeros(len(per_run))
     for name, f in list(PHASES) + [("other", "other_s")]:
@@ -497,6 +503,9 @@ def phase_breakdown(data: Data, overlay: bool) -> Optional[Figure]:
         left += per_run[f].to_numpy()
     ax.set(xlabel="training time, mean over ranks (s)")
     ax.invert_yaxis()
+    # Above the axes, not inside: the bars of runs of similar length leave no corner free, and the
+    # default place ("best") covered some. tight_layout (in _finish) makes room for it in the figure.
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize="small")
     return _finish(fig, "Where the training time goes: phases per run")
 
 

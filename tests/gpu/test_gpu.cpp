@@ -27,7 +27,7 @@
 #include "runtime/device.h"
 #include "runtime/grad_sync.h"
 #include "runtime/nccl_communicator.h"
-#include "train/checkpoint_state.h"
+#include "train/checkpoint/checkpoint_state.h"
 #include "train/device_pipeline.h"
 #include "train/job_config.h"
 #include "train/loop.h"

@@ -16,9 +16,9 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/mpi_communicator.h"
+#include "train/checkpoint/run_state.h"
 #include "train/job_config.h"
 #include "train/loop.h"
-#include "train/run_state.h"
 
 namespace mgbench::test {
 

@@ -16,8 +16,8 @@
 #include "results/schema.h"
 #include "runtime/mpi_env.h"
 #include "runtime/stop_request.h"
-#include "train/checkpoint_state.h"
-#include "train/checkpointer.h"
+#include "train/checkpoint/checkpoint_state.h"
+#include "train/checkpoint/checkpointer.h"
 
 namespace mgbench::test {
 namespace {

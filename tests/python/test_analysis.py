@@ -24,6 +24,7 @@ from conftest import ENV, SHARED, mgbench, preempt
 h5py = pytest.importorskip("h5py")
 pd = pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import mgbench_analysis as mga  # noqa: E402
 from mgbench_analysis import figures as figs  # noqa: E402
@@ -262,7 +263,7 @@ def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_p
     acc = lines(loss.axes[1])[row["label"]]
     assert np.allclose(acc[:, 1], 100 * mine.groupby("epoch")["test_accuracy"].first())
 
-    # Step timeline: one line per rank, (start_s, step_s) of its steps.
+    # Step timeline: one line per rank, (start_s, step_s) of its steps, broken (NaN) between epochs.
     timeline = figs.draw("step_timeline", data)
     st = data.steps
     for ax in timeline.axes:
@@ -270,7 +271,8 @@ def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_p
         for rank, xy in lines(ax).items():
             mine = st[(st["file"] == run["file"]) & (st["run_id"] == run["run_id"]) &
                       (st["rank"] == int(rank.split()[1]))]
-            assert np.allclose(xy, mine[["start_s", "step_s"]].to_numpy())
+            assert np.isnan(xy).any(axis=1).sum() == mine["epoch"].nunique() - 1
+            assert np.allclose(xy[~np.isnan(xy).any(axis=1)], mine[["start_s", "step_s"]].to_numpy())
 
     # LLM recipes: tokens/s and peak memory per recipe.
     recipes = figs.draw("llm_recipes", data)
@@ -294,6 +296,82 @@ def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_p
     fig6 = figs.draw("fig6_cuda_api_pin_memory", data)
     ticks = [t.get_text() for t in fig6.axes[0].get_xticklabels()]
     assert ticks == ["1 rank(s), pin false", "1 rank(s), pin true", "2 rank(s), pin false"]
+
+
+def synthetic_run(run_id, ranks=2, epochs=2, steps_per_epoch=4, eval_s=3.0):
+    """A completed image run built in memory, as results.read_file returns one (no binary, no file): per
+    rank, `epochs` epochs of `steps_per_epoch` steps with an evaluation of `eval_s` seconds between
+    epochs (no steps then), and each phase a tenth of an epoch's training time. Start times differ
+    between ranks, so that a plotted point tells its rank and epoch."""
+    steps, epochs_ = [], []
+    for r in range(ranks):
+        rows = []
+        for e in range(epochs):
+            start = e * (steps_per_epoch * 0.5 + eval_s) + 0.01 * r
+            for k in range(steps_per_epoch):
+                rows.append(dict(epoch=e, step=k, start_s=start + 0.5 * k, step_s=0.45 + 0.01 * k + 0.02 * r))
+        steps.append(pd.DataFrame(rows))
+        train_s = steps_per_epoch * 0.5
+        epochs_.append(pd.DataFrame([dict(epoch=e, train_s=train_s, eval_s=eval_s,
+                                          **{f: train_s / 10 for _, f in mga.PHASES}) for e in range(epochs)]))
+    total = epochs * (steps_per_epoch * 0.5 + eval_s)
+    attributes = dict(task="image", world_size=ranks, strategy="ddp-ds", precision="fp32", image_size=32,
+                      pin_memory="false", epochs=epochs, batch_size=32, train_samples=256)
+    summary = dict(mga.results._SUMMARY_DEFAULTS, total_s=total, train_s=epochs * steps_per_epoch * 0.5,
+                   eval_s=epochs * eval_s, epochs_completed=epochs)
+    return mga.Run("synthetic.h5", run_id, attributes, "completed", "", summary, steps=steps, epochs=epochs_)
+
+
+def rendered(fig):
+    """The figure drawn with Agg (as `mgbench-plot` saves it), so that artists have their window extents."""
+    FigureCanvasAgg(fig).draw()
+    return fig
+
+
+def overlap(a, b):
+    """Whether two display boxes share an area (touching edges do not count)."""
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > 0.5 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0.5
+
+
+@pytest.mark.parametrize("count", [1, 3, 12])
+def test_phase_breakdown_legend_covers_no_bar_and_is_in_the_figure(count):
+    fig = rendered(figs.draw("phase_breakdown", figs.Data([synthetic_run(f"run_{i}") for i in range(count)])))
+    (ax,) = fig.axes
+    legend = ax.get_legend() or (fig.legends[0] if fig.legends else None)
+    assert legend is not None
+    assert [t.get_text() for t in legend.get_texts()] == [name for name, _ in mga.PHASES] + ["other"]
+    box = legend.get_window_extent()
+    assert sum(len(c.patches) for c in ax.containers) == 8 * count
+    # Every run's bar fills the data area's width: a legend inside it would cover some bar.
+    assert not [(c.get_label(), i) for c in ax.containers for i, p in enumerate(c.patches)
+                if overlap(box, p.get_window_extent())]
+    texts = [fig._suptitle, ax.xaxis.label, *ax.get_yticklabels(), *ax.get_xticklabels()]
+    assert not [t.get_text() for t in texts if t.get_text() and overlap(box, t.get_window_extent())]
+    # Inside the figure: what savefig writes (without bbox_inches="tight", as `mgbench-plot`).
+    assert fig.bbox.containsx(box.x0) and fig.bbox.containsx(box.x1)
+    assert fig.bbox.containsy(box.y0) and fig.bbox.containsy(box.y1)
+
+
+def test_step_timeline_draws_no_line_across_the_evaluation_between_epochs():
+    data = figs.Data([synthetic_run("run_0", ranks=2, epochs=3)])
+    (ax,) = rendered(figs.draw("step_timeline", data)).axes
+    st = data.steps
+    where = {x: (rank, epoch) for x, rank, epoch in st[["start_s", "rank", "epoch"]].itertuples(index=False)}
+    drawn, colors = [], {}
+    for line in ax.get_lines():
+        xy = line.get_xydata()
+        for a, b in zip(xy[:-1], xy[1:]):
+            if np.isfinite(a).all() and np.isfinite(b).all():  # a drawn segment
+                assert where[a[0]][1] == where[b[0]][1], f"{line.get_label()}: {a} -> {b} spans an evaluation"
+        points = xy[np.isfinite(xy).all(axis=1)]
+        ranks = {where[x][0] for x in points[:, 0]}
+        assert len(ranks) == 1  # a line shows one rank, in that rank's colour
+        colors.setdefault(ranks.pop(), set()).add(line.get_color())
+        drawn.extend(map(tuple, points))
+    # Every step drawn once; one colour per rank, one legend entry per rank.
+    assert sorted(drawn) == sorted(map(tuple, st[["start_s", "step_s"]].to_numpy()))
+    assert all(len(c) == 1 for c in colors.values()) and len(set.union(*colors.values())) == 2
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["rank 0", "rank 1"]
 
 
 def plot_cli(*args):

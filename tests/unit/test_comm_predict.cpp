@@ -6,16 +6,17 @@
 #include <cmath>
 #include <limits>
 
+#include "comm/collectives.h"
+#include "comm/comm_benchmark.h"
 #include "core/error.h"
 #include "report/predict.h"
-#include "train/collectives.h"
-#include "train/comm_benchmark.h"
+#include "test_support.h"
 
 namespace mgbench {
 namespace {
 
-using train::Collective;
-using train::collective_info;
+using comm::Collective;
+using comm::collective_info;
 
 TEST(Collectives, BusFactorsAreNcclTests) {
   // nccl-tests doc/PERFORMANCE.md: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, broadcast 1.
@@ -54,43 +55,43 @@ TEST(Collectives, MessageCountsRoundLikeNcclTests) {
 TEST(Collectives, ExpectedOutputsByHand) {
   // Rank r holds 1 + (r + i) mod 3 at element i.
   EXPECT_TRUE(
-      torch::equal(train::input_pattern(4, 1, torch::kFloat32, torch::kCPU), torch::tensor({2.F, 3.F, 1.F, 2.F})));
+      torch::equal(comm::input_pattern(4, 1, torch::kFloat32, torch::kCPU), torch::tensor({2.F, 3.F, 1.F, 2.F})));
   using runtime::ReduceOp;
   const auto ar = collective_info(Collective::kAllReduce);
   const auto counts3 = ar.counts(16, 4, 3, 0);  // 4 elements; 3 ranks hold {1, 2, 3} in some order at each
-  EXPECT_TRUE(torch::equal(train::expected_output(ar, counts3, ReduceOp::kSum, 0, 0, 3),
+  EXPECT_TRUE(torch::equal(comm::expected_output(ar, counts3, ReduceOp::kSum, 0, 0, 3),
                            torch::full({4}, 6.0, torch::kFloat64)));
-  EXPECT_TRUE(torch::equal(train::expected_output(ar, counts3, ReduceOp::kMax, 0, 0, 3),
+  EXPECT_TRUE(torch::equal(comm::expected_output(ar, counts3, ReduceOp::kMax, 0, 0, 3),
                            torch::full({4}, 3.0, torch::kFloat64)));
-  EXPECT_TRUE(torch::equal(train::expected_output(ar, counts3, ReduceOp::kMin, 0, 0, 3),
+  EXPECT_TRUE(torch::equal(comm::expected_output(ar, counts3, ReduceOp::kMin, 0, 0, 3),
                            torch::full({4}, 1.0, torch::kFloat64)));
   // 2 ranks: rank 0 [1, 2], rank 1 [2, 3].
   const auto ag = collective_info(Collective::kAllGather);
-  EXPECT_TRUE(torch::equal(train::expected_output(ag, ag.counts(16, 4, 2, 0), ReduceOp::kSum, 0, 0, 2),
+  EXPECT_TRUE(torch::equal(comm::expected_output(ag, ag.counts(16, 4, 2, 0), ReduceOp::kSum, 0, 0, 2),
                            torch::tensor({1.0, 2.0, 2.0, 3.0}, torch::kFloat64)));
   // Rank 1 of 2 gets elements 2, 3 of the sum: (3 + 1), (1 + 2).
   const auto rs = collective_info(Collective::kReduceScatter);
-  EXPECT_TRUE(torch::equal(train::expected_output(rs, rs.counts(16, 4, 2, 1), ReduceOp::kSum, 0, 1, 2),
+  EXPECT_TRUE(torch::equal(comm::expected_output(rs, rs.counts(16, 4, 2, 1), ReduceOp::kSum, 0, 1, 2),
                            torch::tensor({4.0, 3.0}, torch::kFloat64)));
   const auto bc = collective_info(Collective::kBroadcast);
-  EXPECT_TRUE(torch::equal(train::expected_output(bc, bc.counts(12, 4, 3, 0), ReduceOp::kSum, 1, 0, 3),
+  EXPECT_TRUE(torch::equal(comm::expected_output(bc, bc.counts(12, 4, 3, 0), ReduceOp::kSum, 1, 0, 3),
                            torch::tensor({2.0, 3.0, 1.0}, torch::kFloat64)));
 }
 
 TEST(CommOptions, SizesParseAndSweepLikeNcclTests) {
-  EXPECT_EQ(train::parse_bytes("max-bytes", "64M"), 64LL << 20);
-  EXPECT_EQ(train::parse_bytes("max-bytes", "4K"), 4096);
-  EXPECT_EQ(train::parse_bytes("max-bytes", "1.5K"), 1536);
-  EXPECT_EQ(train::parse_bytes("min-bytes", "8"), 8);
-  EXPECT_EQ(train::parse_bytes("max-bytes", "1G"), 1LL << 30);
-  EXPECT_THROW(train::parse_bytes("max-bytes", "12Q"), ConfigError);
-  EXPECT_THROW(train::parse_bytes("max-bytes", "0"), ConfigError);
-  EXPECT_THROW(train::parse_bytes("max-bytes", "M"), ConfigError);
-  EXPECT_EQ(train::sweep_sizes(8, 64, 2), (std::vector<std::int64_t>{8, 16, 32, 64}));
-  EXPECT_EQ(train::sweep_sizes(8, 100, 4), (std::vector<std::int64_t>{8, 32}));
-  const auto huge = train::sweep_sizes(1, std::numeric_limits<std::int64_t>::max() / 2, 2);  // no overflow
+  EXPECT_EQ(comm::parse_bytes("max-bytes", "64M"), 64LL << 20);
+  EXPECT_EQ(comm::parse_bytes("max-bytes", "4K"), 4096);
+  EXPECT_EQ(comm::parse_bytes("max-bytes", "1.5K"), 1536);
+  EXPECT_EQ(comm::parse_bytes("min-bytes", "8"), 8);
+  EXPECT_EQ(comm::parse_bytes("max-bytes", "1G"), 1LL << 30);
+  EXPECT_THROW(comm::parse_bytes("max-bytes", "12Q"), ConfigError);
+  EXPECT_THROW(comm::parse_bytes("max-bytes", "0"), ConfigError);
+  EXPECT_THROW(comm::parse_bytes("max-bytes", "M"), ConfigError);
+  EXPECT_EQ(comm::sweep_sizes(8, 64, 2), (std::vector<std::int64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(comm::sweep_sizes(8, 100, 4), (std::vector<std::int64_t>{8, 32}));
+  const auto huge = comm::sweep_sizes(1, std::numeric_limits<std::int64_t>::max() / 2, 2);  // no overflow
   EXPECT_EQ(huge.size(), 62U);
-  train::CommOptions o;
+  comm::CommOptions o;
   o.collectives = {"all"};
   o.validate();
   EXPECT_EQ(o.resolved_collectives.size(), 4U);
@@ -103,15 +104,23 @@ TEST(CommOptions, SizesParseAndSweepLikeNcclTests) {
 }
 
 TEST(Predict, StepsPerEpochFollowTheSamplers) {
-  using report::steps_per_epoch;
+  // The strategy rows the loop runs by (axes/strategy.h; equal to the plans: test_sampler.cpp).
+  auto steps = [](const char* strategy, std::int64_t samples, std::int64_t batch, int ranks, std::int64_t accum,
+                  std::int64_t max_steps, bool drop_last) {
+    return axes::steps_per_epoch(axes::find_strategy("strategy", strategy), {samples, batch, ranks, drop_last}, accum,
+                                 max_steps);
+  };
   // 1000 samples, 32 per step.
-  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 1, 0, false), 32);
-  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 2, 0, false), 16);  // ceil(500 / 32)
-  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 3, 0, false), 11);  // ceil(334 / 32): the padded shard
-  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 3, 0, true), 10);   // floor(333 / 32)
-  EXPECT_EQ(steps_per_epoch("ddp-rr", 1000, 32, 3, 0, false), 11);  // ceil(32 batches / 3)
-  EXPECT_EQ(steps_per_epoch("ddp", 1000, 32, 4, 0, false), 32);     // every rank every batch
-  EXPECT_EQ(steps_per_epoch("ddp-ds", 1000, 32, 2, 5, false), 5);   // max_steps
+  EXPECT_EQ(steps("ddp-ds", 1000, 32, 1, 1, 0, false), 32);
+  EXPECT_EQ(steps("ddp-ds", 1000, 32, 2, 1, 0, false), 16);  // ceil(500 / 32)
+  EXPECT_EQ(steps("ddp-ds", 1000, 32, 3, 1, 0, false), 11);  // ceil(334 / 32): the padded shard
+  EXPECT_EQ(steps("ddp-ds", 1000, 32, 3, 1, 0, true), 10);   // floor(333 / 32)
+  EXPECT_EQ(steps("ddp-rr", 1000, 32, 3, 1, 0, false), 11);  // ceil(32 batches / 3)
+  EXPECT_EQ(steps("ddp", 1000, 32, 4, 1, 0, false), 32);     // every rank every batch
+  EXPECT_EQ(steps("ddp-ds", 1000, 32, 2, 1, 5, false), 5);   // max_steps
+  // Accumulation: whole steps of micro-batches, as the loop runs them (ceil(500 / 16) = 32 micro-
+  // batches of 16 make 10 steps of 3; a steps-of-48-samples count would say ceil(500 / 48) = 11).
+  EXPECT_EQ(steps("ddp-ds", 1000, 16, 2, 3, 0, false), 10);
 }
 
 TEST(Predict, GradientBucketsAsGradSyncFillsThem) {
@@ -133,6 +142,10 @@ TEST(Predict, AllReduceCostInterpolatesLogLog) {
   EXPECT_NEAR(assumed.seconds(350e6), nvlink.latency_s + 350e6 * 1.5 / (nvlink.busbw_gbs * 1e9), 1e-12);
   EXPECT_THROW(report::link_assumption("infiniband"), ConfigError);
 }
+
+constexpr auto kDdp = axes::Strategy::kDdp;
+constexpr auto kDdpRr = axes::Strategy::kDdpRr;
+constexpr auto kDdpDs = axes::Strategy::kDdpDs;
 
 results::RunRecord hand_made_run() {
   results::RunRecord r;
@@ -177,7 +190,7 @@ TEST(Predict, ArithmeticOfAHandMadeRun) {
   // 4e6 - 1 MiB bytes cost 1 ms + bytes / 1e9 each: 6 ms in all.
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
-  const auto p = report::predict(base, {}, {}, &link, {1, 2}, {"ddp-ds", "ddp-rr", "ddp"}, notes);
+  const auto p = report::predict(base, {}, {}, &link, {1, 2}, {kDdpDs, kDdpRr, kDdp}, notes);
   ASSERT_EQ(p.size(), 6U);
   // Per step: compute 0.05 + 0.1 + 0.02 + 0.02 (other) = 0.19, data 0.01.
   const auto& one = p[0];
@@ -193,15 +206,29 @@ TEST(Predict, ArithmeticOfAHandMadeRun) {
   EXPECT_NEAR(ds.speedup, 10.0 / 5.62, 1e-12);
   EXPECT_EQ(ds.limiting, "backward");
   const auto& rr = p[3];  // every rank loads both ranks' batches: data 0.02 per step
-  EXPECT_EQ(rr.strategy, "ddp-rr");
+  EXPECT_EQ(rr.strategy->name, "ddp-rr");
   EXPECT_NEAR(rr.total_s, 2 * 10 * 0.216 + 2 * 0.25 + 1.0, 1e-12);
   const auto& ddp = p[5];  // no split: 20 steps per rank
   EXPECT_NEAR(ddp.total_s, 2 * 20 * 0.206 + 2 * 0.25 + 1.0, 1e-12);
   // Without a comm run or a link at 3 ranks: skipped, with a note saying how to measure one.
   notes.clear();
-  EXPECT_EQ(report::predict(base, {}, {}, nullptr, {3}, {"ddp-ds"}, notes).size(), 0U);
+  EXPECT_EQ(report::predict(base, {}, {}, nullptr, {3}, {kDdpDs}, notes).size(), 0U);
   ASSERT_EQ(notes.size(), 1U);
   EXPECT_NE(notes[0].find("mpirun -np 3 mgbench comm"), std::string::npos);
+}
+
+// The gradients' bytes come from the precision's row (amp keeps fp32 gradients); a precision this
+// mgbench does not know is refused naming the run and the value, not priced as fp32.
+TEST(Predict, GradientBytesFollowThePrecisionRowsAndAnUnknownOneIsRefused) {
+  results::RunRecord r = hand_made_run();
+  for (const auto& [precision, bytes] : std::vector<std::pair<std::string, double>>{
+           {"fp64", 8}, {"fp32", 4}, {"tf32", 4}, {"bf16", 2}, {"fp16", 2}, {"amp-fp16", 4}, {"amp-bf16", 4}}) {
+    h5::merge_attributes(r.attributes, {{"precision", precision}});
+    EXPECT_EQ(report::measure_step(r).gradient_bytes, 1e6 * bytes) << precision;
+  }
+  h5::merge_attributes(r.attributes, {{"precision", std::string("fp8")}});
+  test::expect_error<ResultsError>([&] { report::measure_step(r); },
+                                   {"run base (hand.h5)", "precision 'fp8'", "amp-bf16"});
 }
 
 TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
@@ -220,7 +247,7 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   EXPECT_NEAR(s.spread, 1.2, 1e-12);
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
-  const auto p = report::predict(hand_made_run(), {&two}, {}, &link, {2}, {"ddp-ds"}, notes);
+  const auto p = report::predict(hand_made_run(), {&two}, {}, &link, {2}, {kDdpDs}, notes);
   ASSERT_EQ(p.size(), 1U);
   EXPECT_NEAR(p[0].allreduce_s, 0.006 * 0.25, 1e-12);
   EXPECT_NEAR(p[0].epoch_s, 10 * (0.2 + 0.0015) * 1.2, 1e-12);

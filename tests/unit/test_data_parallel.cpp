@@ -10,8 +10,8 @@
 
 #include "models/image_models.h"
 #include "models/mobilenet_v2.h"
-#include "train/data_parallel.h"
 #include "train/precision.h"
+#include "train/recipes/data_parallel.h"
 
 namespace mgbench {
 namespace {
@@ -95,7 +95,7 @@ TEST(DataParallel, EveryReplicaRunsUnderTheCallersAutocast) {
   const torch::Tensor x = torch::rand({4, 1, 32, 32});
   torch::Tensor out, expected;
   {
-    const train::AutocastScope autocast(train::precision_info(train::Precision::kAmpBf16), torch::kCPU);
+    const train::AutocastScope autocast(axes::precision_info(axes::Precision::kAmpBf16), torch::kCPU);
     out = dp.forward(x);
     expected = model->forward(x.narrow(0, 2, 2));  // the replica's chunk, on the model itself
   }
@@ -116,7 +116,7 @@ TEST(DataParallel, EveryReplicaRunsUnderTheCallersAutocast) {
   };
   train::DataParallel recorded(recording, {torch::kCPU, torch::kCPU, torch::kCPU});
   {
-    const train::AutocastScope autocast(train::precision_info(train::Precision::kAmpBf16), torch::kCPU);
+    const train::AutocastScope autocast(axes::precision_info(axes::Precision::kAmpBf16), torch::kCPU);
     torch::NoGradGuard no_grad;
     recorded.forward(torch::rand({3, 1, 32, 32}));
   }

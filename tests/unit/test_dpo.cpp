@@ -11,8 +11,8 @@
 #include "models/log_probs.h"
 #include "models/state_dict.h"
 #include "test_support.h"
-#include "train/dpo_loss.h"
-#include "train/llama_finetune.h"
+#include "train/recipes/dpo_loss.h"
+#include "train/recipes/llama_finetune.h"
 
 namespace mgbench {
 namespace {

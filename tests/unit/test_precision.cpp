@@ -15,27 +15,29 @@
 namespace mgbench::train {
 namespace {
 
-const PrecisionInfo& parse_precision(const std::string& name) {
-  return precision_info(options::parse_choice(precision_choices(), "precision", name));
-}
+using axes::Dtype;
+using axes::PrecisionInfo;
+
+const PrecisionInfo& parse_precision(const std::string& name) { return axes::find_precision("precision", name); }
 
 TEST(Precision, ParsesEveryModeAndRejectsOthers) {
-  EXPECT_EQ(parse_precision("fp64").param_dtype, torch::kFloat64);
+  EXPECT_EQ(parse_precision("fp64").param_dtype, Dtype::kFloat64);
   EXPECT_FALSE(parse_precision("fp32").tf32);
   EXPECT_TRUE(parse_precision("tf32").tf32);
-  EXPECT_EQ(parse_precision("fp16").param_dtype, torch::kHalf);
+  EXPECT_EQ(parse_precision("fp16").param_dtype, Dtype::kFloat16);
   EXPECT_FALSE(parse_precision("fp16").autocast);
-  EXPECT_EQ(parse_precision("bf16").param_dtype, torch::kBFloat16);
+  EXPECT_EQ(parse_precision("bf16").param_dtype, Dtype::kBFloat16);
   const PrecisionInfo& amp16 = parse_precision("amp-fp16");
   EXPECT_TRUE(amp16.autocast && amp16.loss_scaling);
-  EXPECT_EQ(amp16.param_dtype, torch::kFloat32);
-  EXPECT_EQ(amp16.autocast_dtype, torch::kHalf);
+  EXPECT_EQ(amp16.param_dtype, Dtype::kFloat32);
+  EXPECT_EQ(amp16.gradient_dtype(), Dtype::kFloat32);  // fp32 master weights: fp32 gradients
+  EXPECT_EQ(amp16.autocast_dtype, Dtype::kFloat16);
   const PrecisionInfo& ampbf = parse_precision("amp-bf16");
   EXPECT_TRUE(ampbf.autocast && !ampbf.loss_scaling);
-  EXPECT_EQ(ampbf.autocast_dtype, torch::kBFloat16);
+  EXPECT_EQ(ampbf.autocast_dtype, Dtype::kBFloat16);
   test::expect_error<ConfigError>([] { parse_precision("half"); }, {"--precision 'half'", "amp-bf16"});
-  EXPECT_EQ(precision_choices().size(), 7u);  // every row reachable by its name
-  for (const auto& row : precision_choices()) EXPECT_EQ(&parse_precision(std::string(row.name)), &row);
+  EXPECT_EQ(axes::precision_choices().size(), 7u);  // every row reachable by its name
+  for (const auto& row : axes::precision_choices()) EXPECT_EQ(&parse_precision(std::string(row.name)), &row);
 }
 
 TEST(Precision, AutocastScopeLowersMatmulAndRestores) {

@@ -9,6 +9,10 @@
 namespace mgbench::data {
 namespace {
 
+using axes::Strategy;
+using axes::strategy_choices;
+using axes::strategy_info;
+
 TEST(DistributedSampler, MatchesPyTorch) {
   const auto cases = test::load_oracle_json("sampler_cases.json");
   MGBENCH_SKIP_WITHOUT_ORACLE(cases, "sampler_cases.json");
@@ -58,7 +62,6 @@ TEST(EpochPlan, DdpRrLoadsAllAndComputesRoundRobin) {
       }
     }
     EXPECT_EQ(computed, 5);
-    EXPECT_EQ(computed_batches_per_epoch(options(Strategy::kDdpRr, 100, 8, 3, rank)), 5);
   }
   // Every batch computed at least once, batches 0 and 1 twice (the padding).
   for (std::int64_t b = 0; b < 13; ++b) EXPECT_EQ(computed_batches.count(b), b < 2 ? 2u : 1u) << "batch " << b;
@@ -76,6 +79,46 @@ TEST(EpochPlan, DdpDsBatchesTheSamplerSequence) {
     all.insert(flat.begin(), flat.end());
   }
   EXPECT_EQ(all.size(), 50u);
+}
+
+// The strategy rows' counts (axes/strategy.h: the loop's steps per epoch and the predictor's) are
+// what the plans compute, for every strategy, shape and rank.
+TEST(EpochPlan, StrategyRowsCountTheBatchesThePlansCompute) {
+  int cases = 0;
+  for (const auto& row : axes::strategy_choices()) {
+    for (const std::int64_t n : {1, 7, 50, 97, 100, 128}) {
+      for (const std::int64_t batch : {1, 3, 8, 32}) {
+        for (const int world : {1, 2, 3, 4, 7}) {
+          if (row.single_process && world > 1) continue;
+          for (const bool drop_last : {false, true}) {
+            const axes::EpochShape shape{n, batch, world, drop_last};
+            for (int rank = 0; rank < world; ++rank) {
+              EpochPlanOptions o = options(row.value, n, batch, world, rank);
+              o.drop_last = drop_last;
+              std::int64_t computed = 0, loaded = 0;
+              try {
+                for (const auto& b : plan_epoch(o, 1)) {
+                  computed += b.compute ? 1 : 0;
+                  ++loaded;
+                }
+              } catch (const ConfigError&) {  // no whole batch to plan: the row says none
+              }
+              ASSERT_EQ(row.computed_batches(shape), computed)
+                  << row.name << " n=" << n << " batch=" << batch << " world=" << world << " rank=" << rank
+                  << " drop_last=" << drop_last;
+              EXPECT_EQ(loaded, row.loads_every_batch ? computed * world : computed) << row.name;
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 1000);
+  // Steps: whole steps of grad_accum micro-batches, capped by max_steps.
+  const auto& rr = axes::strategy_info(Strategy::kDdpRr);
+  EXPECT_EQ(axes::steps_per_epoch(rr, {100, 8, 3, false}, 2, 0), 2);  // 5 micro-batches: 2 steps of 2
+  EXPECT_EQ(axes::steps_per_epoch(rr, {100, 8, 3, false}, 1, 4), 4);
 }
 
 TEST(EpochPlan, RejectsBadOptions) {

@@ -93,14 +93,14 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
   EXPECT_EQ(image->train.optimizer, train::OptimizerKind::kSgd);
   EXPECT_EQ(llm->train.batch_size, 2);
   EXPECT_EQ(llm->train.warmup_steps, 100);
-  EXPECT_EQ(llm->train.precision, train::Precision::kBf16);
+  EXPECT_EQ(llm->train.precision, axes::Precision::kBf16);
   // Values are parsed once into typed fields.
   image->set("strategy", "ddp-rr");
   image->set("precision", "amp-bf16");
   image->set("lr", "0.1");
   image->set("record-indices", "true");
-  EXPECT_EQ(image->train.strategy, data::Strategy::kDdpRr);
-  EXPECT_EQ(image->train.precision, train::Precision::kAmpBf16);
+  EXPECT_EQ(image->train.strategy, axes::Strategy::kDdpRr);
+  EXPECT_EQ(image->train.precision, axes::Precision::kAmpBf16);
   EXPECT_DOUBLE_EQ(image->train.lr, 0.1);
   EXPECT_TRUE(image->train.record_indices);
   // The resolved configuration, read back into a fresh configuration, is the same configuration.

@@ -41,28 +41,9 @@ ChosenRejected hh_rlhf_messages(const Records& records, std::size_t i, bool user
   return {hh_transcript(records, i, "chosen", user_masked), hh_transcript(records, i, "rejected", user_masked)};
 }
 
-/// A ShareGPT turn {from, value} as a message.
-Message sharegpt_turn(const Records& records, std::size_t i, const nlohmann::json& turn, const std::string& where,
-                      bool user_masked) {
-  MGBENCH_REQUIRE(turn.is_object() && turn.contains("from") && turn.contains("value") && turn["from"].is_string() &&
-                      turn["value"].is_string(),
-                  DataError, "{}: {} needs string fields \"from\" and \"value\"", records.where(i), where);
-  const std::string from = turn["from"].get<std::string>();
-  const std::string role = from == "system" ? "system" : from == "human" ? "user" : from == "gpt" ? "assistant" : "";
-  MGBENCH_REQUIRE(!role.empty(), DataError, "{}: {}: \"from\": \"{}\", expected system, human or gpt", records.where(i),
-                  where, from);
-  return {role, {turn["value"].get<std::string>()}, role != "assistant" && user_masked};
-}
-
 ChosenRejected preference_messages(const Records& records, std::size_t i, bool user_masked) {
   const auto& row = records.rows[i];
-  MGBENCH_REQUIRE(row.contains("conversations") && row["conversations"].is_array(), DataError,
-                  "{}: missing field \"conversations\" (a list of {{from, value}} turns)", records.where(i));
-  std::vector<Message> prompt;
-  std::size_t turn = 0;
-  for (const auto& t : row["conversations"]) {
-    prompt.push_back(sharegpt_turn(records, i, t, fmt::format("conversation turn {}", ++turn), user_masked));
-  }
+  const std::vector<Message> prompt = sharegpt_conversation(records, i, user_masked);
   ChosenRejected out{prompt, prompt};
   for (const char* field : {"chosen", "rejected"}) {
     MGBENCH_REQUIRE(row.contains(field), DataError, "{}: missing field \"{}\" (a {{from, value}} turn)",

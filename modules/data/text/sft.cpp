@@ -84,31 +84,6 @@ std::vector<Message> samsum_messages(const Records& records, std::size_t i, bool
       {"assistant", {string_field(records, i, "summary")}, false}};
 }
 
-std::vector<Message> slimorca_messages(const Records& records, std::size_t i, bool user_masked) {
-  const auto& row = records.rows[i];
-  MGBENCH_REQUIRE(row.contains("conversations") && row["conversations"].is_array(), DataError,
-                  "{}: missing field \"conversations\" (a list of {{from, value}} turns)", records.where(i));
-  std::vector<Message> messages;
-  std::size_t turn = 0;
-  for (const auto& t : row["conversations"]) {
-    ++turn;
-    MGBENCH_REQUIRE(
-        t.is_object() && t.contains("from") && t.contains("value") && t["from"].is_string() && t["value"].is_string(),
-        DataError, "{}: conversation turn {} needs string fields \"from\" and \"value\"", records.where(i), turn);
-    const std::string from = t["from"].get<std::string>();
-    std::string role;
-    if (from == "system") role = "system";
-    if (from == "human") role = "user";
-    if (from == "gpt") role = "assistant";
-    MGBENCH_REQUIRE(!role.empty(), DataError,
-                    "{}: conversation turn {}: \"from\": \"{}\", expected system, human or gpt", records.where(i), turn,
-                    from);
-    // TorchTune 0.6.1 (ShareGPTToMessages): every non-assistant turn masked unless training on input.
-    messages.push_back({role, {t["value"].get<std::string>()}, role != "assistant" && user_masked});
-  }
-  return messages;
-}
-
 // clang-format off
 constexpr DatasetInfo kDatasets[] = {
     {"alpaca", DatasetKind::kAlpaca, "instruction / input / output (alpaca-cleaned; TorchTune's alpaca_dataset)",
@@ -117,7 +92,7 @@ constexpr DatasetInfo kDatasets[] = {
      &grammar_messages},
     {"samsum", DatasetKind::kSamsum, "dialogue / summary (SAMSum; TorchTune's samsum_dataset)", &samsum_messages},
     {"slimorca", DatasetKind::kSlimOrca, "ShareGPT conversations (SlimOrca-Dedup; TorchTune's slimorca_dataset)",
-     &slimorca_messages},
+     &sharegpt_conversation},
     {"text", DatasetKind::kText, "the `text` field, loss on every token (TorchTune's text_completion_dataset)",
      nullptr},
 };
@@ -126,6 +101,31 @@ constexpr DatasetInfo kDatasets[] = {
 }  // namespace
 
 std::span<const DatasetInfo> dataset_choices() { return kDatasets; }
+
+Message sharegpt_turn(const Records& records, std::size_t i, const nlohmann::json& turn, const std::string& where,
+                      bool user_masked) {
+  MGBENCH_REQUIRE(turn.is_object() && turn.contains("from") && turn.contains("value") && turn["from"].is_string() &&
+                      turn["value"].is_string(),
+                  DataError, "{}: {} needs string fields \"from\" and \"value\"", records.where(i), where);
+  const std::string from = turn["from"].get<std::string>();
+  const std::string role = from == "system" ? "system" : from == "human" ? "user" : from == "gpt" ? "assistant" : "";
+  MGBENCH_REQUIRE(!role.empty(), DataError, "{}: {}: \"from\": \"{}\", expected system, human or gpt", records.where(i),
+                  where, from);
+  // TorchTune 0.6.1 (ShareGPTToMessages): every non-assistant turn masked unless training on input.
+  return {role, {turn["value"].get<std::string>()}, role != "assistant" && user_masked};
+}
+
+std::vector<Message> sharegpt_conversation(const Records& records, std::size_t i, bool user_masked) {
+  const auto& row = records.rows[i];
+  MGBENCH_REQUIRE(row.contains("conversations") && row["conversations"].is_array(), DataError,
+                  "{}: missing field \"conversations\" (a list of {{from, value}} turns)", records.where(i));
+  std::vector<Message> messages;
+  std::size_t turn = 0;
+  for (const auto& t : row["conversations"]) {
+    messages.push_back(sharegpt_turn(records, i, t, fmt::format("conversation turn {}", ++turn), user_masked));
+  }
+  return messages;
+}
 
 TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Llama3Tokenizer& tok,
                                   std::int64_t max_seq_len) {

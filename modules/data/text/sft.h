@@ -48,6 +48,15 @@ struct DatasetInfo {
 
 std::span<const DatasetInfo> dataset_choices();
 
+/// A ShareGPT turn {from: system | human | gpt, value} as a message (TorchTune 0.6.1's
+/// ShareGPTToMessages: every non-assistant turn masked when user_masked). where: the turn's place
+/// for messages ("conversation turn 3"). Throws DataError naming the row.
+Message sharegpt_turn(const Records& records, std::size_t i, const nlohmann::json& turn, const std::string& where,
+                      bool user_masked);
+/// Row i's "conversations" list of ShareGPT turns as messages (slimorca; the prompt of a ShareGPT
+/// preference row). Throws DataError naming the row and turn.
+std::vector<Message> sharegpt_conversation(const Records& records, std::size_t i, bool user_masked);
+
 inline constexpr std::int32_t kIgnoreIndex = -100;
 
 struct SftOptions {

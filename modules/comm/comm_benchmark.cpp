@@ -1,0 +1,362 @@
+#include "comm/comm_benchmark.h"
+
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "results/writer.h"
+#include "runtime/nccl_communicator.h"
+#include "runtime/scalar_type.h"
+#include "session/session.h"
+
+namespace mgbench::comm {
+namespace {
+
+using runtime::ReduceOp;
+
+constexpr options::Choice<ReduceOp> kOps[] = {
+    {"sum", ReduceOp::kSum, "elementwise sum"},
+    {"max", ReduceOp::kMax, "elementwise maximum"},
+    {"min", ReduceOp::kMin, "elementwise minimum"},
+};
+
+template <std::size_t N>
+void copy_text(char (&into)[N], std::string_view text) {
+  std::memset(into, 0, N);
+  std::memcpy(into, text.data(), std::min(text.size(), N - 1));
+}
+
+/// One measured case (a collective, a size, out of place or in place) on this rank.
+struct Measurement {
+  double time_s = 0;        // mean of one launch, over the timed iterations
+  std::int64_t wrong = -1;  // -1: not checked
+};
+
+/// The buffers of one case: in place, input and output are views into one buffer (collectives.h).
+struct Buffers {
+  torch::Tensor input, output;
+};
+
+Buffers make_buffers(const MessageCounts& c, bool in_place, const torch::TensorOptions& to) {
+  if (!in_place) return {torch::zeros({c.input}, to), torch::zeros({c.output}, to)};
+  torch::Tensor whole = torch::zeros({std::max(c.input, c.output)}, to);
+  return {whole.narrow(0, c.in_place_input_offset, c.input), whole.narrow(0, c.in_place_output_offset, c.output)};
+}
+
+class Bench {
+ public:
+  Bench(const CommOptions& o, runtime::Communicator& comm, const runtime::DevicePlacement& placement)
+      : o_(o), comm_(comm), device_(placement.is_cuda() ? torch::Device(torch::kCUDA, placement.index) : torch::kCPU) {}
+
+  Measurement run(const CollectiveInfo& c, const MessageCounts& counts, bool in_place) {
+    const auto to = torch::TensorOptions().dtype(runtime::scalar_type(o_.dtype)).device(device_);
+    Buffers b = make_buffers(counts, in_place, to);
+    b.input.copy_(input_pattern(counts.input, comm_.rank(), to.dtype().toScalarType(), device_));
+    for (std::int64_t i = 0; i < o_.warmup_iters; ++i) c.launch(comm_, b.input, b.output, o_.op, o_.root)->wait();
+    synchronize();
+    comm_.barrier();
+    // As nccl-tests: the iterations are launched back to back, then waited for together. The MPI
+    // backend stages host copies per launch (CUDA tensors, half types, in-place reduce-scatter), so
+    // there at most kMpiInFlight are in flight (the queue never runs dry, the memory stays bounded);
+    // an in-place reduce-scatter copies its input at launch, which the one before is still writing:
+    // one at a time.
+    constexpr std::size_t kMpiInFlight = 4;
+    const bool mpi = comm_.backend() == "mpi";
+    const std::size_t window = !mpi                                                ? static_cast<std::size_t>(o_.iters)
+                               : in_place && c.value == Collective::kReduceScatter ? 1
+                                                                                   : kMpiInFlight;
+    const double start = now_s();
+    std::vector<std::unique_ptr<runtime::Work>> works;
+    works.reserve(static_cast<std::size_t>(o_.iters));
+    for (std::int64_t i = 0; i < o_.iters; ++i) {
+      if (works.size() >= window) works[works.size() - window]->wait();
+      works.push_back(c.launch(comm_, b.input, b.output, o_.op, o_.root));
+    }
+    for (auto& w : works) w->wait();
+    synchronize();
+    Measurement m;
+    m.time_s = (now_s() - start) / static_cast<double>(o_.iters);
+    if (o_.check) m.wrong = check(c, counts, in_place, to);
+    return m;
+  }
+
+ private:
+  /// A fresh launch on fresh buffers, compared with expected_output: the elements that differ.
+  std::int64_t check(const CollectiveInfo& c, const MessageCounts& counts, bool in_place,
+                     const torch::TensorOptions& to) {
+    Buffers b = make_buffers(counts, in_place, to);
+    torch::Tensor input = input_pattern(counts.input, comm_.rank(), to.dtype().toScalarType(), torch::kCPU);
+    // Outside every pattern value (1 .. 3) in the direction the reduction keeps: the check must see it.
+    if (comm_.rank() == o_.perturb_rank) input[0] = o_.op == runtime::ReduceOp::kMin ? -100 : 100;
+    b.input.copy_(input);
+    c.launch(comm_, b.input, b.output, o_.op, o_.root)->wait();
+    synchronize();
+    const torch::Tensor expected = expected_output(c, counts, o_.op, o_.root, comm_.rank(), comm_.world_size());
+    return b.output.to(torch::kCPU, torch::kFloat64).ne(expected).sum().item<std::int64_t>();
+  }
+
+  void synchronize() const {
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+  }
+
+  const CommOptions& o_;
+  runtime::Communicator& comm_;
+  torch::Device device_;
+};
+
+/// Across ranks: min, mean and max of a time, sum of wrong values (over the MPI environment, not
+/// the communicator under test).
+struct Across {
+  double min_s = 0, avg_s = 0, max_s = 0;
+  std::int64_t wrong = -1;
+};
+
+Across across_ranks(runtime::MpiEnvironment& env, const Measurement& m) {
+  const runtime::MpiEnvironment::Spread t = env.spread(m.time_s);
+  const std::int64_t wrong = env.sum(m.wrong);
+  return {t.min, t.mean, t.max, m.wrong < 0 ? -1 : wrong};
+}
+
+// The table, as nccl-tests prints it: '#' header and units rows, data rows without a prefix.
+constexpr const char* kLeft = "{:>12} {:>12} {:>6} {:>6} {:>5}";
+constexpr const char* kHalf = "  {:>9} {:>9} {:>9} {:>7} {:>7} {:>6}";
+
+std::string half(const Across& a, double bytes, double factor) {
+  const double algbw = bytes / a.avg_s / 1e9;
+  return fmt::format(fmt::runtime(kHalf), fmt::format("{:.2f}", a.min_s * 1e6), fmt::format("{:.2f}", a.avg_s * 1e6),
+                     fmt::format("{:.2f}", a.max_s * 1e6), fmt::format("{:.2f}", algbw),
+                     fmt::format("{:.2f}", algbw * factor), a.wrong < 0 ? std::string("N/A") : std::to_string(a.wrong));
+}
+
+}  // namespace
+
+std::span<const options::Choice<ReduceOp>> reduce_op_choices() { return kOps; }
+
+std::int64_t parse_bytes(std::string_view option, const std::string& text) {
+  std::size_t used = 0;
+  long double value = 0;
+  try {
+    value = std::stold(text, &used);
+  } catch (const std::exception&) {
+    options::fail(option, text, "a size in bytes (8, 4K, 64M, 1G)");
+  }
+  const std::string suffix = text.substr(used);
+  long double scale = 1;
+  if (suffix == "K" || suffix == "k") {
+    scale = 1024.0L;
+  } else if (suffix == "M" || suffix == "m") {
+    scale = 1024.0L * 1024.0L;
+  } else if (suffix == "G" || suffix == "g") {
+    scale = 1024.0L * 1024.0L * 1024.0L;
+  } else if (!suffix.empty()) {
+    options::fail(option, text, "a size in bytes (8, 4K, 64M, 1G)");
+  }
+  const long double bytes = value * scale;
+  if (!(bytes >= 1) || bytes > static_cast<long double>(std::numeric_limits<std::int64_t>::max() / 2)) {
+    options::fail(option, text, "a size of at least 1 byte");
+  }
+  return static_cast<std::int64_t>(bytes);
+}
+
+std::vector<std::int64_t> sweep_sizes(std::int64_t min_bytes, std::int64_t max_bytes, std::int64_t factor) {
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t s = min_bytes; s <= max_bytes; s *= factor) {
+    sizes.push_back(s);
+    if (s > max_bytes / factor) break;  // the next would pass max (or overflow)
+  }
+  return sizes;
+}
+
+void CommOptions::declare(options::OptionTable& t) {
+  t.section("Collectives (nccl-tests' flags in parentheses)");
+  t.add("collective", collectives,
+        "what to measure, comma-separated: all-reduce, all-gather, reduce-scatter, broadcast, or all");
+  t.add("min-bytes", min_bytes, "smallest message [bytes; suffixes K, M, G: powers of 1024] (-b)");
+  t.add("max-bytes", max_bytes, "largest message [bytes; K, M, G] (-e)");
+  t.add("step-factor", step_factor, "size multiplier from one row to the next (-f)").at_least(2);
+  t.add("warmup-iters", warmup_iters, "untimed launches before each size's timing (-w)").at_least(0);
+  t.add("iters", iters, "timed launches per size and placement (-n)").at_least(1);
+  t.add("check", check, "check each size's result against the expected values: the #wrong column (-c)");
+  t.add("dtype", dtype, axes::dtype_choices(), "element type (-d)");
+  t.add("op", op, reduce_op_choices(), "reduction of all-reduce and reduce-scatter (-o)");
+  t.add("root", root, "root rank of broadcast (-r)").at_least(0);
+  t.section("Devices");
+  t.add("device", device, runtime::device_choices(), "where each rank's buffers live");
+  t.add("backend", backend, runtime::backend_choices(), "the communication library measured");
+  t.add("comm-timeout", comm_timeout_s, "seconds a collective may stay in flight before the job is aborted [s]")
+      .above(0)
+      .no_effect();
+  t.section("Results");
+  t.add("results", results, "HDF5 results file (created or appended to)")
+      .check([](const std::string& s) { return !s.empty(); }, "a file path")
+      .no_effect();
+  t.add("run-name", run_name, "name appended to the run id").no_effect();
+  t.add("check-perturb-rank", perturb_rank,
+        "testing: this rank's input gets one wrong element (100; -100 with --op min) before each check, which must "
+        "then report it (-1: none; with broadcast, only the root)")
+      .at_least(-1);
+}
+
+void CommOptions::validate() {
+  resolved_collectives.clear();
+  for (const std::string& name : collectives) {
+    if (name == "all") {
+      for (const auto& c : collective_choices()) resolved_collectives.push_back(c.value);
+    } else {
+      resolved_collectives.push_back(options::parse_choice(collective_choices(), "collective", name));
+    }
+  }
+  if (resolved_collectives.empty()) {
+    options::fail("collective", "", "all-reduce, all-gather, reduce-scatter, broadcast or all");
+  }
+  const std::int64_t lo = parse_bytes("min-bytes", min_bytes);
+  const std::int64_t hi = parse_bytes("max-bytes", max_bytes);
+  if (hi < lo) {
+    throw ConfigError(fmt::format("--max-bytes {} is below --min-bytes {}", max_bytes, min_bytes));
+  }
+  sizes = sweep_sizes(lo, hi, step_factor);
+}
+
+int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, runtime::MpiEnvironment& env,
+                       const std::string& command_line) {
+  const bool broadcasts = std::find(o.resolved_collectives.begin(), o.resolved_collectives.end(),
+                                    Collective::kBroadcast) != o.resolved_collectives.end();
+  if (broadcasts && o.perturb_rank >= 0 && o.perturb_rank != o.root) {
+    if (env.rank() == 0) {
+      std::cerr << fmt::format(
+          "mgbench comm: --check-perturb-rank {} with broadcast: only the root's input ({}) is "
+          "read; perturb the root\n",
+          o.perturb_rank, o.root);
+    }
+    return 2;
+  }
+  if (o.root >= env.world_size() || o.perturb_rank >= env.world_size()) {
+    if (env.rank() == 0) {
+      std::cerr << fmt::format("mgbench comm: --root {} / --check-perturb-rank {}: expected a rank below {}\n", o.root,
+                               o.perturb_rank, env.world_size());
+    }
+    return 2;
+  }
+  session::Connection connection = session::connect(env, o.device, o.backend, o.comm_timeout_s);
+  if (!connection.comm) return 1;
+  runtime::Communicator& comm = *connection.comm;
+  const std::string backend(runtime::backend_name(connection.backend));
+  const std::string device = connection.placement.is_cuda() ? "cuda" : "cpu";
+
+  h5::Attributes attributes = session::common_attributes(env, table, "comm", table.identity(), command_line);
+  h5::merge_attributes(attributes, {{"device", device}, {"backend", backend}, {"recipe", std::string("comm")}});
+  results::RankLayout layout;
+  layout.comm_rows = static_cast<std::int64_t>(o.resolved_collectives.size() * o.sizes.size() * 2);
+  h5::Attributes rank_attributes{{"rank", static_cast<std::int64_t>(env.rank())},
+                                 {"device", connection.placement.str()}};
+  if (connection.placement.is_cuda()) {
+    rank_attributes.emplace_back("gpu", runtime::cuda_device_description(connection.placement.index));
+    rank_attributes.emplace_back("gpu_pci_bus_id", runtime::cuda_pci_bus_id(connection.placement.index));
+  }
+  auto writer = session::open_run(env, o.results, o.run_name, attributes, rank_attributes, layout);
+  if (!writer) return 1;
+
+  const bool root_prints = env.rank() == 0;
+  const std::string hosts = env.all_hosts();
+  const std::string dtype(axes::dtype_info(o.dtype).name);
+  const std::string op(options::name_of(reduce_op_choices(), o.op));
+  if (root_prints) {
+    std::cout << fmt::format(
+        "# mgbench comm: {} rank(s) on {}, backend {} ({}), device {}\n", env.world_size(), hosts, backend,
+        connection.backend == runtime::Backend::kNccl ? "NCCL " + runtime::nccl_version() : env.library_version(),
+        device);
+    std::cout << fmt::format(
+        "# dtype {}, op {}, root {}, sizes {} .. {} x{}, warm-up {}, iterations {}, check {}; results {} run {}\n",
+        dtype, op, o.root, o.sizes.front(), o.sizes.back(), o.step_factor, o.warmup_iters, o.iters,
+        o.check ? "on" : "off", writer->path(), writer->run_id());
+    std::cout << "# time: one launch, mean over the iterations, min / avg / max across ranks; algbw = size / avg "
+                 "time; busbw = algbw x bus factor (nccl-tests doc/PERFORMANCE.md)\n";
+  }
+  Bench bench(o, comm, connection.placement);
+  std::int64_t total_wrong = 0;
+  double busbw_sum = 0;
+  std::int64_t busbw_n = 0;
+  const double started = now_s();
+  std::string failure;  // wrong values: the run ends "failed" with this message
+  session::run_or_abort(
+      env, *writer, "the collective benchmark",
+      [&] {
+        std::int64_t row = 0;
+        for (const Collective collective : o.resolved_collectives) {
+          const CollectiveInfo& c = collective_info(collective);
+          const double factor = c.bus_factor(env.world_size());
+          if (root_prints) {
+            std::cout << fmt::format("#\n# {} (bus factor {:.4g})\n", c.name, factor);
+            std::cout << "# " << fmt::format(fmt::runtime(kLeft), "size", "count", "type", "redop", "root")
+                      << fmt::format("  {:^48}  {:^48}\n", "out-of-place", "in-place");
+            const std::string units =
+                fmt::format(fmt::runtime(kHalf), "time_min", "time_avg", "time_max", "algbw", "busbw", "#wrong");
+            std::cout << "# " << fmt::format(fmt::runtime(kLeft), "", "", "", "", "") << units << units << "\n";
+            const std::string unit_row =
+                fmt::format(fmt::runtime(kHalf), "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "");
+            std::cout << "# " << fmt::format(fmt::runtime(kLeft), "(B)", "(elements)", "", "", "") << unit_row
+                      << unit_row << "\n";
+          }
+          for (const std::int64_t size : o.sizes) {
+            const auto element_size = static_cast<std::int64_t>(axes::dtype_info(o.dtype).bytes);
+            const MessageCounts counts = c.counts(size, element_size, env.world_size(), env.rank());
+            std::string line = "  " + fmt::format(fmt::runtime(kLeft), counts.bytes,
+                                                  c.value == Collective::kReduceScatter ? counts.output : counts.input,
+                                                  dtype, c.reduces ? op : "none", c.rooted ? o.root : -1);
+            std::vector<results::CommRecord> records;
+            for (const bool in_place : {false, true}) {
+              const Measurement m = bench.run(c, counts, in_place);
+              const Across a = across_ranks(env, m);
+              line += half(a, static_cast<double>(counts.bytes), factor);
+              if (a.wrong > 0) total_wrong += a.wrong;
+              busbw_sum += static_cast<double>(counts.bytes) / a.avg_s / 1e9 * factor;
+              ++busbw_n;
+              results::CommRecord r;
+              copy_text(r.collective, c.name);
+              copy_text(r.dtype, dtype);
+              copy_text(r.op, c.reduces ? op : "");
+              r.root = c.rooted ? o.root : -1;
+              r.in_place = in_place ? 1 : 0;
+              r.bytes = counts.bytes;
+              r.count = c.value == Collective::kReduceScatter ? counts.output : counts.input;
+              r.iters = o.iters;
+              r.time_s = m.time_s;
+              r.algbw_gbs = static_cast<double>(counts.bytes) / m.time_s / 1e9;
+              r.busbw_gbs = r.algbw_gbs * factor;
+              r.wrong = m.wrong;
+              records.push_back(r);
+            }
+            writer->write_comm(row, records);
+            row += static_cast<std::int64_t>(records.size());
+            if (root_prints) std::cout << line << "\n" << std::flush;
+          }
+        }
+        if (root_prints) {
+          results::RunSummary summary;
+          summary.total_s = now_s() - started;
+          summary.train_s = summary.total_s;
+          summary.finished_unix_s = static_cast<double>(std::time(nullptr));
+          writer->write_summary(summary);
+        }
+        if (total_wrong > 0)
+          failure = fmt::format("correctness check: {} wrong value(s) (the #wrong columns)", total_wrong);
+      },
+      nullptr, &failure);
+  if (root_prints) {
+    std::cout << fmt::format("# Out of bounds values : {} {}\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
+    std::cout << fmt::format("# Avg bus bandwidth    : {:.4g} GB/s\n#\n", busbw_n ? busbw_sum / busbw_n : 0.0);
+  }
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace mgbench::comm

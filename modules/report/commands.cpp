@@ -1,0 +1,121 @@
+#include "report/commands.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "report/figures.h"
+#include "report/report.h"
+#include "results/files.h"
+
+namespace mgbench::report {
+
+void ReportOptions::declare(options::OptionTable& t) {
+  t.add("files", files, "results files (files, directories: every *.h5 below, quoted patterns such as 'outputs/*.h5')")
+      .positional()
+      .required()
+      .value_name("FILE...");
+  t.add("csv", csv, "comma-separated values instead of the table").as_switch();
+  t.add("phases", phases,
+        "also show, per run, the training time by phase (min / avg / max across ranks) and the all-reduce overlap")
+      .as_switch();
+  t.add("cuda", cuda,
+        "also show, per run, the CUDA metrics (CUPTI: HtoD copies, API calls, kernels, NCCL, peak memory)")
+      .as_switch();
+  t.add("plot", plot,
+        "also write every figure the runs support, and DIR/index.html with the figures and tables, into DIR "
+        "(mgbench-plot, the Python package in python/)")
+      .value_name("DIR");
+}
+
+int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> files;
+  std::vector<results::RunRecord> runs;
+  try {
+    files = results::expand_results_files(o.files);
+    runs = results::read_results_files(files);
+  } catch (const Error& e) {
+    err << "mgbench report: " << e.what() << "\n";
+    return 1;
+  }
+  const auto format = o.csv ? Format::kCsv : Format::kTable;
+  std::vector<results::RunRecord> image_runs, llm_runs, comm_runs;
+  bool predictions = false;
+  for (auto& r : runs) {
+    if (is_prediction_run(r)) {
+      predictions = true;  // shown beside the measured runs below, never a baseline of theirs
+      continue;
+    }
+    (is_llm_run(r) ? llm_runs : is_comm_run(r) ? comm_runs : image_runs).push_back(r);
+  }
+  if (!image_runs.empty() || (llm_runs.empty() && comm_runs.empty() && !predictions)) {
+    print(out, build_rows(image_runs), format);
+  }
+  if (!llm_runs.empty()) {
+    if (!image_runs.empty()) out << "\n";
+    print_llm(out, llm_runs, format);
+    if (std::any_of(llm_runs.begin(), llm_runs.end(), is_dpo_run)) {
+      out << "\n";
+      print_dpo(out, llm_runs, format);
+    }
+  }
+  if (!comm_runs.empty()) {
+    if (!image_runs.empty() || !llm_runs.empty()) out << "\n";
+    print_comm(out, comm_runs, format);
+  }
+  if (predictions) {
+    out << "\n";
+    print_prediction_check(out, runs, o.csv);
+  }
+  if (o.phases) {
+    out << "\n";
+    std::vector<results::RunRecord> trained;  // the runs with training phases
+    for (const auto& r : runs) {
+      if (!is_comm_run(r) && !is_prediction_run(r)) trained.push_back(r);
+    }
+    print_phases(out, trained);
+  }
+  if (o.cuda) {
+    out << "\n";
+    print_cuda(out, runs);
+  }
+  if (!o.plot.empty()) {
+    out.flush();
+    return write_figures(files, o.plot, err);
+  }
+  return 0;
+}
+
+int run_predict(const PredictOptions& o, const std::string& command_line, std::ostream& out, std::ostream& err) {
+  std::vector<results::RunRecord> runs;  // the plan points into them
+  PredictionPlan plan;
+  try {
+    std::vector<std::string> files = results::expand_results_files(o.files);
+    if (!o.comm_files.empty()) {
+      const auto more = results::expand_results_files(o.comm_files);
+      files.insert(files.end(), more.begin(), more.end());
+    }
+    runs = results::read_results_files(files);
+    plan = plan_predictions(runs, o);
+  } catch (const Error& e) {
+    err << "mgbench predict: " << e.what() << "\n";
+    return 1;
+  }
+  print_plan(out, plan);
+  try {
+    write_predictions(o.results, plan, command_line);
+  } catch (const Error& e) {
+    err << "mgbench predict: writing " << o.results << ": " << e.what() << "\n";
+    return 1;
+  }
+  std::size_t n = 0;
+  for (const auto& w : plan.workloads) n += w.size();
+  out << fmt::format(
+      "# {} prediction(s) appended to {} (task prediction; mgbench report shows them beside the measured runs)\n", n,
+      o.results);
+  return 0;
+}
+
+}  // namespace mgbench::report

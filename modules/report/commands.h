@@ -1,0 +1,38 @@
+#pragma once
+// `mgbench report` and `mgbench predict` as app/ calls them: their options (declared into the
+// command's option table) and the whole command on the parsed options. No LibTorch: mgbench-report
+// runs this on a login node.
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/option_table.h"
+#include "report/predict.h"
+
+namespace mgbench::report {
+
+/// The options of `mgbench report`.
+struct ReportOptions {
+  std::vector<std::string> files;  // results files, directories, quoted patterns (positional)
+  bool csv = false;
+  bool phases = false;
+  bool cuda = false;
+  std::string plot;  // directory for the figures and index.html; "": none
+
+  void declare(options::OptionTable& table);
+};
+
+/// Reads the files and prints, in order: the image runs' table (Table 2; also when the files hold no
+/// run of any kind), the LLM runs' (Table 5) with the DPO runs' beside it, the comm runs', the
+/// predictions beside their measured runs, then with --phases the phase times, with --cuda the CUDA
+/// metrics; with --plot the figures (figures.h). Returns the exit code: 0, or 1 with the message on
+/// err for an unreadable file or failed figures.
+int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err);
+
+/// Reads the files (and --comm's), predicts every workload, prints the plan and appends the
+/// predictions to options.results (MPI must be initialised: a single process). Returns the exit
+/// code: 0, or 1 with the message on err (unreadable files, no 1-rank run, a results file that
+/// cannot be written).
+int run_predict(const PredictOptions& options, const std::string& command_line, std::ostream& out, std::ostream& err);
+
+}  // namespace mgbench::report

@@ -1,0 +1,152 @@
+#include "session/session.h"
+
+#include <unistd.h>
+
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <fmt/format.h>
+
+#include "core/build_info.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "core/watchdog.h"
+#include "runtime/agreement.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/nccl_communicator.h"
+
+namespace mgbench::session {
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+/// The cuDNN library LibTorch loaded (cudnnGetVersion: 91000 -> "9.10.0"); "" without CUDA.
+std::string cudnn_version() {
+  try {
+    const long v = at::detail::getCUDAHooks().versionRuntimeCuDNN();
+    return v > 0 ? fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100) : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+}  // namespace
+
+Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend requested,
+                   double timeout_s) {
+  // From here on every blocking stage that waits on other ranks has --comm-timeout to finish.
+  watchdog::set_default_timeout(timeout_s);
+  Connection c;
+  runtime::Backend& backend = c.backend;
+  // Every rank picks its GPU by local rank, then the node checks that no two ranks share one
+  // (NCCL's rule) from the GPUs' PCI bus ids.
+  if (!runtime::all_succeed(env, "device placement", [&] {
+        c.placement = runtime::place_rank(device, runtime::visible_cuda_devices(), env.local_rank());
+        backend = runtime::resolve_backend(requested, c.placement, runtime::nccl_built());
+      })) {
+    return c;
+  }
+  const std::vector<std::string> node_gpus =
+      env.node_allgather(c.placement.is_cuda() ? runtime::cuda_pci_bus_id(c.placement.index) : "cpu");
+  if (!runtime::all_succeed(env, "device placement", [&] {
+        if (!c.placement.is_cuda()) return;
+        const int sharing = runtime::check_gpu_sharing(node_gpus, env.local_rank(), backend, env.hostname());
+        if (sharing > 1 && env.local_rank() == 0) {
+          log::warn("{} ranks share each GPU on {} (--backend mpi): timings are not per-GPU figures", sharing,
+                    env.hostname());
+        }
+      })) {
+    return c;
+  }
+  if (c.placement.is_cuda()) {
+    log::info("rank {} -> {} ({}), backend {}", env.rank(), c.placement.str(),
+              runtime::cuda_device_description(c.placement.index), runtime::backend_name(backend));
+  }
+  std::unique_ptr<runtime::Communicator> comm;
+  if (!runtime::all_succeed(env, "creating the communicator", [&] {
+        if (backend == runtime::Backend::kNccl) {
+          comm = runtime::make_nccl_communicator(env.world(), c.placement.index, {timeout_s});
+        } else {
+          comm = std::make_unique<runtime::MpiCommunicator>(env.world(), timeout_s);
+        }
+      })) {
+    return c;
+  }
+  c.comm = std::move(comm);
+  return c;
+}
+
+h5::Attributes common_attributes(runtime::MpiEnvironment& env, const options::OptionTable& table,
+                                 const std::string& task, const std::string& identity,
+                                 const std::string& command_line) {
+  h5::Attributes a{{"task", task}};
+  for (auto&& option : table.attributes()) a.emplace_back(std::move(option));
+  h5::merge_attributes(a, {{"world_size", static_cast<std::int64_t>(env.world_size())},
+                           {"hosts", env.all_hosts()},
+                           {"started_utc", utc_now_iso8601()},
+                           {"mgbench_version", std::string(build_info::kVersion)},
+                           {"git_commit", std::string(build_info::kGitCommit)},
+                           {"torch_version", std::string(TORCH_VERSION)},
+                           {"cuda_runtime_version", runtime::cuda_runtime_version()},
+                           {"cuda_driver_version", runtime::cuda_driver_version()},
+                           {"cudnn_version", cudnn_version()},
+                           {"nccl_version", runtime::nccl_version()},
+                           {"mpi_version", env.library_version()},
+                           {"slurm_job_id", env_or("SLURM_JOB_ID", "")},
+                           {"command_line", command_line},
+                           {"config", table.ini()},
+                           {"config_id", options::config_id(identity)}});
+  return a;
+}
+
+std::unique_ptr<results::ResultsWriter> open_run(runtime::MpiEnvironment& env, const std::string& path,
+                                                 const std::string& run_name, const h5::Attributes& run_attributes,
+                                                 h5::Attributes rank_attributes, const results::RankLayout& layout) {
+  rank_attributes.emplace_back("hostname", env.hostname());
+  rank_attributes.emplace_back("local_rank", static_cast<std::int64_t>(env.local_rank()));
+  rank_attributes.emplace_back("pid", static_cast<std::int64_t>(getpid()));
+  // Its own stage: rank 0 alone creates the directory, and a failure there must reach the other
+  // ranks through the agreement, not leave them in a barrier.
+  if (!runtime::all_succeed(env, "creating the results directory", [&] {
+        const auto parent = std::filesystem::path(path).parent_path();
+        if (env.rank() == 0 && !parent.empty()) std::filesystem::create_directories(parent);
+      })) {
+    return nullptr;
+  }
+  std::unique_ptr<results::ResultsWriter> writer;
+  if (!runtime::all_succeed(env, "opening the results file", [&] {
+        writer = std::make_unique<results::ResultsWriter>(path, env.world(), run_name, run_attributes, rank_attributes,
+                                                          layout);
+      })) {
+    return nullptr;
+  }
+  log::info("results: {} run {}", writer->path(), writer->run_id());
+  return writer;
+}
+
+void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, const std::string& what,
+                  const std::function<void()>& body, const bool* preempted, const std::string* failure) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    log::error("{} failed on rank {} ({}): {}", what, env.rank(), env.hostname(), e.what());
+    writer.mark_failed(e.what());
+    env.abort(1);
+  }
+  const bool stopped = preempted != nullptr && *preempted;
+  if (failure != nullptr && !failure->empty()) {
+    writer.finish(results::kStatusFailed, *failure);
+    return;
+  }
+  writer.finish(stopped ? results::kStatusPreempted : results::kStatusCompleted);
+  if (stopped) log::info("preempted: run {} in {} marked preempted", writer.run_id(), writer.path());
+}
+
+}  // namespace mgbench::session

@@ -1,0 +1,127 @@
+#include "train/checkpoint/run_state.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+namespace mgbench::train {
+
+// --- run progress ------------------------------------------------------------------------------
+
+void RunProgress::save(CheckpointState& c) const {
+  c.put("epoch", epoch);
+  c.put("position", position);
+  c.put("global_step", global_step);
+  c.put("elapsed_s", elapsed_s);
+  c.put("epoch_elapsed_s", epoch_elapsed_s);
+  c.put("loss_sum", loss_sum);
+  c.put("loss_steps", loss_steps);
+  c.put_records<results::RunSummary>("records/summary", {&summary, 1});
+  c.put_records<results::EpochRecord>("records/epoch", {&epoch_record, 1});
+  c.put_records<results::StepRecord>("records/steps", steps);
+  c.put("computed_samples", computed_samples);
+  c.put("real_tokens", real_tokens);
+  c.put("padded_tokens", padded_tokens);
+  c.put("flops", flops);
+  c.put_records<std::int64_t>("records/indices", computed_indices);
+  c.put_records<double>("records/metrics", metric_rows);
+}
+
+void RunProgress::load(const CheckpointState& c) {
+  epoch = c.integer("epoch");
+  position = c.integer("position");
+  global_step = c.integer("global_step");
+  elapsed_s = c.number("elapsed_s");
+  epoch_elapsed_s = c.number("epoch_elapsed_s");
+  loss_sum = c.number("loss_sum");
+  loss_steps = c.integer("loss_steps");
+  const auto summaries = c.records<results::RunSummary>("records/summary");
+  const auto epochs = c.records<results::EpochRecord>("records/epoch");
+  MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1 && epoch >= 0 && position >= 0 && global_step >= 0,
+                  DataError, "checkpoint '{}': malformed run position", c.source());
+  summary = summaries[0];
+  epoch_record = epochs[0];
+  steps = c.records<results::StepRecord>("records/steps");
+  computed_samples = c.integer("computed_samples");
+  real_tokens = c.integer("real_tokens");
+  padded_tokens = c.integer("padded_tokens");
+  flops = c.number("flops");
+  computed_indices = c.records<std::int64_t>("records/indices");
+  metric_rows = c.records<double>("records/metrics");
+}
+
+void RunProgress::next_epoch() {
+  position = 0;
+  epoch_elapsed_s = 0;
+  loss_sum = 0;
+  loss_steps = 0;
+  epoch_record = {};
+  steps.clear();
+  computed_indices.clear();
+  metric_rows.clear();
+}
+
+bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
+                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
+  if (control.checkpointer == nullptr || !control.checkpointer->enabled()) return true;
+  CheckpointState state;
+  put_state(state);
+  progress.save(state);
+  CheckpointManifest m = control.checkpointer->manifest(progress.global_step, progress.epoch, completed);
+  m.results = writer.path();
+  m.run_id = writer.run_id();
+  if (control.stop != nullptr && control.stop->agreed_signal() != 0) {
+    m.stop_signal = runtime::stop_signal_name(control.stop->agreed_signal());
+  }
+  if (control.checkpointer->save(m, state)) return true;
+  log::warn("checkpoint at global step {} not written; the previous one stays the latest", progress.global_step);
+  return false;
+}
+
+bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
+                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
+  const bool stop = control.stop != nullptr && control.stop->poll();
+  bool saved = true;
+  if (stop || (control.checkpointer != nullptr && control.checkpointer->due(progress.global_step))) {
+    const double epoch_elapsed_before = progress.epoch_elapsed_s;
+    const Stopwatch checkpoint_clock;
+    progress.elapsed_s = run_elapsed_s;
+    progress.epoch_elapsed_s = epoch_elapsed_before + epoch_clock_s;
+    saved = save_checkpoint(control, progress, /*completed=*/false, writer, put_state);
+    progress.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
+  }
+  if (!stop) return false;
+  control.preempted = true;
+  const std::string stopped = fmt::format("stopped on {} after global step {} (epoch {}, step {})",
+                                          runtime::stop_signal_name(control.stop->agreed_signal()),
+                                          progress.global_step, progress.epoch + 1, progress.steps.size());
+  if (control.checkpointer == nullptr || !control.checkpointer->enabled()) {
+    log::info("{}: no --checkpoint-dir, nothing to resume from", stopped);
+    return true;
+  }
+  const std::string resume = fmt::format("--resume --checkpoint-dir {}", control.checkpointer->options().dir);
+  if (saved) {
+    log::info("{}: continue with {}", stopped, resume);
+    return true;
+  }
+  // The stop's checkpoint failed (a full disk, a quota): --resume continues from the latest one
+  // written before, if this run has one; else nothing can be continued and the job must not say so.
+  const std::optional<CheckpointManifest> earlier = control.checkpointer->latest();
+  if (earlier && earlier->run_id == writer.run_id() && earlier->results == writer.path()) {
+    log::warn(
+        "{}; its checkpoint could not be written: {} continues from the earlier checkpoint at global step {} "
+        "({}), repeating the steps since",
+        stopped, resume, earlier->global_step, earlier->path);
+    return true;
+  }
+  control.not_resumable = fmt::format(
+      "{}; its checkpoint could not be written and the run has no earlier one in {}: nothing to resume (a --resume "
+      "would start a new run)",
+      stopped, control.checkpointer->directory());
+  log::error("{}", control.not_resumable);
+  return true;
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,76 @@
+#pragma once
+// Where a run stands and what controls it at a step boundary: the position a checkpoint carries
+// (RunProgress), the preemption and resume handles a job gives the training loop (RunControl),
+// and the step boundary itself -- the agreed stop and the checkpoint due.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "results/schema.h"
+#include "results/writer.h"
+#include "runtime/stop_request.h"
+#include "train/checkpoint/checkpoint_state.h"
+#include "train/checkpoint/checkpointer.h"
+
+namespace mgbench::train {
+
+/// What a job hands the training loop for preemption and resume. Every pointer may be null.
+struct RunControl {
+  Checkpointer* checkpointer = nullptr;     // periodic and final checkpoints, and the one at a stop
+  runtime::StopAgreement* stop = nullptr;   // polled at every step boundary
+  const CheckpointState* resume = nullptr;  // the state to continue from
+  bool preempted = false;                   // out: the run stopped early on a signal
+  std::string not_resumable;                // out: why a stopped run cannot be continued ("": it can, or
+                                            // no --checkpoint-dir was given)
+};
+
+/// Where a run stands at a step boundary, as the training loop keeps it: everything a checkpoint
+/// carries besides the model, optimizer, loss scale and RNGs, so that a resumed run continues as if
+/// never stopped -- saved and loaded by the two functions side by side below, so that what is saved
+/// and what is restored cannot drift apart (torchtitan's Stateful).
+struct RunProgress {
+  std::int64_t epoch = 0;                  // the epoch in progress (0-based; == epochs when done)
+  std::int64_t position = 0;               // within it: plan entries taken
+  std::int64_t global_step = 0;            // optimizer steps done over the run
+  double elapsed_s = 0;                    // run time so far [s], excluding time away while preempted
+  double epoch_elapsed_s = 0;              // time in the epoch in progress before this process took it over [s]
+  double loss_sum = 0;                     // the epoch's finite step losses
+  std::int64_t loss_steps = 0;             // and their number
+  results::RunSummary summary;             // accumulated: train_s, eval_s, test_accuracy, final_loss, epochs_completed
+  results::EpochRecord epoch_record;       // the epoch in progress
+  std::vector<results::StepRecord> steps;  // the epoch's steps so far
+  // This rank's totals over the run (the summary's figures of all ranks are their sums).
+  std::int64_t computed_samples = 0;  // samples computed on
+  std::int64_t real_tokens = 0;       // tokens that are not padding
+  std::int64_t padded_tokens = 0;     // tokens with padding (batch x length)
+  double flops = 0;                   // model FLOPs
+  // The epoch in progress's records written at its end.
+  std::vector<std::int64_t> computed_indices;  // --record-indices: the samples computed on, in order
+  std::vector<double> metric_rows;             // the recipe's per-step metrics, row-major
+
+  void save(CheckpointState& state) const;
+  /// Throws DataError naming the file for missing or malformed entries.
+  void load(const CheckpointState& state);
+  /// Clears the per-epoch part for the next epoch.
+  void next_epoch();
+};
+
+/// Writes a checkpoint of `progress` plus what `put_state` adds (model, optimizer, RNG, the
+/// loop's counters) when control has a checkpointer; records the writer's results file and run
+/// and the agreed stop signal in the manifest. Collective. A failed save is logged and training
+/// goes on (the previous checkpoint stays the latest). False, on every rank, when a save failed.
+bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
+                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state);
+
+/// The step boundary, after each optimizer step on every rank: polls the agreed stop and writes a
+/// checkpoint when one is due (--checkpoint-every) or the run stops. progress.elapsed_s and
+/// epoch_elapsed_s are updated for the checkpoint; writing it is not counted as training time
+/// (epoch_elapsed_s is lowered by its duration). epoch_clock_s: time since this process began the
+/// epoch. Returns true when the job agreed to stop (control.preempted is then set and the stop is
+/// logged). When the stop's checkpoint could not be written, the latest earlier checkpoint of the
+/// run is where --resume continues (said so); with none, control.not_resumable says why.
+bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
+                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state);
+
+}  // namespace mgbench::train

@@ -1,0 +1,178 @@
+// The image classification recipe (Lawenda et al. 2025, sec. 3): an image model (MobileNetV2)
+// trained on MNIST-format data upscaled to --image-size, cross-entropy averaged over the batch,
+// test accuracy after every --eval-every epochs.
+//
+// The 28 x 28 uint8 images cross PCIe and are normalised and upscaled on the device
+// (--upscale device: 784 + 8 bytes per sample), or, as the paper's DataLoader does, on the loader
+// thread before the copy (--upscale host: float S x S images cross PCIe). --strategy dp trains one
+// process over every visible GPU of the node (train/data_parallel.h).
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "data/loader.h"
+#include "data/mnist.h"
+#include "data/transforms.h"
+#include "models/image_models.h"
+#include "models/state_dict.h"
+#include "runtime/scalar_type.h"
+#include "train/recipe.h"
+#include "train/recipes/data_parallel.h"
+
+namespace mgbench::train {
+namespace {
+
+enum class Upscale { kDevice, kHost };
+
+constexpr options::Choice<Upscale> kUpscales[] = {
+    {"device", Upscale::kDevice, "28 x 28 uint8 images cross PCIe, normalised and upscaled on the device"},
+    {"host", Upscale::kHost, "the paper's DataLoader: the loader thread resizes, float S x S images cross PCIe"},
+};
+
+struct ImageOptions {
+  std::string data_dir = "inputs/mnist";
+  std::int64_t image_size = 100;  // px, square; the paper used 100-700
+  std::int64_t limit_train = 0;   // 0: all training samples
+  std::int64_t limit_test = 0;    // 0: all test samples
+  Upscale upscale = Upscale::kDevice;
+  models::ImageModelFactory model = models::image_models().front().value;
+  double width_mult = 1.0;
+  double dropout = 0.2;
+  bool freeze_batchnorm = false;
+  bool channels_last = true;  // NHWC activations and conv weights (oneDNN on CPU, tensor cores on GPU)
+};
+
+class ClassificationRecipe final : public Recipe {
+ public:
+  void declare(options::OptionTable& t) override {
+    auto& o = options_;
+    t.section("Data");
+    t.add("data", o.data_dir, "directory with MNIST-format IDX files (train-images-idx3-ubyte[.gz], t10k-...)");
+    t.add("image-size", o.image_size, "side of the upscaled square images [px] (the paper: 100-700)")
+        .at_least(1)
+        .at_most(4096);
+    t.add("limit-train", o.limit_train, "use the first N training images (0: all)").at_least(0);
+    t.add("limit-test", o.limit_test, "use the first N test images (0: all)").at_least(0);
+    t.add("upscale", o.upscale, std::span<const options::Choice<Upscale>>(kUpscales), "where the images are upscaled");
+    t.section("Model");
+    t.add("model", o.model, models::image_models(), "the image classifier");
+    t.add("width-mult", o.width_mult, "channel width multiplier").above(0).at_most(4);
+    t.add("dropout", o.dropout, "dropout before the classifier").at_least(0).below(1);
+    t.add("freeze-batchnorm", o.freeze_batchnorm,
+          "keep BatchNorm in eval mode while training (per-sample maths independent of the batch)");
+    t.add("channels-last", o.channels_last, "NHWC memory layout of activations and conv weights");
+  }
+
+  void validate(const TrainOptions&) const override {}
+
+  void setup(const RecipeContext& ctx) override {
+    const auto& o = options_;
+    dtype_ = runtime::scalar_type(ctx.precision.param_dtype);
+    train_set_ = data::load_mnist(o.data_dir, data::Split::kTrain, o.limit_train);
+    test_set_ = data::load_mnist(o.data_dir, data::Split::kTest, o.limit_test);
+    MGBENCH_REQUIRE(train_set_.rows == test_set_.rows && train_set_.cols == test_set_.cols, DataError,
+                    "the training images ({}) are {}x{} but the test images ({}) are {}x{}: one model cannot take both",
+                    train_set_.images_path, train_set_.rows, train_set_.cols, test_set_.images_path, test_set_.rows,
+                    test_set_.cols);
+    model_ = o.model({data::kMnistClasses, o.width_mult, o.dropout, o.freeze_batchnorm});
+    model_.module->to(ctx.device, dtype_);
+    if (o.channels_last) models::to_channels_last(*model_.module);
+    if (ctx.train.strategy == axes::Strategy::kDp) {
+      // One process over every visible GPU of the node, the model on the rank's GPU first.
+      std::vector<torch::Device> devices{ctx.device};
+      if (ctx.device.is_cuda()) {
+        for (int i = 0; i < runtime::visible_cuda_devices(); ++i) {
+          if (i != ctx.device.index()) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+        }
+      }
+      dp_.emplace(model_, devices);
+      log::info("data parallel over {} device(s)", devices.size());
+    }
+  }
+
+  std::int64_t train_size() const override { return train_set_.size(); }
+
+  data::Batch assemble(const data::PlannedBatch& plan, bool pin_memory) const override {
+    if (options_.upscale == Upscale::kDevice) return data::assemble_mnist_batch(train_set_, plan.indices, pin_memory);
+    data::Batch batch = data::assemble_mnist_batch(train_set_, plan.indices, /*pin_memory=*/false);
+    batch.tensors[0] = upscale(batch.tensors[0]);  // the loader pins the result
+    return batch;
+  }
+
+  torch::nn::Module& model() override { return *model_.module; }
+  std::vector<torch::Tensor> trainable_parameters() override { return model_.module->parameters(); }
+  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
+    std::vector<std::pair<std::string, torch::Tensor>> all;
+    for (const auto& p : model_.module->named_parameters()) all.emplace_back(p.key(), p.value());
+    for (const auto& b : model_.module->named_buffers()) all.emplace_back(b.key(), b.value());
+    return all;
+  }
+  std::vector<torch::Tensor> shared_buffers() override {
+    if (options_.freeze_batchnorm) return {};  // never updated: identical on every rank from the seed
+    return model_.module->buffers();
+  }
+
+  LossNormalization loss_normalization() const override { return LossNormalization::kMeanPerMicroBatch; }
+
+  data::Batch transform(data::Batch batch) override {
+    torch::Tensor x = options_.upscale == Upscale::kHost ? batch.tensors[0] : upscale(batch.tensors[0]);
+    batch.tensors[0] = options_.channels_last ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x;
+    return batch;
+  }
+
+  MicroBatchLoss forward(const data::Batch& batch) override {
+    const torch::Tensor logits =
+        dp_ ? dp_->forward(batch.tensors[0]) : model_.forward(*model_.module, batch.tensors[0]);
+    return {torch::nn::functional::cross_entropy(logits, batch.tensors[1]), 1.0, {}};
+  }
+
+  std::int64_t eval_size() const override { return test_set_.size(); }
+  data::Batch assemble_eval(const std::vector<std::int64_t>& indices) const override {
+    data::Batch batch = data::assemble_mnist_batch(test_set_, indices, /*pin_memory=*/false);
+    if (options_.upscale == Upscale::kHost) batch.tensors[0] = upscale(batch.tensors[0]);
+    return batch;
+  }
+  std::int64_t eval_terms() const override { return 2; }
+  torch::Tensor eval_sums(const data::Batch& batch) override {
+    const torch::Tensor predicted = model_.forward(*model_.module, batch.tensors[0]).argmax(1);
+    const torch::Tensor correct = predicted.eq(batch.tensors[1]).sum().to(torch::kFloat64);
+    return torch::stack({correct, torch::full({}, static_cast<double>(batch.samples), correct.options())});
+  }
+  EvalResult eval_result(const torch::Tensor& sums) const override {
+    EvalResult r;
+    r.correct = static_cast<std::int64_t>(sums[0].item<double>());
+    r.samples = static_cast<std::int64_t>(sums[1].item<double>());
+    r.accuracy = static_cast<double>(r.correct) / static_cast<double>(std::max<std::int64_t>(r.samples, 1));
+    return r;
+  }
+
+  h5::Attributes attributes() const override {
+    std::int64_t parameters = 0;
+    for (const auto& p : model_.module->parameters()) parameters += p.numel();
+    return {{"model_parameters", parameters},
+            {"train_samples", train_set_.size()},
+            {"test_samples", test_set_.size()},
+            {"train_images_file", train_set_.images_path}};
+  }
+
+ private:
+  /// uint8 [B, 1, 28, 28] -> normalised, upscaled [B, 1, S, S] in the model's dtype.
+  torch::Tensor upscale(const torch::Tensor& images) const {
+    return data::normalize_and_resize(images, options_.image_size, dtype_, data::kMnistMean, data::kMnistStd);
+  }
+
+  ImageOptions options_;
+  torch::ScalarType dtype_ = torch::kFloat32;
+  data::MnistSplit train_set_;
+  data::MnistSplit test_set_;
+  models::ImageClassifier model_;
+  std::optional<DataParallel> dp_;
+};
+
+}  // namespace
+
+std::unique_ptr<Recipe> make_classification_recipe() { return std::make_unique<ClassificationRecipe>(); }
+
+}  // namespace mgbench::train

@@ -1,0 +1,199 @@
+#pragma once
+// The Llama 3 model the LLM recipes fine-tune (lora_recipe.cpp, dpo_recipe.cpp): its options, the
+// tokenizer, the model built in the run's dtype, loaded, and what is trained -- LoRA adapters over
+// a frozen base (dense, or NF4: QLoRA) or every parameter (full fine-tuning) -- optionally with
+// 8da4w fake quantisation (QAT); batches of token sequences, the log-probabilities of their
+// target tokens, FLOPs, and the result's export (adapters in PEFT's format, or a Hugging Face
+// checkpoint). TorchTune's llama3 builders (lora_llama3_8b, qlora_llama3_8b, llama3_8b) and its
+// recipes' model set-up (lora_finetune_distributed, full_finetune_distributed, qat_distributed,
+// qat_lora_finetune_distributed).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "core/option_table.h"
+#include "data/loader.h"
+#include "data/text/llama3_tokenizer.h"
+#include "data/text/sft.h"
+#include "models/llama.h"
+#include "results/hdf5.h"
+#include "train/recipe.h"
+#include "train/train_options.h"
+
+namespace mgbench::train {
+
+/// Sequences as one batch: tokens int64 [R, T] right-padded with pad_id to the longest; the flat
+/// positions in the [R, T - 1] next-token grid whose next label is not masked, int64 [N]; those
+/// labels, int64 [N]. samples = R; tokens: real tokens; padded_tokens = R x T; loss_targets = N.
+/// As TorchTune's padded_collate_sft / padded_collate_dpo, with the targets found here (on the
+/// loader thread) instead of in the loss.
+data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
+                              bool pin_memory);
+
+/// Per sequence of a collated batch, the sum of its targets' log-probabilities (log_probs: [N], one
+/// per target position): float32 [R], differentiable. TorchTune's get_batch_log_probs.
+torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs);
+
+/// What a fine-tuning run trains.
+enum class Finetune {
+  kLora,  // LoRA adapters; the base frozen (TorchTune's lora / qlora / qat_lora recipes)
+  kFull,  // every parameter (TorchTune's full_finetune / qat recipes)
+};
+/// Fake quantisation while training (QAT).
+enum class FakeQuant {
+  kNone,
+  k8da4w,  // int8 dynamic per-token activations, int4 per-group weights (models/fake_quant.h)
+};
+
+class LlamaFinetune {
+ public:
+  /// Declares the model's options (section "Model": --model, --init, --tokenizer,
+  /// --activation-checkpointing, --quantize-base, --finetune, --output-dir), the adapters' (section
+  /// "LoRA": --lora-rank, --lora-alpha, --lora-dropout, --lora-targets) and QAT's (section "QAT":
+  /// --fake-quant, --qat-group-size, --fake-quant-after-steps).
+  void declare(options::OptionTable& table);
+  /// Throws ConfigError naming the option: a precision other than bf16 / fp32 (the whole model in
+  /// that dtype, as TorchTune), a single-process strategy, no or an unknown LoRA target, NF4 with
+  /// full fine-tuning or with fake quantisation, --fake-quant-after-steps without --fake-quant, or
+  /// (needs_adapters) full fine-tuning for a recipe whose reference is the model without its
+  /// adapters. recipe: the recipe's name, for the messages.
+  void validate(const TrainOptions& train, std::string_view recipe, bool needs_adapters = false) const;
+
+  /// Reads the model's configuration (config.json or a preset) and the tokenizer (--tokenizer, or
+  /// the checkpoint's original/tokenizer.model or tokenizer.model). Throws ConfigError (a preset
+  /// without --init random, no tokenizer) or DataError naming the file.
+  void load_tokenizer();
+  const text::Llama3Tokenizer& tokenizer() const { return *tokenizer_; }
+  /// Builds the model on ctx.device in the precision's dtype (random, or the checkpoint's weights;
+  /// NF4 projections quantised one at a time on the device), adds the adapters or unfreezes
+  /// everything, and turns on fake quantisation. Throws DataError naming the file (a checkpoint
+  /// that does not fit, a tokenizer larger than the model's vocabulary) or ConfigError (a shape NF4
+  /// or the QAT group size cannot take, naming the layer).
+  void build(const RecipeContext& ctx);
+
+  /// Loads a PEFT LoRA adapter (--adapter DIR: adapter_model.safetensors) into the built model,
+  /// after checking DIR/adapter_config.json against this run's adapters: r, lora_alpha and
+  /// target_modules must equal --lora-rank, --lora-alpha and --lora-targets (an adapter trained with
+  /// alpha 64 and evaluated with 16 scales its update by a quarter: a wrong loss, no error). Throws
+  /// ConfigError naming the file, each differing value and the options to give, or DataError for a
+  /// missing or malformed file.
+  void load_adapter(const std::string& dir);
+
+  models::LlamaForCausalLMImpl& model() { return *model_; }
+  const models::LlamaForCausalLMImpl& model() const { return *model_; }
+  /// What the optimizer trains, in registration order: the adapters, or every parameter.
+  const std::vector<torch::Tensor>& trainable() const { return trainable_; }
+  /// The trained tensors by name (a frozen base is rebuilt from --model and --seed on a resume).
+  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() const;
+  /// Before optimizer step `global_step` (0-based, on a resume too): fake quantisation is off for
+  /// the first --fake-quant-after-steps steps (TorchTune's fake_quant_after_n_steps).
+  void begin_step(std::int64_t global_step);
+
+  /// collate_sequences with the tokenizer's <|finetune_right_pad_id|>.
+  data::Batch collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const;
+
+  struct TargetLogProbs {
+    torch::Tensor log_probs;  // float32 [N]: log p(target | prefix) at the batch's target positions
+    torch::Tensor hidden;     // [R, T, H]: the final hidden states (for statistics of the logits)
+  };
+  /// A forward over the batch's tokens (on the device) and the log-probabilities of its targets
+  /// (models::target_log_probs: only target positions reach the output projection).
+  TargetLogProbs target_log_probs(const data::Batch& batch);
+
+  /// Model FLOPs of a forward and backward over padded_tokens positions of sequences of length
+  /// seq_len: the matmul parameters (all but the embedding table and the norms; a tied output
+  /// counts) times 4 per token with LoRA -- forward, and backward to the activations through the
+  /// frozen weights; LoRA's own terms are negligible -- or 6 with full fine-tuning (the weight
+  /// gradients too), plus causal attention, 6 x layers x heads x head_dim x seq_len per token
+  /// (docs/design.md). Dequantisation and fake quantisation are not model FLOPs.
+  double flops(std::int64_t padded_tokens, std::int64_t seq_len) const;
+
+  /// model_parameters, weight_bytes (as held: NF4 or dense, adapters included) and
+  /// weight_bytes_per_parameter, and the fake-quantised linears' count.
+  h5::Attributes attributes() const;
+  /// Writes what was trained to --output-dir when one is given (fsynced; call on one rank): the
+  /// adapters in PEFT's format (adapter_model.safetensors, adapter_config.json), or with full
+  /// fine-tuning a Hugging Face checkpoint (model.safetensors, config.json); with fake
+  /// quantisation also qat_config.json ({"scheme": "8da4w", "group_size": G, "linears": [...]},
+  /// what `mgbench quantize` converts). Throws DataError naming the file on I/O errors.
+  void save() const;
+
+ private:
+  enum class Init { kCheckpoint, kRandom };
+  /// A warning when full fine-tuning's per-rank state alone exceeds the GPU (Llama 3 8B on 80 GB).
+  /// Throws DataError naming config.json, its sizes and the memory, when the weights alone exceed
+  /// the device's memory (before anything is allocated).
+  void refuse_if_weights_do_not_fit(const RecipeContext& ctx) const;
+  void warn_if_full_replica_does_not_fit(const RecipeContext& ctx) const;
+  std::string model_name_ = "llama3-8b";  // preset name or a directory with config.json + safetensors
+  Init init_ = Init::kCheckpoint;
+  std::string tokenizer_path_;  // tiktoken file; default: the checkpoint's
+  bool activation_checkpointing_ = false;
+  models::BaseWeights base_ = models::BaseWeights::kDense;
+  Finetune finetune_ = Finetune::kLora;
+  models::LoraOptions lora_{8, 16.0, 0.0, {"q_proj", "v_proj", "output_proj", "mlp"}};  // TorchTune's llama3 8B
+  FakeQuant fake_quant_ = FakeQuant::kNone;
+  std::int64_t qat_group_size_ = 256;  // TorchTune's Int8DynActInt4WeightQATQuantizer(groupsize=256)
+  std::int64_t fake_quant_after_steps_ = 0;
+  std::string output_dir_;  // what was trained written here at the end; "" = nowhere
+
+  std::optional<models::LlamaConfig> config_;
+  std::unique_ptr<text::Llama3Tokenizer> tokenizer_;
+  models::LlamaForCausalLM model_{nullptr};
+  std::vector<torch::Tensor> trainable_;
+  std::vector<std::string> fake_quantized_;  // names of the fake-quantised linears
+};
+
+/// The data options of the LLM recipes (section "Data"), but --dataset, whose table is each recipe's.
+struct LlamaDataOptions {
+  std::string data;              // local file (.json, .jsonl, .csv, .tsv[.gz])
+  std::int64_t max_seq_len = 0;  // 0: no truncation (TorchTune's default)
+  bool train_on_input = false;   // the prompt's tokens carry loss too
+  std::int64_t limit = 0;        // use the first N rows (0: all)
+
+  /// Declares --data, --max-seq-len, --train-on-input and --limit. rows: what a row of the file is
+  /// ("samples", "preference rows: chosen and rejected"), for the help.
+  void declare(options::OptionTable& table, const std::string& rows);
+};
+
+/// A recipe on the Llama component (sft.cpp, dpo.cpp): the Recipe members that are the component's
+/// own -- the model, what is trained and checkpointed, the step hook that switches fake
+/// quantisation on, token counting -- and the data options and set-up both share. A recipe adds its
+/// dataset table, loss, evaluation and records.
+class LlamaRecipe : public Recipe {
+ public:
+  torch::nn::Module& model() override { return llama_.model(); }
+  std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
+  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
+    return llama_.checkpoint_tensors();
+  }
+  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
+  bool counts_tokens() const override { return true; }
+
+ protected:
+  /// The set-up of an LLM recipe: the tokenizer, the rows `load(tokenizer)` reads from --data (the
+  /// first --limit of them), then the model (LlamaFinetune::build). Throws DataError naming the
+  /// file when no row is left, and what loading and building throw.
+  template <typename Rows, typename Load>
+  void setup_rows(const RecipeContext& ctx, Rows& rows, Load&& load) {
+    llama_.load_tokenizer();
+    rows = load(llama_.tokenizer());
+    if (data_.limit > 0 && static_cast<std::int64_t>(rows.size()) > data_.limit) {
+      rows.resize(static_cast<std::size_t>(data_.limit));
+    }
+    MGBENCH_REQUIRE(!rows.empty(), DataError, "dataset '{}': no rows", data_.data);
+    llama_.build(ctx);
+  }
+
+  LlamaFinetune llama_;
+  LlamaDataOptions data_;
+};
+
+}  // namespace mgbench::train
