@@ -1,7 +1,6 @@
 // `mgbench image` and `mgbench llm`: the options of the task's recipe and of the training loop
 // (one option table, train/job_config.h), parsed on every rank, then the job.
 #include <iostream>
-#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -9,6 +8,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "mpi_start.h"
 #include "options.h"
 #include "runtime/mpi_env.h"
 #include "runtime/stop_request.h"
@@ -34,13 +34,8 @@ int train_command(const std::string& task, int argc, char** argv) {
   // First of all, before MPI_Init's slow start: a SIGUSR1 / SIGTERM arriving during set-up ends the
   // process with a message and exit 75 (nothing trained or written), not the default action.
   runtime::install_stop_handlers();
-  std::optional<runtime::MpiEnvironment> mpi;
-  try {
-    mpi.emplace(&argc, &argv);
-  } catch (const CommError& e) {  // every rank alike (an MPI without thread support)
-    std::cerr << "mgbench " << task << ": " << e.what() << "\n";
-    return 1;
-  }
+  const auto mpi = start_mpi(task, argc, argv);
+  if (!mpi) return 1;
   runtime::MpiEnvironment& env = *mpi;
   const bool speak = env.rank() == 0;
   std::unique_ptr<train::JobConfig> config;

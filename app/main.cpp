@@ -1,13 +1,21 @@
 // mgbench: how machine-learning jobs use multi-GPU nodes. One row per command below: its name, what
-// it does (the usage text is made of these rows) and its function (one file each in app/).
+// it does (the usage text is made of these rows) and its function: the MPI commands' in files of
+// their own (cmd_*.cpp), the others' a call of their module on its parsed options (options.h).
 #include <iostream>
 #include <string>
 #include <string_view>
 
 #include "commands.h"
 #include "core/build_info.h"
+#include "data/text/tools.h"
+#include "models/qat_convert.h"
+#include "options.h"
+#include "report/commands.h"
 
 namespace {
+
+using namespace mgbench;
+using app::run_command;
 
 struct Command {
   std::string_view name;
@@ -33,11 +41,25 @@ constexpr Command kCommands[] = {
      "(from a 1-rank run and a comm run; written as `prediction` runs)",
      &mgbench::app::predict_main},
     {"quantize", "a QAT-trained checkpoint's fake-quantised linears -> int4 weights (torchao's convert)",
-     &mgbench::app::quantize_main},
+     [](int argc, char** argv) {
+       return run_command<models::QuantizeOptions>(
+           {"quantize", models::QuantizeOptions::kUsage}, argc, argv,
+           [](const models::QuantizeOptions& o) { return models::quantize(o, std::cout, std::cerr); });
+     }},
     {"report", "tables of one or more results files (paper Table 2 style; --phases, --cuda, --csv, --plot)",
      &mgbench::app::report_main},
-    {"tokenize", "UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)", &mgbench::app::tokenize_main},
-    {"data", "`data stats`: rows and token lengths of a fine-tuning dataset", &mgbench::app::data_main},
+    {"tokenize", "UTF-8 text on stdin -> Llama 3 token ids on stdout (tiktoken BPE)",
+     [](int argc, char** argv) {
+       return run_command<text::TokenizeOptions>(
+           {"tokenize", text::TokenizeOptions::kUsage}, argc, argv,
+           [](const text::TokenizeOptions& o) { return text::tokenize(o, std::cin, std::cout, std::cerr); });
+     }},
+    {"data", "`data stats`: rows and token lengths of a fine-tuning dataset",
+     [](int argc, char** argv) {
+       return run_command<text::DatasetStatsOptions>(
+           {"data", text::DatasetStatsOptions::kUsage}, argc, argv,
+           [](const text::DatasetStatsOptions& o) { return text::dataset_stats(o, std::cout, std::cerr); });
+     }},
 };
 
 std::string usage() {

@@ -44,6 +44,19 @@ struct GeneralFlags {
 std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& table, int argc, char** argv,
                                  GeneralFlags& flags, const std::function<void()>& validate = {}, bool speak = true);
 
+/// The whole front of a command without MPI: Options (a struct with declare(OptionTable&) and its
+/// usage text kUsage) declared into the command's table, argv parsed into it (parse_command), then
+/// run(options)'s exit code.
+template <typename Options, typename Run>
+int run_command(const CommandSpec& spec, int argc, char** argv, Run&& run) {
+  Options options;
+  options::OptionTable table;
+  options.declare(table);
+  GeneralFlags flags;
+  if (auto exit_code = parse_command(spec, table, argc, argv, flags)) return *exit_code;
+  return run(options);
+}
+
 /// The value of one option of argv or of its --config file, without reading the rest (which may
 /// depend on it: --recipe chooses the options there are); "" when absent. Throws ConfigError for a
 /// malformed config file.

@@ -6,7 +6,8 @@
 #     chromium (headless: the browser-labelled test of mgbench-plot's HTML page);
 #   - a Python virtual environment with the PyPI torch wheel pinned to 2.11.0 (its LibTorch is
 #     what mgbench links), torchvision (test oracle, benchmark peer), h5py, numpy, pytest, and the
-#     analysis package python/ (mgbench_analysis, mgbench-plot; with pandas and matplotlib).
+#     analysis package python/ (mgbench_analysis, mgbench-plot; with pandas and matplotlib), and
+#     lizard (scripts/check-shape.sh: function lengths).
 # The venv lives outside the checkout so clean clones reuse it:
 #   MGBENCH_VENV (default ~/.cache/mgbench/venv).
 # Clusters use environment modules instead: see Makefile.hpc.
@@ -46,6 +47,8 @@ if ! "$PY" -c "import torch, torchvision, h5py, numpy, pytest, sys; sys.exit(not
 fi
 # Test oracles added later than the venv: installed into an existing one too.
 "$PY" -c "import tiktoken, transformers, safetensors, peft" 2>/dev/null || "$PY" -m pip install -q "${ORACLES[@]}"
+# Code checks: lizard (function lengths, scripts/check-shape.sh).
+"$PY" -c "import lizard" 2>/dev/null || "$PY" -m pip install -q "lizard==1.24.3"
 # TorchTune (templates and masks oracle) in a folder of its own, added to sys.path only by the
 # tests that use it: it needs an old torchao (0.11, for nf4tensor) that peft refuses. Without its
 # dependency tree: its message transforms and Llama 3 tokenizer need only these, and the tests stub

@@ -227,29 +227,93 @@ void CommOptions::validate() {
   sizes = sweep_sizes(lo, hi, step_factor);
 }
 
-int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, runtime::MpiEnvironment& env,
-                       const std::string& command_line) {
+namespace {
+
+/// Why the options cannot run with world_size ranks ("": they can): a --root or perturbed rank
+/// outside the world, a perturbed rank other than the root with broadcast (only the root's input is
+/// read).
+std::string refusal(const CommOptions& o, int world_size) {
   const bool broadcasts = std::find(o.resolved_collectives.begin(), o.resolved_collectives.end(),
                                     Collective::kBroadcast) != o.resolved_collectives.end();
   if (broadcasts && o.perturb_rank >= 0 && o.perturb_rank != o.root) {
-    if (env.rank() == 0) {
-      std::cerr << fmt::format(
-          "mgbench comm: --check-perturb-rank {} with broadcast: only the root's input ({}) is "
-          "read; perturb the root\n",
-          o.perturb_rank, o.root);
-    }
-    return 2;
+    return fmt::format("--check-perturb-rank {} with broadcast: only the root's input ({}) is read; perturb the root",
+                       o.perturb_rank, o.root);
   }
-  if (o.root >= env.world_size() || o.perturb_rank >= env.world_size()) {
-    if (env.rank() == 0) {
-      std::cerr << fmt::format("mgbench comm: --root {} / --check-perturb-rank {}: expected a rank below {}\n", o.root,
-                               o.perturb_rank, env.world_size());
-    }
+  if (o.root >= world_size || o.perturb_rank >= world_size) {
+    return fmt::format("--root {} / --check-perturb-rank {}: expected a rank below {}", o.root, o.perturb_rank,
+                       world_size);
+  }
+  return "";
+}
+
+/// The '#' rows above one collective's table: its name and bus factor, the column headers of both
+/// halves (out of place, in place) and their units, as nccl-tests prints them.
+void print_collective_header(const CollectiveInfo& c, double factor) {
+  std::cout << fmt::format("#\n# {} (bus factor {:.4g})\n", c.name, factor);
+  std::cout << "# " << fmt::format(fmt::runtime(kLeft), "size", "count", "type", "redop", "root")
+            << fmt::format("  {:^48}  {:^48}\n", "out-of-place", "in-place");
+  const std::string units =
+      fmt::format(fmt::runtime(kHalf), "time_min", "time_avg", "time_max", "algbw", "busbw", "#wrong");
+  std::cout << "# " << fmt::format(fmt::runtime(kLeft), "", "", "", "", "") << units << units << "\n";
+  const std::string unit_row = fmt::format(fmt::runtime(kHalf), "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "");
+  std::cout << "# " << fmt::format(fmt::runtime(kLeft), "(B)", "(elements)", "", "", "") << unit_row << unit_row
+            << "\n";
+}
+
+/// One message size of one collective, out of place and in place: measured, checked and summarised
+/// across the ranks (collective).
+struct SizeResult {
+  std::string line;                          // the table's data row
+  std::vector<results::CommRecord> records;  // this rank's rows of the results file
+  std::int64_t wrong = 0;                    // wrong elements over the ranks
+  double busbw_sum = 0;                      // busbw of the two halves [GB/s]
+};
+
+SizeResult measure_size(Bench& bench, runtime::MpiEnvironment& env, const CommOptions& o, const CollectiveInfo& c,
+                        std::int64_t size, double factor) {
+  const std::string dtype(axes::dtype_info(o.dtype).name);
+  const std::string op(options::name_of(reduce_op_choices(), o.op));
+  const auto element_size = static_cast<std::int64_t>(axes::dtype_info(o.dtype).bytes);
+  const MessageCounts counts = c.counts(size, element_size, env.world_size(), env.rank());
+  const std::int64_t count = c.value == Collective::kReduceScatter ? counts.output : counts.input;
+  SizeResult out;
+  out.line = "  " + fmt::format(fmt::runtime(kLeft), counts.bytes, count, dtype, c.reduces ? op : "none",
+                                c.rooted ? o.root : -1);
+  for (const bool in_place : {false, true}) {
+    const Measurement m = bench.run(c, counts, in_place);
+    const Across a = across_ranks(env, m);
+    out.line += half(a, static_cast<double>(counts.bytes), factor);
+    if (a.wrong > 0) out.wrong += a.wrong;
+    out.busbw_sum += static_cast<double>(counts.bytes) / a.avg_s / 1e9 * factor;
+    results::CommRecord r;
+    copy_text(r.collective, c.name);
+    copy_text(r.dtype, dtype);
+    copy_text(r.op, c.reduces ? op : "");
+    r.root = c.rooted ? o.root : -1;
+    r.in_place = in_place ? 1 : 0;
+    r.bytes = counts.bytes;
+    r.count = count;
+    r.iters = o.iters;
+    r.time_s = m.time_s;
+    r.algbw_gbs = static_cast<double>(counts.bytes) / m.time_s / 1e9;
+    r.busbw_gbs = r.algbw_gbs * factor;
+    r.wrong = m.wrong;
+    out.records.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, runtime::MpiEnvironment& env,
+                       const std::string& command_line) {
+  const bool root_prints = env.rank() == 0;
+  if (const std::string why = refusal(o, env.world_size()); !why.empty()) {
+    if (root_prints) std::cerr << "mgbench comm: " << why << "\n";
     return 2;
   }
   session::Connection connection = session::connect(env, o.device, o.backend, o.comm_timeout_s);
   if (!connection.comm) return 1;
-  runtime::Communicator& comm = *connection.comm;
   const std::string backend(runtime::backend_name(connection.backend));
   const std::string device = connection.placement.is_cuda() ? "cuda" : "cpu";
 
@@ -266,10 +330,7 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
   auto writer = session::open_run(env, o.results, o.run_name, attributes, rank_attributes, layout);
   if (!writer) return 1;
 
-  const bool root_prints = env.rank() == 0;
   const std::string hosts = env.all_hosts();
-  const std::string dtype(axes::dtype_info(o.dtype).name);
-  const std::string op(options::name_of(reduce_op_choices(), o.op));
   if (root_prints) {
     std::cout << fmt::format(
         "# mgbench comm: {} rank(s) on {}, backend {} ({}), device {}\n", env.world_size(), hosts, backend,
@@ -277,12 +338,13 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
         device);
     std::cout << fmt::format(
         "# dtype {}, op {}, root {}, sizes {} .. {} x{}, warm-up {}, iterations {}, check {}; results {} run {}\n",
-        dtype, op, o.root, o.sizes.front(), o.sizes.back(), o.step_factor, o.warmup_iters, o.iters,
-        o.check ? "on" : "off", writer->path(), writer->run_id());
+        axes::dtype_info(o.dtype).name, options::name_of(reduce_op_choices(), o.op), o.root, o.sizes.front(),
+        o.sizes.back(), o.step_factor, o.warmup_iters, o.iters, o.check ? "on" : "off", writer->path(),
+        writer->run_id());
     std::cout << "# time: one launch, mean over the iterations, min / avg / max across ranks; algbw = size / avg "
                  "time; busbw = algbw x bus factor (nccl-tests doc/PERFORMANCE.md)\n";
   }
-  Bench bench(o, comm, connection.placement);
+  Bench bench(o, *connection.comm, connection.placement);
   std::int64_t total_wrong = 0;
   double busbw_sum = 0;
   std::int64_t busbw_n = 0;
@@ -295,50 +357,15 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
         for (const Collective collective : o.resolved_collectives) {
           const CollectiveInfo& c = collective_info(collective);
           const double factor = c.bus_factor(env.world_size());
-          if (root_prints) {
-            std::cout << fmt::format("#\n# {} (bus factor {:.4g})\n", c.name, factor);
-            std::cout << "# " << fmt::format(fmt::runtime(kLeft), "size", "count", "type", "redop", "root")
-                      << fmt::format("  {:^48}  {:^48}\n", "out-of-place", "in-place");
-            const std::string units =
-                fmt::format(fmt::runtime(kHalf), "time_min", "time_avg", "time_max", "algbw", "busbw", "#wrong");
-            std::cout << "# " << fmt::format(fmt::runtime(kLeft), "", "", "", "", "") << units << units << "\n";
-            const std::string unit_row =
-                fmt::format(fmt::runtime(kHalf), "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "");
-            std::cout << "# " << fmt::format(fmt::runtime(kLeft), "(B)", "(elements)", "", "", "") << unit_row
-                      << unit_row << "\n";
-          }
+          if (root_prints) print_collective_header(c, factor);
           for (const std::int64_t size : o.sizes) {
-            const auto element_size = static_cast<std::int64_t>(axes::dtype_info(o.dtype).bytes);
-            const MessageCounts counts = c.counts(size, element_size, env.world_size(), env.rank());
-            std::string line = "  " + fmt::format(fmt::runtime(kLeft), counts.bytes,
-                                                  c.value == Collective::kReduceScatter ? counts.output : counts.input,
-                                                  dtype, c.reduces ? op : "none", c.rooted ? o.root : -1);
-            std::vector<results::CommRecord> records;
-            for (const bool in_place : {false, true}) {
-              const Measurement m = bench.run(c, counts, in_place);
-              const Across a = across_ranks(env, m);
-              line += half(a, static_cast<double>(counts.bytes), factor);
-              if (a.wrong > 0) total_wrong += a.wrong;
-              busbw_sum += static_cast<double>(counts.bytes) / a.avg_s / 1e9 * factor;
-              ++busbw_n;
-              results::CommRecord r;
-              copy_text(r.collective, c.name);
-              copy_text(r.dtype, dtype);
-              copy_text(r.op, c.reduces ? op : "");
-              r.root = c.rooted ? o.root : -1;
-              r.in_place = in_place ? 1 : 0;
-              r.bytes = counts.bytes;
-              r.count = c.value == Collective::kReduceScatter ? counts.output : counts.input;
-              r.iters = o.iters;
-              r.time_s = m.time_s;
-              r.algbw_gbs = static_cast<double>(counts.bytes) / m.time_s / 1e9;
-              r.busbw_gbs = r.algbw_gbs * factor;
-              r.wrong = m.wrong;
-              records.push_back(r);
-            }
-            writer->write_comm(row, records);
-            row += static_cast<std::int64_t>(records.size());
-            if (root_prints) std::cout << line << "\n" << std::flush;
+            const SizeResult r = measure_size(bench, env, o, c, size, factor);
+            total_wrong += r.wrong;
+            busbw_sum += r.busbw_sum;
+            busbw_n += 2;
+            writer->write_comm(row, r.records);
+            row += static_cast<std::int64_t>(r.records.size());
+            if (root_prints) std::cout << r.line << "\n" << std::flush;
           }
         }
         if (root_prints) {
@@ -348,8 +375,9 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
           summary.finished_unix_s = static_cast<double>(std::time(nullptr));
           writer->write_summary(summary);
         }
-        if (total_wrong > 0)
+        if (total_wrong > 0) {
           failure = fmt::format("correctness check: {} wrong value(s) (the #wrong columns)", total_wrong);
+        }
       },
       nullptr, &failure);
   if (root_prints) {

@@ -32,6 +32,12 @@ std::int64_t parse_bytes(std::string_view option, const std::string& text);
 std::vector<std::int64_t> sweep_sizes(std::int64_t min_bytes, std::int64_t max_bytes, std::int64_t factor);
 
 struct CommOptions {
+  /// --help's text above the options.
+  static constexpr const char* kUsage =
+      "mgbench comm: collective benchmark over the Communicator mgbench trains with (MPI on CPUs, NCCL on GPUs), in "
+      "nccl-tests' manner and output.\nusage: mpirun -np N mgbench comm [--collective all-reduce,...] [--min-bytes 8] "
+      "[--max-bytes 64M] [options]\noptions";
+
   std::vector<std::string> collectives{"all-reduce"};  // names of collective_choices(), or "all"
   runtime::DeviceRequest device = runtime::DeviceRequest::kAuto;
   runtime::Backend backend = runtime::Backend::kAuto;

@@ -140,48 +140,34 @@ std::string LlamaConfig::to_hf_json(c10::ScalarType dtype) const {
 namespace {
 
 // Meta's configurations (config.json of meta-llama/Meta-Llama-3-8B, Llama-3.1-8B, Llama-3.2-1B) and a
-// tiny one for tests and CPU demos. The defaults of LlamaConfig are Meta-Llama-3-8B's.
-LlamaConfig llama3_8b() { return {}; }
-
-LlamaConfig llama31_8b() {
-  LlamaConfig c;
-  c.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 8192};
-  c.max_position_embeddings = 131072;
-  return c;
-}
-
-LlamaConfig llama32_1b() {
-  LlamaConfig c;
-  c.hidden_size = 2048;
-  c.intermediate_size = 8192;
-  c.num_hidden_layers = 16;
-  c.num_attention_heads = 32;
-  c.num_key_value_heads = 8;
-  c.head_dim = 64;
-  c.rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192};
-  c.max_position_embeddings = 131072;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
-LlamaConfig tiny() {
-  LlamaConfig c;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 64};
-  c.max_position_embeddings = 2048;
-  return c;
-}
-
-constexpr LlamaPreset kPresets[] = {
-    {"llama3-8b", "Meta-Llama-3-8B", &llama3_8b},
-    {"llama3.1-8b", "Llama-3.1-8B (llama3 rope scaling, 128k context)", &llama31_8b},
-    {"llama3.2-1b", "Llama-3.2-1B (tied embeddings)", &llama32_1b},
-    {"tiny", "2 layers, hidden 64: tests and CPU demos", &tiny},
+// tiny one for tests and CPU demos; what a preset does not name is Meta-Llama-3-8B's (LlamaConfig's
+// defaults).
+const LlamaPreset kPresets[] = {
+    {"llama3-8b", "Meta-Llama-3-8B", {}},
+    {"llama3.1-8b",
+     "Llama-3.1-8B (llama3 rope scaling, 128k context)",
+     {.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 8192}, .max_position_embeddings = 131072}},
+    {"llama3.2-1b",
+     "Llama-3.2-1B (tied embeddings)",
+     {.hidden_size = 2048,
+      .intermediate_size = 8192,
+      .num_hidden_layers = 16,
+      .num_attention_heads = 32,
+      .num_key_value_heads = 8,
+      .head_dim = 64,
+      .rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192},
+      .max_position_embeddings = 131072,
+      .tie_word_embeddings = true}},
+    {"tiny",
+     "2 layers, hidden 64: tests and CPU demos",
+     {.hidden_size = 64,
+      .intermediate_size = 128,
+      .num_hidden_layers = 2,
+      .num_attention_heads = 4,
+      .num_key_value_heads = 2,
+      .head_dim = 16,
+      .rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 64},
+      .max_position_embeddings = 2048}},
 };
 
 }  // namespace
@@ -196,7 +182,7 @@ std::string llama_preset_names() {
 
 LlamaConfig LlamaConfig::preset(const std::string& name) {
   for (const auto& p : kPresets) {
-    if (p.name == name) return p.config();
+    if (p.name == name) return p.config;
   }
   throw ConfigError(
       fmt::format("--model '{}': unknown preset (presets: {}; or a directory with config.json and safetensors)", name,

@@ -1,7 +1,7 @@
 #pragma once
 // A Llama 3 model's sizes: read from and written as Hugging Face's config.json (transformers'
 // LlamaConfig, model_type llama, rope_scaling llama3 or none), and the presets mgbench knows by
-// name (Meta's configurations). Adding a preset: its function and row in llama_config.cpp.
+// name (Meta's configurations). Adding a preset: its row in llama_config.cpp.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -53,7 +53,7 @@ struct LlamaConfig {
 struct LlamaPreset {
   std::string_view name;
   std::string_view help;
-  LlamaConfig (*config)();
+  LlamaConfig config;
 };
 std::span<const LlamaPreset> llama_presets();
 /// "llama3-8b, llama3.1-8b, llama3.2-1b or tiny": for help texts and messages.

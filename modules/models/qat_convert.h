@@ -45,6 +45,12 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
 
 /// `mgbench quantize`'s options.
 struct QuantizeOptions {
+  /// --help's text above the options.
+  static constexpr const char* kUsage =
+      "mgbench quantize: convert what a QAT run trained (--recipe qat, or qat-lora) to int4 weights with per-group "
+      "scales, as torchao's Int8DynActInt4WeightQATQuantizer.convert.\n"
+      "usage: mgbench quantize --model DIR [--adapter DIR] --output DIR";
+
   std::string model;    // a qat run's --output-dir, or the base model of a qat-lora run
   std::string adapter;  // a qat-lora run's --output-dir ("": none)
   std::string output;   // the directory written

@@ -13,6 +13,13 @@ namespace mgbench::report {
 
 /// The options of `mgbench report`.
 struct ReportOptions {
+  /// --help's text above the options.
+  static constexpr const char* kUsage =
+      "mgbench report: one row per run (ranks, strategy, precision, pin_memory, image size, total time,\n"
+      "test accuracy, efficiency vs 1 rank and vs FP64); LLM, DPO, comm runs and predictions in tables of their "
+      "own.\nusage: mgbench report [--csv] [--phases] [--cuda] [--plot DIR] FILE|DIR|'PATTERN'...\n"
+      "  DIR: every *.h5 below it; PATTERN: a quoted shell glob (e.g. 'outputs/*/results.h5'), expanded here.";
+
   std::vector<std::string> files;  // results files, directories, quoted patterns (positional)
   bool csv = false;
   bool phases = false;

@@ -128,6 +128,14 @@ std::vector<Prediction> predict(const results::RunRecord& base,
 
 /// What `mgbench predict` predicts from which files (its options; declared into its option table).
 struct PredictOptions {
+  /// --help's text above the options.
+  static constexpr const char* kUsage =
+      "mgbench predict: time per epoch and per run, speed-up and the limiting phase of measured workloads at other "
+      "rank counts and strategies, from each workload's completed 1-rank run and the all-reduce of a `mgbench comm` "
+      "run at each rank count (model: docs/design.md, The scaling predictor). Prints the predictions and appends "
+      "them to --results as runs of task `prediction`; `mgbench report` then shows each beside its measured run.\n"
+      "usage: mgbench predict FILE|DIR|'PATTERN'... [--comm FILE]... [--ranks 1,2,4] [--link h100-nvlink]";
+
   std::vector<std::string> files;       // results files, directories, quoted patterns (positional)
   std::vector<std::string> comm_files;  // more files with comm runs (--comm, repeatable)
   std::vector<std::int64_t> ranks{1, 2, 3, 4};

@@ -12,6 +12,11 @@
 namespace mgbench::text {
 
 struct TokenizeOptions {
+  /// --help's text above the options.
+  static constexpr const char* kUsage =
+      "mgbench tokenize: read UTF-8 text on stdin, print its Llama 3 token ids (tiktoken BPE) on one line.\n"
+      "usage: mgbench tokenize --tokenizer FILE [--bos] [--eos] < text";
+
   std::string tokenizer;  // tiktoken file
   bool bos = false;       // prepend <|begin_of_text|>
   bool eos = false;       // append <|end_of_text|>
@@ -28,6 +33,11 @@ struct TokenizeOptions {
 int tokenize(const TokenizeOptions& options, std::istream& in, std::ostream& out, std::ostream& err);
 
 struct DatasetStatsOptions {
+  /// --help's text above the options.
+  static constexpr const char* kUsage =
+      "mgbench data stats: rows and token lengths of a fine-tuning dataset (template + Llama 3 tokenizer).\n"
+      "usage: mgbench data stats --dataset KIND --data FILE --tokenizer FILE [--max-seq-len N] [--dump N]";
+
   std::string action;   // "stats" (the operand)
   std::string dataset;  // a template of sft.h's table or a format of preference.h's
   std::string data;     // the dataset file

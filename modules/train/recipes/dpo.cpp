@@ -35,10 +35,8 @@ class DpoRecipe final : public LlamaRecipe {
  public:
   void declare(options::OptionTable& t) override {
     auto& o = options_;
-    llama_.declare(t);
-    t.section("Data");
-    t.add("dataset", o.dataset, text::preference_choices(), "the preference data's format");
-    data_.declare(t, "preference rows (chosen and rejected sequences)");
+    declare_model_and_data(t, o.dataset, text::preference_choices(), "the preference data's format",
+                           "preference rows (chosen and rejected sequences)");
     t.section("DPO");
     t.add("dpo-beta", o.beta, "DPO's beta: the strength of the reference's regularisation").above(0);
     t.add("label-smoothing", o.label_smoothing, "conservative DPO's label smoothing (0: plain DPO)")

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -178,6 +179,18 @@ class LlamaRecipe : public Recipe {
   bool counts_tokens() const override { return true; }
 
  protected:
+  /// Declares the model's options (LlamaFinetune::declare), then section "Data": --dataset, a name of
+  /// `rows` (the recipe's templates or formats), and the LlamaDataOptions (file_rows: what a row of
+  /// the file is, for the help).
+  template <typename Row>
+  void declare_model_and_data(options::OptionTable& t, options::ValueOf<Row>& dataset, std::span<const Row> rows,
+                              const std::string& dataset_help, const std::string& file_rows) {
+    llama_.declare(t);
+    t.section("Data");
+    t.add("dataset", dataset, rows, dataset_help);
+    data_.declare(t, file_rows);
+  }
+
   /// The set-up of an LLM recipe: the tokenizer, the rows `load(tokenizer)` reads from --data (the
   /// first --limit of them), then the model (LlamaFinetune::build). Throws DataError naming the
   /// file when no row is left, and what loading and building throw.

@@ -35,10 +35,7 @@ class SftRecipe final : public LlamaRecipe {
  public:
   void declare(options::OptionTable& t) override {
     auto& o = options_;
-    llama_.declare(t);
-    t.section("Data");
-    t.add("dataset", o.dataset, text::dataset_choices(), "the dataset's template");
-    data_.declare(t, "instruction samples");
+    declare_model_and_data(t, o.dataset, text::dataset_choices(), "the dataset's template", "instruction samples");
     t.section("Evaluation");
     t.add("eval-only", o.eval_only, "print `eval loss: <value>` (token-weighted cross-entropy of --data) and exit")
         .as_switch();
