@@ -38,6 +38,22 @@ std::string error_text(const po::error& e) {
   return copy.what();
 }
 
+namespace {
+
+/// The first operand of argv beyond what `positional` takes (Boost's error does not name it).
+std::string stray_operand(int argc, char** argv, const po::options_description& options,
+                          const po::positional_options_description& positional) {
+  const auto parsed = po::command_line_parser(argc, argv).options(options).allow_unregistered().run();
+  unsigned taken = 0;
+  for (const auto& o : parsed.options) {
+    if (o.position_key < 0) continue;  // an option, not an operand
+    if (taken++ == positional.max_total_count() && !o.value.empty()) return o.value.front();
+  }
+  return "?";
+}
+
+}  // namespace
+
 void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
            const po::positional_options_description& positional) {
   try {
@@ -71,6 +87,11 @@ void parse(int argc, char** argv, const po::options_description& options, po::va
       }
     }
     po::notify(vm);
+  } catch (const po::too_many_positional_options_error&) {
+    throw ConfigError(
+        fmt::format("'{}': unexpected (every option is --name, with its value after it; {})",
+                    stray_operand(argc, argv, options, positional),
+                    positional.max_total_count() == 0 ? "this command takes no operands" : "too many operands"));
   } catch (const po::error& e) {
     throw ConfigError(error_text(e));
   }

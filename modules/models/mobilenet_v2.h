@@ -25,7 +25,7 @@ struct MobileNetV2Options {
 std::int64_t make_divisible(double v, std::int64_t divisor);
 
 // The modules are Cloneable (module->clone(device) deep-copies them), which data parallelism
-// (torch::nn::parallel::replicate, train/data_parallel.h) needs.
+// (torch::nn::parallel::replicate, train/recipes/data_parallel.h) needs.
 
 /// torchvision.ops.Conv2dNormActivation with BatchNorm2d and ReLU6: children "0" (Conv2d, no
 /// bias, padding (kernel - 1) / 2), "1" (BatchNorm2d), "2" (ReLU6), as torchvision names them.

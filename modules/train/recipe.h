@@ -8,7 +8,7 @@
 // options, its data and model, the loss of a micro-batch, its evaluation and its records.
 //
 // Adding a recipe: one .cpp file with a Recipe subclass and its factory, and one row in
-// recipes.cpp (docs/design.md, "How to add ...").
+// recipes/table.cpp; CMake finds the file (docs/design.md, "How to add ...").
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -138,7 +138,7 @@ class Recipe {
   virtual void finish(int rank) {}
 };
 
-/// A row of the recipe table (recipes.cpp): as nccl-tests' testColl, one row per recipe; as
+/// A row of the recipe table (train/recipes/table.cpp): as nccl-tests' testColl, one row per recipe; as
 /// TorchTune's recipe registry, each with its default configuration.
 struct RecipeInfo {
   std::string_view name;  // --recipe

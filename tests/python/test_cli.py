@@ -24,6 +24,9 @@ from conftest import BIN, ENV, SMALL, mgbench, run_with_rusage
     (["--config", "/nonexistent.ini"], "/nonexistent.ini"),
     (["--threads", "100000"], "--threads '100000': expected <= "),
     (["--bucket-mb", "1e-300"], "--bucket-mb '1e-300': expected >= "),
+    # A value after a switch, or a stray word, is an error, not silently dropped.
+    (["--record-indices", "true"], "'true': unexpected"),
+    (["--data", "d", "extra"], "'extra': unexpected (every option is --name"),
 ])
 def test_bad_options_exit_2_naming_the_option(args, needle):
     proc = mgbench("image", *args)

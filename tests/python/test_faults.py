@@ -154,7 +154,7 @@ def test_inputs_that_are_pipes_are_refused_instead_of_blocking_the_set_up(tmp_pa
         (["image", *SMALL, "--data", images, "--results", tmp_path / "r.h5"], "IDX file"),
         (["image", *SMALL, "--config", fifo, "--data", mnist, "--results", tmp_path / "r.h5"], "--config"),
         (["report", fifo], "results file"),
-        ([*llm[:2], fifo, *llm[2:], "--model", MODEL] if MODEL.exists() else None, "tokenizer"),
+        ([*llm[:2], fifo, *llm[3:], "--model", MODEL] if MODEL.exists() else None, "tokenizer"),
         ([*llm, "--model", model] if MODEL.exists() else None, "safetensors"),
     ]
     for args, role in cases:

@@ -5,7 +5,7 @@
 // The 28 x 28 uint8 images cross PCIe and are normalised and upscaled on the device
 // (--upscale device: 784 + 8 bytes per sample), or, as the paper's DataLoader does, on the loader
 // thread before the copy (--upscale host: float S x S images cross PCIe). --strategy dp trains one
-// process over every visible GPU of the node (train/data_parallel.h).
+// process over every visible GPU of the node (train/recipes/data_parallel.h).
 #include <optional>
 
 #include <fmt/format.h>

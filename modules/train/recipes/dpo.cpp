@@ -5,11 +5,11 @@
 //  - samples: a row's chosen and rejected conversations, each tokenised and truncated on its own
 //    (data/text/preference.h); a micro-batch of B pairs is one batch of 2B sequences, chosen rows
 //    first, right-padded together to the longest;
-//  - policy: the model with its LoRA adapters (train/llama_finetune.h); reference: the same model with
+//  - policy: the model with its LoRA adapters (train/recipes/llama_finetune.h); reference: the same model with
 //    every adapter disabled, under no_grad (one set of base weights, not two);
 //  - a sequence's log-probability: the sum over its target tokens of log_softmax(logits) in fp32
 //    (TorchTune's get_batch_log_probs), with only target positions reaching the output projection;
-//  - loss: DPOLoss (train/dpo_loss.h), the mean over the micro-batch's pairs; the loop averages it
+//  - loss: DPOLoss (train/recipes/dpo_loss.h), the mean over the micro-batch's pairs; the loop averages it
 //    over the step's micro-batches and the ranks (as TorchTune's loss / grad_accum with DDP);
 //  - metrics per step: TorchTune's rewards/chosen, rewards/rejected, rewards/accuracies (strict
 //    chosen > rejected), rewards/margins, log_probs/chosen, log_probs/rejected, and the means of the

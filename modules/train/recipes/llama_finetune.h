@@ -1,5 +1,5 @@
 #pragma once
-// The Llama 3 model the LLM recipes fine-tune (lora_recipe.cpp, dpo_recipe.cpp): its options, the
+// The Llama 3 model the LLM recipes fine-tune (recipes/sft.cpp, recipes/dpo.cpp): its options, the
 // tokenizer, the model built in the run's dtype, loaded, and what is trained -- LoRA adapters over
 // a frozen base (dense, or NF4: QLoRA) or every parameter (full fine-tuning) -- optionally with
 // 8da4w fake quantisation (QAT); batches of token sequences, the log-probabilities of their

@@ -1,5 +1,5 @@
 // Supervised fine-tuning of Llama 3 on instruction data -- the recipes lora, qlora, full, qat and
-// qat-lora of recipes.cpp, which differ only in their defaults (Lawenda et al. 2025, sec. 4; the
+// qat-lora of recipes/table.cpp, which differ only in their defaults (Lawenda et al. 2025, sec. 4; the
 // second paper, arXiv 2505.22905, compares LoRA, QLoRA and QAT) -- with TorchTune 0.6's
 // lora_finetune_distributed / full_finetune_distributed / qat_distributed /
 // qat_lora_finetune_distributed semantics:
@@ -9,7 +9,7 @@
 //  - loss: cross-entropy of the next token, summed over the targets; the loop divides the
 //    gradient by the targets of the whole step on all ranks (TorchTune's token normalisation);
 //  - the model and what is trained (LoRA adapters over a dense or NF4 base, or every parameter;
-//    8da4w fake quantisation): train/llama_finetune.h, shared with the DPO recipe; written at the
+//    8da4w fake quantisation): train/recipes/llama_finetune.h, shared with the DPO recipe; written at the
 //    end to --output-dir.
 // --eval-only: the token-weighted mean cross-entropy of the dataset ("eval loss: <value>"),
 // with an adapter from --adapter.

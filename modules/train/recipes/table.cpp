@@ -7,9 +7,9 @@
 
 namespace mgbench::train {
 
-std::unique_ptr<Recipe> make_classification_recipe();  // image_recipe.cpp
-std::unique_ptr<Recipe> make_sft_recipe();             // sft_recipe.cpp
-std::unique_ptr<Recipe> make_dpo_recipe();             // dpo_recipe.cpp
+std::unique_ptr<Recipe> make_classification_recipe();  // classification.cpp
+std::unique_ptr<Recipe> make_sft_recipe();             // sft.cpp
+std::unique_ptr<Recipe> make_dpo_recipe();             // dpo.cpp
 
 namespace {
 
