@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The code's shape (docs/design.md, "Layout"): no file of modules/ or app/ over 600 lines, no
-# function over 120 lines (lizard's count, comments and blank lines included). Prints each
+# The code's shape (docs/design.md, "Layout"): includes run down the layers only (each folder of
+# modules/ includes the folders below it, listed here), no file of modules/ or app/ over 600 lines,
+# no function over 120 lines (lizard's count, comments and blank lines included). Prints each
 # offender and exits 1; SKIPPED (77) without lizard (scripts/install-deps.sh installs it).
 #   scripts/check-shape.sh [PYTHON]
 set -euo pipefail
@@ -13,6 +14,32 @@ if ! "$PY" -c "import lizard" 2>/dev/null; then
   exit 77
 fi
 status=0
+# What each folder may include besides itself (the arrows of docs/design.md's map).
+declare -A below=(
+  [core]=""
+  [axes]="core"
+  [results]="core"
+  [report]="core axes results"
+  [profile]="core results"
+  [runtime]="core axes"
+  [session]="core results runtime"
+  [comm]="core axes results runtime session"
+  [data]="core axes"
+  [data/text]="core"
+  [models]="core"
+  [train/checkpoint]="core models results runtime"
+  [train/recipes]="core axes data data/text models profile results runtime session train train/checkpoint"
+  [train]="core axes data data/text models profile results runtime session train/checkpoint"
+)
+for folder in "${!below[@]}"; do
+  allowed=" $folder ${below[$folder]} "
+  while IFS=: read -r file line include; do
+    dir=$(dirname "$include")
+    [[ "$allowed" == *" $dir "* ]] && continue
+    echo "$file:$line: includes $include: $folder may include only ${below[$folder]:-itself}"
+    status=1
+  done < <(grep -n '^#include "[a-z_]*/' modules/"$folder"/*.{h,cpp} 2>/dev/null | sed 's/#include "\([^"]*\)".*/\1/')
+done
 mapfile -t files < <(git ls-files 'modules/*.cpp' 'modules/*.h' 'app/*.cpp' 'app/*.h')
 for f in "${files[@]}"; do
   n=$(wc -l <"$f")

@@ -1,8 +1,5 @@
 #include "train/train_options.h"
 
-#include <filesystem>
-#include <system_error>
-
 #include "core/error.h"
 #include "profile/profile_window.h"
 #include "runtime/device.h"
@@ -36,14 +33,6 @@ bool valid_profile_window(const std::string& text) {
 
 std::span<const Choice<OptimizerKind>> optimizer_choices() { return kOptimizers; }
 std::span<const Choice<LrSchedule>> lr_schedule_choices() { return kLrSchedules; }
-
-void CheckpointOptions::validate() const {
-  MGBENCH_REQUIRE(!dir.empty() || (every_steps == 0 && !resume), ConfigError,
-                  "--checkpoint-every and --resume need --checkpoint-dir (where the checkpoints are)");
-  std::error_code ec;
-  MGBENCH_REQUIRE(dir.empty() || !std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec),
-                  ConfigError, "--checkpoint-dir '{}': a file, expected a directory (or a path to create one at)", dir);
-}
 
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
@@ -116,21 +105,7 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("cupti", cupti, "CUDA memcpy / API / kernel totals per rank into the results file");
   t.add("nvtx", nvtx, "NVTX ranges around the phases (Nsight Systems)").no_effect();
 
-  t.section("Checkpoints and preemption (SIGTERM / SIGUSR1: stop at the next step, checkpoint, exit 75)");
-  t.add("checkpoint-dir", checkpoint.dir,
-        "directory of checkpoints (one subdirectory per run configuration); "
-        "empty: none")
-      .no_effect();
-  t.add("checkpoint-every", checkpoint.every_steps,
-        "optimizer steps between checkpoints (0: only when stopped by a signal and at the end)")
-      .at_least(0)
-      .no_effect();
-  t.add("resume", checkpoint.resume,
-        "continue the latest checkpoint of this configuration in --checkpoint-dir (its run, its results file); "
-        "a new run when the directory holds no checkpoint of this task; refused, listing the settings that "
-        "differ, when it holds another configuration's")
-      .as_switch()
-      .no_effect();
+  checkpoint.declare(t);
 }
 
 void TrainOptions::validate() const { checkpoint.validate(); }

@@ -11,6 +11,7 @@
 #include "axes/strategy.h"
 #include "core/option_table.h"
 #include "runtime/device.h"
+#include "train/checkpoint/checkpoint_options.h"
 
 namespace mgbench::train {
 
@@ -21,16 +22,6 @@ std::span<const options::Choice<OptimizerKind>> optimizer_choices();
 enum class LrSchedule { kCosine, kConstant };
 /// cosine (TorchTune's get_cosine_schedule_with_warmup) | constant, both after the linear warm-up.
 std::span<const options::Choice<LrSchedule>> lr_schedule_choices();
-
-/// --checkpoint-dir, --checkpoint-every, --resume (checkpointer.h).
-struct CheckpointOptions {
-  std::string dir;               // empty: no checkpoints
-  std::int64_t every_steps = 0;  // optimizer steps between checkpoints (0: only at a stop and the end)
-  bool resume = false;           // continue the latest checkpoint of the same configuration
-
-  /// Throws ConfigError naming the option: --checkpoint-every / --resume without --checkpoint-dir.
-  void validate() const;
-};
 
 struct TrainOptions {
   // workload distribution
@@ -74,7 +65,7 @@ struct TrainOptions {
   std::string profile_window = "all";  // START:DURATION [s] | steps:FIRST:COUNT | all
   bool cupti = true;
   bool nvtx = true;
-  CheckpointOptions checkpoint;
+  CheckpointOptions checkpoint;  // train/checkpoint/checkpoint_options.h
 
   /// Declares every option above into table (the current values are the defaults).
   void declare(options::OptionTable& table);

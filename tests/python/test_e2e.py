@@ -25,7 +25,7 @@ def test_main_job_two_ranks(tmp_path, mnist):
         assert run["status"][0] == b"completed"
         for key, value in dict(world_size=2, strategy="ddp-ds", precision="fp32", pin_memory="false", image_size=32,
                                batch_size=32, epochs=2, train_samples=512, test_samples=200, backend="mpi",
-                               device="cpu", upscale="device").items():
+                               device="cpu", upscale="device", gradient_dtype="fp32").items():
             assert run.attrs[key] == value, key
         for key in ("started_utc", "torch_version", "mpi_version", "hdf5_version", "git_commit", "config", "hosts",
                     "config_id", "recipe"):

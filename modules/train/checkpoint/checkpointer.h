@@ -26,8 +26,8 @@
 #include <string>
 
 #include "runtime/mpi_env.h"
+#include "train/checkpoint/checkpoint_options.h"
 #include "train/checkpoint/checkpoint_state.h"
-#include "train/train_options.h"
 
 namespace mgbench::train {
 
