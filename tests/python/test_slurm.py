@@ -6,7 +6,9 @@ Skipped, with the reason, where a SLURM cannot be started (not root, packages ab
 import glob
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,23 +28,27 @@ IMAGE_ARGS = ["--device", "cpu", "--data", MNIST, "--image-size", "32", "--width
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
+def slurm():
     if not (MNIST / "train-images-idx3-ubyte.gz").exists():
         pytest.skip(f"no MNIST at {MNIST}")
-    d = tmp_path_factory.mktemp("slurm")
-    os.chmod(d, 0o755)  # munged and slurmd need to traverse it
-    for parent in d.parents:
-        if parent == Path("/"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o111)
+    # Not below pytest's base directory: pytest (9) keeps /tmp/pytest-of-<user> at 0700, re-tightened
+    # by every pytest session (ctest runs two at once), and munged and slurmd, other users, must
+    # traverse the path to their files.
+    d = Path(tempfile.mkdtemp(prefix="mgbench-slurm-"))
+    os.chmod(d, 0o755)
     started = subprocess.run([str(CLUSTER), "start", str(d)], capture_output=True, text=True)
+    if started.returncode != 0:
+        shutil.rmtree(d, ignore_errors=True)
     if started.returncode == 77:
         pytest.skip(started.stderr.strip().splitlines()[-1])
     assert started.returncode == 0, started.stdout + started.stderr
     env = dict(ENV, SLURM_CONF=str(d / "slurm.conf"), PATH=os.environ["PATH"] + ":/usr/sbin", MGBENCH=BIN)
     env.pop("OMPI_MCA_rmaps_base_oversubscribe", None)
-    yield env
-    subprocess.run([str(CLUSTER), "stop", str(d)])
+    try:
+        yield env
+    finally:
+        subprocess.run([str(CLUSTER), "stop", str(d)])
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def sbatch(env, *args, wait=True, cwd=ROOT):
