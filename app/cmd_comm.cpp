@@ -15,7 +15,9 @@ int comm_main(int argc, char** argv) {
   runtime::MpiEnvironment& env = *mpi;
   comm::CommOptions options;
   options::OptionTable table;
-  options.declare(table);
+  if (!declare_options(
+          "comm", [&] { options.declare(table); }, env.rank() == 0))
+    return 1;
   const CommandSpec spec{"comm", comm::CommOptions::kUsage, /*config_file=*/true, /*dry_run=*/false,
                          /*verbose=*/true};
   GeneralFlags flags;

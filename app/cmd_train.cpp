@@ -44,6 +44,10 @@ int train_command(const std::string& task, int argc, char** argv) {
   } catch (const ConfigError& e) {
     if (speak) std::cerr << "mgbench " << task << ": " << e.what() << "\n(see mgbench " << task << " --help)\n";
     return 2;
+  } catch (const std::exception& e) {
+    // A defect of mgbench's own option tables (an option declared twice, a default naming none).
+    if (speak) std::cerr << "mgbench " << task << ": internal error in the options: " << e.what() << "\n";
+    return 1;
   }
   GeneralFlags flags;
   const CommandSpec spec{task, usage(task), /*config_file=*/true, /*dry_run=*/true, /*verbose=*/true};

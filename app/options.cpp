@@ -154,6 +154,16 @@ bool wants_help(int argc, char** argv) {
 
 }  // namespace
 
+bool declare_options(const std::string& command, const std::function<void()>& declare, bool speak) {
+  try {
+    declare();
+    return true;
+  } catch (const std::exception& e) {
+    if (speak) std::cerr << "mgbench " << command << ": internal error in the options: " << e.what() << "\n";
+    return false;
+  }
+}
+
 std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& table, int argc, char** argv,
                                  GeneralFlags& flags, const std::function<void()>& validate, bool speak) {
   const std::string prefix = "mgbench " + spec.name + ": ";

@@ -44,6 +44,11 @@ struct GeneralFlags {
 std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& table, int argc, char** argv,
                                  GeneralFlags& flags, const std::function<void()>& validate = {}, bool speak = true);
 
+/// Runs declare (a component declaring its options into a table); false after saying "mgbench
+/// <command>: internal error in the options: ..." (when speak) if it threw: a defect of mgbench's own
+/// tables (an option declared twice), not of the command line.
+bool declare_options(const std::string& command, const std::function<void()>& declare, bool speak = true);
+
 /// The whole front of a command without MPI: Options (a struct with declare(OptionTable&) and its
 /// usage text kUsage) declared into the command's table, argv parsed into it (parse_command), then
 /// run(options)'s exit code.
@@ -51,7 +56,7 @@ template <typename Options, typename Run>
 int run_command(const CommandSpec& spec, int argc, char** argv, Run&& run) {
   Options options;
   options::OptionTable table;
-  options.declare(table);
+  if (!declare_options(spec.name, [&] { options.declare(table); })) return 1;
   GeneralFlags flags;
   if (auto exit_code = parse_command(spec, table, argc, argv, flags)) return *exit_code;
   return run(options);

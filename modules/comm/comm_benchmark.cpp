@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -193,14 +194,9 @@ void CommOptions::declare(options::OptionTable& t) {
   t.section("Devices");
   t.add("device", device, runtime::device_choices(), "where each rank's buffers live");
   t.add("backend", backend, runtime::backend_choices(), "the communication library measured");
-  t.add("comm-timeout", comm_timeout_s, "seconds a collective may stay in flight before the job is aborted [s]")
-      .above(0)
-      .no_effect();
+  session::declare_comm_timeout(t, comm_timeout_s);
   t.section("Results");
-  t.add("results", results, "HDF5 results file (created or appended to)")
-      .check([](const std::string& s) { return !s.empty(); }, "a file path")
-      .no_effect();
-  t.add("run-name", run_name, "name appended to the run id").no_effect();
+  session::declare_results(t, results, run_name);
   t.add("check-perturb-rank", perturb_rank,
         "testing: this rank's input gets one wrong element (100; -100 with --op min) before each check, which must "
         "then report it (-1: none; with broadcast, only the root)")
@@ -266,7 +262,7 @@ struct SizeResult {
   std::string line;                          // the table's data row
   std::vector<results::CommRecord> records;  // this rank's rows of the results file
   std::int64_t wrong = 0;                    // wrong elements over the ranks
-  double busbw_sum = 0;                      // busbw of the two halves [GB/s]
+  std::array<double, 2> busbw{};             // of the two halves, out of place and in place [GB/s]
 };
 
 SizeResult measure_size(Bench& bench, runtime::MpiEnvironment& env, const CommOptions& o, const CollectiveInfo& c,
@@ -284,7 +280,7 @@ SizeResult measure_size(Bench& bench, runtime::MpiEnvironment& env, const CommOp
     const Across a = across_ranks(env, m);
     out.line += half(a, static_cast<double>(counts.bytes), factor);
     if (a.wrong > 0) out.wrong += a.wrong;
-    out.busbw_sum += static_cast<double>(counts.bytes) / a.avg_s / 1e9 * factor;
+    out.busbw[in_place ? 1 : 0] = static_cast<double>(counts.bytes) / a.avg_s / 1e9 * factor;
     results::CommRecord r;
     copy_text(r.collective, c.name);
     copy_text(r.dtype, dtype);
@@ -323,10 +319,7 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
   layout.comm_rows = static_cast<std::int64_t>(o.resolved_collectives.size() * o.sizes.size() * 2);
   h5::Attributes rank_attributes{{"rank", static_cast<std::int64_t>(env.rank())},
                                  {"device", connection.placement.str()}};
-  if (connection.placement.is_cuda()) {
-    rank_attributes.emplace_back("gpu", runtime::cuda_device_description(connection.placement.index));
-    rank_attributes.emplace_back("gpu_pci_bus_id", runtime::cuda_pci_bus_id(connection.placement.index));
-  }
+  h5::merge_attributes(rank_attributes, session::gpu_attributes(connection.placement));
   auto writer = session::open_run(env, o.results, o.run_name, attributes, rank_attributes, layout);
   if (!writer) return 1;
 
@@ -361,8 +354,10 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
           for (const std::int64_t size : o.sizes) {
             const SizeResult r = measure_size(bench, env, o, c, size, factor);
             total_wrong += r.wrong;
-            busbw_sum += r.busbw_sum;
-            busbw_n += 2;
+            for (const double busbw : r.busbw) {  // one at a time: the average's sum in the table's order
+              busbw_sum += busbw;
+              ++busbw_n;
+            }
             writer->write_comm(row, r.records);
             row += static_cast<std::int64_t>(r.records.size());
             if (root_prints) std::cout << r.line << "\n" << std::flush;

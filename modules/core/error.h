@@ -1,8 +1,10 @@
 #pragma once
 // Typed errors for mgbench and the CHECK macros that raise them.
 //
-// Modules throw; only app/ decides how a process ends (clean exit when every rank agrees on
-// the failure, MPI_Abort otherwise, so no rank is left waiting in a collective).
+// Modules throw; a process ends where a command's entry point catches (app/, or the command
+// function it calls: train::run_job, report::run_report, ...): a message and an exit code, a clean
+// exit when every rank agrees on the failure, MPI_Abort otherwise, so no rank is left waiting in a
+// collective.
 #include <stdexcept>
 #include <string>
 

@@ -15,7 +15,6 @@
 #include "results/writer.h"
 
 namespace mgbench::report {
-namespace {}  // namespace
 
 const std::vector<LinkAssumption>& link_assumptions() {
   // Bus bandwidths of large all-reduces as nccl-tests reports them on such machines; latencies of
@@ -38,11 +37,15 @@ const LinkAssumption* find_link(const std::string& name) {
   return nullptr;
 }
 
-const LinkAssumption& link_assumption(const std::string& name) {
-  if (const LinkAssumption* link = find_link(name)) return *link;
+std::string link_names() {
   std::vector<std::string_view> names;
   for (const auto& l : link_assumptions()) names.push_back(l.name);
-  options::fail("link", name, options::join_names(names));
+  return options::join_names(names);
+}
+
+const LinkAssumption& link_assumption(const std::string& name) {
+  if (const LinkAssumption* link = find_link(name)) return *link;
+  options::fail("link", name, link_names());
 }
 
 AllReduceCost::AllReduceCost(int world_size, std::vector<std::pair<double, double>> points, std::string source)
@@ -163,12 +166,9 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
   std::int64_t spreads = 0;
   for (const auto* r : multi_rank) {
     s.sources.push_back(r->run_id);
-    for (const auto& rank : r->epochs) {
-      for (const auto& e : rank) {
-        if (std::isfinite(e.allreduce_window_s)) window += e.allreduce_window_s;
-        exposed += e.phases.allreduce_s;
-      }
-    }
+    const AllReduceTimes t = all_reduce_times(*r);
+    window += t.window_s;
+    exposed += t.exposed_s;
     // Synchronous ranks end their epochs together; where they differ is the time outside the
     // collectives (the faster rank waits in them): compare that.
     const std::size_t epochs = r->epochs.empty() ? 0 : r->epochs.front().size();
@@ -389,26 +389,26 @@ void PredictOptions::declare(options::OptionTable& t) {
   t.add("comm", comm_files, "results files with `mgbench comm` runs (comm runs among FILE... are used too)")
       .repeatable()
       .value_name("FILE");
+  constexpr std::int64_t kMaxRanks = 1 << 20;
   t.add("ranks", ranks, "rank counts to predict, comma-separated")
       .check(
           [](const std::vector<std::int64_t>& v) {
-            return !v.empty() && std::all_of(v.begin(), v.end(), [](std::int64_t n) { return n >= 1; });
+            return !v.empty() &&
+                   std::all_of(v.begin(), v.end(), [](std::int64_t n) { return n >= 1 && n <= kMaxRanks; });
           },
-          "comma-separated rank counts >= 1 (1,2,4)");
-  t.add("strategies", strategies, axes::strategy_choices(), "strategies to predict")
-      .check(
-          [](const std::vector<axes::Strategy>& v) {
-            return !v.empty() && std::none_of(v.begin(), v.end(),
-                                              [](axes::Strategy s) { return axes::strategy_info(s).single_process; });
-          },
-          "comma-separated strategies of several ranks (a single-process strategy has no other rank counts)");
-  std::vector<std::string_view> links;
-  for (const auto& l : link_assumptions()) links.push_back(l.name);
+          fmt::format("comma-separated rank counts from 1 to {} (1,2,4)", kMaxRanks));
+  // The strategies of several ranks: a single-process one (dp) has no other rank counts.
+  static const std::vector<axes::StrategyInfo> multi_rank = [] {
+    std::vector<axes::StrategyInfo> rows;
+    for (const auto& row : axes::strategy_choices()) {
+      if (!row.single_process) rows.push_back(row);
+    }
+    return rows;
+  }();
+  t.add("strategies", strategies, std::span<const axes::StrategyInfo>(multi_rank), "strategies to predict");
   t.add("link", link,
-        "where no comm run was measured at a rank count, assume this link (labelled as an assumption): " +
-            options::join_names(links))
-      .check([](const std::string& name) { return name.empty() || find_link(name) != nullptr; },
-             options::join_names(links));
+        "where no comm run was measured at a rank count, assume this link (labelled as an assumption): " + link_names())
+      .check([](const std::string& name) { return name.empty() || find_link(name) != nullptr; }, link_names());
   t.add("results", results, "results file the predictions are appended to")
       .check([](const std::string& path) { return !path.empty(); }, "a file path");
 }

@@ -43,6 +43,8 @@ struct LinkAssumption {
 const std::vector<LinkAssumption>& link_assumptions();
 /// The assumption named `name`, or nullptr.
 const LinkAssumption* find_link(const std::string& name);
+/// Their names, "h100-nvlink or h100-pcie" (for help and messages).
+std::string link_names();
 /// The assumption named `name`; throws ConfigError "--link '<name>': expected ..." listing the names.
 const LinkAssumption& link_assumption(const std::string& name);
 
@@ -125,6 +127,11 @@ std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
                                 const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
                                 std::vector<std::string>& notes);
+/// The predictions point at base: not a temporary.
+std::vector<Prediction> predict(results::RunRecord&& base, const std::vector<const results::RunRecord*>& multi_rank,
+                                const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
+                                const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
+                                std::vector<std::string>& notes) = delete;
 
 /// What `mgbench predict` predicts from which files (its options; declared into its option table).
 struct PredictOptions {
@@ -159,6 +166,8 @@ struct PredictionPlan {
 /// `runs` price the all-reduce in the gradients' dtype). A workload that cannot be predicted (a run
 /// of an older mgbench) becomes a note. Throws ResultsError when no run can serve as a base.
 PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& options);
+/// The plan points into runs: not a temporary.
+PredictionPlan plan_predictions(std::vector<results::RunRecord>&& runs, const PredictOptions& options) = delete;
 
 /// The plan as tables (print_predictions per workload), then the notes and the link assumption.
 void print_plan(std::ostream& out, const PredictionPlan& plan);

@@ -92,6 +92,17 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
   return rows;
 }
 
+AllReduceTimes all_reduce_times(const results::RunRecord& run) {
+  AllReduceTimes t;
+  for (const auto& rank : run.epochs) {
+    for (const auto& e : rank) {
+      if (std::isfinite(e.allreduce_window_s)) t.window_s += e.allreduce_window_s;
+      t.exposed_s += e.phases.allreduce_s;
+    }
+  }
+  return t;
+}
+
 bool is_completed(const results::RunRecord& run) {
   return run.status == "completed" && std::isfinite(run.summary.total_s);
 }
@@ -445,13 +456,7 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
     for (double t : train_s) sum += t;
     rows.push_back({"train", number(*lo, 3), number(sum / n, 3), number(*hi, 3), "100.0"});
     write_table(out, columns, rows, /*csv=*/false);
-    double window = 0, exposed = 0;
-    for (const auto& rank : run.epochs) {
-      for (const auto& e : rank) {
-        if (std::isfinite(e.allreduce_window_s)) window += e.allreduce_window_s;
-        exposed += e.phases.allreduce_s;
-      }
-    }
+    const auto [window, exposed] = all_reduce_times(run);
     if (window > 0) {
       out << fmt::format(
           "# all-reduce overlap: {:.1f} % of the all-reduce window hidden behind backward "

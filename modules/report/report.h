@@ -32,11 +32,12 @@ enum class Format { kTable, kCsv };
 /// `resumes`.
 void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 
-/// LLM fine-tuning runs (task llm / llm-eval), as the paper's Table 5 and Fig. 4: ranks, model,
-/// dataset, precision, batch x grad-accum, optimizer steps, s/it, tokens/s (all ranks), per-rank
-/// scaling efficiency vs the 1-rank run of the same workload ((tokens/s / ranks) / tokens/s of 1
-/// rank), MFU, final (or eval) loss, status, the recipe, and the notes and `resumes` column of
-/// print(); the CSV ends with `resumes,recipe`.
+/// LLM fine-tuning runs (task llm / llm-eval), as the paper's Table 5 and Fig. 4: status, ranks,
+/// model, dataset, precision, batch x grad-accum, s/it, tokens/s (all ranks), per-rank scaling
+/// efficiency vs the 1-rank run of the same workload ((tokens/s / ranks) / tokens/s of 1 rank), MFU,
+/// final (or eval) loss, the recipe, peak memory and weight bytes per parameter, and the notes of
+/// print(); the CSV's columns in the same order (with file, task, batch_size and grad_accum apart,
+/// and resumes), ending `resumes,recipe,peak_memory_mib,weight_bytes_per_param`.
 /// Image runs are skipped.
 void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format);
 
@@ -45,6 +46,15 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
 /// accuracy and margin at the end of the run (the recipe's per-step metrics: the mean over ranks of
 /// the last min(10, steps) steps), with the notes and `resumes` column of print().
 void print_dpo(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format);
+
+/// A run's gradient all-reduce, summed over its ranks and epochs [s]: its window (the first bucket's
+/// start to the last's end) and the part of it exposed (the allreduce phase: not hidden behind
+/// backward). The overlap is 1 - exposed / window.
+struct AllReduceTimes {
+  double window_s = 0;
+  double exposed_s = 0;
+};
+AllReduceTimes all_reduce_times(const results::RunRecord& run);
 
 /// True for runs of the DPO recipe.
 bool is_dpo_run(const results::RunRecord& run);

@@ -39,6 +39,25 @@ std::string cudnn_version() {
 
 }  // namespace
 
+void declare_comm_timeout(options::OptionTable& t, double& seconds) {
+  t.add("comm-timeout", seconds, "seconds a collective may stay in flight before the job is aborted [s]")
+      .above(0)
+      .no_effect();
+}
+
+void declare_results(options::OptionTable& t, std::string& results, std::string& run_name) {
+  t.add("results", results, "HDF5 results file (created or appended to)")
+      .check([](const std::string& s) { return !s.empty(); }, "a file path")
+      .no_effect();
+  t.add("run-name", run_name, "name appended to the run id").no_effect();
+}
+
+h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement) {
+  if (!placement.is_cuda()) return {};
+  return {{"gpu", runtime::cuda_device_description(placement.index)},
+          {"gpu_pci_bus_id", runtime::cuda_pci_bus_id(placement.index)}};
+}
+
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend requested,
                    double timeout_s) {
   // From here on every blocking stage that waits on other ranks has --comm-timeout to finish.

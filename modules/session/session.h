@@ -16,12 +16,21 @@
 
 namespace mgbench::session {
 
+/// The options every MPI job has, declared where each job's table wants them (their order is part of
+/// the configuration's text): --comm-timeout [s] (no effect on results), and --results and
+/// --run-name (where the run is recorded; no effect either).
+void declare_comm_timeout(options::OptionTable& table, double& seconds);
+void declare_results(options::OptionTable& table, std::string& results, std::string& run_name);
+
 /// Where this rank runs and how it talks to the others.
 struct Connection {
   runtime::DevicePlacement placement;
   runtime::Backend backend = runtime::Backend::kMpi;  // resolved: kNccl or kMpi
   std::unique_ptr<runtime::Communicator> comm;        // nullptr: a stage failed (logged)
 };
+
+/// The rank attributes of the rank's GPU: gpu (model, memory, SMs) and gpu_pci_bus_id; none on the CPU.
+h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement);
 
 /// Places this rank (--device: its GPU by local rank), checks that no two ranks of a node share a
 /// GPU under NCCL, resolves --backend and creates the communicator (timeout_s: --comm-timeout),

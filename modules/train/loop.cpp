@@ -19,6 +19,7 @@
 #include "profile/nvtx.h"
 #include "runtime/grad_sync.h"
 #include "runtime/peak_flops.h"
+#include "session/session.h"
 #include "train/device_pipeline.h"
 #include "train/loop_parts.h"
 #include "train/lr_schedule.h"
@@ -100,25 +101,6 @@ std::unique_ptr<profile::CuptiCollector> make_cupti(const LoopParts& s) {
     return nullptr;
   }
   return profile::CuptiCollector::create();
-}
-
-/// The model's tensors, the optimizer, the loss scale and the RNGs: a checkpoint's state besides
-/// the run's position.
-void put_model_state(const LoopParts& s, CheckpointState& state) {
-  put_tensors(state, "model/", s.recipe.checkpoint_tensors());
-  put_optimizer(state, "optimizer", *s.optimizer);
-  if (s.scaler) {
-    state.put("scaler.scale", s.scaler->get_scale());
-    state.put("scaler.growth_tracker", s.scaler->growth_tracker());
-  }
-  put_rng(state, s.device);
-}
-
-void load_model_state(LoopParts& s, const CheckpointState& state) {
-  load_tensors(state, "model/", s.recipe.checkpoint_tensors());
-  load_optimizer(state, "optimizer", *s.optimizer);
-  if (s.scaler) s.scaler->load_state(state.number("scaler.scale"), state.integer("scaler.growth_tracker"));
-  load_rng(state, s.device);
 }
 
 }  // namespace
@@ -236,21 +218,28 @@ h5::Attributes TrainingLoop::run_attributes() const {
 h5::Attributes TrainingLoop::rank_attributes() const {
   const auto& s = *parts_;
   h5::Attributes a{{"device", s.device.str()}, {"threads", static_cast<std::int64_t>(s.threads)}};
-  if (s.device.is_cuda()) {
-    a.emplace_back("gpu", runtime::cuda_device_description(s.placement.index));
-    a.emplace_back("gpu_pci_bus_id", runtime::cuda_pci_bus_id(s.placement.index));
-  }
+  h5::merge_attributes(a, session::gpu_attributes(s.placement));
   return a;
 }
 
 void TrainingLoop::state_dict(CheckpointState& state) const {
-  put_model_state(*parts_, state);
-  parts_->progress.save(state);
+  const auto& s = *parts_;
+  put_tensors(state, "model/", s.recipe.checkpoint_tensors());
+  put_optimizer(state, "optimizer", *s.optimizer);
+  if (s.scaler) {
+    state.put("scaler.scale", s.scaler->get_scale());
+    state.put("scaler.growth_tracker", s.scaler->growth_tracker());
+  }
+  put_rng(state, s.device);
+  s.progress.save(state);
 }
 
 void TrainingLoop::load_state_dict(const CheckpointState& state) {
   auto& s = *parts_;
-  load_model_state(s, state);
+  load_tensors(state, "model/", s.recipe.checkpoint_tensors());
+  load_optimizer(state, "optimizer", *s.optimizer);
+  if (s.scaler) s.scaler->load_state(state.number("scaler.scale"), state.integer("scaler.growth_tracker"));
+  load_rng(state, s.device);
   s.progress.load(state);
   MGBENCH_REQUIRE(s.progress.epoch <= s.train.epochs, DataError,
                   "checkpoint '{}': epoch {} is outside this run's {} epochs", state.source(), s.progress.epoch + 1,
@@ -346,8 +335,8 @@ void record_step(LoopParts& s, StepOutcome& out, double step_start, double run_s
 
 /// The epoch's steps, each followed by the step boundary. False when the job agreed to stop: the
 /// epoch's steps so far are written (its row is written when it ends, after a resume).
-bool train_epoch(LoopParts& s, PhaseClock& clock, const Stopwatch& epoch_clock, results::ResultsWriter& writer,
-                 Progress& progress, RunControl& ctl, double run_start_s) {
+bool train_epoch(LoopParts& s, const TrainingLoop& loop, PhaseClock& clock, const Stopwatch& epoch_clock,
+                 results::ResultsWriter& writer, Progress& progress, RunControl& ctl, double run_start_s) {
   const auto& t = s.train;
   RunProgress& run = s.progress;
   run.epoch_record.epoch = static_cast<std::int32_t>(run.epoch);
@@ -387,8 +376,8 @@ bool train_epoch(LoopParts& s, PhaseClock& clock, const Stopwatch& epoch_clock, 
          elapsed / static_cast<double>(run.global_step) * static_cast<double>(total_steps - run.global_step)});
 
     // Step boundary: every rank learns of a stop request at the same step.
-    const auto put_state = [&s](CheckpointState& state) { put_model_state(s, state); };
-    if (at_step_boundary(ctl, run, now_s() - run_start_s, epoch_clock.elapsed(), writer, put_state)) {
+    const auto state_dict = [&loop](CheckpointState& state) { loop.state_dict(state); };
+    if (at_step_boundary(ctl, run, now_s() - run_start_s, epoch_clock.elapsed(), writer, state_dict)) {
       writer.write_steps(run.epoch, run.steps);
       if (s.metric_count > 0) writer.write_metrics(run.epoch, run.metric_rows);
       return false;
@@ -449,7 +438,8 @@ void end_epoch(LoopParts& s, TrainingLoop& loop, PhaseClock& clock, const Stopwa
 
 /// The run's end: CUDA metrics, the figures of all ranks in the summary (rank 0 writes it), the
 /// final checkpoint (a later --resume finds the run done).
-results::RunSummary finish_run(LoopParts& s, results::ResultsWriter& writer, RunControl& ctl, double run_start_s) {
+results::RunSummary finish_run(LoopParts& s, const TrainingLoop& loop, results::ResultsWriter& writer, RunControl& ctl,
+                               double run_start_s) {
   RunProgress& run = s.progress;
   results::RunSummary& summary = run.summary;
   summary.total_s = now_s() - run_start_s;
@@ -485,7 +475,7 @@ results::RunSummary finish_run(LoopParts& s, results::ResultsWriter& writer, Run
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
   if (s.comm.rank() == 0) writer.write_summary(summary);
   run.elapsed_s = summary.total_s;
-  save_checkpoint(ctl, run, /*completed=*/true, writer, [&s](CheckpointState& state) { put_model_state(s, state); });
+  save_checkpoint(ctl, run, /*completed=*/true, writer, [&loop](CheckpointState& state) { loop.state_dict(state); });
   return summary;
 }
 
@@ -509,13 +499,13 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   PhaseClock clock(s.device);
   for (; run.epoch < s.train.epochs; ++run.epoch) {
     const Stopwatch epoch_clock;
-    if (!train_epoch(s, clock, epoch_clock, writer, progress, ctl, run_start_s)) {
+    if (!train_epoch(s, *this, clock, epoch_clock, writer, progress, ctl, run_start_s)) {
       run.summary.total_s = now_s() - run_start_s;  // stopped: the partial summary, not written
       return run.summary;
     }
     end_epoch(s, *this, clock, epoch_clock, writer, progress);
   }
-  return finish_run(s, writer, ctl, run_start_s);
+  return finish_run(s, *this, writer, ctl, run_start_s);
 }
 
 }  // namespace mgbench::train

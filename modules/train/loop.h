@@ -62,10 +62,12 @@ class TrainingLoop {
   EvalResult evaluate();
 
   /// This rank's state as a checkpoint holds it: the recipe's checkpoint tensors ("model/<name>"),
-  /// the optimizer, the loss scale, the RNGs and where the run stands (RunProgress).
+  /// the optimizer, the loss scale, the RNGs and where the run stands (RunProgress). What run()
+  /// writes at each checkpoint.
   void state_dict(CheckpointState& state) const;
-  /// The reverse of state_dict. Throws DataError naming the file for a missing or malformed entry,
-  /// or a position outside this run's epochs.
+  /// The reverse of state_dict: what run() restores from control.resume before it trains (run()
+  /// starts from control.resume or afresh, whatever was loaded before). Throws DataError naming the
+  /// file for a missing or malformed entry, or a position outside this run's epochs.
   void load_state_dict(const CheckpointState& state);
 
   /// The throughput unit of progress lines: "img/s" or "tok/s".

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "profile/profile_window.h"
 #include "runtime/device.h"
+#include "session/session.h"
 
 namespace mgbench::train {
 
@@ -63,9 +64,7 @@ void TrainOptions::declare(options::OptionTable& t) {
         "keep host memory freed by a step for the next (glibc malloc: mmap threshold 32 MiB, no trimming; "
         "GLIBC_TUNABLES or a preloaded jemalloc / TCMalloc take precedence); false: glibc's defaults")
       .no_effect();
-  t.add("comm-timeout", comm_timeout_s, "seconds a collective may stay in flight before the job is aborted [s]")
-      .above(0)
-      .no_effect();
+  session::declare_comm_timeout(t, comm_timeout_s);
   t.add("peak-tflops", peak_tflops,
         "device peak TFLOP/s for MFU (0: the datasheet value of the GPU model, runtime/peak_flops.cpp)")
       .at_least(0);
@@ -86,10 +85,7 @@ void TrainOptions::declare(options::OptionTable& t) {
 
   t.section("Evaluation and results");
   t.add("eval-every", eval_every, "evaluate every N epochs (and after the last)").at_least(1);
-  t.add("results", results, "HDF5 results file (created or appended to)")
-      .check([](const std::string& s) { return !s.empty(); }, "a file path")
-      .no_effect();
-  t.add("run-name", run_name, "name appended to the run id").no_effect();
+  session::declare_results(t, results, run_name);
   t.add("record-indices", record_indices, "store the sample indices each rank computed on, per epoch").as_switch();
   t.add("progress-interval", progress_interval_s, "seconds between progress lines when stderr is not a terminal [s]")
       .above(0)

@@ -247,7 +247,8 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   EXPECT_NEAR(s.spread, 1.2, 1e-12);
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
-  const auto p = report::predict(hand_made_run(), {&two}, {}, &link, {2}, {kDdpDs}, notes);
+  const results::RunRecord base = hand_made_run();
+  const auto p = report::predict(base, {&two}, {}, &link, {2}, {kDdpDs}, notes);
   ASSERT_EQ(p.size(), 1U);
   EXPECT_NEAR(p[0].allreduce_s, 0.006 * 0.25, 1e-12);
   EXPECT_NEAR(p[0].epoch_s, 10 * (0.2 + 0.0015) * 1.2, 1e-12);

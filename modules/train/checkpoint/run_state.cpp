@@ -64,11 +64,10 @@ void RunProgress::next_epoch() {
 }
 
 bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
-                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
+                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict) {
   if (control.checkpointer == nullptr || !control.checkpointer->enabled()) return true;
   CheckpointState state;
-  put_state(state);
-  progress.save(state);
+  state_dict(state);
   CheckpointManifest m = control.checkpointer->manifest(progress.global_step, progress.epoch, completed);
   m.results = writer.path();
   m.run_id = writer.run_id();
@@ -81,7 +80,7 @@ bool save_checkpoint(RunControl& control, const RunProgress& progress, bool comp
 }
 
 bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
-                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state) {
+                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict) {
   const bool stop = control.stop != nullptr && control.stop->poll();
   bool saved = true;
   if (stop || (control.checkpointer != nullptr && control.checkpointer->due(progress.global_step))) {
@@ -89,7 +88,7 @@ bool at_step_boundary(RunControl& control, RunProgress& progress, double run_ela
     const Stopwatch checkpoint_clock;
     progress.elapsed_s = run_elapsed_s;
     progress.epoch_elapsed_s = epoch_elapsed_before + epoch_clock_s;
-    saved = save_checkpoint(control, progress, /*completed=*/false, writer, put_state);
+    saved = save_checkpoint(control, progress, /*completed=*/false, writer, state_dict);
     progress.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
   }
   if (!stop) return false;

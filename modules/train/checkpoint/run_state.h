@@ -56,12 +56,13 @@ struct RunProgress {
   void next_epoch();
 };
 
-/// Writes a checkpoint of `progress` plus what `put_state` adds (model, optimizer, RNG, the
-/// loop's counters) when control has a checkpointer; records the writer's results file and run
-/// and the agreed stop signal in the manifest. Collective. A failed save is logged and training
+/// Writes a checkpoint of what `state_dict` puts into a CheckpointState (the training loop's
+/// TrainingLoop::state_dict: model, optimizer, loss scale, RNGs and `progress`) when control has a
+/// checkpointer; the manifest records progress's position, the writer's results file and run and the
+/// agreed stop signal. Collective. A failed save is logged and training
 /// goes on (the previous checkpoint stays the latest). False, on every rank, when a save failed.
 bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
-                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state);
+                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict);
 
 /// The step boundary, after each optimizer step on every rank: polls the agreed stop and writes a
 /// checkpoint when one is due (--checkpoint-every) or the run stops. progress.elapsed_s and
@@ -71,6 +72,6 @@ bool save_checkpoint(RunControl& control, const RunProgress& progress, bool comp
 /// logged). When the stop's checkpoint could not be written, the latest earlier checkpoint of the
 /// run is where --resume continues (said so); with none, control.not_resumable says why.
 bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
-                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& put_state);
+                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict);
 
 }  // namespace mgbench::train
