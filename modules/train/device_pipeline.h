@@ -25,12 +25,11 @@
 
 namespace mgbench::train {
 
+/// Not copyable (it owns its events), as DeviceFeeder.
 class PhaseClock {
  public:
   explicit PhaseClock(const torch::Device& device);
   ~PhaseClock();
-  PhaseClock(const PhaseClock&) = delete;
-  PhaseClock& operator=(const PhaseClock&) = delete;
 
   /// Closes the open phase (if any) and opens `phase`.
   void enter(results::Phase phase);
