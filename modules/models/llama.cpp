@@ -189,11 +189,13 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens) {
   MGBENCH_REQUIRE(tokens.dim() == 2 && tokens.scalar_type() == torch::kInt64, std::invalid_argument,
                   "Llama forward: tokens must be int64 [B, T], got {} of {}", c10::toString(tokens.scalar_type()),
                   shape_text(tokens.sizes()));
-  torch::Tensor h = model->embed_tokens(tokens);
+  torch::Tensor h = leave(0, model->embed_tokens(enter(0, tokens)));
   const auto [cos, sin] = rotary(tokens.size(1), h.scalar_type(), h.device());
   const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  int unit = 1;
   for (const auto& layer : *model->layers) {
     auto* decoder = layer->as<LlamaDecoderLayerImpl>();
+    h = enter(unit, h);
     if (checkpoint) {
       // The input must require grad for backward to reach the layer (the embedding is frozen).
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);
@@ -201,8 +203,9 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens) {
     } else {
       h = decoder->forward(h, cos, sin);
     }
+    h = leave(unit++, h);
   }
-  return model->norm(h);
+  return leave(unit, model->norm(enter(unit, h)));
 }
 
 torch::Tensor LlamaForCausalLMImpl::output_weight() const {
@@ -210,8 +213,31 @@ torch::Tensor LlamaForCausalLMImpl::output_weight() const {
 }
 
 std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::output_projection(const torch::Tensor& hidden) const {
-  if (config_.tie_word_embeddings) return {hidden, model->embed_tokens->weight};
-  return {lm_head->base_input(hidden), lm_head->base_weight()};
+  if (config_.tie_word_embeddings) return {enter(0, hidden), model->embed_tokens->weight};
+  const torch::Tensor input = enter(static_cast<int>(config_.num_hidden_layers) + 2, hidden);
+  return {lm_head->base_input(input), lm_head->base_weight()};
+}
+
+std::vector<ParameterUnit> LlamaForCausalLMImpl::parameter_units() {
+  const bool tied = config_.tie_word_embeddings;
+  std::vector<ParameterUnit> units;
+  const auto add = [&units](std::string name, const torch::nn::Module& module, const std::string& prefix,
+                            bool reshard) {
+    ParameterUnit unit{std::move(name), {}, {}, reshard};
+    for (const auto& item : module.named_parameters()) {
+      unit.names.push_back(prefix + item.key());
+      unit.parameters.push_back(item.value());
+    }
+    units.push_back(std::move(unit));
+  };
+  add("model.embed_tokens", *model->embed_tokens, "model.embed_tokens.", /*reshard=*/!tied);
+  for (std::size_t i = 0; i < model->layers->size(); ++i) {
+    const std::string name = fmt::format("model.layers.{}", i);
+    add(name, *model->layers[i], name + ".", true);
+  }
+  add("root", *model->norm, "model.norm.", false);
+  if (!tied) add("lm_head", *lm_head, "lm_head.", false);
+  return units;
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {

@@ -16,6 +16,7 @@
 
 #include "models/llama_config.h"
 #include "models/lora.h"
+#include "models/parameter_units.h"
 
 namespace mgbench::models {
 
@@ -72,7 +73,7 @@ class LlamaBodyImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaBody);
 
-class LlamaForCausalLMImpl : public torch::nn::Module {
+class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
  public:
   /// Random initialisation as transformers' (normal(0, 0.02) for linear and embedding weights,
   /// drawn in registration order; ones for norms), in the default dtype on the CPU. base: how the
@@ -139,8 +140,20 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   const LlamaConfig& config() const { return config_; }
   BaseWeights base_weights() const { return base_; }
 
+  /// FSDP units as TorchTune's shard_model makes them for Llama 3 (custom_sharded_layers
+  /// tok_embeddings and output): 0 the token embedding, 1..L the decoder layers, L + 1 the root
+  /// (the final norm), L + 2 the output head when untied. A tied head is the embedding's unit,
+  /// entered again before the output projection and kept gathered through backward; the root and
+  /// the head are the last of forward and kept too. NF4 base weights are not parameters and stay
+  /// whole on every rank.
+  std::vector<ParameterUnit> parameter_units() override;
+  void set_unit_hooks(UnitHooks* hooks) override { hooks_ = hooks; }
+
  private:
   bool checkpointing_ = false;
+  UnitHooks* hooks_ = nullptr;
+  torch::Tensor enter(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->before_forward(unit, x) : x; }
+  torch::Tensor leave(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->after_forward(unit, x) : x; }
   /// cos, sin [T, head_dim] in dtype on device (computed in fp32 from the cached inverse frequencies).
   std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t length, torch::Dtype dtype, torch::Device device);
 

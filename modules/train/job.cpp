@@ -154,7 +154,7 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
       env, writer, eval_only ? "evaluation" : "training",
       [&] {
         summary = loop->run(writer, progress, job->control);
-        if (!job->control.preempted) config.recipe->finish(env.rank());
+        if (!job->control.preempted) loop->finish(env.rank());
       },
       &job->control.preempted, &job->control.not_resumable);
   if (!job->control.not_resumable.empty()) return 1;  // stopped, and its checkpoint lost: not a preemption

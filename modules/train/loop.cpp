@@ -152,6 +152,17 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   recipe.setup({s.train, s.device, placement, s.precision, comm.rank(), comm.world_size()});
 
   s.trainable = recipe.trainable_parameters();
+  for (const auto& p : s.trainable) s.trainable_numel += p.numel();
+  if (t.sharding == Sharding::kFsdp) {
+    models::ShardableModel* model = recipe.shardable_model();
+    MGBENCH_REQUIRE(model != nullptr, ConfigError,
+                    "--sharding fsdp: this recipe's model has no FSDP units (the LLM recipes have); use --sharding none");
+    // One rank: nothing to shard, the run is --sharding none's.
+    if (comm.world_size() > 1) {
+      s.fsdp = std::make_unique<FullyShardedUnits>(*model, comm, t.reshard_after_forward);
+      s.trainable = s.fsdp->trainable_shards();
+    }
+  }
   s.optimizer = make_optimizer(t, s.trainable);
   if (s.precision.loss_scaling) s.scaler = std::make_unique<GradScaler>();
   s.cupti.set(make_cupti(s), profile::parse_profile_window(t.profile_window));
@@ -198,15 +209,15 @@ results::RankLayout TrainingLoop::layout() const {
 
 h5::Attributes TrainingLoop::run_attributes() const {
   const auto& s = *parts_;
-  std::int64_t trainable = 0;
-  for (const auto& p : s.trainable) trainable += p.numel();
+  const bool buckets = s.distributed() && !s.fsdp;
   h5::Attributes a{
       {"device", std::string(s.device.is_cuda() ? "cuda" : "cpu")},
       {"backend", s.comm.backend()},
-      {"trainable_parameters", trainable},
+      {"trainable_parameters", s.trainable_numel},
       {"gradient_dtype", std::string(axes::dtype_info(s.precision.gradient_dtype()).name)},
       {"allreduce_buckets",
-       static_cast<std::int64_t>(s.distributed() ? runtime::GradSync::assign(s.trainable, s.sync_options).size() : 0)}};
+       static_cast<std::int64_t>(buckets ? runtime::GradSync::assign(s.trainable, s.sync_options).size() : 0)},
+      {"fsdp_units", s.fsdp ? s.fsdp->num_units() : std::int64_t{0}}};
   // The peak MFU divides by, and where it comes from: a run's MFU is read against it.
   const runtime::PeakFlops peak = run_peak_flops(s.placement, s.precision, s.train.peak_tflops);
   a.emplace_back("mfu_peak_tflops", peak.flops / 1e12);
@@ -224,7 +235,7 @@ h5::Attributes TrainingLoop::rank_attributes() const {
 
 void TrainingLoop::state_dict(CheckpointState& state) const {
   const auto& s = *parts_;
-  put_tensors(state, "model/", s.recipe.checkpoint_tensors());
+  put_tensors(state, "model/", s.checkpoint_tensors());
   put_optimizer(state, "optimizer", *s.optimizer);
   if (s.scaler) {
     state.put("scaler.scale", s.scaler->get_scale());
@@ -236,7 +247,7 @@ void TrainingLoop::state_dict(CheckpointState& state) const {
 
 void TrainingLoop::load_state_dict(const CheckpointState& state) {
   auto& s = *parts_;
-  load_tensors(state, "model/", s.recipe.checkpoint_tensors());
+  load_tensors(state, "model/", s.checkpoint_tensors());
   load_optimizer(state, "optimizer", *s.optimizer);
   if (s.scaler) s.scaler->load_state(state.number("scaler.scale"), state.integer("scaler.growth_tracker"));
   load_rng(state, s.device);
@@ -253,21 +264,46 @@ EvalResult TrainingLoop::evaluate() {
   s.recipe.model().eval();
   const std::int64_t n = s.recipe.eval_size();
   const std::int64_t world = s.comm.world_size();
+  const std::int64_t b = s.train.batch_size;
   const std::int64_t begin = n * s.comm.rank() / world;
   const std::int64_t end = n * (s.comm.rank() + 1) / world;
+  // FSDP gathers each unit in every forward, a collective: every rank runs as many batches as the
+  // largest shard needs, one whose shard ends sooner a batch of one sample whose sums are dropped.
+  const std::int64_t batches = s.fsdp ? ((n + world - 1) / world + b - 1) / b : (end - begin + b - 1) / b;
   // Summed on the device: one host sync per evaluation, not per batch. On the rank's device: the
   // NCCL backend reduces device tensors only.
   torch::Tensor sums = torch::zeros({s.recipe.eval_terms()}, torch::TensorOptions(torch::kFloat64).device(s.device));
-  for (std::int64_t start = begin; start < end; start += s.train.batch_size) {
+  for (std::int64_t k = 0; k < batches; ++k) {
+    const std::int64_t start = begin + k * b;
     std::vector<std::int64_t> indices;
-    for (std::int64_t i = start; i < std::min(end, start + s.train.batch_size); ++i) indices.push_back(i);
+    for (std::int64_t i = start; i < std::min(end, start + b); ++i) indices.push_back(i);
+    const bool filler = indices.empty();
+    if (filler) indices.push_back(std::min(begin, n - 1));
     const data::Batch batch = s.recipe.transform(to_device(s.recipe.assemble_eval(indices), s.device));
     const AutocastScope autocast(s.precision, s.device.type());
-    sums += s.recipe.eval_sums(batch);
+    const torch::Tensor batch_sums = s.recipe.eval_sums(batch);
+    if (!filler) sums += batch_sums;
   }
+  if (s.fsdp) s.fsdp->reshard_all();
   s.comm.all_reduce(sums, runtime::ReduceOp::kSum)->wait();
   s.recipe.model().train();
   return s.recipe.eval_result(sums.cpu());
+}
+
+std::vector<torch::Tensor> TrainingLoop::trained_parameters() {
+  auto& s = *parts_;
+  if (s.fsdp) s.fsdp->gather_all();
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : s.recipe.trainable_parameters()) copies.push_back(p.detach().clone());
+  if (s.fsdp) s.fsdp->reshard_all();
+  return copies;
+}
+
+void TrainingLoop::finish(int rank) {
+  auto& s = *parts_;
+  if (s.fsdp) s.fsdp->gather_all();
+  s.recipe.finish(rank);
+  if (s.fsdp) s.fsdp->reshard_all();
 }
 
 // --- the run's phases ----------------------------------------------------------------------------
@@ -294,6 +330,7 @@ results::RunSummary evaluation_run(LoopParts& s, TrainingLoop& loop, results::Re
 /// DDP's start: every rank from rank 0's trained parameters and shared buffers, and the gradient
 /// buckets' all-reduce hooked into backward.
 void replicate(LoopParts& s) {
+  if (s.fsdp) return;  // each rank holds its shards; gradients are reduce-scattered by the units
   runtime::broadcast_coalesced(s.comm, s.trainable, 0);
   if (s.share_buffers()) runtime::broadcast_coalesced(s.comm, s.shared_buffers, 0);
   if (!s.distributed()) return;

@@ -58,8 +58,15 @@ class TrainingLoop {
   results::RunSummary run(results::ResultsWriter& writer, Progress& progress, RunControl& control);
 
   /// One evaluation over the recipe's evaluation set, each rank a contiguous shard, sums reduced
-  /// over the ranks. Collective.
+  /// over the ranks (under FSDP each rank runs as many batches as the largest shard). Collective.
   EvalResult evaluate();
+
+  /// Copies of the recipe's trainable parameters, whole (gathered from the shards under FSDP: a
+  /// collective then). For exports and tests.
+  std::vector<torch::Tensor> trained_parameters();
+  /// After a completed run, on every rank: the recipe's finish (its exports) with the whole model
+  /// in the parameters (FSDP gathers every unit for it, then frees them: collective).
+  void finish(int rank);
 
   /// This rank's state as a checkpoint holds it: the recipe's checkpoint tensors ("model/<name>"),
   /// the optimizer, the loss scale, the RNGs and where the run stands (RunProgress). What run()

@@ -17,6 +17,7 @@
 #include "train/checkpoint/run_state.h"
 #include "train/grad_scaler.h"
 #include "train/recipe.h"
+#include "train/sharding.h"
 #include "train/train_options.h"
 
 namespace mgbench::train {
@@ -66,7 +67,9 @@ struct LoopParts {
   int threads = 1;
   CuptiWindow cupti;                   // GPU runs with --cupti
   std::unique_ptr<GradScaler> scaler;  // amp-fp16
-  std::vector<torch::Tensor> trainable;
+  std::vector<torch::Tensor> trainable;  // what the optimizer updates: the parameters, or their shards (fsdp)
+  std::int64_t trainable_numel = 0;      // of the whole trainable parameters
+  std::unique_ptr<FullyShardedUnits> fsdp;  // --sharding fsdp on several ranks
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   runtime::GradSyncOptions sync_options;
   std::unique_ptr<runtime::GradSync> grad_sync;  // several ranks; made when the run starts
@@ -78,6 +81,16 @@ struct LoopParts {
 
   bool distributed() const { return comm.world_size() > 1; }
   bool share_buffers() const { return distributed() && !shared_buffers.empty(); }
+  /// The recipe's checkpoint tensors, each sharded parameter replaced by this rank's shard.
+  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() const {
+    auto tensors = recipe.checkpoint_tensors();
+    if (fsdp) {
+      for (auto& item : tensors) {
+        if (torch::Tensor shard = fsdp->shard_of(item.second); shard.defined()) item.second = shard;
+      }
+    }
+    return tensors;
+  }
 };
 
 }  // namespace mgbench::train

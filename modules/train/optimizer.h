@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "runtime/communicator.h"
 #include "train/train_options.h"
 
 namespace mgbench::train {
@@ -21,7 +22,12 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 /// norm over the gradients of params (those without one are skipped), coef = min(max_norm /
 /// (norm + 1e-6), 1), every gradient multiplied by coef in place. Returns the total norm, a
 /// float [] tensor on the gradients' device (LibTorch's clip_grad_norm_ returns it as a double,
-/// synchronising the host every step). Throws std::invalid_argument for max_norm <= 0.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+/// synchronising the host every step). sharded_over: params are this rank's shards of parameters
+/// sharded over that communicator's ranks (FSDP): the norm is the whole parameters', as torch's
+/// clip_grad_norm_ takes it of DTensors -- the norm of this rank's shards, squared, summed over the
+/// ranks in one all-reduce (float32, or float64 for float64 gradients), its square root; collective
+/// then, on every rank alike. Throws std::invalid_argument for max_norm <= 0.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             runtime::Communicator* sharded_over = nullptr);
 
 }  // namespace mgbench::train

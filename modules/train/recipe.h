@@ -21,6 +21,7 @@
 
 #include "core/option_table.h"
 #include "data/loader.h"
+#include "models/parameter_units.h"
 #include "results/hdf5.h"
 #include "results/schema.h"
 #include "runtime/device.h"
@@ -95,6 +96,9 @@ class Recipe {
   /// What a checkpoint keeps of the model, by name ("model/<name>"): everything that changes in
   /// training (all parameters and buffers, or the adapters of a frozen base rebuilt from the options).
   virtual std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() = 0;
+  /// The model as FSDP shards it (--sharding fsdp: its units and forward hooks); nullptr: this
+  /// recipe's model cannot be sharded.
+  virtual models::ShardableModel* shardable_model() { return nullptr; }
   /// Buffers every rank takes from rank 0 before each forward and evaluation (DDP's
   /// broadcast_buffers: BatchNorm statistics); empty: none.
   virtual std::vector<torch::Tensor> shared_buffers() { return {}; }
@@ -134,7 +138,8 @@ class Recipe {
   // --- records and the end -------------------------------------------------------------------
   /// Run attributes the recipe adds to the options' (model parameters, dataset sizes, files).
   virtual h5::Attributes attributes() const = 0;
-  /// After a completed run, on every rank (writes the trained adapters, say). Not after a stop.
+  /// After a completed run, on every rank, with the whole model's values in its parameters (FSDP
+  /// gathers them first): writes the trained adapters, say. Not after a stop.
   virtual void finish(int rank) {}
 };
 

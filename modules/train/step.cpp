@@ -36,6 +36,7 @@ void forward_backward(LoopParts& p, const data::Batch& input, bool first, bool l
   } else {
     loss.loss.backward();
   }
+  if (p.fsdp) p.fsdp->finish_backward();  // the units' reduce-scatters of this micro-batch, all resharded
   const torch::Tensor value = loss.loss.detach().to(torch::kFloat64).reshape({1});
   sums.loss = sums.loss.defined() ? sums.loss + value : value;
   if (p.metric_count > 0) {
@@ -81,13 +82,13 @@ bool optimizer_step(LoopParts& p, double scale) {
   if (p.scaler) {
     if (max_norm > 0) {
       p.scaler->unscale(*p.optimizer);
-      clip_grad_norm(p.trainable, max_norm);
+      clip_grad_norm(p.trainable, max_norm, p.fsdp ? &p.comm : nullptr);
     }
     const bool stepped = p.scaler->step(*p.optimizer);
     p.scaler->update();
     return stepped;
   }
-  if (max_norm > 0) clip_grad_norm(p.trainable, max_norm);
+  if (max_norm > 0) clip_grad_norm(p.trainable, max_norm, p.fsdp ? &p.comm : nullptr);
   p.optimizer->step();
   return true;
 }

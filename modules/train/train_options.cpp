@@ -21,6 +21,13 @@ constexpr Choice<LrSchedule> kLrSchedules[] = {
     {"constant", LrSchedule::kConstant, "the peak --lr throughout"},
 };
 
+constexpr Choice<Sharding> kShardings[] = {
+    {"none", Sharding::kNone, "a whole replica per rank, gradients all-reduced in buckets (DDP)"},
+    {"fsdp", Sharding::kFsdp,
+     "parameters, gradients and optimizer state sharded over the ranks, units gathered for their forward and "
+     "backward (FSDP2's fully_shard, as TorchTune's distributed recipes)"},
+};
+
 bool valid_profile_window(const std::string& text) {
   try {
     profile::parse_profile_window(text);
@@ -34,6 +41,7 @@ bool valid_profile_window(const std::string& text) {
 
 std::span<const Choice<OptimizerKind>> optimizer_choices() { return kOptimizers; }
 std::span<const Choice<LrSchedule>> lr_schedule_choices() { return kLrSchedules; }
+std::span<const Choice<Sharding>> sharding_choices() { return kShardings; }
 
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
@@ -45,6 +53,10 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("shuffle", shuffle, "reshuffle every epoch (seed + epoch)");
   t.add("drop-last", drop_last, "drop the last incomplete batch");
   t.add("seed", seed, "seed of the weights, dropout and shuffling");
+  t.add("sharding", sharding, sharding_choices(), "how the ranks hold the model (one rank: the same as none)");
+  t.add("reshard-after-forward", reshard_after_forward,
+        "fsdp: free each unit's gathered parameters after its forward and gather them again for backward "
+        "(false: keep them to the end of backward; more memory, one all-gather less per unit)");
 
   t.section("Compute");
   t.add("device", device, runtime::device_choices(), "where each rank computes");
@@ -104,6 +116,18 @@ void TrainOptions::declare(options::OptionTable& t) {
   checkpoint.declare(t);
 }
 
-void TrainOptions::validate() const { checkpoint.validate(); }
+void TrainOptions::validate() const {
+  checkpoint.validate();
+  if (sharding != Sharding::kFsdp) return;
+  const axes::StrategyInfo& s = axes::strategy_info(strategy);
+  MGBENCH_REQUIRE(!s.single_process, ConfigError,
+                  "--sharding fsdp shards the model over one rank per device; --strategy {} is single-process (one "
+                  "rank drives every GPU): use --sharding none, or a multi-rank strategy",
+                  s.name);
+  MGBENCH_REQUIRE(!axes::precision_info(precision).loss_scaling, ConfigError,
+                  "--sharding fsdp with --precision {} (loss scaling) is not supported: its GradScaler would need the "
+                  "sharded gradients' inf check agreed over the ranks; use bf16 / amp-bf16, or --sharding none",
+                  axes::precision_info(precision).name);
+}
 
 }  // namespace mgbench::train

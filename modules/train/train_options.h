@@ -23,6 +23,11 @@ enum class LrSchedule { kCosine, kConstant };
 /// cosine (TorchTune's get_cosine_schedule_with_warmup) | constant, both after the linear warm-up.
 std::span<const options::Choice<LrSchedule>> lr_schedule_choices();
 
+enum class Sharding { kNone, kFsdp };
+/// none (a whole replica per rank, gradients all-reduced: DDP) | fsdp (parameters, gradients and
+/// optimizer state sharded: FSDP2's fully_shard, train/sharding.h).
+std::span<const options::Choice<Sharding>> sharding_choices();
+
 struct TrainOptions {
   // workload distribution
   axes::Strategy strategy = axes::Strategy::kDdpDs;
@@ -33,6 +38,8 @@ struct TrainOptions {
   bool shuffle = true;
   bool drop_last = false;
   std::uint64_t seed = 42;
+  Sharding sharding = Sharding::kNone;
+  bool reshard_after_forward = true;  // FSDP2's reshard_after_forward (TorchTune's default True)
   // compute
   runtime::DeviceRequest device = runtime::DeviceRequest::kAuto;
   runtime::Backend backend = runtime::Backend::kAuto;
@@ -69,7 +76,8 @@ struct TrainOptions {
 
   /// Declares every option above into table (the current values are the defaults).
   void declare(options::OptionTable& table);
-  /// The rules between options (each option's own bounds are the table's). Throws ConfigError.
+  /// The rules between options (each option's own bounds are the table's): --sharding fsdp with
+  /// a single-process strategy or with loss scaling (amp-fp16) is refused. Throws ConfigError.
   void validate() const;
 };
 

@@ -133,8 +133,9 @@ inline std::unique_ptr<train::JobConfig> lora_config(const std::string& model, s
 }
 
 struct Trained {
-  std::vector<torch::Tensor> parameters;  // the trained ones
+  std::vector<torch::Tensor> parameters;  // the trained ones, whole (gathered under FSDP)
   std::vector<torch::Tensor> buffers;
+  results::RunSummary summary;
 };
 
 /// Runs config's job in this process on the ranks of comm, through the training loop (the job's
@@ -149,9 +150,9 @@ inline Trained train_run(runtime::Communicator& communicator, MPI_Comm comm, tra
   results::ResultsWriter writer(results, comm, config.recipe_name, attributes, loop.rank_attributes(), loop.layout());
   Progress quiet(false, loop.throughput_unit());
   train::RunControl control;
-  loop.run(writer, quiet, control);
+  const results::RunSummary summary = loop.run(writer, quiet, control);
   writer.finish(results::kStatusCompleted);
-  return {config.recipe->trainable_parameters(), config.recipe->model().buffers()};
+  return {loop.trained_parameters(), config.recipe->model().buffers(), summary};
 }
 
 inline Trained train_run(MPI_Comm comm, train::JobConfig& config, const std::string& results) {

@@ -283,8 +283,11 @@ TEST(TrainingLoop, EveryRecipeHonoursTheBucketSizes) {
   const std::int64_t image_small = buckets(*small_config("ddp-ds", 8), "0.015625");
   EXPECT_GE(image_default, 1);
   EXPECT_GT(image_small, image_default + 5);
-  const std::int64_t llm_default = buckets(*lora_config(model, 2, dir.file("b.h5")), "25");
-  const std::int64_t llm_small = buckets(*lora_config(model, 2, dir.file("b.h5")), "0.00390625");
+  // The LLM recipes' default is FSDP (no buckets: reduce-scatters per unit); DDP's buckets with none.
+  const Settings ddp{{"sharding", "none"}};
+  const std::int64_t llm_default = buckets(*lora_config(model, 2, dir.file("b.h5"), ddp), "25");
+  const std::int64_t llm_small = buckets(*lora_config(model, 2, dir.file("b.h5"), ddp), "0.00390625");
+  EXPECT_EQ(buckets(*lora_config(model, 2, dir.file("b.h5")), "25"), 0);
   EXPECT_EQ(llm_default, 1);
   EXPECT_GT(llm_small, 2);
 }

@@ -171,6 +171,7 @@ struct LlamaDataOptions {
 class LlamaRecipe : public Recipe {
  public:
   torch::nn::Module& model() override { return llama_.model(); }
+  models::ShardableModel* shardable_model() override { return &llama_.model(); }
   std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
     return llama_.checkpoint_tensors();

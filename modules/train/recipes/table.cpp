@@ -26,14 +26,14 @@ constexpr RecipeInfo kRecipes[] = {
      "2025, sec. 4)",
      // TorchTune's llama3/8B_lora config and the paper's settings (batch 2, 1 epoch).
      "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\nwarmup-steps = 100\n"
-     "precision = bf16\n",
+     "precision = bf16\nsharding = fsdp\n",
      &make_sft_recipe},
     {"qlora", "llm",
      "QLoRA: LoRA over a frozen base whose projections are NF4 (TorchTune's qlora_llama3_8b with "
      "lora_finetune_distributed)",
      // TorchTune's llama3/8B_qlora_single_device config.
      "epochs = 1\nbatch-size = 2\ngrad-accum = 8\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\n"
-     "warmup-steps = 100\nprecision = bf16\nactivation-checkpointing = true\nquantize-base = nf4\n",
+     "warmup-steps = 100\nprecision = bf16\nactivation-checkpointing = true\nquantize-base = nf4\nsharding = fsdp\n",
      &make_sft_recipe},
     {"dpo", "llm",
      "DPO preference fine-tuning of Llama 3 with LoRA, the reference the model without its adapters (TorchTune's "
@@ -41,27 +41,27 @@ constexpr RecipeInfo kRecipes[] = {
      // TorchTune's llama3_1/8B_lora_dpo config (its DistributedSampler seed 0, drop_last).
      "epochs = 1\nbatch-size = 4\ngrad-accum = 8\nmax-steps = 1000\noptimizer = adamw\nlr = 5e-4\n"
      "weight-decay = 0.05\nwarmup-steps = 100\nprecision = bf16\nseed = 0\ndrop-last = true\nmax-seq-len = 1024\n"
-     "activation-checkpointing = true\n",
+     "activation-checkpointing = true\nsharding = fsdp\n",
      &make_dpo_recipe},
     {"full", "llm",
-     "full fine-tuning: every parameter, a full replica per rank (TorchTune's full_finetune_distributed without "
-     "FSDP); QAT's baseline",
+     "full fine-tuning: every parameter, sharded over the ranks with FSDP (TorchTune's full_finetune_distributed); "
+     "QAT's baseline",
      // TorchTune's llama3/8B_full config (AdamW's default weight decay, no schedule).
      "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 2e-5\nweight-decay = 0.01\nlr-schedule = constant\n"
-     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\n",
+     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\nsharding = fsdp\n",
      &make_sft_recipe},
     {"qat", "llm",
      "quantisation-aware full fine-tuning, 8da4w fake quantisation of every linear (TorchTune's qat_distributed "
      "with Int8DynActInt4WeightQATQuantizer); `mgbench quantize` converts the result",
      // TorchTune's llama3/8B_qat_full config.
      "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 2e-5\nweight-decay = 0.01\nlr-schedule = constant\n"
-     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\nfake-quant = 8da4w\nqat-group-size = 256\n",
+     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\nfake-quant = 8da4w\nqat-group-size = 256\nsharding = fsdp\n",
      &make_sft_recipe},
     {"qat-lora", "llm",
      "LoRA with 8da4w fake quantisation of the adapted linears (TorchTune's qat_lora_finetune_distributed)",
      // TorchTune's llama3/8B_qat_lora config.
      "epochs = 1\nbatch-size = 2\ngrad-accum = 8\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\n"
-     "warmup-steps = 100\nprecision = bf16\nfake-quant = 8da4w\nqat-group-size = 256\n",
+     "warmup-steps = 100\nprecision = bf16\nfake-quant = 8da4w\nqat-group-size = 256\nsharding = fsdp\n",
      &make_sft_recipe},
 };
 

@@ -1,0 +1,49 @@
+#pragma once
+// A model's parameters grouped into the units fully sharded data parallelism (train/sharding.h)
+// gathers and reshards together -- FSDP2's `fully_shard` groups, as TorchTune's `shard_model` makes
+// them: each decoder layer a unit, the token embedding and the output head units of their own
+// (`custom_sharded_layers: ['tok_embeddings', 'output']`), the rest (the final norm) the root -- and
+// the hooks the model calls around each unit's forward, where FSDP2 registers its pre- and
+// post-forward hooks (`FSDPState._pre_forward` / `_post_forward`).
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace mgbench::models {
+
+/// One unit: the parameters gathered and resharded together, in registration order.
+struct ParameterUnit {
+  std::string name;                      // "model.layers.3", "model.embed_tokens", "root"
+  std::vector<std::string> names;        // each parameter's full name (HF's for Llama)
+  std::vector<torch::Tensor> parameters; // the module's own tensors, dense, of one dtype
+  /// false: the unit stays gathered from its first forward to the end of backward -- the root and
+  /// the last unit of forward, which FSDP2 does not reshard after forward (its backward runs first),
+  /// and a unit the forward uses twice (a tied embedding / output head).
+  bool reshard_after_forward = true;
+};
+
+/// Called by a model around each unit's forward, in forward order (a unit used twice is entered
+/// twice). The identity when not sharded.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  /// Before unit `unit` computes on input (its parameters are gathered on return); returns the
+  /// input the unit must use (the same values: FSDP attaches its post-backward to it).
+  virtual torch::Tensor before_forward(int unit, const torch::Tensor& input) = 0;
+  /// After unit `unit` produced output; returns the output to pass on (the same values: FSDP
+  /// attaches its pre-backward, the regather, to it).
+  virtual torch::Tensor after_forward(int unit, const torch::Tensor& output) = 0;
+};
+
+/// A model that FSDP can shard: its units, and where it calls the hooks.
+class ShardableModel {
+ public:
+  virtual ~ShardableModel() = default;
+  /// Every parameter of the model in exactly one unit, units in forward order.
+  virtual std::vector<ParameterUnit> parameter_units() = 0;
+  /// hooks: called around each unit's forward from now on (nullptr: none). Not owned.
+  virtual void set_unit_hooks(UnitHooks* hooks) = 0;
+};
+
+}  // namespace mgbench::models

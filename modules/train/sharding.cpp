@@ -1,0 +1,407 @@
+#include "train/sharding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace mgbench::train {
+
+ShardLayout ShardLayout::of(at::IntArrayRef sizes, int world) {
+  if (world < 1) throw std::invalid_argument("ShardLayout: world size must be >= 1");
+  ShardLayout l;
+  l.sizes.assign(sizes.begin(), sizes.end());
+  l.world = world;
+  l.rows = sizes.empty() ? 1 : sizes[0];
+  l.row_numel = 1;
+  for (std::size_t d = 1; d < sizes.size(); ++d) l.row_numel *= sizes[d];
+  l.chunk_rows = (l.rows + world - 1) / world;  // torch.chunk: ceil(rows / chunks) rows each
+  return l;
+}
+
+std::int64_t ShardLayout::first_row(int r) const { return std::min(rows, r * chunk_rows); }
+
+std::int64_t ShardLayout::valid_rows(int r) const { return std::min(rows, (r + 1) * chunk_rows) - first_row(r); }
+
+std::vector<std::int64_t> ShardLayout::shard_sizes() const {
+  std::vector<std::int64_t> s = sizes.empty() ? std::vector<std::int64_t>{1} : sizes;
+  s[0] = chunk_rows;
+  return s;
+}
+
+namespace {
+
+/// Frees (nbytes 0) or re-allocates a tensor's whole storage in place, as FSDP2's
+/// storage().resize_(): the tensor, its views and autograd's saved references keep pointing at it.
+void resize_storage(const torch::Tensor& t, std::size_t nbytes) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == nbytes) return;
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+struct Param {
+  torch::Tensor full;   // the module's parameter; storage freed while sharded
+  torch::Tensor shard;  // [chunk_rows, ...]: this rank's rows, padded
+  ShardLayout layout;
+  std::int64_t offset = 0;  // in the unit's flat shard
+  std::size_t full_nbytes = 0;
+};
+
+enum class UnitState { kSharded, kGathering, kGathered };
+
+struct Unit {
+  std::string name;
+  std::vector<Param> params;
+  bool reshard_after_forward = true;
+  std::int64_t flat_numel = 0;  // sum of the shards' numel
+  torch::TensorOptions options;
+  bool trainable = false;  // some parameter requires grad
+  UnitState state = UnitState::kSharded;
+  std::unique_ptr<runtime::Work> gather;
+  torch::Tensor gather_input, gather_output;
+  // Per micro-batch (reset by finish_backward):
+  bool entered_with_grad = false;      // its post-backward is attached (or left to finish_backward)
+  bool pre_backward_attached = false;  // it is regathered in backward
+  bool post_backward_done = false;
+};
+
+/// A reduce-scatter in flight: its unit's trainable parameters and where their sums land.
+struct PendingReduce {
+  Unit* unit = nullptr;
+  std::unique_ptr<runtime::Work> work;
+  torch::Tensor input, output;
+  double post_divide = 1;
+};
+
+/// FSDP2's divide for the mean over `world` ranks (_get_gradient_divide_factors): fp32 and bf16
+/// sum and divide after (NCCL's AVG); other dtypes (fp16, fp64) divide by a power of two before
+/// the sum, against overflow, and by the rest after.
+std::pair<double, double> divide_factors(torch::ScalarType dtype, int world) {
+  if (dtype == torch::kFloat32 || dtype == torch::kBFloat16) return {1.0, static_cast<double>(world)};
+  double pre = 1;
+  const double factor = world;
+  while (std::fmod(factor, pre) == 0 && factor / pre > pre) pre *= 2;
+  return {pre, factor / pre};
+}
+
+}  // namespace
+
+struct FullyShardedUnits::State {
+  runtime::Communicator& comm;
+  bool reshard_after_forward;
+  std::vector<Unit> units;
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> shard_by_param;
+  std::optional<PendingReduce> reduce;
+
+  int rank() const { return comm.rank(); }
+  int world() const { return comm.world_size(); }
+
+  void issue_gather(Unit& u);
+  void wait_gather(Unit& u);
+  void reshard(Unit& u);
+  void pre_backward(int unit);
+  void post_backward(Unit& u);
+  void finish_reduce();
+  void prefetch_backward_before(int unit);
+};
+
+namespace {
+
+/// Autograd nodes FSDP attaches in forward (FSDP2's RegisterPostBackwardFunction and the pre-backward
+/// hook on a unit's outputs); their backward calls into the State.
+class PreBackward : public torch::autograd::Function<PreBackward> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, std::int64_t state,
+                               std::int64_t unit) {
+    ctx->saved_data["state"] = state;
+    ctx->saved_data["unit"] = unit;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* s = reinterpret_cast<FullyShardedUnits::State*>(ctx->saved_data["state"].toInt());
+    s->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+class PostBackward : public torch::autograd::Function<PostBackward> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, std::int64_t state,
+                               std::int64_t unit) {
+    ctx->saved_data["state"] = state;
+    ctx->saved_data["unit"] = unit;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* s = reinterpret_cast<FullyShardedUnits::State*>(ctx->saved_data["state"].toInt());
+    const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
+    s->post_backward(s->units[static_cast<std::size_t>(unit)]);
+    s->prefetch_backward_before(unit);
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+void FullyShardedUnits::State::issue_gather(Unit& u) {
+  if (u.state != UnitState::kSharded) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flats;
+  flats.reserve(u.params.size());
+  for (const Param& p : u.params) flats.push_back(p.shard.detach().reshape({-1}));
+  u.gather_input = torch::cat(flats);
+  u.gather_output = torch::empty({world() * u.flat_numel}, u.options);
+  u.gather = comm.all_gather(u.gather_input, u.gather_output);
+  u.state = UnitState::kGathering;
+}
+
+void FullyShardedUnits::State::wait_gather(Unit& u) {
+  if (u.state == UnitState::kGathered) return;
+  issue_gather(u);
+  u.gather->wait();
+  torch::NoGradGuard no_grad;
+  const int n = world();
+  // The gathered buffer is rank-major: [rank 0's shards][rank 1's shards]...; each parameter's rows
+  // are copied out of every rank's piece (FSDP2's foreach_all_gather_copy_out). Written through
+  // variable_data(): autograd's version counter stays as forward saved it.
+  const torch::Tensor by_rank = u.gather_output.view({n, u.flat_numel});
+  for (Param& p : u.params) {
+    resize_storage(p.full, p.full_nbytes);
+    const ShardLayout& l = p.layout;
+    torch::Tensor flat = p.full.variable_data().view({-1});
+    if (l.chunk_rows * n == l.rows) {
+      flat.view({n, l.shard_numel()}).copy_(by_rank.narrow(1, p.offset, l.shard_numel()));
+      continue;
+    }
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t rows = l.valid_rows(r);
+      if (rows == 0) continue;
+      flat.narrow(0, l.first_row(r) * l.row_numel, rows * l.row_numel)
+          .copy_(by_rank[r].narrow(0, p.offset, rows * l.row_numel));
+    }
+  }
+  u.gather.reset();
+  u.gather_input = torch::Tensor();
+  u.gather_output = torch::Tensor();
+  u.state = UnitState::kGathered;
+}
+
+void FullyShardedUnits::State::reshard(Unit& u) {
+  if (u.state == UnitState::kGathering) wait_gather(u);  // a prefetch nobody used: the collective still ends
+  if (u.state != UnitState::kGathered) return;
+  for (Param& p : u.params) resize_storage(p.full, 0);
+  u.state = UnitState::kSharded;
+}
+
+void FullyShardedUnits::State::prefetch_backward_before(int unit) {
+  for (int j = unit - 1; j >= 0; --j) {
+    Unit& u = units[static_cast<std::size_t>(j)];
+    if (u.pre_backward_attached) {
+      issue_gather(u);
+      return;
+    }
+  }
+}
+
+void FullyShardedUnits::State::pre_backward(int unit) {
+  wait_gather(units[static_cast<std::size_t>(unit)]);
+  prefetch_backward_before(unit);
+}
+
+void FullyShardedUnits::State::finish_reduce() {
+  if (!reduce) return;
+  PendingReduce r = std::move(*reduce);
+  reduce.reset();
+  r.work->wait();
+  torch::NoGradGuard no_grad;
+  if (r.post_divide != 1) r.output.div_(r.post_divide);
+  std::int64_t offset = 0;
+  for (Param& p : r.unit->params) {
+    if (!p.shard.requires_grad()) continue;
+    const torch::Tensor g = r.output.narrow(0, offset, p.layout.shard_numel()).view(p.layout.shard_sizes());
+    offset += p.layout.shard_numel();
+    if (p.shard.grad().defined()) {
+      p.shard.mutable_grad().add_(g);
+    } else {
+      p.shard.mutable_grad() = g.clone();  // its own memory: the flat buffer goes
+    }
+  }
+}
+
+void FullyShardedUnits::State::post_backward(Unit& u) {
+  if (u.post_backward_done) return;
+  u.post_backward_done = true;
+  if (u.trainable) {
+    torch::NoGradGuard no_grad;
+    const int n = world();
+    // The input [rank 0's rows of every gradient][rank 1's]... (FSDP2's foreach_reduce_scatter_copy_in),
+    // padding rows zero; a parameter autograd gave no gradient contributes zeros.
+    std::vector<torch::Tensor> pieces;
+    for (Param& p : u.params) {
+      if (!p.shard.requires_grad()) continue;
+      const ShardLayout& l = p.layout;
+      torch::Tensor padded = torch::zeros({n * l.shard_numel()}, u.options);
+      if (p.full.grad().defined()) {
+        padded.narrow(0, 0, l.rows * l.row_numel).copy_(p.full.grad().reshape({-1}));
+        p.full.mutable_grad() = torch::Tensor();
+      }
+      pieces.push_back(padded.view({n, l.shard_numel()}));
+    }
+    const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), n);
+    torch::Tensor input = torch::cat(pieces, 1).reshape({-1});
+    if (pre != 1) input.div_(pre);
+    finish_reduce();  // one reduce-scatter in flight
+    PendingReduce r;
+    r.unit = &u;
+    r.input = input;
+    r.output = torch::empty({input.numel() / n}, u.options);
+    r.post_divide = post;
+    r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
+    reduce = std::move(r);
+  }
+  reshard(u);
+}
+
+FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm,
+                                     bool reshard_after_forward)
+    : state_(std::make_unique<State>(State{comm, reshard_after_forward, {}, {}, std::nullopt})), model_(model) {
+  const int world = comm.world_size();
+  const int rank = comm.rank();
+  torch::NoGradGuard no_grad;
+  for (models::ParameterUnit& spec : model.parameter_units()) {
+    Unit u;
+    u.name = spec.name;
+    u.reshard_after_forward = spec.reshard_after_forward;
+    for (std::size_t k = 0; k < spec.parameters.size(); ++k) {
+      torch::Tensor& full = spec.parameters[k];
+      if (k == 0) u.options = full.options().requires_grad(false);
+      if (full.scalar_type() != u.options.dtype().toScalarType() || full.device() != u.options.device()) {
+        throw std::logic_error(fmt::format("FSDP unit {}: {} is {} on {}, the unit's first parameter {} on {}", u.name,
+                                           spec.names[k], c10::toString(full.scalar_type()), full.device().str(),
+                                           c10::toString(u.options.dtype().toScalarType()), u.options.device().str()));
+      }
+      if (state_->shard_by_param.count(full.unsafeGetTensorImpl()) != 0) {
+        throw std::logic_error(fmt::format("FSDP: parameter {} is in two units", spec.names[k]));
+      }
+      // A parameter must own its whole storage to be freed and regathered in place.
+      if (full.storage_offset() != 0 || !full.is_contiguous() || full.storage().nbytes() != full.nbytes()) {
+        full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
+      }
+      Param p;
+      p.full = full;
+      p.layout = ShardLayout::of(full.sizes(), world);
+      p.full_nbytes = full.nbytes();
+      p.offset = u.flat_numel;
+      u.flat_numel += p.layout.shard_numel();
+      p.shard = torch::zeros(p.layout.shard_sizes(), u.options);
+      const std::int64_t rows = p.layout.valid_rows(rank);
+      if (rows > 0) {
+        p.shard.view({p.layout.chunk_rows, p.layout.row_numel})
+            .narrow(0, 0, rows)
+            .copy_(full.detach().reshape({p.layout.rows, p.layout.row_numel}).narrow(0, p.layout.first_row(rank), rows));
+      }
+      p.shard.set_requires_grad(full.requires_grad());
+      u.trainable = u.trainable || full.requires_grad();
+      state_->shard_by_param.emplace(full.unsafeGetTensorImpl(), p.shard);
+      resize_storage(full, 0);
+      u.params.push_back(std::move(p));
+    }
+    state_->units.push_back(std::move(u));
+  }
+  model_.set_unit_hooks(this);
+}
+
+FullyShardedUnits::~FullyShardedUnits() { model_.set_unit_hooks(nullptr); }
+
+std::vector<torch::Tensor> FullyShardedUnits::trainable_shards() const {
+  std::vector<torch::Tensor> out;
+  for (const Unit& u : state_->units) {
+    for (const Param& p : u.params) {
+      if (p.shard.requires_grad()) out.push_back(p.shard);
+    }
+  }
+  return out;
+}
+
+torch::Tensor FullyShardedUnits::shard_of(const torch::Tensor& parameter) const {
+  const auto it = state_->shard_by_param.find(parameter.unsafeGetTensorImpl());
+  return it == state_->shard_by_param.end() ? torch::Tensor() : it->second;
+}
+
+torch::Tensor FullyShardedUnits::before_forward(int unit, const torch::Tensor& input) {
+  State& s = *state_;
+  Unit& u = s.units.at(static_cast<std::size_t>(unit));
+  const bool was_gathered = u.state == UnitState::kGathered;
+  s.wait_gather(u);
+  // Forward prefetch: the next unit's gather runs while this one computes. Not on a second entry
+  // of a gathered unit (a tied head): the next unit's forward has already been.
+  if (!was_gathered && static_cast<std::size_t>(unit) + 1 < s.units.size()) {
+    s.issue_gather(s.units[static_cast<std::size_t>(unit) + 1]);
+  }
+  if (!torch::GradMode::is_enabled() || u.entered_with_grad) return input;
+  u.entered_with_grad = true;
+  // The unit's gradients are complete when its input's is (autograd accumulates parameter
+  // gradients first): then they are reduce-scattered. An input without a gradient (token ids):
+  // finish_backward does it.
+  if (!u.trainable || !input.requires_grad()) return input;
+  return PostBackward::apply(input, reinterpret_cast<std::int64_t>(&s), unit);
+}
+
+torch::Tensor FullyShardedUnits::after_forward(int unit, const torch::Tensor& output) {
+  State& s = *state_;
+  Unit& u = s.units.at(static_cast<std::size_t>(unit));
+  if (!s.reshard_after_forward || !u.reshard_after_forward) return output;
+  s.reshard(u);
+  if (!torch::GradMode::is_enabled() || !output.requires_grad()) return output;
+  u.pre_backward_attached = true;
+  return PreBackward::apply(output, reinterpret_cast<std::int64_t>(&s), unit);
+}
+
+void FullyShardedUnits::finish_backward() {
+  State& s = *state_;
+  for (auto it = s.units.rbegin(); it != s.units.rend(); ++it) {
+    if (it->entered_with_grad) s.post_backward(*it);
+  }
+  s.finish_reduce();
+  reshard_all();
+  for (Unit& u : s.units) {
+    u.entered_with_grad = false;
+    u.pre_backward_attached = false;
+    u.post_backward_done = false;
+  }
+}
+
+void FullyShardedUnits::gather_all() {
+  for (Unit& u : state_->units) state_->issue_gather(u);
+  for (Unit& u : state_->units) state_->wait_gather(u);
+}
+
+void FullyShardedUnits::reshard_all() {
+  for (Unit& u : state_->units) state_->reshard(u);
+}
+
+std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int64_t>(state_->units.size()); }
+
+ShardedMemory FullyShardedUnits::memory() const {
+  ShardedMemory m;
+  for (const Unit& u : state_->units) {
+    std::int64_t unit_bytes = 0;
+    for (const Param& p : u.params) {
+      const auto shard_bytes = static_cast<std::int64_t>(p.shard.nbytes());
+      m.shard_bytes += shard_bytes;
+      if (p.shard.requires_grad()) m.trainable_shard_bytes += shard_bytes;
+      unit_bytes += static_cast<std::int64_t>(p.full_nbytes);
+    }
+    m.largest_unit_bytes = std::max(m.largest_unit_bytes, unit_bytes);
+    if (!u.reshard_after_forward || !state_->reshard_after_forward) m.kept_unit_bytes += unit_bytes;
+  }
+  return m;
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,108 @@
+#pragma once
+// Fully sharded data parallelism (--sharding fsdp): FSDP2 as torch 2.11 implements it
+// (torch/distributed/fsdp/_fully_shard: _fsdp_param.py, _fsdp_param_group.py,
+// _fsdp_collectives.py), called as TorchTune 0.6's distributed recipes call it (shard_model: one
+// unit per decoder layer, the embedding and the output head units of their own, the root).
+//
+// Every parameter is sharded on dim 0 across the ranks, trainable and frozen alike: rank r keeps
+// torch.chunk's chunk r of the rows, padded to chunk 0's rows (FSDP2's _chunk_with_empty and
+// padding). The optimizer holds and updates the shards only. A unit's shards are all-gathered as
+// one collective through a flat buffer before its forward (the next unit's gather issued while
+// this one computes: FSDP2's forward prefetch), copied out into the module's own parameter
+// tensors, whose storage is freed again after forward (reshard_after_forward) and after backward;
+// in backward a resharded unit is gathered again before its gradients are computed (the earlier
+// unit's gather prefetched, as FSDP2's backward prefetch), and right after them its gradients are
+// reduce-scattered into the shards' gradients (one reduce-scatter in flight; FSDP2's divide:
+// the mean over ranks, fp16 / fp64 divided partly before the sum and partly after, as
+// _get_gradient_divide_factors). Gradient accumulation as TorchTune: a reduce-scatter after every
+// micro-batch's backward, summed into the shards' gradients.
+//
+// The module's parameters keep their identity (modules, autograd and checkpoints refer to them):
+// only their storage is freed and re-allocated, as FSDP2's `storage().resize_(0)`; the saved
+// tensors of autograd are views of that storage and see the regathered values in backward.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/parameter_units.h"
+#include "runtime/communicator.h"
+
+namespace mgbench::train {
+
+/// How FSDP2 shards one parameter of shape `sizes` over `world` ranks on dim 0 (a 0-dim
+/// parameter counts as one row): torch.chunk's chunks of ceil(rows / world) rows, the last ones
+/// shorter or empty, each held padded to that many rows.
+struct ShardLayout {
+  std::vector<std::int64_t> sizes;  // the whole parameter's
+  std::int64_t rows = 1;            // sizes[0]
+  std::int64_t row_numel = 1;       // elements per row
+  std::int64_t chunk_rows = 1;      // rows each rank holds, padding included
+  int world = 1;
+
+  /// Throws std::invalid_argument for world < 1.
+  static ShardLayout of(at::IntArrayRef sizes, int world);
+  /// The first row of rank r's chunk (rows when it is empty).
+  std::int64_t first_row(int r) const;
+  /// Rows of rank r's chunk that are the parameter's (the rest is padding).
+  std::int64_t valid_rows(int r) const;
+  std::int64_t shard_numel() const { return chunk_rows * row_numel; }
+  /// The shard's shape: [chunk_rows, sizes[1:]...].
+  std::vector<std::int64_t> shard_sizes() const;
+};
+
+/// Bytes a rank holds for FSDP, by kind (all in bytes).
+struct ShardedMemory {
+  std::int64_t shard_bytes = 0;           // every parameter's shard, padding included
+  std::int64_t largest_unit_bytes = 0;    // the largest unit gathered whole
+  std::int64_t kept_unit_bytes = 0;       // units not resharded after forward (gathered to backward's end)
+  std::int64_t trainable_shard_bytes = 0; // the shards the optimizer trains (their gradients' size)
+};
+
+class FullyShardedUnits final : public models::UnitHooks {
+ public:
+  /// Shards model's units over comm's ranks (collective-free: each rank keeps its rows of its own
+  /// copy, which must equal every other rank's) and installs itself as the model's hooks. Every
+  /// parameter is freed to its shard. Throws std::logic_error for a unit of mixed dtypes or
+  /// devices, or a parameter that is not in exactly one unit's list.
+  FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm, bool reshard_after_forward);
+  /// Uninstalls the hooks (the parameters stay as they are: sharded, or gathered by gather_all).
+  ~FullyShardedUnits() override;
+  FullyShardedUnits(const FullyShardedUnits&) = delete;
+  FullyShardedUnits& operator=(const FullyShardedUnits&) = delete;
+
+  /// The shards of the parameters that require grad, in unit order: what the optimizer trains
+  /// (each [chunk_rows, ...], requires grad; their gradients are the reduce-scattered ones).
+  std::vector<torch::Tensor> trainable_shards() const;
+  /// The shard that holds module parameter `parameter`'s rows on this rank; undefined for a tensor
+  /// that is not a sharded parameter.
+  torch::Tensor shard_of(const torch::Tensor& parameter) const;
+
+  // models::UnitHooks: the model's forward calls these.
+  torch::Tensor before_forward(int unit, const torch::Tensor& input) override;
+  torch::Tensor after_forward(int unit, const torch::Tensor& output) override;
+
+  /// After each micro-batch's backward: the reduce-scatter of every unit whose gradients autograd
+  /// did not hand over yet (a unit whose input needs no gradient: the embedding), waits for the
+  /// reduce-scatter in flight, and reshards every unit. Collective.
+  void finish_backward();
+  /// Gathers every unit (for an export of the whole model, or tests): the module's parameters hold
+  /// their whole values until reshard_all(). Collective.
+  void gather_all();
+  /// Frees every gathered unit (a prefetched gather is waited for first). Collective when a gather
+  /// was in flight.
+  void reshard_all();
+
+  std::int64_t num_units() const;
+  ShardedMemory memory() const;
+
+  struct State;  // the units and their collectives (sharding.cpp)
+
+ private:
+  std::unique_ptr<State> state_;
+  models::ShardableModel& model_;
+};
+
+}  // namespace mgbench::train

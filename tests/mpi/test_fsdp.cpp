@@ -1,0 +1,187 @@
+// Fully sharded data parallelism (train/sharding.h) under mpirun: the shards' gradients against a
+// replicated model's averaged gradients, and whole recipes trained with --sharding fsdp against
+// the same recipes with --sharding none at the same world size.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/llama.h"
+#include "mpi_support.h"
+#include "runtime/mpi_communicator.h"
+#include "train/sharding.h"
+
+namespace mgbench {
+namespace {
+
+using test::flat;
+using test::have_data;
+using test::Settings;
+using test::SharedDir;
+using test::world_rank;
+using test::world_size;
+
+/// A cross-entropy of next tokens, summed (so the averaged gradient is the mean of the ranks').
+torch::Tensor next_token_loss(models::LlamaForCausalLMImpl& model, const torch::Tensor& tokens) {
+  const torch::Tensor logits = model.forward(tokens);
+  const std::int64_t vocab = logits.size(-1);
+  return torch::nn::functional::cross_entropy(
+      logits.narrow(1, 0, tokens.size(1) - 1).reshape({-1, vocab}), tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+/// Tied or untied embeddings, resharded after forward or kept.
+class FsdpLlama : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+// Full fine-tuning of a tiny fp64 Llama, two micro-batches of different tokens on each rank: each
+// rank's shard gradients are its rows (torch.chunk's) of the replicated model's gradients summed
+// over the micro-batches and averaged over the ranks, and its padding rows are zero.
+TEST_P(FsdpLlama, ShardGradientsAreTheAveragedReplicatedGradientsRows) {
+  const auto [tied, reshard] = GetParam();
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  models::LlamaConfig c = models::LlamaConfig::preset("tiny");
+  c.vocab_size = 250;  // 250 rows: uneven over 3 and 4 ranks (FSDP's padding)
+  c.num_hidden_layers = 3;
+  c.tie_word_embeddings = tied;
+  const auto build = [&c] {
+    torch::manual_seed(11);
+    models::LlamaForCausalLM m(c);
+    m->to(torch::kFloat64);
+    return m;
+  };
+  models::LlamaForCausalLM sharded = build();
+  models::LlamaForCausalLM replica = build();
+  train::FullyShardedUnits fsdp(*sharded, comm, reshard);
+  EXPECT_EQ(fsdp.num_units(), 3 + 2 + (tied ? 0 : 1));
+
+  constexpr int kMicroBatches = 2;
+  for (int k = 0; k < kMicroBatches; ++k) {
+    torch::manual_seed(1000 + 10 * world_rank() + k);
+    const torch::Tensor tokens = torch::randint(c.vocab_size, {2, 7}, torch::kInt64);
+    next_token_loss(*sharded, tokens).backward();
+    fsdp.finish_backward();
+    next_token_loss(*replica, tokens).backward();
+  }
+  const int world = world_size();
+  const auto sharded_params = sharded->named_parameters();
+  const auto replica_params = replica->named_parameters();
+  ASSERT_EQ(sharded_params.size(), replica_params.size());
+  for (std::size_t i = 0; i < sharded_params.size(); ++i) {
+    const std::string& name = sharded_params[i].key();
+    torch::Tensor expected = replica_params[i].value().grad().detach().clone().contiguous();
+    comm.all_reduce(expected, runtime::ReduceOp::kSum)->wait();
+    expected /= world;
+    const torch::Tensor shard = fsdp.shard_of(sharded_params[i].value());
+    ASSERT_TRUE(shard.defined()) << name;
+    ASSERT_TRUE(shard.grad().defined()) << name;
+    const train::ShardLayout l = train::ShardLayout::of(expected.sizes(), world);
+    const std::int64_t rows = l.valid_rows(world_rank());
+    const torch::Tensor grad = shard.grad().reshape({l.chunk_rows, l.row_numel});
+    if (rows > 0) {
+      const torch::Tensor mine = expected.reshape({l.rows, l.row_numel}).narrow(0, l.first_row(world_rank()), rows);
+      const double scale = std::max(1.0, mine.abs().max().item<double>());
+      EXPECT_LT((grad.narrow(0, 0, rows) - mine).abs().max().item<double>(), 1e-10 * scale)
+          << name << " on rank " << world_rank() << " of " << world;
+    }
+    if (rows < l.chunk_rows) {
+      EXPECT_EQ(grad.narrow(0, rows, l.chunk_rows - rows).abs().max().item<double>(), 0.0) << name << " padding";
+    }
+    // The whole parameter is freed after backward (its storage holds nothing until the next gather).
+    EXPECT_EQ(sharded_params[i].value().storage().nbytes(), 0U) << name;
+    EXPECT_FALSE(sharded_params[i].value().grad().defined()) << name;
+  }
+  // Gathered again, the parameters are the replica's (nothing trained them).
+  fsdp.gather_all();
+  for (std::size_t i = 0; i < sharded_params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(sharded_params[i].value(), replica_params[i].value())) << sharded_params[i].key();
+  }
+  fsdp.reshard_all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Units, FsdpLlama, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
+                           return std::string(std::get<0>(info.param) ? "Tied" : "Untied") +
+                                  (std::get<1>(info.param) ? "Reshard" : "Keep");
+                         });
+
+std::string tiny_llama() { return test::oracle_dir() + "/llama_tiny_2256"; }
+
+// --eval-only over rows that do not split evenly: the ranks run as many batches as the largest
+// shard (the gathers are collective) and the loss is the replicated run's.
+TEST(FsdpRun, EvaluationOfAnUnevenSplitIsTheReplicatedOne) {
+  if (!std::filesystem::exists(tiny_llama())) GTEST_SKIP() << "oracle " << tiny_llama() << " not found";
+  SharedDir dir;
+  const auto eval_loss = [&](const std::string& sharding) {
+    auto config = test::lora_config(tiny_llama(), 2, dir.file("eval.h5"),
+                                    {{"eval-only", "true"},
+                                     {"sharding", sharding},
+                                     {"limit", std::to_string(4 * world_size() + 1)}});
+    return test::train_run(MPI_COMM_WORLD, *config, dir.file(sharding + ".h5")).summary.eval_loss;
+  };
+  const double replicated = eval_loss("none");
+  const double sharded = eval_loss("fsdp");
+  EXPECT_TRUE(std::isfinite(replicated));
+  EXPECT_EQ(sharded, replicated);
+}
+
+struct RecipeCase {
+  const char* recipe;
+  Settings settings;
+  double tolerance;  // max |fsdp - none| of the trained parameters
+};
+
+class FsdpRun : public ::testing::TestWithParam<RecipeCase> {};
+
+// The recipe trained with --sharding fsdp equals it trained with --sharding none at the same
+// world size: the gradients are the same averages (reduce-scattered instead of all-reduced), the
+// optimizer's update is elementwise, the clipping norm the same global one. And training moved
+// the parameters by far more than the tolerance (a run that trains nothing would not pass).
+TEST_P(FsdpRun, TrainsWhatTheReplicatedRunTrains) {
+  const RecipeCase& rc = GetParam();
+  const std::string model = test::oracle_dir() + (std::string(rc.recipe) == "qlora" ? "/llama_tiny_nf4" : "/llama_tiny_2256");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found";
+  SharedDir dir;
+  const auto trained = [&](const std::string& sharding, const Settings& extra) {
+    Settings settings = rc.settings;
+    settings.emplace_back("sharding", sharding);
+    settings.insert(settings.end(), extra.begin(), extra.end());
+    auto config = test::llm_config(rc.recipe, model, 2, dir.file("run.h5"), settings);
+    return test::train_run(MPI_COMM_WORLD, *config, dir.file(sharding + ".h5"));
+  };
+  const test::Trained none = trained("none", {});
+  const test::Trained fsdp = trained("fsdp", {});
+  const test::Trained untrained = trained("fsdp", {{"lr", "1e-12"}});
+  const torch::Tensor a = flat(fsdp.parameters);
+  const torch::Tensor b = flat(none.parameters);
+  ASSERT_EQ(a.numel(), b.numel());
+  const double diff = (a - b).abs().max().item<double>();
+  EXPECT_LE(diff, rc.tolerance) << rc.recipe << ": max |fsdp - none| on rank " << world_rank();
+  EXPECT_GT((flat(untrained.parameters) - b).abs().max().item<double>(), 100 * rc.tolerance + 1e-7)
+      << rc.recipe << ": training moved nothing";
+  EXPECT_NEAR(fsdp.summary.final_loss, none.summary.final_loss, 1e-5 + rc.tolerance);
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  EXPECT_EQ(test::max_difference_across_ranks(comm, a), 0.0) << "the gathered parameters differ between ranks";
+}
+
+// fp32 sums of two ranks are order-free, of three not quite (Open MPI's all-reduce and
+// reduce-scatter add in other orders): a tolerance far under one step of the learning rate.
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, FsdpRun,
+    ::testing::Values(RecipeCase{"lora", {}, 2e-6},
+                      RecipeCase{"lora", {{"optimizer", "sgd"}, {"momentum", "0"}, {"lr", "0.5"}}, 2e-6},
+                      RecipeCase{"full", {{"clip-grad-norm", "0.05"}, {"reshard-after-forward", "false"}}, 2e-6},
+                      RecipeCase{"qat", {{"qat-group-size", "32"}, {"precision", "fp64"}}, 1e-10},
+                      RecipeCase{"qlora", {}, 2e-6},
+                      RecipeCase{"dpo", {}, 2e-6}),
+    [](const ::testing::TestParamInfo<RecipeCase>& info) {
+      std::string name = std::string(info.param.recipe) + std::to_string(info.index);
+      std::erase(name, '-');
+      return name;
+    });
+
+}  // namespace
+}  // namespace mgbench
