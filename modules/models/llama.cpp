@@ -209,7 +209,12 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens) {
 }
 
 torch::Tensor LlamaForCausalLMImpl::output_weight() const {
-  return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
+  if (config_.tie_word_embeddings) {
+    enter(0, torch::Tensor());
+    return model->embed_tokens->weight;
+  }
+  enter(static_cast<int>(config_.num_hidden_layers) + 2, torch::Tensor());
+  return lm_head->weight;
 }
 
 std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::output_projection(const torch::Tensor& hidden) const {

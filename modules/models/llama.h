@@ -89,7 +89,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   torch::Tensor forward(const torch::Tensor& tokens);
   /// Hidden states after the final norm, [B, T, hidden] (for a chunked loss without full logits).
   torch::Tensor hidden_states(const torch::Tensor& tokens);
-  /// The output projection's weight [vocab, hidden] (the embedding when tied).
+  /// The output projection's weight [vocab, hidden] (the embedding when tied); its unit is entered
+  /// first, so that under FSDP it holds its values (a gather on every rank alike).
   torch::Tensor output_weight() const;
   /// The output projection's input and weight as it computes them: (hidden [N, hidden],
   /// output_weight()), or both fake-quantised when the head is (full QAT of an untied head).

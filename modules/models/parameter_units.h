@@ -14,9 +14,9 @@ namespace mgbench::models {
 
 /// One unit: the parameters gathered and resharded together, in registration order.
 struct ParameterUnit {
-  std::string name;                      // "model.layers.3", "model.embed_tokens", "root"
-  std::vector<std::string> names;        // each parameter's full name (HF's for Llama)
-  std::vector<torch::Tensor> parameters; // the module's own tensors, dense, of one dtype
+  std::string name;                       // "model.layers.3", "model.embed_tokens", "root"
+  std::vector<std::string> names;         // each parameter's full name (HF's for Llama)
+  std::vector<torch::Tensor> parameters;  // the module's own tensors, dense, of one dtype
   /// false: the unit stays gathered from its first forward to the end of backward -- the root and
   /// the last unit of forward, which FSDP2 does not reshard after forward (its backward runs first),
   /// and a unit the forward uses twice (a tied embedding / output head).
@@ -24,7 +24,8 @@ struct ParameterUnit {
 };
 
 /// Called by a model around each unit's forward, in forward order (a unit used twice is entered
-/// twice). The identity when not sharded.
+/// twice). The identity when not sharded. A model enters the same units in the same order on every
+/// rank whatever its input (an empty batch too): under FSDP each entry may gather, a collective.
 class UnitHooks {
  public:
   virtual ~UnitHooks() = default;

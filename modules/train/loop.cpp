@@ -155,8 +155,9 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   for (const auto& p : s.trainable) s.trainable_numel += p.numel();
   if (t.sharding == Sharding::kFsdp) {
     models::ShardableModel* model = recipe.shardable_model();
-    MGBENCH_REQUIRE(model != nullptr, ConfigError,
-                    "--sharding fsdp: this recipe's model has no FSDP units (the LLM recipes have); use --sharding none");
+    MGBENCH_REQUIRE(
+        model != nullptr, ConfigError,
+        "--sharding fsdp: this recipe's model has no FSDP units (the LLM recipes have); use --sharding none");
     // One rank: nothing to shard, the run is --sharding none's.
     if (comm.world_size() > 1) {
       s.fsdp = std::make_unique<FullyShardedUnits>(*model, comm, t.reshard_after_forward);
@@ -207,6 +208,35 @@ results::RankLayout TrainingLoop::layout() const {
   return l;
 }
 
+namespace {
+
+/// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq, SGD's momentum buffer.
+std::int64_t optimizer_states(const TrainOptions& t) {
+  if (t.optimizer == OptimizerKind::kAdamW) return 2;
+  return t.momentum > 0 ? 1 : 0;
+}
+
+/// What a rank holds of the model, in bytes: parameters (the whole model; under FSDP its shards and
+/// the units gathered at the peak), gradients (of what the optimizer trains) and the optimizer's
+/// states. Activations, buffers and NF4 weights (the recipe's weight_bytes) are not counted.
+h5::Attributes memory_attributes(const LoopParts& s) {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  if (s.fsdp) {
+    const ShardedMemory m = s.fsdp->memory();
+    parameters = m.shard_bytes + m.gathered_peak_bytes;
+    gradients = m.trainable_shard_bytes;
+  } else {
+    for (const auto& p : s.recipe.model().parameters()) parameters += static_cast<std::int64_t>(p.nbytes());
+    for (const auto& p : s.trainable) gradients += static_cast<std::int64_t>(p.nbytes());
+  }
+  return {{"parameter_bytes_per_rank", parameters},
+          {"gradient_bytes_per_rank", gradients},
+          {"optimizer_state_bytes_per_rank", optimizer_states(s.train) * gradients}};
+}
+
+}  // namespace
+
 h5::Attributes TrainingLoop::run_attributes() const {
   const auto& s = *parts_;
   const bool buckets = s.distributed() && !s.fsdp;
@@ -222,6 +252,7 @@ h5::Attributes TrainingLoop::run_attributes() const {
   const runtime::PeakFlops peak = run_peak_flops(s.placement, s.precision, s.train.peak_tflops);
   a.emplace_back("mfu_peak_tflops", peak.flops / 1e12);
   a.emplace_back("mfu_peak_source", peak.source);
+  for (auto&& attribute : memory_attributes(s)) a.push_back(std::move(attribute));
   for (auto&& attribute : s.recipe.attributes()) a.push_back(std::move(attribute));
   return a;
 }

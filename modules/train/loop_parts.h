@@ -65,10 +65,10 @@ struct LoopParts {
   torch::Device device = torch::kCPU;
   const axes::PrecisionInfo& precision;
   int threads = 1;
-  CuptiWindow cupti;                   // GPU runs with --cupti
-  std::unique_ptr<GradScaler> scaler;  // amp-fp16
-  std::vector<torch::Tensor> trainable;  // what the optimizer updates: the parameters, or their shards (fsdp)
-  std::int64_t trainable_numel = 0;      // of the whole trainable parameters
+  CuptiWindow cupti;                        // GPU runs with --cupti
+  std::unique_ptr<GradScaler> scaler;       // amp-fp16
+  std::vector<torch::Tensor> trainable;     // what the optimizer updates: the parameters, or their shards (fsdp)
+  std::int64_t trainable_numel = 0;         // of the whole trainable parameters
   std::unique_ptr<FullyShardedUnits> fsdp;  // --sharding fsdp on several ranks
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   runtime::GradSyncOptions sync_options;

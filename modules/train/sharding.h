@@ -53,12 +53,14 @@ struct ShardLayout {
   std::vector<std::int64_t> shard_sizes() const;
 };
 
-/// Bytes a rank holds for FSDP, by kind (all in bytes).
+/// Bytes of parameters and gradients a rank holds under FSDP.
 struct ShardedMemory {
-  std::int64_t shard_bytes = 0;           // every parameter's shard, padding included
-  std::int64_t largest_unit_bytes = 0;    // the largest unit gathered whole
-  std::int64_t kept_unit_bytes = 0;       // units not resharded after forward (gathered to backward's end)
-  std::int64_t trainable_shard_bytes = 0; // the shards the optimizer trains (their gradients' size)
+  std::int64_t shard_bytes = 0;            // every parameter's shard, padding included
+  std::int64_t trainable_shard_bytes = 0;  // the shards the optimizer trains: their gradients' size
+  /// Whole units gathered at once at the peak: those kept from forward to the end of backward
+  /// (the root, the head, a tied embedding) and the two largest others (one computing, the next
+  /// prefetched); every unit without reshard_after_forward.
+  std::int64_t gathered_peak_bytes = 0;
 };
 
 class FullyShardedUnits final : public models::UnitHooks {

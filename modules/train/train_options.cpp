@@ -121,9 +121,10 @@ void TrainOptions::validate() const {
   if (sharding != Sharding::kFsdp) return;
   const axes::StrategyInfo& s = axes::strategy_info(strategy);
   MGBENCH_REQUIRE(!s.single_process, ConfigError,
-                  "--sharding fsdp shards the model over one rank per device; --strategy {} is single-process (one "
-                  "rank drives every GPU): use --sharding none, or a multi-rank strategy",
-                  s.name);
+                  "--sharding fsdp with --strategy '{}': FSDP shards the model over one rank per device, and {} is "
+                  "single-process (one rank drives every GPU); use a multi-rank strategy (ddp, ddp-rr, ddp-ds) or "
+                  "--sharding none",
+                  s.name, s.name);
   MGBENCH_REQUIRE(!axes::precision_info(precision).loss_scaling, ConfigError,
                   "--sharding fsdp with --precision {} (loss scaling) is not supported: its GradScaler would need the "
                   "sharded gradients' inf check agreed over the ranks; use bf16 / amp-bf16, or --sharding none",

@@ -29,9 +29,9 @@ using test::world_size;
 torch::Tensor next_token_loss(models::LlamaForCausalLMImpl& model, const torch::Tensor& tokens) {
   const torch::Tensor logits = model.forward(tokens);
   const std::int64_t vocab = logits.size(-1);
-  return torch::nn::functional::cross_entropy(
-      logits.narrow(1, 0, tokens.size(1) - 1).reshape({-1, vocab}), tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, tokens.size(1) - 1).reshape({-1, vocab}),
+                                              tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}),
+                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
 /// Tied or untied embeddings, resharded after forward or kept.
@@ -116,16 +116,67 @@ TEST(FsdpRun, EvaluationOfAnUnevenSplitIsTheReplicatedOne) {
   if (!std::filesystem::exists(tiny_llama())) GTEST_SKIP() << "oracle " << tiny_llama() << " not found";
   SharedDir dir;
   const auto eval_loss = [&](const std::string& sharding) {
-    auto config = test::lora_config(tiny_llama(), 2, dir.file("eval.h5"),
-                                    {{"eval-only", "true"},
-                                     {"sharding", sharding},
-                                     {"limit", std::to_string(4 * world_size() + 1)}});
+    auto config = test::lora_config(
+        tiny_llama(), 2, dir.file("eval.h5"),
+        {{"eval-only", "true"}, {"sharding", sharding}, {"limit", std::to_string(4 * world_size() + 1)}});
     return test::train_run(MPI_COMM_WORLD, *config, dir.file(sharding + ".h5")).summary.eval_loss;
   };
   const double replicated = eval_loss("none");
   const double sharded = eval_loss("fsdp");
   EXPECT_TRUE(std::isfinite(replicated));
   EXPECT_EQ(sharded, replicated);
+}
+
+std::int64_t attribute(const train::TrainingLoop& loop, const std::string& name) {
+  for (const auto& [key, value] : loop.run_attributes()) {
+    if (key == name) return std::get<std::int64_t>(value);
+  }
+  ADD_FAILURE() << "no run attribute " << name;
+  return -1;
+}
+
+// The memory attributes of full fine-tuning (fp32, AdamW) equal the sizes computed from the
+// model's config.json: each parameter's rows ceil(rows / N) x 4 bytes, the two largest layers and
+// the kept root and head gathered at the peak; AdamW's two states per trained element.
+TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
+  if (!std::filesystem::exists(tiny_llama())) GTEST_SKIP() << "oracle " << tiny_llama() << " not found";
+  SharedDir dir;
+  const models::LlamaConfig c = models::LlamaConfig::from_hf_json(tiny_llama() + "/config.json");
+  ASSERT_FALSE(c.tie_word_embeddings);
+  const std::int64_t n = world_size();
+  const std::int64_t h = c.hidden_size;
+  const auto shard = [n](std::int64_t rows, std::int64_t row_numel) { return (rows + n - 1) / n * row_numel * 4; };
+  const std::int64_t q = c.num_attention_heads * c.head_dim;
+  const std::int64_t kv = c.num_key_value_heads * c.head_dim;
+  const std::int64_t f = c.intermediate_size;
+  const std::int64_t layer_shards =
+      2 * shard(h, 1) + shard(q, h) + 2 * shard(kv, h) + shard(h, q) + 2 * shard(f, h) + shard(h, f);
+  const std::int64_t layer_bytes = 4 * (2 * h + q * h + 2 * kv * h + h * q + 3 * f * h);
+  const std::int64_t embedding = 4 * c.vocab_size * h;
+  const std::int64_t shards = 2 * shard(c.vocab_size, h) + c.num_hidden_layers * layer_shards + shard(h, 1);
+  // Kept: the root (norm) and the head; the two largest others: two layers (the embedding is
+  // smaller here) -- or, were it larger, the embedding and a layer.
+  const std::int64_t largest_two = embedding > layer_bytes ? embedding + layer_bytes : 2 * layer_bytes;
+  const std::int64_t gathered = 4 * h + embedding + largest_two;
+
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  auto config = test::llm_config("full", tiny_llama(), 2, dir.file("m.h5"), {{"optimizer", "adamw"}});
+  config->validate();
+  const train::TrainingLoop fsdp(config->train, *config->recipe, comm, {}, 1);
+  EXPECT_EQ(attribute(fsdp, "parameter_bytes_per_rank"), shards + gathered);
+  EXPECT_EQ(attribute(fsdp, "gradient_bytes_per_rank"), shards);
+  EXPECT_EQ(attribute(fsdp, "optimizer_state_bytes_per_rank"), 2 * shards);
+  EXPECT_EQ(attribute(fsdp, "fsdp_units"), c.num_hidden_layers + 3);
+
+  auto replicated_config =
+      test::llm_config("full", tiny_llama(), 2, dir.file("m.h5"), {{"optimizer", "adamw"}, {"sharding", "none"}});
+  replicated_config->validate();
+  const train::TrainingLoop none(replicated_config->train, *replicated_config->recipe, comm, {}, 1);
+  const std::int64_t whole = 2 * embedding + c.num_hidden_layers * layer_bytes + 4 * h;
+  EXPECT_EQ(attribute(none, "parameter_bytes_per_rank"), whole);
+  EXPECT_EQ(attribute(none, "gradient_bytes_per_rank"), whole);
+  EXPECT_EQ(attribute(none, "optimizer_state_bytes_per_rank"), 2 * whole);
+  EXPECT_EQ(attribute(none, "fsdp_units"), 0);
 }
 
 struct RecipeCase {
@@ -142,7 +193,8 @@ class FsdpRun : public ::testing::TestWithParam<RecipeCase> {};
 // the parameters by far more than the tolerance (a run that trains nothing would not pass).
 TEST_P(FsdpRun, TrainsWhatTheReplicatedRunTrains) {
   const RecipeCase& rc = GetParam();
-  const std::string model = test::oracle_dir() + (std::string(rc.recipe) == "qlora" ? "/llama_tiny_nf4" : "/llama_tiny_2256");
+  const std::string model =
+      test::oracle_dir() + (std::string(rc.recipe) == "qlora" ? "/llama_tiny_nf4" : "/llama_tiny_2256");
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found";
   SharedDir dir;
   const auto trained = [&](const std::string& sharding, const Settings& extra) {
@@ -175,8 +227,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RecipeCase{"lora", {{"optimizer", "sgd"}, {"momentum", "0"}, {"lr", "0.5"}}, 2e-6},
                       RecipeCase{"full", {{"clip-grad-norm", "0.05"}, {"reshard-after-forward", "false"}}, 2e-6},
                       RecipeCase{"qat", {{"qat-group-size", "32"}, {"precision", "fp64"}}, 1e-10},
-                      RecipeCase{"qlora", {}, 2e-6},
-                      RecipeCase{"dpo", {}, 2e-6}),
+                      RecipeCase{"qlora", {}, 2e-6}, RecipeCase{"dpo", {}, 2e-6}),
     [](const ::testing::TestParamInfo<RecipeCase>& info) {
       std::string name = std::string(info.param.recipe) + std::to_string(info.index);
       std::erase(name, '-');

@@ -65,7 +65,12 @@ class ClassificationRecipe final : public Recipe {
     t.add("channels-last", o.channels_last, "NHWC memory layout of activations and conv weights");
   }
 
-  void validate(const TrainOptions&) const override {}
+  void validate(const TrainOptions& train) const override {
+    // Issue 28: MobileNetV2's units (its inverted-residual blocks) are not defined yet.
+    MGBENCH_REQUIRE(train.sharding == Sharding::kNone, ConfigError,
+                    "--sharding fsdp: the classification recipe's image models have no FSDP units yet (the LLM "
+                    "recipes have); use --sharding none (DDP, the paper's)");
+  }
 
   void setup(const RecipeContext& ctx) override {
     const auto& o = options_;

@@ -278,8 +278,12 @@ LlamaFinetune::TargetLogProbs LlamaFinetune::target_log_probs(const data::Batch&
   torch::Tensor hidden = model_->hidden_states(batch.tensors[0]);  // [R, T, H]
   const auto t = hidden.size(1);
   if (t < 2 || batch.loss_targets == 0) {
-    // No target: an empty result that still belongs to the graph (backward runs on every rank).
-    return {(hidden.sum() * 0).to(torch::kFloat32).reshape({1}).narrow(0, 0, 0), hidden};
+    // No target: an empty result that still belongs to the graph (backward runs on every rank),
+    // through the output projection of no rows (FSDP enters its unit on every rank alike: the
+    // same collectives in the same order).
+    const auto [input, weight] = model_->output_projection(hidden.reshape({-1, hidden.size(-1)}).narrow(0, 0, 0));
+    const torch::Tensor none = (hidden.sum() + torch::matmul(input, weight.t()).sum()) * 0;
+    return {none.to(torch::kFloat32).reshape({1}).narrow(0, 0, 0), hidden};
   }
   const torch::Tensor selected =
       hidden.narrow(1, 0, t - 1).reshape({-1, hidden.size(-1)}).index_select(0, batch.tensors[1]);

@@ -55,7 +55,8 @@ constexpr RecipeInfo kRecipes[] = {
      "with Int8DynActInt4WeightQATQuantizer); `mgbench quantize` converts the result",
      // TorchTune's llama3/8B_qat_full config.
      "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 2e-5\nweight-decay = 0.01\nlr-schedule = constant\n"
-     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\nfake-quant = 8da4w\nqat-group-size = 256\nsharding = fsdp\n",
+     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\nfake-quant = 8da4w\nqat-group-size = "
+     "256\nsharding = fsdp\n",
      &make_sft_recipe},
     {"qat-lora", "llm",
      "LoRA with 8da4w fake quantisation of the adapted linears (TorchTune's qat_lora_finetune_distributed)",

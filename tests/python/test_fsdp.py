@@ -1,0 +1,107 @@
+"""`mgbench llm --sharding fsdp` end to end, 2 ranks: what it exports equals what the replicated run
+exports; the memory of full fine-tuning per rank falls as FSDP's arithmetic says; bad combinations are
+named."""
+import json
+import os
+
+import pytest
+
+from conftest import mgbench
+
+SHARED = os.environ.get("MGBENCH_SHARED_DATA", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+SMALL_TOKENIZER = os.path.join(SHARED, "llama3", "tiktoken_small.model")
+ORACLES = os.environ.get("MGBENCH_ORACLE_DIR", "")
+MODEL = os.path.join(ORACLES, "llama_tiny_2256")
+ALPACA = os.path.join(SHARED, "text", "alpaca", "alpaca_cleaned_first5k.json")
+HH = os.path.join(SHARED, "text", "dpo", "hh_rlhf_harmless_base_test.jsonl.gz")
+
+
+def need(*paths):
+    for p in paths:
+        if not os.path.exists(p):
+            pytest.skip(f"{p} not found (oracles: tests/python/make_oracles.py)")
+
+
+def tensors(path):
+    safetensors = pytest.importorskip("safetensors.torch")
+    return safetensors.load_file(str(path))
+
+
+def common(recipe):
+    data = (["--dataset", "hh_rlhf", "--data", HH, "--activation-checkpointing", "false"] if recipe == "dpo"
+            else ["--dataset", "alpaca", "--data", ALPACA])
+    return ["llm", "--recipe", recipe, "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, *data, "--limit", "24",
+            "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--warmup-steps", "1", "--lr", "1e-3",
+            "--lora-rank", "4", "--precision", "fp32", "--threads", "1", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("recipe, exported", [("lora", "adapter_model.safetensors"),
+                                              ("dpo", "adapter_model.safetensors"),
+                                              ("full", "model.safetensors")])
+def test_exports_of_a_sharded_run_equal_the_replicated_runs(tmp_path, recipe, exported):
+    """The files a recipe writes at the end are gathered from the shards: the same tensors, names and
+    shapes as --sharding none writes at the same world size, values within fp32 summation order."""
+    need(MODEL, SMALL_TOKENIZER)
+    files = {}
+    for sharding in ("none", "fsdp"):
+        out = tmp_path / sharding
+        mgbench(*common(recipe), "--sharding", sharding, "--output-dir", out, "--results", tmp_path / "r.h5",
+                np=2, check=True)
+        files[sharding] = tensors(out / exported)
+    assert files["fsdp"].keys() == files["none"].keys() and len(files["none"]) > 0
+    for name, value in files["none"].items():
+        assert files["fsdp"][name].shape == value.shape, name
+        assert (files["fsdp"][name] - value).abs().max().item() <= 2e-6, name
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        none, fsdp = sorted(f["runs"].values(), key=lambda run: run.attrs["run_id"])
+        assert none.attrs["sharding"] == "none" and fsdp.attrs["sharding"] == "fsdp"
+        assert fsdp.attrs["fsdp_units"] == 2 + 3 and none.attrs["fsdp_units"] == 0
+        assert fsdp.attrs["allreduce_buckets"] == 0 and none.attrs["allreduce_buckets"] >= 1
+        assert fsdp.attrs["gradient_bytes_per_rank"] < none.attrs["gradient_bytes_per_rank"]
+
+
+def test_full_finetuning_memory_per_rank_falls(tmp_path):
+    """Full fine-tuning of a ~155M-parameter Llama (24 layers, fp32, AdamW) at 2 ranks: rank 0's peak
+    resident memory with FSDP is at most 0.65 of the replicated run's (weights, gradients and AdamW's two
+    states: 4 x 618 MB per rank replicated; sharded, half of that plus the units gathered at once)."""
+    need(SMALL_TOKENIZER)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768,
+        "intermediate_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 12, "num_key_value_heads": 4,
+        "head_dim": 64, "vocab_size": 2256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "max_position_embeddings": 1024, "tie_word_embeddings": False, "torch_dtype": "float32"}))
+    peaks, attrs = {}, {}
+    for sharding in ("none", "fsdp"):
+        results = tmp_path / f"{sharding}.h5"
+        mgbench("llm", "--recipe", "full", "--model", model, "--init", "random", "--tokenizer", SMALL_TOKENIZER,
+                "--dataset", "alpaca", "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "2",
+                "--max-seq-len", "48", "--precision", "fp32", "--optimizer", "adamw",
+                "--activation-checkpointing", "false", "--threads", "1", "--device", "cpu", "--sharding", sharding,
+                "--results", results, np=2, check=True, timeout=900)
+        h5py = pytest.importorskip("h5py")
+        with h5py.File(results, "r") as f:
+            (run,) = f["runs"].values()
+            peaks[sharding] = int(run["summary"][0]["peak_memory_bytes"])
+            attrs[sharding] = {k: int(run.attrs[k]) for k in
+                               ("parameter_bytes_per_rank", "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank")}
+    parameters = 154_000_000
+    assert attrs["none"]["parameter_bytes_per_rank"] > 4 * parameters  # the whole model in fp32
+    assert attrs["fsdp"]["gradient_bytes_per_rank"] * 2 <= attrs["none"]["gradient_bytes_per_rank"] + 2 * 1024 ** 2
+    ratio = peaks["fsdp"] / peaks["none"]
+    print(f"peak RSS rank 0: none {peaks['none'] / 2**20:.0f} MiB, fsdp {peaks['fsdp'] / 2**20:.0f} MiB, "
+          f"ratio {ratio:.3f}")
+    assert ratio <= 0.65, (peaks, attrs)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["llm", "--data", "x.json", "--strategy", "dp"], "--sharding fsdp with --strategy 'dp'"),
+    (["llm", "--data", "x.json", "--sharding", "fsdp", "--precision", "amp-fp16"], "--precision"),
+    (["llm", "--data", "x.json", "--sharding", "zero3"], "--sharding 'zero3'"),
+    (["image", "--sharding", "fsdp"], "--sharding fsdp: the classification recipe"),
+])
+def test_bad_sharding_options_exit_2_naming_them(args, needle):
+    proc = mgbench(*args)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
