@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -201,18 +202,24 @@ void LlamaFinetune::refuse_if_weights_do_not_fit(const RecipeContext& ctx) const
 
 void LlamaFinetune::warn_if_full_replica_does_not_fit(const RecipeContext& ctx) const {
   if (!ctx.placement.is_cuda()) return;
-  // Each rank holds the whole model (DDP): weights, gradients, their all-reduce buckets and AdamW's
-  // two states, all in the run's dtype -- 5 copies; activations come on top.
+  // Weights, gradients and AdamW's two states in the run's dtype: 4 copies, each rank a whole one
+  // (DDP: 5, with the gradients' buckets), or 1/N of them under FSDP -- where the whole model is
+  // still built on every rank before it is sharded. Activations and gathered units come on top.
   const double element = static_cast<double>(axes::dtype_info(ctx.precision.param_dtype).bytes);
   const double parameters = static_cast<double>(model_->config().num_parameters());
-  const double needed = 5 * element * parameters;
+  const bool sharded = ctx.train.sharding == Sharding::kFsdp && ctx.world_size > 1;
+  const double copies = sharded ? std::max(1.0, 4.0 / ctx.world_size) : 5.0;
+  const double needed = copies * element * parameters;
   const double device = static_cast<double>(runtime::cuda_total_memory(ctx.placement.index));
   if (device > 0 && needed > 0.9 * device) {
     log::warn(
-        "--finetune full of {:.2f}B parameters needs about {:.0f} GiB per rank for weights, gradients, their "
-        "buckets and AdamW's states (5 x {} bytes per parameter) before activations, and this GPU has {:.0f} GiB: "
-        "it will not fit (each rank holds a full replica); use a smaller model (--model llama3.2-1b) or LoRA",
-        parameters / 1e9, needed / (1 << 30), element, device / (1 << 30));
+        "--finetune full of {:.2f}B parameters needs about {:.0f} GiB per rank for weights, gradients and AdamW's "
+        "states ({:.2f} x {} bytes per parameter{}) before activations, and this GPU has {:.0f} GiB: it will not "
+        "fit; {}",
+        parameters / 1e9, needed / (1 << 30), copies, element, sharded ? ", sharded over the ranks" : ", a replica",
+        device / (1 << 30),
+        sharded ? "use more ranks or a smaller model"
+                : "use --sharding fsdp over several GPUs, a smaller model or LoRA");
   }
 }
 

@@ -128,7 +128,7 @@ class LlamaFinetune {
 
  private:
   enum class Init { kCheckpoint, kRandom };
-  /// A warning when full fine-tuning's per-rank state alone exceeds the GPU (Llama 3 8B on 80 GB).
+  /// A warning when full fine-tuning's per-rank state alone exceeds the GPU (a replica of Llama 3 8B on 80 GB).
   /// Throws DataError naming config.json, its sizes and the memory, when the weights alone exceed
   /// the device's memory (before anything is allocated).
   void refuse_if_weights_do_not_fit(const RecipeContext& ctx) const;
