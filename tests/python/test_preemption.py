@@ -244,14 +244,17 @@ def test_a_stopped_rank_ends_the_job_within_the_comm_timeout(tmp_path):
     assert elapsed < 5 + 10, elapsed
 
 
-def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path):
+@pytest.mark.parametrize("sharding", ["fsdp", "none"])
+def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path, sharding):
+    """Each rank's checkpoint holds its shards and their optimizer state (fsdp) or a replica (none)."""
     if not MODEL.exists():
         pytest.skip(f"no oracle model at {MODEL} (ctest runs the oracles fixture first)")
+    llm = [*LLM, "--sharding", sharding]
     ref_ck = tmp_path / "ref"
-    ref = mgbench(*LLM, "--checkpoint-dir", ref_ck, "--results", tmp_path / "ref.h5", np=2)
+    ref = mgbench(*llm, "--checkpoint-dir", ref_ck, "--results", tmp_path / "ref.h5", np=2)
     assert ref.returncode == 0, ref.stderr
     ck, results, adapters = tmp_path / "ck", tmp_path / "r.h5", tmp_path / "adapters"
-    proc = start([*LLM, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--results", results,
+    proc = start([*llm, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--results", results,
                   "--output-dir", adapters])
     wait_for_checkpoint(ck, 5, proc)
     for pid in rank_pids(proc):  # SLURM's time limit: SIGTERM to every task
@@ -262,10 +265,10 @@ def test_llm_sigterm_to_every_rank_then_resume_equals_uninterrupted(tmp_path):
     f, runs = open_runs(results)
     with f:
         assert runs[0]["status"][0] == b"preempted"
-    changed = mgbench(*LLM, "--checkpoint-dir", ck, "--resume", "--lora-dropout", "0.1", "--results", results, np=2)
+    changed = mgbench(*llm, "--checkpoint-dir", ck, "--resume", "--lora-dropout", "0.1", "--results", results, np=2)
     assert changed.returncode == 1 and "--lora-dropout: 0 -> 0.1" in changed.stderr, changed.stderr
     # Without --checkpoint-every 5: how often checkpoints are written does not change results.
-    proc = mgbench(*LLM, "--checkpoint-dir", ck, "--resume", "--results", results, "--output-dir", adapters, np=2)
+    proc = mgbench(*llm, "--checkpoint-dir", ck, "--resume", "--results", results, "--output-dir", adapters, np=2)
     assert proc.returncode == 0, proc.stderr
     assert (adapters / "adapter_model.safetensors").exists()
     assert_same_parameters(ck, ref_ck)
