@@ -3,7 +3,10 @@ exports; the memory of full fine-tuning per rank falls as FSDP's arithmetic says
 named."""
 import json
 import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from conftest import mgbench
@@ -94,6 +97,52 @@ def test_full_finetuning_memory_per_rank_falls(tmp_path):
     print(f"peak RSS rank 0: none {peaks['none'] / 2**20:.0f} MiB, fsdp {peaks['fsdp'] / 2**20:.0f} MiB, "
           f"ratio {ratio:.3f}")
     assert ratio <= 0.65, (peaks, attrs)
+
+
+def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
+    """The oracle: torch 2.11's own FSDP2 (fully_shard over gloo, TorchTune's units) trains the same
+    tiny Llama on the same rows per rank (mgbench's --record-indices) with AdamW: its shards have
+    torch.chunk's rows, and each rank's step losses and the gathered trained weights equal mgbench's."""
+    need(MODEL, SMALL_TOKENIZER)
+    torch = pytest.importorskip("torch")
+    h5py = pytest.importorskip("h5py")
+    rows, steps, batch = 24, 3, 2
+    settings = ["--lr", "1e-3", "--weight-decay", "0.01"]
+    dump = mgbench("data", "stats", "--dataset", "alpaca", "--data", ALPACA, "--tokenizer", SMALL_TOKENIZER,
+                   "--max-seq-len", "128", "--dump", rows, check=True)
+    (tmp_path / "rows.jsonl").write_text(dump.stdout)
+    mgbench("llm", "--recipe", "full", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "alpaca",
+            "--data", ALPACA, "--limit", rows, "--max-seq-len", "128", "--batch-size", batch, "--grad-accum", "1",
+            "--max-steps", steps, *settings, "--lr-schedule", "constant", "--warmup-steps", "0", "--precision",
+            "fp32", "--activation-checkpointing", "false", "--sharding", "fsdp", "--record-indices",
+            "--threads", "1", "--device", "cpu", "--output-dir", tmp_path / "ours", "--results", tmp_path / "r.h5",
+            np=2, check=True)
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        (run,) = f["runs"].values()
+        indices = {r: [int(i) for i in run[f"rank_{r}"]["indices"][0]] for r in (0, 1)}
+        ours_losses = {r: run[f"rank_{r}"]["steps"]["loss"][:] for r in (0, 1)}
+    (tmp_path / "indices.json").write_text(json.dumps(indices))
+    (tmp_path / "torch").mkdir()
+    oracle = os.path.join(os.path.dirname(__file__), "fsdp_oracle.py")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           oracle, "--model", MODEL, "--rows", tmp_path / "rows.jsonl", "--indices",
+                           tmp_path / "indices.json", "--batch-size", str(batch), "--steps", str(steps), *settings,
+                           "--pad-id", "2004", "--out", tmp_path / "torch"],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    theirs = tensors(tmp_path / "torch" / "model.safetensors")
+    ours = tensors(tmp_path / "ours" / "model.safetensors")
+    assert ours.keys() == theirs.keys()
+    for r in (0, 1):
+        result = json.loads((tmp_path / "torch" / f"losses-{r}.json").read_text())
+        for name, local_rows in result["shard_rows"].items():
+            chunks = torch.chunk(torch.empty(theirs[name].shape[0]), 2)
+            assert local_rows == (chunks[r].shape[0] if r < len(chunks) else 0), name  # torch.chunk's rows
+        assert np.allclose(ours_losses[r], result["losses"], rtol=1e-5, atol=1e-6), (r, ours_losses[r], result["losses"])
+    worst = max((ours[k] - theirs[k]).abs().max().item() for k in ours)
+    moved = max((theirs[k] - tensors(os.path.join(MODEL, "model.safetensors"))[k]).abs().max().item() for k in theirs)
+    print(f"max |mgbench - torch fully_shard| {worst:.3g}, trained by up to {moved:.3g}")
+    assert worst <= 2e-5 and moved > 100 * worst, (worst, moved)
 
 
 @pytest.mark.parametrize("args, needle", [
