@@ -123,7 +123,7 @@ def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
         ours_losses = {r: run[f"rank_{r}"]["steps"]["loss"][:] for r in (0, 1)}
     (tmp_path / "indices.json").write_text(json.dumps(indices))
     (tmp_path / "torch").mkdir()
-    oracle = os.path.join(os.path.dirname(__file__), "fsdp_oracle.py")
+    oracle = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "peer_fsdp.py")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            oracle, "--model", MODEL, "--rows", tmp_path / "rows.jsonl", "--indices",
                            tmp_path / "indices.json", "--batch-size", str(batch), "--steps", str(steps), *settings,
@@ -134,7 +134,7 @@ def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
     ours = tensors(tmp_path / "ours" / "model.safetensors")
     assert ours.keys() == theirs.keys()
     for r in (0, 1):
-        result = json.loads((tmp_path / "torch" / f"losses-{r}.json").read_text())
+        result = json.loads((tmp_path / "torch" / f"rank-{r}.json").read_text())
         for name, local_rows in result["shard_rows"].items():
             chunks = torch.chunk(torch.empty(theirs[name].shape[0]), 2)
             assert local_rows == (chunks[r].shape[0] if r < len(chunks) else 0), name  # torch.chunk's rows

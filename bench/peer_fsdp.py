@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""torch's own FSDP2 (`fully_shard`, torch 2.11) on the CPU with gloo, sharded as TorchTune's
+"""The Python peer of `mgbench llm --recipe full --sharding fsdp` and its test oracle
+(tests/python/test_fsdp.py): torch's own FSDP2 (`fully_shard`, torch 2.11) on the CPU with gloo, sharded as TorchTune's
 full_finetune_distributed shards Llama 3 (each decoder layer, then the token embedding and the output
 head -- custom_sharded_layers -- then the root), trained as mgbench's `full` recipe trains: each rank's
 rows as mgbench computed them (--record-indices), summed cross-entropy over the targets, scaled by
 world size / the step's targets on all ranks (TorchTune 0.6's token normalisation; FSDP averages),
 AdamW at a constant learning rate. Run by torchrun with 2+ processes:
 
-    torchrun --standalone --nproc-per-node 2 fsdp_oracle.py --model DIR --rows rows.jsonl \
+    torchrun --standalone --nproc-per-node 2 bench/peer_fsdp.py --model DIR --rows rows.jsonl \
         --indices indices.json --batch-size 2 --steps 3 --lr 1e-3 --weight-decay 0.01 --pad-id 2004 --out DIR
 
-Writes to --out: losses-<rank>.json (each step's loss per target on that rank, and each parameter's
-local shard rows), and from rank 0 model.safetensors (the trained parameters, gathered).
+Writes to --out: rank-<rank>.json (each step's loss per target, real tokens and seconds on that rank,
+the rank's peak resident memory, each parameter's local shard rows), and from rank 0
+model.safetensors (the trained parameters, gathered).
 """
 import argparse
 import json
 import os
+import resource
+import time
 
 import torch
 import torch.distributed as dist
@@ -57,8 +61,9 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     rows = [json.loads(line) for line in open(a.rows)]
     mine = json.load(open(a.indices))[str(rank)]
-    losses = []
+    losses, tokens, seconds = [], [], []
     for step in range(a.steps):
+        start = time.perf_counter()
         batch = [rows[i] for i in mine[step * a.batch_size:(step + 1) * a.batch_size]]
         ids, labels = padded([(r["tokens"], r["labels"]) for r in batch], a.pad_id)
         logits = model(ids).logits[:, :-1].float()
@@ -72,7 +77,11 @@ def main():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item() / count.item())
-    json.dump({"losses": losses, "shard_rows": shard_rows}, open(os.path.join(a.out, f"losses-{rank}.json"), "w"))
+        seconds.append(time.perf_counter() - start)
+        tokens.append(sum(len(r["tokens"]) for r in batch))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    json.dump({"losses": losses, "tokens": tokens, "step_s": seconds, "peak_memory_bytes": peak,
+               "shard_rows": shard_rows}, open(os.path.join(a.out, f"rank-{rank}.json"), "w"))
     full = {name: value.full_tensor() for name, value in model.state_dict().items()}
     if rank == 0:
         save_file({k: v.contiguous() for k, v in full.items()}, os.path.join(a.out, "model.safetensors"))
