@@ -179,6 +179,26 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
     --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --grad-accum 1 --max-steps 10 \
     --results "$OUT/llm.h5" --run-name llama3-8b-qlora --progress-interval 5 2>&1 | tail -5
   "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/qlora-report.txt"   # LoRA and QLoRA 8B: s/it, peak memory
+  # FSDP on the GPU (issue 28): 2 ranks, one per GPU over NCCL -- or, on a machine with one GPU, both
+  # on it over the MPI backend (NCCL refuses two ranks on one device): the CUDA path of the sharding
+  # (storage freed and regathered, the reduce-scatter, the optimizer on shards) and its memory.
+  FSDP_GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+  FSDP_BACKEND=$( ((FSDP_GPUS >= 2)) && echo nccl || echo mpi)
+  stage "FSDP: llama3.2-1b shape, full fine-tuning, bf16, AdamW, 2 ranks over $FSDP_BACKEND: --sharding fsdp vs none"
+  for sharding in fsdp none; do
+    mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe full --model llama3.2-1b --init random \
+      --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
+      --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 10 \
+      --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" \
+      --run-name "full-$sharding" --progress-interval 5 2>&1 | tail -3
+  done
+  "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee "$OUT/fsdp-report.txt"   # s/it and peak memory of both
+  "$PYTHON" -c "import h5py, sys
+for run in h5py.File(sys.argv[1])['runs'].values():
+    a = run.attrs
+    print(a['run_name'], a['sharding'], 'parameter/gradient/optimizer bytes per rank:',
+          a['parameter_bytes_per_rank'], a['gradient_bytes_per_rank'], a['optimizer_state_bytes_per_rank'],
+          'peak', run['summary'][0]['peak_memory_bytes'])" "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt" || true
   stage "benchmark: every recipe vs LoRA (qlora, qat-lora, full, qat), llama3.2-1b shape, 1 GPU, bf16"
   DEVICE=cuda MODEL=llama3.2-1b STEPS=10 BATCH=2 MAX_SEQ_LEN=512 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" \
     bench/compare_recipes.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
