@@ -65,7 +65,22 @@ int train_command(const std::string& task, int argc, char** argv) {
     for (std::string line; std::getline(lines, line);) std::cout << "#   " << line << "\n";
     std::cout << std::flush;
   }
-  if (flags.dry_run) return 0;
+  if (flags.dry_run) {
+    if (!speak) return 0;
+    try {
+      for (const std::string& line :
+           train::format_memory_plan(config->recipe->memory_plan(config->train, {1, 2, 4, 8}))) {
+        std::cout << "# " << line << "\n";
+      }
+    } catch (const ConfigError& e) {
+      std::cerr << "mgbench " << task << ": " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "mgbench " << task << ": " << e.what() << "\n";
+      return 1;
+    }
+    return 0;
+  }
   return train::run_job(*config, env, join_command_line(argc, argv));
 }
 

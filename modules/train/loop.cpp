@@ -210,12 +210,6 @@ results::RankLayout TrainingLoop::layout() const {
 
 namespace {
 
-/// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq, SGD's momentum buffer.
-std::int64_t optimizer_states(const TrainOptions& t) {
-  if (t.optimizer == OptimizerKind::kAdamW) return 2;
-  return t.momentum > 0 ? 1 : 0;
-}
-
 /// What a rank holds of the model, in bytes: parameters (the whole model; under FSDP its shards and
 /// the units gathered at the peak), gradients (of what the optimizer trains) and the optimizer's
 /// states. Activations, buffers and NF4 weights (the recipe's weight_bytes) are not counted.
@@ -232,7 +226,7 @@ h5::Attributes memory_attributes(const LoopParts& s) {
   }
   return {{"parameter_bytes_per_rank", parameters},
           {"gradient_bytes_per_rank", gradients},
-          {"optimizer_state_bytes_per_rank", optimizer_states(s.train) * gradients}};
+          {"optimizer_state_bytes_per_rank", optimizer_states_per_element(s.train) * gradients}};
 }
 
 }  // namespace

@@ -15,6 +15,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, s
   throw std::logic_error("optimizer missing from make_optimizer");
 }
 
+std::int64_t optimizer_states_per_element(const TrainOptions& o) {
+  if (o.optimizer == OptimizerKind::kAdamW) return 2;
+  return o.momentum > 0 ? 1 : 0;
+}
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }

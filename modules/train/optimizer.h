@@ -15,6 +15,10 @@ namespace mgbench::train {
 /// torch.optim.AdamW(lr, weight_decay) with PyTorch's betas and eps.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& options, std::vector<torch::Tensor> params);
 
+/// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq (2), SGD's momentum buffer
+/// (1 with --momentum > 0, else 0). For memory accounting.
+std::int64_t optimizer_states_per_element(const TrainOptions& options);
+
 /// Sets the learning rate of every parameter group.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 

@@ -61,6 +61,21 @@ struct MicroBatchLoss {
   torch::Tensor metrics;
 };
 
+/// What one rank holds of the model at a world size, in bytes: the run attributes
+/// parameter_bytes_per_rank, gradient_bytes_per_rank and optimizer_state_bytes_per_rank a run of
+/// that size records (activations not counted).
+struct MemoryPlanRow {
+  int world_size = 1;
+  bool sharded = false;  // fsdp over several ranks
+  std::int64_t parameter_bytes = 0;
+  std::int64_t gradient_bytes = 0;
+  std::int64_t optimizer_state_bytes = 0;
+};
+
+/// The rows as `--dry-run` prints them: a heading, then a line per row with GiB and the share of an
+/// 80 GiB H100.
+std::vector<std::string> format_memory_plan(const std::vector<MemoryPlanRow>& rows);
+
 /// An evaluation's outcome over all ranks (NaN / -1: not measured by the recipe).
 struct EvalResult {
   double accuracy = results::kNaN;  // fraction of correct predictions
@@ -136,6 +151,12 @@ class Recipe {
   virtual bool eval_only() const { return false; }
 
   // --- records and the end -------------------------------------------------------------------
+  /// `--dry-run`: what a rank would hold of the model at each of world_sizes ranks (none by default:
+  /// not planned). Reads no data and builds no model. Throws ConfigError / DataError naming the
+  /// option or file.
+  virtual std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes) const {
+    return {};
+  }
   /// Run attributes the recipe adds to the options' (model parameters, dataset sizes, files).
   virtual h5::Attributes attributes() const = 0;
   /// After a completed run, on every rank, with the whole model's values in its parameters (FSDP

@@ -462,19 +462,21 @@ void FullyShardedUnits::reshard_all() {
 
 std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int64_t>(state_->units.size()); }
 
-ShardedMemory FullyShardedUnits::memory() const {
+ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
+                             bool reshard_after_forward) {
   ShardedMemory m;
   std::vector<std::int64_t> resharded;  // bytes of each unit freed after its forward
   std::int64_t kept = 0;
-  for (const Unit& u : state_->units) {
+  for (const UnitShape& u : units) {
     std::int64_t unit_bytes = 0;
-    for (const Param& p : u.params) {
-      const auto shard_bytes = static_cast<std::int64_t>(p.shard.nbytes());
+    for (std::size_t k = 0; k < u.sizes.size(); ++k) {
+      const ShardLayout l = ShardLayout::of(u.sizes[k], world);
+      const std::int64_t shard_bytes = l.shard_numel() * element_bytes;
       m.shard_bytes += shard_bytes;
-      if (p.shard.requires_grad()) m.trainable_shard_bytes += shard_bytes;
-      unit_bytes += static_cast<std::int64_t>(p.full_nbytes);
+      if (u.trainable[k]) m.trainable_shard_bytes += shard_bytes;
+      unit_bytes += l.rows * l.row_numel * element_bytes;
     }
-    if (u.reshard_after_forward && state_->reshard_after_forward) {
+    if (u.reshard_after_forward && reshard_after_forward) {
       resharded.push_back(unit_bytes);
     } else {
       kept += unit_bytes;
@@ -484,6 +486,20 @@ ShardedMemory FullyShardedUnits::memory() const {
   m.gathered_peak_bytes = kept;
   for (std::size_t k = 0; k < std::min<std::size_t>(2, resharded.size()); ++k) m.gathered_peak_bytes += resharded[k];
   return m;
+}
+
+ShardedMemory FullyShardedUnits::memory() const {
+  std::vector<UnitShape> shapes;
+  for (const Unit& u : state_->units) {
+    UnitShape shape{{}, {}, u.reshard_after_forward};
+    for (const Param& p : u.params) {
+      shape.sizes.push_back(p.layout.sizes);
+      shape.trainable.push_back(p.shard.requires_grad());
+    }
+    shapes.push_back(std::move(shape));
+  }
+  const std::int64_t element = state_->units.empty() ? 0 : state_->units.front().options.dtype().itemsize();
+  return sharded_memory(shapes, state_->world(), element, state_->reshard_after_forward);
 }
 
 }  // namespace mgbench::train

@@ -63,6 +63,20 @@ struct ShardedMemory {
   std::int64_t gathered_peak_bytes = 0;
 };
 
+/// A unit as FSDP's memory arithmetic sees it: its parameters' shapes, which the optimizer trains,
+/// and whether it is freed after its forward (models::ParameterUnit::reshard_after_forward).
+struct UnitShape {
+  std::vector<std::vector<std::int64_t>> sizes;
+  std::vector<bool> trainable;
+  bool reshard_after_forward = true;
+};
+
+/// What a rank holds of units of element_bytes-sized elements sharded over world ranks
+/// (ShardLayout's padded shards; reshard_after_forward: the option). The arithmetic of
+/// FullyShardedUnits::memory() and of `mgbench llm --dry-run`'s plan.
+ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
+                             bool reshard_after_forward);
+
 class FullyShardedUnits final : public models::UnitHooks {
  public:
   /// Shards model's units over comm's ranks (collective-free: each rank keeps its rows of its own

@@ -177,6 +177,24 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
   EXPECT_EQ(attribute(none, "gradient_bytes_per_rank"), whole);
   EXPECT_EQ(attribute(none, "optimizer_state_bytes_per_rank"), 2 * whole);
   EXPECT_EQ(attribute(none, "fsdp_units"), 0);
+
+  // `--dry-run`'s plan, from config.json alone, is what the runs record.
+  for (const auto* c : {config.get(), replicated_config.get()}) {
+    const train::TrainingLoop& loop = c == config.get() ? fsdp : none;
+    const std::vector<train::MemoryPlanRow> plan = c->recipe->memory_plan(c->train, {world_size()});
+    ASSERT_EQ(plan.size(), 1U);
+    EXPECT_EQ(plan[0].sharded, c == config.get());
+    EXPECT_EQ(plan[0].parameter_bytes, attribute(loop, "parameter_bytes_per_rank"));
+    EXPECT_EQ(plan[0].gradient_bytes, attribute(loop, "gradient_bytes_per_rank"));
+    EXPECT_EQ(plan[0].optimizer_state_bytes, attribute(loop, "optimizer_state_bytes_per_rank"));
+  }
+  // And for LoRA's adapters over a frozen base.
+  auto lora = test::llm_config("lora", tiny_llama(), 2, dir.file("m.h5"));
+  lora->validate();
+  const train::TrainingLoop lora_loop(lora->train, *lora->recipe, comm, {}, 1);
+  const std::vector<train::MemoryPlanRow> lora_plan = lora->recipe->memory_plan(lora->train, {world_size()});
+  EXPECT_EQ(lora_plan.at(0).parameter_bytes, attribute(lora_loop, "parameter_bytes_per_rank"));
+  EXPECT_EQ(lora_plan.at(0).gradient_bytes, attribute(lora_loop, "gradient_bytes_per_rank"));
 }
 
 struct RecipeCase {

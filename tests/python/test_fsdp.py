@@ -145,6 +145,26 @@ def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
     assert worst <= 2e-5 and moved > 100 * worst, (worst, moved)
 
 
+def test_dry_run_plans_the_memory_per_rank_of_llama3_8b():
+    """`--dry-run` of full fine-tuning of Llama 3 8B (bf16, AdamW) from its preset alone: at 1 rank
+    weights, gradients and AdamW's two states are 4 x 2 bytes x 8,030,261,248 parameters (59.83 GiB);
+    FSDP divides gradients and states by the ranks."""
+    proc = mgbench("llm", "--recipe", "full", "--model", "llama3-8b", "--init", "random", "--data", "x.json",
+                   "--tokenizer", "x", "--dry-run", check=True)
+    rows = {int(line.split()[1]): line.split() for line in proc.stdout.splitlines()
+            if line.startswith("#") and len(line.split()) > 2 and line.split()[1].isdigit()}
+    assert sorted(rows) == [1, 2, 4, 8], proc.stdout
+    assert rows[1][2] == "none" and rows[1][9] == f"{4 * 2 * 8030261248 / 2**30:.2f}", rows[1]
+    for n in (2, 4, 8):
+        assert rows[n][2] == "fsdp"
+        assert abs(float(rows[n][5]) - float(rows[1][5]) / n) < 0.01, (n, rows[n])   # gradients
+        assert abs(float(rows[n][7]) - float(rows[1][7]) / n) < 0.01, (n, rows[n])   # optimizer states
+    replicated = mgbench("llm", "--recipe", "full", "--model", "llama3-8b", "--init", "random", "--data", "x.json",
+                         "--tokenizer", "x", "--sharding", "none", "--dry-run", check=True).stdout
+    plan = [line.split() for line in replicated.split("memory per rank")[1].splitlines()[2:]]
+    assert [row[2] for row in plan] == ["none"] * 4 and len({row[9] for row in plan}) == 1, plan
+
+
 @pytest.mark.parametrize("args, needle", [
     (["llm", "--data", "x.json", "--strategy", "dp"], "--sharding fsdp with --strategy 'dp'"),
     (["llm", "--data", "x.json", "--sharding", "fsdp", "--precision", "amp-fp16"], "--precision"),

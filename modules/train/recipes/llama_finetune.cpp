@@ -17,6 +17,8 @@
 #include "models/safetensors.h"
 #include "runtime/device.h"
 #include "runtime/scalar_type.h"
+#include "train/optimizer.h"
+#include "train/sharding.h"
 
 namespace mgbench::train {
 namespace {
@@ -118,11 +120,82 @@ void LlamaFinetune::validate(const TrainOptions& train, std::string_view recipe,
   }
 }
 
+models::LlamaConfig LlamaFinetune::read_config() const {
+  return fs::is_directory(model_name_)
+             ? models::LlamaConfig::from_hf_json((fs::path(model_name_) / "config.json").string())
+             : models::LlamaConfig::preset(model_name_);
+}
+
+std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c) const {
+  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const std::int64_t f = c.intermediate_size;
+  const bool full = finetune_ == Finetune::kFull;
+  const bool nf4 = base_ == models::BaseWeights::kNf4;
+  std::vector<std::string> targets;
+  if (!full) targets = lora_.hf_targets();
+  const auto dense = [full](UnitShape& u, std::vector<std::int64_t> sizes) {
+    u.sizes.push_back(std::move(sizes));
+    u.trainable.push_back(full);
+  };
+  // A projection [out, in]: its dense weight (not an NF4 one: not a parameter) and LoRA's A, B.
+  const auto projection = [&](UnitShape& u, const std::string& name, std::int64_t out, std::int64_t in) {
+    if (!nf4) dense(u, {out, in});
+    if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
+      u.sizes.push_back({lora_.rank, in});
+      u.sizes.push_back({out, lora_.rank});
+      u.trainable.insert(u.trainable.end(), {true, true});
+    }
+  };
+  std::vector<UnitShape> units;
+  UnitShape embedding{{}, {}, !c.tie_word_embeddings};
+  dense(embedding, {c.vocab_size, h});
+  units.push_back(embedding);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    UnitShape layer;
+    dense(layer, {h});
+    projection(layer, "q_proj", q, h);
+    projection(layer, "k_proj", kv, h);
+    projection(layer, "v_proj", kv, h);
+    projection(layer, "o_proj", h, q);
+    dense(layer, {h});
+    projection(layer, "gate_proj", f, h);
+    projection(layer, "up_proj", f, h);
+    projection(layer, "down_proj", h, f);
+    units.push_back(std::move(layer));
+  }
+  UnitShape root{{}, {}, false};
+  dense(root, {h});
+  units.push_back(root);
+  if (!c.tie_word_embeddings) {
+    UnitShape head{{}, {}, false};
+    dense(head, {c.vocab_size, h});
+    units.push_back(head);
+  }
+  return units;
+}
+
+std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train,
+                                                      const std::vector<int>& world_sizes) const {
+  const models::LlamaConfig c = read_config();
+  const std::vector<UnitShape> units = unit_shapes(c);
+  const auto element =
+      static_cast<std::int64_t>(axes::dtype_info(axes::precision_info(train.precision).param_dtype).bytes);
+  const std::int64_t states = optimizer_states_per_element(train);
+  std::vector<MemoryPlanRow> rows;
+  for (const int world : world_sizes) {
+    const bool sharded = train.sharding == Sharding::kFsdp && world > 1;
+    const ShardedMemory m = sharded_memory(units, sharded ? world : 1, element, train.reshard_after_forward);
+    MemoryPlanRow row{world, sharded, sharded ? m.shard_bytes + m.gathered_peak_bytes : m.shard_bytes,
+                      m.trainable_shard_bytes, states * m.trainable_shard_bytes};
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 void LlamaFinetune::load_tokenizer() {
   const bool is_dir = fs::is_directory(model_name_);
   // The model first: a name that is neither a directory nor a preset is the error to report.
-  config_ = is_dir ? models::LlamaConfig::from_hf_json((fs::path(model_name_) / "config.json").string())
-                   : models::LlamaConfig::preset(model_name_);
+  config_ = read_config();
   MGBENCH_REQUIRE(is_dir || init_ == Init::kRandom, ConfigError,
                   "--model {} is a preset (shapes, no weights): use --init random, or --model <checkpoint dir>",
                   model_name_);

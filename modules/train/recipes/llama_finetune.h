@@ -26,6 +26,7 @@
 #include "models/llama.h"
 #include "results/hdf5.h"
 #include "train/recipe.h"
+#include "train/sharding.h"
 #include "train/train_options.h"
 
 namespace mgbench::train {
@@ -72,6 +73,12 @@ class LlamaFinetune {
   /// without --init random, no tokenizer) or DataError naming the file.
   void load_tokenizer();
   const text::Llama3Tokenizer& tokenizer() const { return *tokenizer_; }
+  /// What a rank holds of the model at each of world_sizes ranks (TrainOptions' sharding, precision and
+  /// optimizer; FSDP's arithmetic, train/sharding.h's sharded_memory), for `--dry-run`: what runs of
+  /// those sizes record as their memory attributes. NF4 projections (QLoRA) are not parameters and
+  /// not counted (weight_bytes). Reads only config.json or the preset. Throws ConfigError (an
+  /// unknown preset) or DataError naming config.json.
+  std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes) const;
   /// Builds the model on ctx.device in the precision's dtype (random, or the checkpoint's weights;
   /// NF4 projections quantised one at a time on the device), adds the adapters or unfreezes
   /// everything, and turns on fake quantisation. Throws DataError naming the file (a checkpoint
@@ -128,6 +135,11 @@ class LlamaFinetune {
 
  private:
   enum class Init { kCheckpoint, kRandom };
+  /// config.json of the --model directory, or the preset.
+  models::LlamaConfig read_config() const;
+  /// The model's FSDP units as parameter shapes (models::LlamaForCausalLMImpl::parameter_units'
+  /// order and rules), with the LoRA adapters this run adds; NF4 projections are not parameters.
+  std::vector<UnitShape> unit_shapes(const models::LlamaConfig& c) const;
   /// A warning when full fine-tuning's per-rank state alone exceeds the GPU (a replica of Llama 3 8B on 80 GB).
   /// Throws DataError naming config.json, its sizes and the memory, when the weights alone exceed
   /// the device's memory (before anything is allocated).
@@ -172,6 +184,10 @@ class LlamaRecipe : public Recipe {
  public:
   torch::nn::Module& model() override { return llama_.model(); }
   models::ShardableModel* shardable_model() override { return &llama_.model(); }
+  std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train,
+                                         const std::vector<int>& world_sizes) const override {
+    return llama_.memory_plan(train, world_sizes);
+  }
   std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
     return llama_.checkpoint_tensors();

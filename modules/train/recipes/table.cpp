@@ -70,6 +70,26 @@ constexpr RecipeInfo kRecipes[] = {
 
 std::span<const RecipeInfo> recipes() { return kRecipes; }
 
+std::vector<std::string> format_memory_plan(const std::vector<MemoryPlanRow>& rows) {
+  if (rows.empty()) return {};
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  constexpr double kH100GiB = 80.0;
+  std::vector<std::string> lines{
+      "memory per rank: parameters (under fsdp the shards and the units gathered at once), gradients and optimizer "
+      "states; activations not counted",
+      fmt::format("{:>6} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10}", "ranks", "sharding", "parameters", "gradients",
+                  "optimizer", "total", "of 80 GiB")};
+  for (const MemoryPlanRow& r : rows) {
+    const std::int64_t total = r.parameter_bytes + r.gradient_bytes + r.optimizer_state_bytes;
+    const auto gib = [kGiB](std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; };
+    lines.push_back(fmt::format("{:>6} {:>9} {:>8.2f} GiB {:>8.2f} GiB {:>8.2f} GiB {:>8.2f} GiB {:>8.0f} %",
+                                r.world_size, r.sharded ? "fsdp" : "none", gib(r.parameter_bytes),
+                                gib(r.gradient_bytes), gib(r.optimizer_state_bytes), gib(total),
+                                100.0 * gib(total) / kH100GiB));
+  }
+  return lines;
+}
+
 const RecipeInfo& find_recipe(std::string_view task, std::string_view name) {
   std::vector<std::string_view> names;
   for (const auto& r : kRecipes) {
