@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "profile/nvtx.h"
+
 namespace mgbench::train {
 
 ShardLayout ShardLayout::of(at::IntArrayRef sizes, int world) {
@@ -220,6 +222,8 @@ void FullyShardedUnits::State::issue_gather(Unit& u) {
 void FullyShardedUnits::State::wait_gather(Unit& u) {
   if (u.state == UnitState::kGathered) return;
   issue_gather(u);
+  // Nsight Systems' timeline names FSDP's collectives by these ranges (the kernels are NCCL's own).
+  const profile::NvtxRange range("fsdp all-gather");
   u.gather->wait();
   torch::NoGradGuard no_grad;
   const int n = world();
@@ -276,6 +280,7 @@ void FullyShardedUnits::State::finish_reduce() {
   if (!reduce) return;
   PendingReduce r = std::move(*reduce);
   reduce.reset();
+  const profile::NvtxRange range("fsdp reduce-scatter");
   r.work->wait();
   torch::NoGradGuard no_grad;
   if (r.post_divide != 1) r.output.div_(r.post_divide);
