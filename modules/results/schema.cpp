@@ -38,6 +38,8 @@ h5::Handle step_record_type() {
   insert(t, "skipped", offsetof(StepRecord, skipped), H5T_NATIVE_INT8);
   insert(t, "tokens", offsetof(StepRecord, tokens), H5T_NATIVE_INT64);
   insert(t, "padded_tokens", offsetof(StepRecord, padded_tokens), H5T_NATIVE_INT64);
+  insert(t, "allgather_s", offsetof(StepRecord, allgather_s), H5T_NATIVE_DOUBLE);
+  insert(t, "reducescatter_s", offsetof(StepRecord, reducescatter_s), H5T_NATIVE_DOUBLE);
   insert(t, "lr", offsetof(StepRecord, lr), H5T_NATIVE_DOUBLE);
   return t;
 }
@@ -59,6 +61,8 @@ h5::Handle epoch_record_type() {
   insert(t, "allreduce_window_s", offsetof(EpochRecord, allreduce_window_s), H5T_NATIVE_DOUBLE);
   insert(t, "skipped_steps", offsetof(EpochRecord, skipped_steps), H5T_NATIVE_INT64);
   insert(t, "eval_loss", offsetof(EpochRecord, eval_loss), H5T_NATIVE_DOUBLE);
+  insert(t, "allgather_s", offsetof(EpochRecord, allgather_s), H5T_NATIVE_DOUBLE);
+  insert(t, "reducescatter_s", offsetof(EpochRecord, reducescatter_s), H5T_NATIVE_DOUBLE);
   return t;
 }
 

@@ -12,7 +12,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 4;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 5;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -71,6 +71,8 @@ struct StepRecord {
   std::int64_t tokens = 0;           // text: real (non-padding) input tokens of this rank's step; 0 otherwise
   std::int64_t padded_tokens = 0;    // text: batch x padded length, summed over the micro-batches; 0 otherwise
   double lr = kNaN;                  // learning rate used in the step
+  double allgather_s = 0;            // fsdp: the step's all-gathers, each launch -> completion, summed (0: none)
+  double reducescatter_s = 0;        // fsdp: the step's reduce-scatters, likewise
 };
 
 /// One row of rank_<r>/epochs. Unwritten rows keep epoch = -1.
@@ -90,6 +92,8 @@ struct EpochRecord {
   double allreduce_window_s = 0;    // summed over the epoch's steps; overlap = 1 - allreduce_s / this
   std::int64_t skipped_steps = 0;   // optimizer steps skipped (GradScaler: non-finite gradients; no loss target)
   double eval_loss = kNaN;          // mean loss per target of the evaluation, over all ranks (NaN: none)
+  double allgather_s = 0;           // summed over the epoch's steps
+  double reducescatter_s = 0;       // summed over the epoch's steps
 };
 
 /// rank_<r>/cuda_summary (one row): CUDA activity of the profile window, from CUPTI.

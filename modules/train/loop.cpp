@@ -309,7 +309,10 @@ EvalResult TrainingLoop::evaluate() {
     const torch::Tensor batch_sums = s.recipe.eval_sums(batch);
     if (!filler) sums += batch_sums;
   }
-  if (s.fsdp) s.fsdp->reshard_all();
+  if (s.fsdp) {
+    s.fsdp->reshard_all();
+    s.fsdp->take_collective_seconds();  // the evaluation's gathers: not a step's
+  }
   s.comm.all_reduce(sums, runtime::ReduceOp::kSum)->wait();
   s.recipe.model().train();
   return s.recipe.eval_result(sums.cpu());
@@ -320,7 +323,10 @@ std::vector<torch::Tensor> TrainingLoop::trained_parameters() {
   if (s.fsdp) s.fsdp->gather_all();
   std::vector<torch::Tensor> copies;
   for (const auto& p : s.recipe.trainable_parameters()) copies.push_back(p.detach().clone());
-  if (s.fsdp) s.fsdp->reshard_all();
+  if (s.fsdp) {
+    s.fsdp->reshard_all();
+    s.fsdp->take_collective_seconds();
+  }
   return copies;
 }
 
@@ -328,7 +334,10 @@ void TrainingLoop::finish(int rank) {
   auto& s = *parts_;
   if (s.fsdp) s.fsdp->gather_all();
   s.recipe.finish(rank);
-  if (s.fsdp) s.fsdp->reshard_all();
+  if (s.fsdp) {
+    s.fsdp->reshard_all();
+    s.fsdp->take_collective_seconds();
+  }
 }
 
 // --- the run's phases ----------------------------------------------------------------------------
@@ -370,6 +379,8 @@ void record_step(LoopParts& s, StepOutcome& out, double step_start, double run_s
   results::StepRecord& step = out.record;
   results::EpochRecord& epoch_record = run.epoch_record;
   if (s.grad_sync) epoch_record.allreduce_window_s += step.allreduce_window_s;
+  epoch_record.allgather_s += step.allgather_s;
+  epoch_record.reducescatter_s += step.reducescatter_s;
   epoch_record.skipped_steps += step.skipped;
   step.epoch = static_cast<std::int32_t>(run.epoch);
   step.step = static_cast<std::int64_t>(run.steps.size());

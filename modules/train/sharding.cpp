@@ -153,6 +153,7 @@ struct FullyShardedUnits::State {
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> shard_by_param;
   std::optional<PendingReduce> reduce;
   BlockCache cache;
+  std::vector<std::unique_ptr<runtime::Work>> done_gathers, done_reduces;  // since take_collective_seconds
 
   int rank() const { return comm.rank(); }
   int world() const { return comm.world_size(); }
@@ -248,7 +249,7 @@ void FullyShardedUnits::State::wait_gather(Unit& u) {
       }
     }
   }
-  u.gather.reset();
+  done_gathers.push_back(std::move(u.gather));
   cache.release(u.gather_input);
   cache.release(u.gather_output);
   u.state = UnitState::kGathered;
@@ -296,7 +297,7 @@ void FullyShardedUnits::State::finish_reduce() {
       p.shard.mutable_grad() = g.clone();
     }
   }
-  r.work.reset();
+  done_reduces.push_back(std::move(r.work));
   cache.release(r.input);
   cache.release(r.output);
 }
@@ -344,7 +345,8 @@ void FullyShardedUnits::State::post_backward(Unit& u) {
 
 FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm,
                                      bool reshard_after_forward)
-    : state_(std::make_unique<State>(State{comm, reshard_after_forward, {}, {}, std::nullopt, BlockCache(false)})),
+    : state_(
+          std::make_unique<State>(State{comm, reshard_after_forward, {}, {}, std::nullopt, BlockCache(false), {}, {}})),
       model_(model) {
   const int world = comm.world_size();
   const int rank = comm.rank();
@@ -463,6 +465,16 @@ void FullyShardedUnits::gather_all() {
 
 void FullyShardedUnits::reshard_all() {
   for (Unit& u : state_->units) state_->reshard(u);
+}
+
+std::pair<double, double> FullyShardedUnits::take_collective_seconds() {
+  const auto total = [](std::vector<std::unique_ptr<runtime::Work>>& works) {
+    double seconds = 0;
+    for (const auto& w : works) seconds += w->seconds_since_start_of(*w);
+    works.clear();
+    return seconds;
+  };
+  return {total(state_->done_gathers), total(state_->done_reduces)};
 }
 
 std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int64_t>(state_->units.size()); }

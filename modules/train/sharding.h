@@ -111,6 +111,12 @@ class FullyShardedUnits final : public models::UnitHooks {
   /// was in flight.
   void reshard_all();
 
+  /// Seconds of the all-gathers and of the reduce-scatters waited for since the last call, each
+  /// from its launch to its completion on the backend's clock (Work::seconds_since_start_of: the
+  /// host's for MPI, CUDA events for NCCL, which this waits for), summed; overlapped with compute
+  /// or not. The step records' allgather_s and reducescatter_s.
+  std::pair<double, double> take_collective_seconds();
+
   std::int64_t num_units() const;
   ShardedMemory memory() const;
 

@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "runtime/grad_sync.h"
 #include "train/optimizer.h"
@@ -147,6 +148,7 @@ StepOutcome train_step(LoopParts& p, DeviceFeeder& feeder, PhaseClock& clock, do
   }
   step.phases = clock.take();
   if (p.grad_sync) step.allreduce_window_s = p.grad_sync->window_s();
+  if (p.fsdp) std::tie(step.allgather_s, step.reducescatter_s) = p.fsdp->take_collective_seconds();
   step.skipped = stepped ? 0 : 1;
   return out;
 }

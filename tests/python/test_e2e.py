@@ -18,7 +18,7 @@ def test_main_job_two_ranks(tmp_path, mnist):
                    "--batch-size", "32", "--results", results, "--run-name", "e2e", np=2, check=True)
     assert "test accuracy" in proc.stderr
     with h5py.File(results, "r") as f:
-        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 4
+        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 5
         (run_id,) = f["runs"].keys()
         assert run_id.endswith("_e2e")
         run = f["runs"][run_id]
@@ -32,7 +32,7 @@ def test_main_job_two_ranks(tmp_path, mnist):
             assert run.attrs[key], key
         for key in ("cuda_runtime_version", "cuda_driver_version", "cudnn_version", "nccl_version"):
             assert key in run.attrs, key  # empty where the library is absent (a CPU machine has no driver)
-        assert run.attrs["schema_version"] == 4 and run.attrs["recipe"] == "classification"
+        assert run.attrs["schema_version"] == 5 and run.attrs["recipe"] == "classification"
         assert "epochs = 2" in run.attrs["config"]
         summary = run["summary"][0]
         assert summary["epochs_completed"] == 2 and summary["total_s"] > 0 and summary["samples_per_s"] > 0

@@ -62,6 +62,12 @@ def test_exports_of_a_sharded_run_equal_the_replicated_runs(tmp_path, recipe, ex
         assert fsdp.attrs["fsdp_units"] == 2 + 3 and none.attrs["fsdp_units"] == 0
         assert fsdp.attrs["allreduce_buckets"] == 0 and none.attrs["allreduce_buckets"] >= 1
         assert fsdp.attrs["gradient_bytes_per_rank"] < none.attrs["gradient_bytes_per_rank"]
+        for r in (0, 1):  # each step's all-gathers and reduce-scatters, timed (schema 5); none has none
+            steps = fsdp[f"rank_{r}"]["steps"][:]
+            assert len(steps) == 3 and (steps["allgather_s"] > 0).all() and (steps["reducescatter_s"] > 0).all()
+            assert (none[f"rank_{r}"]["steps"]["allgather_s"] == 0).all()
+            epoch = fsdp[f"rank_{r}"]["epochs"][0]
+            assert abs(epoch["allgather_s"] - steps["allgather_s"].sum()) < 1e-9
 
 
 def test_full_finetuning_memory_per_rank_falls(tmp_path):
