@@ -50,15 +50,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-"$PY" - "$OUT/model" "$HIDDEN" "$LAYERS" <<'PY'
-import sys, torch, transformers
-out, hidden, layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-torch.manual_seed(0)
-cfg = transformers.LlamaConfig(vocab_size=2256, hidden_size=hidden, intermediate_size=int(hidden * 2.6875),
-                               num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
-                               head_dim=hidden // 8, max_position_embeddings=4096, rope_theta=500000.0)
-transformers.LlamaForCausalLM(cfg).save_pretrained(out)
-PY
+"$PY" bench/llm_peer_common.py "$OUT/model" "$HIDDEN" "$LAYERS"
 ROWS=$((STEPS * BATCH))
 "$MGBENCH" data stats --dataset "$DATASET" --data "$DATA" --tokenizer "$TOKENIZER" --max-seq-len "$MAX_SEQ_LEN" \
   --dump "$ROWS" >"$OUT/rows.jsonl"

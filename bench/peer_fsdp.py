@@ -26,15 +26,7 @@ import transformers
 from safetensors.torch import save_file
 from torch.distributed.fsdp import fully_shard
 
-
-def padded(rows, pad_id):
-    length = max(len(t) for t, _ in rows)
-    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    labels = torch.full((len(rows), length), -100, dtype=torch.long)
-    for i, (t, l) in enumerate(rows):
-        ids[i, :len(t)] = torch.tensor(t)
-        labels[i, :len(l)] = torch.tensor(l)
-    return ids, labels
+from llm_peer_common import padded
 
 
 def main():

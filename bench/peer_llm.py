@@ -26,6 +26,8 @@ import peft
 import torch
 import transformers
 
+from llm_peer_common import padded
+
 # Each recipe's defaults: TorchTune's llama3/8B_lora and llama3_1/8B_lora_dpo configs.
 DEFAULTS = {"lora": {"lr": 3e-4, "weight_decay": 0.01}, "dpo": {"lr": 5e-4, "weight_decay": 0.05}}
 
@@ -37,17 +39,6 @@ def batch_log_probs(logits, labels):  # torchtune.rlhf.get_batch_log_probs
     labels[labels == -100] = 0
     per_token = torch.gather(logits.log_softmax(-1), dim=2, index=labels.unsqueeze(2)).squeeze(2)
     return (per_token * mask).sum(-1)
-
-
-def padded(rows, pad_id):
-    """[(tokens, labels)] -> ids and labels [len(rows), longest], right-padded (labels with -100)."""
-    length = max(len(t) for t, _ in rows)
-    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    labels = torch.full((len(rows), length), -100, dtype=torch.long)
-    for i, (t, l) in enumerate(rows):
-        ids[i, :len(t)] = torch.tensor(t)
-        labels[i, :len(l)] = torch.tensor(l)
-    return ids, labels
 
 
 def main():

@@ -282,6 +282,18 @@ void TrainingLoop::load_state_dict(const CheckpointState& state) {
                   s.train.epochs);
 }
 
+namespace {
+
+/// FSDP: frees every gathered unit after work outside a step (evaluation, exports); their
+/// collectives' times are not a step's. Nothing without FSDP.
+void release_units(LoopParts& s) {
+  if (!s.fsdp) return;
+  s.fsdp->reshard_all();
+  s.fsdp->take_collective_seconds();
+}
+
+}  // namespace
+
 EvalResult TrainingLoop::evaluate() {
   auto& s = *parts_;
   torch::NoGradGuard no_grad;
@@ -309,10 +321,7 @@ EvalResult TrainingLoop::evaluate() {
     const torch::Tensor batch_sums = s.recipe.eval_sums(batch);
     if (!filler) sums += batch_sums;
   }
-  if (s.fsdp) {
-    s.fsdp->reshard_all();
-    s.fsdp->take_collective_seconds();  // the evaluation's gathers: not a step's
-  }
+  release_units(s);
   s.comm.all_reduce(sums, runtime::ReduceOp::kSum)->wait();
   s.recipe.model().train();
   return s.recipe.eval_result(sums.cpu());
@@ -323,10 +332,7 @@ std::vector<torch::Tensor> TrainingLoop::trained_parameters() {
   if (s.fsdp) s.fsdp->gather_all();
   std::vector<torch::Tensor> copies;
   for (const auto& p : s.recipe.trainable_parameters()) copies.push_back(p.detach().clone());
-  if (s.fsdp) {
-    s.fsdp->reshard_all();
-    s.fsdp->take_collective_seconds();
-  }
+  release_units(s);
   return copies;
 }
 
@@ -334,10 +340,7 @@ void TrainingLoop::finish(int rank) {
   auto& s = *parts_;
   if (s.fsdp) s.fsdp->gather_all();
   s.recipe.finish(rank);
-  if (s.fsdp) {
-    s.fsdp->reshard_all();
-    s.fsdp->take_collective_seconds();
-  }
+  release_units(s);
 }
 
 // --- the run's phases ----------------------------------------------------------------------------

@@ -161,7 +161,6 @@ struct FullyShardedUnits::State {
   void issue_gather(Unit& u);
   void wait_gather(Unit& u);
   void reshard(Unit& u);
-  void pre_backward(int unit);
   void post_backward(Unit& u);
   void finish_reduce();
   void prefetch_backward_before(int unit);
@@ -169,39 +168,30 @@ struct FullyShardedUnits::State {
 
 namespace {
 
-/// Autograd nodes FSDP attaches in forward (FSDP2's RegisterPostBackwardFunction and the pre-backward
-/// hook on a unit's outputs); their backward calls into the State.
-class PreBackward : public torch::autograd::Function<PreBackward> {
+/// The autograd node FSDP attaches in forward, the identity on its tensor; its backward calls into
+/// the State: kPre on a unit's output (FSDP2's pre-backward hook: regather the unit), kPost on its
+/// input (FSDP2's RegisterPostBackwardFunction: its gradients are complete).
+class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
  public:
+  enum Kind : std::int64_t { kPre, kPost };
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, std::int64_t state,
-                               std::int64_t unit) {
+                               std::int64_t unit, std::int64_t kind) {
     ctx->saved_data["state"] = state;
     ctx->saved_data["unit"] = unit;
-    return x;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* s = reinterpret_cast<FullyShardedUnits::State*>(ctx->saved_data["state"].toInt());
-    s->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
-    return {grads[0], torch::Tensor(), torch::Tensor()};
-  }
-};
-
-class PostBackward : public torch::autograd::Function<PostBackward> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, std::int64_t state,
-                               std::int64_t unit) {
-    ctx->saved_data["state"] = state;
-    ctx->saved_data["unit"] = unit;
+    ctx->saved_data["kind"] = kind;
     return x;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* s = reinterpret_cast<FullyShardedUnits::State*>(ctx->saved_data["state"].toInt());
     const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
-    s->post_backward(s->units[static_cast<std::size_t>(unit)]);
+    if (ctx->saved_data["kind"].toInt() == kPre) {
+      s->wait_gather(s->units[static_cast<std::size_t>(unit)]);
+    } else {
+      s->post_backward(s->units[static_cast<std::size_t>(unit)]);
+    }
     s->prefetch_backward_before(unit);
-    return {grads[0], torch::Tensor(), torch::Tensor()};
+    return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -270,11 +260,6 @@ void FullyShardedUnits::State::prefetch_backward_before(int unit) {
       return;
     }
   }
-}
-
-void FullyShardedUnits::State::pre_backward(int unit) {
-  wait_gather(units[static_cast<std::size_t>(unit)]);
-  prefetch_backward_before(unit);
 }
 
 void FullyShardedUnits::State::finish_reduce() {
@@ -431,7 +416,7 @@ torch::Tensor FullyShardedUnits::before_forward(int unit, const torch::Tensor& i
   // gradients first): then they are reduce-scattered. An input without a gradient (token ids):
   // finish_backward does it.
   if (!u.trainable || !input.requires_grad()) return input;
-  return PostBackward::apply(input, reinterpret_cast<std::int64_t>(&s), unit);
+  return UnitBoundary::apply(input, reinterpret_cast<std::int64_t>(&s), unit, UnitBoundary::kPost);
 }
 
 torch::Tensor FullyShardedUnits::after_forward(int unit, const torch::Tensor& output) {
@@ -441,7 +426,7 @@ torch::Tensor FullyShardedUnits::after_forward(int unit, const torch::Tensor& ou
   s.reshard(u);
   if (!torch::GradMode::is_enabled() || !output.requires_grad()) return output;
   u.pre_backward_attached = true;
-  return PreBackward::apply(output, reinterpret_cast<std::int64_t>(&s), unit);
+  return UnitBoundary::apply(output, reinterpret_cast<std::int64_t>(&s), unit, UnitBoundary::kPre);
 }
 
 void FullyShardedUnits::finish_backward() {
