@@ -1,5 +1,7 @@
 #include "comm/collectives.h"
 
+#include "comm/bus_bandwidth.h"
+
 #include <algorithm>
 #include <array>
 #include <stdexcept>
@@ -11,9 +13,6 @@ using runtime::Communicator;
 using runtime::ReduceOp;
 using runtime::Work;
 
-double all_reduce_factor(int n) { return 2.0 * (n - 1) / n; }
-double gather_scatter_factor(int n) { return static_cast<double>(n - 1) / n; }
-double broadcast_factor(int) { return 1.0; }
 
 std::int64_t elements(std::int64_t bytes, std::int64_t element_size) {
   return std::max<std::int64_t>(bytes / element_size, 1);
@@ -53,14 +52,14 @@ std::unique_ptr<Work> launch_broadcast(Communicator& comm, const torch::Tensor& 
 
 constexpr CollectiveInfo kCollectives[] = {
     {"all-reduce", Collective::kAllReduce, "every rank gets the reduction of all inputs (ncclAllReduce, MPI_Allreduce)",
-     true, false, all_reduce_factor, whole_buffer, launch_all_reduce},
+     true, false, all_reduce_bus_factor, whole_buffer, launch_all_reduce},
     {"all-gather", Collective::kAllGather, "every rank gets all inputs, in rank order (ncclAllGather, MPI_Allgather)",
-     false, false, gather_scatter_factor, gathered, launch_all_gather},
+     false, false, gather_scatter_bus_factor, gathered, launch_all_gather},
     {"reduce-scatter", Collective::kReduceScatter,
      "rank r gets slice r of the reduction (ncclReduceScatter, MPI_Reduce_scatter_block)", true, false,
-     gather_scatter_factor, scattered, launch_reduce_scatter},
+     gather_scatter_bus_factor, scattered, launch_reduce_scatter},
     {"broadcast", Collective::kBroadcast, "every rank gets the root's input (ncclBroadcast, MPI_Bcast)", false, true,
-     broadcast_factor, whole_buffer, launch_broadcast},
+     broadcast_bus_factor, whole_buffer, launch_broadcast},
 };
 
 double pattern_value(int rank, std::int64_t i) { return 1.0 + static_cast<double>((rank + i) % 3); }

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "comm/bus_bandwidth.h"
 #include "core/timer.h"
 #include "report/report.h"
 #include "report/table.h"
@@ -48,21 +49,19 @@ const LinkAssumption& link_assumption(const std::string& name) {
   options::fail("link", name, link_names());
 }
 
-AllReduceCost::AllReduceCost(int world_size, std::vector<std::pair<double, double>> points, std::string source)
-    : world_size_(world_size), points_(std::move(points)), source_(std::move(source)) {
-  MGBENCH_REQUIRE(!points_.empty(), ResultsError, "{}: no all-reduce rows", source_);
+CollectiveCost::CollectiveCost(std::string collective, int world_size, std::vector<std::pair<double, double>> points,
+                               std::string source)
+    : collective_(std::move(collective)), world_size_(world_size), points_(std::move(points)), source_(std::move(source)) {
+  MGBENCH_REQUIRE(!points_.empty(), ResultsError, "{}: no {} rows", source_, collective_);
   std::sort(points_.begin(), points_.end());
 }
 
-AllReduceCost::AllReduceCost(int world_size, const LinkAssumption& link)
-    : world_size_(world_size), link_(link), source_("assumed link " + link.name) {}
+CollectiveCost::CollectiveCost(std::string collective, int world_size, const LinkAssumption& link)
+    : collective_(std::move(collective)), world_size_(world_size), link_(link), source_("assumed link " + link.name) {}
 
-double AllReduceCost::seconds(double bytes) const {
+double CollectiveCost::seconds(double bytes) const {
   if (world_size_ <= 1) return 0;
-  if (link_) {
-    const double factor = 2.0 * (world_size_ - 1) / world_size_;
-    return link_->latency_s + bytes * factor / (link_->busbw_gbs * 1e9);
-  }
+  if (link_) return link_->latency_s + bytes * comm::bus_factor(collective_, world_size_) / (link_->busbw_gbs * 1e9);
   if (bytes <= points_.front().first) return points_.front().second;
   const auto& [last_bytes, last_s] = points_.back();
   if (bytes >= last_bytes) return last_s + (bytes - last_bytes) * last_s / last_bytes;
@@ -72,17 +71,20 @@ double AllReduceCost::seconds(double bytes) const {
   return std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
 }
 
-std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord>& runs, const std::string& dtype,
-                                            const std::string& device) {
-  std::map<int, AllReduceCost> by_ranks;
+std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs,
+                                             const std::string& collective, const std::string& dtype,
+                                             const std::string& device) {
+  std::map<int, CollectiveCost> by_ranks;
   for (const auto& r : runs) {
     // Only what measured the target: a completed comm run (its check passed) on the same device kind.
     if (r.display("task") != "comm" || r.comm.empty() || !is_completed(r) || r.display("device") != device) continue;
     std::map<double, std::pair<double, int>> sums;  // bytes -> (sum of rank means, ranks)
     for (const auto& rank : r.comm) {
       for (const auto& c : rank) {
-        if (std::string_view(c.collective) != "all-reduce" || std::string_view(c.dtype) != dtype ||
-            std::string_view(c.op) != "sum" || c.in_place != 0 || !std::isfinite(c.time_s)) {
+        // The sum where the collective reduces (an all-gather records no op).
+        const std::string_view op(c.op);
+        if (std::string_view(c.collective) != collective || std::string_view(c.dtype) != dtype ||
+            (op != "sum" && !op.empty()) || c.in_place != 0 || !std::isfinite(c.time_s)) {
           continue;
         }
         auto& s = sums[static_cast<double>(c.bytes)];
@@ -94,10 +96,10 @@ std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord
     std::vector<std::pair<double, double>> points;
     for (const auto& [bytes, s] : sums) points.emplace_back(bytes, s.first / s.second);
     const int n = static_cast<int>(r.integer("world_size").value_or(1));
-    by_ranks.insert_or_assign(n,
-                              AllReduceCost(n, std::move(points), fmt::format("comm run {} ({})", r.run_id, r.file)));
+    by_ranks.insert_or_assign(
+        n, CollectiveCost(collective, n, std::move(points), fmt::format("comm run {} ({})", r.run_id, r.file)));
   }
-  std::vector<AllReduceCost> out;
+  std::vector<CollectiveCost> out;
   for (auto& [n, cost] : by_ranks) out.push_back(std::move(cost));
   return out;
 }
@@ -123,6 +125,38 @@ const axes::PrecisionInfo& precision_of(const results::RunRecord& r) {
                                    name, options::join_names(options::names_of(axes::precision_choices()))));
   }
 }
+
+namespace {
+
+/// A comma-separated list of byte counts (the fsdp_*_bytes attributes); "" is none. Throws
+/// ResultsError naming the run and the attribute when it is missing or not such a list.
+std::vector<double> byte_list(const results::RunRecord& r, const std::string& name) {
+  const auto it = std::find_if(r.attributes.begin(), r.attributes.end(), [&](const auto& a) { return a.first == name; });
+  const std::string* text = it == r.attributes.end() ? nullptr : std::get_if<std::string>(&it->second);
+  MGBENCH_REQUIRE(text != nullptr, ResultsError,
+                  "run {} ({}) has --sharding fsdp but no {} (written by an mgbench before FSDP steps were predicted)",
+                  r.run_id, r.file, name);
+  std::vector<double> out;
+  std::size_t start = 0;
+  while (start < text->size()) {
+    const std::size_t end = std::min(text->find(',', start), text->size());
+    const std::string item = text->substr(start, end - start);
+    std::size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MGBENCH_REQUIRE(used == item.size() && !item.empty() && value >= 0, ResultsError,
+                    "run {} ({}): {} '{}': expected comma-separated byte counts", r.run_id, r.file, name, *text);
+    out.push_back(static_cast<double>(value));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
 
 MeasuredStep measure_step(const results::RunRecord& r) {
   MGBENCH_REQUIRE(!r.epochs.empty() && !r.epochs.front().empty(), ResultsError,
@@ -157,6 +191,13 @@ MeasuredStep measure_step(const results::RunRecord& r) {
   m.startup_s = std::max(0.0, r.summary.total_s - r.summary.train_s - summary_eval);
   m.gradient_bytes = static_cast<double>(*r.integer("trainable_parameters")) *
                      axes::dtype_info(precision_of(r).gradient_dtype()).bytes;
+  m.fsdp = r.display("sharding") == "fsdp";
+  if (m.fsdp) {
+    m.allgather_bytes = byte_list(r, "fsdp_allgather_bytes");
+    m.reducescatter_bytes = byte_list(r, "fsdp_reducescatter_bytes");
+    MGBENCH_REQUIRE(!m.allgather_bytes.empty(), ResultsError, "run {} ({}): fsdp_allgather_bytes is empty", r.run_id,
+                    r.file);
+  }
   return m;
 }
 
@@ -193,9 +234,25 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
   return s;
 }
 
+double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
+  double window = 0, exposed = 0;
+  for (const auto* r : multi_rank) {
+    if (r->display("sharding") != "fsdp") continue;
+    for (const auto& rank : r->epochs) {
+      for (const auto& e : rank) {
+        if (e.steps <= 0) continue;
+        const double steps = static_cast<double>(e.steps);
+        window += e.allgather_s + e.reducescatter_s;
+        exposed += std::max(0.0, e.phases.forward_s + e.phases.backward_s - steps * (base.forward_s + base.backward_s));
+      }
+    }
+  }
+  return window > 0 ? std::clamp(1.0 - exposed / window, 0.0, 1.0) : 0.0;
+}
+
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank,
-                                const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
+                                const CommCosts& costs, const LinkAssumption* link,
                                 const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
                                 std::vector<std::string>& notes) {
   const MeasuredStep m = measure_step(base);
@@ -220,6 +277,7 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       if (r->display("strategy") == strategy.name) same_strategy.push_back(r);
     }
     const MeasuredScaling scaling = measure_scaling(same_strategy.empty() ? multi_rank : same_strategy);
+    const double fsdp_overlap = m.fsdp ? measure_fsdp_overlap(m, same_strategy.empty() ? multi_rank : same_strategy) : 0;
     double one_rank_total = NAN;
     for (const std::int64_t ranks_n : ranks) {
       const int n = static_cast<int>(ranks_n);
@@ -228,43 +286,67 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       p.strategy = &strategy;
       p.ranks = n;
       p.scaling = n > 1 ? scaling : MeasuredScaling{};
-      const AllReduceCost* cost = nullptr;
-      std::optional<AllReduceCost> assumed;
-      for (const auto& c : costs) {
-        if (c.world_size() == n) cost = &c;
-      }
-      if (n > 1 && cost == nullptr) {
-        if (link == nullptr) {
-          notes.push_back(
-              fmt::format("{} ranks skipped: no comm run at {} ranks (mpirun -np {} mgbench comm) and no "
-                          "--link assumption",
-                          n, n, n));
-          continue;
+      p.fsdp_overlap = n > 1 ? fsdp_overlap : 0;
+      // The collectives this step issues, each priced at n ranks: measured, else the link assumed.
+      const auto cost_of = [&](const std::vector<CollectiveCost>& measured, const char* collective) {
+        for (const auto& c : measured) {
+          if (c.world_size() == n) return std::optional<CollectiveCost>(c);
         }
-        assumed.emplace(n, *link);
-        cost = &*assumed;
+        if (n == 1 || link == nullptr) return std::optional<CollectiveCost>();
+        return std::optional<CollectiveCost>(CollectiveCost(collective, n, *link));
+      };
+      using Needed = std::pair<const std::vector<CollectiveCost>*, const char*>;
+      const std::vector<Needed> needed =
+          m.fsdp ? std::vector<Needed>{{&costs.all_gather, "all-gather"}, {&costs.reduce_scatter, "reduce-scatter"}}
+                 : std::vector<Needed>{{&costs.all_reduce, "all-reduce"}};
+      std::vector<CollectiveCost> priced;
+      std::vector<std::string> sources;
+      for (const auto& [measured, collective] : needed) {
+        if (n == 1) break;
+        std::optional<CollectiveCost> cost = cost_of(*measured, collective);
+        if (!cost) break;
+        sources.push_back(m.fsdp ? fmt::format("{}: {}", collective, cost->source()) : cost->source());
+        priced.push_back(std::move(*cost));
       }
-      p.comm_source = n > 1 ? cost->source() : "none (1 rank)";
+      if (n > 1 && priced.size() < needed.size()) {
+        notes.push_back(fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and no "
+                                    "--link assumption",
+                                    n, needed[priced.size()].second, n, n));
+        continue;
+      }
+      sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+      p.comm_source = n > 1 ? fmt::format("{}", fmt::join(sources, "; ")) : "none (1 rank)";
       p.steps = steps_at(strategy, n);
       // ddp-rr: every rank loads and copies every batch (the loop charges them to its next step).
       const double loads = strategy.loads_every_batch ? n : 1;
-      p.compute_s = m.h2d_s * loads + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s;
+      // FSDP's optimizer updates this rank's shards: 1/n of the parameters.
+      const double optimizer_s = m.fsdp ? m.optimizer_s / n : m.optimizer_s;
+      p.compute_s = m.h2d_s * loads + m.transform_s + m.forward_s + m.backward_s + optimizer_s + m.other_s;
       p.data_s = m.data_s * loads;
-      double allreduce = 0;
-      if (n > 1) {
-        for (const double bytes : buckets) allreduce += cost->seconds(bytes);
+      if (n > 1 && m.fsdp) {
+        // Per micro-batch, grad_accum of them per step.
+        double gathers = 0, scatters = 0;
+        for (const double bytes : m.allgather_bytes) gathers += priced[0].seconds(bytes);
+        for (const double bytes : m.reducescatter_bytes) scatters += priced[1].seconds(bytes);
+        const double micro_batches = static_cast<double>(grad_accum);
+        p.allgather_s = micro_batches * gathers * (1.0 - p.fsdp_overlap);
+        p.reducescatter_s = micro_batches * scatters * (1.0 - p.fsdp_overlap);
+      } else if (n > 1) {
+        double allreduce = 0;
+        for (const double bytes : buckets) allreduce += priced[0].seconds(bytes);
+        p.allreduce_s = allreduce * (1.0 - p.scaling.overlap);
       }
-      p.allreduce_s = allreduce * (1.0 - p.scaling.overlap);
-      p.epoch_s = static_cast<double>(p.steps) * (p.compute_s + p.data_s + p.allreduce_s) * p.scaling.spread;
+      p.epoch_s = static_cast<double>(p.steps) *
+                  (p.compute_s + p.data_s + p.allreduce_s + p.allgather_s + p.reducescatter_s) * p.scaling.spread;
       p.eval_s = m.eval_s / n;
       p.evaluated_epochs = m.evaluated_epochs;
       p.total_s =
           static_cast<double>(epochs) * p.epoch_s + static_cast<double>(m.evaluated_epochs) * p.eval_s + m.startup_s;
       if (n == 1) one_rank_total = p.total_s;
       const std::vector<std::pair<const char*, double>> phases = {
-          {"data", p.data_s},          {"h2d", m.h2d_s * loads},   {"transform", m.transform_s},
-          {"forward", m.forward_s},    {"backward", m.backward_s}, {"allreduce", p.allreduce_s},
-          {"optimizer", m.optimizer_s}};
+          {"data", p.data_s},          {"h2d", m.h2d_s * loads},     {"transform", m.transform_s},
+          {"forward", m.forward_s},    {"backward", m.backward_s},   {"allreduce", p.allreduce_s},
+          {"allgather", p.allgather_s}, {"reducescatter", p.reducescatter_s}, {"optimizer", optimizer_s}};
       p.limiting = std::max_element(phases.begin(), phases.end(), [](const auto& a, const auto& b) {
                      return a.second < b.second;
                    })->first;
@@ -290,10 +372,12 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
   const std::string what = base.display("image_size").empty()
                                ? fmt::format("{} on {}", base.display("model"), base.display("dataset"))
                                : fmt::format("{} px", base.display("image_size"));
+  const std::string sharding = base.display("sharding").empty() ? "" : ", sharding " + base.display("sharding");
   out << fmt::format(
-      "# PREDICTION (mgbench predict) of {} ({}): {} {} ({}), {}, batch {} x {}, {} epoch(s), {} samples\n",
+      "# PREDICTION (mgbench predict) of {} ({}): {} {} ({}), {}, batch {} x {}, {} epoch(s), {} samples{}\n",
       base.run_id, base.file, base.display("task"), what, base.display("recipe"), base.display("precision"),
-      base.display("batch_size"), base.display("grad_accum"), base.display("epochs"), base.display("train_samples"));
+      base.display("batch_size"), base.display("grad_accum"), base.display("epochs"), base.display("train_samples"),
+      sharding);
   using P = Prediction;
   auto ms = [](double P::*field) { return [field](const P& p) { return number(p.*field * 1e3, 2); }; };
   auto s = [](double P::*field) { return [field](const P& p) { return number(p.*field, 2); }; };
@@ -304,6 +388,8 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
       {"compute", "(ms/step)", 10, "", ms(&P::compute_s)},
       {"data", "(ms/step)", 10, "", ms(&P::data_s)},
       {"allreduce", "(ms/step)", 10, "", ms(&P::allreduce_s)},
+      {"allgather", "(ms/step)", 10, "", ms(&P::allgather_s)},
+      {"r-scatter", "(ms/step)", 10, "", ms(&P::reducescatter_s)},
       {"epoch", "(s)", 10, "", s(&P::epoch_s)},
       {"total", "(s)", 10, "", s(&P::total_s)},
       {"speedup", "(x)", 8, "", s(&P::speedup)},
@@ -312,6 +398,16 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
       {"comm", "", 0, "", [](const P& p) { return p.comm_source; }},
   };
   write_table(out, columns, predictions, /*csv=*/false);
+  for (const auto& p : predictions) {
+    if (p.ranks > 1 && p.base->display("sharding") == "fsdp") {
+      const MeasuredStep m = measure_step(*p.base);
+      out << fmt::format("# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as the base recorded them; "
+                         "{:.1f} % of them hidden behind compute{}\n",
+                         m.allgather_bytes.size(), m.reducescatter_bytes.size(), 100 * p.fsdp_overlap,
+                         p.fsdp_overlap > 0 ? " (measured)" : " (none measured: all exposed)");
+      break;
+    }
+  }
   for (const auto& p : predictions) {
     if (p.ranks > 1 && !p.scaling.sources.empty()) {
       out << fmt::format("# {} {} ranks: overlap {:.1f} %, straggler spread {:.3f} measured in {}\n", p.strategy->name,
@@ -324,10 +420,10 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
 std::string workload_of(const results::RunRecord& r) {
   std::string task = r.display("task");
   if (task == "prediction") task = r.display("predicted_task");
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", task, r.display("recipe"), r.display("device"),
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", task, r.display("recipe"), r.display("device"),
                      r.display("precision"), r.display("pin_memory"), r.display("image_size"), r.display("width_mult"),
                      r.display("model"), r.display("dataset"), r.display("epochs"), r.display("batch_size"),
-                     r.display("grad_accum"), r.display("train_samples"), r.display("max_steps"));
+                     r.display("grad_accum"), r.display("train_samples"), r.display("max_steps"), r.display("sharding"));
 }
 
 bool is_prediction_run(const results::RunRecord& run) { return run.display("task") == "prediction"; }
@@ -433,15 +529,20 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
     for (const auto* r : one_rank) {
       if (r->display("strategy") == axes::strategy_info(strategy).name) base = r;
     }
-    // The all-reduce moves the gradients: priced in their dtype, by the precision's row.
+    // The collectives move the gradients (FSDP: and the parameters, of the same dtype): priced in
+    // their dtype, by the precision's row.
     const std::string dtype(axes::dtype_info(precision_of(*base).gradient_dtype()).name);
     const std::string device = base->display("device");
-    auto costs = all_reduce_costs(runs, dtype, device);
-    if (costs.empty() && dtype != "fp32") {
-      costs = all_reduce_costs(runs, "fp32", device);
-      if (!costs.empty()) notes.push_back(fmt::format("no {} all-reduce measured: fp32 rows used by size", dtype));
-    }
-    if (costs.empty()) {
+    const auto costs_of = [&](const std::string& collective) {
+      auto costs = collective_costs(runs, collective, dtype, device);
+      if (costs.empty() && dtype != "fp32") {
+        costs = collective_costs(runs, collective, "fp32", device);
+        if (!costs.empty()) notes.push_back(fmt::format("no {} {} measured: fp32 rows used by size", dtype, collective));
+      }
+      return costs;
+    };
+    const CommCosts costs{costs_of("all-reduce"), costs_of("all-gather"), costs_of("reduce-scatter")};
+    if (costs.all_reduce.empty() && costs.all_gather.empty() && costs.reduce_scatter.empty()) {
       notes.push_back(
           fmt::format("no completed comm run on {} among the files (mpirun -np N mgbench comm --device {}): only "
                       "--link can stand in",
@@ -475,9 +576,12 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"prediction_compute_s_per_step", p.compute_s},
           {"prediction_data_s_per_step", p.data_s},
           {"prediction_allreduce_s_per_step", p.allreduce_s},
+          {"prediction_allgather_s_per_step", p.allgather_s},
+          {"prediction_reducescatter_s_per_step", p.reducescatter_s},
+          {"prediction_fsdp_overlap", p.fsdp_overlap},
           {"prediction_limiting_phase", p.limiting},
           {"prediction_speedup", p.speedup},
-          {"prediction_model", std::string("mgbench predict v1 (docs/design.md, The scaling predictor)")}});
+          {"prediction_model", std::string("mgbench predict v2 (docs/design.md, The scaling predictor)")}});
   // What belonged to the measured run's own history.
   std::erase_if(a, [](const auto& attr) { return attr.first == "resumes" || attr.first == "resumed_utc"; });
   return a;

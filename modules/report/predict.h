@@ -15,7 +15,14 @@
 //                 precision row's), each costing what the comm run measured for its size and dtype at n ranks
 //                 (interpolated log-log; or a stated link assumption), times (1 - overlap): the share hidden behind
 //                 backward as a measured multi-rank run of the workload showed (none without one)
-//   epoch(n)      steps(n) x (compute + data(n) + allreduce(n)) x straggler spread (the measured
+//   fsdp(n)       --sharding fsdp instead of the all-reduce: per micro-batch, the all-gathers and reduce-scatters
+//                 the run recorded (fsdp_allgather_bytes, fsdp_reducescatter_bytes: every unit gathered before
+//                 its forward and again in backward, the trained units' gradients reduce-scattered), each priced
+//                 as the comm run's all-gather / reduce-scatter rows of its size at n ranks (or the link), times
+//                 (1 - the share hidden behind compute a measured multi-rank FSDP run showed: its forward +
+//                 backward per step beyond the base's is the exposed part; none without one); the optimizer
+//                 updates 1/n of the parameters (its shards)
+//   epoch(n)      steps(n) x (compute + data(n) + allreduce(n) + fsdp(n)) x straggler spread (the measured
 //                 slowest rank's time outside collectives over the ranks' mean; 1 without a multi-rank run)
 //   total(n)      epochs x epoch(n) + evaluated epochs x eval_s / n + the measured start-up
 // Nothing is fitted: every number is measured or a labelled assumption.
@@ -32,11 +39,12 @@
 
 namespace mgbench::report {
 
-/// A link assumption where no comm run was measured at a rank count (latency + size / busbw with
-/// the ring all-reduce's 2(n-1)/n bus factor). Labelled as assumptions wherever used.
+/// A link assumption where no comm run was measured at a rank count: latency + size x the
+/// collective's bus factor (comm/bus_bandwidth.h: nccl-tests') / busbw. Labelled as assumptions
+/// wherever used.
 struct LinkAssumption {
   std::string name;    // as typed: h100-nvlink
-  double latency_s;    // per all-reduce
+  double latency_s;    // per collective
   double busbw_gbs;    // bus bandwidth [GB/s, 1e9]
   std::string source;  // where the figure comes from
 };
@@ -48,31 +56,45 @@ std::string link_names();
 /// The assumption named `name`; throws ConfigError "--link '<name>': expected ..." listing the names.
 const LinkAssumption& link_assumption(const std::string& name);
 
-/// All-reduce time by message size at one rank count, from a comm run's out-of-place rows of one
-/// dtype (time averaged over ranks), or from a link assumption.
-class AllReduceCost {
+/// One collective's time by message size at one rank count, from a comm run's out-of-place rows of
+/// one dtype (time averaged over ranks), or from a link assumption. Sizes as nccl-tests counts them
+/// (and `mgbench comm` records them): an all-reduce's buffer, an all-gather's gathered output, a
+/// reduce-scatter's input.
+class CollectiveCost {
  public:
-  /// points: (bytes, seconds), any order, at least one; source: what they come from.
-  AllReduceCost(int world_size, std::vector<std::pair<double, double>> points, std::string source);
-  AllReduceCost(int world_size, const LinkAssumption& link);
-  /// Seconds for one all-reduce of `bytes`: interpolated linearly in log(bytes)-log(time) between
+  /// collective: all-reduce, all-gather or reduce-scatter; points: (bytes, seconds), any order, at
+  /// least one; source: what they come from.
+  CollectiveCost(std::string collective, int world_size, std::vector<std::pair<double, double>> points,
+                 std::string source);
+  CollectiveCost(std::string collective, int world_size, const LinkAssumption& link);
+  /// Seconds for one collective of `bytes`: interpolated linearly in log(bytes)-log(time) between
   /// measured sizes; below the smallest, its time; above the largest, its time plus the extra bytes
-  /// at the largest size's algorithm bandwidth.
+  /// at the largest size's algorithm bandwidth. 0 at one rank.
   double seconds(double bytes) const;
+  const std::string& collective() const { return collective_; }
   int world_size() const { return world_size_; }
   const std::string& source() const { return source_; }
 
  private:
+  std::string collective_;
   int world_size_;
   std::vector<std::pair<double, double>> points_;  // sorted by bytes
   std::optional<LinkAssumption> link_;
   std::string source_;
 };
 
-/// The all-reduce costs of the completed comm runs in `runs` on `device` (cpu, cuda): their
-/// out-of-place sum rows of this dtype, by world size (the latest run wins).
-std::vector<AllReduceCost> all_reduce_costs(const std::vector<results::RunRecord>& runs, const std::string& dtype,
-                                            const std::string& device);
+/// The costs of one collective of the completed comm runs in `runs` on `device` (cpu, cuda): their
+/// out-of-place rows of this dtype (sum where it reduces), by world size (the latest run wins).
+std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs,
+                                             const std::string& collective, const std::string& dtype,
+                                             const std::string& device);
+
+/// The measured costs a prediction prices its communication with, each by world size.
+struct CommCosts {
+  std::vector<CollectiveCost> all_reduce;      // DDP's gradient buckets
+  std::vector<CollectiveCost> all_gather;      // FSDP's unit gathers
+  std::vector<CollectiveCost> reduce_scatter;  // FSDP's gradient reduce-scatters
+};
 
 /// Gradient bucket sizes [bytes] as the GradSync assigns them, approximately (it splits at tensor
 /// boundaries): first_bucket_bytes, then bucket_bytes each, the rest last.
@@ -89,9 +111,13 @@ struct MeasuredStep {
   double startup_s = 0;  // total_s - train_s - eval_s
   std::int64_t evaluated_epochs = 0;
   double gradient_bytes = 0;  // trainable parameters x the bytes of the gradients' dtype
+  bool fsdp = false;          // --sharding fsdp: the collectives below instead of the all-reduce
+  std::vector<double> allgather_bytes;      // fsdp: a micro-batch's all-gathers (fsdp_allgather_bytes)
+  std::vector<double> reducescatter_bytes;  // fsdp: a micro-batch's reduce-scatters
 };
-/// Throws ResultsError naming the run when it has no completed epoch, lacks the attributes or has
-/// a precision this mgbench does not know.
+/// Throws ResultsError naming the run when it has no completed epoch, lacks the attributes (an FSDP
+/// run of an mgbench before its collectives were recorded too) or has a precision this mgbench does
+/// not know.
 MeasuredStep measure_step(const results::RunRecord& one_rank);
 
 /// From multi-rank runs of the workload: the share of the all-reduce window hidden behind backward
@@ -105,12 +131,20 @@ struct MeasuredScaling {
 };
 MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& multi_rank);
 
+/// From multi-rank FSDP runs of the workload: the share of their all-gathers and reduce-scatters
+/// (allgather_s + reducescatter_s per step: launch -> completion) hidden behind compute, 1 - exposed
+/// / that, where exposed is their forward + backward per step beyond the base's (FSDP waits for a
+/// gather in forward / backward); 0 without one.
+double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank);
+
 struct Prediction {
   const results::RunRecord* base = nullptr;  // the 1-rank run measured
   const axes::StrategyInfo* strategy = nullptr;
   int ranks = 1;
   std::int64_t steps = 0;                             // per epoch per rank
   double compute_s = 0, data_s = 0, allreduce_s = 0;  // per step (allreduce: exposed)
+  double allgather_s = 0, reducescatter_s = 0;        // per step, exposed (fsdp; 0 otherwise)
+  double fsdp_overlap = 0;                            // the share of FSDP's collectives hidden (measured)
   double epoch_s = 0, eval_s = 0, total_s = 0;        // eval_s: per evaluated epoch
   std::int64_t evaluated_epochs = 0;                  // of the measured run
   double speedup = 1;                                 // T(1 rank) / T(n ranks), both predicted
@@ -120,16 +154,16 @@ struct Prediction {
 };
 
 /// Predicts the workload of `base` (a completed 1-rank run) at each of ranks x strategies. costs:
-/// per world size (a rank count without one uses `link`, or is skipped with a note when none).
-/// notes: what was skipped or assumed, one line each.
+/// per collective and world size (a rank count without the collectives the base needs uses `link`,
+/// or is skipped with a note when none). notes: what was skipped or assumed, one line each.
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank,
-                                const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
+                                const CommCosts& costs, const LinkAssumption* link,
                                 const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
                                 std::vector<std::string>& notes);
 /// The predictions point at base: not a temporary.
 std::vector<Prediction> predict(results::RunRecord&& base, const std::vector<const results::RunRecord*>& multi_rank,
-                                const std::vector<AllReduceCost>& costs, const LinkAssumption* link,
+                                const CommCosts& costs, const LinkAssumption* link,
                                 const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
                                 std::vector<std::string>& notes) = delete;
 
@@ -138,8 +172,8 @@ struct PredictOptions {
   /// --help's text above the options.
   static constexpr const char* kUsage =
       "mgbench predict: time per epoch and per run, speed-up and the limiting phase of measured workloads at other "
-      "rank counts and strategies, from each workload's completed 1-rank run and the all-reduce of a `mgbench comm` "
-      "run at each rank count (model: docs/design.md, The scaling predictor). Prints the predictions and appends "
+      "rank counts and strategies, from each workload's completed 1-rank run and the all-reduce (--sharding fsdp: "
+      "all-gather and reduce-scatter) of a `mgbench comm` run at each rank count (model: docs/design.md, The scaling predictor). Prints the predictions and appends "
       "them to --results as runs of task `prediction`; `mgbench report` then shows each beside its measured run.\n"
       "usage: mgbench predict FILE|DIR|'PATTERN'... [--comm FILE]... [--ranks 1,2,4] [--link h100-nvlink]";
 
@@ -184,7 +218,7 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
 
 /// What makes runs of one workload comparable whatever their strategy and rank count (task, recipe,
 /// device, precision, pin_memory, image size and width or model and dataset, epochs, batch,
-/// grad-accum, samples, max_steps).
+/// grad-accum, samples, max_steps, sharding).
 std::string workload_of(const results::RunRecord& run);
 
 /// `mgbench report`: predicted runs (task `prediction`) beside the measured run of the same workload,

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -158,6 +159,12 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
     MGBENCH_REQUIRE(
         model != nullptr, ConfigError,
         "--sharding fsdp: this recipe's model has no FSDP units (the LLM recipes have); use --sharding none");
+    // What a micro-batch gathers and reduce-scatters, recorded at any world size (one rank too: the
+    // base `mgbench predict` prices FSDP from).
+    const std::vector<models::ParameterUnit> units = model->parameter_units();
+    const std::int64_t element =
+        units.empty() || units.front().parameters.empty() ? 0 : units.front().parameters.front().element_size();
+    s.fsdp_collectives = micro_batch_collectives(unit_shapes(units), 1, element, t.reshard_after_forward);
     // One rank: nothing to shard, the run is --sharding none's.
     if (comm.world_size() > 1) {
       s.fsdp = std::make_unique<FullyShardedUnits>(*model, comm, t.reshard_after_forward);
@@ -241,7 +248,9 @@ h5::Attributes TrainingLoop::run_attributes() const {
       {"gradient_dtype", std::string(axes::dtype_info(s.precision.gradient_dtype()).name)},
       {"allreduce_buckets",
        static_cast<std::int64_t>(buckets ? runtime::GradSync::assign(s.trainable, s.sync_options).size() : 0)},
-      {"fsdp_units", s.fsdp ? s.fsdp->num_units() : std::int64_t{0}}};
+      {"fsdp_units", s.fsdp ? s.fsdp->num_units() : std::int64_t{0}},
+      {"fsdp_allgather_bytes", fmt::format("{}", fmt::join(s.fsdp_collectives.all_gather_bytes, ","))},
+      {"fsdp_reducescatter_bytes", fmt::format("{}", fmt::join(s.fsdp_collectives.reduce_scatter_bytes, ","))}};
   // The peak MFU divides by, and where it comes from: a run's MFU is read against it.
   const runtime::PeakFlops peak = run_peak_flops(s.placement, s.precision, s.train.peak_tflops);
   a.emplace_back("mfu_peak_tflops", peak.flops / 1e12);
@@ -289,7 +298,7 @@ namespace {
 void release_units(LoopParts& s) {
   if (!s.fsdp) return;
   s.fsdp->reshard_all();
-  s.fsdp->take_collective_seconds();
+  s.fsdp->take_collectives();
 }
 
 }  // namespace

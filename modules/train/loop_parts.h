@@ -70,6 +70,7 @@ struct LoopParts {
   std::vector<torch::Tensor> trainable;     // what the optimizer updates: the parameters, or their shards (fsdp)
   std::int64_t trainable_numel = 0;         // of the whole trainable parameters
   std::unique_ptr<FullyShardedUnits> fsdp;  // --sharding fsdp on several ranks
+  MicroBatchCollectives fsdp_collectives;   // --sharding fsdp: a micro-batch's collectives at any world size, unpadded
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   runtime::GradSyncOptions sync_options;
   std::unique_ptr<runtime::GradSync> grad_sync;  // several ranks; made when the run starts

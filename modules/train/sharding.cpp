@@ -153,7 +153,8 @@ struct FullyShardedUnits::State {
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> shard_by_param;
   std::optional<PendingReduce> reduce;
   BlockCache cache;
-  std::vector<std::unique_ptr<runtime::Work>> done_gathers, done_reduces;  // since take_collective_seconds
+  std::vector<std::unique_ptr<runtime::Work>> done_gathers, done_reduces;  // since take_collectives
+  std::int64_t gathered_bytes = 0, reduced_bytes = 0;                      // since take_collectives
 
   int rank() const { return comm.rank(); }
   int world() const { return comm.world_size(); }
@@ -240,6 +241,7 @@ void FullyShardedUnits::State::wait_gather(Unit& u) {
     }
   }
   done_gathers.push_back(std::move(u.gather));
+  gathered_bytes += static_cast<std::int64_t>(u.gather_output.nbytes());
   cache.release(u.gather_input);
   cache.release(u.gather_output);
   u.state = UnitState::kGathered;
@@ -283,6 +285,7 @@ void FullyShardedUnits::State::finish_reduce() {
     }
   }
   done_reduces.push_back(std::move(r.work));
+  reduced_bytes += static_cast<std::int64_t>(r.input.nbytes());
   cache.release(r.input);
   cache.release(r.output);
 }
@@ -452,14 +455,18 @@ void FullyShardedUnits::reshard_all() {
   for (Unit& u : state_->units) state_->reshard(u);
 }
 
-std::pair<double, double> FullyShardedUnits::take_collective_seconds() {
+CollectiveTotals FullyShardedUnits::take_collectives() {
   const auto total = [](std::vector<std::unique_ptr<runtime::Work>>& works) {
     double seconds = 0;
     for (const auto& w : works) seconds += w->seconds_since_start_of(*w);
     works.clear();
     return seconds;
   };
-  return {total(state_->done_gathers), total(state_->done_reduces)};
+  State& s = *state_;
+  CollectiveTotals t{total(s.done_gathers), total(s.done_reduces), s.gathered_bytes, s.reduced_bytes};
+  s.gathered_bytes = 0;
+  s.reduced_bytes = 0;
+  return t;
 }
 
 std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int64_t>(state_->units.size()); }
@@ -488,6 +495,50 @@ ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std
   m.gathered_peak_bytes = kept;
   for (std::size_t k = 0; k < std::min<std::size_t>(2, resharded.size()); ++k) m.gathered_peak_bytes += resharded[k];
   return m;
+}
+
+std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& units) {
+  std::vector<UnitShape> shapes;
+  for (const models::ParameterUnit& u : units) {
+    UnitShape shape{{}, {}, u.reshard_after_forward};
+    for (const torch::Tensor& p : u.parameters) {
+      shape.sizes.push_back(p.sizes().vec());
+      shape.trainable.push_back(p.requires_grad());
+    }
+    shapes.push_back(std::move(shape));
+  }
+  return shapes;
+}
+
+MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& units, int world,
+                                              std::int64_t element_bytes, bool reshard_after_forward) {
+  MicroBatchCollectives c;
+  std::vector<std::int64_t> gathered, trained;  // per unit: the gathered buffer, the reduce-scattered input
+  for (const UnitShape& u : units) {
+    std::int64_t all = 0, train = 0;
+    for (std::size_t k = 0; k < u.sizes.size(); ++k) {
+      const std::int64_t bytes = ShardLayout::of(u.sizes[k], world).shard_numel() * world * element_bytes;
+      all += bytes;
+      if (u.trainable[k]) train += bytes;
+    }
+    gathered.push_back(all);
+    trained.push_back(train);
+  }
+  c.all_gather_bytes = gathered;  // forward, in unit order
+  // Backward, in reverse unit order: a gradient flows through unit k's output when a unit up to k trains.
+  std::vector<bool> gradient_flows(units.size(), false);
+  bool flows = false;
+  for (std::size_t k = 0; k < units.size(); ++k) {
+    flows = flows || trained[k] > 0;
+    gradient_flows[k] = flows;
+  }
+  for (std::size_t k = units.size(); k-- > 0;) {
+    if (reshard_after_forward && units[k].reshard_after_forward && gradient_flows[k]) {
+      c.all_gather_bytes.push_back(gathered[k]);
+    }
+    if (trained[k] > 0) c.reduce_scatter_bytes.push_back(trained[k]);
+  }
+  return c;
 }
 
 ShardedMemory FullyShardedUnits::memory() const {

@@ -77,6 +77,32 @@ struct UnitShape {
 ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
                              bool reshard_after_forward);
 
+/// The units' shapes (models::ParameterUnit's parameters, which require grad, reshard flag).
+std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& units);
+
+/// The collectives FullyShardedUnits issues for one micro-batch's forward and backward, in order,
+/// each the bytes of its whole buffer as nccl-tests counts them (an all-gather's output, a
+/// reduce-scatter's input) at `world` ranks, padding included (world 1: the units' own bytes):
+/// every unit gathered once before its forward; in backward, gathered again when it was freed after
+/// forward (reshard_after_forward, the unit's and the option) and a gradient flows through its
+/// output (it or a unit before it trains); each unit that trains reduce-scatters its gradients'
+/// shards once. What `mgbench predict` prices for an FSDP step (the run attributes
+/// fsdp_allgather_bytes / fsdp_reducescatter_bytes).
+struct MicroBatchCollectives {
+  std::vector<std::int64_t> all_gather_bytes;
+  std::vector<std::int64_t> reduce_scatter_bytes;
+};
+MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& units, int world,
+                                              std::int64_t element_bytes, bool reshard_after_forward);
+
+/// FSDP's collectives completed since the last FullyShardedUnits::take_collectives().
+struct CollectiveTotals {
+  double allgather_s = 0;      // each from its launch to its completion, summed
+  double reducescatter_s = 0;  // likewise
+  std::int64_t allgather_bytes = 0;      // the gathered buffers' bytes, summed
+  std::int64_t reducescatter_bytes = 0;  // the reduce-scattered inputs' bytes, summed
+};
+
 class FullyShardedUnits final : public models::UnitHooks {
  public:
   /// Shards model's units over comm's ranks (collective-free: each rank keeps its rows of its own
@@ -111,11 +137,11 @@ class FullyShardedUnits final : public models::UnitHooks {
   /// was in flight.
   void reshard_all();
 
-  /// Seconds of the all-gathers and of the reduce-scatters waited for since the last call, each
+  /// The all-gathers and the reduce-scatters waited for since the last call: their seconds, each
   /// from its launch to its completion on the backend's clock (Work::seconds_since_start_of: the
-  /// host's for MPI, CUDA events for NCCL, which this waits for), summed; overlapped with compute
-  /// or not. The step records' allgather_s and reducescatter_s.
-  std::pair<double, double> take_collective_seconds();
+  /// host's for MPI, CUDA events for NCCL, which this waits for), summed, overlapped with compute
+  /// or not (the step records' allgather_s and reducescatter_s), and their bytes.
+  CollectiveTotals take_collectives();
 
   std::int64_t num_units() const;
   ShardedMemory memory() const;

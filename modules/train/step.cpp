@@ -148,7 +148,11 @@ StepOutcome train_step(LoopParts& p, DeviceFeeder& feeder, PhaseClock& clock, do
   }
   step.phases = clock.take();
   if (p.grad_sync) step.allreduce_window_s = p.grad_sync->window_s();
-  if (p.fsdp) std::tie(step.allgather_s, step.reducescatter_s) = p.fsdp->take_collective_seconds();
+  if (p.fsdp) {
+    const CollectiveTotals c = p.fsdp->take_collectives();
+    step.allgather_s = c.allgather_s;
+    step.reducescatter_s = c.reducescatter_s;
+  }
   step.skipped = stepped ? 0 : 1;
   return out;
 }

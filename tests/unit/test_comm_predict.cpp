@@ -130,16 +130,21 @@ TEST(Predict, GradientBucketsAsGradSyncFillsThem) {
   EXPECT_EQ(report::gradient_buckets(0.5 * kMiB, kMiB, 25 * kMiB), (std::vector<double>{0.5 * kMiB}));
 }
 
-TEST(Predict, AllReduceCostInterpolatesLogLog) {
-  report::AllReduceCost cost(2, {{1e5, 1e-2}, {1e3, 1e-4}}, "test");
+TEST(Predict, CollectiveCostInterpolatesLogLog) {
+  report::CollectiveCost cost("all-reduce", 2, {{1e5, 1e-2}, {1e3, 1e-4}}, "test");
   EXPECT_NEAR(cost.seconds(1e4), 1e-3, 1e-15);  // the log-log midpoint
   EXPECT_DOUBLE_EQ(cost.seconds(500), 1e-4);    // below: the smallest size's time
   EXPECT_NEAR(cost.seconds(2e5), 2e-2, 1e-15);  // above: + the extra bytes at the largest's bandwidth
-  report::AllReduceCost one(1, {{1e3, 1e-4}}, "test");
+  report::CollectiveCost one("all-reduce", 1, {{1e3, 1e-4}}, "test");
   EXPECT_EQ(one.seconds(1e6), 0.0);  // nothing to reduce on one rank
+  // An assumed link: the bus factor of each collective (nccl-tests'): 2(n-1)/n, (n-1)/n.
   const auto& nvlink = report::link_assumption("h100-nvlink");
-  report::AllReduceCost assumed(4, nvlink);
+  report::CollectiveCost assumed("all-reduce", 4, nvlink);
   EXPECT_NEAR(assumed.seconds(350e6), nvlink.latency_s + 350e6 * 1.5 / (nvlink.busbw_gbs * 1e9), 1e-12);
+  report::CollectiveCost gather("all-gather", 4, nvlink);
+  EXPECT_NEAR(gather.seconds(350e6), nvlink.latency_s + 350e6 * 0.75 / (nvlink.busbw_gbs * 1e9), 1e-12);
+  report::CollectiveCost scatter("reduce-scatter", 3, nvlink);
+  EXPECT_NEAR(scatter.seconds(3e6), nvlink.latency_s + 3e6 * 2 / 3 / (nvlink.busbw_gbs * 1e9), 1e-12);
   EXPECT_THROW(report::link_assumption("infiniband"), ConfigError);
 }
 
@@ -190,7 +195,7 @@ TEST(Predict, ArithmeticOfAHandMadeRun) {
   // 4e6 - 1 MiB bytes cost 1 ms + bytes / 1e9 each: 6 ms in all.
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
-  const auto p = report::predict(base, {}, {}, &link, {1, 2}, {kDdpDs, kDdpRr, kDdp}, notes);
+  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, {kDdpDs, kDdpRr, kDdp}, notes);
   ASSERT_EQ(p.size(), 6U);
   // Per step: compute 0.05 + 0.1 + 0.02 + 0.02 (other) = 0.19, data 0.01.
   const auto& one = p[0];
@@ -212,7 +217,7 @@ TEST(Predict, ArithmeticOfAHandMadeRun) {
   EXPECT_NEAR(ddp.total_s, 2 * 20 * 0.206 + 2 * 0.25 + 1.0, 1e-12);
   // Without a comm run or a link at 3 ranks: skipped, with a note saying how to measure one.
   notes.clear();
-  EXPECT_EQ(report::predict(base, {}, {}, nullptr, {3}, {kDdpDs}, notes).size(), 0U);
+  EXPECT_EQ(report::predict(base, {}, report::CommCosts{}, nullptr, {3}, {kDdpDs}, notes).size(), 0U);
   ASSERT_EQ(notes.size(), 1U);
   EXPECT_NE(notes[0].find("mpirun -np 3 mgbench comm"), std::string::npos);
 }
@@ -248,10 +253,70 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
   const results::RunRecord base = hand_made_run();
-  const auto p = report::predict(base, {&two}, {}, &link, {2}, {kDdpDs}, notes);
+  const auto p = report::predict(base, {&two}, report::CommCosts{}, &link, {2}, {kDdpDs}, notes);
   ASSERT_EQ(p.size(), 1U);
   EXPECT_NEAR(p[0].allreduce_s, 0.006 * 0.25, 1e-12);
   EXPECT_NEAR(p[0].epoch_s, 10 * (0.2 + 0.0015) * 1.2, 1e-12);
+}
+
+// --sharding fsdp: per micro-batch the all-gathers and reduce-scatters the run recorded, each at
+// the measured (or assumed) cost of its size at n ranks, instead of the all-reduce; the optimizer on
+// 1/n of the parameters; the share hidden from a measured multi-rank FSDP run's forward + backward.
+TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
+  results::RunRecord base = hand_made_run();
+  h5::merge_attributes(base.attributes, {{"sharding", std::string("fsdp")},
+                                         {"batch_size", std::int64_t{25}},  // 20 steps of 2 x 25 as measured
+                                         {"grad_accum", std::int64_t{2}},
+                                         {"fsdp_allgather_bytes", std::string("1000,2000,1000")},
+                                         {"fsdp_reducescatter_bytes", std::string("500")}});
+  // 1 ms + 1 ns a byte at 2 ranks for either collective: gathers 3 ms + 4 us, the scatter 1 ms + 0.5 us.
+  const report::CommCosts costs{{},
+                                {report::CollectiveCost("all-gather", 2, {{1e3, 1.001e-3}, {1e6, 2e-3}}, "ag")},
+                                {report::CollectiveCost("reduce-scatter", 2, {{500, 1.0005e-3}}, "rs")}};
+  std::vector<std::string> notes;
+  const auto p = report::predict(base, {}, costs, nullptr, {1, 2}, {kDdpDs}, notes);
+  ASSERT_EQ(p.size(), 2U) << fmt::format("{}", fmt::join(notes, "; "));
+  EXPECT_EQ(p[0].allgather_s, 0.0);
+  EXPECT_NEAR(p[0].total_s, 10.0, 1e-12);  // 1 rank: the run itself
+  const double gathers = 1.001e-3 + std::exp(std::log(1.001e-3) + std::log(2.0) / std::log(1000.0) *
+                                                                       (std::log(2e-3) - std::log(1.001e-3))) +
+                         1.001e-3;
+  EXPECT_NEAR(p[1].allgather_s, 2 * gathers, 1e-12);  // two micro-batches a step
+  EXPECT_NEAR(p[1].reducescatter_s, 2 * 1.0005e-3, 1e-12);
+  EXPECT_EQ(p[1].allreduce_s, 0.0);
+  // Steps of 2 x 25 samples: 1000 / 2 ranks / 50 = 10; compute with the optimizer halved (0.02 -> 0.01).
+  EXPECT_EQ(p[1].steps, 10);
+  EXPECT_NEAR(p[1].compute_s, 0.19 - 0.01, 1e-12);
+  EXPECT_NEAR(p[1].epoch_s, 10 * (0.18 + 0.01 + p[1].allgather_s + p[1].reducescatter_s), 1e-12);
+  EXPECT_EQ(p[1].comm_source, "all-gather: ag; reduce-scatter: rs");
+  // Without a reduce-scatter at 2 ranks: skipped, saying which collective to measure.
+  notes.clear();
+  const report::CommCosts gathers_only{{}, costs.all_gather, {}};
+  EXPECT_TRUE(report::predict(base, {}, gathers_only, nullptr, {2}, {kDdpDs}, notes).empty());
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_NE(notes[0].find("no reduce-scatter measured at 2 ranks"), std::string::npos) << notes[0];
+  // A measured 2-rank FSDP run: per step forward + backward 0.17 s against the base's 0.15, its
+  // collectives' windows 0.08 s a step: 0.02 exposed of 0.08, 75 % hidden.
+  results::RunRecord two = base;
+  two.run_id = "two";
+  results::EpochRecord e;
+  e.steps = 5;
+  e.train_s = 1.0;
+  e.phases.forward_s = 5 * 0.06;
+  e.phases.backward_s = 5 * 0.11;
+  e.allgather_s = 5 * 0.06;
+  e.reducescatter_s = 5 * 0.02;
+  two.epochs = {{e}, {e}};
+  EXPECT_NEAR(report::measure_fsdp_overlap(report::measure_step(base), {&two}), 0.75, 1e-12);
+  const auto hidden = report::predict(base, {&two}, costs, nullptr, {2}, {kDdpDs}, notes);
+  ASSERT_EQ(hidden.size(), 1U);
+  EXPECT_NEAR(hidden[0].allgather_s, 0.25 * p[1].allgather_s, 1e-12);
+  // A damaged list is refused naming the run and the attribute.
+  h5::merge_attributes(base.attributes, {{"fsdp_allgather_bytes", std::string("1000,x")}});
+  test::expect_error<ResultsError>([&] { report::measure_step(base); }, {"run base", "fsdp_allgather_bytes", "1000,x"});
+  base.attributes.erase(std::find_if(base.attributes.begin(), base.attributes.end(),
+                                     [](const auto& a) { return a.first == "fsdp_allgather_bytes"; }));
+  test::expect_error<ResultsError>([&] { report::measure_step(base); }, {"no fsdp_allgather_bytes"});
 }
 
 }  // namespace
