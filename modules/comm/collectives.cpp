@@ -13,7 +13,6 @@ using runtime::Communicator;
 using runtime::ReduceOp;
 using runtime::Work;
 
-
 std::int64_t elements(std::int64_t bytes, std::int64_t element_size) {
   return std::max<std::int64_t>(bytes / element_size, 1);
 }

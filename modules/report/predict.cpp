@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
 #include "comm/bus_bandwidth.h"
+#include "core/error.h"
 #include "core/timer.h"
 #include "report/report.h"
 #include "report/table.h"
@@ -51,7 +51,10 @@ const LinkAssumption& link_assumption(const std::string& name) {
 
 CollectiveCost::CollectiveCost(std::string collective, int world_size, std::vector<std::pair<double, double>> points,
                                std::string source)
-    : collective_(std::move(collective)), world_size_(world_size), points_(std::move(points)), source_(std::move(source)) {
+    : collective_(std::move(collective)),
+      world_size_(world_size),
+      points_(std::move(points)),
+      source_(std::move(source)) {
   MGBENCH_REQUIRE(!points_.empty(), ResultsError, "{}: no {} rows", source_, collective_);
   std::sort(points_.begin(), points_.end());
 }
@@ -71,9 +74,8 @@ double CollectiveCost::seconds(double bytes) const {
   return std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
 }
 
-std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs,
-                                             const std::string& collective, const std::string& dtype,
-                                             const std::string& device) {
+std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs, const std::string& collective,
+                                             const std::string& dtype, const std::string& device) {
   std::map<int, CollectiveCost> by_ranks;
   for (const auto& r : runs) {
     // Only what measured the target: a completed comm run (its check passed) on the same device kind.
@@ -131,7 +133,8 @@ namespace {
 /// A comma-separated list of byte counts (the fsdp_*_bytes attributes); "" is none. Throws
 /// ResultsError naming the run and the attribute when it is missing or not such a list.
 std::vector<double> byte_list(const results::RunRecord& r, const std::string& name) {
-  const auto it = std::find_if(r.attributes.begin(), r.attributes.end(), [&](const auto& a) { return a.first == name; });
+  const auto it =
+      std::find_if(r.attributes.begin(), r.attributes.end(), [&](const auto& a) { return a.first == name; });
   const std::string* text = it == r.attributes.end() ? nullptr : std::get_if<std::string>(&it->second);
   MGBENCH_REQUIRE(text != nullptr, ResultsError,
                   "run {} ({}) has --sharding fsdp but no {} (written by an mgbench before FSDP steps were predicted)",
@@ -251,10 +254,9 @@ double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const re
 }
 
 std::vector<Prediction> predict(const results::RunRecord& base,
-                                const std::vector<const results::RunRecord*>& multi_rank,
-                                const CommCosts& costs, const LinkAssumption* link,
-                                const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
-                                std::vector<std::string>& notes) {
+                                const std::vector<const results::RunRecord*>& multi_rank, const CommCosts& costs,
+                                const LinkAssumption* link, const std::vector<std::int64_t>& ranks,
+                                const std::vector<axes::Strategy>& strategies, std::vector<std::string>& notes) {
   const MeasuredStep m = measure_step(base);
   const std::int64_t samples = base.integer("train_samples").value_or(0);
   const std::int64_t batch = base.integer("batch_size").value_or(1);
@@ -277,7 +279,8 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       if (r->display("strategy") == strategy.name) same_strategy.push_back(r);
     }
     const MeasuredScaling scaling = measure_scaling(same_strategy.empty() ? multi_rank : same_strategy);
-    const double fsdp_overlap = m.fsdp ? measure_fsdp_overlap(m, same_strategy.empty() ? multi_rank : same_strategy) : 0;
+    const double fsdp_overlap =
+        m.fsdp ? measure_fsdp_overlap(m, same_strategy.empty() ? multi_rank : same_strategy) : 0;
     double one_rank_total = NAN;
     for (const std::int64_t ranks_n : ranks) {
       const int n = static_cast<int>(ranks_n);
@@ -309,9 +312,10 @@ std::vector<Prediction> predict(const results::RunRecord& base,
         priced.push_back(std::move(*cost));
       }
       if (n > 1 && priced.size() < needed.size()) {
-        notes.push_back(fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and no "
-                                    "--link assumption",
-                                    n, needed[priced.size()].second, n, n));
+        notes.push_back(
+            fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and no "
+                        "--link assumption",
+                        n, needed[priced.size()].second, n, n));
         continue;
       }
       sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
@@ -344,9 +348,11 @@ std::vector<Prediction> predict(const results::RunRecord& base,
           static_cast<double>(epochs) * p.epoch_s + static_cast<double>(m.evaluated_epochs) * p.eval_s + m.startup_s;
       if (n == 1) one_rank_total = p.total_s;
       const std::vector<std::pair<const char*, double>> phases = {
-          {"data", p.data_s},          {"h2d", m.h2d_s * loads},     {"transform", m.transform_s},
-          {"forward", m.forward_s},    {"backward", m.backward_s},   {"allreduce", p.allreduce_s},
-          {"allgather", p.allgather_s}, {"reducescatter", p.reducescatter_s}, {"optimizer", optimizer_s}};
+          {"data", p.data_s},           {"h2d", m.h2d_s * loads},
+          {"transform", m.transform_s}, {"forward", m.forward_s},
+          {"backward", m.backward_s},   {"allreduce", p.allreduce_s},
+          {"allgather", p.allgather_s}, {"reducescatter", p.reducescatter_s},
+          {"optimizer", optimizer_s}};
       p.limiting = std::max_element(phases.begin(), phases.end(), [](const auto& a, const auto& b) {
                      return a.second < b.second;
                    })->first;
@@ -401,10 +407,11 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
   for (const auto& p : predictions) {
     if (p.ranks > 1 && p.base->display("sharding") == "fsdp") {
       const MeasuredStep m = measure_step(*p.base);
-      out << fmt::format("# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as the base recorded them; "
-                         "{:.1f} % of them hidden behind compute{}\n",
-                         m.allgather_bytes.size(), m.reducescatter_bytes.size(), 100 * p.fsdp_overlap,
-                         p.fsdp_overlap > 0 ? " (measured)" : " (none measured: all exposed)");
+      out << fmt::format(
+          "# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as the base recorded them; "
+          "{:.1f} % of them hidden behind compute{}\n",
+          m.allgather_bytes.size(), m.reducescatter_bytes.size(), 100 * p.fsdp_overlap,
+          p.fsdp_overlap > 0 ? " (measured)" : " (none measured: all exposed)");
       break;
     }
   }
@@ -423,7 +430,8 @@ std::string workload_of(const results::RunRecord& r) {
   return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", task, r.display("recipe"), r.display("device"),
                      r.display("precision"), r.display("pin_memory"), r.display("image_size"), r.display("width_mult"),
                      r.display("model"), r.display("dataset"), r.display("epochs"), r.display("batch_size"),
-                     r.display("grad_accum"), r.display("train_samples"), r.display("max_steps"), r.display("sharding"));
+                     r.display("grad_accum"), r.display("train_samples"), r.display("max_steps"),
+                     r.display("sharding"));
 }
 
 bool is_prediction_run(const results::RunRecord& run) { return run.display("task") == "prediction"; }
@@ -537,7 +545,8 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
       auto costs = collective_costs(runs, collective, dtype, device);
       if (costs.empty() && dtype != "fp32") {
         costs = collective_costs(runs, collective, "fp32", device);
-        if (!costs.empty()) notes.push_back(fmt::format("no {} {} measured: fp32 rows used by size", dtype, collective));
+        if (!costs.empty())
+          notes.push_back(fmt::format("no {} {} measured: fp32 rows used by size", dtype, collective));
       }
       return costs;
     };

@@ -85,9 +85,8 @@ class CollectiveCost {
 
 /// The costs of one collective of the completed comm runs in `runs` on `device` (cpu, cuda): their
 /// out-of-place rows of this dtype (sum where it reduces), by world size (the latest run wins).
-std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs,
-                                             const std::string& collective, const std::string& dtype,
-                                             const std::string& device);
+std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs, const std::string& collective,
+                                             const std::string& dtype, const std::string& device);
 
 /// The measured costs a prediction prices its communication with, each by world size.
 struct CommCosts {
@@ -110,8 +109,8 @@ struct MeasuredStep {
   double eval_s = 0;     // per evaluated epoch
   double startup_s = 0;  // total_s - train_s - eval_s
   std::int64_t evaluated_epochs = 0;
-  double gradient_bytes = 0;  // trainable parameters x the bytes of the gradients' dtype
-  bool fsdp = false;          // --sharding fsdp: the collectives below instead of the all-reduce
+  double gradient_bytes = 0;                // trainable parameters x the bytes of the gradients' dtype
+  bool fsdp = false;                        // --sharding fsdp: the collectives below instead of the all-reduce
   std::vector<double> allgather_bytes;      // fsdp: a micro-batch's all-gathers (fsdp_allgather_bytes)
   std::vector<double> reducescatter_bytes;  // fsdp: a micro-batch's reduce-scatters
 };
@@ -157,10 +156,9 @@ struct Prediction {
 /// per collective and world size (a rank count without the collectives the base needs uses `link`,
 /// or is skipped with a note when none). notes: what was skipped or assumed, one line each.
 std::vector<Prediction> predict(const results::RunRecord& base,
-                                const std::vector<const results::RunRecord*>& multi_rank,
-                                const CommCosts& costs, const LinkAssumption* link,
-                                const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
-                                std::vector<std::string>& notes);
+                                const std::vector<const results::RunRecord*>& multi_rank, const CommCosts& costs,
+                                const LinkAssumption* link, const std::vector<std::int64_t>& ranks,
+                                const std::vector<axes::Strategy>& strategies, std::vector<std::string>& notes);
 /// The predictions point at base: not a temporary.
 std::vector<Prediction> predict(results::RunRecord&& base, const std::vector<const results::RunRecord*>& multi_rank,
                                 const CommCosts& costs, const LinkAssumption* link,
@@ -173,7 +171,8 @@ struct PredictOptions {
   static constexpr const char* kUsage =
       "mgbench predict: time per epoch and per run, speed-up and the limiting phase of measured workloads at other "
       "rank counts and strategies, from each workload's completed 1-rank run and the all-reduce (--sharding fsdp: "
-      "all-gather and reduce-scatter) of a `mgbench comm` run at each rank count (model: docs/design.md, The scaling predictor). Prints the predictions and appends "
+      "all-gather and reduce-scatter) of a `mgbench comm` run at each rank count (model: docs/design.md, The scaling "
+      "predictor). Prints the predictions and appends "
       "them to --results as runs of task `prediction`; `mgbench report` then shows each beside its measured run.\n"
       "usage: mgbench predict FILE|DIR|'PATTERN'... [--comm FILE]... [--ranks 1,2,4] [--link h100-nvlink]";
 

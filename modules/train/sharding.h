@@ -97,8 +97,8 @@ MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& unit
 
 /// FSDP's collectives completed since the last FullyShardedUnits::take_collectives().
 struct CollectiveTotals {
-  double allgather_s = 0;      // each from its launch to its completion, summed
-  double reducescatter_s = 0;  // likewise
+  double allgather_s = 0;                // each from its launch to its completion, summed
+  double reducescatter_s = 0;            // likewise
   std::int64_t allgather_bytes = 0;      // the gathered buffers' bytes, summed
   std::int64_t reducescatter_bytes = 0;  // the reduce-scattered inputs' bytes, summed
 };

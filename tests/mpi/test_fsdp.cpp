@@ -72,13 +72,16 @@ TEST_P(FsdpLlama, ShardGradientsAreTheAveragedReplicatedGradientsRows) {
   const train::CollectiveTotals totals = fsdp.take_collectives();
   const train::MicroBatchCollectives planned =
       train::micro_batch_collectives(train::unit_shapes(sharded->parameter_units()), world, 8, reshard);
-  const auto sum = [](const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t{0}); };
+  const auto sum = [](const std::vector<std::int64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), std::int64_t{0});
+  };
   EXPECT_EQ(totals.allgather_bytes, kMicroBatches * sum(planned.all_gather_bytes));
   EXPECT_EQ(totals.reducescatter_bytes, kMicroBatches * sum(planned.reduce_scatter_bytes));
   EXPECT_EQ(planned.reduce_scatter_bytes.size(), static_cast<std::size_t>(fsdp.num_units()));
   // Resharding, every unit but two is gathered again in backward: the root, and the head (tied: the
   // embedding, which the head uses last) are kept.
-  EXPECT_EQ(planned.all_gather_bytes.size(), static_cast<std::size_t>(fsdp.num_units()) * (reshard ? 2 : 1) - (reshard ? 2 : 0));
+  EXPECT_EQ(planned.all_gather_bytes.size(),
+            static_cast<std::size_t>(fsdp.num_units()) * (reshard ? 2 : 1) - (reshard ? 2 : 0));
   const auto sharded_params = sharded->named_parameters();
   const auto replica_params = replica->named_parameters();
   ASSERT_EQ(sharded_params.size(), replica_params.size());

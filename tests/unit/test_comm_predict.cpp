@@ -278,9 +278,10 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   ASSERT_EQ(p.size(), 2U) << fmt::format("{}", fmt::join(notes, "; "));
   EXPECT_EQ(p[0].allgather_s, 0.0);
   EXPECT_NEAR(p[0].total_s, 10.0, 1e-12);  // 1 rank: the run itself
-  const double gathers = 1.001e-3 + std::exp(std::log(1.001e-3) + std::log(2.0) / std::log(1000.0) *
-                                                                       (std::log(2e-3) - std::log(1.001e-3))) +
-                         1.001e-3;
+  const double gathers =
+      1.001e-3 +
+      std::exp(std::log(1.001e-3) + std::log(2.0) / std::log(1000.0) * (std::log(2e-3) - std::log(1.001e-3))) +
+      1.001e-3;
   EXPECT_NEAR(p[1].allgather_s, 2 * gathers, 1e-12);  // two micro-batches a step
   EXPECT_NEAR(p[1].reducescatter_s, 2 * 1.0005e-3, 1e-12);
   EXPECT_EQ(p[1].allreduce_s, 0.0);
