@@ -160,6 +160,17 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   auto bytes_per_param = [](const LlmRow& w) {
     return w.run->real("weight_bytes_per_parameter").value_or(results::kNaN);
   };
+  // What one rank holds of the model (parameters, gradients, optimizer states; the sharding decides
+  // it); NaN for runs written before it was recorded.
+  auto state_mib = [](const LlmRow& w) {
+    double bytes = 0;
+    for (const char* name : {"parameter_bytes_per_rank", "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank"}) {
+      const auto v = w.run->integer(name);
+      if (!v) return results::kNaN;
+      bytes += static_cast<double>(*v);
+    }
+    return bytes / (1024.0 * 1024.0);
+  };
   const std::vector<Column<LlmRow>> columns = {
       {"", "", 0, "file", [](const LlmRow& w) { return w.run->file; }},
       {"run", "", -28, "run_id", [](const LlmRow& w) { return w.run->run_id; }},
@@ -187,14 +198,21 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
        [&](const LlmRow& w) { return number(loss(*w.run), 4); }},
       {"", "", 0, "resumes", [](const LlmRow& w) { return std::to_string(resumes(*w.run)); }},
       {"recipe", "", -8, "recipe", [](const LlmRow& w) { return recipe_of(*w.run); }},
+      {"shard", "", -5, "sharding", [](const LlmRow& w) { return w.run->display("sharding"); }},
       {"peak mem", "(MiB)", 8, "peak_memory_mib", [](const LlmRow& w) { return number(peak_memory_mib(*w.run), 0); }},
+      {"state", "(MiB/rk)", 9, "model_state_mib_per_rank", [&](const LlmRow& w) { return number(state_mib(w), 0); },
+       [&](const LlmRow& w) { return number(state_mib(w), 1); }},
+      {"", "", 0, "parameter_bytes_per_rank", attribute("parameter_bytes_per_rank")},
+      {"", "", 0, "gradient_bytes_per_rank", attribute("gradient_bytes_per_rank")},
+      {"", "", 0, "optimizer_state_bytes_per_rank", attribute("optimizer_state_bytes_per_rank")},
       {"B/par", "", 6, "weight_bytes_per_param", [&](const LlmRow& w) { return number(bytes_per_param(w), 2); },
        [&](const LlmRow& w) { return number(bytes_per_param(w), 3); }},
   };
   const bool csv = format == Format::kCsv;
   if (!csv) {
     out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
-           "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank\n";
+           "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank; state = parameters + gradients + optimizer "
+           "states one rank holds (fsdp: its shards and the units gathered at the peak)\n";
   }
   write_table(out, columns, rows, csv);
   if (!csv) {

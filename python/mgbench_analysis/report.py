@@ -29,7 +29,8 @@ CSV_COLUMNS = {
               "efficiency_vs_fp64_pct", "resumes"],
     "llm": ["file", "run_id", "status", "task", "ranks", "model", "dataset", "precision", "batch_size", "grad_accum",
             "s_per_it", "tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct", "loss", "resumes", "recipe",
-            "peak_memory_mib", "weight_bytes_per_param"],
+            "sharding", "peak_memory_mib", "model_state_mib_per_rank", "parameter_bytes_per_rank",
+            "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank", "weight_bytes_per_param"],
     "dpo": ["file", "run_id", "status", "ranks", "model", "dataset", "precision", "batch_size", "grad_accum",
             "s_per_it", "tokens_per_s", "padded_tokens_per_s", "peak_memory_mib", "loss", "reward_accuracy_pct",
             "reward_margin", "resumes"],
@@ -133,7 +134,8 @@ def runs(source) -> pd.DataFrame:
     - ``efficiency_vs_1_rank``, ``efficiency_vs_fp64``: fractions (1.0 = 100 %), NaN without a baseline
       (definitions: this module's docstring; for LLM runs the per-rank tokens/s ratio);
     - ``loss``: LLM runs, the evaluation loss where there is one, else the final training loss;
-    - ``peak_memory_mib``, ``weight_bytes_per_param``, ``reward_accuracy``, ``reward_margin`` (fraction),
+    - ``peak_memory_mib``, ``weight_bytes_per_param``, ``model_state_mib_per_rank`` (parameters +
+      gradients + optimizer states one rank holds), ``reward_accuracy``, ``reward_margin`` (fraction),
       ``resumes`` (0 for a run never resumed).
 
     Raises results.ResultsError naming the file for input that is not an mgbench results file.
@@ -161,6 +163,8 @@ def runs(source) -> pd.DataFrame:
         peak = run.summary["peak_memory_bytes"]
         row["peak_memory_mib"] = peak / MIB if peak >= 0 else math.nan
         row["weight_bytes_per_param"] = float(run.attributes.get("weight_bytes_per_parameter", math.nan))
+        state = [run.attributes.get(f"{name}_bytes_per_rank") for name in ("parameter", "gradient", "optimizer_state")]
+        row["model_state_mib_per_rank"] = sum(state) / MIB if all(v is not None for v in state) else math.nan
         row["reward_accuracy"] = final_metric(run, "reward_accuracy")
         row["reward_margin"] = final_metric(run, "reward_margin")
         row["resumes"] = int(run.attributes.get("resumes", 0))
