@@ -70,6 +70,43 @@ def test_exports_of_a_sharded_run_equal_the_replicated_runs(tmp_path, recipe, ex
             assert abs(epoch["allgather_s"] - steps["allgather_s"].sum()) < 1e-9
 
 
+def test_predict_prices_fsdp_steps_with_the_comm_runs_gathers(tmp_path):
+    """`mgbench predict` of a 1-rank LoRA run with --sharding fsdp: the run records a micro-batch's
+    collectives as the 2-rank run does (world-size free), the 2-rank prediction prices them with the
+    comm run's all-gather and reduce-scatter rows (no all-reduce), and the report sets it beside the
+    measured 2-rank FSDP run."""
+    need(MODEL, SMALL_TOKENIZER)
+    h5py = pytest.importorskip("h5py")
+    one, two, comm, predicted = (tmp_path / name for name in ("one.h5", "two.h5", "comm.h5", "pred.h5"))
+    mgbench(*common("lora"), "--sharding", "fsdp", "--results", one, np=1, check=True)
+    mgbench(*common("lora"), "--sharding", "fsdp", "--results", two, np=2, check=True)
+    mgbench("comm", "--collective", "all-gather,reduce-scatter", "--min-bytes", "1K", "--max-bytes", "4M",
+            "--step-factor", "4", "--iters", "3", "--results", comm, np=2, check=True)
+    proc = mgbench("predict", one, two, "--comm", comm, "--ranks", "1,2", "--strategies", "ddp-ds", "--results",
+                   predicted, check=True)
+    assert "# fsdp: per micro-batch 7 all-gathers and 2 reduce-scatters" in proc.stdout, proc.stdout
+    lists = {}
+    for path in (one, two):
+        with h5py.File(path, "r") as f:
+            (run,) = f["runs"].values()
+            lists[path] = (run.attrs["fsdp_allgather_bytes"], run.attrs["fsdp_reducescatter_bytes"])
+    # tiny Llama, untied: embedding, 2 layers, root, head in forward; the 2 layers again in backward
+    # (the frozen embedding is not); the layers' adapters reduce-scattered.
+    gathers, scatters = ([int(b) for b in text.split(",")] for text in lists[one])
+    assert len(gathers) == 7 and len(scatters) == 2 and gathers[5:] == gathers[1:3][::-1]
+    assert lists[one] == lists[two]
+    with h5py.File(predicted, "r") as f:
+        runs = {int(r.attrs["world_size"]): dict(r.attrs) for r in f["runs"].values()}
+    assert runs[1]["prediction_allgather_s_per_step"] == 0
+    assert runs[2]["prediction_allgather_s_per_step"] > 0 and runs[2]["prediction_reducescatter_s_per_step"] > 0
+    assert runs[2]["prediction_allreduce_s_per_step"] == 0
+    assert runs[2]["prediction_comm"].startswith("all-gather: comm run"), runs[2]["prediction_comm"]
+    assert 0 <= runs[2]["prediction_fsdp_overlap"] <= 1
+    report = mgbench("report", one, two, predicted, check=True).stdout
+    line = next(l for l in report.splitlines() if "predicted-ddp-ds-2r" in l)
+    assert "(not measured)" not in line, report
+
+
 def test_full_finetuning_memory_per_rank_falls(tmp_path):
     """Full fine-tuning of a ~155M-parameter Llama (24 layers, fp32, AdamW) at 2 ranks: rank 0's peak
     resident memory with FSDP is at most 0.65 of the replicated run's (weights, gradients and AdamW's two
