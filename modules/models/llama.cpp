@@ -228,10 +228,20 @@ std::vector<ParameterUnit> LlamaForCausalLMImpl::parameter_units() {
   std::vector<ParameterUnit> units;
   const auto add = [&units](std::string name, const torch::nn::Module& module, const std::string& prefix,
                             bool reshard) {
-    ParameterUnit unit{std::move(name), {}, {}, reshard};
+    ParameterUnit unit{std::move(name), {}, {}, {}, reshard};
     for (const auto& item : module.named_parameters()) {
       unit.names.push_back(prefix + item.key());
       unit.parameters.push_back(item.value());
+    }
+    // NF4 base weights (QLoRA): not parameters, sharded packed in whole quantisation-factor blocks.
+    for (const auto& item : module.named_modules()) {
+      const auto* layer = item.value()->as<LoraLinearImpl>();
+      if (layer == nullptr || !layer->is_nf4()) continue;
+      const Nf4Weight& w = layer->nf4;
+      unit.packed.push_back({prefix + (item.key().empty() ? "" : item.key() + ".") + "weight",
+                             w.shape(),
+                             {w.quantized_data(), w.quantized_scalers(), w.quantization_factor()},
+                             w.quantization_factor().numel()});
     }
     units.push_back(std::move(unit));
   };

@@ -157,6 +157,10 @@ std::int64_t Nf4Weight::nbytes() const {
                                    quantization_factor_.nbytes() + scaler_mean_.nbytes());
 }
 
+std::int64_t Nf4Weight::sharded_nbytes(std::int64_t numel, std::int64_t dtype_bytes) {
+  return numel / 2 + numel / kBlockSize + numel / kNumelMultiple * dtype_bytes;
+}
+
 torch::Tensor linear_nf4(const torch::Tensor& x, const Nf4Weight& weight) {
   MGBENCH_REQUIRE(weight.defined() && weight.shape().size() == 2 && x.dim() >= 1 && x.size(-1) == weight.shape()[1],
                   std::invalid_argument, "linear_nf4: input [{}] does not fit an NF4 weight of shape [{}]",

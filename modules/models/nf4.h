@@ -53,6 +53,9 @@ class Nf4Weight {
   std::int64_t numel() const;
   /// Bytes held: packed indices, int8 scalers, factors and the mean.
   std::int64_t nbytes() const;
+  /// Bytes of the parts FSDP shards (packed indices, scalers, factors: not the mean, which every
+  /// rank keeps) of a weight of numel elements whose dtype has dtype_bytes.
+  static std::int64_t sharded_nbytes(std::int64_t numel, std::int64_t dtype_bytes);
 
   // torchao's inner tensors, under its names.
   const torch::Tensor& quantized_data() const { return quantized_data_; }            // uint8 [numel / 2]

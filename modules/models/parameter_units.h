@@ -5,6 +5,7 @@
 // (`custom_sharded_layers: ['tok_embeddings', 'output']`), the rest (the final norm) the root -- and
 // the hooks the model calls around each unit's forward, where FSDP2 registers its pre- and
 // post-forward hooks (`FSDPState._pre_forward` / `_post_forward`).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,22 @@
 
 namespace mgbench::models {
 
+/// A frozen weight held packed rather than as a parameter (an NF4 base weight: torchao's
+/// NF4Tensor), sharded as torchao shards it: each part (packed codes, scalers, factors) split evenly
+/// over the ranks in whole quantisation blocks, gathered as bytes.
+struct PackedWeight {
+  std::string name;                  // its full name ("model.layers.0.self_attn.q_proj.weight")
+  std::vector<std::int64_t> shape;   // the weight's, for messages
+  std::vector<torch::Tensor> parts;  // the module's own tensors, each splitting into `blocks` equal pieces
+  std::int64_t blocks = 1;           // the world size must divide this
+};
+
 /// One unit: the parameters gathered and resharded together, in registration order.
 struct ParameterUnit {
   std::string name;                       // "model.layers.3", "model.embed_tokens", "root"
   std::vector<std::string> names;         // each parameter's full name (HF's for Llama)
   std::vector<torch::Tensor> parameters;  // the module's own tensors, dense, of one dtype
+  std::vector<PackedWeight> packed;       // frozen packed weights (QLoRA's NF4 base), gathered beside them
   /// false: the unit stays gathered from its first forward to the end of backward -- the root and
   /// the last unit of forward, which FSDP2 does not reshard after forward (its backward runs first),
   /// and a unit the forward uses twice (a tied embedding / output head).

@@ -236,8 +236,12 @@ MPI_Datatype mpi_datatype(torch::ScalarType type) {
       return MPI_INT32_T;
     case torch::kInt64:
       return MPI_INT64_T;
+    case torch::kUInt8:  // packed bytes (FSDP's NF4 weights)
+      return MPI_UINT8_T;
+    case torch::kInt8:
+      return MPI_INT8_T;
     default:
-      throw CommError(fmt::format("MPI backend: dtype {} cannot be reduced by MPI (use float32/float64/int32/int64)",
+      throw CommError(fmt::format("MPI backend: dtype {} has no MPI type (float32/float64/int32/int64/uint8/int8)",
                                   c10::toString(type)));
   }
 }

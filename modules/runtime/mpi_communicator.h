@@ -55,7 +55,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Worker> worker_;
 };
 
-/// The MPI datatype of a torch dtype; throws CommError for types MPI cannot reduce.
+/// The MPI datatype of a torch dtype (fp16 / bf16 are staged as fp32 before); throws CommError
+/// for another (bool, complex, fp8).
 MPI_Datatype mpi_datatype(torch::ScalarType type);
 
 }  // namespace mgbench::runtime

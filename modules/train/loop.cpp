@@ -217,9 +217,9 @@ results::RankLayout TrainingLoop::layout() const {
 
 namespace {
 
-/// What a rank holds of the model, in bytes: parameters (the whole model; under FSDP its shards and
-/// the units gathered at the peak), gradients (of what the optimizer trains) and the optimizer's
-/// states. Activations, buffers and NF4 weights (the recipe's weight_bytes) are not counted.
+/// What a rank holds of the model, in bytes: parameters (the whole model, NF4 weights' packed parts
+/// included; under FSDP its shards and the units gathered at the peak), gradients (of what the
+/// optimizer trains) and the optimizer's states. Activations and buffers are not counted.
 h5::Attributes memory_attributes(const LoopParts& s) {
   std::int64_t parameters = 0;
   std::int64_t gradients = 0;
@@ -230,6 +230,10 @@ h5::Attributes memory_attributes(const LoopParts& s) {
   } else {
     for (const auto& p : s.recipe.model().parameters()) parameters += static_cast<std::int64_t>(p.nbytes());
     for (const auto& p : s.trainable) gradients += static_cast<std::int64_t>(p.nbytes());
+    // Packed weights (NF4) too, as FSDP counts them.
+    if (models::ShardableModel* model = s.recipe.shardable_model()) {
+      for (const UnitShape& u : unit_shapes(model->parameter_units())) parameters += u.packed_bytes;
+    }
   }
   return {{"parameter_bytes_per_rank", parameters},
           {"gradient_bytes_per_rank", gradients},

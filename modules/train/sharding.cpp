@@ -7,6 +7,9 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
 
 #include "profile/nvtx.h"
 
@@ -107,6 +110,14 @@ struct Param {
   std::size_t full_nbytes = 0;
 };
 
+/// A part of a frozen packed weight (models::PackedWeight): sharded evenly, as bytes.
+struct PackedPart {
+  torch::Tensor full;       // the module's tensor; storage freed while sharded
+  torch::Tensor shard;      // uint8 [full_nbytes / world]: this rank's bytes
+  std::int64_t offset = 0;  // in the unit's packed shard
+  std::size_t full_nbytes = 0;
+};
+
 enum class UnitState { kSharded, kGathering, kGathered };
 
 struct Unit {
@@ -119,6 +130,10 @@ struct Unit {
   UnitState state = UnitState::kSharded;
   std::unique_ptr<runtime::Work> gather;
   torch::Tensor gather_input, gather_output;
+  std::vector<PackedPart> packed;  // frozen packed weights' parts, gathered as bytes beside the parameters
+  std::int64_t packed_bytes = 0;   // this rank's packed shard bytes
+  std::unique_ptr<runtime::Work> packed_gather;
+  torch::Tensor packed_input, packed_output;
   // Per micro-batch (reset by finish_backward):
   bool entered_with_grad = false;      // its post-backward is attached (or left to finish_backward)
   bool pre_backward_attached = false;  // it is regathered in backward
@@ -208,6 +223,16 @@ void FullyShardedUnits::State::issue_gather(Unit& u) {
   torch::cat_out(u.gather_input, flats);
   u.gather_output = cache.empty(world() * u.flat_numel, u.options);
   u.gather = comm.all_gather(u.gather_input, u.gather_output);
+  if (u.packed_bytes > 0) {
+    const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).device(u.packed.front().shard.device());
+    std::vector<torch::Tensor> shards;
+    shards.reserve(u.packed.size());
+    for (const PackedPart& p : u.packed) shards.push_back(p.shard);
+    u.packed_input = cache.empty(u.packed_bytes, bytes);
+    torch::cat_out(u.packed_input, shards);
+    u.packed_output = cache.empty(world() * u.packed_bytes, bytes);
+    u.packed_gather = comm.all_gather(u.packed_input, u.packed_output);
+  }
   u.state = UnitState::kGathering;
 }
 
@@ -244,6 +269,24 @@ void FullyShardedUnits::State::wait_gather(Unit& u) {
   gathered_bytes += static_cast<std::int64_t>(u.gather_output.nbytes());
   cache.release(u.gather_input);
   cache.release(u.gather_output);
+  if (u.packed_gather) {
+    u.packed_gather->wait();
+    // Rank-major as the parameters': each part's bytes from every rank's piece, in rank order.
+    const torch::Tensor by_rank = u.packed_output.view({n, u.packed_bytes});
+    for (PackedPart& p : u.packed) {
+      cache.resize_storage(p.full, p.full_nbytes);
+      const auto shard_bytes = static_cast<std::int64_t>(p.full_nbytes) / n;
+      p.full.variable_data()
+          .view({-1})
+          .view(torch::kUInt8)
+          .view({n, shard_bytes})
+          .copy_(by_rank.narrow(1, p.offset, shard_bytes));
+    }
+    done_gathers.push_back(std::move(u.packed_gather));
+    gathered_bytes += static_cast<std::int64_t>(u.packed_output.nbytes());
+    cache.release(u.packed_input);
+    cache.release(u.packed_output);
+  }
   u.state = UnitState::kGathered;
 }
 
@@ -251,6 +294,7 @@ void FullyShardedUnits::State::reshard(Unit& u) {
   if (u.state == UnitState::kGathering) wait_gather(u);  // a prefetch nobody used: the collective still ends
   if (u.state != UnitState::kGathered) return;
   for (Param& p : u.params) cache.resize_storage(p.full, 0);
+  for (PackedPart& p : u.packed) cache.resize_storage(p.full, 0);
   u.state = UnitState::kSharded;
 }
 
@@ -378,6 +422,28 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
       state_->cache.resize_storage(full, 0);
       u.params.push_back(std::move(p));
     }
+    for (models::PackedWeight& w : spec.packed) {
+      MGBENCH_REQUIRE(
+          w.blocks % world == 0, ConfigError,
+          "--sharding fsdp over {} ranks: {} [{}] is packed in {} quantisation blocks (NF4), which {} ranks "
+          "cannot split evenly (as torchao's NF4Tensor, each rank holds whole blocks, as many as every "
+          "other): use a rank count that divides {}, or --sharding none",
+          world, w.name, fmt::join(w.shape, ", "), w.blocks, world, w.blocks);
+      for (torch::Tensor& full : w.parts) {
+        if (full.storage_offset() != 0 || !full.is_contiguous() || full.storage().nbytes() != full.nbytes()) {
+          full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
+        }
+        PackedPart p;
+        p.full = full;
+        p.full_nbytes = full.nbytes();
+        const auto shard_bytes = static_cast<std::int64_t>(p.full_nbytes) / world;
+        p.shard = full.detach().view({-1}).view(torch::kUInt8).narrow(0, rank * shard_bytes, shard_bytes).clone();
+        p.offset = u.packed_bytes;
+        u.packed_bytes += shard_bytes;
+        state_->cache.resize_storage(full, 0);
+        u.packed.push_back(std::move(p));
+      }
+    }
     state_->units.push_back(std::move(u));
   }
   // From here on gathered memory is reused (set up after the sharding: the whole parameters' memory
@@ -485,6 +551,8 @@ ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std
       if (u.trainable[k]) m.trainable_shard_bytes += shard_bytes;
       unit_bytes += l.rows * l.row_numel * element_bytes;
     }
+    m.shard_bytes += u.packed_bytes / world;
+    unit_bytes += u.packed_bytes;
     if (u.reshard_after_forward && reshard_after_forward) {
       resharded.push_back(unit_bytes);
     } else {
@@ -505,6 +573,9 @@ std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& uni
       shape.sizes.push_back(p.sizes().vec());
       shape.trainable.push_back(p.requires_grad());
     }
+    for (const models::PackedWeight& w : u.packed) {
+      for (const torch::Tensor& part : w.parts) shape.packed_bytes += static_cast<std::int64_t>(part.nbytes());
+    }
     shapes.push_back(std::move(shape));
   }
   return shapes;
@@ -524,7 +595,11 @@ MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& unit
     gathered.push_back(all);
     trained.push_back(train);
   }
-  c.all_gather_bytes = gathered;  // forward, in unit order
+  const auto gather = [&](std::size_t k) {
+    c.all_gather_bytes.push_back(gathered[k]);
+    if (units[k].packed_bytes > 0) c.all_gather_bytes.push_back(units[k].packed_bytes);  // split evenly: no padding
+  };
+  for (std::size_t k = 0; k < units.size(); ++k) gather(k);  // forward, in unit order
   // Backward, in reverse unit order: a gradient flows through unit k's output when a unit up to k trains.
   std::vector<bool> gradient_flows(units.size(), false);
   bool flows = false;
@@ -533,9 +608,7 @@ MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& unit
     gradient_flows[k] = flows;
   }
   for (std::size_t k = units.size(); k-- > 0;) {
-    if (reshard_after_forward && units[k].reshard_after_forward && gradient_flows[k]) {
-      c.all_gather_bytes.push_back(gathered[k]);
-    }
+    if (reshard_after_forward && units[k].reshard_after_forward && gradient_flows[k]) gather(k);
     if (trained[k] > 0) c.reduce_scatter_bytes.push_back(trained[k]);
   }
   return c;
@@ -544,7 +617,7 @@ MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& unit
 ShardedMemory FullyShardedUnits::memory() const {
   std::vector<UnitShape> shapes;
   for (const Unit& u : state_->units) {
-    UnitShape shape{{}, {}, u.reshard_after_forward};
+    UnitShape shape{{}, {}, u.reshard_after_forward, u.packed_bytes * state_->world()};
     for (const Param& p : u.params) {
       shape.sizes.push_back(p.layout.sizes);
       shape.trainable.push_back(p.shard.requires_grad());

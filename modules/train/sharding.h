@@ -20,6 +20,13 @@
 // The module's parameters keep their identity (modules, autograd and checkpoints refer to them):
 // only their storage is freed and re-allocated, as FSDP2's `storage().resize_(0)`; the saved
 // tensors of autograd are views of that storage and see the regathered values in backward.
+//
+// Frozen packed weights (QLoRA's NF4 base, models::PackedWeight) are sharded as torchao's
+// NF4Tensor shards them under FSDP2 (nf4tensor.py: nf4_split, fsdp_pre_all_gather): each part --
+// packed codes, block scalers, quantisation factors -- split evenly in whole quantisation blocks
+// (a world size that does not divide the blocks is refused), gathered packed (~4.13 bits a weight)
+// and dequantised by the layer as before. Unlike FSDP2, which gathers a unit of mixed dtypes as one
+// uint8 buffer, the packed bytes go in a second all-gather issued and waited with the first.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -69,11 +76,12 @@ struct UnitShape {
   std::vector<std::vector<std::int64_t>> sizes;
   std::vector<bool> trainable;
   bool reshard_after_forward = true;
+  std::int64_t packed_bytes = 0;  // frozen packed weights' sharded parts (NF4), whole, split evenly
 };
 
 /// What a rank holds of units of element_bytes-sized elements sharded over world ranks
-/// (ShardLayout's padded shards; reshard_after_forward: the option). The arithmetic of
-/// FullyShardedUnits::memory() and of `mgbench llm --dry-run`'s plan.
+/// (ShardLayout's padded shards, the packed bytes split evenly; reshard_after_forward: the option).
+/// The arithmetic of FullyShardedUnits::memory() and of `mgbench llm --dry-run`'s plan.
 ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
                              bool reshard_after_forward);
 
@@ -85,7 +93,8 @@ std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& uni
 /// reduce-scatter's input) at `world` ranks, padding included (world 1: the units' own bytes):
 /// every unit gathered once before its forward; in backward, gathered again when it was freed after
 /// forward (reshard_after_forward, the unit's and the option) and a gradient flows through its
-/// output (it or a unit before it trains); each unit that trains reduce-scatters its gradients'
+/// output (it or a unit before it trains), a unit with packed weights gathering their bytes in a
+/// second all-gather right after its first; each unit that trains reduce-scatters its gradients'
 /// shards once. What `mgbench predict` prices for an FSDP step (the run attributes
 /// fsdp_allgather_bytes / fsdp_reducescatter_bytes).
 struct MicroBatchCollectives {
@@ -107,8 +116,9 @@ class FullyShardedUnits final : public models::UnitHooks {
  public:
   /// Shards model's units over comm's ranks (collective-free: each rank keeps its rows of its own
   /// copy, which must equal every other rank's) and installs itself as the model's hooks. Every
-  /// parameter is freed to its shard. Throws std::logic_error for a unit of mixed dtypes or
-  /// devices, or a parameter that is not in exactly one unit's list.
+  /// parameter is freed to its shard. Throws ConfigError for a packed weight whose blocks the world
+  /// size does not divide (naming it, its blocks and the world size), std::logic_error for a unit
+  /// of mixed dtypes or devices, or a parameter that is not in exactly one unit's list.
   FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm, bool reshard_after_forward);
   /// Uninstalls the hooks (the parameters stay as they are: sharded, or gathered by gather_all).
   ~FullyShardedUnits() override;

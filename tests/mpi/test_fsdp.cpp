@@ -6,11 +6,13 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "core/error.h"
 #include "models/llama.h"
 #include "mpi_support.h"
 #include "runtime/mpi_communicator.h"
@@ -125,6 +127,24 @@ INSTANTIATE_TEST_SUITE_P(Units, FsdpLlama, ::testing::Combine(::testing::Bool(),
 
 std::string tiny_llama() { return test::oracle_dir() + "/llama_tiny_2256"; }
 
+/// A config.json-only Llama (--init random) whose NF4 projections hold 4 or 8 quantisation-factor
+/// blocks (hidden 256, MLP 512: [256, 256] and [512, 256] weights of 16,384-element blocks), so
+/// that 2 and 4 ranks shard them in whole blocks and 3 cannot. Written into dir by rank 0.
+std::string nf4_shardable_llama(const SharedDir& dir) {
+  const std::string path = dir.file("nf4_llama");
+  if (world_rank() == 0) {
+    std::filesystem::create_directories(path);
+    std::ofstream(path + "/config.json")
+        << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+              "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 2256, "rms_norm_eps": 1e-5,
+              "rope_theta": 500000.0, "max_position_embeddings": 1024, "tie_word_embeddings": false,
+              "torch_dtype": "float32"})";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
 // --eval-only over rows that do not split evenly: the ranks run as many batches as the largest
 // shard (the gathers are collective) and the loss is the replicated run's.
 TEST(FsdpRun, EvaluationOfAnUnevenSplitIsTheReplicatedOne) {
@@ -210,6 +230,25 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
   const std::vector<train::MemoryPlanRow> lora_plan = lora->recipe->memory_plan(lora->train, {world_size()});
   EXPECT_EQ(lora_plan.at(0).parameter_bytes, attribute(lora_loop, "parameter_bytes_per_rank"));
   EXPECT_EQ(lora_plan.at(0).gradient_bytes, attribute(lora_loop, "gradient_bytes_per_rank"));
+  // And QLoRA's NF4 base, packed (codes, scalers, factors: 0.5 + 1/64 + 4/16384 bytes a weight in
+  // fp32), each rank holding 1/N of it and the units gathered at the peak whole.
+  if (4 % world_size() != 0) return;
+  for (const char* sharding : {"fsdp", "none"}) {
+    auto qlora = test::llm_config("qlora", nf4_shardable_llama(dir), 2, dir.file("q.h5"),
+                                  {{"init", "random"}, {"sharding", sharding}});
+    qlora->validate();
+    const train::TrainingLoop loop(qlora->train, *qlora->recipe, comm, {}, 1);
+    const std::vector<train::MemoryPlanRow> plan = qlora->recipe->memory_plan(qlora->train, {world_size()});
+    EXPECT_EQ(plan.at(0).parameter_bytes, attribute(loop, "parameter_bytes_per_rank")) << sharding;
+    EXPECT_EQ(plan.at(0).gradient_bytes, attribute(loop, "gradient_bytes_per_rank")) << sharding;
+    if (std::string(sharding) == "none") {
+      const std::int64_t weights = 2 * (4 * 256 * 256 + 3 * 512 * 256);  // NF4 elements
+      const std::int64_t nf4 = weights / 2 + weights / 64 + weights / 16384 * 4;
+      const std::int64_t dense = 4 * (2 * 2256 * 256 + 2 * 2 * 256 + 256);
+      const std::int64_t adapters = attribute(loop, "gradient_bytes_per_rank");
+      EXPECT_EQ(attribute(loop, "parameter_bytes_per_rank"), nf4 + dense + adapters);
+    }
+  }
 }
 
 struct RecipeCase {
@@ -226,17 +265,26 @@ class FsdpRun : public ::testing::TestWithParam<RecipeCase> {};
 // the parameters by far more than the tolerance (a run that trains nothing would not pass).
 TEST_P(FsdpRun, TrainsWhatTheReplicatedRunTrains) {
   const RecipeCase& rc = GetParam();
-  const std::string model =
-      test::oracle_dir() + (std::string(rc.recipe) == "qlora" ? "/llama_tiny_nf4" : "/llama_tiny_2256");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found";
+  const bool qlora = std::string(rc.recipe) == "qlora";
   SharedDir dir;
+  const std::string model = qlora ? nf4_shardable_llama(dir) : tiny_llama();
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found";
   const auto trained = [&](const std::string& sharding, const Settings& extra) {
     Settings settings = rc.settings;
+    if (qlora) settings.emplace_back("init", "random");
     settings.emplace_back("sharding", sharding);
     settings.insert(settings.end(), extra.begin(), extra.end());
     auto config = test::llm_config(rc.recipe, model, 2, dir.file("run.h5"), settings);
     return test::train_run(MPI_COMM_WORLD, *config, dir.file(sharding + ".h5"));
   };
+  if (qlora && 4 % world_size() != 0) {
+    // NF4 is sharded in whole quantisation blocks, evenly (torchao's NF4Tensor): 4 blocks, 3 ranks.
+    test::expect_error<mgbench::ConfigError>(
+        [&] { trained("fsdp", {}); },
+        {"--sharding fsdp over 3 ranks", "model.layers.0.self_attn.q_proj.weight [256, 256]", "4 quantisation blocks",
+         "--sharding none"});
+    return;
+  }
   const test::Trained none = trained("none", {});
   const test::Trained fsdp = trained("fsdp", {});
   const test::Trained untrained = trained("fsdp", {{"lr", "1e-12"}});

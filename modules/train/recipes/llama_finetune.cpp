@@ -126,7 +126,7 @@ models::LlamaConfig LlamaFinetune::read_config() const {
              : models::LlamaConfig::preset(model_name_);
 }
 
-std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c) const {
+std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, std::int64_t element_bytes) const {
   const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const std::int64_t f = c.intermediate_size;
   const bool full = finetune_ == Finetune::kFull;
@@ -137,9 +137,13 @@ std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c) 
     u.sizes.push_back(std::move(sizes));
     u.trainable.push_back(full);
   };
-  // A projection [out, in]: its dense weight (not an NF4 one: not a parameter) and LoRA's A, B.
+  // A projection [out, in]: its dense weight (NF4: packed, not a parameter) and LoRA's A, B.
   const auto projection = [&](UnitShape& u, const std::string& name, std::int64_t out, std::int64_t in) {
-    if (!nf4) dense(u, {out, in});
+    if (nf4) {
+      u.packed_bytes += models::Nf4Weight::sharded_nbytes(out * in, element_bytes);
+    } else {
+      dense(u, {out, in});
+    }
     if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
       u.sizes.push_back({lora_.rank, in});
       u.sizes.push_back({out, lora_.rank});
@@ -177,9 +181,9 @@ std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c) 
 std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train,
                                                       const std::vector<int>& world_sizes) const {
   const models::LlamaConfig c = read_config();
-  const std::vector<UnitShape> units = unit_shapes(c);
   const auto element =
       static_cast<std::int64_t>(axes::dtype_info(axes::precision_info(train.precision).param_dtype).bytes);
+  const std::vector<UnitShape> units = unit_shapes(c, element);
   const std::int64_t states = optimizer_states_per_element(train);
   std::vector<MemoryPlanRow> rows;
   for (const int world : world_sizes) {

@@ -138,8 +138,9 @@ class LlamaFinetune {
   /// config.json of the --model directory, or the preset.
   models::LlamaConfig read_config() const;
   /// The model's FSDP units as parameter shapes (models::LlamaForCausalLMImpl::parameter_units'
-  /// order and rules), with the LoRA adapters this run adds; NF4 projections are not parameters.
-  std::vector<UnitShape> unit_shapes(const models::LlamaConfig& c) const;
+  /// order and rules), with the LoRA adapters this run adds; NF4 projections as packed bytes
+  /// (element_bytes: the parameters' dtype, that of the NF4 factors).
+  std::vector<UnitShape> unit_shapes(const models::LlamaConfig& c, std::int64_t element_bytes) const;
   /// A warning when full fine-tuning's per-rank state alone exceeds the GPU (a replica of Llama 3 8B on 80 GB).
   /// Throws DataError naming config.json, its sizes and the memory, when the weights alone exceed
   /// the device's memory (before anything is allocated).
