@@ -241,6 +241,18 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
     const std::vector<train::MemoryPlanRow> plan = qlora->recipe->memory_plan(qlora->train, {world_size()});
     EXPECT_EQ(plan.at(0).parameter_bytes, attribute(loop, "parameter_bytes_per_rank")) << sharding;
     EXPECT_EQ(plan.at(0).gradient_bytes, attribute(loop, "gradient_bytes_per_rank")) << sharding;
+    // Sharded, every NF4 part's storage is freed until its unit is gathered (the shards held apart).
+    std::int64_t packed = 0, held = 0;
+    for (const models::ParameterUnit& u : qlora->recipe->shardable_model()->parameter_units()) {
+      for (const models::PackedWeight& w : u.packed) {
+        for (const torch::Tensor& part : w.parts) {
+          packed += static_cast<std::int64_t>(part.nbytes());
+          held += static_cast<std::int64_t>(part.storage().nbytes());
+        }
+      }
+    }
+    EXPECT_GT(packed, 0);
+    EXPECT_EQ(held, std::string(sharding) == "fsdp" && world_size() > 1 ? 0 : packed) << sharding;
     if (std::string(sharding) == "none") {
       const std::int64_t weights = 2 * (4 * 256 * 256 + 3 * 512 * 256);  // NF4 elements
       const std::int64_t nf4 = weights / 2 + weights / 64 + weights / 16384 * 4;
