@@ -145,8 +145,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   /// tok_embeddings and output): 0 the token embedding, 1..L the decoder layers, L + 1 the root
   /// (the final norm), L + 2 the output head when untied. A tied head is the embedding's unit,
   /// entered again before the output projection and kept gathered through backward; the root and
-  /// the head are the last of forward and kept too. NF4 base weights are not parameters and stay
-  /// whole on every rank.
+  /// the head are the last of forward and kept too. NF4 base weights are not parameters: each
+  /// layer's are its unit's packed weights (ParameterUnit::packed).
   std::vector<ParameterUnit> parameter_units() override;
   void set_unit_hooks(UnitHooks* hooks) override { hooks_ = hooks; }
 

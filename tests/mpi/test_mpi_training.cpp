@@ -213,7 +213,10 @@ TEST_P(LlmTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
   // flips an int4 rounding now and then, and a full-QAT weight then moves by a whole AdamW step.
   // Groups of 32 in-features: the tiny model's 64 and 128 split into them.
   const bool qat = recipe.starts_with("qat");
-  const Settings more = qat ? Settings{{"qat-group-size", "32"}, {"precision", "fp64"}} : Settings{};
+  Settings more = qat ? Settings{{"qat-group-size", "32"}, {"precision", "fp64"}} : Settings{};
+  // The NF4 oracle's projections hold 4 and 8 quantisation blocks: FSDP shards them over 2 or 4
+  // ranks, not 3 (whole blocks, evenly, as torchao); there the replicated run is compared.
+  if (recipe == "qlora" && 4 % world_size() != 0) more.emplace_back("sharding", "none");
   const LlmTrained distributed = tune(MPI_COMM_WORLD, *llm_config(recipe, model, 2, dir.file("llm.h5"), more));
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   EXPECT_EQ(max_difference_across_ranks(comm, flat(distributed.adapters)), 0.0);

@@ -12,7 +12,8 @@ Produces, in OUT_DIR:
   grad_scaler.json       torch.amp.GradScaler trajectory (scale, growth tracker, parameters) on CPU
   llama_tiny*/           tiny random transformers LlamaForCausalLM checkpoints (untied, tied, sharded)
   llama_tiny_io.pt       their input ids and fp32 logits (eager attention)
-  llama_tiny_nf4/        llama_tiny_2256's vocabulary with projections NF4 can hold (QLoRA runs)
+  llama_tiny_nf4/        llama_tiny_2256's vocabulary with projections NF4 can hold, in 4 and 8 blocks
+                         of 16,384 weights (QLoRA runs; FSDP shards them over 1, 2 or 4 ranks)
   llama_tiny_2256_lora/  a peft LoRA adapter (non-zero B) of llama_tiny_2256
   dpo_log_probs.pt       sequences with masked prompts and their summed target log-probs under
                          llama_tiny_2256 with that adapter (policy) and with peft's disable_adapter()
@@ -188,7 +189,7 @@ if transformers is not None:
 
     tiny_2256("llama_tiny_2256", 9, hidden_size=64, intermediate_size=128, num_key_value_heads=2, head_dim=16)
     # The same vocabulary with projections NF4 can hold (numel a multiple of 16384), for QLoRA runs.
-    tiny_2256("llama_tiny_nf4", 10, hidden_size=128, intermediate_size=256, num_key_value_heads=4, head_dim=32)
+    tiny_2256("llama_tiny_nf4", 10, hidden_size=256, intermediate_size=512, num_key_value_heads=4, head_dim=64)
 
     # peft LoRA on llama_tiny: adapter file (PEFT names) and the gradients of one batch.
     try:

@@ -24,7 +24,7 @@ from conftest import mgbench
 SHARED = os.environ.get("MGBENCH_SHARED_DATA", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
 TOKENIZER = os.path.join(SHARED, "llama3", "tiktoken_small.model")
 ORACLES = os.environ.get("MGBENCH_ORACLE_DIR", "")
-NF4_MODEL = os.path.join(ORACLES, "llama_tiny_nf4")  # hidden 128, intermediate 256: NF4 holds every projection
+NF4_MODEL = os.path.join(ORACLES, "llama_tiny_nf4")  # hidden 256, intermediate 512: NF4 holds every projection
 MODEL = os.path.join(ORACLES, "llama_tiny_2256")  # hidden 64: 64 x 64 projections NF4 cannot hold
 ALPACA = os.path.join(SHARED, "text", "alpaca", "alpaca_cleaned_first5k.json")
 TORCHTUNE_SITE = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "torchtune-site")
@@ -117,7 +117,7 @@ def test_qlora_trains_on_two_ranks_and_exports_adapters_peft_loads(tmp_path):
         # fp32 weights: 32 bits a parameter; NF4 projections 4 + 8/64 + 32/(64*256) bits (torchao's
         # layout), the embeddings, norms and head stay fp32.
         params = qlora.attrs["model_parameters"]
-        proj = 2 * (4 * 128 * 128 + 3 * 128 * 256)
+        proj = 2 * (4 * 256 * 256 + 3 * 256 * 512)
         nf4_bytes = proj * (0.5 + 1 / 64 + 4 / (64 * 256)) + 4 * (params - proj)
         assert lora.attrs["weight_bytes_per_parameter"] == pytest.approx(4.0)
         assert qlora.attrs["weight_bytes_per_parameter"] == pytest.approx(nf4_bytes / params, rel=1e-3)
