@@ -10,6 +10,8 @@
 
 #include <torch/torch.h>
 
+#include "models/parameter_units.h"
+
 namespace mgbench::models {
 
 struct ImageModelOptions {
@@ -25,6 +27,8 @@ struct ImageClassifier {
   std::shared_ptr<torch::nn::Module> module;
   /// Runs `net` -- module or one of its clones -- on x.
   std::function<torch::Tensor(torch::nn::Module& net, const torch::Tensor& x)> forward;
+  /// module's FSDP units (--sharding fsdp), or nullptr for a model without them. Not owned.
+  ShardableModel* shardable = nullptr;
 };
 
 /// Builds a model with torch's current RNG (the caller seeds it); throws std::invalid_argument for

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "models/image_models.h"
 
 namespace mgbench::models {
@@ -111,7 +113,8 @@ void MobileNetV2Impl::init_weights() {
   }
 }
 
-torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& x) {
+torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& input_images) {
+  const torch::Tensor x = enter(0, input_images);  // the root: stem, last convolution, classifier
   torch::Tensor h;
   auto& stem = *(*features_)[0]->as<ConvBNReLU6Impl>();
   if (x.size(1) == 1) {
@@ -132,9 +135,34 @@ torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& x) {
   } else {
     h = stem.forward(x);
   }
-  for (auto block = features_->begin() + 1; block != features_->end(); ++block) h = block->forward(h);
+  const int blocks = static_cast<int>(features_->size()) - 2;
+  for (int unit = 1; unit <= blocks; ++unit)
+    h = leave(unit, (*features_)[static_cast<std::size_t>(unit)]->as<InvertedResidualImpl>()->forward(enter(unit, h)));
+  h = (*features_)[features_->size() - 1]->as<ConvBNReLU6Impl>()->forward(enter(0, h));
   h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1);
-  return classifier_->forward(h);
+  return leave(0, classifier_->forward(h));
+}
+
+std::vector<ParameterUnit> MobileNetV2Impl::parameter_units() {
+  std::vector<ParameterUnit> units;
+  const auto add = [](ParameterUnit& unit, const torch::nn::Module& module, const std::string& prefix) {
+    for (const auto& item : module.named_parameters()) {
+      unit.names.push_back(prefix + item.key());
+      unit.parameters.push_back(item.value());
+    }
+  };
+  const std::size_t last = features_->size() - 1;
+  ParameterUnit root{"root", {}, {}, {}, /*reshard_after_forward=*/false};
+  add(root, *(*features_)[0], "features.0.");
+  add(root, *(*features_)[last], fmt::format("features.{}.", last));
+  add(root, *classifier_, "classifier.");
+  units.push_back(std::move(root));
+  for (std::size_t i = 1; i < last; ++i) {
+    ParameterUnit block{fmt::format("features.{}", i), {}, {}, {}, true};
+    add(block, *(*features_)[i], fmt::format("features.{}.", i));
+    units.push_back(std::move(block));
+  }
+  return units;
 }
 
 void MobileNetV2Impl::set_batchnorm_frozen(bool frozen) {
@@ -155,7 +183,8 @@ ImageClassifier make_mobilenet_v2(const ImageModelOptions& o) {
   MobileNetV2 net(MobileNetV2Options{o.num_classes, o.width_mult, o.dropout});
   net->set_batchnorm_frozen(o.freeze_batchnorm);
   return {net.ptr(),
-          [](torch::nn::Module& m, const torch::Tensor& x) { return static_cast<MobileNetV2Impl&>(m).forward(x); }};
+          [](torch::nn::Module& m, const torch::Tensor& x) { return static_cast<MobileNetV2Impl&>(m).forward(x); },
+          net.get()};
 }
 
 }  // namespace mgbench::models

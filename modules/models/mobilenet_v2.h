@@ -12,6 +12,8 @@
 
 #include <torch/torch.h>
 
+#include "models/parameter_units.h"
+
 namespace mgbench::models {
 
 struct MobileNetV2Options {
@@ -59,7 +61,7 @@ class InvertedResidualImpl : public torch::nn::Cloneable<InvertedResidualImpl> {
 };
 TORCH_MODULE(InvertedResidual);
 
-class MobileNetV2Impl : public torch::nn::Cloneable<MobileNetV2Impl> {
+class MobileNetV2Impl : public torch::nn::Cloneable<MobileNetV2Impl>, public ShardableModel {
  public:
   /// Throws std::invalid_argument for width_mult <= 0, num_classes < 1 or dropout outside [0, 1).
   explicit MobileNetV2Impl(const MobileNetV2Options& options = {});
@@ -79,10 +81,20 @@ class MobileNetV2Impl : public torch::nn::Cloneable<MobileNetV2Impl> {
 
   const MobileNetV2Options& options() const { return options_; }
 
+  /// FSDP units (train/sharding.h), as FSDP2 wraps a CNN block by block: 0 the root -- the stem
+  /// (features.0), the last 1x1 convolution (features.18) and the classifier, gathered before the
+  /// stem and kept through backward (FSDP2 does not reshard the root after forward) -- then 1..17
+  /// the inverted-residual blocks features.1..17. BatchNorm's buffers are not sharded.
+  std::vector<ParameterUnit> parameter_units() override;
+  void set_unit_hooks(UnitHooks* hooks) override { hooks_ = hooks; }
+
  private:
   void init_weights();
 
   MobileNetV2Options options_;
+  UnitHooks* hooks_ = nullptr;  // not owned; copied by clone(), which --strategy dp (never sharded) uses
+  torch::Tensor enter(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->before_forward(unit, x) : x; }
+  torch::Tensor leave(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->after_forward(unit, x) : x; }
   // Layers are always reached through these registered children (never cached pointers into
   // them): cloning replaces the children's contents.
   torch::nn::Sequential features_{nullptr};    // 0: stem (conv_bn_relu6), 1..N-2: blocks, N-1: head

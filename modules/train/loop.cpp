@@ -156,9 +156,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   for (const auto& p : s.trainable) s.trainable_numel += p.numel();
   if (t.sharding == Sharding::kFsdp) {
     models::ShardableModel* model = recipe.shardable_model();
-    MGBENCH_REQUIRE(
-        model != nullptr, ConfigError,
-        "--sharding fsdp: this recipe's model has no FSDP units (the LLM recipes have); use --sharding none");
+    MGBENCH_REQUIRE(model != nullptr, ConfigError,
+                    "--sharding fsdp: this recipe's model has no FSDP units; use --sharding none");
     // What a micro-batch gathers and reduce-scatters, recorded at any world size (one rank too: the
     // base `mgbench predict` prices FSDP from).
     const std::vector<models::ParameterUnit> units = model->parameter_units();

@@ -252,7 +252,19 @@ void FullyShardedUnits::State::wait_gather(Unit& u) {
     for (Param& p : u.params) {
       cache.resize_storage(p.full, p.full_nbytes);
       const ShardLayout& l = p.layout;
-      torch::Tensor flat = p.full.variable_data().view({-1});
+      const torch::Tensor full = p.full.variable_data();
+      if (!full.is_contiguous()) {
+        // Another memory format (channels_last): rank r's rows into their strided rows.
+        std::vector<std::int64_t> rows_shape = l.shard_sizes();
+        for (int r = 0; r < n; ++r) {
+          rows_shape[0] = l.valid_rows(r);
+          if (rows_shape[0] == 0) continue;
+          full.narrow(0, l.first_row(r), rows_shape[0])
+              .copy_(by_rank[r].narrow(0, p.offset, rows_shape[0] * l.row_numel).view(rows_shape));
+        }
+        continue;
+      }
+      torch::Tensor flat = full.view({-1});
       if (l.chunk_rows * n == l.rows) {
         flat.view({n, l.shard_numel()}).copy_(by_rank.narrow(1, p.offset, l.shard_numel()));
         continue;
@@ -398,8 +410,11 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
       if (state_->shard_by_param.count(full.unsafeGetTensorImpl()) != 0) {
         throw std::logic_error(fmt::format("FSDP: parameter {} is in two units", spec.names[k]));
       }
-      // A parameter must own its whole storage to be freed and regathered in place.
-      if (full.storage_offset() != 0 || !full.is_contiguous() || full.storage().nbytes() != full.nbytes()) {
+      // A parameter must own its whole storage to be freed and regathered in place. Its memory
+      // format stays (a channels_last convolution weight keeps its strides): shards hold rows in
+      // their logical order, copied through strided views.
+      if (full.storage_offset() != 0 || !full.is_non_overlapping_and_dense() ||
+          full.storage().nbytes() != full.nbytes()) {
         full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
       }
       Param p;

@@ -65,12 +65,9 @@ class ClassificationRecipe final : public Recipe {
     t.add("channels-last", o.channels_last, "NHWC memory layout of activations and conv weights");
   }
 
-  void validate(const TrainOptions& train) const override {
-    // Issue 28: MobileNetV2's units (its inverted-residual blocks) are not defined yet.
-    MGBENCH_REQUIRE(train.sharding == Sharding::kNone, ConfigError,
-                    "--sharding fsdp: the classification recipe's image models have no FSDP units yet (the LLM "
-                    "recipes have); use --sharding none (DDP, the paper's)");
-  }
+  // Every option combination is valid: --sharding fsdp shards the model's units (MobileNetV2's
+  // inverted-residual blocks and its root).
+  void validate(const TrainOptions&) const override {}
 
   void setup(const RecipeContext& ctx) override {
     const auto& o = options_;
@@ -107,6 +104,7 @@ class ClassificationRecipe final : public Recipe {
   }
 
   torch::nn::Module& model() override { return *model_.module; }
+  models::ShardableModel* shardable_model() override { return model_.shardable; }
   std::vector<torch::Tensor> trainable_parameters() override { return model_.module->parameters(); }
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
     std::vector<std::pair<std::string, torch::Tensor>> all;
