@@ -107,6 +107,29 @@ def test_predict_prices_fsdp_steps_with_the_comm_runs_gathers(tmp_path):
     assert "(not measured)" not in line, report
 
 
+def test_image_recipe_shards_mobilenet_v2(tmp_path):
+    """`mgbench image --sharding fsdp` at 2 ranks: MobileNetV2 in its 18 units (the root and 17
+    inverted-residual blocks), each step's gathers and reduce-scatters timed, the same test accuracy and
+    final loss as DDP's (fp64; the equality of the weights is tests/mpi/test_fsdp.cpp's)."""
+    mnist = os.path.join(SHARED, "mnist")
+    need(os.path.join(mnist, "train-images-idx3-ubyte.gz"))
+    h5py = pytest.importorskip("h5py")
+    image = ["image", "--data", mnist, "--limit-train", "96", "--limit-test", "60", "--epochs", "1", "--max-steps",
+             "3", "--batch-size", "8", "--width-mult", "0.25", "--image-size", "32", "--threads", "1", "--device",
+             "cpu", "--precision", "fp64", "--channels-last", "true", "--results", tmp_path / "r.h5"]
+    for sharding in ("none", "fsdp"):
+        mgbench(*image, "--sharding", sharding, "--run-name", sharding, np=2, check=True)
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        runs = {r.attrs["run_name"]: r for r in f["runs"].values()}
+        fsdp, none = runs["fsdp"], runs["none"]
+        assert fsdp.attrs["fsdp_units"] == 18 and fsdp.attrs["allreduce_buckets"] == 0
+        assert len(fsdp.attrs["fsdp_allgather_bytes"].split(",")) == 18 + 17  # the blocks gathered again
+        steps = fsdp["rank_0"]["steps"][:]
+        assert (steps["allgather_s"] > 0).all() and (steps["reducescatter_s"] > 0).all()
+        for field in ("final_loss", "test_accuracy"):
+            assert abs(fsdp["summary"][0][field] - none["summary"][0][field]) < 1e-9, field
+
+
 def test_full_finetuning_memory_per_rank_falls(tmp_path):
     """Full fine-tuning of a ~155M-parameter Llama (24 layers, fp32, AdamW) at 2 ranks: rank 0's peak
     resident memory with FSDP is at most 0.65 of the replicated run's (weights, gradients and AdamW's two
@@ -212,7 +235,7 @@ def test_dry_run_plans_the_memory_per_rank_of_llama3_8b():
     (["llm", "--data", "x.json", "--strategy", "dp"], "--sharding fsdp with --strategy 'dp'"),
     (["llm", "--data", "x.json", "--sharding", "fsdp", "--precision", "amp-fp16"], "--precision"),
     (["llm", "--data", "x.json", "--sharding", "zero3"], "--sharding 'zero3'"),
-    (["image", "--sharding", "fsdp"], "--sharding fsdp: the classification recipe"),
+    (["image", "--sharding", "fsdp", "--strategy", "dp"], "--sharding fsdp with --strategy 'dp'"),
 ])
 def test_bad_sharding_options_exit_2_naming_them(args, needle):
     proc = mgbench(*args)
