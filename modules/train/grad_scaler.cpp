@@ -5,7 +5,7 @@
 
 namespace mgbench::train {
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
+GradScaler::GradScaler(GradScalerOptions options, runtime::Communicator* comm) : options_(options), comm_(comm) {
   if (!(options_.init_scale > 0) || !(options_.growth_factor > 1) || !(options_.backoff_factor > 0) ||
       !(options_.backoff_factor < 1) || options_.growth_interval < 1) {
     throw std::invalid_argument(
@@ -44,11 +44,17 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
       groups[{p.grad().device().str(), static_cast<int>(p.grad().scalar_type())}].push_back(p.mutable_grad());
     }
   }
-  if (groups.empty()) {
+  if (groups.empty() && comm_ == nullptr) {
     unscaled_ = true;
     return;
   }
-  const torch::Device device(groups.begin()->first.first);
+  // Sharded: a rank without gradients still takes part in the agreement.
+  torch::Device device(torch::kCPU);
+  if (!groups.empty()) {
+    device = torch::Device(groups.begin()->first.first);
+  } else if (!optimizer.param_groups().empty() && !optimizer.param_groups().front().params().empty()) {
+    device = optimizer.param_groups().front().params().front().device();
+  }
   lazy_init(device);
   found_inf_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   // 1/S computed in double then rounded, as PyTorch does.
@@ -63,6 +69,7 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
       found_inf_.add_(found.to(device));
     }
   }
+  if (comm_ != nullptr) comm_->all_reduce(found_inf_, runtime::ReduceOp::kMax)->wait();
   unscaled_ = true;
 }
 

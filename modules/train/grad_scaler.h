@@ -11,11 +11,15 @@
 //                    finite steps in a row S *= growth_factor (ATen _amp_update_scale_)
 // The scale and the streak live on the gradients' device as tensors; step() reads found_inf
 // with one host sync, as PyTorch does. In DDP, unscale after the gradient all-reduce: every
-// rank then sees the same gradients and takes the same decision.
+// rank then sees the same gradients and takes the same decision. Under FSDP each rank holds other
+// gradient shards: the non-finite check is then agreed over the ranks with one all-reduce (max),
+// as torch's ShardedGradScaler (torch/distributed/fsdp/sharded_grad_scaler.py) does.
 #include <cstdint>
 #include <optional>
 
 #include <torch/torch.h>
+
+#include "runtime/communicator.h"
 
 namespace mgbench::train {
 
@@ -29,15 +33,17 @@ struct GradScalerOptions {
 
 class GradScaler {
  public:
-  /// Throws std::invalid_argument for growth_factor <= 1, backoff_factor outside (0, 1),
-  /// growth_interval < 1 or init_scale <= 0.
-  explicit GradScaler(GradScalerOptions options = {});
+  /// comm: the ranks whose gradient shards the optimizer steps (FSDP), over which unscale() agrees
+  /// on found_inf; nullptr when every rank has the same gradients (DDP after its all-reduce) or
+  /// there is one rank. Not owned. Throws std::invalid_argument for growth_factor <= 1,
+  /// backoff_factor outside (0, 1), growth_interval < 1 or init_scale <= 0.
+  explicit GradScaler(GradScalerOptions options = {}, runtime::Communicator* comm = nullptr);
 
   /// loss (any floating dtype, any device) times the current scale.
   torch::Tensor scale(const torch::Tensor& loss);
   /// Divides the gradients of every parameter of optimizer by the scale, in place, and records
-  /// whether any was inf or NaN. Throws std::logic_error when called twice before update(), and
-  /// std::invalid_argument for fp16 gradients (the master weights must be fp32, as in PyTorch).
+  /// whether any was inf or NaN (on any rank of comm: collective then). Throws std::logic_error when called twice
+  /// before update(), and std::invalid_argument for fp16 gradients (the master weights must be fp32, as in PyTorch).
   void unscale(torch::optim::Optimizer& optimizer);
   /// Unscales if needed, then steps the optimizer unless a gradient was non-finite.
   /// Returns true when the optimizer stepped. Synchronises the host with the device once.
@@ -61,6 +67,7 @@ class GradScaler {
   void lazy_init(const torch::Device& device);
 
   GradScalerOptions options_;
+  runtime::Communicator* comm_ = nullptr;
   torch::Tensor scale_;           // float32 [] on the device
   torch::Tensor growth_tracker_;  // int32 [] on the device
   torch::Tensor found_inf_;       // float32 [] on the device, set by unscale()

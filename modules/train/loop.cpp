@@ -171,7 +171,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
     }
   }
   s.optimizer = make_optimizer(t, s.trainable);
-  if (s.precision.loss_scaling) s.scaler = std::make_unique<GradScaler>();
+  // Under FSDP the ranks agree on a non-finite gradient shard (torch's ShardedGradScaler).
+  if (s.precision.loss_scaling) s.scaler = std::make_unique<GradScaler>(GradScalerOptions{}, s.fsdp ? &comm : nullptr);
   s.cupti.set(make_cupti(s), profile::parse_profile_window(t.profile_window));
   // At least a byte: a positive --bucket-mb too small for one byte still means "one tensor a bucket".
   s.sync_options.bucket_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(t.bucket_mb * 1024 * 1024));

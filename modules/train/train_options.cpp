@@ -125,10 +125,6 @@ void TrainOptions::validate() const {
                   "single-process (one rank drives every GPU); use a multi-rank strategy (ddp, ddp-rr, ddp-ds) or "
                   "--sharding none",
                   s.name, s.name);
-  MGBENCH_REQUIRE(!axes::precision_info(precision).loss_scaling, ConfigError,
-                  "--sharding fsdp with --precision {} (loss scaling) is not supported: its GradScaler would need the "
-                  "sharded gradients' inf check agreed over the ranks; use bf16 / amp-bf16, or --sharding none",
-                  axes::precision_info(precision).name);
 }
 
 }  // namespace mgbench::train

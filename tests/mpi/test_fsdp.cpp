@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -16,6 +17,7 @@
 #include "models/llama.h"
 #include "mpi_support.h"
 #include "runtime/mpi_communicator.h"
+#include "train/grad_scaler.h"
 #include "train/sharding.h"
 
 namespace mgbench {
@@ -312,6 +314,23 @@ TEST_P(FsdpRun, TrainsWhatTheReplicatedRunTrains) {
   EXPECT_EQ(test::max_difference_across_ranks(comm, a), 0.0) << "the gathered parameters differ between ranks";
 }
 
+// Loss scaling over gradient shards: one rank's non-finite shard makes every rank skip the step and
+// back off the scale (torch's ShardedGradScaler); all finite, every rank steps.
+TEST(FsdpGradScaler, RanksAgreeOnANonFiniteShard) {
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  torch::Tensor w = torch::ones({4}, torch::TensorOptions().requires_grad(true));
+  torch::optim::SGD sgd(std::vector<torch::Tensor>{w}, torch::optim::SGDOptions(0.1));
+  train::GradScaler scaler({}, &comm);
+  for (const bool poison : {false, true}) {
+    w.mutable_grad() = torch::full({4}, 65536.0);  // 1.0 at the initial scale
+    if (poison && world_rank() == world_size() - 1) w.mutable_grad()[0] = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(scaler.step(sgd), !poison) << "rank " << world_rank();
+    scaler.update();
+  }
+  EXPECT_TRUE(torch::allclose(w.detach(), torch::full({4}, 0.9))) << w;  // the first step only
+  EXPECT_EQ(scaler.get_scale(), 32768.0);                                // backed off once, on every rank
+}
+
 // The image recipe's MobileNetV2 sharded in its units (the root: stem, last convolution and
 // classifier; each inverted-residual block) trains what the replicated (DDP) run trains: fp64, both
 // memory formats (channels_last convolution weights keep their strides and are regathered through
@@ -319,20 +338,31 @@ TEST_P(FsdpRun, TrainsWhatTheReplicatedRunTrains) {
 // steps of one epoch and an evaluation: at 3 ranks FSDP2's fp64 divide (by 2 before the sum, 1.5
 // after) and DDP's (the sum / 3) differ by an ulp, and training-mode BatchNorm on 8-image batches
 // grows such a difference ~1000x a step (1e-15 after the second step, 1e-4 after the eighth).
-class FsdpImage : public ::testing::TestWithParam<bool> {};
+// amp-fp16 (fp32 weights, loss scaling) too: its first steps overflow fp16 at the initial scale
+// and are skipped on every rank alike (the scaler agrees on non-finite shards) until the scale has
+// backed off; BatchNorm frozen there, ten steps.
+struct ImageCase {
+  bool channels_last;
+  const char* precision;
+  double tolerance;
+  const char* steps;
+  const char* freeze_batchnorm;
+};
+class FsdpImage : public ::testing::TestWithParam<ImageCase> {};
 
 TEST_P(FsdpImage, TrainsWhatTheReplicatedRunTrains) {
   if (!have_data()) GTEST_SKIP() << "no MNIST under " << test::shared_data_dir();
-  const bool channels_last = GetParam();
+  const auto [channels_last, precision, tolerance, steps, freeze_batchnorm] = GetParam();
   SharedDir dir;
   const auto trained = [&](const std::string& sharding, const std::string& lr) {
     auto config = test::small_config("ddp-ds", 8,
-                                     {{"precision", "fp64"},
+                                     {{"precision", precision},
                                       {"sharding", sharding},
                                       {"lr", lr},
                                       {"channels-last", channels_last ? "true" : "false"},
                                       {"epochs", "1"},
-                                      {"max-steps", "3"}});
+                                      {"max-steps", steps},
+                                      {"freeze-batchnorm", freeze_batchnorm}});
     return test::train_run(MPI_COMM_WORLD, *config, dir.file(sharding + ".h5"));
   };
   const test::Trained none = trained("none", "0.02");
@@ -341,10 +371,10 @@ TEST_P(FsdpImage, TrainsWhatTheReplicatedRunTrains) {
   const torch::Tensor a = flat(fsdp.parameters);
   const torch::Tensor b = flat(none.parameters);
   ASSERT_EQ(a.numel(), b.numel());
-  EXPECT_LE((a - b).abs().max().item<double>(), 1e-10) << "max |fsdp - none| on rank " << world_rank();
-  EXPECT_LE((flat(fsdp.buffers) - flat(none.buffers)).abs().max().item<double>(), 1e-10) << "BatchNorm statistics";
-  EXPECT_GT((flat(untrained.parameters) - b).abs().max().item<double>(), 1e-6) << "training moved nothing";
-  EXPECT_NEAR(fsdp.summary.final_loss, none.summary.final_loss, 1e-10);
+  EXPECT_LE((a - b).abs().max().item<double>(), tolerance) << "max |fsdp - none| on rank " << world_rank();
+  EXPECT_LE((flat(fsdp.buffers) - flat(none.buffers)).abs().max().item<double>(), tolerance) << "BatchNorm statistics";
+  EXPECT_GT((flat(untrained.parameters) - b).abs().max().item<double>(), 100 * tolerance) << "training moved nothing";
+  EXPECT_NEAR(fsdp.summary.final_loss, none.summary.final_loss, tolerance);
   // The trained model keeps the memory format it was given.
   for (const auto& p : fsdp.parameters) {
     if (p.dim() == 4 && p.size(1) > 1 && p.size(2) * p.size(3) > 1) {
@@ -353,9 +383,16 @@ TEST_P(FsdpImage, TrainsWhatTheReplicatedRunTrains) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(MemoryFormats, FsdpImage, ::testing::Bool(), [](const ::testing::TestParamInfo<bool>& info) {
-  return std::string(info.param ? "ChannelsLast" : "Contiguous");
-});
+INSTANTIATE_TEST_SUITE_P(Images, FsdpImage,
+                         ::testing::Values(ImageCase{false, "fp64", 1e-10, "3", "false"},
+                                           ImageCase{true, "fp64", 1e-10, "3", "false"},
+                                           ImageCase{false, "amp-fp16", 1e-6, "10", "true"}),
+                         [](const ::testing::TestParamInfo<ImageCase>& info) {
+                           std::string name = std::string(info.param.channels_last ? "ChannelsLast" : "Contiguous") +
+                                              info.param.precision;
+                           std::erase(name, '-');
+                           return name;
+                         });
 
 // fp32 sums of two ranks are order-free, of three not quite (Open MPI's all-reduce and
 // reduce-scatter add in other orders): a tolerance far under one step of the learning rate.
