@@ -199,6 +199,23 @@ for run in h5py.File(sys.argv[1])['runs'].values():
     print(a['run_name'], a['sharding'], 'parameter/gradient/optimizer bytes per rank:',
           a['parameter_bytes_per_rank'], a['gradient_bytes_per_rank'], a['optimizer_state_bytes_per_rank'],
           'peak', run['summary'][0]['peak_memory_bytes'])" "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt" || true
+  stage "FSDP: QLoRA (NF4 base gathered packed) and the image recipe (MobileNetV2's units), 2 ranks over $FSDP_BACKEND"
+  mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe qlora --model llama3.2-1b --init random \
+    --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
+    --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 10 \
+    --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding fsdp --results "$OUT/fsdp.h5" \
+    --run-name qlora-fsdp --progress-interval 5 2>&1 | tail -3
+  for sharding in fsdp none; do
+    mpirun -np 2 --bind-to none "$BUILD/app/mgbench" image --data "$SHARED_DATA/mnist" --image-size 224 \
+      --limit-train 2048 --limit-test 512 --epochs 1 --batch-size 64 --precision amp-fp16 --channels-last true \
+      --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" --run-name "image-$sharding" \
+      --progress-interval 5 2>&1 | tail -2
+  done
+  "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt"
+  stage "FSDP: the memory plan of llama3-8b full fine-tuning (bf16, AdamW) at 1, 2, 4, 8 ranks against this GPU"
+  "$BUILD/app/mgbench" llm --recipe full --model llama3-8b --init random --precision bf16 \
+    --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
+    --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --dry-run | tee -a "$OUT/fsdp-report.txt"
   stage "benchmark: every recipe vs LoRA (qlora, qat-lora, full, qat), llama3.2-1b shape, 1 GPU, bf16"
   DEVICE=cuda MODEL=llama3.2-1b STEPS=10 BATCH=2 MAX_SEQ_LEN=512 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" \
     bench/compare_recipes.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
