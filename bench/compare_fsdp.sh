@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # FSDP on the CPU, 2 ranks, in one run: `mgbench llm --sharding fsdp` against `--sharding none` (the
-# same recipe: full or lora), and for full fine-tuning against torch's own fully_shard
+# same recipe: full, lora or qlora), and for full fine-tuning against torch's own fully_shard
 # (bench/peer_fsdp.py: transformers' Llama, FSDP2 over gloo, TorchTune's units, AdamW), all on the
 # same small random Llama (made here with transformers), the same rows per rank (mgbench's
 # --record-indices) and steps. Prints real tokens/s of all ranks and s/it (the first step left out),
 # rank 0's peak resident memory, and the ratios.
 #   bench/compare_fsdp.sh [SHARED_DATA_DIR]
-# Environment: RECIPE (full | lora; full), STEPS (11), BATCH (2), HIDDEN (512), LAYERS (8),
-#   MAX_SEQ_LEN (256), MGBENCH (build/app/mgbench), PYTHON (the venv's python).
+# Environment: RECIPE (full | lora | qlora; full), STEPS (11), BATCH (2), HIDDEN (512), LAYERS (8),
+#   INTERMEDIATE (the MLP: 2.6875 x HIDDEN; qlora 2.75 x HIDDEN, so that the NF4 projections hold
+#   quantisation blocks of 16,384 weights in numbers 2 ranks divide), MAX_SEQ_LEN (256),
+#   MGBENCH (build/app/mgbench), PYTHON (the venv's python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${1:-../shared/data}
@@ -21,12 +23,13 @@ MGBENCH=${MGBENCH:-build/app/mgbench}
 PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
 TOKENIZER=$SHARED/llama3/tiktoken_small.model
 DATA=$SHARED/text/alpaca/alpaca_cleaned_first5k.json
-case $RECIPE in full | lora) ;; *) echo "compare_fsdp.sh: RECIPE $RECIPE: expected full or lora" >&2; exit 2 ;; esac
+case $RECIPE in full | lora | qlora) ;; *) echo "compare_fsdp.sh: RECIPE $RECIPE: expected full, lora or qlora" >&2; exit 2 ;; esac
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-"$PY" bench/llm_peer_common.py "$OUT/model" "$HIDDEN" "$LAYERS"
+INTERMEDIATE=${INTERMEDIATE:-$([[ $RECIPE == qlora ]] && echo $((HIDDEN * 11 / 4)) || echo 0)}
+"$PY" bench/llm_peer_common.py "$OUT/model" "$HIDDEN" "$LAYERS" "$INTERMEDIATE"
 ROWS=$((2 * STEPS * BATCH))
 "$MGBENCH" data stats --dataset alpaca --data "$DATA" --tokenizer "$TOKENIZER" --max-seq-len "$MAX_SEQ_LEN" \
   --dump "$ROWS" >"$OUT/rows.jsonl"

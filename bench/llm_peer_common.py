@@ -16,15 +16,17 @@ def padded(rows, pad_id):
     return ids, labels
 
 
-def save_random_llama(out, hidden, layers):
-    """A random Llama (vocab 2256: tiktoken_small's; 8 heads, 4 KV heads, seed 0) saved with transformers."""
+def save_random_llama(out, hidden, layers, intermediate=None):
+    """A random Llama (vocab 2256: tiktoken_small's; 8 heads, 4 KV heads, MLP of `intermediate`, by default
+    2.6875 x hidden; seed 0) saved with transformers."""
     import transformers
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=2256, hidden_size=hidden, intermediate_size=int(hidden * 2.6875),
+    intermediate = intermediate or int(hidden * 2.6875)
+    cfg = transformers.LlamaConfig(vocab_size=2256, hidden_size=hidden, intermediate_size=intermediate,
                                    num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
                                    head_dim=hidden // 8, max_position_embeddings=4096, rope_theta=500000.0)
     transformers.LlamaForCausalLM(cfg).save_pretrained(out)
 
 
-if __name__ == "__main__":  # llm_peer_common.py OUT HIDDEN LAYERS: the random Llama
-    save_random_llama(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+if __name__ == "__main__":  # llm_peer_common.py OUT HIDDEN LAYERS [INTERMEDIATE]: the random Llama
+    save_random_llama(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else None)
