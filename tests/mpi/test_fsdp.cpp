@@ -395,6 +395,22 @@ INSTANTIATE_TEST_SUITE_P(Images, FsdpImage,
                            return name;
                          });
 
+// One rank: --sharding fsdp shards nothing and is the replicated run, bitwise (each rank of the
+// world trains alone here).
+TEST(FsdpRun, OneRankIsTheReplicatedRunBitwise) {
+  const std::string model = tiny_llama();
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found";
+  test::TempDir dir;
+  const auto trained = [&](const std::string& sharding) {
+    auto config = test::llm_config("full", model, 2, dir.file(sharding + ".h5"), {{"sharding", sharding}});
+    return test::train_run(MPI_COMM_SELF, *config, dir.file(sharding + ".h5"));
+  };
+  const test::Trained fsdp = trained("fsdp");
+  const test::Trained none = trained("none");
+  EXPECT_TRUE(torch::equal(flat(fsdp.parameters), flat(none.parameters)));
+  EXPECT_EQ(fsdp.summary.final_loss, none.summary.final_loss);
+}
+
 // bf16 (QLoRA as TorchTune runs it): FSDP reduce-scatters after each micro-batch and sums the
 // shards' gradients, DDP sums locally then all-reduces -- another order, in 8 significant bits: the
 // weights differ by a bf16 ulp or two (5e-4 at 2 ranks here), so SGD (AdamW would turn an ulp of a
