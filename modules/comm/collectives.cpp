@@ -1,6 +1,6 @@
 #include "comm/collectives.h"
 
-#include "comm/bus_bandwidth.h"
+#include "axes/bus_bandwidth.h"
 
 #include <algorithm>
 #include <array>
@@ -51,14 +51,14 @@ std::unique_ptr<Work> launch_broadcast(Communicator& comm, const torch::Tensor& 
 
 constexpr CollectiveInfo kCollectives[] = {
     {"all-reduce", Collective::kAllReduce, "every rank gets the reduction of all inputs (ncclAllReduce, MPI_Allreduce)",
-     true, false, all_reduce_bus_factor, whole_buffer, launch_all_reduce},
+     true, false, axes::all_reduce_bus_factor, whole_buffer, launch_all_reduce},
     {"all-gather", Collective::kAllGather, "every rank gets all inputs, in rank order (ncclAllGather, MPI_Allgather)",
-     false, false, gather_scatter_bus_factor, gathered, launch_all_gather},
+     false, false, axes::gather_scatter_bus_factor, gathered, launch_all_gather},
     {"reduce-scatter", Collective::kReduceScatter,
      "rank r gets slice r of the reduction (ncclReduceScatter, MPI_Reduce_scatter_block)", true, false,
-     gather_scatter_bus_factor, scattered, launch_reduce_scatter},
+     axes::gather_scatter_bus_factor, scattered, launch_reduce_scatter},
     {"broadcast", Collective::kBroadcast, "every rank gets the root's input (ncclBroadcast, MPI_Bcast)", false, true,
-     broadcast_bus_factor, whole_buffer, launch_broadcast},
+     axes::broadcast_bus_factor, whole_buffer, launch_broadcast},
 };
 
 double pattern_value(int rank, std::int64_t i) { return 1.0 + static_cast<double>((rank + i) % 3); }

@@ -35,65 +35,10 @@
 #include "axes/precision.h"
 #include "axes/strategy.h"
 #include "core/option_table.h"
+#include "report/collective_cost.h"
 #include "results/reader.h"
 
 namespace mgbench::report {
-
-/// A link assumption where no comm run was measured at a rank count: latency + size x the
-/// collective's bus factor (comm/bus_bandwidth.h: nccl-tests') / busbw. Labelled as assumptions
-/// wherever used.
-struct LinkAssumption {
-  std::string name;    // as typed: h100-nvlink
-  double latency_s;    // per collective
-  double busbw_gbs;    // bus bandwidth [GB/s, 1e9]
-  std::string source;  // where the figure comes from
-};
-const std::vector<LinkAssumption>& link_assumptions();
-/// The assumption named `name`, or nullptr.
-const LinkAssumption* find_link(const std::string& name);
-/// Their names, "h100-nvlink or h100-pcie" (for help and messages).
-std::string link_names();
-/// The assumption named `name`; throws ConfigError "--link '<name>': expected ..." listing the names.
-const LinkAssumption& link_assumption(const std::string& name);
-
-/// One collective's time by message size at one rank count, from a comm run's out-of-place rows of
-/// one dtype (time averaged over ranks), or from a link assumption. Sizes as nccl-tests counts them
-/// (and `mgbench comm` records them): an all-reduce's buffer, an all-gather's gathered output, a
-/// reduce-scatter's input.
-class CollectiveCost {
- public:
-  /// collective: all-reduce, all-gather or reduce-scatter; points: (bytes, seconds), any order, at
-  /// least one; source: what they come from.
-  CollectiveCost(std::string collective, int world_size, std::vector<std::pair<double, double>> points,
-                 std::string source);
-  CollectiveCost(std::string collective, int world_size, const LinkAssumption& link);
-  /// Seconds for one collective of `bytes`: interpolated linearly in log(bytes)-log(time) between
-  /// measured sizes; below the smallest, its time; above the largest, its time plus the extra bytes
-  /// at the largest size's algorithm bandwidth. 0 at one rank.
-  double seconds(double bytes) const;
-  const std::string& collective() const { return collective_; }
-  int world_size() const { return world_size_; }
-  const std::string& source() const { return source_; }
-
- private:
-  std::string collective_;
-  int world_size_;
-  std::vector<std::pair<double, double>> points_;  // sorted by bytes
-  std::optional<LinkAssumption> link_;
-  std::string source_;
-};
-
-/// The costs of one collective of the completed comm runs in `runs` on `device` (cpu, cuda): their
-/// out-of-place rows of this dtype (sum where it reduces), by world size (the latest run wins).
-std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs, const std::string& collective,
-                                             const std::string& dtype, const std::string& device);
-
-/// The measured costs a prediction prices its communication with, each by world size.
-struct CommCosts {
-  std::vector<CollectiveCost> all_reduce;      // DDP's gradient buckets
-  std::vector<CollectiveCost> all_gather;      // FSDP's unit gathers
-  std::vector<CollectiveCost> reduce_scatter;  // FSDP's gradient reduce-scatters
-};
 
 /// Gradient bucket sizes [bytes] as the GradSync assigns them, approximately (it splits at tensor
 /// boundaries): first_bucket_bytes, then bucket_bytes each, the rest last.

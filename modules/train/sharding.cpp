@@ -15,28 +15,6 @@
 
 namespace mgbench::train {
 
-ShardLayout ShardLayout::of(at::IntArrayRef sizes, int world) {
-  if (world < 1) throw std::invalid_argument("ShardLayout: world size must be >= 1");
-  ShardLayout l;
-  l.sizes.assign(sizes.begin(), sizes.end());
-  l.world = world;
-  l.rows = sizes.empty() ? 1 : sizes[0];
-  l.row_numel = 1;
-  for (std::size_t d = 1; d < sizes.size(); ++d) l.row_numel *= sizes[d];
-  l.chunk_rows = (l.rows + world - 1) / world;  // torch.chunk: ceil(rows / chunks) rows each
-  return l;
-}
-
-std::int64_t ShardLayout::first_row(int r) const { return std::min(rows, r * chunk_rows); }
-
-std::int64_t ShardLayout::valid_rows(int r) const { return std::min(rows, (r + 1) * chunk_rows) - first_row(r); }
-
-std::vector<std::int64_t> ShardLayout::shard_sizes() const {
-  std::vector<std::int64_t> s = sizes.empty() ? std::vector<std::int64_t>{1} : sizes;
-  s[0] = chunk_rows;
-  return s;
-}
-
 namespace {
 
 /// Memory of gathered parameters and of the collectives' flat buffers, on the CPU kept for the next
@@ -551,83 +529,6 @@ CollectiveTotals FullyShardedUnits::take_collectives() {
 }
 
 std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int64_t>(state_->units.size()); }
-
-ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
-                             bool reshard_after_forward) {
-  ShardedMemory m;
-  std::vector<std::int64_t> resharded;  // bytes of each unit freed after its forward
-  std::int64_t kept = 0;
-  for (const UnitShape& u : units) {
-    std::int64_t unit_bytes = 0;
-    for (std::size_t k = 0; k < u.sizes.size(); ++k) {
-      const ShardLayout l = ShardLayout::of(u.sizes[k], world);
-      const std::int64_t shard_bytes = l.shard_numel() * element_bytes;
-      m.shard_bytes += shard_bytes;
-      if (u.trainable[k]) m.trainable_shard_bytes += shard_bytes;
-      unit_bytes += l.rows * l.row_numel * element_bytes;
-    }
-    m.shard_bytes += u.packed_bytes / world;
-    unit_bytes += u.packed_bytes;
-    if (u.reshard_after_forward && reshard_after_forward) {
-      resharded.push_back(unit_bytes);
-    } else {
-      kept += unit_bytes;
-    }
-  }
-  std::sort(resharded.rbegin(), resharded.rend());
-  m.gathered_peak_bytes = kept;
-  for (std::size_t k = 0; k < std::min<std::size_t>(2, resharded.size()); ++k) m.gathered_peak_bytes += resharded[k];
-  return m;
-}
-
-std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& units) {
-  std::vector<UnitShape> shapes;
-  for (const models::ParameterUnit& u : units) {
-    UnitShape shape{{}, {}, u.reshard_after_forward};
-    for (const torch::Tensor& p : u.parameters) {
-      shape.sizes.push_back(p.sizes().vec());
-      shape.trainable.push_back(p.requires_grad());
-    }
-    for (const models::PackedWeight& w : u.packed) {
-      for (const torch::Tensor& part : w.parts) shape.packed_bytes += static_cast<std::int64_t>(part.nbytes());
-    }
-    shapes.push_back(std::move(shape));
-  }
-  return shapes;
-}
-
-MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& units, int world,
-                                              std::int64_t element_bytes, bool reshard_after_forward) {
-  MicroBatchCollectives c;
-  std::vector<std::int64_t> gathered, trained;  // per unit: the gathered buffer, the reduce-scattered input
-  for (const UnitShape& u : units) {
-    std::int64_t all = 0, train = 0;
-    for (std::size_t k = 0; k < u.sizes.size(); ++k) {
-      const std::int64_t bytes = ShardLayout::of(u.sizes[k], world).shard_numel() * world * element_bytes;
-      all += bytes;
-      if (u.trainable[k]) train += bytes;
-    }
-    gathered.push_back(all);
-    trained.push_back(train);
-  }
-  const auto gather = [&](std::size_t k) {
-    c.all_gather_bytes.push_back(gathered[k]);
-    if (units[k].packed_bytes > 0) c.all_gather_bytes.push_back(units[k].packed_bytes);  // split evenly: no padding
-  };
-  for (std::size_t k = 0; k < units.size(); ++k) gather(k);  // forward, in unit order
-  // Backward, in reverse unit order: a gradient flows through unit k's output when a unit up to k trains.
-  std::vector<bool> gradient_flows(units.size(), false);
-  bool flows = false;
-  for (std::size_t k = 0; k < units.size(); ++k) {
-    flows = flows || trained[k] > 0;
-    gradient_flows[k] = flows;
-  }
-  for (std::size_t k = units.size(); k-- > 0;) {
-    if (reshard_after_forward && units[k].reshard_after_forward && gradient_flows[k]) gather(k);
-    if (trained[k] > 0) c.reduce_scatter_bytes.push_back(trained[k]);
-  }
-  return c;
-}
 
 ShardedMemory FullyShardedUnits::memory() const {
   std::vector<UnitShape> shapes;

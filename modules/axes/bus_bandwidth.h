@@ -5,7 +5,7 @@
 // with them and the predictor (report/) prices collectives on an assumed link with them.
 #include <string_view>
 
-namespace mgbench::comm {
+namespace mgbench::axes {
 
 /// All-reduce: 2(n-1)/n (a reduce-scatter then an all-gather).
 inline double all_reduce_bus_factor(int n) { return 2.0 * (n - 1) / n; }
@@ -22,4 +22,4 @@ inline double bus_factor(std::string_view collective, int n) {
   return broadcast_bus_factor(n);
 }
 
-}  // namespace mgbench::comm
+}  // namespace mgbench::axes

@@ -1,0 +1,80 @@
+#pragma once
+// FSDP's arithmetic, without collectives: how a parameter is sharded on dim 0 (FSDP2's
+// _chunk_with_empty and padding), what a rank then holds of a model, and which collectives a
+// micro-batch issues. Shared by FullyShardedUnits (train/sharding.h), `mgbench llm --dry-run`'s
+// memory plan and the run attributes `mgbench predict` reads.
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/parameter_units.h"
+
+namespace mgbench::train {
+
+/// How FSDP2 shards one parameter of shape `sizes` over `world` ranks on dim 0 (a 0-dim
+/// parameter counts as one row): torch.chunk's chunks of ceil(rows / world) rows, the last ones
+/// shorter or empty, each held padded to that many rows.
+struct ShardLayout {
+  std::vector<std::int64_t> sizes;  // the whole parameter's
+  std::int64_t rows = 1;            // sizes[0]
+  std::int64_t row_numel = 1;       // elements per row
+  std::int64_t chunk_rows = 1;      // rows each rank holds, padding included
+  int world = 1;
+
+  /// Throws std::invalid_argument for world < 1.
+  static ShardLayout of(at::IntArrayRef sizes, int world);
+  /// The first row of rank r's chunk (rows when it is empty).
+  std::int64_t first_row(int r) const;
+  /// Rows of rank r's chunk that are the parameter's (the rest is padding).
+  std::int64_t valid_rows(int r) const;
+  std::int64_t shard_numel() const { return chunk_rows * row_numel; }
+  /// The shard's shape: [chunk_rows, sizes[1:]...].
+  std::vector<std::int64_t> shard_sizes() const;
+};
+
+/// Bytes of parameters and gradients a rank holds under FSDP.
+struct ShardedMemory {
+  std::int64_t shard_bytes = 0;            // every parameter's shard, padding included
+  std::int64_t trainable_shard_bytes = 0;  // the shards the optimizer trains: their gradients' size
+  /// Whole units gathered at once at the peak: those kept from forward to the end of backward
+  /// (the root, the head, a tied embedding) and the two largest others (one computing, the next
+  /// prefetched); every unit without reshard_after_forward.
+  std::int64_t gathered_peak_bytes = 0;
+};
+
+/// A unit as FSDP's memory arithmetic sees it: its parameters' shapes, which the optimizer trains,
+/// and whether it is freed after its forward (models::ParameterUnit::reshard_after_forward).
+struct UnitShape {
+  std::vector<std::vector<std::int64_t>> sizes;
+  std::vector<bool> trainable;
+  bool reshard_after_forward = true;
+  std::int64_t packed_bytes = 0;  // frozen packed weights' sharded parts (NF4), whole, split evenly
+};
+
+/// What a rank holds of units of element_bytes-sized elements sharded over world ranks
+/// (ShardLayout's padded shards, the packed bytes split evenly; reshard_after_forward: the option).
+/// The arithmetic of FullyShardedUnits::memory() and of `mgbench llm --dry-run`'s plan.
+ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
+                             bool reshard_after_forward);
+
+/// The units' shapes (models::ParameterUnit's parameters, which require grad, reshard flag).
+std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& units);
+
+/// The collectives FullyShardedUnits issues for one micro-batch's forward and backward, in order,
+/// each the bytes of its whole buffer as nccl-tests counts them (an all-gather's output, a
+/// reduce-scatter's input) at `world` ranks, padding included (world 1: the units' own bytes):
+/// every unit gathered once before its forward; in backward, gathered again when it was freed after
+/// forward (reshard_after_forward, the unit's and the option) and a gradient flows through its
+/// output (it or a unit before it trains), a unit with packed weights gathering their bytes in a
+/// second all-gather right after its first; each unit that trains reduce-scatters its gradients'
+/// shards once. What `mgbench predict` prices for an FSDP step (the run attributes
+/// fsdp_allgather_bytes / fsdp_reducescatter_bytes).
+struct MicroBatchCollectives {
+  std::vector<std::int64_t> all_gather_bytes;
+  std::vector<std::int64_t> reduce_scatter_bytes;
+};
+MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& units, int world,
+                                              std::int64_t element_bytes, bool reshard_after_forward);
+
+}  // namespace mgbench::train
