@@ -1,7 +1,10 @@
 #include "models/nf4.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -49,10 +52,39 @@ class LinearNf4 : public torch::autograd::Function<LinearNf4> {
 
 }  // namespace
 
-torch::Tensor nf4_codes(torch::ScalarType dtype, torch::Device device) {
-  return torch::tensor(c10::ArrayRef<double>(kCodes, 16), torch::TensorOptions().dtype(torch::kFloat64))
-      .to(torch::TensorOptions().dtype(dtype).device(device));
+namespace {
+
+/// The tables of one (dtype, device), built once: the 16 codes and the 256 byte -> code pairs.
+struct CodeTables {
+  torch::Tensor codes;  // [16]
+  torch::Tensor pairs;  // [256, 2]: a byte's high-nibble code, then its low-nibble code
+};
+
+const CodeTables& code_tables(torch::ScalarType dtype, torch::Device device) {
+  // Never destroyed: CUDA tensors must not be freed after the driver has shut down at exit.
+  static auto* tables = new std::map<std::pair<std::string, int>, CodeTables>();
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);  // autograd's device threads dequantise in backward
+  const auto key = std::make_pair(device.str(), static_cast<int>(dtype));
+  auto it = tables->find(key);
+  if (it == tables->end()) {
+    torch::NoGradGuard no_grad;
+    CodeTables t;
+    t.codes = torch::tensor(c10::ArrayRef<double>(kCodes, 16), torch::TensorOptions().dtype(torch::kFloat64))
+                  .to(torch::TensorOptions().dtype(dtype).device(device));
+    const torch::Tensor byte = torch::arange(256, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    t.pairs = torch::stack(
+        {t.codes.index_select(0, byte.bitwise_right_shift(4)), t.codes.index_select(0, byte.bitwise_and(15))}, 1);
+    it = tables->emplace(key, std::move(t)).first;
+  }
+  return it->second;
 }
+
+}  // namespace
+
+torch::Tensor nf4_codes(torch::ScalarType dtype, torch::Device device) { return code_tables(dtype, device).codes; }
+
+torch::Tensor nf4_code_pairs(torch::ScalarType dtype, torch::Device device) { return code_tables(dtype, device).pairs; }
 
 Nf4Weight Nf4Weight::quantize(const torch::Tensor& weight) {
   const auto dtype = weight.scalar_type();
@@ -110,12 +142,8 @@ torch::Tensor Nf4Weight::dequantize() const {
       scaler_mean_;
   // A byte holds the indices of two consecutive elements: a 256-entry table of their code pairs
   // turns each byte into both values with one lookup.
-  const torch::Tensor codes = nf4_codes(dtype_, device);
-  const torch::Tensor byte = torch::arange(256, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  const torch::Tensor pair_table =
-      torch::stack({codes.index_select(0, byte.bitwise_right_shift(4)), codes.index_select(0, byte.bitwise_and(15))},
-                   1);                                                                         // [256, 2]
-  const torch::Tensor values = pair_table.index_select(0, quantized_data_.to(torch::kInt32));  // [n / 2, 2]
+  const torch::Tensor values =
+      nf4_code_pairs(dtype_, device).index_select(0, quantized_data_.to(torch::kInt32));  // [n / 2, 2]
   return (values.view({n / kBlockSize, kBlockSize}) * scalers.unsqueeze(-1)).view(shape_);
 }
 

@@ -69,8 +69,13 @@ class Nf4Weight {
   torch::ScalarType dtype_ = torch::kBFloat16;
 };
 
-/// The 16 NF4 code values (torchao's table) in dtype on device.
+/// The 16 NF4 code values (torchao's table) in dtype on device: built once per (dtype, device)
+/// and kept there, as torchao keeps its table on the weight's device (no host copy, no stream
+/// synchronisation per layer call). Shared: read-only.
 torch::Tensor nf4_codes(torch::ScalarType dtype, torch::Device device);
+/// [256, 2] in dtype on device: for each byte, the codes of its high and low nibble (two packed
+/// indices at once in dequantize). Built once per (dtype, device), like nf4_codes. Read-only.
+torch::Tensor nf4_code_pairs(torch::ScalarType dtype, torch::Device device);
 
 /// y = linear(x, W^) with W^ = weight.dequantize() (cast to x's dtype), without a weight gradient:
 /// backward gives grad_x = grad_y @ W^, dequantising again, so only the packed weight is kept for

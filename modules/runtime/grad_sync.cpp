@@ -105,9 +105,20 @@ void GradSync::mark_ready(std::size_t index) {
   if (--buckets_[bucket_of_[index]].pending == 0) launch_ready_in_order();
 }
 
+namespace {
+
+/// fp16 buckets are divided by the world size before the sum, as PyTorch's DDP divides its buckets
+/// (the reducer's div_factor): n fp16 gradients may sum past 65504 where their mean does not. Other
+/// dtypes sum first and divide after (fp32 / fp64 orders the tests pin bitwise).
+bool divides_before_sum(const torch::Tensor& flat) { return flat.scalar_type() == torch::kHalf; }
+
+}  // namespace
+
 void GradSync::launch_ready_in_order() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    buckets_[next_launch_].work = comm_.all_reduce(buckets_[next_launch_].flat, ReduceOp::kSum);
+    torch::Tensor& flat = buckets_[next_launch_].flat;
+    if (divides_before_sum(flat)) flat.div_(comm_.world_size());
+    buckets_[next_launch_].work = comm_.all_reduce(flat, ReduceOp::kSum);
     ++next_launch_;
     if (in_backward_) ++launched_in_backward_;
   }
@@ -134,7 +145,7 @@ void GradSync::finish() {
       last_work_ = std::move(bucket.work);
     }
     bucket.work.reset();
-    bucket.flat.mul_(scale);
+    if (!divides_before_sum(bucket.flat)) bucket.flat.mul_(scale);
     for (const std::size_t i : bucket.params) {
       auto& p = params_[i];
       if (p.grad().defined()) {

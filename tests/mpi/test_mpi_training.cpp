@@ -111,6 +111,20 @@ TEST(GradSync, AveragesGradientsOverRanks) {
   EXPECT_TRUE(torch::allclose(b->bias.grad(), b0->bias.grad(), 1e-6, 1e-6));
 }
 
+// fp16 gradients are divided by the world size before the sum (PyTorch's DDP): every rank's
+// 60000 averages to 60000, where a sum first overflows fp16's 65504 into inf.
+TEST(GradSync, Fp16GradientsAreDividedBeforeTheSum) {
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  torch::Tensor w = torch::zeros({8}, torch::TensorOptions().dtype(torch::kHalf).requires_grad(true));
+  runtime::GradSync sync({w}, comm, runtime::GradSyncOptions{});
+  sync.prepare();
+  (w.to(torch::kFloat32) * 60000.0F).sum().backward();
+  sync.finish();
+  ASSERT_EQ(w.grad().scalar_type(), torch::kHalf);
+  EXPECT_TRUE(torch::isfinite(w.grad()).all().item<bool>()) << w.grad();
+  EXPECT_TRUE(torch::allclose(w.grad().to(torch::kFloat32), torch::full({8}, 60000.0F), 1e-3, 0)) << w.grad();
+}
+
 TEST(Training, ParametersAndBuffersIdenticalOnAllRanks) {
   if (!have_data()) GTEST_SKIP() << "no shared MNIST";
   SharedDir dir;

@@ -77,6 +77,26 @@ TEST(Nf4, PackedDataScalersFactorsMeanAndDequantisedWeightBitwiseEqualTorchao) {
   EXPECT_EQ(cases, 8);
 }
 
+// The code tables are built once per (dtype, device) and then handed out as they are: a layer call
+// makes no host-built table and no host -> device copy (on a GPU: no stream synchronisation per NF4
+// linear; issue 32). And they hold torchao's values, the pairs each byte's two nibbles'.
+TEST(Nf4, CodeTablesAreBuiltOncePerDtypeAndDevice) {
+  const torch::Tensor codes = models::nf4_codes(torch::kBFloat16, torch::kCPU);
+  EXPECT_EQ(models::nf4_codes(torch::kBFloat16, torch::kCPU).data_ptr(), codes.data_ptr());
+  EXPECT_NE(models::nf4_codes(torch::kFloat32, torch::kCPU).data_ptr(), codes.data_ptr());
+  const torch::Tensor pairs = models::nf4_code_pairs(torch::kFloat32, torch::kCPU);
+  EXPECT_EQ(models::nf4_code_pairs(torch::kFloat32, torch::kCPU).data_ptr(), pairs.data_ptr());
+  ASSERT_EQ(pairs.sizes(), (std::vector<std::int64_t>{256, 2}));
+  const torch::Tensor c32 = models::nf4_codes(torch::kFloat32, torch::kCPU);
+  EXPECT_EQ(c32[0].item<float>(), -1.0F);
+  EXPECT_EQ(c32[15].item<float>(), 1.0F);
+  EXPECT_EQ(pairs[0x7F][0].item<float>(), c32[7].item<float>());
+  EXPECT_EQ(pairs[0x7F][1].item<float>(), c32[15].item<float>());
+  // Dequantising twice gives the same weight (the shared tables are not written).
+  const Nf4Weight nf4 = Nf4Weight::quantize(torch::randn({128, 128}));
+  EXPECT_TRUE(torch::equal(nf4.dequantize(), nf4.dequantize()));
+}
+
 TEST(Nf4, BytesPerParameterAndErrors) {
   const torch::Tensor w = torch::randn({256, 512}, torch::kBFloat16);
   const Nf4Weight nf4 = Nf4Weight::quantize(w);
