@@ -4,7 +4,8 @@
 # threads per rank. Three peers: as the paper's users write it (default memory layout), tuned
 # (channels_last, as mgbench), and tuned with mgbench's host malloc settings (--malloc-reuse, given
 # to Python through GLIBC_TUNABLES: the same glibc thresholds). Prints img/s and the ratios
-# mgbench / peer (> 1: mgbench faster).
+# mgbench / peer (> 1: mgbench faster). mgbench runs with --cupti false, as the peer is untraced; on
+# a GPU a second mgbench run with CUPTI (its default there) gives CUPTI's own cost as a ratio.
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
 #   THREADS (1 per rank), DEVICE (cpu | cuda), PIN (false), MGBENCH (build/app/mgbench),
@@ -34,19 +35,26 @@ echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader
 [[ $DEVICE == cuda ]] && echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), pin_memory $PIN"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank"
-printf "# %-4s %12s %12s %12s %12s %8s %8s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "nhwc+malloc" "ratio" "ratio" "ratio"
-printf "# %-4s %12s %12s %12s %12s %8s %8s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" "(peer)" "(nhwc)" "(+malloc)"
+printf "# %-4s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "nhwc+malloc" "ratio" \
+  "ratio" "ratio" "mgbench" "cupti"
+printf "# %-4s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" "(peer)" \
+  "(nhwc)" "(+malloc)" "+cupti" "(ratio)"
 for size in $SIZES; do
-  mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" --batch-size "$BATCH" \
-    --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" --threads "$THREADS" \
-    --device "$DEVICE" --pin-memory "$PIN" --results "$OUT/mgbench.h5" --run-name "s$size" --progress-interval 1000 >/dev/null 2>&1
-  ours=$("$PY" - "$OUT/mgbench.h5" "s$size" <<'PY'
+  mgbench_img_per_s() {  # CUPTI on or off; the run's img/s
+    mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" \
+      --batch-size "$BATCH" --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" \
+      --threads "$THREADS" --device "$DEVICE" --pin-memory "$PIN" --cupti "$1" --results "$OUT/mgbench.h5" \
+      --run-name "s$size-cupti-$1" --progress-interval 1000 >/dev/null 2>&1
+    "$PY" - "$OUT/mgbench.h5" "s$size-cupti-$1" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     run = [f["runs"][k] for k in f["runs"] if k.endswith("_" + sys.argv[2])][-1]
     print(f'{run["summary"][0]["samples_per_s"]:.2f}')
 PY
-)
+  }
+  ours=$(mgbench_img_per_s false)
+  traced=-
+  [[ $DEVICE == cuda ]] && traced=$(mgbench_img_per_s true)
   peer() {
     timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NP" bench/peer_image.py --data "$DATA" \
       --image-size "$size" --batch-size "$BATCH" --limit-train "$TRAIN" --epochs "$EPOCHS" --precision "$PRECISION" \
@@ -58,6 +66,7 @@ PY
   if ! reuse=$(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647 \
       peer --channels-last); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
   ratio() { "$PY" -c "print(f'{$1 / $2:.2f}')"; }
-  printf "%-6s %12s %12s %12s %12s %8s %8s %8s\n" "$size" "$ours" "$plain" "$nhwc" "$reuse" \
-    "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$(ratio "$ours" "$reuse")"
+  printf "%-6s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "$size" "$ours" "$plain" "$nhwc" "$reuse" \
+    "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$(ratio "$ours" "$reuse")" "$traced" \
+    "$([[ $traced == - ]] && echo - || ratio "$traced" "$ours")"
 done

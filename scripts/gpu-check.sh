@@ -57,6 +57,24 @@ nvcc --version 2>/dev/null | tail -2 || true
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
   [[ ${CONFIGURE_ONLY:-0} == 1 || ${NO_GPU_OK:-0} == 1 ]] || fail "nvidia-smi: no GPU (NO_GPU_OK=1 to build and test anyway)"
 PYTHON=$(command -v python3)
+# The GPUs the CUDA runtime enumerates -- what mgbench's ranks see: CUDA_VISIBLE_DEVICES and MIG
+# instances included (`nvidia-smi -L | wc -l` counts MIG lines and ignores CUDA_VISIBLE_DEVICES);
+# 0 without a runtime or a device.
+visible_gpus() {
+  "$PYTHON" - 2>/dev/null <<'PY' || echo 0
+import ctypes, ctypes.util, glob
+runtime = None
+for path in sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*")) + [ctypes.util.find_library("cudart") or ""]:
+    try:
+        runtime = ctypes.CDLL(path)
+        break
+    except OSError:
+        continue
+count = ctypes.c_int(0)
+print(count.value if runtime is not None and runtime.cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0)
+PY
+}
+echo "CUDA runtime: $(visible_gpus) visible device(s) (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset})"
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
 
 CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DMGBENCH_PYTHON=$PYTHON")
@@ -141,7 +159,7 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *image* ]]; then
     tee "$OUT/checkpoint-bench.txt" || true
 fi
 if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *comm* ]]; then
-  GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+  GPUS=$(visible_gpus)
   ((GPUS >= 1)) || GPUS=1
   stage "benchmark: mgbench comm over NCCL, $GPUS rank(s), one per GPU (a single GPU checks the path, not a link)"
   mpirun -np "$GPUS" --bind-to none "$BUILD/app/mgbench" comm --backend nccl --collective all --min-bytes 8 \
@@ -182,7 +200,7 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
   # FSDP on the GPU (issue 28): 2 ranks, one per GPU over NCCL -- or, on a machine with one GPU, both
   # on it over the MPI backend (NCCL refuses two ranks on one device): the CUDA path of the sharding
   # (storage freed and regathered, the reduce-scatter, the optimizer on shards) and its memory.
-  FSDP_GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+  FSDP_GPUS=$(visible_gpus)
   FSDP_BACKEND=$( ((FSDP_GPUS >= 2)) && echo nccl || echo mpi)
   stage "FSDP: llama3.2-1b shape, full fine-tuning, bf16, AdamW, 2 ranks over $FSDP_BACKEND: --sharding fsdp vs none"
   for sharding in fsdp none; do
