@@ -49,6 +49,7 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
     } catch (const std::invalid_argument& e) {
       throw DataError(fmt::format("checkpoint '{}': tensor '{}': {}", dir, name, e.what()));
     }
+    checkpoint.release(name);  // quantised: the file's pages need not stay resident
     unused.erase(name);
   }
   for (auto& p : named_parameters()) {
@@ -61,6 +62,7 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
                     checkpoint.file_of(name), shape_text(t.sizes()), shape_text(p.value().sizes()));
     require_finite(t, dir, name, checkpoint.file_of(name));
     p.value().copy_(t);
+    checkpoint.release(name);  // copied: the file's pages need not stay resident
     unused.erase(name);
   }
   // A tied checkpoint may still carry lm_head.weight (equal to the embedding): accept it.

@@ -108,6 +108,19 @@ torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
       data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
 }
 
+void SafetensorsFile::release(const std::string& name) const {
+  const auto it = entries_.find(name);
+  MGBENCH_REQUIRE(it != entries_.end(), DataError, "safetensors '{}': no tensor '{}'", path_, name);
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(mapping_->bytes() + data_offset_ + it->second.begin);
+  const auto end = reinterpret_cast<std::uintptr_t>(mapping_->bytes() + data_offset_ + it->second.end);
+  // Whole pages only: a page shared with a neighbouring tensor stays.
+  const std::uintptr_t first = (begin + page - 1) / page * page;
+  const std::uintptr_t last = end / page * page;
+  // Advice, not correctness: a kernel that refuses it leaves the pages resident.
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {
   namespace fs = std::filesystem;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
@@ -149,6 +162,12 @@ torch::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const {
   const auto it = shard_of_.find(name);
   MGBENCH_REQUIRE(it != shard_of_.end(), DataError, "checkpoint '{}': no tensor '{}'", dir_, name);
   return shards_[it->second]->tensor(name);
+}
+
+void SafetensorsCheckpoint::release(const std::string& name) const {
+  const auto it = shard_of_.find(name);
+  MGBENCH_REQUIRE(it != shard_of_.end(), DataError, "checkpoint '{}': no tensor '{}'", dir_, name);
+  shards_[it->second]->release(name);
 }
 
 const std::string& SafetensorsCheckpoint::file_of(const std::string& name) const {

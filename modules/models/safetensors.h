@@ -33,6 +33,12 @@ class SafetensorsFile {
   /// The tensor as a CPU view of the mapping (dtype and shape from the header). Throws DataError
   /// for an unknown name.
   torch::Tensor tensor(const std::string& name) const;
+  /// Gives the pages of name's data back to the kernel (madvise MADV_DONTNEED on the whole pages
+  /// inside its byte range): once a tensor was copied, converted or quantised, the file stops
+  /// counting in the process's resident memory. A view tensor() returned earlier reads the file
+  /// again if used; one written in place would lose the writes (copy-on-write pages are dropped):
+  /// call it only when no such view is used any more. Throws DataError for an unknown name.
+  void release(const std::string& name) const;
   /// "__metadata__" (string -> string), empty when absent.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -61,6 +67,8 @@ class SafetensorsCheckpoint {
   bool contains(const std::string& name) const { return shard_of_.count(name) != 0; }
   /// Throws DataError naming the checkpoint for an unknown name.
   torch::Tensor tensor(const std::string& name) const;
+  /// SafetensorsFile::release of name's shard: call once name's values live elsewhere.
+  void release(const std::string& name) const;
   /// File that holds name (for error messages).
   const std::string& file_of(const std::string& name) const;
 
