@@ -87,6 +87,23 @@ int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, B
 }
 
 #ifdef MGBENCH_HAVE_CUDA
+void initialise_device(const DevicePlacement& placement) {
+  if (!placement.is_cuda()) return;
+  cudaError_t rc = cudaSetDevice(placement.index);
+  const char* call = "cudaSetDevice";
+  if (rc == cudaSuccess) {
+    rc = cudaFree(nullptr);  // creates the context
+    call = "creating its context (cudaFree(nullptr))";
+  }
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(
+        fmt::format("{} ({}): {} failed: {} (an exclusive-process GPU another process holds, a faulty GPU "
+                    "or a driver mismatch; nvidia-smi shows the GPU's compute mode and processes)",
+                    placement.str(), cuda_pci_bus_id(placement.index), call, cudaGetErrorString(rc)));
+  }
+}
+
 int visible_cuda_devices() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -149,6 +166,9 @@ std::string cuda_driver_version() {
   return cuda_version_text(v);
 }
 #else
+void initialise_device(const DevicePlacement& placement) {
+  MGBENCH_REQUIRE(!placement.is_cuda(), Error, "{}: this mgbench was built without CUDA", placement.str());
+}
 std::string cuda_runtime_version() { return ""; }
 std::string cuda_driver_version() { return ""; }
 int visible_cuda_devices() { return 0; }

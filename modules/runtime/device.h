@@ -53,6 +53,12 @@ int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, B
 
 /// CUDA devices visible to this process (0 without a CUDA build, driver or device).
 int visible_cuda_devices();
+/// Makes placement's GPU this thread's device and creates its CUDA context (cudaSetDevice, then
+/// cudaFree(nullptr)): a rank's first CUDA calls, which fail on an exclusive-process GPU another
+/// process holds, a faulty GPU or a driver mismatch -- done in a set-up stage of their own, agreed
+/// over the ranks, before any collective that a failing rank would leave its peers waiting in.
+/// Nothing on the CPU. Throws Error naming the device and CUDA's message.
+void initialise_device(const DevicePlacement& placement);
 /// PCI bus id of a visible CUDA device ("0000:3b:00.0"); "" without CUDA.
 std::string cuda_pci_bus_id(int index);
 /// Cores of the machine (std::thread::hardware_concurrency), at least 1.

@@ -59,7 +59,7 @@ h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement) {
 }
 
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend requested,
-                   double timeout_s) {
+                   double timeout_s, const DeviceInitialiser& initialise) {
   // From here on every blocking stage that waits on other ranks has --comm-timeout to finish.
   watchdog::set_default_timeout(timeout_s);
   Connection c;
@@ -88,6 +88,9 @@ Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, 
     log::info("rank {} -> {} ({}), backend {}", env.rank(), c.placement.str(),
               runtime::cuda_device_description(c.placement.index), runtime::backend_name(backend));
   }
+  // CUDA's first calls in a stage of their own: a rank whose GPU refuses a context must not leave
+  // its peers in the NCCL bootstrap's broadcast, which has no deadline (issue 32).
+  if (!runtime::all_succeed(env, "initialising the device", [&] { initialise(c.placement); })) return c;
   std::unique_ptr<runtime::Communicator> comm;
   if (!runtime::all_succeed(env, "creating the communicator", [&] {
         if (backend == runtime::Backend::kNccl) {

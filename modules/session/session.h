@@ -33,10 +33,14 @@ struct Connection {
 h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement);
 
 /// Places this rank (--device: its GPU by local rank), checks that no two ranks of a node share a
-/// GPU under NCCL, resolves --backend and creates the communicator (timeout_s: --comm-timeout),
-/// each stage agreed over all ranks. Returns with comm == nullptr when a stage failed.
+/// GPU under NCCL, resolves --backend, initialises the device (`initialise`: runtime::
+/// initialise_device; tests inject a failure there) and creates the communicator (timeout_s:
+/// --comm-timeout), each stage agreed over all ranks: a rank that fails in one never leaves its
+/// peers in the next stage's collectives (NCCL's unique-id broadcast). Returns with comm == nullptr
+/// when a stage failed.
+using DeviceInitialiser = std::function<void(const runtime::DevicePlacement&)>;
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend backend,
-                   double timeout_s);
+                   double timeout_s, const DeviceInitialiser& initialise = runtime::initialise_device);
 
 /// The run attributes every job records (docs/results-schema.md): task, every option of `table`,
 /// world size, hosts, start time, versions of mgbench and the libraries, the SLURM job id, the

@@ -2,6 +2,7 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "core/error.h"
@@ -11,6 +12,8 @@
 #include "results/writer.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/mpi_env.h"
+#include "session/session.h"
 #include "train/job_config.h"
 #include "train/loop.h"
 
@@ -109,6 +112,29 @@ TEST(GradSync, AveragesGradientsOverRanks) {
   // mean over ranks of (r + 1) for the first layer's weight gradient = (n + 1) / 2 x rank 0's.
   EXPECT_TRUE(torch::allclose(a->weight.grad(), a0->weight.grad() * ((n + 1) / 2.0), 1e-5, 1e-5));
   EXPECT_TRUE(torch::allclose(b->bias.grad(), b0->bias.grad(), 1e-6, 1e-6));
+}
+
+// A rank whose device fails to initialise ends the set-up on every rank in that stage, before any
+// rank enters the communicator's creation (NCCL's unique-id broadcast has no deadline: a rank that
+// failed on its way there left its peers waiting until --comm-timeout). The failure is injected:
+// the CPU has no CUDA context to refuse.
+TEST(Connect, ADeviceThatFailsToInitialiseOnOneRankEndsTheSetUpOnEveryRank) {
+  static int argc = 0;
+  static char** argv = nullptr;
+  static runtime::MpiEnvironment env(&argc, &argv);  // MPI is already initialised by the test main
+  const auto start = std::chrono::steady_clock::now();
+  session::Connection failed = session::connect(env, runtime::DeviceRequest::kCpu, runtime::Backend::kMpi, 60,
+                                                [](const runtime::DevicePlacement& placement) {
+                                                  EXPECT_FALSE(placement.is_cuda());
+                                                  if (world_rank() == world_size() - 1)
+                                                    throw Error("injected: the GPU refused a context");
+                                                });
+  EXPECT_EQ(failed.comm, nullptr) << "rank " << world_rank();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  // Without the failure the same call connects.
+  session::Connection ok = session::connect(env, runtime::DeviceRequest::kCpu, runtime::Backend::kMpi, 60);
+  ASSERT_NE(ok.comm, nullptr);
+  EXPECT_EQ(ok.comm->world_size(), world_size());
 }
 
 // fp16 gradients are divided by the world size before the sum (PyTorch's DDP): every rank's
