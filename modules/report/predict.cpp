@@ -147,6 +147,21 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
   return s;
 }
 
+namespace {
+
+/// The cost of `collective` at n ranks: the comm run's measurement at n, else the assumed link,
+/// else none.
+std::optional<CollectiveCost> cost_at(const std::vector<CollectiveCost>& measured, const char* collective, int n,
+                                      const LinkAssumption* link) {
+  for (const auto& c : measured) {
+    if (c.world_size() == n) return c;
+  }
+  if (link == nullptr) return std::nullopt;
+  return CollectiveCost(collective, n, *link);
+}
+
+}  // namespace
+
 double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
   double window = 0, exposed = 0;
   for (const auto* r : multi_rank) {
@@ -200,36 +215,31 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       p.ranks = n;
       p.scaling = n > 1 ? scaling : MeasuredScaling{};
       p.fsdp_overlap = n > 1 ? fsdp_overlap : 0;
-      // The collectives this step issues, each priced at n ranks: measured, else the link assumed.
-      const auto cost_of = [&](const std::vector<CollectiveCost>& measured, const char* collective) {
-        for (const auto& c : measured) {
-          if (c.world_size() == n) return std::optional<CollectiveCost>(c);
+      // The collectives this step issues (FSDP: all-gather and reduce-scatter; else the all-reduce),
+      // each priced at n ranks.
+      std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter;
+      if (n > 1) {
+        const char* missing = nullptr;
+        if (m.fsdp) {
+          all_gather = cost_at(costs.all_gather, "all-gather", n, link);
+          reduce_scatter = cost_at(costs.reduce_scatter, "reduce-scatter", n, link);
+          missing = !all_gather ? "all-gather" : !reduce_scatter ? "reduce-scatter" : nullptr;
+        } else {
+          all_reduce = cost_at(costs.all_reduce, "all-reduce", n, link);
+          missing = !all_reduce ? "all-reduce" : nullptr;
         }
-        if (n == 1 || link == nullptr) return std::optional<CollectiveCost>();
-        return std::optional<CollectiveCost>(CollectiveCost(collective, n, *link));
-      };
-      using Needed = std::pair<const std::vector<CollectiveCost>*, const char*>;
-      const std::vector<Needed> needed =
-          m.fsdp ? std::vector<Needed>{{&costs.all_gather, "all-gather"}, {&costs.reduce_scatter, "reduce-scatter"}}
-                 : std::vector<Needed>{{&costs.all_reduce, "all-reduce"}};
-      std::vector<CollectiveCost> priced;
-      std::vector<std::string> sources;
-      for (const auto& [measured, collective] : needed) {
-        if (n == 1) break;
-        std::optional<CollectiveCost> cost = cost_of(*measured, collective);
-        if (!cost) break;
-        sources.push_back(m.fsdp ? fmt::format("{}: {}", collective, cost->source()) : cost->source());
-        priced.push_back(std::move(*cost));
+        if (missing != nullptr) {
+          notes.push_back(
+              fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and "
+                          "no --link assumption",
+                          n, missing, n, n));
+          continue;
+        }
       }
-      if (n > 1 && priced.size() < needed.size()) {
-        notes.push_back(
-            fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and no "
-                        "--link assumption",
-                        n, needed[priced.size()].second, n, n));
-        continue;
-      }
-      sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
-      p.comm_source = n > 1 ? fmt::format("{}", fmt::join(sources, "; ")) : "none (1 rank)";
+      p.comm_source =
+          n == 1   ? "none (1 rank)"
+          : m.fsdp ? fmt::format("all-gather: {}; reduce-scatter: {}", all_gather->source(), reduce_scatter->source())
+                   : all_reduce->source();
       p.steps = steps_at(strategy, n);
       // ddp-rr: every rank loads and copies every batch (the loop charges them to its next step).
       const double loads = strategy.loads_every_batch ? n : 1;
@@ -237,19 +247,20 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       const double optimizer_s = m.fsdp ? m.optimizer_s / n : m.optimizer_s;
       p.compute_s = m.h2d_s * loads + m.transform_s + m.forward_s + m.backward_s + optimizer_s + m.other_s;
       p.data_s = m.data_s * loads;
-      if (n > 1 && m.fsdp) {
-        // Per micro-batch, grad_accum of them per step.
-        double gathers = 0, scatters = 0;
-        for (const double bytes : m.allgather_bytes) gathers += priced[0].seconds(bytes);
-        for (const double bytes : m.reducescatter_bytes) scatters += priced[1].seconds(bytes);
-        const double micro_batches = static_cast<double>(grad_accum);
-        p.allgather_s = micro_batches * gathers * (1.0 - p.fsdp_overlap);
-        p.reducescatter_s = micro_batches * scatters * (1.0 - p.fsdp_overlap);
-      } else if (n > 1) {
-        double allreduce = 0;
-        for (const double bytes : buckets) allreduce += priced[0].seconds(bytes);
-        p.allreduce_s = allreduce * (1.0 - p.scaling.overlap);
-      }
+      // Each collective of the list, one after another, the hidden share taken off.
+      const auto exposed = [](const std::optional<CollectiveCost>& cost, const std::vector<double>& sizes,
+                              double hidden) {
+        double seconds = 0;
+        if (cost) {
+          for (const double bytes : sizes) seconds += cost->seconds(bytes);
+        }
+        return seconds * (1.0 - hidden);
+      };
+      // FSDP's per micro-batch, grad_accum of them a step.
+      const double micro_batches = static_cast<double>(grad_accum);
+      p.allgather_s = micro_batches * exposed(all_gather, m.allgather_bytes, p.fsdp_overlap);
+      p.reducescatter_s = micro_batches * exposed(reduce_scatter, m.reducescatter_bytes, p.fsdp_overlap);
+      p.allreduce_s = exposed(all_reduce, buckets, p.scaling.overlap);
       p.epoch_s = static_cast<double>(p.steps) *
                   (p.compute_s + p.data_s + p.allreduce_s + p.allgather_s + p.reducescatter_s) * p.scaling.spread;
       p.eval_s = m.eval_s / n;

@@ -10,7 +10,6 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
-
 #include "profile/nvtx.h"
 
 namespace mgbench::train {
@@ -87,6 +86,15 @@ struct Param {
   std::int64_t offset = 0;  // in the unit's flat shard
   std::size_t full_nbytes = 0;
 };
+
+/// Makes `full` own its whole storage, so that it can be freed and re-allocated in place: a view, an
+/// offset or an overlapping layout is replaced by a copy (set_data: modules and optimizers keep the
+/// tensor). A dense non-contiguous layout (a channels_last weight) is kept.
+void own_whole_storage(torch::Tensor& full) {
+  if (full.storage_offset() != 0 || !full.is_non_overlapping_and_dense() || full.storage().nbytes() != full.nbytes()) {
+    full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
+  }
+}
 
 /// A part of a frozen packed weight (models::PackedWeight): sharded evenly, as bytes.
 struct PackedPart {
@@ -388,13 +396,9 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
       if (state_->shard_by_param.count(full.unsafeGetTensorImpl()) != 0) {
         throw std::logic_error(fmt::format("FSDP: parameter {} is in two units", spec.names[k]));
       }
-      // A parameter must own its whole storage to be freed and regathered in place. Its memory
-      // format stays (a channels_last convolution weight keeps its strides): shards hold rows in
-      // their logical order, copied through strided views.
-      if (full.storage_offset() != 0 || !full.is_non_overlapping_and_dense() ||
-          full.storage().nbytes() != full.nbytes()) {
-        full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
-      }
+      // Its memory format stays (a channels_last convolution weight keeps its strides): shards hold
+      // rows in their logical order, copied through strided views.
+      own_whole_storage(full);
       Param p;
       p.full = full;
       p.layout = ShardLayout::of(full.sizes(), world);
@@ -423,9 +427,7 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
           "other): use a rank count that divides {}, or --sharding none",
           world, w.name, fmt::join(w.shape, ", "), w.blocks, world, w.blocks);
       for (torch::Tensor& full : w.parts) {
-        if (full.storage_offset() != 0 || !full.is_contiguous() || full.storage().nbytes() != full.nbytes()) {
-          full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
-        }
+        own_whole_storage(full);  // 1-D: contiguous
         PackedPart p;
         p.full = full;
         p.full_nbytes = full.nbytes();
