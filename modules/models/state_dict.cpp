@@ -44,6 +44,15 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
   }
 }
 
+void to_device(torch::nn::Module& module, const torch::Device& device, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  const auto move = [&](torch::Tensor& t) {
+    t.set_data(t.data().to(device, t.is_floating_point() ? dtype : t.scalar_type()));
+  };
+  for (auto& p : module.parameters()) move(p);
+  for (auto& b : module.buffers()) move(b);
+}
+
 void to_channels_last(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {

@@ -20,6 +20,11 @@ std::map<std::string, torch::Tensor> state_dict(const torch::nn::Module& module)
 void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors,
                      const std::string& source, bool strict = true);
 
+/// Moves module's parameters and buffers to `device` and casts the floating-point ones to `dtype`,
+/// as Python's module.to(device, dtype) does; integer buffers (BatchNorm's num_batches_tracked,
+/// int64) keep their dtype (LibTorch's Module::to(device, dtype) would cast them too).
+void to_device(torch::nn::Module& module, const torch::Device& device, torch::ScalarType dtype);
+
 /// Converts every 4-D parameter (convolution weights) of module to channels_last (NHWC) memory
 /// layout in place, as Python's module.to(memory_format=torch.channels_last): also those contiguous
 /// in both layouts (depthwise [C, 1, kH, kW]) get channels_last strides (C stride 1).

@@ -65,6 +65,7 @@ struct CommCosts {
   std::vector<CollectiveCost> all_reduce;      // DDP's gradient buckets
   std::vector<CollectiveCost> all_gather;      // FSDP's unit gathers
   std::vector<CollectiveCost> reduce_scatter;  // FSDP's gradient reduce-scatters
+  std::vector<CollectiveCost> broadcast;       // DDP's buffer broadcasts
 };
 
 }  // namespace mgbench::report

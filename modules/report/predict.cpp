@@ -69,6 +69,13 @@ std::vector<double> byte_list(const results::RunRecord& r, const std::string& na
   return out;
 }
 
+/// byte_list, or none where the run does not record `name` (an mgbench before schema 6).
+std::vector<double> recorded_byte_list(const results::RunRecord& r, const std::string& name) {
+  const bool recorded =
+      std::any_of(r.attributes.begin(), r.attributes.end(), [&](const auto& a) { return a.first == name; });
+  return recorded ? byte_list(r, name) : std::vector<double>{};
+}
+
 }  // namespace
 
 MeasuredStep measure_step(const results::RunRecord& r) {
@@ -104,6 +111,8 @@ MeasuredStep measure_step(const results::RunRecord& r) {
   m.startup_s = std::max(0.0, r.summary.total_s - r.summary.train_s - summary_eval);
   m.gradient_bytes = static_cast<double>(*r.integer("trainable_parameters")) *
                      axes::dtype_info(precision_of(r).gradient_dtype()).bytes;
+  m.buffer_broadcast_bytes = recorded_byte_list(r, "buffer_broadcast_bytes");
+  m.loss_allreduce_bytes = static_cast<double>(r.integer("loss_allreduce_bytes").value_or(0));
   m.fsdp = r.display("sharding") == "fsdp";
   if (m.fsdp) {
     m.allgather_bytes = byte_list(r, "fsdp_allgather_bytes");
@@ -131,7 +140,8 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
       std::size_t n = 0;
       for (const auto& rank : r->epochs) {
         if (k >= rank.size()) continue;
-        const double own = rank[k].train_s - rank[k].phases.allreduce_s;
+        const results::PhaseTimes& ph = rank[k].phases;
+        const double own = rank[k].train_s - ph.allreduce_s - ph.buffer_broadcast_s - ph.loss_reduce_s;
         sum += own;
         slowest = std::max(slowest, own);
         ++n;
@@ -217,16 +227,23 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       p.fsdp_overlap = n > 1 ? fsdp_overlap : 0;
       // The collectives this step issues (FSDP: all-gather and reduce-scatter; else the all-reduce),
       // each priced at n ranks.
-      std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter;
+      // The step's own collectives besides: the buffers' broadcasts before each micro-batch and a summed
+      // loss's normaliser all-reduced.
+      std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter, broadcast;
       if (n > 1) {
         const char* missing = nullptr;
         if (m.fsdp) {
           all_gather = cost_at(costs.all_gather, "all-gather", n, link);
           reduce_scatter = cost_at(costs.reduce_scatter, "reduce-scatter", n, link);
           missing = !all_gather ? "all-gather" : !reduce_scatter ? "reduce-scatter" : nullptr;
-        } else {
+        }
+        if (!m.fsdp || m.loss_allreduce_bytes > 0) {
           all_reduce = cost_at(costs.all_reduce, "all-reduce", n, link);
-          missing = !all_reduce ? "all-reduce" : nullptr;
+          if (!all_reduce && missing == nullptr) missing = "all-reduce";
+        }
+        if (!m.buffer_broadcast_bytes.empty()) {
+          broadcast = cost_at(costs.broadcast, "broadcast", n, link);
+          if (!broadcast && missing == nullptr) missing = "broadcast";
         }
         if (missing != nullptr) {
           notes.push_back(
@@ -240,6 +257,7 @@ std::vector<Prediction> predict(const results::RunRecord& base,
           n == 1   ? "none (1 rank)"
           : m.fsdp ? fmt::format("all-gather: {}; reduce-scatter: {}", all_gather->source(), reduce_scatter->source())
                    : all_reduce->source();
+      if (broadcast && broadcast->source() != p.comm_source) p.comm_source += "; broadcast: " + broadcast->source();
       p.steps = steps_at(strategy, n);
       // ddp-rr: every rank loads and copies every batch (the loop charges them to its next step).
       const double loads = strategy.loads_every_batch ? n : 1;
@@ -260,20 +278,30 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       const double micro_batches = static_cast<double>(grad_accum);
       p.allgather_s = micro_batches * exposed(all_gather, m.allgather_bytes, p.fsdp_overlap);
       p.reducescatter_s = micro_batches * exposed(reduce_scatter, m.reducescatter_bytes, p.fsdp_overlap);
-      p.allreduce_s = exposed(all_reduce, buckets, p.scaling.overlap);
+      p.allreduce_s = m.fsdp ? 0.0 : exposed(all_reduce, buckets, p.scaling.overlap);
+      // Neither overlaps compute: the forward waits for the buffers, the optimizer for the normaliser.
+      p.buffer_broadcast_s = micro_batches * exposed(broadcast, m.buffer_broadcast_bytes, 0.0);
+      p.loss_reduce_s = m.loss_allreduce_bytes > 0 ? exposed(all_reduce, {m.loss_allreduce_bytes}, 0.0) : 0.0;
       p.epoch_s = static_cast<double>(p.steps) *
-                  (p.compute_s + p.data_s + p.allreduce_s + p.allgather_s + p.reducescatter_s) * p.scaling.spread;
+                  (p.compute_s + p.data_s + p.allreduce_s + p.allgather_s + p.reducescatter_s + p.buffer_broadcast_s +
+                   p.loss_reduce_s) *
+                  p.scaling.spread;
       p.eval_s = m.eval_s / n;
       p.evaluated_epochs = m.evaluated_epochs;
       p.total_s =
           static_cast<double>(epochs) * p.epoch_s + static_cast<double>(m.evaluated_epochs) * p.eval_s + m.startup_s;
       if (n == 1) one_rank_total = p.total_s;
-      const std::vector<std::pair<const char*, double>> phases = {
-          {"data", p.data_s},           {"h2d", m.h2d_s * loads},
-          {"transform", m.transform_s}, {"forward", m.forward_s},
-          {"backward", m.backward_s},   {"allreduce", p.allreduce_s},
-          {"allgather", p.allgather_s}, {"reducescatter", p.reducescatter_s},
-          {"optimizer", optimizer_s}};
+      const std::vector<std::pair<const char*, double>> phases = {{"data", p.data_s},
+                                                                  {"h2d", m.h2d_s * loads},
+                                                                  {"transform", m.transform_s},
+                                                                  {"forward", m.forward_s},
+                                                                  {"backward", m.backward_s},
+                                                                  {"allreduce", p.allreduce_s},
+                                                                  {"allgather", p.allgather_s},
+                                                                  {"reducescatter", p.reducescatter_s},
+                                                                  {"buffer_broadcast", p.buffer_broadcast_s},
+                                                                  {"loss_reduce", p.loss_reduce_s},
+                                                                  {"optimizer", optimizer_s}};
       p.limiting = std::max_element(phases.begin(), phases.end(), [](const auto& a, const auto& b) {
                      return a.second < b.second;
                    })->first;
@@ -317,6 +345,8 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
       {"allreduce", "(ms/step)", 10, "", ms(&P::allreduce_s)},
       {"allgather", "(ms/step)", 10, "", ms(&P::allgather_s)},
       {"r-scatter", "(ms/step)", 10, "", ms(&P::reducescatter_s)},
+      {"bcast+lred", "(ms/step)", 10, "",
+       [](const P& p) { return number((p.buffer_broadcast_s + p.loss_reduce_s) * 1e3, 2); }},
       {"epoch", "(s)", 10, "", s(&P::epoch_s)},
       {"total", "(s)", 10, "", s(&P::total_s)},
       {"speedup", "(x)", 8, "", s(&P::speedup)},
@@ -471,8 +501,10 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
       }
       return costs;
     };
-    const CommCosts costs{costs_of("all-reduce"), costs_of("all-gather"), costs_of("reduce-scatter")};
-    if (costs.all_reduce.empty() && costs.all_gather.empty() && costs.reduce_scatter.empty()) {
+    const CommCosts costs{costs_of("all-reduce"), costs_of("all-gather"), costs_of("reduce-scatter"),
+                          costs_of("broadcast")};
+    if (costs.all_reduce.empty() && costs.all_gather.empty() && costs.reduce_scatter.empty() &&
+        costs.broadcast.empty()) {
       notes.push_back(
           fmt::format("no completed comm run on {} among the files (mpirun -np N mgbench comm --device {}): only "
                       "--link can stand in",
@@ -509,6 +541,8 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"prediction_allgather_s_per_step", p.allgather_s},
           {"prediction_reducescatter_s_per_step", p.reducescatter_s},
           {"prediction_fsdp_overlap", p.fsdp_overlap},
+          {"prediction_buffer_broadcast_s_per_step", p.buffer_broadcast_s},
+          {"prediction_loss_reduce_s_per_step", p.loss_reduce_s},
           {"prediction_limiting_phase", p.limiting},
           {"prediction_speedup", p.speedup},
           {"prediction_model", std::string("mgbench predict v2 (docs/design.md, The scaling predictor)")}});

@@ -22,7 +22,10 @@
 //                 (1 - the share hidden behind compute a measured multi-rank FSDP run showed: its forward +
 //                 backward per step beyond the base's is the exposed part; none without one); the optimizer
 //                 updates 1/n of the parameters (its shards)
-//   epoch(n)      steps(n) x (compute + data(n) + allreduce(n) + fsdp(n)) x straggler spread (the measured
+//   step's rest   per micro-batch, the buffers' broadcasts (BatchNorm statistics, buffer_broadcast_bytes) and
+//                 per step a summed loss's normaliser all-reduce (loss_allreduce_bytes), priced as the comm
+//                 run's broadcast / all-reduce of their sizes at n ranks (or the link); nothing hidden
+//   epoch(n)      steps(n) x (compute + data(n) + allreduce(n) + fsdp(n) + rest(n)) x straggler spread (the measured
 //                 slowest rank's time outside collectives over the ranks' mean; 1 without a multi-rank run)
 //   total(n)      epochs x epoch(n) + evaluated epochs x eval_s / n + the measured start-up
 // Nothing is fitted: every number is measured or a labelled assumption.
@@ -58,6 +61,9 @@ struct MeasuredStep {
   bool fsdp = false;                        // --sharding fsdp: the collectives below instead of the all-reduce
   std::vector<double> allgather_bytes;      // fsdp: a micro-batch's all-gathers (fsdp_allgather_bytes)
   std::vector<double> reducescatter_bytes;  // fsdp: a micro-batch's reduce-scatters
+  std::vector<double>
+      buffer_broadcast_bytes;       // a micro-batch's buffer broadcasts (buffer_broadcast_bytes; none: no buffers)
+  double loss_allreduce_bytes = 0;  // a step's loss normaliser all-reduce (0: a mean loss, none)
 };
 /// Throws ResultsError naming the run when it has no completed epoch, lacks the attributes (an FSDP
 /// run of an mgbench before its collectives were recorded too) or has a precision this mgbench does
@@ -66,7 +72,8 @@ MeasuredStep measure_step(const results::RunRecord& one_rank);
 
 /// From multi-rank runs of the workload: the share of the all-reduce window hidden behind backward
 /// (1 - exposed / window, summed over their ranks and epochs) and the straggler spread (mean over
-/// runs and epochs of the slowest rank's time outside the collectives, train_s - allreduce_s, over
+/// runs and epochs of the slowest rank's time outside the collectives, train_s - allreduce_s - buffer_broadcast_s -
+/// loss_reduce_s, over
 /// the ranks' mean: synchronous ranks end each step together, the faster one waiting).
 struct MeasuredScaling {
   double overlap = 0;                // 0 when unmeasured
@@ -88,6 +95,7 @@ struct Prediction {
   std::int64_t steps = 0;                             // per epoch per rank
   double compute_s = 0, data_s = 0, allreduce_s = 0;  // per step (allreduce: exposed)
   double allgather_s = 0, reducescatter_s = 0;        // per step, exposed (fsdp; 0 otherwise)
+  double buffer_broadcast_s = 0, loss_reduce_s = 0;   // per step (none hidden)
   double fsdp_overlap = 0;                            // the share of FSDP's collectives hidden (measured)
   double epoch_s = 0, eval_s = 0, total_s = 0;        // eval_s: per evaluated epoch
   std::int64_t evaluated_epochs = 0;                  // of the measured run

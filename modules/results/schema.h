@@ -12,7 +12,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 5;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 6;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -26,13 +26,15 @@ inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// Wall time [s] spent in each phase of a training step (or summed over an epoch).
 struct PhaseTimes {
-  double data_s = 0;       // waiting for the loader to hand over the batch
-  double h2d_s = 0;        // host-to-device copy of the batch (0 on CPU)
-  double transform_s = 0;  // on-device transforms: cast, normalise, upscale
-  double forward_s = 0;    // forward pass and loss
-  double backward_s = 0;   // backward pass (including all-reduce launches from gradient hooks)
-  double allreduce_s = 0;  // gradient all-reduce time not hidden behind backward (waiting on it)
-  double optimizer_s = 0;  // optimizer step and zeroing gradients
+  double data_s = 0;              // waiting for the loader to hand over the batch
+  double h2d_s = 0;               // host-to-device copy of the batch (0 on CPU)
+  double buffer_broadcast_s = 0;  // DDP's broadcast_buffers: BatchNorm statistics from rank 0 before each micro-batch
+  double transform_s = 0;         // on-device transforms: cast, normalise, upscale
+  double forward_s = 0;           // forward pass and loss
+  double backward_s = 0;          // backward pass (including all-reduce launches from gradient hooks)
+  double allreduce_s = 0;         // gradient all-reduce time not hidden behind backward (waiting on it)
+  double loss_reduce_s = 0;       // a summed loss's normaliser (the step's targets) all-reduced and read by the host
+  double optimizer_s = 0;         // optimizer step and zeroing gradients
 };
 
 /// The phases in table order; name + "_s" is the field name in the results file.
@@ -40,14 +42,29 @@ struct PhaseField {
   const char* name;
   double PhaseTimes::*seconds;
 };
-inline constexpr PhaseField kPhaseFields[] = {
-    {"data", &PhaseTimes::data_s},           {"h2d", &PhaseTimes::h2d_s},
-    {"transform", &PhaseTimes::transform_s}, {"forward", &PhaseTimes::forward_s},
-    {"backward", &PhaseTimes::backward_s},   {"allreduce", &PhaseTimes::allreduce_s},
-    {"optimizer", &PhaseTimes::optimizer_s}};
+inline constexpr PhaseField kPhaseFields[] = {{"data", &PhaseTimes::data_s},
+                                              {"h2d", &PhaseTimes::h2d_s},
+                                              {"buffer_broadcast", &PhaseTimes::buffer_broadcast_s},
+                                              {"transform", &PhaseTimes::transform_s},
+                                              {"forward", &PhaseTimes::forward_s},
+                                              {"backward", &PhaseTimes::backward_s},
+                                              {"allreduce", &PhaseTimes::allreduce_s},
+                                              {"loss_reduce", &PhaseTimes::loss_reduce_s},
+                                              {"optimizer", &PhaseTimes::optimizer_s}};
 
 /// Index of each phase in kPhaseFields.
-enum class Phase : std::size_t { kData, kH2d, kTransform, kForward, kBackward, kAllreduce, kOptimizer, kCount };
+enum class Phase : std::size_t {
+  kData,
+  kH2d,
+  kBufferBroadcast,
+  kTransform,
+  kForward,
+  kBackward,
+  kAllreduce,
+  kLossReduce,
+  kOptimizer,
+  kCount
+};
 static_assert(std::size(kPhaseFields) == static_cast<std::size_t>(Phase::kCount));
 
 inline PhaseTimes& operator+=(PhaseTimes& total, const PhaseTimes& more) {

@@ -23,12 +23,28 @@ void check_collective(const torch::Tensor& input, const torch::Tensor& output, c
                   output.numel());
 }
 
+namespace {
+std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype(const std::vector<torch::Tensor>& tensors) {
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> groups;
+  for (const auto& t : tensors) groups[t.scalar_type()].push_back(t);
+  return groups;
+}
+}  // namespace
+
+std::vector<std::int64_t> broadcast_coalesced_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::vector<std::int64_t> bytes;
+  for (const auto& [dtype, group] : by_dtype(tensors)) {
+    std::int64_t n = 0;
+    for (const auto& t : group) n += t.numel() * static_cast<std::int64_t>(t.element_size());
+    bytes.push_back(n);
+  }
+  return bytes;
+}
+
 void broadcast_coalesced(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root) {
   if (comm.world_size() == 1) return;
-  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
   torch::NoGradGuard no_grad;
-  for (auto& [dtype, group] : by_dtype) {
+  for (auto& [dtype, group] : by_dtype(tensors)) {
     std::vector<torch::Tensor> flat_parts;
     for (const auto& t : group) flat_parts.push_back(t.detach().reshape({-1}));
     torch::Tensor flat = torch::cat(flat_parts);

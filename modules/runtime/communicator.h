@@ -79,5 +79,8 @@ void check_collective(const torch::Tensor& input, const torch::Tensor& output, c
 /// packed into one flat buffer first). Used to start every rank from rank 0's parameters and
 /// to share BatchNorm buffers each step (DDP's broadcast_buffers). Blocks until done.
 void broadcast_coalesced(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root);
+/// The size [bytes] of each broadcast broadcast_coalesced issues for `tensors` at more than one
+/// rank, in its order (by dtype); empty for no tensors.
+std::vector<std::int64_t> broadcast_coalesced_bytes(const std::vector<torch::Tensor>& tensors);
 
 }  // namespace mgbench::runtime

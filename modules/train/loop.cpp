@@ -254,7 +254,12 @@ h5::Attributes TrainingLoop::run_attributes() const {
        static_cast<std::int64_t>(buckets ? runtime::GradSync::assign(s.trainable, s.sync_options).size() : 0)},
       {"fsdp_units", s.fsdp ? s.fsdp->num_units() : std::int64_t{0}},
       {"fsdp_allgather_bytes", fmt::format("{}", fmt::join(s.fsdp_collectives.all_gather_bytes, ","))},
-      {"fsdp_reducescatter_bytes", fmt::format("{}", fmt::join(s.fsdp_collectives.reduce_scatter_bytes, ","))}};
+      {"fsdp_reducescatter_bytes", fmt::format("{}", fmt::join(s.fsdp_collectives.reduce_scatter_bytes, ","))},
+      // What a step broadcasts before each micro-batch and all-reduces for its loss, at any world size.
+      {"buffer_broadcast_bytes",
+       fmt::format("{}", fmt::join(runtime::broadcast_coalesced_bytes(s.shared_buffers), ","))},
+      {"loss_allreduce_bytes",
+       std::int64_t{s.recipe.loss_normalization() == LossNormalization::kMeanPerMicroBatch ? 0 : 8}}};
   // The peak MFU divides by, and where it comes from: a run's MFU is read against it.
   const runtime::PeakFlops peak = run_peak_flops(s.placement, s.precision, s.train.peak_tflops);
   a.emplace_back("mfu_peak_tflops", peak.flops / 1e12);

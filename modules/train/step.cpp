@@ -56,13 +56,18 @@ void forward_backward(LoopParts& p, const data::Batch& input, bool first, bool l
 
 /// The factor that makes the gradients summed by backward the step's (after the mean over ranks of
 /// the GradSync): 1 / micro-batches for a mean loss, world size / the step's targets on all ranks
-/// for a summed one; nullopt when no rank had a target (nothing to learn from). The allreduce phase.
+/// for a summed one; nullopt when no rank had a target (nothing to learn from). Waiting for the
+/// gradient buckets is the allreduce phase (what the all-reduce window covers, nothing else), the
+/// normaliser's sum over the ranks the loss_reduce phase.
 std::optional<double> gradient_scale(LoopParts& p, const StepOutcome& out, PhaseClock& clock) {
-  clock.enter(results::Phase::kAllreduce);
-  if (p.grad_sync) p.grad_sync->finish();
+  if (p.grad_sync) {
+    clock.enter(results::Phase::kAllreduce);
+    p.grad_sync->finish();
+  }
   if (p.recipe.loss_normalization() == LossNormalization::kMeanPerMicroBatch) {
     return 1.0 / static_cast<double>(out.micro_batches);
   }
+  clock.enter(results::Phase::kLossReduce);
   torch::Tensor targets = torch::full({}, out.normalizer, torch::TensorOptions(torch::kFloat64).device(p.device));
   p.comm.all_reduce(targets, runtime::ReduceOp::kSum)->wait();
   const double all_targets = targets.cpu().item<double>();
@@ -116,7 +121,7 @@ StepOutcome train_step(LoopParts& p, DeviceFeeder& feeder, PhaseClock& clock, do
     if (!batch->plan.compute) continue;
     if (out.micro_batches == 0) step.batch_index = batch->plan.batch_index;
     if (p.share_buffers()) {
-      clock.enter(results::Phase::kAllreduce);
+      clock.enter(results::Phase::kBufferBroadcast);
       runtime::broadcast_coalesced(p.comm, p.shared_buffers, 0);
     }
     clock.enter(results::Phase::kTransform);

@@ -1,11 +1,13 @@
 #pragma once
 // One optimizer step of the training loop (loop.h), on every rank alike: grad_accum micro-batches,
-// each from the device feeder (data and h2d phases), the recipe's transform (transform phase),
+// each from the device feeder (data and h2d phases), the model's buffers broadcast from rank 0
+// (DDP's broadcast_buffers: buffer_broadcast phase), the recipe's transform (transform phase),
 // forward under the precision's autocast (the recipe's loss; forward phase), backward (scaled with
 // amp-fp16; backward phase), the gradients' bucketed all-reduce overlapped with the last
 // micro-batch's backward (GradSync; DDP's no_sync for the earlier ones; the exposed rest is the
-// allreduce phase); then the gradients normalised as the recipe's LossNormalization says, clipped,
-// and the optimizer step (GradScaler's with amp-fp16; optimizer phase). One host sync: the step's
+// allreduce phase, nothing else); then a summed loss's normaliser all-reduced (loss_reduce phase),
+// the gradients normalised as the recipe's LossNormalization says, clipped, and the optimizer step
+// (GradScaler's with amp-fp16; optimizer phase). One host sync: the step's
 // loss, metrics and loss scale read together at its end.
 #include <cstdint>
 #include <vector>

@@ -13,4 +13,4 @@ from .results import (PHASES, SCHEMA_NAME, SUPPORTED_SCHEMA_VERSIONS, ResultsErr
 
 __all__ = ["runs", "steps", "epochs", "cuda", "comm", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
            "PHASES", "SCHEMA_NAME", "SUPPORTED_SCHEMA_VERSIONS", "CSV_COLUMNS"]
-__version__ = "0.3.1"
+__version__ = "0.3.2"

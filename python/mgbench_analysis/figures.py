@@ -505,7 +505,7 @@ def phase_breakdown(data: Data, overlay: bool) -> Optional[Figure]:
     ax.invert_yaxis()
     # Above the axes, not inside: the bars of runs of similar length leave no corner free, and the
     # default place ("best") covered some. tight_layout (in _finish) makes room for it in the figure.
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize="small")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=5, fontsize="small")
     return _finish(fig, "Where the training time goes: phases per run")
 
 

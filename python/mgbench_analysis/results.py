@@ -19,10 +19,11 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
-PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("transform", "transform_s"), ("forward", "forward_s"),
-          ("backward", "backward_s"), ("allreduce", "allreduce_s"), ("optimizer", "optimizer_s"))
+PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("buffer_broadcast", "buffer_broadcast_s"), ("transform", "transform_s"),
+          ("forward", "forward_s"), ("backward", "backward_s"), ("allreduce", "allreduce_s"),
+          ("loss_reduce", "loss_reduce_s"), ("optimizer", "optimizer_s"))
 
 # Fields of the summary record, with the values of a run that has not written it (the writer's fill values).
 _SUMMARY_DEFAULTS = {"total_s": np.nan, "train_s": np.nan, "eval_s": np.nan, "samples_per_s": np.nan,
@@ -164,6 +165,11 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
         epochs = _table(rank_group, "epochs")
         if "epoch" in epochs:
             epochs = epochs[epochs["epoch"] >= 0].reset_index(drop=True)
+        for table in (steps, epochs):  # phases a version lacked (schema 6's) were not timed apart: 0
+            if "epoch" in table:
+                for _, phase in PHASES:
+                    if phase not in table:
+                        table[phase] = 0.0
         run.steps.append(steps)
         run.epochs.append(epochs)
         if "comm" in rank_group:

@@ -261,6 +261,22 @@ TEST_P(LlmTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   EXPECT_EQ(max_difference_across_ranks(comm, flat(distributed.adapters)), 0.0);
   if (world_rank() == 0) {
+    // A summed (token-weighted) loss: its normaliser is all-reduced each step, a phase of its own;
+    // no buffers are broadcast; the gradients' all-reduce is the only allreduce phase (none: FSDP).
+    const auto runs = results::read_runs(dir.file("llm.h5"));
+    ASSERT_EQ(runs.size(), 1U);
+    EXPECT_EQ(runs[0].integer("loss_allreduce_bytes").value_or(-1), 8);
+    EXPECT_EQ(runs[0].text("buffer_broadcast_bytes").value_or("?"), "");
+    const bool fsdp = runs[0].text("sharding").value_or("") == "fsdp";
+    for (const auto& rank : runs[0].epochs) {
+      for (const auto& epoch : rank) {
+        EXPECT_GT(epoch.phases.loss_reduce_s, 0.0);
+        EXPECT_EQ(epoch.phases.buffer_broadcast_s, 0.0);
+        if (fsdp) {
+          EXPECT_EQ(epoch.phases.allreduce_s, 0.0);
+        }
+      }
+    }
     const LlmTrained reference =
         tune(MPI_COMM_SELF, *llm_config(recipe, model, 2 * world_size(), dir.file("llm1.h5"), more));
     const double diff = (flat(distributed.adapters) - flat(reference.adapters)).abs().max().item<double>();

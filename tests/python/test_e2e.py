@@ -18,7 +18,7 @@ def test_main_job_two_ranks(tmp_path, mnist):
                    "--batch-size", "32", "--results", results, "--run-name", "e2e", np=2, check=True)
     assert "test accuracy" in proc.stderr
     with h5py.File(results, "r") as f:
-        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 5
+        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 6
         (run_id,) = f["runs"].keys()
         assert run_id.endswith("_e2e")
         run = f["runs"][run_id]
@@ -32,7 +32,11 @@ def test_main_job_two_ranks(tmp_path, mnist):
             assert run.attrs[key], key
         for key in ("cuda_runtime_version", "cuda_driver_version", "cudnn_version", "nccl_version"):
             assert key in run.attrs, key  # empty where the library is absent (a CPU machine has no driver)
-        assert run.attrs["schema_version"] == 5 and run.attrs["recipe"] == "classification"
+        assert run.attrs["schema_version"] == 6 and run.attrs["recipe"] == "classification"
+        # MobileNetV2's BatchNorm buffers as torchvision's mobilenet_v2(width_mult=0.25) has them, one
+        # broadcast a dtype before each micro-batch: num_batches_tracked of its 52 layers (int64) and
+        # running_mean / running_var (fp32); a mean loss has no normaliser to all-reduce.
+        assert run.attrs["buffer_broadcast_bytes"] == "416,42624" and run.attrs["loss_allreduce_bytes"] == 0
         assert "epochs = 2" in run.attrs["config"]
         summary = run["summary"][0]
         assert summary["epochs_completed"] == 2 and summary["total_s"] > 0 and summary["samples_per_s"] > 0
@@ -46,12 +50,16 @@ def test_main_job_two_ranks(tmp_path, mnist):
             steps = rank["steps"][:]
             assert len(steps) == 2 * 8  # 256 samples per rank / batch 32
             assert (steps["epoch"] >= 0).all() and (steps["samples"] == 32).all()
-            for phase in ("data_s", "h2d_s", "transform_s", "forward_s", "backward_s", "allreduce_s", "optimizer_s"):
+            phase_fields = ("data_s", "h2d_s", "buffer_broadcast_s", "transform_s", "forward_s", "backward_s",
+                            "allreduce_s", "loss_reduce_s", "optimizer_s")
+            for phase in phase_fields:
                 assert (steps[phase] >= 0).all() and np.isfinite(steps[phase]).all(), phase
             assert (steps["forward_s"] > 0).all() and (steps["allreduce_s"] > 0).all()
+            # The buffers' broadcast is a phase of its own, not the gradients' all-reduce; a mean loss
+            # (the image's) reduces no normaliser.
+            assert (steps["buffer_broadcast_s"] > 0).all() and (steps["loss_reduce_s"] == 0).all()
             # A step's phases lie within the step: the evaluation between epochs is no step's time.
-            phase_sum = sum(steps[p] for p in ("data_s", "h2d_s", "transform_s", "forward_s", "backward_s",
-                                               "allreduce_s", "optimizer_s"))
+            phase_sum = sum(steps[p] for p in phase_fields)
             assert (phase_sum <= steps["step_s"] + 1e-6).all(), (phase_sum - steps["step_s"]).max()
             assert np.isclose(epochs["samples"].sum(), 512)
             # All-reduce window: from the first bucket's launch to the last one's completion.

@@ -272,7 +272,8 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   // 1 ms + 1 ns a byte at 2 ranks for either collective: gathers 3 ms + 4 us, the scatter 1 ms + 0.5 us.
   const report::CommCosts costs{{},
                                 {report::CollectiveCost("all-gather", 2, {{1e3, 1.001e-3}, {1e6, 2e-3}}, "ag")},
-                                {report::CollectiveCost("reduce-scatter", 2, {{500, 1.0005e-3}}, "rs")}};
+                                {report::CollectiveCost("reduce-scatter", 2, {{500, 1.0005e-3}}, "rs")},
+                                {}};
   std::vector<std::string> notes;
   const auto p = report::predict(base, {}, costs, nullptr, {1, 2}, {kDdpDs}, notes);
   ASSERT_EQ(p.size(), 2U) << fmt::format("{}", fmt::join(notes, "; "));
@@ -292,7 +293,7 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   EXPECT_EQ(p[1].comm_source, "all-gather: ag; reduce-scatter: rs");
   // Without a reduce-scatter at 2 ranks: skipped, saying which collective to measure.
   notes.clear();
-  const report::CommCosts gathers_only{{}, costs.all_gather, {}};
+  const report::CommCosts gathers_only{{}, costs.all_gather, {}, {}};
   EXPECT_TRUE(report::predict(base, {}, gathers_only, nullptr, {2}, {kDdpDs}, notes).empty());
   ASSERT_EQ(notes.size(), 1U);
   EXPECT_NE(notes[0].find("no reduce-scatter measured at 2 ranks"), std::string::npos) << notes[0];
@@ -318,6 +319,44 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   base.attributes.erase(std::find_if(base.attributes.begin(), base.attributes.end(),
                                      [](const auto& a) { return a.first == "fsdp_allgather_bytes"; }));
   test::expect_error<ResultsError>([&] { report::measure_step(base); }, {"no fsdp_allgather_bytes"});
+}
+
+TEST(Predict, BufferBroadcastsAndTheLossNormaliserArePricedAtTheirSizes) {
+  results::RunRecord base = hand_made_run();
+  h5::merge_attributes(base.attributes, {{"batch_size", std::int64_t{25}},  // 20 steps of 2 x 25 as measured
+                                         {"grad_accum", std::int64_t{2}},
+                                         {"buffer_broadcast_bytes", std::string("2000,8")},
+                                         {"loss_allreduce_bytes", std::int64_t{8}}});
+  // 1 ms + 1 ns a byte at 2 ranks (both bus factors 1): two micro-batches of a 2000 B and an 8 B
+  // broadcast, one 8 B all-reduce a step.
+  const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
+  std::vector<std::string> notes;
+  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, {kDdpDs}, notes);
+  ASSERT_EQ(p.size(), 2U) << fmt::format("{}", fmt::join(notes, "; "));
+  EXPECT_EQ(p[0].buffer_broadcast_s, 0.0);  // 1 rank: nothing to broadcast
+  EXPECT_EQ(p[0].loss_reduce_s, 0.0);
+  EXPECT_NEAR(p[0].total_s, 10.0, 1e-12);
+  EXPECT_NEAR(p[1].buffer_broadcast_s, 2 * (1e-3 + 2000e-9 + 1e-3 + 8e-9), 1e-15);
+  EXPECT_NEAR(p[1].loss_reduce_s, 1e-3 + 8e-9, 1e-15);
+  EXPECT_NEAR(p[1].epoch_s, 10 * (0.19 + 0.01 + p[1].allreduce_s + p[1].buffer_broadcast_s + p[1].loss_reduce_s),
+              1e-12);
+  // Measured all-reduce but no broadcast at 2 ranks: skipped, saying which collective to measure.
+  notes.clear();
+  const report::CommCosts no_broadcast{
+      {report::CollectiveCost("all-reduce", 2, {{8, 1e-5}, {4e6, 1e-3}}, "ar")}, {}, {}, {}};
+  EXPECT_TRUE(report::predict(base, {}, no_broadcast, nullptr, {2}, {kDdpDs}, notes).empty());
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_NE(notes[0].find("no broadcast measured at 2 ranks"), std::string::npos) << notes[0];
+  // The straggler spread compares the time outside every collective phase.
+  results::RunRecord two = base;
+  results::EpochRecord fast, slow;
+  fast.steps = slow.steps = 5;
+  fast.train_s = 1.0;
+  slow.train_s = 1.0;
+  fast.phases.buffer_broadcast_s = 0.3;  // rank 0 waited 0.3 s for rank 1 in the broadcasts
+  fast.phases.loss_reduce_s = 0.1;
+  two.epochs = {{fast}, {slow}};
+  EXPECT_NEAR(report::measure_scaling({&two}).spread, 1.0 / 0.8, 1e-12);
 }
 
 }  // namespace

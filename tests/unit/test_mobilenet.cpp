@@ -100,6 +100,19 @@ TEST(MobileNetV2, FrozenBatchNormIgnoresTheBatch) {
   }
 }
 
+TEST(StateDict, ToDeviceCastsOnlyFloatingPointTensorsAsPythonsModuleTo) {
+  MobileNetV2 model(MobileNetV2Options{10, 0.25});
+  to_device(*model, torch::kCPU, torch::kFloat64);
+  int counters = 0;
+  for (const auto& b : model->named_buffers()) {
+    const bool counter = b.key().ends_with("num_batches_tracked");
+    counters += counter ? 1 : 0;
+    EXPECT_EQ(b.value().scalar_type(), counter ? torch::kInt64 : torch::kFloat64) << b.key();
+  }
+  EXPECT_EQ(counters, 52);  // torchvision's mobilenet_v2 has 52 BatchNorm layers
+  for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat64);
+}
+
 TEST(StateDict, MismatchesNameTheTensor) {
   MobileNetV2 model(MobileNetV2Options{10, 0.25});
   auto state = state_dict(*model);

@@ -227,8 +227,10 @@ TEST(Report, PhasesMinAvgMaxAcrossRanks) {
   std::ostringstream out;
   report::print_phases(out, {run});
   // forward: rank 0 2 s, rank 1 6 s -> min 2, avg 4, max 6; share (2/8 + 6/8) / 2 = 50 %.
-  EXPECT_NE(out.str().find("forward         2.000      4.000      6.000     50.0"), std::string::npos) << out.str();
-  EXPECT_NE(out.str().find("train           8.000      8.000      8.000    100.0"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("forward               2.000      4.000      6.000     50.0"), std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("train                 8.000      8.000      8.000    100.0"), std::string::npos)
+      << out.str();
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ class ClassificationRecipe final : public Recipe {
                     train_set_.images_path, train_set_.rows, train_set_.cols, test_set_.images_path, test_set_.rows,
                     test_set_.cols);
     model_ = o.model({data::kMnistClasses, o.width_mult, o.dropout, o.freeze_batchnorm});
-    model_.module->to(ctx.device, dtype_);
+    models::to_device(*model_.module, ctx.device, dtype_);
     if (o.channels_last) models::to_channels_last(*model_.module);
     if (ctx.train.strategy == axes::Strategy::kDp) {
       // One process over every visible GPU of the node, the model on the rank's GPU first.
