@@ -58,8 +58,30 @@ bool is_nccl_kernel(std::string_view name) {
   return name.rfind("ncclDevKernel", 0) == 0 || name.rfind("ncclKernel", 0) == 0;
 }
 
+namespace {
+
+/// Labels and copies waiting for their match, at most this many (each map): past it the oldest
+/// half (the lowest correlation ids: CUPTI counts them up) is dropped. A label meets its copy within
+/// a CUPTI buffer or two; what waits longer is an API call that copied nothing, or a copy nobody
+/// labelled.
+constexpr std::size_t kPendingLimit = std::size_t{1} << 16;
+
+template <typename Map>
+void bound(Map& pending) {
+  if (pending.size() <= kPendingLimit) return;
+  auto end = pending.begin();
+  std::advance(end, static_cast<std::ptrdiff_t>(pending.size() / 2));
+  pending.erase(pending.begin(), end);
+}
+
+CopyPurpose purpose_of(std::uint64_t id) {
+  return id >= 1 && id <= 3 ? static_cast<CopyPurpose>(id) : CopyPurpose::kOther;
+}
+
+}  // namespace
+
 void ActivityAggregator::add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::uint64_t start_ns, std::uint64_t end_ns,
-                                    bool pinned_host) {
+                                    bool pinned_host, std::array<std::uint32_t, 2> correlation_ids) {
   Totals* t = kind == MemcpyKind::kHtoD   ? &htod_
               : kind == MemcpyKind::kDtoH ? &dtoh_
               : kind == MemcpyKind::kDtoD ? &dtod_
@@ -68,7 +90,38 @@ void ActivityAggregator::add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::u
   ++t->count;
   t->bytes += bytes;
   t->ns += end_ns > start_ns ? end_ns - start_ns : 0;
-  if (kind == MemcpyKind::kHtoD && pinned_host) ++htod_pinned_;
+  if (kind != MemcpyKind::kHtoD) return;
+  if (pinned_host) ++htod_pinned_;
+  for (const std::uint32_t id : correlation_ids) {
+    const auto label = id != 0 ? labels_.find(id) : labels_.end();
+    if (label == labels_.end()) continue;
+    add_htod(label->second, 1, bytes);
+    for (const std::uint32_t other : correlation_ids) labels_.erase(other);
+    return;
+  }
+  for (const std::uint32_t id : correlation_ids) {
+    if (id != 0) unlabelled_htod_[id] = {correlation_ids, bytes};
+  }
+  bound(unlabelled_htod_);
+}
+
+void ActivityAggregator::add_external_correlation(std::uint32_t correlation_id, std::uint64_t purpose) {
+  const CopyPurpose p = purpose_of(purpose);
+  if (p == CopyPurpose::kOther || correlation_id == 0) return;
+  if (const auto copy = unlabelled_htod_.find(correlation_id); copy != unlabelled_htod_.end()) {
+    const auto [ids, bytes] = copy->second;
+    add_htod(p, 1, bytes);
+    for (const std::uint32_t id : ids) unlabelled_htod_.erase(id);
+    return;
+  }
+  labels_[correlation_id] = p;
+  bound(labels_);
+}
+
+void ActivityAggregator::add_htod(CopyPurpose purpose, std::int64_t count, std::uint64_t bytes) {
+  Totals& t = htod_by_purpose_[static_cast<std::size_t>(purpose)];
+  t.count += count;
+  t.bytes += bytes;
 }
 
 void ActivityAggregator::add_api(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns) {
@@ -90,6 +143,14 @@ void ActivityAggregator::fill_summary(results::CudaSummaryRecord& s) const {
   s.htod_bytes = static_cast<std::int64_t>(htod_.bytes);
   s.htod_s = seconds(htod_.ns);
   s.htod_pinned_count = htod_pinned_;
+  const auto& by = htod_by_purpose_;
+  const auto of = [&](CopyPurpose p) { return by[static_cast<std::size_t>(p)]; };
+  s.htod_train_count = of(CopyPurpose::kTrainBatch).count;
+  s.htod_train_bytes = static_cast<std::int64_t>(of(CopyPurpose::kTrainBatch).bytes);
+  s.htod_eval_count = of(CopyPurpose::kEvalBatch).count;
+  s.htod_eval_bytes = static_cast<std::int64_t>(of(CopyPurpose::kEvalBatch).bytes);
+  s.htod_staging_count = of(CopyPurpose::kCollectiveStaging).count;
+  s.htod_staging_bytes = static_cast<std::int64_t>(of(CopyPurpose::kCollectiveStaging).bytes);
   s.dtoh_count = dtoh_.count;
   s.dtoh_bytes = static_cast<std::int64_t>(dtoh_.bytes);
   s.dtoh_s = seconds(dtoh_.ns);

@@ -4,6 +4,7 @@
 // the paper read from Nsight Systems (Lawenda et al. 2025, Fig. 3, 5, 6): HtoD copies (count,
 // bytes, time), cudaLaunchKernel / cudaStreamSynchronize / ... calls and time, NCCL kernels,
 // the top kernels by time. Pure bookkeeping, no CUDA: tested without a GPU.
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -15,6 +16,10 @@
 namespace mgbench::profile {
 
 enum class MemcpyKind { kHtoD, kDtoH, kDtoD, kOther };
+
+/// What a copy was made for, as the thread that made it labelled it (CopyScope, cupti_collector.h):
+/// the value is CUPTI's external correlation id. kOther: unlabelled.
+enum class CopyPurpose : std::uint64_t { kOther = 0, kTrainBatch = 1, kEvalBatch = 2, kCollectiveStaging = 3 };
 
 /// API functions always listed in cuda_api (zero when not called), in this order.
 inline constexpr const char* kReportedApis[] = {
@@ -33,7 +38,14 @@ bool is_nccl_kernel(std::string_view clean_name);
 
 class ActivityAggregator {
  public:
-  void add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::uint64_t start_ns, std::uint64_t end_ns, bool pinned_host);
+  /// A copy; correlation_ids: the API calls that made it (CUPTI's memcpy record: the driver's and
+  /// the runtime's correlation id; 0 = none), by which add_external_correlation labels it, the
+  /// label coming before or after the copy.
+  void add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::uint64_t start_ns, std::uint64_t end_ns, bool pinned_host,
+                  std::array<std::uint32_t, 2> correlation_ids = {0, 0});
+  /// CUPTI's external correlation record: the API call `correlation_id` was made inside a
+  /// CopyScope of `purpose` (an unknown value counts as kOther).
+  void add_external_correlation(std::uint32_t correlation_id, std::uint64_t purpose);
   void add_api(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns);
   void add_kernel(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns);
   void add_dropped(std::uint64_t records) { dropped_ += records; }
@@ -54,8 +66,14 @@ class ActivityAggregator {
     std::uint64_t bytes = 0;
     std::uint64_t ns = 0;
   };
+  void add_htod(CopyPurpose purpose, std::int64_t count, std::uint64_t bytes);
   Totals htod_, dtoh_, dtod_;
   std::int64_t htod_pinned_ = 0;
+  // HtoD by purpose; labels not yet matched to a copy and copies not yet matched to a label, each by
+  // correlation id, bounded (kPendingLimit: the oldest half dropped, its copies left unlabelled).
+  std::array<Totals, 4> htod_by_purpose_{};
+  std::map<std::uint32_t, CopyPurpose> labels_;
+  std::map<std::uint32_t, std::pair<std::array<std::uint32_t, 2>, std::uint64_t>> unlabelled_htod_;  // ids, bytes
   std::map<std::string, Totals, std::less<>> apis_;
   std::map<std::string, Totals, std::less<>> kernels_;
   std::uint64_t dropped_ = 0;

@@ -7,6 +7,8 @@
 
 namespace mgbench::profile {
 std::unique_ptr<CuptiCollector> CuptiCollector::create() { return nullptr; }
+CopyScope::CopyScope(CopyPurpose) {}
+CopyScope::~CopyScope() = default;
 }  // namespace mgbench::profile
 
 #else
@@ -33,7 +35,12 @@ void check_cupti(CUptiResult rc, const char* what) {
 }
 
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_RUNTIME,
-                                         CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL};
+                                         CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                         CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+constexpr CUpti_ExternalCorrelationKind kCopyLabels = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+
+// Whether a collector records (CopyScope labels only then).
+std::atomic<bool> g_recording{false};
 
 // CUPTI calls these from its own threads; the aggregator is guarded by g_mutex.
 std::mutex g_mutex;
@@ -64,7 +71,13 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t stream_id, uint8_t* buffer, s
           if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD) kind = MemcpyKind::kHtoD;
           if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH) kind = MemcpyKind::kDtoH;
           if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD) kind = MemcpyKind::kDtoD;
-          g_totals.add_memcpy(kind, m->bytes, m->start, m->end, m->srcKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED);
+          g_totals.add_memcpy(kind, m->bytes, m->start, m->end, m->srcKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED,
+                              {m->correlationId, m->runtimeCorrelationId});
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+          const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
+          if (e->externalKind == kCopyLabels) g_totals.add_external_correlation(e->correlationId, e->externalId);
           break;
         }
         case CUPTI_ACTIVITY_KIND_RUNTIME:
@@ -112,8 +125,10 @@ class Collector final : public CuptiCollector {
   void start() override {
     for (auto kind : kKinds) check_cupti(cuptiActivityEnable(kind), "cuptiActivityEnable");
     running_ = true;
+    g_recording = true;
   }
   void stop() override {
+    g_recording = false;
     for (auto kind : kKinds) cuptiActivityDisable(kind);
     running_ = false;
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
@@ -129,6 +144,16 @@ class Collector final : public CuptiCollector {
 };
 
 }  // namespace
+
+CopyScope::CopyScope(CopyPurpose purpose) {
+  if (!g_recording.load(std::memory_order_relaxed)) return;
+  pushed_ =
+      cuptiActivityPushExternalCorrelationId(kCopyLabels, static_cast<std::uint64_t>(purpose)) == CUPTI_SUCCESS;
+}
+
+CopyScope::~CopyScope() {
+  if (pushed_) cuptiActivityPopExternalCorrelationId(kCopyLabels, nullptr);
+}
 
 std::unique_ptr<CuptiCollector> CuptiCollector::create() {
   if (g_created.exchange(true)) throw Error("CUPTI collector: only one at a time per process");

@@ -15,6 +15,22 @@ namespace mgbench::profile {
 /// client: under `nsys profile` mgbench's collector must stand aside (nsys records the same data).
 std::string external_cuda_profiler();
 
+/// Labels the CUDA API calls this thread makes while it lives (the copies they make) with `purpose`,
+/// as CUPTI's external correlation (custom kind 0), so that the collector attributes each HtoD copy to
+/// what made it: cuda_summary's htod_train_*, htod_eval_*, htod_staging_*. Only while a collector
+/// records (otherwise nothing: CUPTI is not even loaded); scopes nest (the innermost labels). Put it on
+/// the thread that issues the copy: CUPTI's labels are per thread.
+class CopyScope {
+ public:
+  explicit CopyScope(CopyPurpose purpose);
+  ~CopyScope();
+  CopyScope(const CopyScope&) = delete;
+  CopyScope& operator=(const CopyScope&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
 class CuptiCollector {
  public:
   /// The process-wide collector (CUPTI allows one activity client; one collector may exist at a

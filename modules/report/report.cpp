@@ -495,7 +495,9 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
                                           {"window", "(s)", 9},
                                           {"HtoD", "(count)", 9},
                                           {"HtoD", "(MiB)", 11},
-                                          {"HtoD/smp", "(B)", 10},
+                                          {"train/smp", "(B)", 10},
+                                          {"eval", "(MiB)", 9},
+                                          {"staging", "(MiB)", 9},
                                           {"HtoD", "(s)", 9},
                                           {"HtoD", "(%)", 7},
                                           {"kernels", "(s)", 10},
@@ -517,14 +519,21 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
       continue;
     }
     out << fmt::format(", profile window {}\n", run.display("profile_window"));
+    // HtoD by what made it: schema 6 (issue 32); before, only the total, which evaluation and staging inflated.
+    const bool by_purpose = run.integer("schema_version").value_or(0) >= 6;
+    const auto mib = [&](std::int64_t bytes) {
+      return by_purpose ? number(static_cast<double>(bytes) / kMiB, 1) : std::string("-");
+    };
     std::vector<TextRow> rows;
     for (std::size_t r = 0; r < run.cuda.size(); ++r) {
       const auto& c = run.cuda[r];
       const double w = c.window_s > 0 ? c.window_s : NAN;
       rows.push_back({std::to_string(r), number(c.window_s, 2), std::to_string(c.htod_count),
                       number(static_cast<double>(c.htod_bytes) / kMiB, 1),
-                      c.samples > 0 ? number(static_cast<double>(c.htod_bytes) / static_cast<double>(c.samples), 0)
-                                    : std::string("-"),
+                      by_purpose && c.samples > 0
+                          ? number(static_cast<double>(c.htod_train_bytes) / static_cast<double>(c.samples), 0)
+                          : std::string("-"),
+                      mib(c.htod_eval_bytes), mib(c.htod_staging_bytes),
                       number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
                       number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
                       number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),

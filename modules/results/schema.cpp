@@ -108,6 +108,12 @@ h5::Handle cuda_summary_type() {
   MGBENCH_FIELD(peak_allocated_bytes, H5T_NATIVE_INT64);
   MGBENCH_FIELD(peak_reserved_bytes, H5T_NATIVE_INT64);
   MGBENCH_FIELD(dropped_records, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_train_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_train_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_eval_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_eval_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_staging_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(htod_staging_bytes, H5T_NATIVE_INT64);
 #undef MGBENCH_FIELD
   return t;
 }

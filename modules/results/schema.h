@@ -135,6 +135,15 @@ struct CudaSummaryRecord {
   std::int64_t peak_allocated_bytes = -1;  // caching allocator peaks over the run
   std::int64_t peak_reserved_bytes = -1;
   std::int64_t dropped_records = 0;  // CUPTI records lost (buffers full)
+  // The HtoD copies by what made them (CUPTI's external correlation; the rest of htod_* made by
+  // nothing mgbench labels: parameters, scalars): the training batches, the evaluation batches and
+  // the MPI backend's host staging of device tensors (--backend mpi on a GPU).
+  std::int64_t htod_train_count = 0;
+  std::int64_t htod_train_bytes = 0;
+  std::int64_t htod_eval_count = 0;
+  std::int64_t htod_eval_bytes = 0;
+  std::int64_t htod_staging_count = 0;
+  std::int64_t htod_staging_bytes = 0;
 };
 
 /// A row of rank_<r>/cuda_api: one CUDA runtime/driver API function in the window.

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/watchdog.h"
+#include "profile/cupti_collector.h"
 
 namespace mgbench::runtime {
 namespace {
@@ -191,7 +192,10 @@ class MpiWork final : public Work {
   void complete() {
     finished_ = true;
     if (op_->rc != MPI_SUCCESS) detail::throw_mpi_error(op_->rc, op_->what, __FILE__, __LINE__);
-    if (op_->staged.copy_back()) op_->staged.output.copy_(op_->staged.recv);
+    if (op_->staged.copy_back()) {
+      const profile::CopyScope staging(profile::CopyPurpose::kCollectiveStaging);
+      op_->staged.output.copy_(op_->staged.recv);
+    }
   }
 
   MpiCommunicator::Worker& worker_;

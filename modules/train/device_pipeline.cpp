@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/timer.h"
+#include "profile/cupti_collector.h"
 #include "profile/nvtx.h"
 
 #ifdef MGBENCH_HAVE_CUDA
@@ -129,6 +130,7 @@ std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
     std::optional<data::Batch> host = m.loader.next();
     if (!host || m.device.is_cpu()) return host;  // the CPU computes on the host batch: no copy
     clock.enter(Phase::kH2d);
+    const profile::CopyScope training_batch(profile::CopyPurpose::kTrainBatch);
     return to_device(std::move(*host), m.device);
   }
 #ifdef MGBENCH_HAVE_CUDA
@@ -143,6 +145,7 @@ std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
     clock.enter(Phase::kH2d);
     {
       const c10::cuda::CUDAStreamGuard guard(*m.copy_stream);
+      const profile::CopyScope training_batch(profile::CopyPurpose::kTrainBatch);
       for (auto& t : host->tensors) t = t.to(m.device, /*non_blocking=*/true);
       m.inflight.push_back({std::move(*host), at::cuda::CUDAEvent()});
       m.inflight.back().copied.record(*m.copy_stream);

@@ -334,7 +334,13 @@ EvalResult TrainingLoop::evaluate() {
     for (std::int64_t i = start; i < std::min(end, start + b); ++i) indices.push_back(i);
     const bool filler = indices.empty();
     if (filler) indices.push_back(std::min(begin, n - 1));
-    const data::Batch batch = s.recipe.transform(to_device(s.recipe.assemble_eval(indices), s.device));
+    data::Batch host = s.recipe.assemble_eval(indices);
+    data::Batch on_device;
+    {
+      const profile::CopyScope evaluation_batch(profile::CopyPurpose::kEvalBatch);
+      on_device = to_device(std::move(host), s.device);
+    }
+    const data::Batch batch = s.recipe.transform(std::move(on_device));
     const AutocastScope autocast(s.precision, s.device.type());
     const torch::Tensor batch_sums = s.recipe.eval_sums(batch);
     if (!filler) sums += batch_sums;

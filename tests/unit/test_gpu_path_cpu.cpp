@@ -104,6 +104,56 @@ TEST(CudaActivity, NamesAreCleaned) {
   EXPECT_FALSE(profile::is_nccl_kernel("at::native::kern"));
 }
 
+TEST(CudaActivity, HtoDCopiesAreAttributedToWhatLabelledThemInEitherOrder) {
+  using profile::CopyPurpose;
+  using profile::MemcpyKind;
+  profile::ActivityAggregator a;
+  // A training batch: its label (on the runtime call 11) comes before the copy (driver id 12,
+  // runtime id 11); an evaluation batch's copy before its label; staging labelled by its driver call.
+  a.add_external_correlation(11, static_cast<std::uint64_t>(CopyPurpose::kTrainBatch));
+  a.add_external_correlation(12, static_cast<std::uint64_t>(CopyPurpose::kTrainBatch));
+  a.add_memcpy(MemcpyKind::kHtoD, 792 * 64, 0, 10, true, {12, 11});
+  a.add_memcpy(MemcpyKind::kHtoD, 792 * 10, 0, 10, true, {22, 21});
+  a.add_external_correlation(21, static_cast<std::uint64_t>(CopyPurpose::kEvalBatch));
+  a.add_external_correlation(22, static_cast<std::uint64_t>(CopyPurpose::kEvalBatch));  // already matched
+  a.add_external_correlation(32, static_cast<std::uint64_t>(CopyPurpose::kCollectiveStaging));
+  a.add_memcpy(MemcpyKind::kHtoD, 4096, 0, 10, false, {32, 31});
+  // Unlabelled: parameters moved once, a copy with no ids, a label of a call that copied nothing, a
+  // label of an unknown purpose; a DtoH copy with a label counts with no HtoD.
+  a.add_memcpy(MemcpyKind::kHtoD, 1000, 0, 10, false, {42, 41});
+  a.add_memcpy(MemcpyKind::kHtoD, 7, 0, 10, false);
+  a.add_external_correlation(51, static_cast<std::uint64_t>(CopyPurpose::kTrainBatch));
+  a.add_external_correlation(61, 99);
+  a.add_memcpy(MemcpyKind::kHtoD, 5, 0, 10, false, {62, 61});
+  a.add_external_correlation(71, static_cast<std::uint64_t>(CopyPurpose::kTrainBatch));
+  a.add_memcpy(MemcpyKind::kDtoH, 8, 0, 10, false, {72, 71});
+  results::CudaSummaryRecord s;
+  a.fill_summary(s);
+  EXPECT_EQ(s.htod_count, 6);
+  EXPECT_EQ(s.htod_bytes, 792 * 74 + 4096 + 1000 + 7 + 5);
+  EXPECT_EQ(s.htod_train_count, 1);
+  EXPECT_EQ(s.htod_train_bytes, 792 * 64);
+  EXPECT_EQ(s.htod_eval_count, 1);
+  EXPECT_EQ(s.htod_eval_bytes, 792 * 10);
+  EXPECT_EQ(s.htod_staging_count, 1);
+  EXPECT_EQ(s.htod_staging_bytes, 4096);
+}
+
+TEST(CudaActivity, PendingLabelsAndCopiesStayBounded) {
+  using profile::CopyPurpose;
+  profile::ActivityAggregator a;
+  // A million labelled calls that copied nothing, then a copy whose label is recent: still matched.
+  for (std::uint32_t id = 1; id <= 1'000'000; ++id) {
+    a.add_external_correlation(id, static_cast<std::uint64_t>(CopyPurpose::kTrainBatch));
+  }
+  a.add_memcpy(profile::MemcpyKind::kHtoD, 100, 0, 1, false, {1'000'000, 0});
+  a.add_memcpy(profile::MemcpyKind::kHtoD, 100, 0, 1, false, {1, 0});  // its label long dropped
+  results::CudaSummaryRecord s;
+  a.fill_summary(s);
+  EXPECT_EQ(s.htod_train_count, 1);
+  EXPECT_EQ(s.htod_count, 2);
+}
+
 TEST(CudaActivity, TotalsTablesAndNcclKernels) {
   profile::ActivityAggregator a;
   a.add_memcpy(profile::MemcpyKind::kHtoD, 784 * 64, 1000, 3000, true);
