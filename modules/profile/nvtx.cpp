@@ -32,4 +32,21 @@ NvtxRange::~NvtxRange() {
 #endif
 }
 
+std::uint64_t nvtx_range_start(const char* name) {
+#ifdef MGBENCH_HAVE_NVTX
+  if (g_enabled.load(std::memory_order_relaxed)) return nvtxRangeStartA(name);  // 0: no tool attached
+#else
+  (void)name;
+#endif
+  return 0;
+}
+
+void nvtx_range_end(std::uint64_t id) {
+#ifdef MGBENCH_HAVE_NVTX
+  if (id != 0) nvtxRangeEnd(id);
+#else
+  (void)id;
+#endif
+}
+
 }  // namespace mgbench::profile

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/error.h"
+#include "profile/nvtx.h"
 
 namespace mgbench::runtime {
 namespace {
@@ -100,6 +101,9 @@ void GradSync::copy_in(std::size_t index) {
 
 void GradSync::mark_ready(std::size_t index) {
   if (!in_backward_ || ready_[index]) return;  // e.g. a backward outside a training step
+  // On autograd's thread, which launches the copy and the bucket's all-reduce: Nsight attributes
+  // them to this range (the main thread's phase ranges do not cover that thread's launches).
+  const profile::NvtxRange range("gradsync bucket");
   ready_[index] = true;
   copy_in(index);
   if (--buckets_[bucket_of_[index]].pending == 0) launch_ready_in_order();
@@ -125,6 +129,7 @@ void GradSync::launch_ready_in_order() {
 }
 
 void GradSync::finish() {
+  const profile::NvtxRange range("gradsync finish");
   in_backward_ = false;
   // Parameters that got no gradient this step still take part, with zeros.
   for (std::size_t i = 0; i < params_.size(); ++i) {

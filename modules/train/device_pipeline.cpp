@@ -3,6 +3,9 @@
 #include <array>
 #include <optional>
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+
 #include "core/config.h"
 #include "core/timer.h"
 #include "profile/cupti_collector.h"
@@ -167,6 +170,36 @@ std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
 #else
   return std::nullopt;
 #endif
+}
+
+// ---------------------------------------------------------------- backward marks
+namespace {
+
+struct BackwardStart final : torch::autograd::FunctionPreHook {
+  explicit BackwardStart(std::function<std::function<void()>()> b) : begin(std::move(b)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    if (begin) {
+      std::function<void()> end = begin();
+      begin = nullptr;  // once: the root runs once per backward
+      if (end) torch::autograd::Engine::get_default_engine().queue_callback(std::move(end));
+    }
+    return grads;
+  }
+  std::function<std::function<void()>()> begin;
+};
+
+}  // namespace
+
+void on_backward(const torch::Tensor& root, std::function<std::function<void()>()> begin) {
+  if (const auto& node = root.grad_fn()) node->add_pre_hook(std::make_unique<BackwardStart>(std::move(begin)));
+}
+
+void mark_backward(const torch::Tensor& root) {
+  if (!root.is_cuda()) return;
+  on_backward(root, [] {
+    const std::uint64_t id = profile::nvtx_range_start("backward (autograd)");
+    return std::function<void()>([id] { profile::nvtx_range_end(id); });
+  });
 }
 
 // ---------------------------------------------------------------- device helpers

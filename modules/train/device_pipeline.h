@@ -15,6 +15,7 @@
 // Follows the prefetching pattern of NVIDIA Apex / PyTorch's DataLoader(pin_memory=True) + .to(non_blocking=True).
 #include <deque>
 #include <memory>
+#include <functional>
 #include <optional>
 
 #include <torch/torch.h>
@@ -56,6 +57,17 @@ class DeviceFeeder {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Calls begin() on the thread that runs root's backward when it starts (root's gradient node: on a
+/// GPU autograd's device thread, which launches the backward kernels and the gradient hooks' work),
+/// and the function begin() returned once the backward is done (autograd's final callback). Call
+/// before root.backward(); a root without a gradient node takes no hook. Follows torch's
+/// Node::add_pre_hook and Engine::queue_callback (what DDP's reducer ends a backward with).
+void on_backward(const torch::Tensor& root, std::function<std::function<void()>()> begin);
+/// on_backward with an NVTX range "backward (autograd)" on the thread that starts the backward
+/// (the main thread's "backward" phase range does not cover what autograd's thread launches). GPU
+/// runs only; no-op on the CPU.
+void mark_backward(const torch::Tensor& root);
 
 /// batch with its tensors copied to device, synchronously (evaluation); on the CPU, batch itself.
 data::Batch to_device(data::Batch batch, const torch::Device& device);

@@ -33,8 +33,11 @@ void forward_backward(LoopParts& p, const data::Batch& input, bool first, bool l
   if (p.scaler) {
     // The scale this step uses, read with the loss (no host sync between forward and backward).
     if (first) sums.loss_scale = p.scaler->scale_tensor();
-    p.scaler->scale(loss.loss).backward();
+    const torch::Tensor scaled = p.scaler->scale(loss.loss);
+    mark_backward(scaled);
+    scaled.backward();
   } else {
+    mark_backward(loss.loss);
     loss.loss.backward();
   }
   if (p.fsdp) p.fsdp->finish_backward();  // the units' reduce-scatters of this micro-batch, all resharded

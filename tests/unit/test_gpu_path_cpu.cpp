@@ -104,6 +104,37 @@ TEST(CudaActivity, NamesAreCleaned) {
   EXPECT_FALSE(profile::is_nccl_kernel("at::native::kern"));
 }
 
+TEST(OnBackward, BeginsOnTheBackwardsThreadAndEndsAfterEveryGradient) {
+  // Item 8 of issue 32: the NVTX range of a backward opens where autograd runs it and closes when
+  // autograd is done, whatever thread that is (on the CPU: the caller's).
+  const torch::Tensor w = torch::ones({3}, torch::requires_grad());
+  const torch::Tensor v = torch::ones({2}, torch::requires_grad());
+  int begins = 0, ends = 0;
+  bool grads_at_end = false;
+  std::thread::id begin_thread;
+  for (int step = 0; step < 2; ++step) {
+    const torch::Tensor loss = (w * 2).sum() + (v * v).sum();
+    train::on_backward(loss, [&] {
+      ++begins;
+      begin_thread = std::this_thread::get_id();
+      EXPECT_FALSE(w.grad().defined() && step == 0);  // before any gradient
+      return std::function<void()>([&] {
+        ++ends;
+        grads_at_end = w.grad().defined() && v.grad().defined();
+      });
+    });
+    loss.backward();
+  }
+  EXPECT_EQ(begins, 2);
+  EXPECT_EQ(ends, 2);
+  EXPECT_TRUE(grads_at_end);
+  EXPECT_EQ(begin_thread, std::this_thread::get_id());
+  EXPECT_TRUE(torch::equal(w.grad(), torch::full({3}, 4.0)));  // the hooks change no gradient
+  // A root without a gradient node takes no hook; mark_backward on the CPU is a no-op.
+  train::on_backward(torch::ones({1}), [&] { return std::function<void()>(); });
+  train::mark_backward((w * 3).sum());
+}
+
 TEST(CudaActivity, HtoDCopiesAreAttributedToWhatLabelledThemInEitherOrder) {
   using profile::CopyPurpose;
   using profile::MemcpyKind;
