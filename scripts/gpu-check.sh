@@ -197,6 +197,16 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
     --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --grad-accum 1 --max-steps 10 \
     --results "$OUT/llm.h5" --run-name llama3-8b-qlora --progress-interval 5 2>&1 | tail -5
   "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/qlora-report.txt"   # LoRA and QLoRA 8B: s/it, peak memory
+  # Issue 32 item 3: the host waits of each recipe per optimizer step (QLoRA used to copy its NF4
+  # code table to the device with a blocking copy in every NF4 layer call: ~672 a micro-batch on 8B).
+  "$PYTHON" -c "import h5py, sys
+for run in h5py.File(sys.argv[1])['runs'].values():
+    if 'rank_0/cuda_api' not in run: continue
+    api = {r['name'].split(b'\0')[0].decode(): r['calls'] for r in run['rank_0/cuda_api'][:]}
+    steps = int((run['rank_0/steps'][:]['epoch'] >= 0).sum()) or 1
+    print('host syncs per step,', run.attrs['run_name'], run.attrs['recipe'], {n: round(api.get(n, 0) / steps, 1)
+          for n in ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cudaMemcpyAsync')})
+" "$OUT/llm.h5" | tee -a "$OUT/qlora-report.txt" || true
   # FSDP on the GPU (issue 28): 2 ranks, one per GPU over NCCL -- or, on a machine with one GPU, both
   # on it over the MPI backend (NCCL refuses two ranks on one device): the CUDA path of the sharding
   # (storage freed and regathered, the reduce-scatter, the optimizer on shards) and its memory.
@@ -230,6 +240,8 @@ for run in h5py.File(sys.argv[1])['runs'].values():
       --progress-interval 5 2>&1 | tail -2
   done
   "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt"
+  # HtoD by what made it (issue 32 item 1): with the MPI backend, the collectives' staging apart.
+  "$BUILD/app/mgbench" report --cuda "$OUT/fsdp.h5" | grep -A4 "^# .*CUDA activity" | tee -a "$OUT/fsdp-report.txt"
   stage "FSDP: the memory plan of llama3-8b full fine-tuning (bf16, AdamW) at 1, 2, 4, 8 ranks against this GPU"
   "$BUILD/app/mgbench" llm --recipe full --model llama3-8b --init random --precision bf16 \
     --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
@@ -239,6 +251,19 @@ for run in h5py.File(sys.argv[1])['runs'].values():
     bench/compare_recipes.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
   stage "benchmark: DPO vs its Python peer (tiny Llama, CPU side of the machine)"
   RECIPE=dpo PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_llm.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
+fi
+if [[ ${SKIP_BENCH:-0} != 1 ]] && command -v nsys >/dev/null; then
+  # Issue 32 item 8: the GPU time under each NVTX range, projected from the thread that launched it
+  # (backward's kernels and GradSync's all-reduces come from autograd's thread).
+  NVTX_BACKEND=$( (($(visible_gpus) >= 2)) && echo nccl || echo mpi)
+  stage "NVTX: GPU time by range under Nsight Systems (2 ranks over $NVTX_BACKEND, 64 px, 8 steps)"
+  mpirun -np 2 --bind-to none nsys profile -t cuda,nvtx -o "$OUT/nvtx-%q{OMPI_COMM_WORLD_RANK}" --force-overwrite true \
+    "$BUILD/app/mgbench" image --data "$DATA" --image-size 64 --limit-train 1024 \
+    --limit-test 64 --epochs 1 --batch-size 64 --max-steps 8 --cupti false --backend "$NVTX_BACKEND" \
+    --results "$OUT/nvtx.h5" --progress-interval 1000 >"$OUT/nvtx.log" 2>&1 || tail -5 "$OUT/nvtx.log"
+  for rep in "$OUT"/nvtx-*.nsys-rep; do
+    [[ -f $rep ]] && nsys stats -q -r nvtx_gpu_proj_sum -f csv "$rep" 2>/dev/null | head -20 | tee -a "$OUT/nvtx.txt"
+  done
 fi
 if compgen -G "$OUT/*.h5" >/dev/null; then
   stage "figures of every results file above (the CUDA ones, Figs. 3, 5, 6, need these GPU runs): $OUT/figures"
