@@ -140,25 +140,39 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
   return h + mlp(post_attention_layernorm(h));
 }
 
-LlamaBodyImpl::LlamaBodyImpl(const LlamaConfig& c, BaseWeights base) {
+LlamaBodyImpl::LlamaBodyImpl(const LlamaConfig& c, BaseWeights base, const Place& place) {
   embed_tokens = register_module("embed_tokens", nn::Embedding(c.vocab_size, c.hidden_size));
+  place("model.embed_tokens", *embed_tokens);
   layers = register_module("layers", nn::ModuleList());
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(LlamaDecoderLayer(c, base));
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers->push_back(LlamaDecoderLayer(c, base));
+    place(fmt::format("model.layers.{}", i), *layers[static_cast<std::size_t>(i)]);
+  }
   norm = register_module("norm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
+  place("model.norm", *norm);
 }
 
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeights base, torch::Device quantize_device)
-    : config_(config), base_(base), quantize_device_(quantize_device) {
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeights base, torch::Device device,
+                                           const LlamaBodyImpl::Place& placed)
+    : config_(config), base_(base), device_(device) {
   config_.validate();
-  model = register_module("model", LlamaBody(config_, base_));
+  torch::NoGradGuard no_grad;
+  model = register_module("model", LlamaBody(config_, base_, [&](const std::string& name, nn::Module& part) {
+                            place(name, part, placed);
+                          }));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module("lm_head", linear(config_.hidden_size, config_.vocab_size));
+    place("lm_head", *lm_head, placed);
   }
   inv_freq_ = llama_inv_freq(config_);
-  // transformers' initializer_range, drawn module by module in registration order; NF4
-  // projections quantised as they are drawn. RMSNorm weights stay ones.
-  torch::NoGradGuard no_grad;
-  for (const auto& item : named_modules("", /*include_self=*/false)) {
+}
+
+void LlamaForCausalLMImpl::place(const std::string& name, nn::Module& part, const LlamaBodyImpl::Place& placed) {
+  part.to(device_);
+  // transformers' initializer_range, drawn part by part in registration order (the whole model's
+  // order, as one loop over it drew them); NF4 projections quantised as they are drawn. RMSNorm
+  // weights stay ones.
+  for (const auto& item : part.named_modules(name)) {
     if (auto* embedding = item.value()->as<nn::EmbeddingImpl>()) {
       embedding->weight.normal_(0.0, 0.02);
     } else if (auto* layer = item.value()->as<LoraLinearImpl>()) {
@@ -168,12 +182,14 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeight
       }
       try {
         layer->quantize_base(
-            torch::empty({layer->out_features, layer->in_features}).normal_(0.0, 0.02).to(quantize_device_));
+            torch::empty({layer->out_features, layer->in_features}, torch::TensorOptions().device(device_))
+                .normal_(0.0, 0.02));
       } catch (const std::invalid_argument& e) {
         throw ConfigError(fmt::format("NF4 base weights: {}: {}", item.key(), e.what()));
       }
     }
   }
+  if (placed) placed(name, part);
 }
 
 std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::rotary(std::int64_t length, torch::Dtype dtype,

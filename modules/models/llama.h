@@ -8,6 +8,7 @@
 // untied output. Follows transformers/models/llama/modeling_llama.py and
 // transformers/modeling_rope_utils.py (_compute_llama3_parameters).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,7 +67,11 @@ TORCH_MODULE(LlamaDecoderLayer);
 /// transformers' LlamaModel (the "model." prefix).
 class LlamaBodyImpl : public torch::nn::Module {
  public:
-  LlamaBodyImpl(const LlamaConfig& c, BaseWeights base);
+  /// Each part as it is built (embedding, each decoder layer, the norm) goes to place(name, part),
+  /// its name under the "model." prefix: the caller moves and initialises it before the next part
+  /// exists.
+  using Place = std::function<void(const std::string& name, torch::nn::Module& part)>;
+  LlamaBodyImpl(const LlamaConfig& c, BaseWeights base, const Place& place);
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   LlamaRMSNorm norm{nullptr};
@@ -76,14 +81,17 @@ TORCH_MODULE(LlamaBody);
 class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
  public:
   /// Random initialisation as transformers' (normal(0, 0.02) for linear and embedding weights,
-  /// drawn in registration order; ones for norms), in the default dtype on the CPU. base: how the
-  /// decoder layers' seven projections hold their weights; NF4 ones are quantised one at a time as
-  /// they are initialised (here) or loaded (load_hf_checkpoint), on quantize_device, so that the
-  /// whole model never exists in the dense dtype -- embeddings, norms and the output head stay
-  /// dense, as TorchTune's qlora_llama3_8b. Throws ConfigError for an invalid config, or naming
-  /// the projection whose numel NF4 cannot take.
+  /// drawn in registration order; ones for norms), in the default dtype, on `device`: the model is
+  /// built one unit at a time (embedding, each decoder layer, norm, head), each moved to the device
+  /// and drawn there (the device's generator: on a GPU in parallel, and only one unit ever on the
+  /// host, not the whole model: 8B in bf16 is 16 GB a rank). base: how the decoder layers' seven
+  /// projections hold their weights; NF4 ones are quantised one at a time as they are initialised
+  /// (here) or loaded (load_hf_checkpoint), so that the whole model never exists in the dense dtype
+  /// -- embeddings, norms and the output head stay dense, as TorchTune's qlora_llama3_8b. Throws
+  /// ConfigError for an invalid config, or naming the projection whose numel NF4 cannot take.
+  /// placed: called with each part once it is on the device and drawn, before the next is built.
   explicit LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeights base = BaseWeights::kDense,
-                                torch::Device quantize_device = torch::kCPU);
+                                torch::Device device = torch::kCPU, const LlamaBodyImpl::Place& placed = {});
 
   /// tokens: int64 [B, T]. Returns logits [B, T, vocab_size] in the parameters' dtype.
   torch::Tensor forward(const torch::Tensor& tokens);
@@ -160,7 +168,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
 
   LlamaConfig config_;
   BaseWeights base_;
-  torch::Device quantize_device_;
+  /// Moves a just-built part to device_ and draws its weights there (NF4 projections quantised).
+  void place(const std::string& name, torch::nn::Module& part, const LlamaBodyImpl::Place& placed);
+
+  torch::Device device_;
   LlamaBody model{nullptr};
   LoraLinear lm_head{nullptr};  // absent when tied
   torch::Tensor inv_freq_;      // [head_dim / 2] fp32, not a parameter or buffer

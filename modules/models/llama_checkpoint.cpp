@@ -45,7 +45,7 @@ void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
                     name, checkpoint.file_of(name), shape_text(t.sizes()), layer->out_features, layer->in_features);
     require_finite(t, dir, name, checkpoint.file_of(name));
     try {
-      layer->quantize_base(t.to(quantize_device_));
+      layer->quantize_base(t.to(device_));
     } catch (const std::invalid_argument& e) {
       throw DataError(fmt::format("checkpoint '{}': tensor '{}': {}", dir, name, e.what()));
     }

@@ -147,8 +147,7 @@ class Collector final : public CuptiCollector {
 
 CopyScope::CopyScope(CopyPurpose purpose) {
   if (!g_recording.load(std::memory_order_relaxed)) return;
-  pushed_ =
-      cuptiActivityPushExternalCorrelationId(kCopyLabels, static_cast<std::uint64_t>(purpose)) == CUPTI_SUCCESS;
+  pushed_ = cuptiActivityPushExternalCorrelationId(kCopyLabels, static_cast<std::uint64_t>(purpose)) == CUPTI_SUCCESS;
 }
 
 CopyScope::~CopyScope() {

@@ -170,6 +170,29 @@ std::optional<CollectiveCost> cost_at(const std::vector<CollectiveCost>& measure
   return CollectiveCost(collective, n, *link);
 }
 
+/// The collectives a step of m issues at n > 1 ranks, each priced: FSDP's all-gathers and
+/// reduce-scatters or DDP's all-reduce, the buffers' broadcasts, a summed loss's normaliser
+/// all-reduce. `missing`: the first the base needs that neither a comm run nor the link prices.
+struct StepCollectives {
+  std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter, broadcast;
+  const char* missing = nullptr;
+};
+StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, int n, const LinkAssumption* link) {
+  StepCollectives c;
+  const auto need = [&](std::optional<CollectiveCost>& cost, const std::vector<CollectiveCost>& measured,
+                        const char* name) {
+    cost = cost_at(measured, name, n, link);
+    if (!cost && c.missing == nullptr) c.missing = name;
+  };
+  if (m.fsdp) {
+    need(c.all_gather, costs.all_gather, "all-gather");
+    need(c.reduce_scatter, costs.reduce_scatter, "reduce-scatter");
+  }
+  if (!m.fsdp || m.loss_allreduce_bytes > 0) need(c.all_reduce, costs.all_reduce, "all-reduce");
+  if (!m.buffer_broadcast_bytes.empty()) need(c.broadcast, costs.broadcast, "broadcast");
+  return c;
+}
+
 }  // namespace
 
 double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
@@ -225,34 +248,19 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       p.ranks = n;
       p.scaling = n > 1 ? scaling : MeasuredScaling{};
       p.fsdp_overlap = n > 1 ? fsdp_overlap : 0;
-      // The collectives this step issues (FSDP: all-gather and reduce-scatter; else the all-reduce),
-      // each priced at n ranks.
-      // The step's own collectives besides: the buffers' broadcasts before each micro-batch and a summed
-      // loss's normaliser all-reduced.
-      std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter, broadcast;
+      // The collectives this step issues, each priced at n ranks.
+      StepCollectives c;
       if (n > 1) {
-        const char* missing = nullptr;
-        if (m.fsdp) {
-          all_gather = cost_at(costs.all_gather, "all-gather", n, link);
-          reduce_scatter = cost_at(costs.reduce_scatter, "reduce-scatter", n, link);
-          missing = !all_gather ? "all-gather" : !reduce_scatter ? "reduce-scatter" : nullptr;
-        }
-        if (!m.fsdp || m.loss_allreduce_bytes > 0) {
-          all_reduce = cost_at(costs.all_reduce, "all-reduce", n, link);
-          if (!all_reduce && missing == nullptr) missing = "all-reduce";
-        }
-        if (!m.buffer_broadcast_bytes.empty()) {
-          broadcast = cost_at(costs.broadcast, "broadcast", n, link);
-          if (!broadcast && missing == nullptr) missing = "broadcast";
-        }
-        if (missing != nullptr) {
+        c = step_collectives(m, costs, n, link);
+        if (c.missing != nullptr) {
           notes.push_back(
               fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and "
                           "no --link assumption",
-                          n, missing, n, n));
+                          n, c.missing, n, n));
           continue;
         }
       }
+      const auto& [all_reduce, all_gather, reduce_scatter, broadcast, missing] = c;
       p.comm_source =
           n == 1   ? "none (1 rank)"
           : m.fsdp ? fmt::format("all-gather: {}; reduce-scatter: {}", all_gather->source(), reduce_scatter->source())
@@ -386,55 +394,6 @@ std::string workload_of(const results::RunRecord& r) {
 }
 
 bool is_prediction_run(const results::RunRecord& run) { return run.display("task") == "prediction"; }
-
-void print_prediction_check(std::ostream& out, const std::vector<results::RunRecord>& runs, bool csv) {
-  // Each prediction beside the latest completed measured run of its workload, strategy and rank count.
-  struct Check {
-    const results::RunRecord* prediction;
-    const results::RunRecord* measured;  // nullptr: not measured
-    double error_pct;                    // (predicted - measured) / measured
-  };
-  std::vector<Check> checks;
-  for (const auto& p : runs) {
-    if (!is_prediction_run(p)) continue;
-    const results::RunRecord* measured = nullptr;
-    for (const auto& m : runs) {
-      if (is_prediction_run(m) || m.display("task") == "comm" || !is_completed(m)) continue;
-      if (workload_of(m) == workload_of(p) && m.display("strategy") == p.display("strategy") &&
-          m.integer("world_size") == p.integer("world_size")) {
-        measured = &m;  // the latest
-      }
-    }
-    const double error =
-        measured != nullptr ? 100.0 * (p.summary.total_s - measured->summary.total_s) / measured->summary.total_s : NAN;
-    checks.push_back({&p, measured, error});
-  }
-  using C = Check;
-  auto attribute = [](const char* name) { return [name](const C& c) { return c.prediction->display(name); }; };
-  const std::vector<Column<C>> columns = {
-      {"", "", 0, "file", [](const C& c) { return c.prediction->file; }},
-      {"prediction", "", -36, "run_id", [](const C& c) { return c.prediction->run_id; }},
-      {"ranks", "", 5, "ranks", attribute("world_size")},
-      {"strat", "", -7, "strategy", attribute("strategy")},
-      {"precision", "", -9, "precision", attribute("precision")},
-      {"size", "(px)", 5, "image_size", attribute("image_size")},
-      {"predicted", "(s)", 10, "predicted_total_s", [](const C& c) { return number(c.prediction->summary.total_s, 2); },
-       [](const C& c) { return fmt::format("{:.6g}", c.prediction->summary.total_s); }},
-      {"measured run", "", -28, "measured_run_id",
-       [](const C& c) { return c.measured != nullptr ? c.measured->run_id : "(not measured)"; },
-       [](const C& c) { return c.measured != nullptr ? c.measured->run_id : ""; }},
-      {"measured", "(s)", 10, "measured_total_s",
-       [](const C& c) { return c.measured != nullptr ? number(c.measured->summary.total_s, 2) : "-"; },
-       [](const C& c) { return c.measured != nullptr ? number(c.measured->summary.total_s, 3) : "-"; }},
-      {"error", "(%)", 8, "error_pct", [](const C& c) { return number(c.error_pct, 1); },
-       [](const C& c) { return number(c.error_pct, 2); }},
-  };
-  if (!csv) {
-    out << "# PREDICTIONS (mgbench predict) beside the measured run of the same workload, strategy and rank count; "
-           "error = (predicted - measured) / measured\n";
-  }
-  write_table(out, columns, checks, csv);
-}
 
 void PredictOptions::declare(options::OptionTable& t) {
   t.add("files", files, "results files with the measured runs (files, directories, quoted patterns)")

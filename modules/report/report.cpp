@@ -533,9 +533,9 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
                       by_purpose && c.samples > 0
                           ? number(static_cast<double>(c.htod_train_bytes) / static_cast<double>(c.samples), 0)
                           : std::string("-"),
-                      mib(c.htod_eval_bytes), mib(c.htod_staging_bytes),
-                      number(c.htod_s, 3), number(100 * c.htod_s / w, 2), number(c.kernel_s, 2),
-                      number(100 * c.kernel_s / w, 1), number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
+                      mib(c.htod_eval_bytes), mib(c.htod_staging_bytes), number(c.htod_s, 3),
+                      number(100 * c.htod_s / w, 2), number(c.kernel_s, 2), number(100 * c.kernel_s / w, 1),
+                      number(c.nccl_kernel_s, 3), number(100 * c.nccl_kernel_s / w, 1),
                       number(static_cast<double>(c.peak_allocated_bytes) / kMiB, 0),
                       number(static_cast<double>(c.peak_reserved_bytes) / kMiB, 0)});
     }

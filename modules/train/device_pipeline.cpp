@@ -120,8 +120,9 @@ DeviceFeeder::DeviceFeeder(data::BatchLoader& loader, const torch::Device& devic
 
 DeviceFeeder::~DeviceFeeder() = default;
 
-data::Batch to_device(data::Batch batch, const torch::Device& device) {
+data::Batch to_device(data::Batch batch, const torch::Device& device, profile::CopyPurpose purpose) {
   if (device.is_cpu()) return batch;
+  const profile::CopyScope label(purpose);
   for (auto& t : batch.tensors) t = t.to(device);
   return batch;
 }
@@ -133,8 +134,7 @@ std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
     std::optional<data::Batch> host = m.loader.next();
     if (!host || m.device.is_cpu()) return host;  // the CPU computes on the host batch: no copy
     clock.enter(Phase::kH2d);
-    const profile::CopyScope training_batch(profile::CopyPurpose::kTrainBatch);
-    return to_device(std::move(*host), m.device);
+    return to_device(std::move(*host), m.device, profile::CopyPurpose::kTrainBatch);
   }
 #ifdef MGBENCH_HAVE_CUDA
   // Keep `depth` batches copying on the copy stream.

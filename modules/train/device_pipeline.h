@@ -14,13 +14,14 @@
 //    place and no h2d time is recorded.
 // Follows the prefetching pattern of NVIDIA Apex / PyTorch's DataLoader(pin_memory=True) + .to(non_blocking=True).
 #include <deque>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include <torch/torch.h>
 
 #include "data/loader.h"
+#include "profile/cuda_activity.h"
 #include "results/schema.h"
 #include "runtime/device.h"
 
@@ -69,8 +70,9 @@ void on_backward(const torch::Tensor& root, std::function<std::function<void()>(
 /// runs only; no-op on the CPU.
 void mark_backward(const torch::Tensor& root);
 
-/// batch with its tensors copied to device, synchronously (evaluation); on the CPU, batch itself.
-data::Batch to_device(data::Batch batch, const torch::Device& device);
+/// batch with its tensors copied to device, synchronously, the copies labelled `purpose` for CUPTI
+/// (cuda_summary's htod_train_* / htod_eval_*); on the CPU, batch itself.
+data::Batch to_device(data::Batch batch, const torch::Device& device, profile::CopyPurpose purpose);
 
 /// The torch device of a rank's placement (runtime/device.h is torch-free): cuda:N or cpu.
 torch::Device to_torch_device(const runtime::DevicePlacement& placement);

@@ -90,41 +90,7 @@ int thread_count(const TrainOptions& t, int local_size) {
   return threads;
 }
 
-/// CUPTI's collector for a GPU run with --cupti, unless another profiler (nsys) holds CUPTI.
-std::unique_ptr<profile::CuptiCollector> make_cupti(const LoopParts& s) {
-  if (!s.device.is_cuda() || !s.train.cupti) return nullptr;
-  // CUPTI has one activity client: under nsys (or another injected tool) mgbench stands aside.
-  if (const std::string other = profile::external_cuda_profiler(); !other.empty()) {
-    if (s.comm.rank() == 0) {
-      log::warn("--cupti: {} holds CUPTI; mgbench's CUDA metrics are off for this run (the profiler records them)",
-                other);
-    }
-    return nullptr;
-  }
-  return profile::CuptiCollector::create();
-}
-
 }  // namespace
-
-void CuptiWindow::update(double elapsed_s, std::int64_t step, const torch::Device& device, double run_start_s) {
-  if (!cupti_) return;
-  const bool inside = window_.contains(elapsed_s, step);
-  if (inside && !cupti_->running() && !std::isfinite(closed_s_)) {
-    cupti_->start();
-    opened_s_ = elapsed_s;
-  } else if (!inside && cupti_->running()) {
-    synchronize(device);
-    cupti_->stop();
-    closed_s_ = now_s() - run_start_s;
-  }
-}
-
-void CuptiWindow::close(const torch::Device& device, double run_start_s) {
-  if (!cupti_ || !cupti_->running()) return;
-  synchronize(device);
-  cupti_->stop();
-  closed_s_ = now_s() - run_start_s;
-}
 
 TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::Communicator& comm,
                            runtime::DevicePlacement placement, int local_size)
@@ -334,13 +300,8 @@ EvalResult TrainingLoop::evaluate() {
     for (std::int64_t i = start; i < std::min(end, start + b); ++i) indices.push_back(i);
     const bool filler = indices.empty();
     if (filler) indices.push_back(std::min(begin, n - 1));
-    data::Batch host = s.recipe.assemble_eval(indices);
-    data::Batch on_device;
-    {
-      const profile::CopyScope evaluation_batch(profile::CopyPurpose::kEvalBatch);
-      on_device = to_device(std::move(host), s.device);
-    }
-    const data::Batch batch = s.recipe.transform(std::move(on_device));
+    const data::Batch batch =
+        s.recipe.transform(to_device(s.recipe.assemble_eval(indices), s.device, profile::CopyPurpose::kEvalBatch));
     const AutocastScope autocast(s.precision, s.device.type());
     const torch::Tensor batch_sums = s.recipe.eval_sums(batch);
     if (!filler) sums += batch_sums;

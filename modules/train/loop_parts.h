@@ -94,4 +94,8 @@ struct LoopParts {
   }
 };
 
+/// CUPTI's collector for a GPU run with --cupti, unless another profiler (nsys) holds CUPTI (then
+/// nullptr, with a warning from rank 0); nullptr on the CPU and without --cupti.
+std::unique_ptr<profile::CuptiCollector> make_cupti(const LoopParts& s);
+
 }  // namespace mgbench::train

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -157,6 +158,60 @@ TEST(Llama, LogitsEqualTransformers) {
     // fp32; SDPA here vs eager attention there: differences are rounding only.
     EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-4);
   }
+}
+
+/// The bytes of CPU tensors this thread allocates while the probe is installed: the running total
+/// and its peak, as c10's CPU allocator reports each allocation and free to the profiler's
+/// MemoryReportingInfoBase (what torch.profiler's profile_memory reads).
+class HostTensorBytes final : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, std::int64_t alloc_size, std::size_t, std::size_t, c10::Device device) override {
+    if (!device.is_cpu()) return;
+    current += alloc_size;
+    peak = std::max(peak, current);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+};
+
+TEST(Llama, BuildsOnTheDeviceOneUnitAtATime) {
+  // Issue 32 item 5: the host holds one unit (embedding, a decoder layer, the head) at a time, never
+  // the model. On the CPU the device is the host: a unit placed there gives its storage back here
+  // (as a GPU run's would leave the host), and the peak is what the host held before placing.
+  LlamaConfig c = LlamaConfig::preset("tiny");
+  c.vocab_size = 2048;
+  c.hidden_size = 256;
+  c.intermediate_size = 1024;
+  c.num_hidden_layers = 8;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.tie_word_embeddings = false;
+  auto probe = std::make_shared<HostTensorBytes>();
+  std::vector<std::string> placed;
+  std::int64_t whole = 0, layer = 0;
+  const auto leave_the_host = [&](const std::string& name, torch::nn::Module& part) {
+    placed.push_back(name);
+    for (auto& p : part.parameters()) {
+      EXPECT_GT(p.max().item<double>(), 0.0) << name << ": placed before it was drawn";  // norms: ones
+      whole += p.numel() * 4;
+      if (name == "model.layers.0") layer += p.numel() * 4;
+      p.storage().set_data_ptr_noswap(at::DataPtr(nullptr, p.device()));  // freed, as FSDP frees a unit
+      p.storage().set_nbytes(0);
+    }
+  };
+  {
+    const c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);
+    LlamaForCausalLM model(c, BaseWeights::kDense, torch::kCPU, leave_the_host);
+  }
+  const std::vector<std::string> order = {"model.embed_tokens", "model.layers.0", "model.layers.1", "model.layers.2",
+                                          "model.layers.3",     "model.layers.4", "model.layers.5", "model.layers.6",
+                                          "model.layers.7",     "model.norm",     "lm_head"};
+  EXPECT_EQ(placed, order);
+  const std::int64_t embedding = c.vocab_size * c.hidden_size * 4;
+  ASSERT_GT(whole, 8 * layer);
+  EXPECT_LE(probe->peak, std::max(layer, embedding) + (std::int64_t{1} << 16)) << "of a model of " << whole << " B";
 }
 
 TEST(Llama, CheckpointMismatchesAreNamed) {

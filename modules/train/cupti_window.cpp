@@ -1,0 +1,45 @@
+#include <cmath>
+#include <string>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/device_pipeline.h"
+#include "train/loop_parts.h"
+
+namespace mgbench::train {
+
+/// CUPTI's collector for a GPU run with --cupti, unless another profiler (nsys) holds CUPTI.
+std::unique_ptr<profile::CuptiCollector> make_cupti(const LoopParts& s) {
+  if (!s.device.is_cuda() || !s.train.cupti) return nullptr;
+  // CUPTI has one activity client: under nsys (or another injected tool) mgbench stands aside.
+  if (const std::string other = profile::external_cuda_profiler(); !other.empty()) {
+    if (s.comm.rank() == 0) {
+      log::warn("--cupti: {} holds CUPTI; mgbench's CUDA metrics are off for this run (the profiler records them)",
+                other);
+    }
+    return nullptr;
+  }
+  return profile::CuptiCollector::create();
+}
+
+void CuptiWindow::update(double elapsed_s, std::int64_t step, const torch::Device& device, double run_start_s) {
+  if (!cupti_) return;
+  const bool inside = window_.contains(elapsed_s, step);
+  if (inside && !cupti_->running() && !std::isfinite(closed_s_)) {
+    cupti_->start();
+    opened_s_ = elapsed_s;
+  } else if (!inside && cupti_->running()) {
+    synchronize(device);
+    cupti_->stop();
+    closed_s_ = now_s() - run_start_s;
+  }
+}
+
+void CuptiWindow::close(const torch::Device& device, double run_start_s) {
+  if (!cupti_ || !cupti_->running()) return;
+  synchronize(device);
+  cupti_->stop();
+  closed_s_ = now_s() - run_start_s;
+}
+
+}  // namespace mgbench::train
