@@ -172,12 +172,15 @@ std::optional<CollectiveCost> cost_at(const std::vector<CollectiveCost>& measure
 
 /// The collectives a step of m issues at n > 1 ranks, each priced: FSDP's all-gathers and
 /// reduce-scatters or DDP's all-reduce, the buffers' broadcasts, a summed loss's normaliser
-/// all-reduce. `missing`: the first the base needs that neither a comm run nor the link prices.
+/// all-reduce. `missing`: the first the base needs that neither a comm run nor the link prices (the
+/// buffers' broadcast excepted: left unpriced, with a note, where `mgbench comm` measured the
+/// all-reduce only, its default).
 struct StepCollectives {
   std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter, broadcast;
   const char* missing = nullptr;
 };
-StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, int n, const LinkAssumption* link) {
+StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, int n, const LinkAssumption* link,
+                                 std::vector<std::string>& notes) {
   StepCollectives c;
   const auto need = [&](std::optional<CollectiveCost>& cost, const std::vector<CollectiveCost>& measured,
                         const char* name) {
@@ -189,7 +192,14 @@ StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, 
     need(c.reduce_scatter, costs.reduce_scatter, "reduce-scatter");
   }
   if (!m.fsdp || m.loss_allreduce_bytes > 0) need(c.all_reduce, costs.all_reduce, "all-reduce");
-  if (!m.buffer_broadcast_bytes.empty()) need(c.broadcast, costs.broadcast, "broadcast");
+  if (!m.buffer_broadcast_bytes.empty()) c.broadcast = cost_at(costs.broadcast, "broadcast", n, link);
+  if (c.missing == nullptr && !m.buffer_broadcast_bytes.empty() && !c.broadcast) {
+    notes.push_back(
+        fmt::format("{} ranks: the buffers' broadcast before each micro-batch is not priced: no "
+                    "broadcast measured at {} ranks (mpirun -np {} mgbench comm --collective "
+                    "all-reduce,broadcast) and no --link assumption",
+                    n, n, n));
+  }
   return c;
 }
 
@@ -251,7 +261,7 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       // The collectives this step issues, each priced at n ranks.
       StepCollectives c;
       if (n > 1) {
-        c = step_collectives(m, costs, n, link);
+        c = step_collectives(m, costs, n, link, notes);
         if (c.missing != nullptr) {
           notes.push_back(
               fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and "

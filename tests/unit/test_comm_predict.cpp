@@ -340,13 +340,17 @@ TEST(Predict, BufferBroadcastsAndTheLossNormaliserArePricedAtTheirSizes) {
   EXPECT_NEAR(p[1].loss_reduce_s, 1e-3 + 8e-9, 1e-15);
   EXPECT_NEAR(p[1].epoch_s, 10 * (0.19 + 0.01 + p[1].allreduce_s + p[1].buffer_broadcast_s + p[1].loss_reduce_s),
               1e-12);
-  // Measured all-reduce but no broadcast at 2 ranks: skipped, saying which collective to measure.
+  // Measured all-reduce but no broadcast at 2 ranks (`mgbench comm`'s default): predicted without
+  // the broadcast, a note saying so and what to measure.
   notes.clear();
   const report::CommCosts no_broadcast{
       {report::CollectiveCost("all-reduce", 2, {{8, 1e-5}, {4e6, 1e-3}}, "ar")}, {}, {}, {}};
-  EXPECT_TRUE(report::predict(base, {}, no_broadcast, nullptr, {2}, {kDdpDs}, notes).empty());
+  const auto unpriced = report::predict(base, {}, no_broadcast, nullptr, {2}, {kDdpDs}, notes);
+  ASSERT_EQ(unpriced.size(), 1U);
+  EXPECT_EQ(unpriced[0].buffer_broadcast_s, 0.0);
+  EXPECT_NEAR(unpriced[0].loss_reduce_s, 1e-5, 1e-15);
   ASSERT_EQ(notes.size(), 1U);
-  EXPECT_NE(notes[0].find("no broadcast measured at 2 ranks"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("not priced: no broadcast measured at 2 ranks"), std::string::npos) << notes[0];
   // The straggler spread compares the time outside every collective phase.
   results::RunRecord two = base;
   results::EpochRecord fast, slow;
