@@ -173,8 +173,8 @@ std::optional<CollectiveCost> cost_at(const std::vector<CollectiveCost>& measure
 /// The collectives a step of m issues at n > 1 ranks, each priced: FSDP's all-gathers and
 /// reduce-scatters or DDP's all-reduce, the buffers' broadcasts, a summed loss's normaliser
 /// all-reduce. `missing`: the first the base needs that neither a comm run nor the link prices (the
-/// buffers' broadcast excepted: left unpriced, with a note, where `mgbench comm` measured the
-/// all-reduce only, its default).
+/// buffers' broadcasts and FSDP's loss normaliser excepted: left unpriced, with a note -- `mgbench
+/// comm` measures the all-reduce only by default, an FSDP user the gathers and scatters).
 struct StepCollectives {
   std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter, broadcast;
   const char* missing = nullptr;
@@ -191,15 +191,19 @@ StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, 
     need(c.all_gather, costs.all_gather, "all-gather");
     need(c.reduce_scatter, costs.reduce_scatter, "reduce-scatter");
   }
-  if (!m.fsdp || m.loss_allreduce_bytes > 0) need(c.all_reduce, costs.all_reduce, "all-reduce");
+  if (!m.fsdp) need(c.all_reduce, costs.all_reduce, "all-reduce");
+  if (m.fsdp && m.loss_allreduce_bytes > 0) c.all_reduce = cost_at(costs.all_reduce, "all-reduce", n, link);
   if (!m.buffer_broadcast_bytes.empty()) c.broadcast = cost_at(costs.broadcast, "broadcast", n, link);
-  if (c.missing == nullptr && !m.buffer_broadcast_bytes.empty() && !c.broadcast) {
+  // The step's small extras: left out where unmeasured, saying so.
+  const auto unpriced = [&](const char* what, const char* collective) {
     notes.push_back(
-        fmt::format("{} ranks: the buffers' broadcast before each micro-batch is not priced: no "
-                    "broadcast measured at {} ranks (mpirun -np {} mgbench comm --collective "
-                    "all-reduce,broadcast) and no --link assumption",
-                    n, n, n));
-  }
+        fmt::format("{} ranks: {} not priced: no {} measured at {} ranks (mpirun -np {} mgbench comm "
+                    "--collective {}) and no --link assumption",
+                    n, what, collective, n, n, collective));
+  };
+  if (c.missing != nullptr) return c;
+  if (!m.buffer_broadcast_bytes.empty() && !c.broadcast) unpriced("the buffers' broadcasts", "broadcast");
+  if (m.loss_allreduce_bytes > 0 && !c.all_reduce) unpriced("the loss normaliser's all-reduce", "all-reduce");
   return c;
 }
 

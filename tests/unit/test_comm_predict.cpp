@@ -291,6 +291,15 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   EXPECT_NEAR(p[1].compute_s, 0.19 - 0.01, 1e-12);
   EXPECT_NEAR(p[1].epoch_s, 10 * (0.18 + 0.01 + p[1].allgather_s + p[1].reducescatter_s), 1e-12);
   EXPECT_EQ(p[1].comm_source, "all-gather: ag; reduce-scatter: rs");
+  // A summed loss's normaliser without an all-reduce measured: predicted without it, noted.
+  results::RunRecord summed = base;
+  h5::merge_attributes(summed.attributes, {{"loss_allreduce_bytes", std::int64_t{8}}});
+  ASSERT_EQ(report::predict(summed, {}, costs, nullptr, {2}, {kDdpDs}, notes).size(), 1U);
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_NE(notes[0].find("the loss normaliser's all-reduce not priced: no all-reduce measured at 2 ranks"),
+            std::string::npos)
+      << notes[0];
+  notes.clear();
   // Without a reduce-scatter at 2 ranks: skipped, saying which collective to measure.
   notes.clear();
   const report::CommCosts gathers_only{{}, costs.all_gather, {}, {}};
@@ -350,7 +359,7 @@ TEST(Predict, BufferBroadcastsAndTheLossNormaliserArePricedAtTheirSizes) {
   EXPECT_EQ(unpriced[0].buffer_broadcast_s, 0.0);
   EXPECT_NEAR(unpriced[0].loss_reduce_s, 1e-5, 1e-15);
   ASSERT_EQ(notes.size(), 1U);
-  EXPECT_NE(notes[0].find("not priced: no broadcast measured at 2 ranks"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("broadcasts not priced: no broadcast measured at 2 ranks"), std::string::npos) << notes[0];
   // The straggler spread compares the time outside every collective phase.
   results::RunRecord two = base;
   results::EpochRecord fast, slow;
