@@ -18,6 +18,7 @@
 #include "runtime/agreement.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/nccl_communicator.h"
+#include "session/platform.h"
 
 namespace mgbench::session {
 namespace {
@@ -110,8 +111,9 @@ h5::Attributes common_attributes(runtime::MpiEnvironment& env, const options::Op
                                  const std::string& command_line) {
   h5::Attributes a{{"task", task}};
   for (auto&& option : table.attributes()) a.emplace_back(std::move(option));
+  const std::string hosts = env.all_hosts();
   h5::merge_attributes(a, {{"world_size", static_cast<std::int64_t>(env.world_size())},
-                           {"hosts", env.all_hosts()},
+                           {"hosts", hosts},
                            {"started_utc", utc_now_iso8601()},
                            {"mgbench_version", std::string(build_info::kVersion)},
                            {"git_commit", std::string(build_info::kGitCommit)},
@@ -125,6 +127,7 @@ h5::Attributes common_attributes(runtime::MpiEnvironment& env, const options::Op
                            {"command_line", command_line},
                            {"config", table.ini()},
                            {"config_id", options::config_id(identity)}});
+  h5::merge_attributes(a, platform_attributes(hosts));
   return a;
 }
 

@@ -33,6 +33,14 @@ def test_main_job_two_ranks(tmp_path, mnist):
         for key in ("cuda_runtime_version", "cuda_driver_version", "cudnn_version", "nccl_version"):
             assert key in run.attrs, key  # empty where the library is absent (a CPU machine has no driver)
         assert run.attrs["schema_version"] == 6 and run.attrs["recipe"] == "classification"
+        # The platform record (issue 29): this machine, outside SLURM.
+        model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
+        fabric = sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else []
+        assert run.attrs["cpu_model"] == model and run.attrs["cpu_cores"] == os.cpu_count()
+        assert run.attrs["nodes"] == 1 and run.attrs["gpus_per_node"] == 0 and run.attrs["gpu_model"] == ""
+        assert run.attrs["interconnect"] == ",".join(fabric)
+        for key in ("slurm_partition", "slurm_cluster", "slurm_nodelist", "slurm_nnodes", "slurm_tasks_per_node"):
+            assert run.attrs[key] == "" or "SLURM_JOB_ID" in os.environ, key
         # MobileNetV2's BatchNorm buffers as torchvision's mobilenet_v2(width_mult=0.25) has them, one
         # broadcast a dtype before each micro-batch: num_batches_tracked of its 52 layers (int64) and
         # running_mean / running_var (fp32); a mean loss has no normaliser to all-reduce.

@@ -108,6 +108,12 @@ def test_image_script_runs_one_rank_per_task_under_srun_pmix(slurm, tmp_path):
     with f:
         assert run["status"][0] == b"completed"
         assert run.attrs["world_size"] == 2 and run.attrs["slurm_job_id"] == job
+        # The platform record (issue 29) as SLURM set it for this allocation.
+        host = run["rank_0"].attrs["hostname"]
+        assert run.attrs["slurm_partition"] == "test" and run.attrs["slurm_cluster"] == "mgbench-test"
+        assert run.attrs["slurm_nodelist"] == host and run.attrs["slurm_nnodes"] == "1"
+        assert run.attrs["slurm_tasks_per_node"] == "2" and run.attrs["slurm_cpus_per_task"] == "1"
+        assert run.attrs["nodes"] == 1 and run.attrs["cpu_cores"] == os.cpu_count()
         assert sorted(run[f"rank_{r}"].attrs["local_rank"] for r in (0, 1)) == [0, 1]
         assert run.attrs["backend"] == "mpi" and run["summary"][0]["test_accuracy"] > 0
 
