@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "report/stragglers.h"
 #include "report/table.h"
 
 namespace mgbench::report {
@@ -485,6 +486,7 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
                "normaliser's all-reduce, so the overlap reads low)\n";
       }
     }
+    print_stragglers(out, run);
     out << "\n";
   }
 }

@@ -139,6 +139,7 @@ std::vector<RunRecord> read_runs(const std::string& path) {
       if (!h5::link_exists(group, rank_name)) break;
       h5::Handle rank_group =
           h5::wrap_group(H5Gopen2(group, rank_name.c_str(), H5P_DEFAULT), "open " + where + "/" + rank_name);
+      run.rank_attributes.push_back(h5::read_attributes(rank_group));
       auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
       std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
       run.epochs.push_back(std::move(epochs));

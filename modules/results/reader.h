@@ -18,6 +18,7 @@ struct RunRecord {
   std::string error;   // message of a failed run
   RunSummary summary;
   std::vector<std::vector<EpochRecord>> epochs;             // [rank][epoch], unwritten rows dropped
+  std::vector<h5::Attributes> rank_attributes;              // [rank]: hostname, local_rank, gpu_pci_bus_id, ...
   std::vector<CudaSummaryRecord> cuda;                      // [rank] CUDA metrics of GPU runs (empty otherwise)
   std::vector<std::vector<CudaApiRecord>> cuda_api;         // [rank], used rows only
   std::vector<std::vector<CudaKernelRecord>> cuda_kernels;  // [rank], used rows only

@@ -8,9 +8,10 @@
 Command line: ``mgbench-plot FILES... --out DIR [--html DIR] [--paper]``.
 """
 from .report import CSV_COLUMNS, report_table, runs
+from .stragglers import STRAGGLER_MARGIN, stragglers
 from .results import (PHASES, SCHEMA_NAME, SUPPORTED_SCHEMA_VERSIONS, ResultsError, Run, comm, cuda, epochs, expand,
                       read, read_file, steps)
 
-__all__ = ["runs", "steps", "epochs", "cuda", "comm", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
+__all__ = ["runs", "steps", "epochs", "cuda", "comm", "stragglers", "STRAGGLER_MARGIN", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
            "PHASES", "SCHEMA_NAME", "SUPPORTED_SCHEMA_VERSIONS", "CSV_COLUMNS"]
-__version__ = "0.3.2"
+__version__ = "0.3.3"

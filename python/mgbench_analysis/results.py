@@ -116,6 +116,7 @@ class Run:
     cuda_kernels: List[pd.DataFrame] = field(default_factory=list)  # [rank], used rows only
     comm: List[pd.DataFrame] = field(default_factory=list)  # [rank] rows of `mgbench comm` runs, written rows only
     metric_names: List[str] = field(default_factory=list)  # the recipe's per-step metrics (steps columns)
+    rank_attributes: List[Dict[str, object]] = field(default_factory=list)  # [rank]: hostname, gpu_pci_bus_id, ...
 
     @property
     def world_size(self) -> int:
@@ -152,6 +153,7 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
         if name not in group:
             break
         rank_group = group[name]
+        run.rank_attributes.append({key: _attribute(value) for key, value in rank_group.attrs.items()})
         steps = _table(rank_group, "steps")
         if "metrics" in rank_group:
             metrics = rank_group["metrics"]

@@ -519,3 +519,15 @@ def test_get_mnist_prefers_the_shared_copy_and_refuses_a_wrong_checksum(tmp_path
     assert "falling back to Fashion-MNIST" in proc.stderr
     assert proc.stdout.splitlines()[-1] == "/usr/share/datasets/fashion-mnist"
     assert not list((tmp_path / "cache" / "mnist").glob("*.gz"))  # nothing unverified kept
+
+
+def test_stragglers_names_the_rank_slow_outside_the_collectives():
+    even = synthetic_run("even")
+    assert mga.stragglers([even]).empty  # equal ranks: nobody straggles
+    slow = synthetic_run("slow")
+    slow.epochs[1] = slow.epochs[1].assign(forward_s=slow.epochs[1]["forward_s"] + 0.5,
+                                           allreduce_s=0.0)  # rank 1 computes, rank 0 waits for it
+    slow.epochs[0] = slow.epochs[0].assign(allreduce_s=slow.epochs[0]["allreduce_s"] + 0.5)
+    slow.rank_attributes = [{"hostname": "a"}, {"hostname": "b"}]
+    frame = mga.stragglers([slow])
+    assert list(frame["rank"]) == [1] and list(frame["host"]) == ["b"] and list(frame["phase"]) == ["forward"]

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "report/report.h"
+#include "report/stragglers.h"
 #include "results/hdf5.h"
 #include "results/reader.h"
 #include "results/writer.h"
@@ -231,6 +232,43 @@ TEST(Report, PhasesMinAvgMaxAcrossRanks) {
       << out.str();
   EXPECT_NE(out.str().find("train                 8.000      8.000      8.000    100.0"), std::string::npos)
       << out.str();
+}
+
+TEST(Report, StragglersAreTheRanksSlowOutsideTheCollectives) {
+  // Three synchronous ranks end each epoch together (train_s 10 s); rank 2 computes 2 s longer in
+  // backward, and the others wait for it in the all-reduce and the buffers' broadcast.
+  RunRecord run = fake_run(3, "fp32", 10);
+  for (int r = 0; r < 3; ++r) {
+    EpochRecord e;
+    e.epoch = 0;
+    e.train_s = 10.0;
+    e.phases.forward_s = 3.0;
+    e.phases.backward_s = r == 2 ? 6.0 : 4.0;
+    e.phases.allreduce_s = r == 2 ? 0.5 : 2.0;
+    e.phases.buffer_broadcast_s = r == 2 ? 0.1 : 0.6;
+    run.epochs.push_back({e});
+    run.rank_attributes.push_back({{"hostname", std::string("node" + std::to_string(r))}});
+  }
+  const auto s = report::find_stragglers(run);
+  ASSERT_EQ(s.size(), 1U);
+  EXPECT_EQ(s[0].rank, 2);
+  EXPECT_EQ(s[0].host, "node2");
+  EXPECT_NEAR(s[0].own_s, 9.4, 1e-12);            // 10 - 0.5 - 0.1
+  EXPECT_NEAR(s[0].others_median_s, 7.4, 1e-12);  // 10 - 2.0 - 0.6
+  EXPECT_EQ(s[0].phase, "backward");
+  EXPECT_NEAR(s[0].phase_excess_s, 2.0, 1e-12);
+  std::ostringstream out;
+  report::print_phases(out, {run});
+  EXPECT_NE(out.str().find("# straggler: rank 2 (node2): 9.400 s outside the collectives, +27 % over the other "
+                           "ranks' median 7.400 s (margin 20 %); most in backward (+2.000 s)"),
+            std::string::npos)
+      << out.str();
+  // Within the margin (rank 2 waits 1.1 s too: 8.8 s, 19 % over 7.4 s): none named.
+  run.epochs[2][0].phases.allreduce_s = 1.1;
+  EXPECT_TRUE(report::find_stragglers(run).empty());
+  // One rank: nothing to compare.
+  run.epochs.resize(1);
+  EXPECT_TRUE(report::find_stragglers(run).empty());
 }
 
 }  // namespace
