@@ -31,7 +31,8 @@ struct OwnTimes {
 
 OwnTimes own_times(const std::vector<results::EpochRecord>& epochs) {
   OwnTimes t;
-  t.phases = {{"data", 0}, {"h2d", 0}, {"transform", 0}, {"forward", 0}, {"backward", 0}, {"optimizer", 0}, {"other", 0}};
+  t.phases = {{"data", 0},     {"h2d", 0},       {"transform", 0}, {"forward", 0},
+              {"backward", 0}, {"optimizer", 0}, {"other", 0}};
   double listed = 0;
   for (const auto& e : epochs) {
     const results::PhaseTimes& p = e.phases;

@@ -21,8 +21,9 @@ struct Straggler {
   std::string gpu;             // rank attribute gpu_pci_bus_id ("" on the CPU)
   double own_s = 0;            // train_s minus the collective phases, summed over the run's epochs [s]
   double others_median_s = 0;  // the other ranks' median of the same [s]
-  std::string phase;           // the phase (data, h2d, transform, forward, backward, optimizer, other) most above the others' median
-  double phase_excess_s = 0;   // by how much [s]
+  std::string
+      phase;  // the phase (data, h2d, transform, forward, backward, optimizer, other) most above the others' median
+  double phase_excess_s = 0;  // by how much [s]
 };
 
 /// The stragglers of `run` (none for one rank or no completed epoch), slowest first.
