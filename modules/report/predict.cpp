@@ -140,8 +140,7 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
       std::size_t n = 0;
       for (const auto& rank : r->epochs) {
         if (k >= rank.size()) continue;
-        const results::PhaseTimes& ph = rank[k].phases;
-        const double own = rank[k].train_s - ph.allreduce_s - ph.buffer_broadcast_s - ph.loss_reduce_s;
+        const double own = rank[k].train_s - results::collective_s(rank[k].phases);
         sum += own;
         slowest = std::max(slowest, own);
         ++n;

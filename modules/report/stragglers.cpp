@@ -1,7 +1,6 @@
 #include "report/stragglers.h"
 
 #include <algorithm>
-#include <variant>
 
 #include <fmt/format.h>
 
@@ -14,15 +13,6 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string text_of(const h5::Attributes& attributes, const std::string& name) {
-  for (const auto& [key, value] : attributes) {
-    if (key == name) {
-      if (const auto* s = std::get_if<std::string>(&value)) return *s;
-    }
-  }
-  return {};
-}
-
 /// A rank's time by the phases that are its own work, and "other" (the rest outside collectives).
 struct OwnTimes {
   double own = 0;
@@ -31,19 +21,22 @@ struct OwnTimes {
 
 OwnTimes own_times(const std::vector<results::EpochRecord>& epochs) {
   OwnTimes t;
-  t.phases = {{"data", 0},     {"h2d", 0},       {"transform", 0}, {"forward", 0},
-              {"backward", 0}, {"optimizer", 0}, {"other", 0}};
+  for (std::size_t k = 0; k < std::size(results::kPhaseFields); ++k) {
+    if (!results::is_collective(static_cast<results::Phase>(k)))
+      t.phases.emplace_back(results::kPhaseFields[k].name, 0.0);
+  }
   double listed = 0;
   for (const auto& e : epochs) {
-    const results::PhaseTimes& p = e.phases;
-    t.own += e.train_s - p.allreduce_s - p.buffer_broadcast_s - p.loss_reduce_s;
-    const double values[] = {p.data_s, p.h2d_s, p.transform_s, p.forward_s, p.backward_s, p.optimizer_s};
-    for (std::size_t k = 0; k < std::size(values); ++k) {
-      t.phases[k].second += values[k];
-      listed += values[k];
+    t.own += e.train_s - results::collective_s(e.phases);
+    std::size_t j = 0;
+    for (std::size_t k = 0; k < std::size(results::kPhaseFields); ++k) {
+      if (results::is_collective(static_cast<results::Phase>(k))) continue;
+      const double seconds = e.phases.*results::kPhaseFields[k].seconds;
+      t.phases[j++].second += seconds;
+      listed += seconds;
     }
   }
-  t.phases.back().second = std::max(0.0, t.own - listed);
+  t.phases.emplace_back("other", std::max(0.0, t.own - listed));
   return t;
 }
 
@@ -67,8 +60,8 @@ std::vector<Straggler> find_stragglers(const results::RunRecord& run, double mar
     Straggler s;
     s.rank = static_cast<int>(r);
     if (r < run.rank_attributes.size()) {
-      s.host = text_of(run.rank_attributes[r], "hostname");
-      s.gpu = text_of(run.rank_attributes[r], "gpu_pci_bus_id");
+      s.host = results::text_attribute(run.rank_attributes[r], "hostname").value_or("");
+      s.gpu = results::text_attribute(run.rank_attributes[r], "gpu_pci_bus_id").value_or("");
     }
     s.own_s = ranks[r].own;
     s.others_median_s = reference;

@@ -66,12 +66,14 @@ std::vector<std::string> child_names(hid_t group, const std::string& where) {
 
 }  // namespace
 
-std::optional<std::string> RunRecord::text(const std::string& name) const {
+std::optional<std::string> text_attribute(const h5::Attributes& attributes, const std::string& name) {
   for (const auto& [key, value] : attributes) {
     if (key == name && std::holds_alternative<std::string>(value)) return std::get<std::string>(value);
   }
   return std::nullopt;
 }
+
+std::optional<std::string> RunRecord::text(const std::string& name) const { return text_attribute(attributes, name); }
 
 std::optional<std::int64_t> RunRecord::integer(const std::string& name) const {
   for (const auto& [key, value] : attributes) {

@@ -35,6 +35,9 @@ struct RunRecord {
   std::string display(const std::string& name) const;
 };
 
+/// The text attribute `name` of `attributes`; std::nullopt when absent or of another type.
+std::optional<std::string> text_attribute(const h5::Attributes& attributes, const std::string& name);
+
 /// Reads every run of a results file, in the file's (creation-time) order.
 /// Throws ResultsError naming the file when it is missing, not HDF5, or not an mgbench file.
 std::vector<RunRecord> read_runs(const std::string& path);

@@ -67,6 +67,16 @@ enum class Phase : std::size_t {
 };
 static_assert(std::size(kPhaseFields) == static_cast<std::size_t>(Phase::kCount));
 
+/// The phases in which a rank waits for the others (the step's collectives: the gradient
+/// all-reduce, the buffers' broadcast, the loss normaliser's all-reduce); the rest is its own work.
+inline bool is_collective(Phase phase) {
+  return phase == Phase::kAllreduce || phase == Phase::kBufferBroadcast || phase == Phase::kLossReduce;
+}
+/// The seconds of times spent in those phases.
+inline double collective_s(const PhaseTimes& times) {
+  return times.allreduce_s + times.buffer_broadcast_s + times.loss_reduce_s;
+}
+
 inline PhaseTimes& operator+=(PhaseTimes& total, const PhaseTimes& more) {
   for (const auto& f : kPhaseFields) total.*f.seconds += more.*f.seconds;
   return total;

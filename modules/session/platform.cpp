@@ -53,7 +53,8 @@ h5::Attributes platform_attributes(const std::string& hosts) {
   // SLURM_TASKS_PER_NODE is set for every allocation ("2(x3)"); SLURM_NTASKS_PER_NODE only with the option.
   const std::string tasks_per_node =
       !env_text("SLURM_NTASKS_PER_NODE").empty() ? env_text("SLURM_NTASKS_PER_NODE") : env_text("SLURM_TASKS_PER_NODE");
-  return {{"slurm_partition", env_text("SLURM_JOB_PARTITION")},
+  return {{"slurm_job_id", env_text("SLURM_JOB_ID")},
+          {"slurm_partition", env_text("SLURM_JOB_PARTITION")},
           {"slurm_cluster", env_text("SLURM_CLUSTER_NAME")},
           {"slurm_nodelist", env_text("SLURM_JOB_NODELIST")},
           {"slurm_nnodes", env_text("SLURM_JOB_NUM_NODES")},

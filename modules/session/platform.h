@@ -10,7 +10,7 @@
 
 namespace mgbench::session {
 
-/// The platform attributes: slurm_partition, slurm_cluster, slurm_nodelist, slurm_nnodes,
+/// The platform attributes: slurm_job_id, slurm_partition, slurm_cluster, slurm_nodelist, slurm_nnodes,
 /// slurm_tasks_per_node, slurm_cpus_per_task, slurm_gpus_per_task ("" outside SLURM or where it did
 /// not set them), nodes (the distinct hosts of `hosts`, a comma-separated list), cpu_model
 /// (/proc/cpuinfo's first "model name"; "" where absent), cpu_cores (the machine's), gpus_per_node

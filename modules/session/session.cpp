@@ -23,11 +23,6 @@
 namespace mgbench::session {
 namespace {
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : fallback;
-}
-
 /// The cuDNN library LibTorch loaded (cudnnGetVersion: 91000 -> "9.10.0"); "" without CUDA.
 std::string cudnn_version() {
   try {
@@ -123,7 +118,6 @@ h5::Attributes common_attributes(runtime::MpiEnvironment& env, const options::Op
                            {"cudnn_version", cudnn_version()},
                            {"nccl_version", runtime::nccl_version()},
                            {"mpi_version", env.library_version()},
-                           {"slurm_job_id", env_or("SLURM_JOB_ID", "")},
                            {"command_line", command_line},
                            {"config", table.ini()},
                            {"config_id", options::config_id(identity)}});

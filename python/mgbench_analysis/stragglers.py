@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .results import as_runs
+from .results import PHASES, as_runs
 
 #: Relative excess over the other ranks' median own time that makes a straggler (the report's).
 STRAGGLER_MARGIN = 0.20
 _COLLECTIVES = ("allreduce_s", "buffer_broadcast_s", "loss_reduce_s")
-_OWN_PHASES = ("data", "h2d", "transform", "forward", "backward", "optimizer")
+_OWN_PHASES = tuple(name for name, f in PHASES if f not in _COLLECTIVES)
 COLUMNS = ["file", "run_id", "rank", "host", "gpu_pci_bus_id", "own_s", "others_median_s", "excess_pct", "phase",
            "phase_excess_s"]
 
