@@ -15,12 +15,17 @@ PACKAGES=(
   openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev
   libpmix2 libhwloc15 libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0
   libibverbs1 librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libmunge2 libnuma1 libltdl7
-  libhdf5-openmpi-103-1 libhdf5-openmpi-dev libaec0 libsz2 libcurl4
+  libhdf5-openmpi-103-1 libhdf5-openmpi-dev libaec0 libsz2
   libboost-program-options1.74.0 libboost-program-options1.74-dev libboost1.74-dev
   libspdlog1.10 libspdlog-dev libfmt9 libfmt-dev nlohmann-json3-dev
   libgtest-dev libbenchmark1debian libbenchmark-dev zlib1g-dev libpcre2-dev libpcre2-8-0 libcsv-dev libcsv3
 )
+# HDF5's libcurl and what it needs that a CUDA image may lack (seen on an H200 machine: libssh2,
+# OpenLDAP 2.5): gpu-check.sh takes from these only the libraries whose soname the machine lacks.
+SYSTEM_FIRST=(libcurl4 libssh2-1 libldap-2.5-0 libsasl2-2 libsasl2-modules-db)
 command -v apt-get >/dev/null || { echo "fetch-gpu-deps.sh: needs apt-get (Debian 12)" >&2; exit 1; }
 mkdir -p "$DIR"
 (cd "$DIR" && apt-get download "${PACKAGES[@]}")
+mkdir -p "$DIR/system-first"
+(cd "$DIR/system-first" && apt-get download "${SYSTEM_FIRST[@]}")
 echo "fetch-gpu-deps.sh: $(ls "$DIR"/*.deb | wc -l) packages, $(du -sh "$DIR" | cut -f1) in $DIR"

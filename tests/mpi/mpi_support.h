@@ -47,7 +47,7 @@ class SharedDir {
   }
   ~SharedDir() {
     MPI_Barrier(MPI_COMM_WORLD);
-    if (world_rank() == 0) std::filesystem::remove_all(path_);
+    if (world_rank() == 0) remove_quietly(path_);
   }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 

@@ -1,12 +1,15 @@
+#include <dlfcn.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/durable.h"
 #include "core/error.h"
 #include "report/report.h"
 #include "report/stragglers.h"
@@ -48,6 +51,47 @@ std::string write_run(const std::string& path, const std::string& name, double t
   const std::string id = writer.run_id();
   writer.finish(kStatusCompleted);
   return id;
+}
+
+// Superseded checkpoints and partial directories go through remove_tree: what remove_all would
+// remove, links removed and never followed.
+TEST(Durable, RemoveTreeRemovesWhatRemoveAllWouldAndNoLinkTarget) {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const fs::path tree = fs::path(dir.path()) / "step-000000010";
+  fs::create_directories(tree / "a" / "b");
+  const fs::path outside = fs::path(dir.path()) / "kept";
+  fs::create_directories(outside);
+  std::ofstream(outside / "file") << "kept";
+  for (const auto& f : {tree / "manifest.json", tree / "a" / "rank-0", tree / "a" / "b" / "rank-1"})
+    std::ofstream(f) << "x";
+  fs::create_symlink(outside, tree / "a" / "link-to-dir");
+  fs::create_symlink(outside / "file", tree / "link-to-file");
+  std::uintmax_t entries = 1;  // the tree's root
+  for (auto it = fs::recursive_directory_iterator(tree); it != fs::recursive_directory_iterator(); ++it) ++entries;
+  EXPECT_EQ(entries, 8u);
+  EXPECT_EQ(remove_tree(tree.string()), entries);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(tree)));
+  EXPECT_TRUE(fs::exists(outside / "file")) << "a link's target is not the tree's";
+  EXPECT_EQ(remove_tree(tree.string()), 0u) << "a missing path removes nothing";
+  EXPECT_EQ(remove_tree((outside / "file").string()), 1u);
+}
+
+// The pip wheels' libtorch.so exports its own std::filesystem (pytorch/pytorch#133437); its
+// remove_all jumps to address 0 where libstdc++ lacks what it calls weakly. Our executables list
+// libstdc++ before LibTorch (cmake/Dependencies.cmake), so their calls bind to libstdc++'s.
+TEST(Toolchain, StdFilesystemBindsToLibstdcxxNotLibtorch) {
+  namespace fs = std::filesystem;
+  const std::pair<const char*, void*> functions[] = {
+      {"remove_all", reinterpret_cast<void*>(static_cast<std::uintmax_t (*)(const fs::path&)>(fs::remove_all))},
+      {"create_directories", reinterpret_cast<void*>(static_cast<bool (*)(const fs::path&)>(fs::create_directories))},
+      {"rename", reinterpret_cast<void*>(static_cast<void (*)(const fs::path&, const fs::path&)>(fs::rename))}};
+  for (const auto& [name, address] : functions) {
+    Dl_info where{};
+    ASSERT_NE(dladdr(address, &where), 0) << name;
+    EXPECT_EQ(std::string(where.dli_fname).find("libtorch"), std::string::npos)
+        << "std::filesystem::" << name << " binds to " << where.dli_fname;
+  }
 }
 
 TEST(Results, WriteReadAndAppend) {

@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by the tests: where the oracle files and the shared data are, temp dirs.
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/durable.h"
 #include "test_paths.h"
 
 namespace mgbench::test {
@@ -54,6 +56,15 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> needles) {
   }
 }
 
+/// Removes a test's directory tree; a failure is reported, not thrown (destructors call it).
+inline void remove_quietly(const std::string& path) {
+  try {
+    mgbench::remove_tree(path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "test cleanup: %s\n", e.what());
+  }
+}
+
 /// A fresh temporary directory, removed at scope exit.
 class TempDir {
  public:
@@ -61,7 +72,7 @@ class TempDir {
     std::string tmpl = (std::filesystem::temp_directory_path() / "mgbench-test-XXXXXX").string();
     path_ = mkdtemp(tmpl.data());
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
+  ~TempDir() { remove_quietly(path_); }
   std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
   const std::string& path() const { return path_; }
 

@@ -262,7 +262,7 @@ bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointStat
   const Stopwatch clock;
   if (!runtime::all_succeed(env_, "creating the checkpoint directory", [&] {
         if (env_.rank() != 0) return;
-        fs::remove_all(partial);
+        remove_tree(partial.string());
         fs::create_directories(partial);
       })) {
     return false;
@@ -277,7 +277,7 @@ bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointStat
         m.written_utc = utc_now_iso8601();
         write_text_file((partial / kManifestFile).string(), to_json(m).dump(2) + "\n");
         sync_to_disk(partial.string());
-        fs::remove_all(final_dir);  // a checkpoint of the same step (a resumed run that stopped at once)
+        remove_tree(final_dir.string());  // a checkpoint of the same step (a resumed run that stopped at once)
         fs::rename(partial, final_dir);
         sync_to_disk(directory_);
         // Keep the newest two complete checkpoints; drop older ones and abandoned .partial dirs.
@@ -288,11 +288,11 @@ bool Checkpointer::save(const CheckpointManifest& manifest, const CheckpointStat
           if (step >= 0) {
             complete.emplace_back(step, entry.path());
           } else if (name.size() > 8 && name.ends_with(".partial")) {
-            fs::remove_all(entry.path());
+            remove_tree(entry.path().string());
           }
         }
         std::sort(complete.begin(), complete.end());
-        for (std::size_t i = 0; i + 2 < complete.size(); ++i) fs::remove_all(complete[i].second);
+        for (std::size_t i = 0; i + 2 < complete.size(); ++i) remove_tree(complete[i].second.string());
       })) {
     return false;
   }
