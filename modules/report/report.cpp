@@ -11,17 +11,10 @@
 
 #include "report/stragglers.h"
 #include "report/table.h"
+#include "report/workload.h"
 
 namespace mgbench::report {
 namespace {
-
-/// What makes two runs the same workload; precision can be overridden to find the fp64 peer.
-std::string workload_key(const results::RunRecord& r, const std::string& precision) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}", r.display("task"), precision, r.display("pin_memory"),
-                     r.display("image_size"), r.display("epochs"), r.display("batch_size"), r.display("train_samples"));
-}
-
-std::string workload_key(const results::RunRecord& r) { return workload_key(r, r.display("precision")); }
 
 std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v * 100.0) : "-"; }
 
@@ -65,20 +58,23 @@ void print_notes(std::ostream& out, const results::RunRecord& r) {
 std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
   std::vector<Row> rows;
   for (const auto& run : runs) {
-    Row row{&run, std::nullopt, std::nullopt};
+    Row row{&run, std::nullopt, std::nullopt, {}};
     if (is_completed(run)) {
+      const std::string identity = workload_identity(run);
+      const std::string fp64_identity = workload_identity(run, {{"precision", "fp64"}});
       const results::RunRecord* one_rank = nullptr;
       const results::RunRecord* fp64 = nullptr;
       for (const auto& other : runs) {
         if (!is_completed(other)) continue;
+        const std::string other_identity = workload_identity(other);
         // Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
-        if (other.integer("world_size") == 1 && workload_key(other) == workload_key(run)) {
+        if (other.integer("world_size") == 1 && other_identity == identity) {
           const bool same_strategy = other.display("strategy") == run.display("strategy");
           if (one_rank == nullptr || same_strategy || one_rank->display("strategy") != run.display("strategy")) {
             one_rank = &other;
           }
         }
-        if (workload_key(other) == workload_key(run, "fp64") && other.display("strategy") == run.display("strategy") &&
+        if (other_identity == fp64_identity && other.display("strategy") == run.display("strategy") &&
             other.integer("world_size") == run.integer("world_size")) {
           fp64 = &other;
         }
@@ -87,6 +83,7 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
       if (fp64 != nullptr && run.display("precision") != "fp64") {
         row.efficiency_vs_fp64 = fp64->summary.total_s / run.summary.total_s;
       }
+      row.baseline_note = baseline_note(run, runs);
     }
     rows.push_back(row);
   }
@@ -112,35 +109,29 @@ bool is_llm_run(const results::RunRecord& run) { return run.display("task").rfin
 
 bool is_comm_run(const results::RunRecord& run) { return run.display("task") == "comm"; }
 
-namespace {
-/// The recipe of a run; runs written before recipes were recorded are the jobs' only recipes then.
 std::string recipe_of(const results::RunRecord& r) {
   const std::string recipe = r.display("recipe");
   return !recipe.empty() ? recipe : is_llm_run(r) ? "lora" : "classification";
 }
-}  // namespace
 
 bool is_dpo_run(const results::RunRecord& run) { return is_llm_run(run) && recipe_of(run) == "dpo"; }
 
 void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
-  auto key = [](const results::RunRecord& r) {
-    return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", recipe_of(r), r.display("model"), r.display("dataset"),
-                       r.display("precision"), r.display("batch_size"), r.display("grad_accum"),
-                       r.display("train_samples"), r.display("max_seq_len"));
-  };
-  // Per-rank tokens/s over the 1-rank run's of the same workload.
+  // Per-rank tokens/s over the 1-rank run's of the same workload identity.
   struct LlmRow {
     const results::RunRecord* run;
     std::optional<double> efficiency;
+    std::string baseline_note;
   };
   std::vector<LlmRow> rows;
   for (const auto& r : runs) {
     if (!is_llm_run(r)) continue;
-    LlmRow row{&r, std::nullopt};
+    LlmRow row{&r, std::nullopt, baseline_note(r, runs)};
     if (is_completed(r) && std::isfinite(r.summary.tokens_per_s)) {
+      const std::string identity = workload_identity(r);
       const results::RunRecord* one = nullptr;
       for (const auto& o : runs) {
-        if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && key(o) == key(r) &&
+        if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && workload_identity(o) == identity &&
             std::isfinite(o.summary.tokens_per_s)) {
           one = &o;
         }
@@ -178,6 +169,9 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
       {"status", "", -9, "status", [](const LlmRow& w) { return w.run->status; }},
       {"", "", 0, "task", attribute("task")},
       {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"nodes", "", 5, "nodes", attribute("nodes")},
+      {"device", "", -14, "device", [](const LlmRow& w) { return hardware_cell(*w.run); }, attribute("device")},
+      {"", "", 0, "gpu_model", attribute("gpu_model")},
       {"model", "", -16, "model", [](const LlmRow& w) { return short_model(*w.run); }, attribute("model")},
       {"dataset", "", -9, "dataset", attribute("dataset")},
       {"prec", "", -5, "precision", attribute("precision")},
@@ -217,7 +211,10 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   }
   write_table(out, columns, rows, csv);
   if (!csv) {
-    for (const auto& row : rows) print_notes(out, *row.run);
+    for (const auto& row : rows) {
+      print_notes(out, *row.run);
+      if (!row.baseline_note.empty()) out << "# " << row.baseline_note << "\n";
+    }
   }
 }
 
@@ -294,6 +291,9 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
       {"run", "", -36, "run_id", [](const Row& w) { return w.run->run_id; }},
       {"status", "", -9, "status", [](const Row& w) { return w.run->status; }},
       {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"nodes", "", 5, "nodes", attribute("nodes")},
+      {"device", "", -14, "device", [](const Row& w) { return hardware_cell(*w.run); }, attribute("device")},
+      {"", "", 0, "gpu_model", attribute("gpu_model")},
       {"strat", "", -7, "strategy", attribute("strategy")},
       {"precision", "", -9, "precision", attribute("precision")},
       {"pin", "", -5, "pin_memory", attribute("pin_memory")},
@@ -317,7 +317,10 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
   }
   write_table(out, columns, rows, csv);
   if (!csv) {
-    for (const auto& row : rows) print_notes(out, *row.run);
+    for (const auto& row : rows) {
+      print_notes(out, *row.run);
+      if (!row.baseline_note.empty()) out << "# " << row.baseline_note << "\n";
+    }
   }
 }
 

@@ -16,13 +16,20 @@ struct Row {
   const results::RunRecord* run = nullptr;
   std::optional<double> efficiency_vs_1_rank;  // T(1 rank) / T(n ranks), as a fraction (1.0 = 100 %)
   std::optional<double> efficiency_vs_fp64;    // T(fp64) / T(this precision), same ranks
+  std::string baseline_note;                   // why a multi-rank run has no efficiency vs 1 rank, or ""
 };
 
 /// Efficiency baselines: "vs 1 rank" pairs a run with a completed 1-rank run of the same
-/// workload (task, precision, pin_memory, image size, epochs, per-rank batch size, training
-/// samples), preferring the same strategy; "vs FP64" with the completed fp64 run of the same
-/// workload, strategy and world size. Among several candidates the latest run is used.
+/// workload identity (report/workload.h: what is computed, device and GPU model), preferring the
+/// same strategy; "vs FP64" with the completed fp64 run of the same identity but precision,
+/// strategy and world size. Among several candidates the latest run is used. A multi-rank run
+/// without a 1-rank run of its identity gets a note naming the nearest 1-rank run of its task
+/// and where it differs.
 std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs);
+
+/// The recipe of a run; runs written before recipes were recorded ran their job's only recipe then
+/// ("lora" for LLM runs, "classification" for image runs).
+std::string recipe_of(const results::RunRecord& run);
 
 enum class Format { kTable, kCsv };
 

@@ -1,12 +1,14 @@
 """One row per run, with the efficiencies `mgbench report` prints (modules/report/report.cpp).
 
 The definitions are the report's, so the frames equal its CSV (tested against ``mgbench report --csv``):
-- image runs, "vs 1 rank" = T(1 rank) / T(n ranks): the completed 1-rank run of the same workload (task,
-  precision, pin_memory, image size, epochs, per-rank batch size, training samples), a same-strategy one
-  preferred, the latest among several; "vs FP64" = T(fp64) / T(this precision), same workload, strategy
-  and world size (Lawenda et al. 2025, Table 2);
-- LLM runs, "vs 1 rank" = (tokens/s / ranks) / tokens/s of the 1-rank run of the same recipe, model,
-  dataset, precision, batch size, grad-accum, training samples and max_seq_len;
+- runs are the same workload when their workload identity is (``workload.py``: the attribute list
+  both read, what is computed, device and GPU model);
+- image runs, "vs 1 rank" = T(1 rank) / T(n ranks): the completed 1-rank run of the same workload, a
+  same-strategy one preferred, the latest among several; "vs FP64" = T(fp64) / T(this precision), the
+  same workload but precision, same strategy and world size (Lawenda et al. 2025, Table 2);
+- LLM runs, "vs 1 rank" = (tokens/s / ranks) / tokens/s of the 1-rank run of the same workload;
+- a multi-rank run without a 1-rank run of its workload has a ``baseline_note`` naming the nearest
+  1-rank run of its task and where it differs (the report's '#' note);
 - DPO: the reward accuracy and margin at the end: the mean over ranks of each rank's last min(10, steps)
   steps.
 """
@@ -18,16 +20,17 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from . import workload
 from .results import Run, as_runs
 
 MIB = 1024.0 * 1024.0
 
 #: `mgbench report --csv` columns of each table, in its order.
 CSV_COLUMNS = {
-    "image": ["file", "run_id", "status", "ranks", "strategy", "precision", "pin_memory", "image_size", "epochs",
+    "image": ["file", "run_id", "status", "ranks", "nodes", "device", "gpu_model", "strategy", "precision", "pin_memory", "image_size", "epochs",
               "batch_size", "total_s", "test_accuracy_pct", "img_per_s", "efficiency_vs_1_rank_pct",
               "efficiency_vs_fp64_pct", "resumes"],
-    "llm": ["file", "run_id", "status", "task", "ranks", "model", "dataset", "precision", "batch_size", "grad_accum",
+    "llm": ["file", "run_id", "status", "task", "ranks", "nodes", "device", "gpu_model", "model", "dataset", "precision", "batch_size", "grad_accum",
             "s_per_it", "tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct", "loss", "resumes", "recipe",
             "sharding", "peak_memory_mib", "model_state_mib_per_rank", "parameter_bytes_per_rank",
             "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank", "weight_bytes_per_param"],
@@ -65,31 +68,22 @@ def _a(run: Run, name: str) -> str:
     return display(run.attributes.get(name))
 
 
-def _image_key(run: Run, precision: Optional[str] = None) -> tuple:
-    return (_a(run, "task"), precision if precision is not None else _a(run, "precision"), _a(run, "pin_memory"),
-            _a(run, "image_size"), _a(run, "epochs"), _a(run, "batch_size"), _a(run, "train_samples"))
-
-
-def _llm_key(run: Run) -> tuple:
-    return (recipe_of(run), _a(run, "model"), _a(run, "dataset"), _a(run, "precision"), _a(run, "batch_size"),
-            _a(run, "grad_accum"), _a(run, "train_samples"), _a(run, "max_seq_len"))
-
-
 def _image_efficiencies(runs: Sequence[Run]) -> Dict[int, tuple]:
     out = {}
     for i, run in enumerate(runs):
         vs_one = vs_fp64 = math.nan
         if _usable(run):
+            identity, fp64_identity = workload.identity(run), workload.identity(run, precision="fp64")
             one = fp64 = None
             for other in runs:
                 if not _usable(other):
                     continue
-                if other.attributes.get("world_size") == 1 and _image_key(other) == _image_key(run):
+                if other.attributes.get("world_size") == 1 and workload.identity(other) == identity:
                     same = _a(other, "strategy") == _a(run, "strategy")
                     # Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
                     if one is None or same or _a(one, "strategy") != _a(run, "strategy"):
                         one = other
-                if (_image_key(other) == _image_key(run, "fp64") and _a(other, "strategy") == _a(run, "strategy")
+                if (workload.identity(other) == fp64_identity and _a(other, "strategy") == _a(run, "strategy")
                         and other.attributes.get("world_size") == run.attributes.get("world_size")):
                     fp64 = other
             if one is not None:
@@ -106,11 +100,32 @@ def _llm_efficiency(run: Run, runs: Sequence[Run]) -> float:
     one = None
     for other in runs:
         if (is_llm(other) and _usable(other) and other.attributes.get("world_size") == 1
-                and _llm_key(other) == _llm_key(run) and math.isfinite(other.summary["tokens_per_s"])):
+                and workload.identity(other) == workload.identity(run) and math.isfinite(other.summary["tokens_per_s"])):
             one = other
     if one is None:
         return math.nan
     return run.summary["tokens_per_s"] / int(run.attributes.get("world_size", 1)) / one.summary["tokens_per_s"]
+
+
+def baseline_note(run: Run, runs: Sequence[Run]) -> str:
+    """Why a completed multi-rank run has no 1-rank baseline among ``runs``: the report's note, naming
+    the nearest 1-rank run of its task and where it differs; "" where it has one or nothing of its task
+    ran on 1 rank."""
+    if not _usable(run) or int(run.attributes.get("world_size", 1)) <= 1:
+        return ""
+    nearest, nearest_diffs = None, []
+    for other in runs:
+        if not _usable(other) or other.attributes.get("world_size") != 1 or _a(other, "task") != _a(run, "task"):
+            continue
+        diffs = workload.differences(run, other)
+        if not diffs:
+            return ""
+        if nearest is None or len(diffs) <= len(nearest_diffs):
+            nearest, nearest_diffs = other, diffs
+    if nearest is None:
+        return ""
+    return (f"{run.run_id}: no 1-rank run of this workload on {workload.hardware(run)}; the nearest, "
+            f"{nearest.run_id}, differs in {workload.describe(nearest_diffs)}")
 
 
 def final_metric(run: Run, name: str) -> float:
@@ -131,6 +146,9 @@ def runs(source) -> pd.DataFrame:
     ``run_id``, ``status``, ``error``, the summary's fields, and the report's columns:
 
     - ``ranks`` (world size), ``recipe`` (resolved for runs written before it was recorded);
+    - ``workload``: the run's workload identity (workload.identity: runs of one workload have equal
+      texts, so ``frame.groupby("workload")`` groups them); ``baseline_note``: why a multi-rank run has
+      no efficiency vs 1 rank ("" otherwise);
     - ``efficiency_vs_1_rank``, ``efficiency_vs_fp64``: fractions (1.0 = 100 %), NaN without a baseline
       (definitions: this module's docstring; for LLM runs the per-rank tokens/s ratio);
     - ``loss``: LLM runs, the evaluation loss where there is one, else the final training loss;
@@ -151,6 +169,8 @@ def runs(source) -> pd.DataFrame:
         row.update(run.summary)
         row["ranks"] = int(run.attributes.get("world_size", len(run.steps) or 1))
         row["recipe"] = recipe_of(run)
+        row["workload"] = workload.identity(run)
+        row["baseline_note"] = baseline_note(run, read_runs)
         if is_llm(run):
             row["efficiency_vs_1_rank"], row["efficiency_vs_fp64"] = _llm_efficiency(run, llm), math.nan
             row["loss"] = run.summary["eval_loss"] if math.isfinite(run.summary["eval_loss"]) else \

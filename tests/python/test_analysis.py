@@ -154,6 +154,36 @@ def test_runs_frame_equals_report_csv(matrix):
     assert frame["image_size"].dropna().map(type).eq(int).all() and set(frame["strategy"].dropna()) == {"ddp", "ddp-ds"}
 
 
+def test_efficiencies_pair_only_runs_of_one_workload_identity(matrix, tmp_path):
+    """Runs of other hardware or model widths never pair: the image matrix with the 1-rank fp32 runs
+    re-labelled as an A100's and the 1-rank fp64 48 px run as width 1.0 (CPU runs with edited attributes
+    standing in for other hardware); `mgbench report` and the frames agree on it and on the notes."""
+    shutil.copy(matrix / "image.h5", tmp_path / "image.h5")
+    with h5py.File(tmp_path / "image.h5", "r+") as f:
+        runs = list(f["runs"].values())
+        for one_rank_fp32 in [r for r in runs if r.attrs["world_size"] == 1 and r.attrs["precision"] == "fp32"]:
+            one_rank_fp32.attrs["device"], one_rank_fp32.attrs["gpu_model"] = "cuda", "NVIDIA A100-SXM4-80GB"
+        wide = [r for r in runs if r.attrs["world_size"] == 1 and r.attrs["image_size"] == 48][0]
+        wide.attrs["width_mult"] = 1.0
+    frame = mga.runs(tmp_path)
+    image_csv = report_csv_tables(tmp_path)[0]
+    assert_frame_equals_csv(mga.report_table(frame, "image"), image_csv)
+    two_ranks = frame[frame["ranks"] == 2]
+    unpaired = two_ranks[(two_ranks["precision"] == "fp32") | (two_ranks["image_size"] == 48)]
+    assert len(unpaired) == 3 and unpaired["efficiency_vs_1_rank"].isna().all()
+    paired = two_ranks[(two_ranks["precision"] == "fp64") & (two_ranks["image_size"] == 32)]
+    assert len(paired) == 1 and paired["efficiency_vs_1_rank"].notna().all()
+    notes = unpaired.set_index("image_size")["baseline_note"]
+    # The nearest 1-rank run is the one of fewest differences: for fp32 at 32 px the fp64 one.
+    assert all("no 1-rank run of this workload on cpu; the nearest, " in note for note in notes[32])
+    assert all(note.endswith("differs in precision 'fp32' vs 'fp64'") for note in notes[32])
+    assert "differs in width_mult '0.25' vs '1'" in notes[48]
+    table = mgbench("report", tmp_path / "image.h5", check=True).stdout
+    for note in unpaired["baseline_note"]:
+        assert f"# {note}\n" in table
+    assert frame.groupby("workload").ngroups == len(set(frame["workload"]))
+
+
 def test_per_rank_frames_equal_the_files(matrix):
     runs = mga.read(matrix)
     steps, epochs = mga.steps(runs), mga.epochs(runs)

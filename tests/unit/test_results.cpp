@@ -233,6 +233,49 @@ TEST(Report, EfficienciesAsThePaper) {
   EXPECT_NE(csv.str().find(",168.40"), std::string::npos) << csv.str();
 }
 
+// Efficiencies pair runs of one workload identity only: the same GPU model, device kind, model width
+// (workload_identity.txt); a run without a 1-rank run of its identity says why.
+TEST(Report, EfficienciesPairOnlyRunsOfOneWorkloadIdentity) {
+  auto on = [](int ranks, double total_s, const std::string& id, const std::string& device, const std::string& gpu,
+               double width) {
+    RunRecord r = fake_run(ranks, "fp32", total_s);
+    r.run_id = id;
+    r.attributes.emplace_back("device", device);
+    r.attributes.emplace_back("gpu_model", gpu);
+    r.attributes.emplace_back("width_mult", width);
+    return r;
+  };
+  const std::string h100 = "NVIDIA H100 80GB HBM3";
+  const std::vector<RunRecord> runs = {
+      on(1, 100, "a100-1", "cuda", "NVIDIA A100-SXM4-80GB", 1.0),
+      on(1, 80, "h100-1-narrow", "cuda", h100, 0.25),
+      on(2, 60, "h100-2", "cuda", h100, 1.0),
+      on(2, 45, "h100-2-narrow", "cuda", h100, 0.25),
+      on(1, 40, "cpu-1", "cpu", "", 1.0),
+      on(2, 30, "cpu-2", "cpu", "", 1.0),
+  };
+  const auto rows = report::build_rows(runs);
+  ASSERT_EQ(rows.size(), runs.size());
+  // h100-2 (width 1.0) pairs with neither the A100 run nor the H100 width-0.25 one, and says so.
+  EXPECT_FALSE(rows[2].efficiency_vs_1_rank.has_value());
+  EXPECT_EQ(rows[2].baseline_note,
+            "h100-2: no 1-rank run of this workload on NVIDIA H100 80GB HBM3; the nearest, h100-1-narrow, differs in "
+            "width_mult '1' vs '0.25'");
+  ASSERT_TRUE(rows[3].efficiency_vs_1_rank.has_value());
+  EXPECT_NEAR(*rows[3].efficiency_vs_1_rank, 80.0 / 45.0, 1e-12);
+  // The device kind is part of it too: the CPU runs pair with each other only.
+  ASSERT_TRUE(rows[5].efficiency_vs_1_rank.has_value());
+  EXPECT_NEAR(*rows[5].efficiency_vs_1_rank, 40.0 / 30.0, 1e-12);
+  EXPECT_TRUE(rows[5].baseline_note.empty());
+  std::ostringstream table;
+  report::print(table, rows, report::Format::kTable);
+  EXPECT_NE(table.str().find("\n# h100-2: no 1-rank run of this workload"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find(" H100-80GB-HBM3 "), std::string::npos) << table.str();
+  std::ostringstream csv;
+  report::print(csv, rows, report::Format::kCsv);
+  EXPECT_NE(csv.str().find(",cuda,NVIDIA H100 80GB HBM3,"), std::string::npos) << csv.str();
+}
+
 TEST(Report, NotesAndCsvColumnForPreemptedAndResumedRuns) {
   RunRecord preempted = fake_run(2, "fp32", std::nan(""));
   preempted.status = "preempted";
