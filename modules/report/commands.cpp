@@ -4,9 +4,11 @@
 #include <iostream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "report/figures.h"
+#include "report/reference.h"
 #include "report/report.h"
 #include "results/files.h"
 
@@ -28,9 +30,45 @@ void ReportOptions::declare(options::OptionTable& t) {
         "also write every figure the runs support, and DIR/index.html with the figures and tables, into DIR "
         "(mgbench-plot, the Python package in python/)")
       .value_name("DIR");
+  t.add("reference", reference,
+        "compare FILES with the runs of these results files instead (a nightly regression check): per workload "
+        "and metric the medians, their ratio and a verdict; exit 0 all hold, 1 a regression or failed run, 2 bad "
+        "input")
+      .value_name("REF");
+  t.add("tolerance", tolerance_pct, "with --reference: how much worse than the reference a metric may be [%]")
+      .above(0.0)
+      .below(100.0)
+      .value_name("PCT");
 }
 
+namespace {
+
+int run_reference(const ReportOptions& o, std::ostream& out, std::ostream& err) {
+  constexpr int kBadInput = 2;
+  std::vector<results::RunRecord> reference, runs;
+  try {
+    reference = results::read_results_files(results::expand_results_files(o.reference));
+    runs = results::read_results_files(results::expand_results_files(o.files));
+  } catch (const Error& e) {
+    err << "mgbench report --reference: " << e.what() << "\n";
+    return kBadInput;
+  }
+  const double tolerance = o.tolerance_pct / 100.0;
+  const ReferenceCheck check = compare_to_reference(reference, runs, tolerance);
+  if (check.rows.empty()) {
+    err << "mgbench report --reference: nothing to compare: no run of the files has a completed reference run of "
+           "its workload\n";
+    for (const auto& note : check.notes) err << "  " << note << "\n";
+    return kBadInput;
+  }
+  print_reference(out, check, fmt::format("{}", fmt::join(o.reference, " ")), tolerance, o.csv);
+  return check.any_regressed() ? 1 : 0;
+}
+
+}  // namespace
+
 int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
+  if (!o.reference.empty()) return run_reference(o, out, err);
   std::vector<std::string> files;
   std::vector<results::RunRecord> runs;
   try {

@@ -324,15 +324,12 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format) {
   }
 }
 
-namespace {
-
 /// One row of a comm run: a collective, dtype, placement and size, across ranks.
-struct CommRow {
-  const results::CommRecord* first = nullptr;  // rank 0's record
-  double min_s = INFINITY, avg_s = 0, max_s = -INFINITY;
-  std::int64_t wrong = 0;
-  bool checked = true;
-};
+double CommRow::algbw_gbs() const { return static_cast<double>(first->bytes) / avg_s / 1e9; }
+
+double CommRow::busbw_gbs() const {
+  return first->time_s > 0 ? algbw_gbs() * first->busbw_gbs / first->algbw_gbs : results::kNaN;  // the bus factor
+}
 
 std::vector<CommRow> comm_rows(const results::RunRecord& run) {
   std::vector<CommRow> rows;
@@ -357,8 +354,6 @@ std::vector<CommRow> comm_rows(const results::RunRecord& run) {
   return rows;
 }
 
-}  // namespace
-
 void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, Format format) {
   struct CommLine {
     const results::RunRecord* run;
@@ -369,10 +364,7 @@ void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, 
   for (const auto& r : runs) {
     if (!is_comm_run(r)) continue;
     for (const CommRow& row : comm_rows(r)) {
-      const auto& c = *row.first;
-      const double algbw = static_cast<double>(c.bytes) / row.avg_s / 1e9;
-      const double busbw = c.time_s > 0 ? algbw * c.busbw_gbs / c.algbw_gbs : results::kNaN;  // the bus factor
-      lines.push_back({&r, row, algbw, busbw});
+      lines.push_back({&r, row, row.algbw_gbs(), row.busbw_gbs()});
     }
   }
   using L = CommLine;

@@ -2,6 +2,7 @@
 // `mgbench report`: one row per run in the style of the paper's Table 2 (Lawenda et al. 2025,
 // arXiv 2503.15252): ranks, strategy, precision, pin_memory, image size, total time, test
 // accuracy, efficiency vs 1 rank and vs FP64.
+#include <cmath>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -74,6 +75,19 @@ bool is_llm_run(const results::RunRecord& run);
 
 /// True for runs of `mgbench comm`.
 bool is_comm_run(const results::RunRecord& run);
+
+/// One size of one collective of a comm run, across its ranks.
+struct CommRow {
+  const results::CommRecord* first = nullptr;             // rank 0's record
+  double min_s = INFINITY, avg_s = 0, max_s = -INFINITY;  // time of one launch across ranks [s]
+  std::int64_t wrong = 0;                                 // wrong elements summed over ranks
+  bool checked = true;                                    // every rank checked its output
+  double algbw_gbs() const;                               // size / avg time [GB/s, 1e9]
+  double busbw_gbs() const;  // algbw x the collective's bus factor (nccl-tests PERFORMANCE.md) [GB/s]
+};
+
+/// The rows of a comm run, in rank 0's order.
+std::vector<CommRow> comm_rows(const results::RunRecord& run);
 
 /// Runs of `mgbench comm`, in nccl-tests' columns: per run, collective, dtype, placement and size,
 /// the time of one launch min / avg / max across ranks, algbw and busbw (from the average) and the

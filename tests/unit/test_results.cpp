@@ -11,6 +11,7 @@
 
 #include "core/durable.h"
 #include "core/error.h"
+#include "report/reference.h"
 #include "report/report.h"
 #include "report/stragglers.h"
 #include "results/hdf5.h"
@@ -274,6 +275,63 @@ TEST(Report, EfficienciesPairOnlyRunsOfOneWorkloadIdentity) {
   std::ostringstream csv;
   report::print(csv, rows, report::Format::kCsv);
   EXPECT_NE(csv.str().find(",cuda,NVIDIA H100 80GB HBM3,"), std::string::npos) << csv.str();
+}
+
+// `report --reference`: medians over each side's repeats, the direction of each metric, the tolerance,
+// failed runs, and runs of no reference workload left out with a note.
+TEST(Report, ReferenceComparesMediansMetricByMetricWithinTheTolerance) {
+  auto image = [](const std::string& id, double img_per_s, double total_s, const std::string& precision = "fp32") {
+    RunRecord r = fake_run(2, precision, total_s);
+    r.run_id = id;
+    r.summary.samples_per_s = img_per_s;
+    r.summary.peak_memory_bytes = 1024 * 1024 * 100;
+    return r;
+  };
+  // Reference: three repeats (median img/s 1000, total 20 s, i.e. 10 s/epoch at 2 epochs).
+  const std::vector<RunRecord> reference = {image("ref-a", 900, 22), image("ref-b", 1000, 20),
+                                            image("ref-c", 1100, 19)};
+  // Two repeats, medians 930 img/s (-7 %) and 21.5 s: holds at 10 %, regressed at 5 %.
+  std::vector<RunRecord> runs = {image("new-a", 920, 21), image("new-b", 940, 22), image("other", 500, 50, "fp16")};
+  auto check = report::compare_to_reference(reference, runs, 0.10);
+  ASSERT_EQ(check.rows.size(), 3u);
+  EXPECT_EQ(check.rows[0].metric, "img/s");
+  EXPECT_NEAR(check.rows[0].measured, 930.0, 1e-12);
+  EXPECT_NEAR(check.rows[0].reference, 1000.0, 1e-12);
+  EXPECT_EQ(check.rows[0].reference_runs, 3u);
+  EXPECT_EQ(check.rows[0].measured_runs, 2u);
+  EXPECT_EQ(check.rows[0].verdict, report::Verdict::kHolds);
+  EXPECT_EQ(check.rows[1].metric, "s/epoch");
+  EXPECT_NEAR(check.rows[1].ratio, 10.75 / 10.0, 1e-12);
+  EXPECT_FALSE(check.rows[1].higher_is_better);
+  EXPECT_EQ(check.rows[2].metric, "peak_MiB");
+  EXPECT_FALSE(check.any_regressed());
+  ASSERT_EQ(check.notes.size(), 1u);  // the fp16 run: no reference of its workload
+  EXPECT_NE(check.notes[0].find("other: no reference run of this workload on -; the nearest, ref-c, differs in "
+                                "precision 'fp16' vs 'fp32'"),
+            std::string::npos)
+      << check.notes[0];
+  check = report::compare_to_reference(reference, runs, 0.05);
+  EXPECT_EQ(check.rows[0].verdict, report::Verdict::kRegressed);  // 930 < 0.95 x 1000
+  EXPECT_EQ(check.rows[1].verdict, report::Verdict::kRegressed);  // 10.75 > 1.05 x 10
+  EXPECT_EQ(check.rows[2].verdict, report::Verdict::kHolds);
+  EXPECT_TRUE(check.any_regressed());
+  // Faster and smaller: improved, never a regression.
+  check = report::compare_to_reference(reference, {image("fast", 1500, 12)}, 0.10);
+  EXPECT_EQ(check.rows[0].verdict, report::Verdict::kImproved);
+  EXPECT_EQ(check.rows[1].verdict, report::Verdict::kImproved);
+  EXPECT_FALSE(check.any_regressed());
+  // A failed run of a reference workload fails the check.
+  RunRecord failed = image("crashed", std::nan(""), std::nan(""));
+  failed.status = "failed";
+  failed.error = "rank 1: NCCL timeout";
+  check = report::compare_to_reference(reference, {failed}, 0.10);
+  ASSERT_EQ(check.rows.size(), 1u);
+  EXPECT_EQ(check.rows[0].verdict, report::Verdict::kFailed);
+  EXPECT_TRUE(check.any_regressed());
+  std::ostringstream table;
+  report::print_reference(table, check, "ref.h5", 0.10, false);
+  EXPECT_NE(table.str().find("# crashed failed: rank 1: NCCL timeout"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("FAIL\n"), std::string::npos) << table.str();
 }
 
 TEST(Report, NotesAndCsvColumnForPreemptedAndResumedRuns) {

@@ -1,0 +1,61 @@
+#pragma once
+// `mgbench report --reference REF --tolerance PCT FILES`: the regression check of a nightly job.
+// Each workload of FILES beside the reference's runs of the same workload (report/workload.h's
+// identity, and the same ranks, nodes, strategy and backend), metric by metric: the median over each
+// side's runs, their ratio, and a verdict against the tolerance. ReFrame's performance references
+// work alike (a reference value with lower / upper bounds per system partition).
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "results/reader.h"
+
+namespace mgbench::report {
+
+enum class Verdict { kHolds, kImproved, kRegressed, kFailed };
+
+/// One metric of one workload beside the reference's.
+struct ReferenceRow {
+  std::string run;            // the latest run of FILES in the group (or the failed one)
+  std::string reference_run;  // the latest reference run of the group
+  std::string workload;       // a short, whitespace-free reading: image "fp32/224px/ddp", LLM "lora/bf16/2x8"
+  std::int64_t ranks = 0;
+  std::string hardware;  // report/workload.h hardware_cell()
+  std::string metric;    // "img/s", "s/epoch", "tokens/s", "s/it", "peak MiB", "busbw <collective> <dtype>"
+  bool higher_is_better = true;
+  double reference = 0;  // median over the reference runs of the group
+  double measured = 0;   // median over the runs of FILES in the group; NaN for a failed run
+  std::size_t reference_runs = 0;
+  std::size_t measured_runs = 0;
+  double ratio = 0;  // measured / reference
+  Verdict verdict = Verdict::kHolds;
+};
+
+struct ReferenceCheck {
+  std::vector<ReferenceRow> rows;
+  std::vector<std::string> notes;  // runs of FILES with no reference of their workload, and why
+  bool any_regressed() const;      // a row regressed or failed
+};
+
+/// Compares `runs` (FILES) with `reference` (REF). A metric regresses when it is worse than the
+/// reference by more than `tolerance` (a fraction: 0.1 = 10 %): a higher-is-better metric below
+/// (1 - tolerance) x reference, a lower-is-better one above (1 + tolerance) x reference; improved
+/// likewise the other way. A run of FILES that did not complete, with a reference of its workload,
+/// is a row of its own with verdict kFailed. Metrics: image runs img/s, s/epoch (total time /
+/// epochs) and peak memory; LLM runs tokens/s, s/it and peak memory; comm runs busbw per collective,
+/// dtype and placement at the largest size both sides measured. Metrics a side lacks (NaN,
+/// unrecorded) are left out.
+ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& reference,
+                                    const std::vector<results::RunRecord>& runs, double tolerance);
+
+/// The check as a table (nccl-tests' layout: '#' metadata, header and units rows; data rows; '#'
+/// notes) or CSV.
+void print_reference(std::ostream& out, const ReferenceCheck& check, const std::string& reference_path,
+                     double tolerance, bool csv);
+
+/// "holds", "improved", "REGRESSED", "FAILED".
+const char* to_string(Verdict verdict);
+
+}  // namespace mgbench::report
