@@ -31,10 +31,10 @@ void ReportOptions::declare(options::OptionTable& t) {
         "(mgbench-plot, the Python package in python/)")
       .value_name("DIR");
   t.add("reference", reference,
-        "compare FILES with the runs of these results files instead (a nightly regression check): per workload "
-        "and metric the medians, their ratio and a verdict; exit 0 all hold, 1 a regression or failed run, 2 bad "
-        "input")
-      .value_name("REF");
+        "compare FILES with the runs of these results files (comma-separated; directories and patterns as FILES) "
+        "instead: per workload and metric the medians, their ratio and a verdict; exit 0 all hold, 1 a regression "
+        "or failed run, 2 bad input (a nightly regression check)")
+      .value_name("REF[,REF...]");
   t.add("tolerance", tolerance_pct, "with --reference: how much worse than the reference a metric may be [%]")
       .above(0.0)
       .below(100.0)

@@ -4,14 +4,16 @@
     runs = mga.runs("outputs/*/results.h5")   # one row per run, as `mgbench report` (plus every attribute)
     steps = mga.steps("outputs/")             # one row per rank and optimizer step
     mga.report_table(runs, "image")           # the `mgbench report --csv` table, unrounded
+    check = mga.compare("reference.h5", "tonight/")   # `mgbench report --reference`; mga.passed(check)
 
 Command line: ``mgbench-plot FILES... --out DIR [--html DIR] [--paper]``.
 """
+from .reference import compare, passed
 from .report import CSV_COLUMNS, report_table, runs
 from .stragglers import STRAGGLER_MARGIN, stragglers
 from .results import (PHASES, SCHEMA_NAME, SUPPORTED_SCHEMA_VERSIONS, ResultsError, Run, comm, cuda, epochs, expand,
                       read, read_file, steps)
 
-__all__ = ["runs", "steps", "epochs", "cuda", "comm", "stragglers", "STRAGGLER_MARGIN", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
+__all__ = ["compare", "passed", "runs", "steps", "epochs", "cuda", "comm", "stragglers", "STRAGGLER_MARGIN", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
            "PHASES", "SCHEMA_NAME", "SUPPORTED_SCHEMA_VERSIONS", "CSV_COLUMNS"]
 __version__ = "0.4.0"

@@ -184,6 +184,21 @@ def test_efficiencies_pair_only_runs_of_one_workload_identity(matrix, tmp_path):
     assert frame.groupby("workload").ngroups == len(set(frame["workload"]))
 
 
+def test_reference_frame_equals_report_csv(matrix):
+    """`mga.compare` equals `mgbench report --reference --csv` for every kind of run (image, LLM, comm
+    busbw); the files against themselves hold everywhere."""
+    files = [matrix / "image.h5", matrix / "llm.h5", matrix / "comm.h5"]
+    csv = pd.read_csv(StringIO(mgbench("report", "--csv", "--reference", ",".join(map(str, files)), *files,
+                                       check=True).stdout), dtype=str, keep_default_na=False)
+    frame = mga.compare(files, files)
+    assert list(frame.columns) == list(csv.columns) and len(frame) == len(csv)
+    assert set(frame["metric"]) >= {"img/s", "s/epoch", "tokens/s", "s/it", "peak_MiB"}
+    assert frame["metric"].str.startswith("busbw:all-reduce:fp32:").sum() == 2
+    assert list(frame["metric"]) == list(csv["metric"]) and list(frame["run_id"]) == list(csv["run_id"])
+    assert (frame["verdict"] == "holds").all() and (csv["verdict"] == "holds").all() and mga.passed(frame)
+    assert (abs(frame["measured"] - csv["measured"].astype(float)) <= 1e-6 * frame["measured"] + 1e-6).all()
+
+
 def test_per_rank_frames_equal_the_files(matrix):
     runs = mga.read(matrix)
     steps, epochs = mga.steps(runs), mga.epochs(runs)

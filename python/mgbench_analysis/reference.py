@@ -1,0 +1,131 @@
+"""The regression check of `mgbench report --reference REF --tolerance PCT FILES` (report/reference.h)
+as a frame: each workload of the runs beside the reference's of the same workload identity
+(``workload.py``) and the same ranks, nodes, strategy and backend; per metric the medians over the
+runs of each side, their ratio (measured / reference) and a verdict -- ``holds``, ``improved``,
+``REGRESSED`` (worse than the reference by more than the tolerance) or ``FAILED`` (a run that failed).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pandas as pd
+
+from . import workload
+from .report import display, is_llm, recipe_of
+from .results import Run, as_runs
+
+#: The columns of ``mgbench report --reference --csv``, in its order.
+COLUMNS = ["run_id", "workload", "ranks", "device", "metric", "better", "reference", "measured", "ratio",
+           "reference_runs", "measured_runs", "verdict", "reference_run_id"]
+MIB = 1024.0 * 1024.0
+
+
+def _completed(run: Run) -> bool:
+    return run.status == "completed" and math.isfinite(run.summary["total_s"])
+
+
+def _a(run: Run, name: str) -> str:
+    return display(run.attributes.get(name))
+
+
+def _metrics(run: Run) -> List[Tuple[str, bool, float]]:
+    """(metric, higher is better, value) of a completed run, finite and positive values only."""
+    out = []
+
+    def add(metric, higher, value):
+        if value is not None and math.isfinite(value) and value > 0:
+            out.append((metric, higher, float(value)))
+
+    peak = run.summary["peak_memory_bytes"]
+    peak_mib = peak / MIB if peak >= 0 else math.nan
+    if _a(run, "task") == "comm":
+        largest: Dict[str, Tuple[int, float]] = {}
+        first = run.comm[0] if run.comm else pd.DataFrame()
+        for i, row in first.iterrows():
+            times = [float(r.loc[i, "time_s"]) for r in run.comm if i < len(r)]
+            algbw = row["bytes"] / float(np.mean(times)) / 1e9
+            busbw = algbw * row["busbw_gbs"] / row["algbw_gbs"] if row["time_s"] > 0 else math.nan
+            key = f"{row['collective']}:{row['dtype']}:{'in-place' if row['in_place'] else 'out-of-place'}"
+            if key not in largest or row["bytes"] > largest[key][0]:
+                largest[key] = (int(row["bytes"]), busbw)
+        for key, (size, busbw) in largest.items():
+            add(f"busbw:{key}:{size}B", True, busbw)
+    elif is_llm(run):
+        add("tokens/s", True, run.summary["tokens_per_s"])
+        add("s/it", False, run.summary["s_per_it"])
+        add("peak_MiB", False, peak_mib)
+    else:
+        add("img/s", True, run.summary["samples_per_s"])
+        epochs = int(run.attributes.get("epochs", 0) or 0)
+        add("s/epoch", False, run.summary["total_s"] / epochs if epochs > 0 else math.nan)
+        add("peak_MiB", False, peak_mib)
+    return out
+
+
+def _group(run: Run) -> str:
+    return (f"{workload.identity(run)}|ranks={_a(run, 'world_size')}|nodes={_a(run, 'nodes')}"
+            f"|strategy={_a(run, 'strategy')}|backend={_a(run, 'backend')}")
+
+
+def _short(run: Run) -> str:
+    if _a(run, "task") == "comm":
+        return _a(run, "backend")
+    if is_llm(run):
+        return f"{recipe_of(run)}/{_a(run, 'precision')}/{_a(run, 'batch_size')}x{_a(run, 'grad_accum')}"
+    return f"{_a(run, 'precision')}/{_a(run, 'image_size')}px/{_a(run, 'strategy')}"
+
+
+def _cell(run: Run) -> str:
+    text = workload.hardware(run)
+    return (text[len("NVIDIA "):] if text.startswith("NVIDIA ") else text).replace(" ", "-").replace("\t", "-")
+
+
+def _verdict(ratio: float, higher: bool, tolerance: float) -> str:
+    if (ratio < 1.0 - tolerance) if higher else (ratio > 1.0 + tolerance):
+        return "REGRESSED"
+    if (ratio > 1.0 + tolerance) if higher else (ratio < 1.0 - tolerance):
+        return "improved"
+    return "holds"
+
+
+def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
+    """The runs of ``source`` beside those of ``reference`` (files, directories, patterns or Runs):
+    one row per workload and metric, columns COLUMNS (the report's CSV, unrounded); ``tolerance`` a
+    fraction (0.1 = 10 %). Runs without a reference of their workload are left out (the report's
+    notes); ``passed(frame)`` is the report's exit status 0."""
+    refs: Dict[str, List[Run]] = {}
+    for run in as_runs(reference):
+        if _completed(run):
+            refs.setdefault(_group(run), []).append(run)
+    rows, measured = [], {}
+    for run in as_runs(source):
+        group = _group(run)
+        if run.status == "failed":
+            ref = refs.get(group)
+            rows.append(dict(run_id=run.run_id, workload=_short(run), ranks=run.world_size, device=_cell(run),
+                             metric="status", better="higher", reference=math.nan, measured=math.nan, ratio=math.nan,
+                             reference_runs=0, measured_runs=0, verdict="FAILED",
+                             reference_run_id=ref[-1].run_id if ref else "-"))
+        elif _completed(run) and group in refs:
+            measured.setdefault(group, []).append(run)
+    for group, mine in measured.items():
+        theirs = refs[group]
+        for metric, higher, _ in _metrics(mine[-1]):
+            a = [v for r in mine for m, _, v in _metrics(r) if m == metric]
+            b = [v for r in theirs for m, _, v in _metrics(r) if m == metric]
+            if not a or not b:
+                continue
+            value, ref = float(np.median(a)), float(np.median(b))
+            rows.append(dict(run_id=mine[-1].run_id, workload=_short(mine[-1]), ranks=mine[-1].world_size,
+                             device=_cell(mine[-1]), metric=metric, better="higher" if higher else "lower",
+                             reference=ref, measured=value, ratio=value / ref, reference_runs=len(b),
+                             measured_runs=len(a), verdict=_verdict(value / ref, higher, tolerance),
+                             reference_run_id=theirs[-1].run_id))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def passed(frame: pd.DataFrame) -> bool:
+    """True when no row of a :func:`compare` frame regressed or failed."""
+    return not frame["verdict"].isin(["REGRESSED", "FAILED"]).any()
