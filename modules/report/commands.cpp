@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "report/figures.h"
 #include "report/reference.h"
+#include "report/repeats.h"
 #include "report/report.h"
 #include "results/files.h"
 
@@ -102,6 +103,10 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   if (!comm_runs.empty()) {
     if (!image_runs.empty() || !llm_runs.empty()) out << "\n";
     print_comm(out, comm_runs, format);
+  }
+  if (const auto repeats = repeat_rows(runs); !repeats.empty()) {
+    out << "\n";
+    print_repeats(out, repeats, o.csv);
   }
   if (predictions) {
     out << "\n";

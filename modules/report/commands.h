@@ -35,6 +35,7 @@ struct ReportOptions {
 
 /// Reads the files and prints, in order: the image runs' table (Table 2; also when the files hold no
 /// run of any kind), the LLM runs' (Table 5) with the DPO runs' beside it, the comm runs', the
+/// spread of repeated workloads (report/repeats.h; where a workload ran more than once), the
 /// predictions beside their measured runs, then with --phases the phase times, with --cuda the CUDA
 /// metrics; with --plot the figures (figures.h). Returns the exit code: 0, or 1 with the message on
 /// err for an unreadable file or failed figures.

@@ -14,14 +14,11 @@
 namespace mgbench::report {
 namespace {
 
-struct Sample {
-  std::string metric;
-  bool higher_is_better = true;
-  double value = 0;
-};
+using Sample = RunMetric;
 
-/// The metrics of a completed run (finite and positive only), in a fixed order.
-std::vector<Sample> metrics_of(const results::RunRecord& r) {
+}  // namespace
+
+std::vector<RunMetric> run_metrics(const results::RunRecord& r) {
   std::vector<Sample> out;
   auto add = [&](std::string metric, bool higher, double v) {
     if (std::isfinite(v) && v > 0) out.push_back({std::move(metric), higher, v});
@@ -55,14 +52,11 @@ std::vector<Sample> metrics_of(const results::RunRecord& r) {
   return out;
 }
 
-/// What a run is compared as: its workload identity, and the same ranks, nodes, strategy, backend.
-std::string group_of(const results::RunRecord& r) {
+std::string comparison_group(const results::RunRecord& r) {
   return fmt::format("{}|ranks={}|nodes={}|strategy={}|backend={}", workload_identity(r), r.display("world_size"),
                      r.display("nodes"), r.display("strategy"), r.display("backend"));
 }
 
-/// The settings a reader tells the rows apart by, whitespace-free: image "fp32/224px/ddp", LLM
-/// "lora/bf16/2x8", comm "nccl".
 std::string short_workload(const results::RunRecord& r) {
   if (is_comm_run(r)) return r.display("backend");
   if (is_llm_run(r)) {
@@ -77,6 +71,8 @@ double median(std::vector<double> v) {
   const std::size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+namespace {
 
 Verdict judge(double ratio, bool higher_is_better, double tolerance) {
   if (higher_is_better ? ratio < 1.0 - tolerance : ratio > 1.0 + tolerance) return Verdict::kRegressed;
@@ -132,13 +128,13 @@ ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& refer
                                     const std::vector<results::RunRecord>& runs, double tolerance) {
   std::map<std::string, std::vector<const results::RunRecord*>> references;
   for (const auto& r : reference) {
-    if (is_completed(r)) references[group_of(r)].push_back(&r);
+    if (is_completed(r)) references[comparison_group(r)].push_back(&r);
   }
   ReferenceCheck check;
   std::vector<std::string> order;
   std::map<std::string, std::vector<const results::RunRecord*>> measured;
   for (const auto& r : runs) {
-    const std::string group = group_of(r);
+    const std::string group = comparison_group(r);
     const auto ref = references.find(group);
     if (r.status == "failed") {
       ReferenceRow row;
@@ -168,15 +164,15 @@ ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& refer
   for (const auto& group : order) {
     const auto& mine = measured[group];
     const auto& theirs = references[group];
-    for (const Sample& first : metrics_of(*mine.back())) {
+    for (const Sample& first : run_metrics(*mine.back())) {
       std::vector<double> a, b;
       for (const auto* r : mine) {
-        for (const auto& s : metrics_of(*r)) {
+        for (const auto& s : run_metrics(*r)) {
           if (s.metric == first.metric) a.push_back(s.value);
         }
       }
       for (const auto* r : theirs) {
-        for (const auto& s : metrics_of(*r)) {
+        for (const auto& s : run_metrics(*r)) {
           if (s.metric == first.metric) b.push_back(s.value);
         }
       }

@@ -39,14 +39,36 @@ struct ReferenceCheck {
   bool any_regressed() const;      // a row regressed or failed
 };
 
+/// One metric of a completed run.
+struct RunMetric {
+  std::string
+      metric;  // "img/s", "s/epoch", "tokens/s", "s/it", "peak_MiB", "busbw:<collective>:<dtype>:<placement>:<bytes>B"
+  bool higher_is_better = true;
+  double value = 0;
+};
+
+/// The metrics a run is compared and summarised by, finite and positive values only, in a fixed
+/// order: image runs img/s, s/epoch (total time / epochs) and peak memory; LLM runs tokens/s, s/it
+/// and peak memory; comm runs busbw per collective, dtype and placement at the run's largest size.
+std::vector<RunMetric> run_metrics(const results::RunRecord& run);
+
+/// What runs are compared and pooled as: the workload identity and the same ranks, nodes, strategy
+/// and backend.
+std::string comparison_group(const results::RunRecord& run);
+
+/// The settings a reader tells rows apart by, whitespace-free: image "fp32/224px/ddp", LLM
+/// "lora/bf16/2x8", comm "nccl".
+std::string short_workload(const results::RunRecord& run);
+
+/// The median of a non-empty list.
+double median(std::vector<double> values);
+
 /// Compares `runs` (FILES) with `reference` (REF). A metric regresses when it is worse than the
 /// reference by more than `tolerance` (a fraction: 0.1 = 10 %): a higher-is-better metric below
 /// (1 - tolerance) x reference, a lower-is-better one above (1 + tolerance) x reference; improved
 /// likewise the other way. A run of FILES that did not complete, with a reference of its workload,
-/// is a row of its own with verdict kFailed. Metrics: image runs img/s, s/epoch (total time /
-/// epochs) and peak memory; LLM runs tokens/s, s/it and peak memory; comm runs busbw per collective,
-/// dtype and placement at the largest size both sides measured. Metrics a side lacks (NaN,
-/// unrecorded) are left out.
+/// is a row of its own with verdict kFailed. Metrics: run_metrics(), where both sides have them (a
+/// comm run's largest size must be the reference's).
 ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& reference,
                                     const std::vector<results::RunRecord>& runs, double tolerance);
 

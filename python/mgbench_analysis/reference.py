@@ -126,6 +126,34 @@ def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+#: The columns of the repeats table of ``mgbench report --csv``, in its order.
+REPEAT_COLUMNS = ["run_id", "workload", "ranks", "device", "metric", "runs", "median", "min", "max", "cv_pct"]
+
+
+def repeats(source) -> pd.DataFrame:
+    """The spread of every workload with several completed runs in ``source`` (the same identity, ranks,
+    nodes, strategy and backend), one row per metric of its latest run: REPEAT_COLUMNS, as the report's
+    repeats table (cv = sample standard deviation / mean, in percent)."""
+    groups: Dict[str, List[Run]] = {}
+    for run in as_runs(source):
+        if _completed(run):
+            groups.setdefault(_group(run), []).append(run)
+    rows = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        latest = members[-1]
+        for metric, _, _ in _metrics(latest):
+            values = np.array([v for r in members for m, _, v in _metrics(r) if m == metric])
+            if len(values) < 2:
+                continue
+            rows.append(dict(run_id=latest.run_id, workload=_short(latest), ranks=latest.world_size,
+                             device=_cell(latest), metric=metric, runs=len(values), median=float(np.median(values)),
+                             min=float(values.min()), max=float(values.max()),
+                             cv_pct=float(values.std(ddof=1) / values.mean() * 100.0)))
+    return pd.DataFrame(rows, columns=REPEAT_COLUMNS)
+
+
 def passed(frame: pd.DataFrame) -> bool:
     """True when no row of a :func:`compare` frame regressed or failed."""
     return not frame["verdict"].isin(["REGRESSED", "FAILED"]).any()

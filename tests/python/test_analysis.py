@@ -137,13 +137,19 @@ def assert_frame_equals_csv(frame, csv):
 
 def test_runs_frame_equals_report_csv(matrix):
     frame = mga.runs(matrix)
-    image_csv, llm_csv, dpo_csv, comm_csv = report_csv_tables(matrix)
+    image_csv, llm_csv, dpo_csv, comm_csv, repeats_csv = report_csv_tables(matrix)
     # 2 collectives x 4 sizes (64 B .. 32 KiB, x8) x 2 placements, one line each (the ranks summarised)
     assert comm_csv.columns[6] == "collective" and len(comm_csv) == 2 * 4 * 2
     assert len(image_csv) == 9 and len(llm_csv) == 5 and len(dpo_csv) == 1
     assert_frame_equals_csv(mga.report_table(frame, "image"), image_csv)
     assert_frame_equals_csv(mga.report_table(frame, "llm"), llm_csv)
     assert_frame_equals_csv(mga.report_table(frame, "dpo"), dpo_csv)
+    # The resumed run is the 2-rank fp32 run's workload again: its spread, as the report's repeats table.
+    repeats = mga.repeats(matrix)
+    assert_frame_equals_csv(repeats, repeats_csv)
+    assert set(repeats["metric"]) >= {"img/s", "s/epoch"} and (repeats["runs"] == 2).all()
+    row = repeats[repeats["metric"] == "img/s"].iloc[0]
+    assert row["min"] <= row["median"] <= row["max"] and row["cv_pct"] >= 0
     # The efficiencies are there to compare (not all "-"): 2-rank runs have 1-rank peers, fp32 an fp64 one.
     assert image_csv["efficiency_vs_1_rank_pct"].ne("-").sum() >= 7
     assert image_csv["efficiency_vs_fp64_pct"].ne("-").sum() >= 2

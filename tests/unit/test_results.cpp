@@ -12,6 +12,7 @@
 #include "core/durable.h"
 #include "core/error.h"
 #include "report/reference.h"
+#include "report/repeats.h"
 #include "report/report.h"
 #include "report/stragglers.h"
 #include "results/hdf5.h"
@@ -332,6 +333,28 @@ TEST(Report, ReferenceComparesMediansMetricByMetricWithinTheTolerance) {
   report::print_reference(table, check, "ref.h5", 0.10, false);
   EXPECT_NE(table.str().find("# crashed failed: rank 1: NCCL timeout"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("FAIL\n"), std::string::npos) << table.str();
+}
+
+// Repeats: one group per workload, ranks, ...; median, min, max and the sample coefficient of variation.
+TEST(Report, RepeatsSummariseEachMetricOverTheRunsOfAWorkload) {
+  auto image = [](const std::string& id, int ranks, double img_per_s) {
+    RunRecord r = fake_run(ranks, "fp32", 20);
+    r.run_id = id;
+    r.summary.samples_per_s = img_per_s;
+    return r;
+  };
+  const auto rows =
+      report::repeat_rows({image("a", 2, 900), image("alone", 1, 400), image("b", 2, 1100), image("c", 2, 1000)});
+  ASSERT_EQ(rows.size(), 2u);  // img/s and s/epoch of the 2-rank group; the 1-rank run ran once
+  EXPECT_EQ(rows[0].run, "c");
+  EXPECT_EQ(rows[0].metric, "img/s");
+  EXPECT_EQ(rows[0].runs, 3u);
+  EXPECT_DOUBLE_EQ(rows[0].median, 1000.0);
+  EXPECT_DOUBLE_EQ(rows[0].min, 900.0);
+  EXPECT_DOUBLE_EQ(rows[0].max, 1100.0);
+  EXPECT_NEAR(rows[0].cv, 0.1, 1e-12);  // sample standard deviation 100 over the mean 1000
+  EXPECT_EQ(rows[1].metric, "s/epoch");
+  EXPECT_NEAR(rows[1].cv, 0.0, 1e-12);
 }
 
 TEST(Report, NotesAndCsvColumnForPreemptedAndResumedRuns) {
