@@ -102,6 +102,65 @@ std::string done_line(const results::RunSummary& s, const char* unit) {
 
 }  // namespace
 
+namespace {
+
+/// What one run of a job shares with the job's others.
+struct JobContext {
+  JobConfig& config;
+  runtime::MpiEnvironment& env;
+  session::Connection& connection;
+  const std::string& task;
+  const std::string& identity;
+  const std::string& command_line;
+};
+
+/// One run of the job: set-up, the run in the results file, training (or evaluation), its last line.
+/// Returns the exit code (kExitPreempted: stopped at a checkpoint).
+int run_once(const JobContext& c, std::unique_ptr<Checkpointer> checkpointer,
+             const std::optional<CheckpointManifest>& from, std::int64_t repeat_index) {
+  JobConfig& config = c.config;
+  runtime::MpiEnvironment& env = c.env;
+  const bool eval_only = config.recipe->eval_only();
+  std::unique_ptr<TrainingLoop> loop;
+  if (!runtime::all_succeed(env, "set-up", [&] {
+        loop = std::make_unique<TrainingLoop>(config.train, *config.recipe, *c.connection.comm, c.connection.placement,
+                                              env.local_size());
+      })) {
+    return 1;
+  }
+  h5::Attributes attributes = session::common_attributes(env, config.table, c.task, c.identity, c.command_line);
+  h5::merge_attributes(attributes, loop->run_attributes());
+  TrainOptions train = config.train;
+  if (train.repeat > 1) {
+    attributes.emplace_back("repeat_index", repeat_index);
+    train.run_name = fmt::format("{}{}r{}", train.run_name, train.run_name.empty() ? "" : "-", repeat_index);
+  }
+  runtime::defer_stops_to_step_boundaries();
+  const auto job =
+      start_run(env, train, std::move(checkpointer), from, attributes, loop->rank_attributes(), loop->layout());
+  if (!job) return 1;
+  results::ResultsWriter& writer = *job->writer;
+  Progress progress(env.rank() == 0, loop->throughput_unit(), config.train.progress_interval_s);
+  results::RunSummary summary;
+  session::run_or_abort(
+      env, writer, eval_only ? "evaluation" : "training",
+      [&] {
+        summary = loop->run(writer, progress, job->control);
+        if (!job->control.preempted) loop->finish(env.rank());
+      },
+      &job->control.preempted, &job->control.not_resumable);
+  if (!job->control.not_resumable.empty()) return 1;  // stopped, and its checkpoint lost: not a preemption
+  if (job->control.preempted) return kExitPreempted;
+  if (eval_only) {
+    if (env.rank() == 0) std::cout << fmt::format("eval loss: {:.6f}\n", summary.eval_loss) << std::flush;
+    return 0;
+  }
+  log::info("{} | {} run {}", done_line(summary, loop->throughput_unit()), writer.path(), writer.run_id());
+  return 0;
+}
+
+}  // namespace
+
 int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& command_line) {
   // A stop during set-up ends the process at once (exit 75: nothing trained, nothing written); from
   // the moment the run is created in the results file, at the next step boundary (a checkpoint
@@ -111,8 +170,7 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   session::Connection connection =
       session::connect(env, config.train.device, config.train.backend, config.train.comm_timeout_s);
   if (!connection.comm) return 1;
-  const bool eval_only = config.recipe->eval_only();
-  const std::string task = eval_only ? config.task + "-eval" : config.task;
+  const std::string task = config.recipe->eval_only() ? config.task + "-eval" : config.task;
   const std::string identity = job_identity(config, connection);
 
   // Where the run starts, before the set-up (which may load gigabytes): a refused resume or an
@@ -133,37 +191,14 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   if (config.train.checkpoint.resume && !from) {
     log::info("--resume: no checkpoint of this configuration in {}: starting a new run", config.train.checkpoint.dir);
   }
-
-  std::unique_ptr<TrainingLoop> loop;
-  if (!runtime::all_succeed(env, "set-up", [&] {
-        loop = std::make_unique<TrainingLoop>(config.train, *config.recipe, *connection.comm, connection.placement,
-                                              env.local_size());
-      })) {
-    return 1;
+  const JobContext context{config, env, connection, task, identity, command_line};
+  // --repeat N: N runs, each set up afresh (the same seed: the same model, data order and schedule);
+  // validate() keeps checkpoints to single runs.
+  for (std::int64_t i = 0; i < config.train.repeat; ++i) {
+    if (i > 0) checkpointer = std::make_unique<Checkpointer>(config.train.checkpoint, env, task, identity);
+    const int exit_code = run_once(context, std::move(checkpointer), i == 0 ? from : std::nullopt, i);
+    if (exit_code != 0) return exit_code;
   }
-  h5::Attributes attributes = session::common_attributes(env, config.table, task, identity, command_line);
-  h5::merge_attributes(attributes, loop->run_attributes());
-  runtime::defer_stops_to_step_boundaries();
-  const auto job =
-      start_run(env, config.train, std::move(checkpointer), from, attributes, loop->rank_attributes(), loop->layout());
-  if (!job) return 1;
-  results::ResultsWriter& writer = *job->writer;
-  Progress progress(env.rank() == 0, loop->throughput_unit(), config.train.progress_interval_s);
-  results::RunSummary summary;
-  session::run_or_abort(
-      env, writer, eval_only ? "evaluation" : "training",
-      [&] {
-        summary = loop->run(writer, progress, job->control);
-        if (!job->control.preempted) loop->finish(env.rank());
-      },
-      &job->control.preempted, &job->control.not_resumable);
-  if (!job->control.not_resumable.empty()) return 1;  // stopped, and its checkpoint lost: not a preemption
-  if (job->control.preempted) return kExitPreempted;
-  if (eval_only) {
-    if (env.rank() == 0) std::cout << fmt::format("eval loss: {:.6f}\n", summary.eval_loss) << std::flush;
-    return 0;
-  }
-  log::info("{} | {} run {}", done_line(summary, loop->throughput_unit()), writer.path(), writer.run_id());
   return 0;
 }
 

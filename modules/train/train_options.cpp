@@ -98,6 +98,12 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.section("Evaluation and results");
   t.add("eval-every", eval_every, "evaluate every N epochs (and after the last)").at_least(1);
   session::declare_results(t, results, run_name);
+  t.add("repeat", repeat,
+        "run the job this many times, one after another, each a run of its own (run name suffix -r0, -r1, ...): "
+        "`mgbench report` shows their spread")
+      .at_least(1)
+      .at_most(1000)
+      .no_effect();
   t.add("record-indices", record_indices, "store the sample indices each rank computed on, per epoch").as_switch();
   t.add("progress-interval", progress_interval_s, "seconds between progress lines when stderr is not a terminal [s]")
       .above(0)
@@ -118,6 +124,10 @@ void TrainOptions::declare(options::OptionTable& t) {
 
 void TrainOptions::validate() const {
   checkpoint.validate();
+  MGBENCH_REQUIRE(repeat == 1 || checkpoint.dir.empty(), ConfigError,
+                  "--repeat {} with --checkpoint-dir: a repeated job cannot be resumed; run the command {} times "
+                  "instead (each may checkpoint), or leave out --checkpoint-dir",
+                  repeat, repeat);
   if (sharding != Sharding::kFsdp) return;
   const axes::StrategyInfo& s = axes::strategy_info(strategy);
   MGBENCH_REQUIRE(!s.single_process, ConfigError,

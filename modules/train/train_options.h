@@ -66,6 +66,7 @@ struct TrainOptions {
   std::int64_t eval_every = 1;  // epochs; the last epoch is always evaluated
   std::string results = "outputs/results.h5";
   std::string run_name;
+  std::int64_t repeat = 1;  // runs of the job, one after another, each its own run (name suffix -r<i>)
   bool record_indices = false;
   double progress_interval_s = 10.0;
   // profiling (GPU runs)
@@ -77,7 +78,8 @@ struct TrainOptions {
   /// Declares every option above into table (the current values are the defaults).
   void declare(options::OptionTable& table);
   /// The rules between options (each option's own bounds are the table's): --sharding fsdp with
-  /// a single-process strategy or with loss scaling (amp-fp16) is refused. Throws ConfigError.
+  /// a single-process strategy or with loss scaling (amp-fp16) is refused, and --repeat above 1 with
+  /// checkpoints (a repeated job is not resumable). Throws ConfigError.
   void validate() const;
 };
 

@@ -78,3 +78,28 @@ def test_bad_input_and_nothing_to_compare_exit_2(tmp_path, mnist):
     assert nothing.returncode == 2, nothing.stdout + nothing.stderr
     assert "nothing to compare" in nothing.stderr and "differs in" in nothing.stderr
     assert mgbench("report", "--reference", other, "--tolerance", "0", run).returncode == 2
+
+
+def test_repeat_runs_the_job_n_times_and_the_report_gives_their_spread(tmp_path, mnist):
+    results = tmp_path / "repeat.h5"
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "256", "--limit-test", "64", "--epochs", "1",
+                   "--batch-size", "32", "--results", results, "--repeat", "3", "--run-name", "nightly", np=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = mga.read(results)
+    assert [r.run_id.split("_", 1)[1] for r in runs] == ["nightly-r0", "nightly-r1", "nightly-r2"]
+    assert [r.attributes["repeat_index"] for r in runs] == [0, 1, 2] and {r.attributes["repeat"] for r in runs} == {3}
+    assert len({r.attributes["config_id"] for r in runs}) == 1 and all(r.status == "completed" for r in runs)
+    # The same seed each time: the same model, data order and so the same losses.
+    assert len({round(r.summary["final_loss"], 6) for r in runs}) == 1
+    blocks = mgbench("report", "--csv", results, check=True).stdout.strip().split("\n\n")
+    spread = pd.read_csv(StringIO(blocks[-1]), dtype=str, keep_default_na=False)
+    frame = mga.repeats(results)
+    assert list(spread.columns) == list(frame.columns) == mga.reference.REPEAT_COLUMNS
+    assert list(spread["metric"]) == list(frame["metric"]) == ["img/s", "s/epoch", "peak_MiB"]
+    assert (spread["runs"] == "3").all() and (frame["runs"] == 3).all()
+    imgs = sorted(r.summary["samples_per_s"] for r in runs)
+    row = frame[frame["metric"] == "img/s"].iloc[0]
+    assert (row["min"], row["median"], row["max"]) == pytest.approx((imgs[0], imgs[1], imgs[2]))
+    assert abs(float(spread[spread["metric"] == "img/s"]["median"].iloc[0]) - imgs[1]) <= 1e-5 * imgs[1]
+    refused = mgbench("image", "--data", mnist, *SMALL, "--repeat", "2", "--checkpoint-dir", tmp_path / "ck")
+    assert refused.returncode == 2 and "--repeat 2 with --checkpoint-dir" in refused.stderr

@@ -159,6 +159,7 @@ TEST(JobConfig, IdentityHoldsTheSettingsThatChangeResultsOnly) {
   // Where results go, progress, checkpoint cadence, the watchdog and profiling do not change results.
   for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{{"results", "elsewhere.h5"},
                                                                                      {"run-name", "x"},
+                                                                                     {"repeat", "3"},
                                                                                      {"progress-interval", "3"},
                                                                                      {"checkpoint-dir", "ck"},
                                                                                      {"checkpoint-every", "7"},
