@@ -53,8 +53,9 @@ std::vector<RunMetric> run_metrics(const results::RunRecord& r) {
 }
 
 std::string comparison_group(const results::RunRecord& r) {
-  return fmt::format("{}|ranks={}|nodes={}|strategy={}|backend={}", workload_identity(r), r.display("world_size"),
-                     r.display("nodes"), r.display("strategy"), r.display("backend"));
+  return fmt::format("{}|ranks={}|nodes={}|strategy={}|backend={}|warmup_steps_excluded={}", workload_identity(r),
+                     r.display("world_size"), r.display("nodes"), r.display("strategy"), r.display("backend"),
+                     r.integer("warmup_steps_excluded").value_or(0));
 }
 
 std::string short_workload(const results::RunRecord& r) {

@@ -52,8 +52,8 @@ struct RunMetric {
 /// and peak memory; comm runs busbw per collective, dtype and placement at the run's largest size.
 std::vector<RunMetric> run_metrics(const results::RunRecord& run);
 
-/// What runs are compared and pooled as: the workload identity and the same ranks, nodes, strategy
-/// and backend.
+/// What runs are compared and pooled as: the workload identity and the same ranks, nodes, strategy,
+/// backend and warm-up steps excluded from the throughput (0 for runs written before it existed).
 std::string comparison_group(const results::RunRecord& run);
 
 /// The settings a reader tells rows apart by, whitespace-free: image "fp32/224px/ddp", LLM

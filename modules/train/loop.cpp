@@ -426,6 +426,14 @@ bool train_epoch(LoopParts& s, const TrainingLoop& loop, PhaseClock& clock, cons
     run.epoch_record.loaded_samples += out.loaded_samples;
     if (out.micro_batches == 0) return true;  // the epoch's plan is done
     record_step(s, out, step_start, run_start_s);
+    if (run.global_step == t.warmup_steps_excluded && !run.warmup.taken) {  // the warm-up's end
+      run.warmup = {true,
+                    run.summary.train_s + run.epoch_elapsed_s + epoch_clock.elapsed(),
+                    run.computed_samples + run.epoch_record.samples,
+                    run.real_tokens,
+                    run.padded_tokens,
+                    run.flops};
+    }
 
     const double elapsed = now_s() - run_start_s;
     const double rate = s.recipe.counts_tokens()
@@ -515,23 +523,33 @@ results::RunSummary finish_run(LoopParts& s, const TrainingLoop& loop, results::
     std::tie(cuda.peak_allocated_bytes, cuda.peak_reserved_bytes) = device_memory_peaks(s.device);
     writer.write_cuda_metrics(cuda, totals.api_rows(), totals.kernel_rows());
   }
-  // Figures of all ranks: samples and tokens computed, FLOPs, the mean final loss over ranks.
-  torch::Tensor totals =
-      torch::tensor({static_cast<double>(run.computed_samples), summary.final_loss,
-                     static_cast<double>(run.real_tokens), run.flops, static_cast<double>(run.padded_tokens)},
-                    torch::kFloat64)
-          .to(s.device);
+  // Figures of all ranks: samples and tokens computed, FLOPs, the mean final loss over ranks; with
+  // --warmup-steps-excluded, those after the warm-up (and whether every rank got past it).
+  const std::int64_t warmup_steps = s.train.warmup_steps_excluded;
+  const RunProgress::Warmup& w = run.warmup;
+  torch::Tensor totals = torch::tensor({static_cast<double>(run.computed_samples - w.samples), summary.final_loss,
+                                        static_cast<double>(run.real_tokens - w.real_tokens), run.flops - w.flops,
+                                        static_cast<double>(run.padded_tokens - w.padded_tokens), w.taken ? 1.0 : 0.0},
+                                       torch::kFloat64)
+                             .to(s.device);
   s.comm.all_reduce(totals, runtime::ReduceOp::kSum)->wait();
   totals = totals.cpu();
   const double world = static_cast<double>(s.comm.world_size());
-  summary.samples_per_s = totals[0].item<double>() / summary.train_s;
   summary.final_loss = totals[1].item<double>() / world;
-  summary.s_per_it = summary.train_s / static_cast<double>(std::max<std::int64_t>(run.global_step, 1));
-  summary.tokens_per_s = totals[2].item<double>() > 0 ? totals[2].item<double>() / summary.train_s : results::kNaN;
-  summary.padded_tokens_per_s =
-      totals[4].item<double>() > 0 ? totals[4].item<double>() / summary.train_s : results::kNaN;
-  summary.mfu = totals[3].item<double>() /
-                (summary.train_s * world * run_peak_flops(s.placement, s.precision, s.train.peak_tflops).flops);
+  // The time and steps the rates are over: rank 0's training time, as train_s, less its warm-up.
+  double span_s = summary.train_s - w.train_s;
+  const std::int64_t span_steps = run.global_step - warmup_steps;
+  if (warmup_steps > 0 && totals[5].item<double>() < world) {
+    log::warn("--warmup-steps-excluded {}: the run has {} optimizer step(s): no throughput after the warm-up",
+              warmup_steps, run.global_step);
+    span_s = results::kNaN;
+  }
+  summary.samples_per_s = totals[0].item<double>() / span_s;
+  summary.s_per_it = span_s / static_cast<double>(std::max<std::int64_t>(span_steps, 1));
+  summary.tokens_per_s = totals[2].item<double>() > 0 ? totals[2].item<double>() / span_s : results::kNaN;
+  summary.padded_tokens_per_s = totals[4].item<double>() > 0 ? totals[4].item<double>() / span_s : results::kNaN;
+  summary.mfu =
+      totals[3].item<double>() / (span_s * world * run_peak_flops(s.placement, s.precision, s.train.peak_tflops).flops);
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
   if (s.comm.rank() == 0) writer.write_summary(summary);

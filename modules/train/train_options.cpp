@@ -104,6 +104,11 @@ void TrainOptions::declare(options::OptionTable& t) {
       .at_least(1)
       .at_most(1000)
       .no_effect();
+  t.add("warmup-steps-excluded", warmup_steps_excluded,
+        "leave the first K optimizer steps (the warm-up: allocator, caches, cuDNN autotuning) out of the summary's "
+        "throughput, s/it and MFU; the per-step and per-epoch records keep them")
+      .at_least(0)
+      .no_effect();
   t.add("record-indices", record_indices, "store the sample indices each rank computed on, per epoch").as_switch();
   t.add("progress-interval", progress_interval_s, "seconds between progress lines when stderr is not a terminal [s]")
       .above(0)

@@ -66,7 +66,8 @@ struct TrainOptions {
   std::int64_t eval_every = 1;  // epochs; the last epoch is always evaluated
   std::string results = "outputs/results.h5";
   std::string run_name;
-  std::int64_t repeat = 1;  // runs of the job, one after another, each its own run (name suffix -r<i>)
+  std::int64_t repeat = 1;                 // runs of the job, one after another, each its own run (name suffix -r<i>)
+  std::int64_t warmup_steps_excluded = 0;  // optimizer steps left out of the summary's throughput
   bool record_indices = false;
   double progress_interval_s = 10.0;
   // profiling (GPU runs)

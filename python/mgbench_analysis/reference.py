@@ -1,6 +1,6 @@
 """The regression check of `mgbench report --reference REF --tolerance PCT FILES` (report/reference.h)
 as a frame: each workload of the runs beside the reference's of the same workload identity
-(``workload.py``) and the same ranks, nodes, strategy and backend; per metric the medians over the
+(``workload.py``) and the same ranks, nodes, strategy, backend and warm-up steps excluded; per metric the medians over the
 runs of each side, their ratio (measured / reference) and a verdict -- ``holds``, ``improved``,
 ``REGRESSED`` (worse than the reference by more than the tolerance) or ``FAILED`` (a run that failed).
 """
@@ -66,7 +66,8 @@ def _metrics(run: Run) -> List[Tuple[str, bool, float]]:
 
 def _group(run: Run) -> str:
     return (f"{workload.identity(run)}|ranks={_a(run, 'world_size')}|nodes={_a(run, 'nodes')}"
-            f"|strategy={_a(run, 'strategy')}|backend={_a(run, 'backend')}")
+            f"|strategy={_a(run, 'strategy')}|backend={_a(run, 'backend')}"
+            f"|warmup_steps_excluded={int(run.attributes.get('warmup_steps_excluded', 0))}")
 
 
 def _short(run: Run) -> str:

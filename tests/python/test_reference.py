@@ -2,6 +2,9 @@
 two repeats; a run of the same configuration, which holds; one made slower by how it ran -- its one
 core shared with three busy loops, a quarter of it -- which regresses; and bad input, exit 2. The
 table, the exit status and the frame agree."""
+import math
+import os
+import signal
 import subprocess
 import sys
 from io import StringIO
@@ -103,3 +106,54 @@ def test_repeat_runs_the_job_n_times_and_the_report_gives_their_spread(tmp_path,
     assert abs(float(spread[spread["metric"] == "img/s"]["median"].iloc[0]) - imgs[1]) <= 1e-5 * imgs[1]
     refused = mgbench("image", "--data", mnist, *SMALL, "--repeat", "2", "--checkpoint-dir", tmp_path / "ck")
     assert refused.returncode == 2 and "--repeat 2 with --checkpoint-dir" in refused.stderr
+
+
+def test_warmup_steps_excluded_leave_the_first_steps_out_of_the_throughput(tmp_path, mnist):
+    """--warmup-steps-excluded 3: img/s and s/it over the steps after the third. Exactly: img/s x s/it x
+    (steps - 3) = the samples of those steps (the records'); the time left out is the first three
+    steps' (their step_s, within the gaps between steps)."""
+    results = tmp_path / "w.h5"
+    common = ["image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "64", "--epochs", "1",
+              "--batch-size", "32", "--results", results]
+    mgbench(*common, "--warmup-steps-excluded", "3", check=True)
+    run = mga.read(results)[-1]
+    steps = run.steps[0]
+    assert len(steps) == 16 and run.attributes["warmup_steps_excluded"] == 3
+    after = steps["samples"].iloc[3:].sum()
+    s = run.summary
+    assert s["samples_per_s"] * s["s_per_it"] * (len(steps) - 3) == pytest.approx(after, rel=1e-9)
+    excluded_s = s["train_s"] - s["s_per_it"] * (len(steps) - 3)
+    first = steps["step_s"].iloc[:3].sum()
+    assert first <= excluded_s <= steps["start_s"].iloc[3] - steps["start_s"].iloc[0] + 0.05, (first, excluded_s)
+    # Without it: over every step.
+    mgbench(*common, check=True)
+    whole = mga.read(results)[-1].summary
+    assert whole["samples_per_s"] * whole["train_s"] == pytest.approx(steps["samples"].sum(), rel=1e-9)
+    # More steps excluded than the run has: no throughput (NaN) and a warning, not a number of nothing.
+    proc = mgbench(*common, "--warmup-steps-excluded", "100")
+    assert proc.returncode == 0 and "--warmup-steps-excluded 100: the run has 16 optimizer step(s)" in proc.stderr
+    assert math.isnan(mga.read(results)[-1].summary["samples_per_s"])
+
+
+def test_the_warmup_survives_a_resume(tmp_path, mnist):
+    """Killed after the warm-up (checkpoints every 2 steps, 3 excluded, killed at step 4's), resumed:
+    the summary still leaves out exactly the first 3 steps -- the warm-up's totals are in the checkpoint."""
+    from conftest import rank_pids, start, wait_for_checkpoint
+    ck, results = tmp_path / "ck", tmp_path / "r.h5"
+    args = ["image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "64", "--epochs", "1",
+            "--batch-size", "32", "--results", results, "--warmup-steps-excluded", "3", "--checkpoint-dir", ck,
+            "--checkpoint-every", "2"]
+    proc = start(args)
+    wait_for_checkpoint(ck, 4, proc)
+    for pid in rank_pids(proc):
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.communicate(timeout=60)
+    resumed = mgbench(*args, "--resume", np=2)
+    assert resumed.returncode == 0 and "resumed from" in resumed.stderr, resumed.stderr
+    run = mga.read(results)[-1]
+    steps = run.steps[0]
+    assert run.status == "completed" and run.attributes["resumes"] == 1 and len(steps) == 8
+    s = run.summary
+    after = sum(r["samples"].iloc[3:].sum() for r in run.steps)  # both ranks' steps after the warm-up
+    assert s["samples_per_s"] * s["s_per_it"] * (len(steps) - 3) == pytest.approx(after, rel=1e-9)

@@ -25,6 +25,12 @@ void RunProgress::save(CheckpointState& c) const {
   c.put("real_tokens", real_tokens);
   c.put("padded_tokens", padded_tokens);
   c.put("flops", flops);
+  c.put("warmup/taken", std::int64_t{warmup.taken ? 1 : 0});
+  c.put("warmup/train_s", warmup.train_s);
+  c.put("warmup/samples", warmup.samples);
+  c.put("warmup/real_tokens", warmup.real_tokens);
+  c.put("warmup/padded_tokens", warmup.padded_tokens);
+  c.put("warmup/flops", warmup.flops);
   c.put_records<std::int64_t>("records/indices", computed_indices);
   c.put_records<double>("records/metrics", metric_rows);
 }
@@ -48,6 +54,12 @@ void RunProgress::load(const CheckpointState& c) {
   real_tokens = c.integer("real_tokens");
   padded_tokens = c.integer("padded_tokens");
   flops = c.number("flops");
+  warmup.taken = c.integer("warmup/taken") != 0;
+  warmup.train_s = c.number("warmup/train_s");
+  warmup.samples = c.integer("warmup/samples");
+  warmup.real_tokens = c.integer("warmup/real_tokens");
+  warmup.padded_tokens = c.integer("warmup/padded_tokens");
+  warmup.flops = c.number("warmup/flops");
   computed_indices = c.records<std::int64_t>("records/indices");
   metric_rows = c.records<double>("records/metrics");
 }

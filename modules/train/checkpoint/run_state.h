@@ -45,6 +45,14 @@ struct RunProgress {
   std::int64_t real_tokens = 0;       // tokens that are not padding
   std::int64_t padded_tokens = 0;     // tokens with padding (batch x length)
   double flops = 0;                   // model FLOPs
+  // --warmup-steps-excluded K: the above and this rank's training time when its K-th optimizer step
+  // ended, taken once; the summary's throughput counts what came after.
+  struct Warmup {
+    bool taken = false;
+    double train_s = 0;  // [s]
+    std::int64_t samples = 0, real_tokens = 0, padded_tokens = 0;
+    double flops = 0;
+  } warmup;
   // The epoch in progress's records written at its end.
   std::vector<std::int64_t> computed_indices;  // --record-indices: the samples computed on, in order
   std::vector<double> metric_rows;             // the recipe's per-step metrics, row-major
