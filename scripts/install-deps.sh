@@ -22,6 +22,7 @@ APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev clang-format
   clang            # libFuzzer and the sanitizers: the fuzz targets of tests/fuzz (label fuzz)
   slurm-wlm munge  # slurm-wlm, munge: the test SLURM of tests/slurm (label slurm)
+  lmod             # the environment modules an install tree is loaded with (tests/python/test_install.py)
   chromium)        # headless, for the HTML page of mgbench-plot (label browser)
 
 missing=()

@@ -1,8 +1,10 @@
-# Shared by the sbatch scripts of slurm/ (sourced from $SLURM_SUBMIT_DIR/slurm/common.sh): checks,
+# Shared by the sbatch scripts of slurm/ (sourced from $SLURM_SUBMIT_DIR/slurm/common.sh, or from
+# $MGBENCH_SHARE/slurm/common.sh where the mgbench module is loaded): checks,
 # the launch of one MPI rank per task, signal forwarding and requeue on preemption.
 #
 # Environment (all optional):
-#   MGBENCH           the binary (default build/app/mgbench, relative to the submit directory)
+#   MGBENCH           the binary (default: the loaded mgbench module's, $MGBENCH_ROOT/bin/mgbench; else
+#                     build/app/mgbench, relative to the submit directory)
 #   MGBENCH_OUTPUTS   where each job writes <job id>/results.h5 and <job id>/checkpoints (default outputs)
 #   MGBENCH_LAUNCHER  srun (default: srun --mpi=pmix) | mpirun (Open MPI's mpirun inside the allocation)
 #   MGBENCH_NSYS      non-empty: wrap every rank in `nsys profile` (slurm/profile.sbatch sets it)
@@ -19,6 +21,9 @@ mgbench_fail() {
 }
 
 mgbench_setup() {
+  if [[ -z ${MGBENCH:-} && -n ${MGBENCH_ROOT:-} ]]; then
+    MGBENCH=$MGBENCH_ROOT/bin/mgbench
+  fi
   MGBENCH=${MGBENCH:-build/app/mgbench}
   [[ -x "$MGBENCH" ]] || mgbench_fail "mgbench binary '$MGBENCH' not found or not executable (build it, or set MGBENCH)"
   MGBENCH_JOB_DIR=${MGBENCH_OUTPUTS:-outputs}/${SLURM_JOB_ID}
