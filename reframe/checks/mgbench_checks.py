@@ -1,0 +1,143 @@
+"""ReFrame checks of mgbench (reframe-hpc 4): the image job (throughput per rank, time per epoch,
+accuracy sanity), a LoRA fine-tuning step (tokens/s) and `mgbench comm` (all-reduce busbw), each
+read from mgbench's own output, with references and tolerances per system:partition -- as centres
+run their PyTorch and NCCL checks (eth-cscs/cscs-reframe-tests, the EESSI test suite).
+
+    reframe -C reframe/config/local.py -c reframe/checks -r -t nightly        # a workstation
+    reframe -C reframe/config/slurm.py -c reframe/checks -r -t nightly        # a SLURM partition
+
+Inputs (environment): MGBENCH (the binary; default `mgbench` from PATH, e.g. the loaded module),
+MGBENCH_SHARED_DATA (a data tree: mnist/, llama3/, text/; docs/hpc.md), MGBENCH_LLM_MODEL (a Llama
+checkpoint directory for the LoRA check; default `llama3.2-1b` with --init random).
+The references below are the project's 2-core CPU test machine's (measured 2026-11-26: 1780 img/s
+per rank, 0.3 s per epoch, 36640 tokens/s with the tiny Llama of tests/python/make_oracles.py, 2.4 GB/s)
+with wide tolerances (CI shares the machine); any other partition only records its values ("*": no
+bounds). A centre puts its own per partition: a measured good night, with the tolerance its noise needs.
+`-t unreachable` runs one check whose reference no machine reaches: it must fail (tests/python/
+test_reframe.py checks that it does).
+"""
+import os
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+from reframe.core.builtins import performance_function, run_after, sanity_function, variable
+
+DATA = os.environ.get("MGBENCH_SHARED_DATA", "data")
+# (value, lower bound, upper bound, unit): bounds are fractions of the value (ReFrame's convention).
+CPU_TEST = "mgbench-test:test"
+
+
+class MgbenchBase(rfm.RunOnlyRegressionTest):
+    """What the checks share: the binary, 2 ranks on one node, any partition and environment."""
+
+    mgbench = variable(str, value=os.environ.get("MGBENCH", "mgbench"))
+    valid_systems = ["*"]
+    valid_prog_environs = ["*"]
+    num_tasks = 2
+    num_tasks_per_node = 2
+    time_limit = "10m"
+    tags = {"nightly"}
+
+    @run_after("init")
+    def set_executable(self):
+        self.executable = self.mgbench
+        self.env_vars = {"OMP_NUM_THREADS": "1"}
+
+
+@rfm.simple_test
+class MgbenchImage(MgbenchBase):
+    """MobileNetV2 (width 0.25) on MNIST at 32 px, 2 epochs: img/s per rank and s per epoch."""
+
+    descr = "mgbench image: throughput per rank, time per epoch, accuracy sanity"
+    reference = {
+        "local:default": {"img_per_s_per_rank": (1780.0, -0.7, None, "img/s"), "s_per_epoch": (0.3, None, 3.0, "s")},
+        CPU_TEST: {"img_per_s_per_rank": (1780.0, -0.7, None, "img/s"), "s_per_epoch": (0.3, None, 3.0, "s")},
+        "*": {"img_per_s_per_rank": (0.0, None, None, "img/s"), "s_per_epoch": (0.0, None, None, "s")},
+    }
+
+    @run_after("init")
+    def set_options(self):
+        self.executable_opts = ["image", "--data", f"{DATA}/mnist", "--image-size", "32", "--width-mult", "0.25",
+                                "--threads", "1", "--limit-train", "1024", "--limit-test", "256", "--epochs", "2",
+                                "--batch-size", "32", "--progress-interval", "1000", "--results", "results.h5"]
+
+    @sanity_function
+    def trained_and_evaluated(self):
+        # The run ended, and its test accuracy is a percentage (2 epochs of 512 images per rank: above
+        # chance is not promised, a number in [0, 100] is).
+        accuracy = sn.extractsingle(r"done: \d+ epoch\(s\) .*\| test accuracy ([\d.]+) %", self.stderr, 1, float)
+        return sn.all([sn.assert_found(r"done: 2 epoch\(s\)", self.stderr), sn.assert_bounded(accuracy, 0, 100)])
+
+    @performance_function("img/s")
+    def img_per_s_per_rank(self):
+        total = sn.extractsingle(r"\| ([\d.]+) img/s \(all ranks\)", self.stderr, 1, float)
+        return total / self.num_tasks
+
+    @performance_function("s")
+    def s_per_epoch(self):
+        return sn.avg(sn.extractall(r"epoch \d+/\d+: .*\| train ([\d.]+) s", self.stderr, 1, float))
+
+
+@rfm.simple_test
+class MgbenchImageUnreachable(MgbenchImage):
+    """MgbenchImage against a reference no machine reaches (a million img/s per rank): must fail."""
+
+    descr = "mgbench image against an unreachable reference (must fail)"
+    tags = {"unreachable"}
+    reference = {"*": {"img_per_s_per_rank": (1.0e6, -0.1, None, "img/s"), "s_per_epoch": (0.0, None, None, "s")}}
+
+
+@rfm.simple_test
+class MgbenchLora(MgbenchBase):
+    """LoRA fine-tuning steps (alpaca): tokens/s of all ranks."""
+
+    descr = "mgbench llm --recipe lora: tokens/s"
+    model = variable(str, value=os.environ.get("MGBENCH_LLM_MODEL", "llama3.2-1b"))
+    reference = {
+        "local:default": {"tokens_per_s": (36000.0, -0.7, None, "tokens/s")},
+        CPU_TEST: {"tokens_per_s": (36000.0, -0.7, None, "tokens/s")},
+        "*": {"tokens_per_s": (0.0, None, None, "tokens/s")},
+    }
+
+    @run_after("init")
+    def set_options(self):
+        init = [] if os.path.isdir(self.model) else ["--init", "random"]
+        self.executable_opts = ["llm", "--recipe", "lora", "--model", self.model, *init, "--tokenizer",
+                                f"{DATA}/llama3/tiktoken_small.model", "--dataset", "alpaca", "--data",
+                                f"{DATA}/text/alpaca/alpaca_cleaned_first5k.json", "--limit", "64", "--batch-size", "2",
+                                "--max-steps", "6", "--lora-rank", "4", "--precision", "fp32", "--threads", "1",
+                                "--progress-interval", "1000", "--results", "results.h5"]
+
+    @sanity_function
+    def finite_loss(self):
+        loss = sn.extractsingle(r"done: .*\| loss ([\d.]+)", self.stderr, 1, float)
+        return sn.assert_bounded(loss, 0, 100)
+
+    @performance_function("tokens/s")
+    def tokens_per_s(self):
+        return sn.extractsingle(r"\| ([\d.]+) tokens/s \(all ranks\)", self.stderr, 1, float)
+
+
+@rfm.simple_test
+class MgbenchComm(MgbenchBase):
+    """The all-reduce sweep, 1 KiB .. 4 MiB: nccl-tests' "Avg bus bandwidth", every result checked."""
+
+    descr = "mgbench comm: all-reduce busbw"
+    reference = {
+        "local:default": {"busbw": (2.4, -0.8, None, "GB/s")},
+        CPU_TEST: {"busbw": (2.4, -0.8, None, "GB/s")},
+        "*": {"busbw": (0.0, None, None, "GB/s")},
+    }
+
+    @run_after("init")
+    def set_options(self):
+        self.executable_opts = ["comm", "--collective", "all-reduce", "--min-bytes", "1024", "--max-bytes", "4M",
+                                "--results", "results.h5"]
+
+    @sanity_function
+    def results_checked(self):
+        return sn.assert_found(r"# Out of bounds values : 0 OK", self.stdout)
+
+    @performance_function("GB/s")
+    def busbw(self):
+        return sn.extractsingle(r"# Avg bus bandwidth\s*: ([\d.]+) GB/s", self.stdout, 1, float)
