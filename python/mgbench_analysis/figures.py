@@ -20,13 +20,19 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import paper
+from . import paper, workload
 from .report import runs as runs_frame
 from .results import PHASES, Run, as_runs, comm, cuda, epochs, steps
 
-# Workload attributes that, with the plotted axes, make image runs comparable (as `mgbench report`).
+# A figure's runs are one workload (workload.ATTRIBUTES, as `mgbench report`, and the strategy)
+# but its plotted axes; its title names these of them.
 IMAGE_WORKLOAD = ["strategy", "precision", "pin_memory", "image_size", "epochs", "batch_size", "train_samples"]
 LLM_WORKLOAD = ["recipe", "model", "precision", "batch_size", "grad_accum", "max_seq_len"]
+
+
+def _workload_keys(frame: pd.DataFrame, varied: Sequence[str]) -> List[str]:
+    """The strategy and the identity's attributes the frame has, less the plotted axes `varied`."""
+    return [k for k in ["strategy", *workload.ATTRIBUTES] if k not in varied and k in frame.columns]
 # The four metrics of the paper's Fig. 3 (Nsight Systems there, CUPTI here).
 FIG3_METRICS = ("CUDA memcpy HtoD", "cudaLaunchKernel", "cudaStreamSynchronize", "NCCL kernels")
 
@@ -142,11 +148,12 @@ def _describe(group: pd.DataFrame, keys: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
-def _series(group: pd.DataFrame, by: str, x: str, y: str) -> Dict[object, pd.Series]:
-    """For each value of `by`, the mean of `y` over runs at each `x` (sorted), NaNs dropped."""
+def _series(group: pd.DataFrame, by: str, x: str, y: str) -> Dict[object, pd.DataFrame]:
+    """For each value of `by`, the median, min and max of `y` over the runs at each `x` (sorted; repeats
+    of a point give its spread), NaNs dropped."""
     out = {}
     for value, sub in group.groupby(by, sort=True):
-        s = sub.groupby(x)[y].mean().dropna()
+        s = sub.groupby(x)[y].agg(["median", "min", "max"]).dropna()
         if not s.empty:
             out[value] = s
     return out
@@ -165,10 +172,17 @@ def color(value) -> str:
     return _PALETTE[index % len(_PALETTE)]
 
 
-def _plot_series(ax, series: Dict[object, pd.Series], scale: float = 1.0, prefix: str = "", marker="o") -> None:
+def _plot_series(ax, series: Dict[object, pd.DataFrame], scale: float = 1.0, prefix: str = "", marker="o") -> None:
+    """The medians as lines; where a point was run more than once, a bar from its min to its max."""
     for value, s in series.items():
-        ax.plot(s.index.to_numpy(), s.to_numpy() * scale, marker=marker, label=f"{prefix}{value}",
-                color=color(f"{prefix}{value}" if prefix else value))
+        c = color(f"{prefix}{value}" if prefix else value)
+        x, median = s.index.to_numpy(), s["median"].to_numpy() * scale
+        ax.plot(x, median, marker=marker, label=f"{prefix}{value}", color=c)
+        spread = (s["max"] > s["min"]).to_numpy()
+        if spread.any():
+            low, high = s["min"].to_numpy() * scale, s["max"].to_numpy() * scale
+            ax.errorbar(x[spread], median[spread], yerr=[(median - low)[spread], (high - median)[spread]],
+                        linestyle="none", color=c, capsize=3, label="_spread")
 
 
 def _ideal_speedup(ax, ranks) -> None:
@@ -198,8 +212,10 @@ def _image_group(data: Data, varied: Sequence[str], ok: Callable[[pd.DataFrame],
     image = data.completed(llm=False)
     if strategy is not None and not image.empty:
         image = image[image["strategy"] == strategy]
-    keys = [k for k in IMAGE_WORKLOAD if k not in varied]
-    return (None if image.empty else _choose(image, keys, ok, prefer)), keys
+    keys = [k for k in IMAGE_WORKLOAD if k not in varied]  # the title's
+    if image.empty:
+        return None, keys
+    return _choose(image, _workload_keys(image, varied), ok, prefer), keys
 
 
 def _paper_points(ax, x, y, label: str, value=None) -> None:
@@ -359,8 +375,9 @@ def _llm_group(data: Data, ok: Callable[[pd.DataFrame], bool]) -> Optional[pd.Da
     llm = llm[llm["task"] == "llm"] if not llm.empty else llm
     if llm.empty:
         return None
-    keys = [k for k in LLM_WORKLOAD if k in llm]
-    return _choose(llm, keys, ok, lambda k, g: (k["recipe"] == "lora", g["dataset"].nunique(), len(g)))
+    # Datasets side by side (their sample counts differ), as the paper's Fig. 4.
+    return _choose(llm, _workload_keys(llm, ["dataset", "train_samples"]), ok,
+                   lambda k, g: (k["recipe"] == "lora", g["dataset"].nunique(), len(g)))
 
 
 def fig4_llm_iteration_times(data: Data, overlay: bool) -> Optional[Figure]:

@@ -582,3 +582,23 @@ def test_stragglers_names_the_rank_slow_outside_the_collectives():
     slow.rank_attributes = [{"hostname": "a"}, {"hostname": "b"}]
     frame = mga.stragglers([slow])
     assert list(frame["rank"]) == [1] and list(frame["host"]) == ["b"] and list(frame["phase"]) == ["forward"]
+
+
+def test_scaling_figures_show_the_spread_of_repeated_runs(matrix):
+    """A point run more than once (the 2-rank fp32 run and its resumed repeat) is drawn at the median
+    of its runs with a bar from their min to their max; single runs get no bar."""
+    from matplotlib.container import ErrorbarContainer
+    data = figs.Data(mga.read([matrix / "image.h5", matrix / "resumed.h5"]))
+    fig = figs.draw("fig1_strategy_scaling", data)
+    runs = data.runs
+    point = runs[(runs["task"] == "image") & (runs["precision"] == "fp32") & (runs["pin_memory"] == "false")
+                 & (runs["image_size"] == 32) & (runs["strategy"] == "ddp-ds") & (runs["ranks"] == 2)]
+    assert len(point) == 2
+    bars = [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 1
+    (segments,) = [col.get_segments() for col in bars[0].lines[2]]
+    assert len(segments) == 1
+    (x0, low), (x1, high) = segments[0]
+    assert x0 == x1 == 2 and math.isclose(low, point["total_s"].min()) and math.isclose(high, point["total_s"].max())
+    median = dict(lines(fig.axes[0])["ddp-ds"])[2]
+    assert math.isclose(median, point["total_s"].median())
