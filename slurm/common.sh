@@ -43,7 +43,13 @@ mgbench_setup() {
 mgbench_run() {
   local launcher
   if [[ "${MGBENCH_LAUNCHER:-srun}" == mpirun ]]; then
-    # Open MPI reads the allocation from SLURM; one rank per task, bound to its cores.
+    # Open MPI reads the allocation from SLURM; one rank per task, bound to its cores. A node lost
+    # while its daemon's connection is idle is noticed within ~90 s (oob TCP keepalive: 60 s idle, 3
+    # probes 10 s apart; Open MPI's default waits 300 s + 9 x 20 s); mgbench's own watchdog ends every
+    # rank within --comm-timeout + 18 s (docs/cluster.md).
+    export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-60}
+    export OMPI_MCA_oob_tcp_keepalive_intvl=${OMPI_MCA_oob_tcp_keepalive_intvl:-10}
+    export OMPI_MCA_oob_tcp_keepalive_probes=${OMPI_MCA_oob_tcp_keepalive_probes:-3}
     launcher=(mpirun --map-by "ppr:${SLURM_NTASKS_PER_NODE:-1}:node:PE=${SLURM_CPUS_PER_TASK:-1}" --bind-to core)
   else
     launcher=(srun --mpi=pmix --cpu-bind=cores)

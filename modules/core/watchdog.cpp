@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -101,6 +102,38 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+std::mutex& recorder_mutex() {
+  static std::mutex m;
+  return m;
+}
+AbortRecorder& recorder() {
+  static AbortRecorder r;
+  return r;
+}
+
+/// Runs the recorder on a thread of its own, waiting up to kRecordWindowS: a recorder stuck on a
+/// hung file system must not keep the rank alive.
+void record(const std::string& message) {
+  AbortRecorder r;
+  {
+    std::lock_guard<std::mutex> lock(recorder_mutex());
+    r = recorder();
+  }
+  if (!r) return;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([r, message, done] {
+    try {
+      r(message);
+    } catch (...) {
+      // the job ends anyway
+    }
+    done->store(true);
+  }).detach();
+  const double until = now_s() + kRecordWindowS;
+  while (!done->load() && now_s() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (!done->load()) log::error("rank {}: recording the abort in the results file did not finish", world_rank());
+}
+
 [[noreturn]] void expire(const std::string& what, double timeout_s, const std::function<void()>& on_expiry) {
   if (on_expiry) {
     try {
@@ -110,15 +143,32 @@ std::string rank_list(const std::vector<int>& ranks) {
     }
   }
   const std::string ranks = census();
-  log::error(
-      "rank {}: {} did not complete in {:.0f} s (a peer rank died, hangs or is stopped){}; aborting the job "
+  const std::string message = fmt::format(
+      "{} did not complete in {:.0f} s (a peer rank died, hangs or is stopped){}; aborting the job "
       "(--comm-timeout)",
-      world_rank(), what, timeout_s, ranks.empty() ? "" : "; the ranks: " + ranks);
+      what, timeout_s, ranks.empty() ? "" : "; the ranks: " + ranks);
+  log::error("rank {}: {}", world_rank(), message);
+  record(message);
   std::fflush(stdout);
   std::fflush(stderr);
+  // MPI_Abort asks the launcher to end every rank; it cannot return while the launcher's daemon is
+  // unreachable: then this rank ends itself.
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kAbortWindowS));
+    std::_Exit(1);
+  }).detach();
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
+
+}  // namespace
+
+void set_abort_recorder(AbortRecorder r) {
+  std::lock_guard<std::mutex> lock(recorder_mutex());
+  recorder() = std::move(r);
+}
+
+namespace {
 
 void run() {
   State& s = state();

@@ -49,6 +49,19 @@ class Deadline {
   std::uint64_t id_ = 0;
 };
 
+/// What records an expiry where the run's results say it (the results writer: the run's status
+/// "failed" and the message), called on the watchdog's thread before MPI_Abort with
+/// "<what> did not complete in N s ...; the ranks: <census>". Up to kRecordWindowS is given to it.
+/// Set by the results writer once its run exists, cleared (an empty function) when it closes.
+using AbortRecorder = std::function<void(const std::string& message)>;
+void set_abort_recorder(AbortRecorder recorder);
+
+/// How long an expiry waits for its recorder, and then for MPI_Abort to end the process, before the
+/// process ends itself (exit 1): MPI_Abort cannot return while the launcher's daemon is unreachable
+/// (a cut link, a lost node), and the rank must go all the same [s].
+inline constexpr double kRecordWindowS = 5.0;
+inline constexpr double kAbortWindowS = 10.0;
+
 /// Asks every other rank where it is and waits up to window_s for the answers, answering other
 /// ranks' requests meanwhile. "rank 1: no answer in 3 s (stopped, or hung outside mgbench); rank 2:
 /// in MPI_Iallreduce #57 for 12 s". Any thread; "" on one rank.

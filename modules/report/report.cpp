@@ -40,8 +40,8 @@ std::int64_t resumes(const results::RunRecord& r) { return r.integer("resumes").
 
 /// '#' lines under a table: why a run failed, which runs were preempted or resumed.
 void print_notes(std::ostream& out, const results::RunRecord& r) {
-  if (r.status == "failed" && !r.error.empty()) {
-    out << fmt::format("# {} failed: {}\n", r.run_id, r.error);
+  if ((r.status == results::kStatusFailed || r.status == results::kStatusAborted) && !r.error.empty()) {
+    out << fmt::format("# {} {}: {}\n", r.run_id, r.status, r.error);
   } else if (r.status == "preempted") {
     out << fmt::format("# {} preempted: it continues with the same options plus --resume --checkpoint-dir\n", r.run_id);
   }

@@ -1,5 +1,6 @@
 #include "results/reader.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "results/writer.h"
 
 namespace mgbench::results {
 namespace {
@@ -101,6 +103,25 @@ std::string RunRecord::display(const std::string& name) const {
   return {};
 }
 
+namespace {
+
+/// Whether a job writes the results file: this process (F_GETLK does not see its own locks), or
+/// another that holds its write lock ("<path>.lock", taken by the writing job's rank 0 for its
+/// whole run; F_GETLK takes no lock itself).
+bool being_written(const std::string& path) {
+  if (written_by_this_process(path)) return true;
+  const int fd = ::open((path + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // no lock file: no writer since it was made
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  const bool held = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
+  ::close(fd);
+  return held;
+}
+
+}  // namespace
+
 std::vector<RunRecord> read_runs(const std::string& path) {
   h5::silence_error_stack();
   MGBENCH_REQUIRE(access(path.c_str(), R_OK) == 0, ResultsError, "results file '{}' does not exist or is not readable",
@@ -134,6 +155,14 @@ std::vector<RunRecord> read_runs(const std::string& path) {
     }
     run.status = read_fixed_string(group, "status", kStatusBytes, where);
     run.error = read_fixed_string(group, "error", kErrorBytes, where);
+    if (run.status == kStatusRunning && !being_written(path)) {
+      run.status = kStatusAborted;
+      if (run.error.empty()) {
+        run.error =
+            "the job ended without closing the run (its ranks killed, or a node or link lost): nothing "
+            "recorded why";
+      }
+    }
     const auto summary = read_table<RunSummary>(group, "summary", summary_type, where);
     if (!summary.empty()) run.summary = summary.front();
     for (int r = 0;; ++r) {

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -252,6 +254,7 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   open_file(/*create=*/true, run_bytes_upper_bound(layouts, attribute_bytes));
   agree_on(fmt::format("create a run in results file '{}'", path_),
            [&] { create_run(run_name, decode_attributes(run_attrs), rank_attrs, layouts, metric_columns); });
+  arm_abort_recorder();
 }
 
 void ResultsWriter::create_run(const std::string& run_name, const h5::Attributes& run_attributes,
@@ -378,6 +381,48 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   // A resumed run's tables exist: only its attributes grow.
   open_file(/*create=*/false, run_bytes_upper_bound({}, 0));
   agree_on(fmt::format("reopen run {} in results file '{}'", run_id_, path_), [&] { reopen_run(); });
+  arm_abort_recorder();
+}
+
+namespace {
+
+std::mutex& open_paths_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::multiset<std::string>& open_paths() {
+  static std::multiset<std::string> paths;
+  return paths;
+}
+std::string canonical_or_same(const std::string& path) {
+  std::error_code ignored;
+  const auto canonical = std::filesystem::weakly_canonical(path, ignored);
+  return canonical.empty() ? path : canonical.string();
+}
+
+}  // namespace
+
+bool written_by_this_process(const std::string& path) {
+  std::lock_guard<std::mutex> lock(open_paths_mutex());
+  return open_paths().contains(canonical_or_same(path));
+}
+
+void ResultsWriter::arm_abort_recorder() {
+  {
+    std::lock_guard<std::mutex> lock(open_paths_mutex());
+    open_paths().insert(canonical_or_same(path_));
+    registered_ = true;
+  }
+  // The watchdog's thread calls it while this rank's main thread waits in a hung collective: never
+  // while that collective is this file's own (HDF5 is not entered from two threads at once). Then
+  // the run stays "running" in the file, and the readers show it aborted (its lock is free).
+  watchdog::set_abort_recorder([this](const std::string& message) {
+    if (in_collective_.load()) {
+      log::error("rank {}: the hung stage is the results file's own: its run is left 'running'", rank_);
+      return;
+    }
+    mark_failed(message);
+  });
 }
 
 void ResultsWriter::reopen_run() {
@@ -458,6 +503,8 @@ void ResultsWriter::LockFile::close() noexcept {
 }
 
 ResultsWriter::~ResultsWriter() {
+  if (!finished_) watchdog::set_abort_recorder({});
+  unregister();
   if (!finished_ && world_size_ > 1) {
     // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
     // other ranks may be gone, so release the handles instead of waiting on them. Everything
@@ -560,6 +607,7 @@ void ResultsWriter::write_status(std::string_view status, const std::string& mes
 }
 
 void ResultsWriter::finish(std::string_view status, const std::string& error) {
+  in_collective_ = true;
   const watchdog::Deadline deadline(fmt::format("closing results file '{}'", path_));
   if (rank_ == 0) write_status(status, error);
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
@@ -570,6 +618,16 @@ void ResultsWriter::finish(std::string_view status, const std::string& error) {
   file_.reset();
   lock_.close();  // after the file is closed: the next job may open it
   finished_ = true;
+  watchdog::set_abort_recorder({});
+  unregister();
+}
+
+void ResultsWriter::unregister() noexcept {
+  if (!registered_) return;
+  std::lock_guard<std::mutex> lock(open_paths_mutex());
+  const auto it = open_paths().find(canonical_or_same(path_));
+  if (it != open_paths().end()) open_paths().erase(it);
+  registered_ = false;
 }
 
 void ResultsWriter::mark_failed(const std::string& message) noexcept {

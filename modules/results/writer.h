@@ -27,6 +27,9 @@
 
 namespace mgbench::results {
 
+/// True while a ResultsWriter of this process has the results file at `path` open.
+bool written_by_this_process(const std::string& path);
+
 /// Sizes of this rank's tables, known before the run starts.
 struct RankLayout {
   std::int64_t epochs = 0;
@@ -85,7 +88,8 @@ class ResultsWriter {
   /// that ended without a crash but whose results are wrong), flushes and closes.
   void finish(std::string_view status, const std::string& error = "");
   /// Any single rank, no collective, never throws: records "failed" and message in the run.
-  /// The caller then aborts the job; the file is left consistent.
+  /// The caller then aborts the job; the file is left consistent. Once the run is open, a watchdog
+  /// expiry (core/watchdog.h) calls it with the census.
   void mark_failed(const std::string& message) noexcept;
 
  private:
@@ -108,6 +112,10 @@ class ResultsWriter {
   void abandon() noexcept;
   /// Removes path_ when this job created it (never a file with earlier runs). Any thread.
   void remove_created_file() noexcept;
+  /// Lets the watchdog record an expiry in this run (mark_failed), from its own thread, and lists
+  /// the file as written by this process (written_by_this_process) until finish() or destruction.
+  void arm_abort_recorder();
+  void unregister() noexcept;
   void write_status(std::string_view status, const std::string& message);
   void write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows, const void* rows,
                   const char* what);
@@ -119,7 +127,9 @@ class ResultsWriter {
   int world_size_ = 1;
   RankLayout layout_;
   bool finished_ = false;
-  std::atomic<bool> created_{false};  // this job created path_ (read by the watchdog's thread)
+  std::atomic<bool> created_{false};        // this job created path_ (read by the watchdog's thread)
+  bool registered_ = false;                 // in written_by_this_process's list
+  std::atomic<bool> in_collective_{false};  // in finish(): a watchdog expiry must not write (its thread)
   /// Rank 0's open "<file>.lock", holding the write lock until closed. Declared before the HDF5
   /// handles, so that it is released after them, also when a constructor throws.
   struct LockFile {

@@ -135,6 +135,32 @@ def _check_schema(f: h5py.File, path: str) -> None:
                            "use the mgbench_analysis of the mgbench that wrote it")
 
 
+def being_written(path: str) -> bool:
+    """Whether another process holds the write lock of a results file ("<path>.lock", fcntl, held by
+    the writing job's rank 0 for its whole run): F_GETLK, which takes no lock itself."""
+    import fcntl
+    import struct
+    try:
+        fd = os.open(path + ".lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        layout = "hhqqi4x"  # struct flock (Linux, 64-bit): type, whence, start, len, pid
+        probe = struct.pack(layout, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        return struct.unpack(layout, fcntl.fcntl(fd, fcntl.F_GETLK, probe))[0] != fcntl.F_UNLCK
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+#: A run stored "running" whose file no job holds: the job ended without closing it (killed, or its node or
+#: link lost). Shown as such, as `mgbench report` does.
+ABORTED = "aborted"
+ABORTED_ERROR = ("the job ended without closing the run (its ranks killed, or a node or link lost): nothing "
+                 "recorded why")
+
+
 def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
     attributes = {name: _attribute(value) for name, value in group.attrs.items()}
     version = attributes.get("schema_version")
@@ -143,6 +169,8 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
                            f"mgbench_analysis reads versions {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}")
     status = _text(group["status"][0]) if "status" in group else ""
     error = _text(group["error"][0]) if "error" in group else ""
+    if status == "running" and not being_written(path):
+        status, error = ABORTED, error or ABORTED_ERROR
     summary = dict(_SUMMARY_DEFAULTS)
     if "summary" in group and len(group["summary"]):
         row = group["summary"][0]

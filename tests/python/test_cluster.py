@@ -5,6 +5,8 @@ losses on every rank), and each rank knows its node: host name, local rank, the 
 
 Skipped, with the reason, where the namespaces cannot be made (not root)."""
 import os
+import signal
+import time
 import shutil
 import subprocess
 import tempfile
@@ -131,3 +133,102 @@ def test_comm_across_two_nodes_checks_every_result(cluster, tmp_path):
             rows = run[f"rank_{r}/comm"][:]
             written = rows[rows["bytes"] >= 0]
             assert len(written) > 0 and (written["wrong"] == 0).all()
+
+
+def ranks_alive(results):
+    """pids of mgbench ranks (not zombies) writing `results`."""
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if argv and argv[0] == BIN.encode() and str(results).encode() in argv and state != "Z":
+            alive.append(int(pid))
+    return alive
+
+
+def end_job(proc, cluster):
+    """Kills mpirun and the daemons it started on the nodes (their command lines name the cluster's
+    rsh agent)."""
+    proc.kill()
+    proc.wait(timeout=60)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if str(cluster).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def wait_for_training(results, ranks=2, timeout=120):
+    """Waits until `ranks` ranks write `results`, then 3 s more (training under way); their pids."""
+    deadline = time.time() + timeout
+    while len(ranks_alive(results)) < ranks and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)
+    pids = ranks_alive(results)
+    assert len(pids) == ranks, pids
+    return pids
+
+
+def report_rows(results):
+    out = subprocess.run([BIN, "report", str(results)], capture_output=True, text=True, env=ENV).stdout
+    return [line.split() for line in out.splitlines() if line.startswith("  ")], out
+
+
+def test_a_link_cut_ends_every_rank_and_the_run_reads_failed_with_the_census(cluster, tmp_path):
+    """The link to node2 cut mid-run, --comm-timeout 5: each rank's watchdog takes a census, records it
+    in the results file and ends the job; every rank is gone within the timeout + the census (3 s) +
+    the recording (<= 5 s) + MPI_Abort's own limit (10 s). The earlier run of the file is intact.
+    mpirun itself can wait much longer for the unreachable daemon (its kill message stays unacknowledged
+    on a dead link: TCP retransmits, ~15 min by default), so the test ends it (docs/cluster.md)."""
+    results = tmp_path / "r.h5"
+    image = ["image", "--data", MNIST, "--image-size", "64", "--width-mult", "0.25", "--threads", "1", "--device", "cpu",
+             "--batch-size", "32", "--progress-interval", "1", "--results", results]
+    on_two_nodes(cluster, *image, "--limit-train", "128", "--limit-test", "32", "--epochs", "1")  # the earlier run
+    cmd = [str(cluster / "mpirun"), "-np", "2", "--hostfile", str(cluster / "hostfile"), "--bind-to", "none", BIN,
+           *map(str, image), "--epochs", "3", "--limit-train", "8192", "--limit-test", "64", "--comm-timeout", "5"]
+    switch = next(l.split("=", 1)[1] for l in (cluster / "state").read_text().splitlines() if l.startswith("switch="))
+    veth = switch.replace("-switch", "-v2")  # node2's port on the switch
+    log = open(tmp_path / "mpirun.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV)
+    try:
+        wait_for_training(results)
+        cut = time.time()
+        subprocess.run(["ip", "-n", switch, "link", "set", veth, "down"], check=True)
+        while ranks_alive(results) and time.time() - cut < 60:
+            time.sleep(0.2)
+        gone_s = time.time() - cut
+        assert not ranks_alive(results), "ranks still alive 60 s after the cut"
+        assert gone_s <= 5 + 3 + 5 + 10 + 3, gone_s
+    finally:
+        end_job(proc, cluster)
+        subprocess.run(["ip", "-n", switch, "link", "set", veth, "up"])
+    rows, out = report_rows(results)
+    assert [r[1] for r in rows] == ["completed", "failed"], out
+    assert "did not complete in 5 s" in out and "the ranks: rank " in out and "aborting the job (--comm-timeout)" in out
+
+
+def test_a_killed_rank_ends_the_job_and_a_run_nobody_closed_reads_aborted(cluster, tmp_path):
+    """node2's rank SIGKILLed: mpirun ends the job; the run, which no rank could close, reads
+    'aborted' (its file's write lock is free), not 'running'."""
+    results = tmp_path / "r.h5"
+    cmd = [str(cluster / "mpirun"), "-np", "2", "--hostfile", str(cluster / "hostfile"), "--bind-to", "none", BIN,
+           "image", "--data", str(MNIST), "--image-size", "64", "--width-mult", "0.25", "--threads", "1", "--device",
+           "cpu", "--epochs", "3", "--batch-size", "32", "--limit-train", "8192", "--limit-test", "64",
+           "--progress-interval", "1", "--results", str(results)]
+    log = open(tmp_path / "mpirun.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV)
+    try:
+        pids = wait_for_training(results)
+        os.kill(max(pids), signal.SIGKILL)  # one of the two ranks
+        proc.wait(timeout=120)  # mpirun sees a rank die and ends the job
+    finally:
+        end_job(proc, cluster)
+    assert not ranks_alive(results)
+    rows, out = report_rows(results)
+    assert [r[1] for r in rows] in (["aborted"], ["failed"]), out
+    if rows[0][1] == "aborted":
+        assert "aborted: the job ended without closing the run" in out

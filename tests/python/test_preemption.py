@@ -10,6 +10,7 @@ never write one results file at once: the second is refused, naming the lock.
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -179,6 +180,11 @@ def test_sigkill_loses_only_the_steps_since_the_last_checkpoint(tmp_path, uninte
     proc.communicate(timeout=60)
     report = subprocess.run([BIN, "report", str(results)], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr  # the file, the earlier run included, is intact
+    # Stored "running", shown "aborted": no job holds the file any more (its write lock is free).
+    assert re.search(r"^  \S+ +aborted ", report.stdout, re.M) and "aborted: the job ended without closing" in \
+        report.stdout, report.stdout
+    import mgbench_analysis as mga
+    assert sorted(r.status for r in mga.read(results)) == ["aborted", "completed"]
     f, runs = open_runs(results)
     with f:
         status = sorted(r["status"][0] for r in runs)
