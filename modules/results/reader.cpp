@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
-#include "results/writer.h"
+#include "results/write_lock.h"
 
 namespace mgbench::results {
 namespace {
@@ -102,25 +102,6 @@ std::string RunRecord::display(const std::string& name) const {
   }
   return {};
 }
-
-namespace {
-
-/// Whether a job writes the results file: this process (F_GETLK does not see its own locks), or
-/// another that holds its write lock ("<path>.lock", taken by the writing job's rank 0 for its
-/// whole run; F_GETLK takes no lock itself).
-bool being_written(const std::string& path) {
-  if (written_by_this_process(path)) return true;
-  const int fd = ::open((path + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;  // no lock file: no writer since it was made
-  struct flock probe {};
-  probe.l_type = F_WRLCK;
-  probe.l_whence = SEEK_SET;
-  const bool held = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
-  ::close(fd);
-  return held;
-}
-
-}  // namespace
 
 std::vector<RunRecord> read_runs(const std::string& path) {
   h5::silence_error_stack();

@@ -9,8 +9,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <mutex>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -20,6 +18,7 @@
 #include "core/mpi_strings.h"
 #include "core/timer.h"
 #include "core/watchdog.h"
+#include "results/write_lock.h"
 
 namespace mgbench::results {
 namespace {
@@ -77,39 +76,6 @@ std::string hdf5_version() {
   unsigned major = 0, minor = 0, release = 0;
   H5get_libversion(&major, &minor, &release);
   return fmt::format("{}.{}.{}", major, minor, release);
-}
-
-/// Takes the exclusive write lock of path ("<path>.lock", fcntl): "" and fd set, or the problem.
-std::string lock_for_writing(const std::string& path, int& fd) {
-  const std::string lock_path = path + ".lock";
-  fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return fmt::format("cannot create the lock file '{}' of results file '{}' ({})", lock_path, path,
-                       std::strerror(errno));
-  }
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  if (fcntl(fd, F_SETLK, &lock) == 0) return "";
-  const int error = errno;
-  std::string holder = "another process";
-  struct flock probe {};
-  probe.l_type = F_WRLCK;
-  probe.l_whence = SEEK_SET;
-  if (fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK) holder = fmt::format("process {}", probe.l_pid);
-  ::close(fd);
-  fd = -1;
-  if (error == EACCES || error == EAGAIN) {
-    return fmt::format(
-        "results file '{}' is being written by another job ({} holds '{}'); one HDF5 file takes one "
-        "writing job at a time: give each job its own --results (the slurm/ scripts use "
-        "outputs/<job id>/results.h5) and analyse them together with mgbench report",
-        path, holder, lock_path);
-  }
-  return fmt::format(
-      "cannot lock '{}' ({}): POSIX locks unavailable on this file system? (Lustre: mount with "
-      "-o flock)",
-      lock_path, std::strerror(error));
 }
 
 std::string mib(std::uint64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
@@ -384,35 +350,9 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
   arm_abort_recorder();
 }
 
-namespace {
-
-std::mutex& open_paths_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::multiset<std::string>& open_paths() {
-  static std::multiset<std::string> paths;
-  return paths;
-}
-std::string canonical_or_same(const std::string& path) {
-  std::error_code ignored;
-  const auto canonical = std::filesystem::weakly_canonical(path, ignored);
-  return canonical.empty() ? path : canonical.string();
-}
-
-}  // namespace
-
-bool written_by_this_process(const std::string& path) {
-  std::lock_guard<std::mutex> lock(open_paths_mutex());
-  return open_paths().contains(canonical_or_same(path));
-}
-
 void ResultsWriter::arm_abort_recorder() {
-  {
-    std::lock_guard<std::mutex> lock(open_paths_mutex());
-    open_paths().insert(canonical_or_same(path_));
-    registered_ = true;
-  }
+  register_writer(path_);
+  registered_ = true;
   // The watchdog's thread calls it while this rank's main thread waits in a hung collective: never
   // while that collective is this file's own (HDF5 is not entered from two threads at once). Then
   // the run stays "running" in the file, and the readers show it aborted (its lock is free).
@@ -624,9 +564,7 @@ void ResultsWriter::finish(std::string_view status, const std::string& error) {
 
 void ResultsWriter::unregister() noexcept {
   if (!registered_) return;
-  std::lock_guard<std::mutex> lock(open_paths_mutex());
-  const auto it = open_paths().find(canonical_or_same(path_));
-  if (it != open_paths().end()) open_paths().erase(it);
+  unregister_writer(path_);
   registered_ = false;
 }
 

@@ -27,9 +27,6 @@
 
 namespace mgbench::results {
 
-/// True while a ResultsWriter of this process has the results file at `path` open.
-bool written_by_this_process(const std::string& path);
-
 /// Sizes of this rank's tables, known before the run starts.
 struct RankLayout {
   std::int64_t epochs = 0;
@@ -113,7 +110,7 @@ class ResultsWriter {
   /// Removes path_ when this job created it (never a file with earlier runs). Any thread.
   void remove_created_file() noexcept;
   /// Lets the watchdog record an expiry in this run (mark_failed), from its own thread, and lists
-  /// the file as written by this process (written_by_this_process) until finish() or destruction.
+  /// the file as written by this process (write_lock.h) until finish() or destruction.
   void arm_abort_recorder();
   void unregister() noexcept;
   void write_status(std::string_view status, const std::string& message);
@@ -128,7 +125,7 @@ class ResultsWriter {
   RankLayout layout_;
   bool finished_ = false;
   std::atomic<bool> created_{false};        // this job created path_ (read by the watchdog's thread)
-  bool registered_ = false;                 // in written_by_this_process's list
+  bool registered_ = false;                 // register_writer'd
   std::atomic<bool> in_collective_{false};  // in finish(): a watchdog expiry must not write (its thread)
   /// Rank 0's open "<file>.lock", holding the write lock until closed. Declared before the HDF5
   /// handles, so that it is released after them, also when a constructor throws.
