@@ -171,7 +171,8 @@ def test_sigkill_leaves_earlier_runs_readable(tmp_path, mnist):
         assert first["rank_0/epochs"][0]["test_samples"] == 32
         assert killed["status"][0] == b"running"
     report = mgbench("report", results, check=True).stdout
-    assert "completed" in report and "running" in report
+    # Stored "running", shown "aborted": no job holds the file any more.
+    assert "completed" in report and " aborted " in report and "running" not in report
     # The file still takes new runs.
     mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
             "--results", results, check=True)
@@ -220,10 +221,13 @@ def test_malloc_reuse_stops_the_steps_faulting_in_memory(tmp_path, mnist):
             args = ["image", "--data", mnist, *small_64px, "--batch-size", "16",
                     "--limit-train", str(16 * steps), "--limit-test", "16", "--malloc-reuse", reuse,
                     "--results", tmp_path / f"{reuse}.h5"]
-            returncode, stderr, usage = run_with_rusage(args)
-            assert returncode == 0, stderr
-            assert ("freed memory kept for reuse" in stderr) == (reuse == "true"), stderr
-            faults[reuse, steps] = usage["minflt"]
+            # The fewer of two runs' faults: another job's memory pressure (CI runs two tests at once)
+            # makes a run fault its shared libraries' pages in again, once in a while.
+            for _ in range(2):
+                returncode, stderr, usage = run_with_rusage(args)
+                assert returncode == 0, stderr
+                assert ("freed memory kept for reuse" in stderr) == (reuse == "true"), stderr
+                faults[reuse, steps] = min(faults.get((reuse, steps), usage["minflt"]), usage["minflt"])
         with h5py.File(tmp_path / f"{reuse}.h5", "r") as f:
             run = f["runs"][sorted(f["runs"])[-1]]
             losses[reuse] = run["summary"][0]["final_loss"]
