@@ -70,6 +70,16 @@ Backend resolve_backend(Backend requested, const DevicePlacement& device, bool n
   return requested;
 }
 
+std::string single_device_warning(const std::vector<int>& visible, const std::string& hostname) {
+  if (visible.size() < 2 || std::any_of(visible.begin(), visible.end(), [](int n) { return n != 1; })) return {};
+  return fmt::format(
+      "each of the {} ranks on {} sees a single GPU (per-task device confinement: SLURM --gpus-per-task with "
+      "cgroup ConstrainDevices, or CUDA_VISIBLE_DEVICES per rank): NCCL cannot detect NVLink or peer-to-peer "
+      "between them (NVIDIA/nccl#1066) and may take slower paths; allocate the node's GPUs to all its tasks "
+      "(--gpus-per-node) and let each rank pick its GPU by local rank",
+      visible.size(), hostname);
+}
+
 int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, Backend backend,
                       const std::string& hostname) {
   std::map<std::string, std::vector<int>> ranks_of;

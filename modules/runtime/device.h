@@ -51,6 +51,14 @@ Backend resolve_backend(Backend requested, const DevicePlacement& device, bool n
 int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, Backend backend,
                       const std::string& hostname);
 
+/// visible: the CUDA devices each local rank of a node sees, in local-rank order (gathered over the
+/// node). Where two or more ranks each see one device -- a site confining each task's devices
+/// (SLURM --gpus-per-task with cgroup ConstrainDevices), or CUDA_VISIBLE_DEVICES set per rank --
+/// NCCL cannot detect NVLink or peer-to-peer between them (NVIDIA/nccl#1066: it must see all the
+/// node's GPUs) and falls back to slower paths: the warning saying so and what to ask instead; ""
+/// otherwise (one rank on the node, or ranks that see several devices).
+std::string single_device_warning(const std::vector<int>& visible, const std::string& hostname);
+
 /// CUDA devices visible to this process (0 without a CUDA build, driver or device).
 int visible_cuda_devices();
 /// Makes placement's GPU this thread's device and creates its CUDA context (cudaSetDevice, then

@@ -51,7 +51,8 @@ void declare_results(options::OptionTable& t, std::string& results, std::string&
 h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement) {
   if (!placement.is_cuda()) return {};
   return {{"gpu", runtime::cuda_device_description(placement.index)},
-          {"gpu_pci_bus_id", runtime::cuda_pci_bus_id(placement.index)}};
+          {"gpu_pci_bus_id", runtime::cuda_pci_bus_id(placement.index)},
+          {"visible_gpus", static_cast<std::int64_t>(runtime::visible_cuda_devices())}};
 }
 
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend requested,
@@ -70,6 +71,14 @@ Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, 
   }
   const std::vector<std::string> node_gpus =
       env.node_allgather(c.placement.is_cuda() ? runtime::cuda_pci_bus_id(c.placement.index) : "cpu");
+  if (c.placement.is_cuda()) {
+    std::vector<int> visible;
+    for (const std::string& n : env.node_allgather(std::to_string(runtime::visible_cuda_devices()))) {
+      visible.push_back(std::stoi(n));
+    }
+    const std::string warning = runtime::single_device_warning(visible, env.hostname());
+    if (!warning.empty() && env.local_rank() == 0) log::warn("{}", warning);
+  }
   if (!runtime::all_succeed(env, "device placement", [&] {
         if (!c.placement.is_cuda()) return;
         const int sharing = runtime::check_gpu_sharing(node_gpus, env.local_rank(), backend, env.hostname());

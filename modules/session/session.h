@@ -29,7 +29,8 @@ struct Connection {
   std::unique_ptr<runtime::Communicator> comm;        // nullptr: a stage failed (logged)
 };
 
-/// The rank attributes of the rank's GPU: gpu (model, memory, SMs) and gpu_pci_bus_id; none on the CPU.
+/// The rank attributes of the rank's GPU: gpu (model, memory, SMs), gpu_pci_bus_id and visible_gpus (the CUDA
+/// devices the rank saw: 1 where the site confines each task to its own); none on the CPU.
 h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement);
 
 /// Places this rank (--device: its GPU by local rank), checks that no two ranks of a node share a

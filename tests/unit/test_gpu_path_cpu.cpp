@@ -69,6 +69,17 @@ TEST(Placement, NcclRefusesTwoRanksOnOneGpu) {
   EXPECT_EQ(runtime::check_gpu_sharing(shared, 2, Backend::kMpi, "node7"), 1);
 }
 
+// NVIDIA/nccl#1066: ranks confined to one GPU each cannot see NVLink between them.
+TEST(Placement, RanksThatEachSeeOneGpuAreWarnedOf) {
+  const std::string warning = runtime::single_device_warning({1, 1, 1, 1}, "gpu07");
+  for (const char* part : {"each of the 4 ranks on gpu07 sees a single GPU", "NVIDIA/nccl#1066", "--gpus-per-node"}) {
+    EXPECT_NE(warning.find(part), std::string::npos) << part << " in: " << warning;
+  }
+  EXPECT_EQ(runtime::single_device_warning({4, 4, 4, 4}, "gpu07"), "");  // each sees the node's GPUs
+  EXPECT_EQ(runtime::single_device_warning({1}, "gpu07"), "");           // one rank on the node
+  EXPECT_EQ(runtime::single_device_warning({1, 2}, "gpu07"), "");
+}
+
 TEST(ProfileWindow, ParsesSecondsStepsAndAll) {
   const auto paper = profile::parse_profile_window("0:720");
   EXPECT_FALSE(paper.by_steps);
