@@ -162,6 +162,16 @@ def end_job(proc, cluster):
             pass
 
 
+def network_ready(cluster, tries=5):
+    """The nodes' daemons can start and reach mpirun (after a fault test, the network may need a moment)."""
+    for _ in range(tries):
+        cmd = [str(cluster / "mpirun"), "-np", "2", "--hostfile", str(cluster / "hostfile"), "hostname"]
+        if subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=60).returncode == 0:
+            return
+        time.sleep(2)
+    raise AssertionError("the simulated nodes do not reach each other")
+
+
 def wait_for_training(results, ranks=2, timeout=120):
     """Waits until `ranks` ranks write `results`, then 3 s more (training under way); their pids."""
     deadline = time.time() + timeout
@@ -206,6 +216,10 @@ def test_a_link_cut_ends_every_rank_and_the_run_reads_failed_with_the_census(clu
     finally:
         end_job(proc, cluster)
         subprocess.run(["ip", "-n", switch, "link", "set", veth, "up"])
+        # The nodes' neighbour entries of each other failed while the link was down: forget them, so
+        # that the next job's daemons connect at once.
+        for node in (l.split("=", 1)[1] for l in (cluster / "state").read_text().splitlines() if l.startswith("node=")):
+            subprocess.run(["ip", "-n", node, "neigh", "flush", "all"])
     rows, out = report_rows(results)
     assert [r[1] for r in rows] == ["completed", "failed"], out
     assert "did not complete in 5 s" in out and "the ranks: rank " in out and "aborting the job (--comm-timeout)" in out
@@ -219,6 +233,7 @@ def test_a_killed_rank_ends_the_job_and_a_run_nobody_closed_reads_aborted(cluste
            "image", "--data", str(MNIST), "--image-size", "64", "--width-mult", "0.25", "--threads", "1", "--device",
            "cpu", "--epochs", "3", "--batch-size", "32", "--limit-train", "8192", "--limit-test", "64",
            "--progress-interval", "1", "--results", str(results)]
+    network_ready(cluster)
     log = open(tmp_path / "mpirun.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV)
     try:
