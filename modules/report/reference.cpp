@@ -201,7 +201,6 @@ ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& refer
 void print_reference(std::ostream& out, const ReferenceCheck& check, const std::string& reference_path,
                      double tolerance, bool csv) {
   using R = ReferenceRow;
-  auto digits = [](double v) { return std::abs(v) >= 100 ? 1 : std::abs(v) >= 1 ? 3 : 5; };
   const std::vector<Column<R>> columns = {
       {"run", "", -28, "run_id", [](const R& r) { return r.run; }},
       {"workload", "", -18, "workload", [](const R& r) { return r.workload; }},
@@ -209,9 +208,9 @@ void print_reference(std::ostream& out, const ReferenceCheck& check, const std::
       {"device", "", -14, "device", [](const R& r) { return r.hardware; }},
       {"metric", "", -36, "metric", [](const R& r) { return r.metric; }},
       {"better", "", -6, "better", [](const R& r) { return std::string(r.higher_is_better ? "higher" : "lower"); }},
-      {"reference", "", 12, "reference", [&](const R& r) { return number(r.reference, digits(r.reference)); },
+      {"reference", "", 12, "reference", [](const R& r) { return scaled_number(r.reference); },
        [](const R& r) { return number(r.reference, 6); }},
-      {"measured", "", 12, "measured", [&](const R& r) { return number(r.measured, digits(r.measured)); },
+      {"measured", "", 12, "measured", [](const R& r) { return scaled_number(r.measured); },
        [](const R& r) { return number(r.measured, 6); }},
       {"ratio", "", 7, "ratio", [](const R& r) { return number(r.ratio, 3); },
        [](const R& r) { return number(r.ratio, 5); }},

@@ -59,7 +59,6 @@ std::vector<RepeatRow> repeat_rows(const std::vector<results::RunRecord>& runs) 
 
 void print_repeats(std::ostream& out, const std::vector<RepeatRow>& rows, bool csv) {
   using R = RepeatRow;
-  auto digits = [](double v) { return std::abs(v) >= 100 ? 1 : std::abs(v) >= 1 ? 3 : 5; };
   const std::vector<Column<R>> columns = {
       {"run", "(latest)", -28, "run_id", [](const R& r) { return r.run; }},
       {"workload", "", -18, "workload", [](const R& r) { return r.workload; }},
@@ -67,11 +66,11 @@ void print_repeats(std::ostream& out, const std::vector<RepeatRow>& rows, bool c
       {"device", "", -14, "device", [](const R& r) { return r.hardware; }},
       {"metric", "", -36, "metric", [](const R& r) { return r.metric; }},
       {"runs", "", 4, "runs", [](const R& r) { return std::to_string(r.runs); }},
-      {"median", "", 12, "median", [&](const R& r) { return number(r.median, digits(r.median)); },
+      {"median", "", 12, "median", [](const R& r) { return scaled_number(r.median); },
        [](const R& r) { return number(r.median, 6); }},
-      {"min", "", 12, "min", [&](const R& r) { return number(r.min, digits(r.min)); },
+      {"min", "", 12, "min", [](const R& r) { return scaled_number(r.min); },
        [](const R& r) { return number(r.min, 6); }},
-      {"max", "", 12, "max", [&](const R& r) { return number(r.max, digits(r.max)); },
+      {"max", "", 12, "max", [](const R& r) { return scaled_number(r.max); },
        [](const R& r) { return number(r.max, 6); }},
       {"cv", "(%)", 7, "cv_pct", [](const R& r) { return number(r.cv * 100.0, 2); },
        [](const R& r) { return number(r.cv * 100.0, 4); }},

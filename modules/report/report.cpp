@@ -56,17 +56,19 @@ void print_notes(std::ostream& out, const results::RunRecord& r) {
 }  // namespace
 
 std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
+  std::vector<std::string> identities;  // each run's, once
+  for (const auto& run : runs) identities.push_back(workload_identity(run));
   std::vector<Row> rows;
   for (const auto& run : runs) {
     Row row{&run, std::nullopt, std::nullopt, {}};
     if (is_completed(run)) {
-      const std::string identity = workload_identity(run);
+      const std::string& identity = identities[static_cast<std::size_t>(&run - runs.data())];
       const std::string fp64_identity = workload_identity(run, {{"precision", "fp64"}});
       const results::RunRecord* one_rank = nullptr;
       const results::RunRecord* fp64 = nullptr;
       for (const auto& other : runs) {
         if (!is_completed(other)) continue;
-        const std::string other_identity = workload_identity(other);
+        const std::string& other_identity = identities[static_cast<std::size_t>(&other - runs.data())];
         // Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
         if (other.integer("world_size") == 1 && other_identity == identity) {
           const bool same_strategy = other.display("strategy") == run.display("strategy");
@@ -123,15 +125,19 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
     std::optional<double> efficiency;
     std::string baseline_note;
   };
+  std::vector<std::string> identities;  // each run's, once
+  for (const auto& r : runs) identities.push_back(workload_identity(r));
+  auto identity_of = [&](const results::RunRecord& r) -> const std::string& {
+    return identities[static_cast<std::size_t>(&r - runs.data())];
+  };
   std::vector<LlmRow> rows;
   for (const auto& r : runs) {
     if (!is_llm_run(r)) continue;
     LlmRow row{&r, std::nullopt, baseline_note(r, runs)};
     if (is_completed(r) && std::isfinite(r.summary.tokens_per_s)) {
-      const std::string identity = workload_identity(r);
       const results::RunRecord* one = nullptr;
       for (const auto& o : runs) {
-        if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && workload_identity(o) == identity &&
+        if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && identity_of(o) == identity_of(r) &&
             std::isfinite(o.summary.tokens_per_s)) {
           one = &o;
         }

@@ -19,6 +19,9 @@ namespace mgbench::report {
 /// v with `digits` decimals; "-" for NaN or infinity (not measured).
 inline std::string number(double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; }
 
+/// v with the decimals its size needs in a 12-wide cell: 1 from 100 on, 3 from 1 on, else 5.
+inline std::string scaled_number(double v) { return number(v, std::abs(v) >= 100 ? 1 : std::abs(v) >= 1 ? 3 : 5); }
+
 template <typename Row>
 struct Column {
   std::string_view header;                      // in the table's header row

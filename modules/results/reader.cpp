@@ -120,6 +120,7 @@ std::vector<RunRecord> read_runs(const std::string& path) {
   const h5::Handle epoch_type = epoch_record_type();
   const h5::Handle summary_type = run_summary_type();
   std::vector<RunRecord> out;
+  const bool written = being_written(path);  // a job holds the file: its "running" run is running
   for (const std::string& id : child_names(runs, "/runs")) {
     const std::string where = fmt::format("'{}' /runs/{}", path, id);
     h5::Handle group = h5::wrap_group(H5Gopen2(runs, id.c_str(), H5P_DEFAULT), "open " + where);
@@ -136,7 +137,7 @@ std::vector<RunRecord> read_runs(const std::string& path) {
     }
     run.status = read_fixed_string(group, "status", kStatusBytes, where);
     run.error = read_fixed_string(group, "error", kErrorBytes, where);
-    if (run.status == kStatusRunning && !being_written(path)) {
+    if (run.status == kStatusRunning && !written) {
       run.status = kStatusAborted;
       if (run.error.empty()) {
         run.error =

@@ -78,11 +78,6 @@ def _short(run: Run) -> str:
     return f"{_a(run, 'precision')}/{_a(run, 'image_size')}px/{_a(run, 'strategy')}"
 
 
-def _cell(run: Run) -> str:
-    text = workload.hardware(run)
-    return (text[len("NVIDIA "):] if text.startswith("NVIDIA ") else text).replace(" ", "-").replace("\t", "-")
-
-
 def _verdict(ratio: float, higher: bool, tolerance: float) -> str:
     if (ratio < 1.0 - tolerance) if higher else (ratio > 1.0 + tolerance):
         return "REGRESSED"
@@ -105,7 +100,7 @@ def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
         group = _group(run)
         if run.status == "failed":
             ref = refs.get(group)
-            rows.append(dict(run_id=run.run_id, workload=_short(run), ranks=run.world_size, device=_cell(run),
+            rows.append(dict(run_id=run.run_id, workload=_short(run), ranks=run.world_size, device=workload.hardware_cell(run),
                              metric="status", better="higher", reference=math.nan, measured=math.nan, ratio=math.nan,
                              reference_runs=0, measured_runs=0, verdict="FAILED",
                              reference_run_id=ref[-1].run_id if ref else "-"))
@@ -120,7 +115,7 @@ def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
                 continue
             value, ref = float(np.median(a)), float(np.median(b))
             rows.append(dict(run_id=mine[-1].run_id, workload=_short(mine[-1]), ranks=mine[-1].world_size,
-                             device=_cell(mine[-1]), metric=metric, better="higher" if higher else "lower",
+                             device=workload.hardware_cell(mine[-1]), metric=metric, better="higher" if higher else "lower",
                              reference=ref, measured=value, ratio=value / ref, reference_runs=len(b),
                              measured_runs=len(a), verdict=_verdict(value / ref, higher, tolerance),
                              reference_run_id=theirs[-1].run_id))
@@ -149,7 +144,7 @@ def repeats(source) -> pd.DataFrame:
             if len(values) < 2:
                 continue
             rows.append(dict(run_id=latest.run_id, workload=_short(latest), ranks=latest.world_size,
-                             device=_cell(latest), metric=metric, runs=len(values), median=float(np.median(values)),
+                             device=workload.hardware_cell(latest), metric=metric, runs=len(values), median=float(np.median(values)),
                              min=float(values.min()), max=float(values.max()),
                              cv_pct=float(values.std(ddof=1) / values.mean() * 100.0)))
     return pd.DataFrame(rows, columns=REPEAT_COLUMNS)

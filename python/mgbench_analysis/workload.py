@@ -58,3 +58,9 @@ def hardware(run: Run) -> str:
     gpu = display(run.attributes.get("gpu_model"))
     device = display(run.attributes.get("device"))
     return gpu or device or "-"
+
+
+def hardware_cell(run: Run) -> str:
+    """hardware() as one whitespace-free table cell, as the report's: "NVIDIA " dropped, spaces as '-'."""
+    text = hardware(run)
+    return (text[len("NVIDIA "):] if text.startswith("NVIDIA ") else text).replace(" ", "-").replace("\t", "-")
