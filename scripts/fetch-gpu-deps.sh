@@ -23,9 +23,14 @@ PACKAGES=(
 # HDF5's libcurl and what it needs that a CUDA image may lack (seen on an H200 machine: libssh2,
 # OpenLDAP 2.5): gpu-check.sh takes from these only the libraries whose soname the machine lacks.
 SYSTEM_FIRST=(libcurl4 libssh2-1 libldap-2.5-0 libsasl2-2 libsasl2-modules-db)
+# eu-stack (elfutils): gpu-check.sh prints the threads of a GPU test that outlives its time (a hang
+# is seen, not guessed at); unpacked apart, used by nothing else.
+TOOLS=(elfutils libdw1 libelf1 libasm1)
 command -v apt-get >/dev/null || { echo "fetch-gpu-deps.sh: needs apt-get (Debian 12)" >&2; exit 1; }
 mkdir -p "$DIR"
 (cd "$DIR" && apt-get download "${PACKAGES[@]}")
 mkdir -p "$DIR/system-first"
 (cd "$DIR/system-first" && apt-get download "${SYSTEM_FIRST[@]}")
+mkdir -p "$DIR/tools"
+(cd "$DIR/tools" && apt-get download "${TOOLS[@]}")
 echo "fetch-gpu-deps.sh: $(ls "$DIR"/*.deb | wc -l) packages, $(du -sh "$DIR" | cut -f1) in $DIR"

@@ -25,6 +25,7 @@
 # and results files beside it.
 # Environment: DEPS (.gpu-deps), PREFIX (/tmp/mgbench-deps), BUILD (build-gpu), OUT (logs and
 # tables; default $BUILD/out), DATA (MNIST dir; default shared/data/mnist or ../shared/data/mnist),
+# GPU_TEST_TIMEOUT (600 s per GPU test; a test alive at 2/3 of it has its threads printed by eu-stack),
 # BENCH_SIZES ("224 500"), BENCH_PRECISIONS ("fp32 fp16 amp-bf16"), BENCH_TRAIN (4096 images),
 # SKIP_TESTS / SKIP_BENCH (1 to skip), CPU_TESTS (0: the gpu tests and the preemption only), BUILD_TARGETS
 # (e.g. "mgbench mgbench-report mgbench_gpu_tests" for a short lease; default all), BENCH_SETS ("image comm llm": which benchmark tables; one set a
@@ -79,7 +80,8 @@ echo "CUDA runtime: $(visible_gpus) visible device(s) (CUDA_VISIBLE_DEVICES=${CU
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
 
 # The tests' data: ctest sets MGBENCH_SHARED_DATA from the configure-time value, over the environment.
-CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DMGBENCH_PYTHON=$PYTHON" "-DMGBENCH_SHARED_DATA=$(dirname "$DATA")")
+CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DMGBENCH_PYTHON=$PYTHON" "-DMGBENCH_SHARED_DATA=$(dirname "$DATA")"
+  "-DMGBENCH_GPU_TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-600}")
 if [[ ${FORCE_DEPS:-0} == 1 ]] || ! command -v mpirun >/dev/null || ! ls /usr/include/hdf5/openmpi/hdf5.h >/dev/null 2>&1; then
   stage "unpack $DEPS into $PREFIX"
   [[ -d $DEPS ]] || fail "$DEPS/ not found: run scripts/fetch-gpu-deps.sh on a Debian 12 machine and carry it here"
@@ -111,6 +113,30 @@ if [[ ${FORCE_DEPS:-0} == 1 ]] || ! command -v mpirun >/dev/null || ! ls /usr/in
   mpirun -np 2 true || fail "the unpacked Open MPI does not start (see above)"
 fi
 
+# eu-stack for the hang detector below, where .gpu-deps/tools has it and the machine lacks one.
+EU_STACK=$(command -v eu-stack || true)
+if [[ -z $EU_STACK ]] && compgen -G "$DEPS/tools/*.deb" >/dev/null; then
+  mkdir -p "$PREFIX/tools"
+  for f in "$DEPS"/tools/*.deb; do dpkg-deb -x "$f" "$PREFIX/tools"; done
+  EU_STACK="env LD_LIBRARY_PATH=$PREFIX/tools/usr/lib/x86_64-linux-gnu $PREFIX/tools/usr/bin/eu-stack"
+fi
+# Writes the threads of every process named $1 alive longer than $2 s to $OUT/stack-PID.txt, then
+# kills it (its mpirun then ends the job: no orphan rank holds the GPU for the tests after it). A
+# test that hangs is read, not guessed at. Runs until killed.
+watch_for_hangs() {
+  [[ -n $EU_STACK ]] || return 0
+  while sleep 5; do
+    for pid in $(pgrep -x "${1:0:15}"); do
+      age=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ') || continue
+      if [[ -n $age ]] && ((age > $2)) && [[ ! -e $OUT/stack-$pid.txt ]]; then
+        $EU_STACK -i -p "$pid" >"$OUT/stack-$pid.txt" 2>&1 || true
+        kill -9 "$pid" 2>/dev/null || true
+        echo "gpu-check.sh: $1 (pid $pid) still running after ${age} s: killed, threads in $OUT/stack-$pid.txt"
+      fi
+    done
+  done
+}
+
 stage "configure ($BUILD)"
 cmake -S . -B "$BUILD" "${CMAKE_ARGS[@]}" >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; fail "configure failed"; }
 grep -E "mgbench: (CUDA|NCCL|CUPTI)" "$OUT/configure.log" || true
@@ -127,7 +153,11 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   export MGBENCH_SHARED_DATA=$(dirname "$DATA")
   # The GPU tests first: they are what only this machine can run (the rest also runs on CPUs, in CI).
   stage "tests: gpu"
-  (cd "$BUILD" && ctest -L gpu --timeout 600 -V >"$OUT/ctest-gpu.log" 2>&1) || true
+  watch_for_hangs mgbench_gpu_tests "$(((${GPU_TEST_TIMEOUT:-600} * 2) / 3))" &
+  watcher=$!
+  (cd "$BUILD" && ctest -L gpu -V >"$OUT/ctest-gpu.log" 2>&1) || true
+  kill "$watcher" 2>/dev/null || true
+  for f in "$OUT"/stack-*.txt; do [[ -f $f ]] && { echo "== $f"; grep -E "^TID|^#[0-9]+ " "$f" | head -150; }; done
   grep -E "tests passed|FAILED|\(Failed\)|\(Skipped\)|Not Run" "$OUT/ctest-gpu.log" || true
   grep -E "^\S+: \[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|Skipped|make_oracles" "$OUT/ctest-gpu.log" | head -60 || true
 
