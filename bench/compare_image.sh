@@ -55,16 +55,21 @@ PY
   ours=$(mgbench_img_per_s false)
   traced=-
   [[ $DEVICE == cuda ]] && traced=$(mgbench_img_per_s true)
+  peer_failed() {  # the rank's own traceback, not only torchrun's summary of it
+    echo "peer failed:" >&2
+    grep -m1 -A25 "^Traceback\|Error" "$OUT/peer.err" >&2 || tail -20 "$OUT/peer.err" >&2
+    exit 1
+  }
   peer() {
     timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NP" bench/peer_image.py --data "$DATA" \
       --image-size "$size" --batch-size "$BATCH" --limit-train "$TRAIN" --epochs "$EPOCHS" --precision "$PRECISION" \
       --threads "$THREADS" "${PEER_ARGS[@]}" "$@" 2>"$OUT/peer.err" | "$PY" -c 'import json, sys; print("%.2f" % json.loads(sys.stdin.readlines()[-1])["img_per_s"])'
   }
-  if ! plain=$(peer); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
-  if ! nhwc=$(peer --channels-last); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
+  if ! plain=$(peer); then peer_failed; fi
+  if ! nhwc=$(peer --channels-last); then peer_failed; fi
   # core/host_memory.h's settings: mmap threshold 32 MiB, trim threshold 2^31 - 1.
   if ! reuse=$(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647 \
-      peer --channels-last); then echo "peer failed:" >&2; tail -20 "$OUT/peer.err" >&2; exit 1; fi
+      peer --channels-last); then peer_failed; fi
   ratio() { "$PY" -c "print(f'{$1 / $2:.2f}')"; }
   printf "%-6s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "$size" "$ours" "$plain" "$nhwc" "$reuse" \
     "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$(ratio "$ours" "$reuse")" "$traced" \

@@ -33,4 +33,11 @@ mkdir -p "$DIR/system-first"
 (cd "$DIR/system-first" && apt-get download "${SYSTEM_FIRST[@]}")
 mkdir -p "$DIR/tools"
 (cd "$DIR/tools" && apt-get download "${TOOLS[@]}")
+# The Python peers' torchvision (matching the GPU machine's torch 2.11) and Pillow, for a GPU
+# machine whose Python lacks them: gpu-check.sh installs into $PREFIX only what fails to import.
+# GPU_PYTHON_VERSION: that machine's python3 (3.12 on this workplace's H100/H200 machines).
+PIP=${PIP:-$(command -v pip3 || echo "${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/pip")}
+mkdir -p "$DIR/wheels"
+"$PIP" download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON_VERSION:-3.12}" \
+  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$DIR/wheels" torchvision==0.26.0 pillow
 echo "fetch-gpu-deps.sh: $(ls "$DIR"/*.deb | wc -l) packages, $(du -sh "$DIR" | cut -f1) in $DIR"

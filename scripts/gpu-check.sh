@@ -78,6 +78,26 @@ PY
 }
 echo "CUDA runtime: $(visible_gpus) visible device(s) (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset})"
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+# The Python peers need torchvision (and Pillow): from .gpu-deps/wheels where the machine lacks them.
+for module in torchvision PIL; do
+  "$PYTHON" -c "import $module" 2>/dev/null && continue
+  wheel=$(compgen -G "$DEPS/wheels/$([[ $module == PIL ]] && echo pillow || echo "$module")-*.whl" | head -1 || true)
+  [[ -n $wheel ]] || { echo "python: no $module and no wheel for it in $DEPS/wheels (the peers will fail)"; continue; }
+  # A wheel is a zip: unpacked onto PYTHONPATH it imports (the machine's venv may have no pip).
+  "$PYTHON" -m zipfile -e "$wheel" "$PREFIX/python" && echo "python: $module from $wheel"
+  export PYTHONPATH=$PREFIX/python${PYTHONPATH:+:$PYTHONPATH}
+done
+"$PYTHON" - <<'PY'
+import importlib
+found = []
+for name in ("torchvision", "PIL", "numpy", "h5py", "pandas", "matplotlib", "pytest", "transformers"):
+    try:
+        found.append(f"{name} {getattr(importlib.import_module(name), '__version__', '?')}")
+    except Exception as e:  # noqa: BLE001 -- any failure to import is what this line reports
+        found.append(f"{name} missing ({type(e).__name__})")
+print("python:", ", ".join(found))
+PY
+env | grep -E "^(OMPI|PMIX|OPAL|UCX|NCCL)_" | sort | sed 's/^/machine env: /' || true
 
 # The tests' data: ctest sets MGBENCH_SHARED_DATA from the configure-time value, over the environment.
 CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DMGBENCH_PYTHON=$PYTHON" "-DMGBENCH_SHARED_DATA=$(dirname "$DATA")"
@@ -172,6 +192,11 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     compgen -G "$OUT/preempt-ck/*/step-?????????" >/dev/null && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
+  done
+  # Whether each rank catches SIGUSR1 when it is sent (SigCgt bit 9, 0x200): a library that
+  # replaced mgbench's handler would show here (the first H200 reading ran on through the signal).
+  for rank_pid in $(pgrep -P "$pid"); do
+    echo "rank pid $rank_pid ($(cat /proc/"$rank_pid"/comm 2>/dev/null)): $(grep -E "^Sig(Cgt|Blk|Ign)" /proc/"$rank_pid"/status 2>/dev/null | tr '\n\t' '  ')"
   done
   kill -USR1 "$pid" 2>/dev/null || true
   rc=0

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -60,6 +61,9 @@ std::pair<int, int> node_position() {
   } else                                     \
     GTEST_SKIP() << "no CUDA device visible"
 
+/// This rank's GPU. Collective (MPI_Comm_split_type over MPI_COMM_WORLD): every rank calls it,
+/// before any rank-0-only block (called inside one, rank 0 waited for a split that rank 1, at the
+/// test's barrier, never joined -- the hang of the first H200 reading).
 runtime::DevicePlacement my_gpu() {
   return runtime::place_rank(runtime::DeviceRequest::kCuda, runtime::visible_cuda_devices(), node_position().first);
 }
@@ -211,10 +215,11 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
   SKIP_WITHOUT_GPU();
   if (!have_data()) GTEST_SKIP() << "no shared MNIST";
   SharedDir dir;
+  const auto gpu = my_gpu();
   if (world_rank() == 0) {
     auto config = small_config("ddp-ds", 16, {{"image-size", "64"}, {"pin-memory", "true"}, {"device", "cuda"}});
     runtime::MpiCommunicator self(MPI_COMM_SELF);
-    train_run(self, MPI_COMM_SELF, *config, dir.file("cupti.h5"), my_gpu());
+    train_run(self, MPI_COMM_SELF, *config, dir.file("cupti.h5"), gpu);
     const auto runs = results::read_runs(dir.file("cupti.h5"));
     ASSERT_EQ(runs.size(), 1u);
     ASSERT_EQ(runs[0].cuda.size(), 1u);
@@ -256,6 +261,7 @@ TEST(LlmOnGpu, EvalLossEqualsCpu) {
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
   SharedDir dir;
+  const auto placement = my_gpu();
   if (world_rank() == 0) {
     runtime::MpiCommunicator self(MPI_COMM_SELF);
     auto eval_on = [&](runtime::DevicePlacement p) {
@@ -265,7 +271,7 @@ TEST(LlmOnGpu, EvalLossEqualsCpu) {
       return loop.evaluate().loss;
     };
     const double cpu = eval_on({});
-    const double gpu = eval_on(my_gpu());
+    const double gpu = eval_on(placement);
     // fp32 on both; cuBLAS / SDPA kernels vs CPU kernels differ in summation order only (TF32 off).
     EXPECT_NEAR(gpu, cpu, 1e-4 * std::abs(cpu));
   }
@@ -277,12 +283,13 @@ TEST(LlmOnGpu, TrainingRecordsTheCopyToTheDevice) {
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
   SharedDir dir;
+  const auto gpu = my_gpu();
   if (world_rank() == 0) {
     runtime::MpiCommunicator self(MPI_COMM_SELF);
     for (const std::string pin : {"false", "true"}) {
       const std::string results = dir.file("llm-gpu-" + pin + ".h5");
       train_run(self, MPI_COMM_SELF, *lora_config(model, 2, results, {{"device", "cuda"}, {"pin-memory", pin}}),
-                results, my_gpu());
+                results, gpu);
       const auto runs = results::read_runs(results);
       ASSERT_EQ(runs.size(), 1u);
       ASSERT_EQ(runs[0].epochs.size(), 1u);
@@ -298,14 +305,42 @@ TEST(LlmOnGpu, TrainingRecordsTheCopyToTheDevice) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/// Whether `name` is one of the variables Open MPI's mpirun (4.x: ORTE; 5.x: PRRTE) sets for the
+/// ranks it starts, as opposed to one its caller set.
+bool is_launcher_variable(std::string_view name) {
+  constexpr std::string_view kPrefixes[] = {"PMIX_",
+                                            "PRTE_",
+                                            "OMPI_COMM_WORLD_",
+                                            "OMPI_APP_CTX_",
+                                            "OMPI_MCA_orte_",
+                                            "OMPI_MCA_ess",
+                                            "OMPI_MCA_pmix",
+                                            "OMPI_MCA_prte_",
+                                            "OMPI_MCA_initial_wdir",
+                                            "OMPI_MCA_shmem_RUNTIME_QUERY_hint",
+                                            "OMPI_MCA_mpi_oversubscribe",
+                                            "OMPI_ARGV",
+                                            "OMPI_COMMAND",
+                                            "OMPI_FILE_LOCATION",
+                                            "OMPI_FIRST_RANKS",
+                                            "OMPI_NUM_APP_CTX",
+                                            "OMPI_UNIVERSE_SIZE"};
+  for (const auto prefix : kPrefixes) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 struct Finished {
   int status = 0;      // as waitpid gives it
   double ended_s = 0;  // now_s() when it was seen to end (CLOCK_MONOTONIC: the same in every process of the node)
   std::string output;  // stdout and stderr
 };
 
-/// Runs `argv` as a job of its own: this job's launcher variables (OMPI_*, PMIX_*, PRTE_*; the
-/// run-as-root consents kept) removed so a nested mpiexec starts its own, `extra_env` added,
+/// Runs `argv` as a job of its own: the variables mpirun gives this job's ranks (their identity
+/// and the daemon's address: OMPI_COMM_WORLD_*, OMPI_MCA_orte_* / ess* / pmix*, PMIX_*, ...)
+/// removed so a nested mpiexec starts its own; the machine's own Open MPI settings (e.g.
+/// OMPI_MCA_plm, OMPI_MCA_btl: a container without ssh needs them) kept; `extra_env` added,
 /// stdout and stderr into one file. Killed (and the test failed) if still running after
 /// `deadline_s` seconds.
 Finished run_separate_job(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
@@ -313,8 +348,7 @@ Finished run_separate_job(const std::vector<std::string>& argv, const std::vecto
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string var(*e);
-    const bool launcher = var.rfind("OMPI_", 0) == 0 || var.rfind("PMIX_", 0) == 0 || var.rfind("PRTE_", 0) == 0;
-    if (!launcher || var.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) == 0) env.push_back(var);
+    if (!is_launcher_variable(var.substr(0, var.find('=')))) env.push_back(var);
   }
   env.insert(env.end(), extra_env.begin(), extra_env.end());
   std::vector<char*> argv_c, env_c;
