@@ -44,7 +44,8 @@ for size in $SIZES; do
     mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" \
       --batch-size "$BATCH" --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" \
       --threads "$THREADS" --device "$DEVICE" --pin-memory "$PIN" --cupti "$1" --results "$OUT/mgbench.h5" \
-      --run-name "s$size-cupti-$1" --progress-interval 1000 >/dev/null 2>&1
+      --run-name "s$size-cupti-$1" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 ||
+      { echo "mgbench failed (--cupti $1):" >&2; grep -v "^#" "$OUT/mgbench.log" | tail -15 >&2; exit 1; }
     "$PY" - "$OUT/mgbench.h5" "s$size-cupti-$1" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:

@@ -118,9 +118,10 @@ def main():
             loss.item()
             samples += images.shape[0]
         train_s += time.perf_counter() - start
-    totals = torch.tensor([float(samples), train_s], dtype=torch.float64)
+    # On the process group's device: NCCL has no CPU tensors (the first H200 reading failed here).
+    totals = torch.tensor([float(samples), train_s], dtype=torch.float64, device=device)
     dist.all_reduce(totals[:1], op=dist.ReduceOp.SUM)
-    slowest = torch.tensor([train_s], dtype=torch.float64)
+    slowest = torch.tensor([train_s], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     if rank == 0:
         print(json.dumps({"img_per_s": totals[0].item() / slowest.item(), "train_s": slowest.item(),

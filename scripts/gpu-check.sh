@@ -32,6 +32,17 @@
 # call where a call is limited to 10 minutes), CONFIGURE_ONLY (1: stop after cmake, for checking the script),
 # FORCE_DEPS (1: use .gpu-deps even where MPI and HDF5 are installed).
 set -euo pipefail
+# SIGUSR1 / SIGTERM blocked or ignored by whatever started this script stay so in mpirun (the mask
+# and ignored signals survive exec), which then never forwards the preemption notice (the second
+# H200 reading: mpirun printed no "Forwarding signal"). Start over with both at their defaults.
+if [[ -z ${MGBENCH_STOP_SIGNALS_RESET:-} ]] && command -v python3 >/dev/null; then
+  export MGBENCH_STOP_SIGNALS_RESET=1
+  exec python3 -c 'import os, signal, sys
+stops = {signal.SIGUSR1, signal.SIGTERM}
+signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+for s in stops: signal.signal(s, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "$0" "$@"
+fi
 cd "$(dirname "$0")/.."
 DEPS=${DEPS:-.gpu-deps}
 PREFIX=${PREFIX:-/tmp/mgbench-deps}
@@ -195,7 +206,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   done
   # Whether each rank catches SIGUSR1 when it is sent (SigCgt bit 9, 0x200): a library that
   # replaced mgbench's handler would show here (the first H200 reading ran on through the signal).
-  for rank_pid in $(pgrep -P "$pid"); do
+  for rank_pid in "$pid" $(pgrep -P "$pid"); do
     echo "rank pid $rank_pid ($(cat /proc/"$rank_pid"/comm 2>/dev/null)): $(grep -E "^Sig(Cgt|Blk|Ign)" /proc/"$rank_pid"/status 2>/dev/null | tr '\n\t' '  ')"
   done
   kill -USR1 "$pid" 2>/dev/null || true

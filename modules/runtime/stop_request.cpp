@@ -63,6 +63,13 @@ void install_stop_handlers() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // blocking reads and MPI progress calls carry on
   for (int s : {SIGTERM, SIGUSR1}) sigaction(s, &action, nullptr);
+  // A launcher may start us with them blocked (the mask is inherited across exec): a handler that
+  // never runs would turn a preemption notice into a kill at the time limit.
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
 }
 
 void name_process_for_stop_message(const std::string& who) {
