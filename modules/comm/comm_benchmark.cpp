@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "results/writer.h"
+#include "runtime/communicator.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/scalar_type.h"
 #include "session/session.h"
@@ -342,7 +343,8 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
   double busbw_sum = 0;
   std::int64_t busbw_n = 0;
   const double started = now_s();
-  std::string failure;  // wrong values: the run ends "failed" with this message
+  std::string failure;     // wrong values: the run ends "failed" with this message
+  std::string transports;  // NCCL's, of all ranks' connections (summary.nccl_transports)
   session::run_or_abort(
       env, *writer, "the collective benchmark",
       [&] {
@@ -363,11 +365,15 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
             if (root_prints) std::cout << r.line << "\n" << std::flush;
           }
         }
+        transports = runtime::gather_transports(
+            *connection.comm, connection.placement.is_cuda() ? torch::Device(torch::kCUDA, connection.placement.index)
+                                                             : torch::Device(torch::kCPU));
         if (root_prints) {
           results::RunSummary summary;
           summary.total_s = now_s() - started;
           summary.train_s = summary.total_s;
           summary.finished_unix_s = static_cast<double>(std::time(nullptr));
+          summary.set_transports(transports);
           writer->write_summary(summary);
         }
         if (total_wrong > 0) {
@@ -377,7 +383,9 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
       nullptr, &failure);
   if (root_prints) {
     std::cout << fmt::format("# Out of bounds values : {} {}\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
-    std::cout << fmt::format("# Avg bus bandwidth    : {:.4g} GB/s\n#\n", busbw_n ? busbw_sum / busbw_n : 0.0);
+    std::cout << fmt::format("# Avg bus bandwidth    : {:.4g} GB/s\n", busbw_n ? busbw_sum / busbw_n : 0.0);
+    if (!transports.empty()) std::cout << fmt::format("# NCCL transports      : {}\n", transports);
+    std::cout << "#\n";
   }
   return total_wrong == 0 ? 0 : 1;
 }

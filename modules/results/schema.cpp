@@ -1,5 +1,8 @@
 #include "results/schema.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include <cstddef>
 
 namespace mgbench::results {
@@ -82,6 +85,8 @@ h5::Handle run_summary_type() {
   insert(t, "eval_loss", offsetof(RunSummary, eval_loss), H5T_NATIVE_DOUBLE);
   insert(t, "peak_memory_bytes", offsetof(RunSummary, peak_memory_bytes), H5T_NATIVE_INT64);
   insert(t, "padded_tokens_per_s", offsetof(RunSummary, padded_tokens_per_s), H5T_NATIVE_DOUBLE);
+  const h5::Handle transports = h5::fixed_string_type(kTransportsBytes);
+  insert(t, "nccl_transports", offsetof(RunSummary, nccl_transports), transports);
   return t;
 }
 
@@ -150,6 +155,11 @@ h5::Handle comm_record_type() {
   insert(t, "busbw_gbs", offsetof(CommRecord, busbw_gbs), H5T_NATIVE_DOUBLE);
   insert(t, "wrong", offsetof(CommRecord, wrong), H5T_NATIVE_INT64);
   return t;
+}
+
+void RunSummary::set_transports(std::string_view text) {
+  nccl_transports.fill('\0');
+  std::memcpy(nccl_transports.data(), text.data(), std::min(text.size(), kTransportsBytes - 1));
 }
 
 }  // namespace mgbench::results

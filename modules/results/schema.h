@@ -2,9 +2,12 @@
 // The mgbench results schema: record types of the tables in a results file and their HDF5
 // compound types. docs/results-schema.md is the reader's documentation of the same layout;
 // change both together and bump kSchemaVersion.
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <limits>
+#include <string>
 #include <string_view>
 
 #include "results/hdf5.h"
@@ -12,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 6;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 7;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -24,6 +27,8 @@ inline constexpr std::string_view kStatusPreempted = "preempted";
 inline constexpr std::string_view kStatusAborted = "aborted";
 inline constexpr std::size_t kStatusBytes = 16;
 inline constexpr std::size_t kErrorBytes = 1024;
+/// The summary's nccl_transports text (fixed-length, NUL-padded).
+inline constexpr std::size_t kTransportsBytes = 256;
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -212,6 +217,16 @@ struct RunSummary {
   std::int64_t peak_memory_bytes = -1;  // rank 0: CUDA allocator peak (GPU) or peak resident set size (CPU)
   double padded_tokens_per_s =
       kNaN;  // text: padded tokens (batch x length) of all ranks / train_s, as TorchTune counts
+  // NCCL runs: the transports of all ranks' connections (runtime::gather_transports), e.g.
+  // "P2P/CUMEM/read x24, NET/IB/GDRDMA x8"; "" for other backends and files before schema 7.
+  std::array<char, kTransportsBytes> nccl_transports{};
+
+  /// nccl_transports as a string (up to its first NUL).
+  std::string transports() const {
+    return {nccl_transports.data(), ::strnlen(nccl_transports.data(), kTransportsBytes)};
+  }
+  /// Sets nccl_transports, cut to kTransportsBytes - 1 bytes.
+  void set_transports(std::string_view text);
 };
 
 /// HDF5 compound types for the records (native layout in memory, same field names on disk).

@@ -1,4 +1,7 @@
+#include <algorithm>
+#include <cstring>
 #include <map>
+#include <string_view>
 
 #include <torch/torch.h>
 
@@ -7,6 +10,8 @@
 #include "runtime/communicator.h"
 
 #include "core/error.h"
+#include "results/schema.h"
+#include "runtime/nccl_transports.h"
 
 namespace mgbench::runtime {
 
@@ -55,6 +60,44 @@ void broadcast_coalesced(Communicator& comm, const std::vector<torch::Tensor>& t
       offset += t.numel();
     }
   }
+}
+
+std::string gather_transports(Communicator& comm, const torch::Device& device) {
+  constexpr std::int64_t kBytes = static_cast<std::int64_t>(results::kTransportsBytes);
+  std::string mine = comm.transports();
+  if (comm.world_size() == 1) return mine;
+  constexpr std::string_view kMore = ", ...";  // a list cut at a whole entry
+  if (mine.size() > static_cast<std::size_t>(kBytes - 1)) {
+    mine.resize(mine.rfind(", ", kBytes - 1 - kMore.size()));
+    mine += kMore;
+  }
+  torch::Tensor local = torch::zeros({kBytes}, torch::kUInt8);
+  std::copy(mine.begin(), mine.end(), local.data_ptr<std::uint8_t>());
+  torch::Tensor all = torch::empty({comm.world_size() * kBytes}, torch::TensorOptions(torch::kUInt8).device(device));
+  torch::Tensor input = local.to(device);
+  comm.all_gather(input, all)->wait();
+  const torch::Tensor host = all.cpu();
+  TransportCounts total;
+  bool cut = false;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    const char* text = reinterpret_cast<const char*>(host.data_ptr<std::uint8_t>() + r * kBytes);
+    std::string_view rank_text(text, ::strnlen(text, kBytes));
+    if (rank_text.rfind("unread:", 0) == 0) return std::string(rank_text);
+    if (rank_text.empty()) return "";
+    if (rank_text.ends_with(kMore)) {
+      cut = true;
+      rank_text.remove_suffix(kMore.size());
+    }
+    for (const auto& [name, n] : parse_transports(rank_text)) total[name] += n;
+  }
+  std::string text = format_transports(total);
+  if (cut || text.size() > static_cast<std::size_t>(kBytes - 1)) {
+    if (text.size() > static_cast<std::size_t>(kBytes - 1 - kMore.size())) {
+      text.resize(text.rfind(", ", kBytes - 1 - kMore.size()));
+    }
+    text += kMore;
+  }
+  return text;
 }
 
 }  // namespace mgbench::runtime

@@ -63,6 +63,12 @@ class Communicator {
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) { return broadcast(tensor, tensor, root); }
   /// Blocks until every rank has reached the barrier.
   virtual void barrier() = 0;
+
+  /// How this rank's connections to its peers travel, as far as they are made (NCCL connects
+  /// lazily, at the first collective of each algorithm): runtime::format_transports's text
+  /// ("P2P/CUMEM/read x24, NET/IB/GDRDMA x8"; "none" without a connection), or a sentence beginning
+  /// "unread:" saying why it cannot be known. "" for a backend that does not choose transports (MPI).
+  virtual std::string transports() const { return ""; }
 };
 
 }  // namespace mgbench::runtime
@@ -82,5 +88,12 @@ void broadcast_coalesced(Communicator& comm, const std::vector<torch::Tensor>& t
 /// The size [bytes] of each broadcast broadcast_coalesced issues for `tensors` at more than one
 /// rank, in its order (by dtype); empty for no tensors.
 std::vector<std::int64_t> broadcast_coalesced_bytes(const std::vector<torch::Tensor>& tensors);
+
+/// Collective: the transports of every rank's connections together (Communicator::transports()
+/// summed over the ranks, in its text form), the same on every rank; an "unread:" sentence when
+/// any rank's cannot be read; "" for a backend without transports. `device`: where the backend's
+/// collectives take tensors (the rank's device). A list longer than the summary's field
+/// (results::kTransportsBytes - 1) is cut after a whole entry and ends in ", ...".
+std::string gather_transports(Communicator& comm, const torch::Device& device);
 
 }  // namespace mgbench::runtime

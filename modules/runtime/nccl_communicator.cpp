@@ -38,19 +38,65 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions)
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
 #include "core/log.h"
 #include "core/timer.h"
 #include "runtime/event_pool.h"
+#include "runtime/nccl_transports.h"
 
 namespace mgbench::runtime {
 namespace {
+
+/// Where this process's NCCL INFO log goes: NCCL reads NCCL_DEBUG* once, at its first
+/// initialisation, so the first communicator routes it for all (a file in the temporary directory,
+/// removed at exit, holding the connection lines of the P2P, SHM and NET subsystems: setup-time
+/// lines only, nothing per collective). A user's own NCCL_DEBUG / NCCL_DEBUG_FILE is left alone.
+struct NcclLog {
+  std::string path;    // "" when not routed
+  std::string unread;  // why not: an "unread: ..." sentence
+};
+
+const NcclLog& nccl_log() {
+  static const NcclLog log = [] {
+    NcclLog l;
+    if (std::getenv("NCCL_DEBUG") != nullptr || std::getenv("NCCL_DEBUG_FILE") != nullptr) {
+      l.unread = "unread: NCCL_DEBUG or NCCL_DEBUG_FILE set outside mgbench (NCCL's log left as set there)";
+      return l;
+    }
+    std::error_code ec;
+    const auto dir = std::filesystem::temp_directory_path(ec);
+    if (ec) {
+      l.unread = "unread: no temporary directory for NCCL's log";
+      return l;
+    }
+    l.path = (dir / fmt::format("mgbench-nccl-{}.log", ::getpid())).string();
+    ::setenv("NCCL_DEBUG_FILE", l.path.c_str(), 1);
+    ::setenv("NCCL_DEBUG", "INFO", 1);
+    ::setenv("NCCL_DEBUG_SUBSYS", "P2P,SHM,NET", 0);
+    static std::string remove_at_exit;
+    remove_at_exit = l.path;
+    std::atexit([] { ::unlink(remove_at_exit.c_str()); });
+    return l;
+  }();
+  return log;
+}
+
+std::uintmax_t file_size_or_zero(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : n;
+}
 
 #define MGBENCH_CHECK_NCCL(call)                                                                      \
   do {                                                                                                \
@@ -144,6 +190,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(MPI_Comm mpi_comm, int device_index, NcclOptions options)
       : device_(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)),
         options_(options),
+        log_(nccl_log()),
+        log_offset_(log_.path.empty() ? 0 : file_size_or_zero(log_.path)),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index())) {
     MGBENCH_CHECK_MPI(MPI_Comm_rank(mpi_comm, &rank_));
     MGBENCH_CHECK_MPI(MPI_Comm_size(mpi_comm, &world_size_));
@@ -224,6 +272,14 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "nccl"; }
+
+  std::string transports() const override {
+    if (!log_.unread.empty()) return log_.unread;
+    std::ifstream in(log_.path);
+    if (!in) return "unread: NCCL wrote no log (initialised in this process before mgbench routed it)";
+    in.seekg(static_cast<std::streamoff>(log_offset_));
+    return format_transports(parse_nccl_transports(in));
+  }
 
   using Communicator::all_reduce;
   using Communicator::broadcast;
@@ -395,6 +451,8 @@ class NcclCommunicator final : public Communicator {
 
   c10::Device device_;
   NcclOptions options_;
+  const NcclLog& log_;
+  std::uintmax_t log_offset_ = 0;  // this communicator's lines start there (an earlier one's come before)
   int rank_ = 0;
   int world_size_ = 1;
   c10::cuda::CUDAStream stream_;

@@ -18,6 +18,7 @@
 #include "data/sampler.h"
 #include "profile/cupti_collector.h"
 #include "profile/nvtx.h"
+#include "runtime/communicator.h"
 #include "runtime/grad_sync.h"
 #include "runtime/peak_flops.h"
 #include "session/session.h"
@@ -345,6 +346,7 @@ results::RunSummary evaluation_run(LoopParts& s, TrainingLoop& loop, results::Re
   summary.final_loss = e.loss;
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
+  summary.set_transports(runtime::gather_transports(s.comm, s.device));
   if (s.comm.rank() == 0) writer.write_summary(summary);
   return summary;
 }
@@ -552,6 +554,7 @@ results::RunSummary finish_run(LoopParts& s, const TrainingLoop& loop, results::
       totals[3].item<double>() / (span_s * world * run_peak_flops(s.placement, s.precision, s.train.peak_tflops).flops);
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
+  summary.set_transports(runtime::gather_transports(s.comm, s.device));
   if (s.comm.rank() == 0) writer.write_summary(summary);
   run.elapsed_s = summary.total_s;
   save_checkpoint(ctl, run, /*completed=*/true, writer, [&loop](CheckpointState& state) { loop.state_dict(state); });

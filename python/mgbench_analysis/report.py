@@ -27,10 +27,10 @@ MIB = 1024.0 * 1024.0
 
 #: `mgbench report --csv` columns of each table, in its order.
 CSV_COLUMNS = {
-    "image": ["file", "run_id", "status", "ranks", "nodes", "device", "gpu_model", "strategy", "precision", "pin_memory", "image_size", "epochs",
+    "image": ["file", "run_id", "status", "ranks", "nodes", "device", "gpu_model", "nccl_transports", "strategy", "precision", "pin_memory", "image_size", "epochs",
               "batch_size", "total_s", "test_accuracy_pct", "img_per_s", "efficiency_vs_1_rank_pct",
               "efficiency_vs_fp64_pct", "resumes"],
-    "llm": ["file", "run_id", "status", "task", "ranks", "nodes", "device", "gpu_model", "model", "dataset", "precision", "batch_size", "grad_accum",
+    "llm": ["file", "run_id", "status", "task", "ranks", "nodes", "device", "gpu_model", "nccl_transports", "model", "dataset", "precision", "batch_size", "grad_accum",
             "s_per_it", "tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct", "loss", "resumes", "recipe",
             "sharding", "peak_memory_mib", "model_state_mib_per_rank", "parameter_bytes_per_rank",
             "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank", "weight_bytes_per_param"],

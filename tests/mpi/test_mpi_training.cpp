@@ -5,11 +5,15 @@
 #include <chrono>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/progress.h"
 #include "mpi_support.h"
 #include "results/reader.h"
+#include "results/schema.h"
 #include "results/writer.h"
+#include "runtime/communicator.h"
 #include "runtime/grad_sync.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/mpi_env.h"
@@ -349,6 +353,59 @@ TEST(TrainingLoop, EveryRecipeHonoursTheBucketSizes) {
   EXPECT_EQ(buckets(*lora_config(model, 2, dir.file("b.h5")), "25"), 0);
   EXPECT_EQ(llm_default, 1);
   EXPECT_GT(llm_small, 2);
+}
+
+/// An MPI communicator that says it chose `transports` (as NCCL's does from its log).
+class TransportsSaying final : public runtime::Communicator {
+ public:
+  explicit TransportsSaying(std::string transports) : transports_(std::move(transports)) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string backend() const override { return "nccl"; }
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  std::unique_ptr<runtime::Work> all_reduce(const torch::Tensor& in, torch::Tensor& out,
+                                            runtime::ReduceOp op) override {
+    return inner_.all_reduce(in, out, op);
+  }
+  std::unique_ptr<runtime::Work> broadcast(const torch::Tensor& in, torch::Tensor& out, int root) override {
+    return inner_.broadcast(in, out, root);
+  }
+  std::unique_ptr<runtime::Work> all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    return inner_.all_gather(in, out);
+  }
+  std::unique_ptr<runtime::Work> reduce_scatter(const torch::Tensor& in, torch::Tensor& out,
+                                                runtime::ReduceOp op) override {
+    return inner_.reduce_scatter(in, out, op);
+  }
+  void barrier() override { inner_.barrier(); }
+  std::string transports() const override { return transports_; }
+
+ private:
+  runtime::MpiCommunicator inner_{MPI_COMM_WORLD};
+  std::string transports_;
+};
+
+TEST(GatherTransports, SumsTheRanksConnectionsAndPassesOnWhyTheyAreUnread) {
+  const int r = world_rank(), n = world_size();
+  // Rank r made r + 1 P2P connections; rank 0 also 2 over the network.
+  TransportsSaying counted(fmt::format("P2P/CUMEM/read x{}{}", r + 1, r == 0 ? ", NET/IB/GDRDMA x2" : ""));
+  EXPECT_EQ(runtime::gather_transports(counted, torch::kCPU),
+            fmt::format("P2P/CUMEM/read x{}, NET/IB/GDRDMA x2", n * (n + 1) / 2));
+  TransportsSaying unread(r == n - 1 ? "unread: NCCL_DEBUG set outside mgbench" : "P2P/CUMEM/read x4");
+  EXPECT_EQ(runtime::gather_transports(unread, torch::kCPU), "unread: NCCL_DEBUG set outside mgbench");
+  TransportsSaying none("none");
+  EXPECT_EQ(runtime::gather_transports(none, torch::kCPU), "none");
+  // A list longer than the summary's field is cut at a whole entry.
+  std::string many;
+  for (int i = 0; i < 40; ++i) many += fmt::format("{}P2P/kind-{:02d} x1", i == 0 ? "" : ", ", i);
+  TransportsSaying long_list(many);
+  const std::string cut = runtime::gather_transports(long_list, torch::kCPU);
+  EXPECT_LT(cut.size(), results::kTransportsBytes);
+  EXPECT_TRUE(cut.ends_with(", ...")) << cut;
+  // The MPI backend chooses no transports.
+  runtime::MpiCommunicator mpi(MPI_COMM_WORLD);
+  EXPECT_EQ(runtime::gather_transports(mpi, torch::kCPU), "");
 }
 
 }  // namespace
