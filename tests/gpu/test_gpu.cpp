@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include "runtime/device.h"
 #include "runtime/grad_sync.h"
 #include "runtime/nccl_communicator.h"
+#include "runtime/nccl_transports.h"
 #include "train/checkpoint/checkpoint_state.h"
 #include "train/device_pipeline.h"
 #include "train/job_config.h"
@@ -143,6 +145,12 @@ TEST(Nccl, AllReduceAndBroadcastEqualMpi) {
   torch::Tensor b = torch::full({1000}, static_cast<double>(world_rank()), torch::TensorOptions().device(gpu));
   nccl->broadcast(b, 0)->wait();
   EXPECT_EQ(b.abs().max().item<double>(), 0.0);
+  // Issue 29: the connections NCCL chose, read from its log: two ranks made at least one.
+  const std::string transports = nccl->transports();
+  std::printf("rank %d: NCCL transports: %s\n", world_rank(), transports.c_str());
+  if (!transports.starts_with("unread:")) {
+    EXPECT_FALSE(runtime::parse_transports(transports).empty()) << transports;
+  }
   nccl->barrier();
 }
 
@@ -186,6 +194,11 @@ TEST(NcclOneRank, GradSyncOverNcclEqualsNoSyncAndOverlapsBackward) {
       EXPECT_TRUE(torch::allclose(params[i].grad(), expected[i], 1e-6, 1e-7)) << "step " << step << " param " << i;
     }
     EXPECT_GT(sync.window_s(), 0.0) << "step " << step;
+  }
+  // Issue 29: NCCL's log routed and read; a one-rank communicator connects to nobody.
+  const std::string transports = nccl->transports();
+  if (!transports.starts_with("unread:")) {
+    EXPECT_EQ(transports, "none");
   }
   nccl->barrier();
 }

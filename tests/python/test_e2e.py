@@ -51,6 +51,7 @@ def test_main_job_two_ranks(tmp_path, mnist):
         summary = run["summary"][0]
         assert summary["epochs_completed"] == 2 and summary["total_s"] > 0 and summary["samples_per_s"] > 0
         assert 0.0 <= summary["test_accuracy"] <= 1.0
+        assert summary["nccl_transports"] == b""  # the MPI backend chooses no transports (NCCL runs: issue 29)
         for r in (0, 1):
             rank = run[f"rank_{r}"]
             assert rank.attrs["rank"] == r and rank.attrs["hostname"]
