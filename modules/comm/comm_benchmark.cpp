@@ -365,9 +365,11 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
             if (root_prints) std::cout << r.line << "\n" << std::flush;
           }
         }
-        transports = runtime::gather_transports(
-            *connection.comm, connection.placement.is_cuda() ? torch::Device(torch::kCUDA, connection.placement.index)
-                                                             : torch::Device(torch::kCPU));
+        transports = runtime::gather_transports(*connection.comm,
+                                                connection.placement.is_cuda()
+                                                    ? torch::Device(torch::kCUDA, connection.placement.index)
+                                                    : torch::Device(torch::kCPU),
+                                                results::kTransportsBytes);
         if (root_prints) {
           results::RunSummary summary;
           summary.total_s = now_s() - started;

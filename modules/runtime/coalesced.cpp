@@ -10,7 +10,6 @@
 #include "runtime/communicator.h"
 
 #include "core/error.h"
-#include "results/schema.h"
 #include "runtime/nccl_transports.h"
 
 namespace mgbench::runtime {
@@ -62,26 +61,44 @@ void broadcast_coalesced(Communicator& comm, const std::vector<torch::Tensor>& t
   }
 }
 
-std::string gather_transports(Communicator& comm, const torch::Device& device) {
-  constexpr std::int64_t kBytes = static_cast<std::int64_t>(results::kTransportsBytes);
-  std::string mine = comm.transports();
-  if (comm.world_size() == 1) return mine;
-  constexpr std::string_view kMore = ", ...";  // a list cut at a whole entry
-  if (mine.size() > static_cast<std::size_t>(kBytes - 1)) {
-    mine.resize(mine.rfind(", ", kBytes - 1 - kMore.size()));
-    mine += kMore;
+namespace {
+
+constexpr std::string_view kMore = ", ...";  // ends a transport list cut after a whole entry
+
+/// `text` (a format_transports list) in at most `limit` bytes: whole entries, then kMore.
+std::string cut_list(std::string text, std::size_t limit, bool cut) {
+  if (!cut && text.size() <= limit) return text;
+  const std::size_t room = limit - kMore.size();
+  if (text.size() > room) {
+    const std::size_t end = text.rfind(", ", room);
+    text.resize(end == std::string::npos ? 0 : end);
   }
-  torch::Tensor local = torch::zeros({kBytes}, torch::kUInt8);
+  return text + std::string(kMore);
+}
+
+}  // namespace
+
+std::string gather_transports(Communicator& comm, const torch::Device& device, std::size_t max_bytes) {
+  MGBENCH_REQUIRE(max_bytes >= 16, CommError, "gather_transports: max_bytes {} < 16", max_bytes);
+  const auto n_bytes = static_cast<std::int64_t>(max_bytes);
+  std::string mine = comm.transports();
+  if (mine.rfind("unread:", 0) == 0) {
+    mine.resize(std::min(mine.size(), max_bytes - 1));
+  } else if (!mine.empty()) {
+    mine = cut_list(mine, max_bytes - 1, false);
+  }
+  if (comm.world_size() == 1) return mine;
+  torch::Tensor local = torch::zeros({n_bytes}, torch::kUInt8);
   std::copy(mine.begin(), mine.end(), local.data_ptr<std::uint8_t>());
-  torch::Tensor all = torch::empty({comm.world_size() * kBytes}, torch::TensorOptions(torch::kUInt8).device(device));
+  torch::Tensor all = torch::empty({comm.world_size() * n_bytes}, torch::TensorOptions(torch::kUInt8).device(device));
   torch::Tensor input = local.to(device);
   comm.all_gather(input, all)->wait();
   const torch::Tensor host = all.cpu();
   TransportCounts total;
   bool cut = false;
   for (int r = 0; r < comm.world_size(); ++r) {
-    const char* text = reinterpret_cast<const char*>(host.data_ptr<std::uint8_t>() + r * kBytes);
-    std::string_view rank_text(text, ::strnlen(text, kBytes));
+    const char* text = reinterpret_cast<const char*>(host.data_ptr<std::uint8_t>() + r * n_bytes);
+    std::string_view rank_text(text, ::strnlen(text, max_bytes));
     if (rank_text.rfind("unread:", 0) == 0) return std::string(rank_text);
     if (rank_text.empty()) return "";
     if (rank_text.ends_with(kMore)) {
@@ -90,14 +107,7 @@ std::string gather_transports(Communicator& comm, const torch::Device& device) {
     }
     for (const auto& [name, n] : parse_transports(rank_text)) total[name] += n;
   }
-  std::string text = format_transports(total);
-  if (cut || text.size() > static_cast<std::size_t>(kBytes - 1)) {
-    if (text.size() > static_cast<std::size_t>(kBytes - 1 - kMore.size())) {
-      text.resize(text.rfind(", ", kBytes - 1 - kMore.size()));
-    }
-    text += kMore;
-  }
-  return text;
+  return cut_list(format_transports(total), max_bytes - 1, cut);
 }
 
 }  // namespace mgbench::runtime

@@ -92,8 +92,9 @@ std::vector<std::int64_t> broadcast_coalesced_bytes(const std::vector<torch::Ten
 /// Collective: the transports of every rank's connections together (Communicator::transports()
 /// summed over the ranks, in its text form), the same on every rank; an "unread:" sentence when
 /// any rank's cannot be read; "" for a backend without transports. `device`: where the backend's
-/// collectives take tensors (the rank's device). A list longer than the summary's field
-/// (results::kTransportsBytes - 1) is cut after a whole entry and ends in ", ...".
-std::string gather_transports(Communicator& comm, const torch::Device& device);
+/// collectives take tensors (the rank's device). The text is at most max_bytes - 1 bytes (a
+/// fixed-size field with its NUL: results::kTransportsBytes): a longer list is cut after a whole
+/// entry and ends in ", ...". Throws CommError for max_bytes < 16.
+std::string gather_transports(Communicator& comm, const torch::Device& device, std::size_t max_bytes);
 
 }  // namespace mgbench::runtime

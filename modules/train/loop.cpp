@@ -346,7 +346,7 @@ results::RunSummary evaluation_run(LoopParts& s, TrainingLoop& loop, results::Re
   summary.final_loss = e.loss;
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
-  summary.set_transports(runtime::gather_transports(s.comm, s.device));
+  summary.set_transports(runtime::gather_transports(s.comm, s.device, results::kTransportsBytes));
   if (s.comm.rank() == 0) writer.write_summary(summary);
   return summary;
 }
@@ -554,7 +554,7 @@ results::RunSummary finish_run(LoopParts& s, const TrainingLoop& loop, results::
       totals[3].item<double>() / (span_s * world * run_peak_flops(s.placement, s.precision, s.train.peak_tflops).flops);
   summary.peak_memory_bytes = peak_memory_bytes(s.device);
   summary.finished_unix_s = static_cast<double>(std::time(nullptr));
-  summary.set_transports(runtime::gather_transports(s.comm, s.device));
+  summary.set_transports(runtime::gather_transports(s.comm, s.device, results::kTransportsBytes));
   if (s.comm.rank() == 0) writer.write_summary(summary);
   run.elapsed_s = summary.total_s;
   save_checkpoint(ctl, run, /*completed=*/true, writer, [&loop](CheckpointState& state) { loop.state_dict(state); });

@@ -390,22 +390,23 @@ TEST(GatherTransports, SumsTheRanksConnectionsAndPassesOnWhyTheyAreUnread) {
   const int r = world_rank(), n = world_size();
   // Rank r made r + 1 P2P connections; rank 0 also 2 over the network.
   TransportsSaying counted(fmt::format("P2P/CUMEM/read x{}{}", r + 1, r == 0 ? ", NET/IB/GDRDMA x2" : ""));
-  EXPECT_EQ(runtime::gather_transports(counted, torch::kCPU),
+  EXPECT_EQ(runtime::gather_transports(counted, torch::kCPU, results::kTransportsBytes),
             fmt::format("P2P/CUMEM/read x{}, NET/IB/GDRDMA x2", n * (n + 1) / 2));
   TransportsSaying unread(r == n - 1 ? "unread: NCCL_DEBUG set outside mgbench" : "P2P/CUMEM/read x4");
-  EXPECT_EQ(runtime::gather_transports(unread, torch::kCPU), "unread: NCCL_DEBUG set outside mgbench");
+  EXPECT_EQ(runtime::gather_transports(unread, torch::kCPU, results::kTransportsBytes),
+            "unread: NCCL_DEBUG set outside mgbench");
   TransportsSaying none("none");
-  EXPECT_EQ(runtime::gather_transports(none, torch::kCPU), "none");
+  EXPECT_EQ(runtime::gather_transports(none, torch::kCPU, results::kTransportsBytes), "none");
   // A list longer than the summary's field is cut at a whole entry.
   std::string many;
   for (int i = 0; i < 40; ++i) many += fmt::format("{}P2P/kind-{:02d} x1", i == 0 ? "" : ", ", i);
   TransportsSaying long_list(many);
-  const std::string cut = runtime::gather_transports(long_list, torch::kCPU);
+  const std::string cut = runtime::gather_transports(long_list, torch::kCPU, results::kTransportsBytes);
   EXPECT_LT(cut.size(), results::kTransportsBytes);
   EXPECT_TRUE(cut.ends_with(", ...")) << cut;
   // The MPI backend chooses no transports.
   runtime::MpiCommunicator mpi(MPI_COMM_WORLD);
-  EXPECT_EQ(runtime::gather_transports(mpi, torch::kCPU), "");
+  EXPECT_EQ(runtime::gather_transports(mpi, torch::kCPU, results::kTransportsBytes), "");
 }
 
 }  // namespace
