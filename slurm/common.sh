@@ -10,6 +10,12 @@
 #   MGBENCH_NSYS      non-empty: wrap every rank in `nsys profile` (slurm/profile.sbatch sets it)
 #   MGBENCH_REQUEUE   1 (default): requeue the job when mgbench stopped on a signal (exit 75) so that it
 #                     resumes from its checkpoint; 0: just end
+# GPUs: the scripts ask for `--gpus-per-node` (as many as --ntasks-per-node), so that every rank sees
+# all of its node's GPUs and picks its own by local rank: NCCL finds NVLink / peer-to-peer paths only
+# between GPUs a process can see (NVIDIA/nccl#1066). Per-task allocation (`--gpus-per-node=0
+# --gpus-per-task=1`) still runs, but where the site confines each task to its device every rank
+# sees one GPU and NCCL falls back to slower paths: mgbench warns at start and records it.
+# Several nodes: `sbatch --nodes=N` (tested on a simulated 2-node cluster, docs/cluster.md).
 # Preemption: the scripts ask for `--signal=B:USR1@120`, so SLURM signals this batch shell two minutes
 # before the time limit; the trap below forwards SIGUSR1 to the launcher, which passes it to every
 # rank; mgbench stops at the next step, checkpoints, marks the run preempted and exits 75; the job is
@@ -36,7 +42,14 @@ mgbench_setup() {
   # export NCCL_SOCKET_IFNAME=ib0         # bootstrap network interface
   # export NCCL_P2P_LEVEL=NVL             # restrict peer-to-peer to NVLink
   # (hung collectives: mgbench's own watchdog aborts the job after --comm-timeout seconds)
-  echo "# job $SLURM_JOB_ID on $(hostname): ${SLURM_NTASKS:-?} task(s), restart ${SLURM_RESTART_COUNT:-0}, outputs $MGBENCH_JOB_DIR"
+  # Fewer GPUs per node than ranks would put two ranks on one GPU (NCCL refuses): say so before
+  # launching; more leave GPUs idle.
+  local gpus=${SLURM_GPUS_PER_NODE##*:} ranks=${SLURM_NTASKS_PER_NODE:-}
+  if [[ $gpus =~ ^[0-9]+$ && $ranks =~ ^[0-9]+$ ]] && ((gpus > 0)); then
+    ((gpus >= ranks)) || mgbench_fail "--ntasks-per-node=$ranks but --gpus-per-node=$gpus: one rank per GPU (pass --gpus-per-node=$ranks)"
+    ((gpus == ranks)) || echo "# note: --gpus-per-node=$gpus for $ranks rank(s) per node: $((gpus - ranks)) GPU(s) per node idle"
+  fi
+  echo "# job $SLURM_JOB_ID on $(hostname): ${SLURM_NTASKS:-?} task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s), restart ${SLURM_RESTART_COUNT:-0}, outputs $MGBENCH_JOB_DIR"
 }
 
 # mgbench_run ARGS...: runs "$MGBENCH" ARGS... as one rank per task; returns its exit status.

@@ -72,9 +72,9 @@ submit() {  # submit RANKS NAME SCRIPT ARGS...
   shift 3
   local resources=(--ntasks-per-node="$ranks")
   if ((cpu)); then
-    resources+=(--gpus-per-task=0 --cpus-per-task=1)
+    resources+=(--gpus-per-node=0 --cpus-per-task=1)
   else
-    resources+=(--gpus-per-task=1)
+    resources+=(--gpus-per-node="$ranks")
   fi
   local cmd=(sbatch "${test_only[@]}" --parsable --job-name="$name" "${resources[@]}" "${sbatch_args[@]}"
     --output="$OUTPUTS/%x-%j.out" "$script" "$@" "${device[@]}" "${extra[@]}")

@@ -188,38 +188,78 @@ def report_rows(results):
     return [line.split() for line in out.splitlines() if line.startswith("  ")], out
 
 
-def test_a_link_cut_ends_every_rank_and_the_run_reads_failed_with_the_census(cluster, tmp_path):
-    """The link to node2 cut mid-run, --comm-timeout 5: each rank's watchdog takes a census, records it
-    in the results file and ends the job; every rank is gone within the timeout + the census (3 s) +
-    the recording (<= 5 s) + MPI_Abort's own limit (10 s). The earlier run of the file is intact.
-    mpirun itself can wait much longer for the unreachable daemon (its kill message stays unacknowledged
-    on a dead link: TCP retransmits, ~15 min by default), so the test ends it (docs/cluster.md)."""
+def cluster_state(cluster, key):
+    """The names cluster.sh recorded under `key` (switch, node) in DIR/state."""
+    return [l.split("=", 1)[1] for l in (cluster / "state").read_text().splitlines() if l.startswith(key + "=")]
+
+
+class LinkCut:
+    """node2's switch port down; up again afterwards (and the nodes forget the neighbour entries that
+    failed meanwhile, so that the next job's daemons connect at once)."""
+    def __init__(self, cluster):
+        self.cluster, self.switch = cluster, cluster_state(cluster, "switch")[0]
+        self.veth = self.switch.replace("-switch", "-v2")  # node2's port on the switch
+        self.frozen = []
+
+    def start(self):
+        subprocess.run(["ip", "-n", self.switch, "link", "set", self.veth, "down"], check=True)
+
+    def undo(self):
+        subprocess.run(["ip", "-n", self.switch, "link", "set", self.veth, "up"])
+        for node in cluster_state(self.cluster, "node"):
+            subprocess.run(["ip", "-n", node, "neigh", "flush", "all"])
+
+
+class NodeStopped(LinkCut):
+    """Every process of node2 (its rank, its Open MPI daemon) SIGSTOPped: a node that hangs with its
+    network up (the kernel still answers TCP); killed afterwards."""
+    def start(self):
+        node2 = next(n for n in cluster_state(self.cluster, "node") if n.endswith("-node2"))
+        pids = subprocess.run(["ip", "netns", "pids", node2], capture_output=True, text=True, check=True).stdout
+        self.frozen = [int(p) for p in pids.split()]
+        assert self.frozen, "no process on node2"
+        for pid in self.frozen:
+            os.kill(pid, signal.SIGSTOP)
+
+    def undo(self):
+        for pid in self.frozen:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.parametrize("fault", [LinkCut, NodeStopped], ids=["link-cut", "node-stopped"])
+def test_a_lost_node_ends_every_other_rank_and_the_run_reads_failed_with_the_census(cluster, tmp_path, fault):
+    """node2 lost mid-run, --comm-timeout 5 -- its link cut, or all its processes stopped: each live
+    rank's watchdog takes a census, records it in the results file and ends the job; every live rank
+    is gone within the timeout + the census (3 s) + the recording (<= 5 s) + MPI_Abort's own limit
+    (10 s). The earlier run of the file is intact. mpirun itself can wait much longer for the lost
+    daemon (its kill message stays unacknowledged: TCP retransmits on a dead link, ~15 min by default;
+    a stopped daemon never reads it), so the test ends it (docs/cluster.md)."""
     results = tmp_path / "r.h5"
     image = ["image", "--data", MNIST, "--image-size", "64", "--width-mult", "0.25", "--threads", "1", "--device", "cpu",
              "--batch-size", "32", "--progress-interval", "1", "--results", results]
+    network_ready(cluster)
     on_two_nodes(cluster, *image, "--limit-train", "128", "--limit-test", "32", "--epochs", "1")  # the earlier run
     cmd = [str(cluster / "mpirun"), "-np", "2", "--hostfile", str(cluster / "hostfile"), "--bind-to", "none", BIN,
            *map(str, image), "--epochs", "3", "--limit-train", "8192", "--limit-test", "64", "--comm-timeout", "5"]
-    switch = next(l.split("=", 1)[1] for l in (cluster / "state").read_text().splitlines() if l.startswith("switch="))
-    veth = switch.replace("-switch", "-v2")  # node2's port on the switch
+    lost = fault(cluster)
     log = open(tmp_path / "mpirun.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV)
     try:
         wait_for_training(results)
-        cut = time.time()
-        subprocess.run(["ip", "-n", switch, "link", "set", veth, "down"], check=True)
-        while ranks_alive(results) and time.time() - cut < 60:
+        lost.start()
+        started = time.time()
+        live = lambda: [p for p in ranks_alive(results) if p not in lost.frozen]  # noqa: E731
+        while live() and time.time() - started < 60:
             time.sleep(0.2)
-        gone_s = time.time() - cut
-        assert not ranks_alive(results), "ranks still alive 60 s after the cut"
+        gone_s = time.time() - started
+        assert not live(), "ranks still alive 60 s after node2 was lost"
         assert gone_s <= 5 + 3 + 5 + 10 + 3, gone_s
     finally:
+        lost.undo()
         end_job(proc, cluster)
-        subprocess.run(["ip", "-n", switch, "link", "set", veth, "up"])
-        # The nodes' neighbour entries of each other failed while the link was down: forget them, so
-        # that the next job's daemons connect at once.
-        for node in (l.split("=", 1)[1] for l in (cluster / "state").read_text().splitlines() if l.startswith("node=")):
-            subprocess.run(["ip", "-n", node, "neigh", "flush", "all"])
     rows, out = report_rows(results)
     assert [r[1] for r in rows] == ["completed", "failed"], out
     assert "did not complete in 5 s" in out and "the ranks: rank " in out and "aborting the job (--comm-timeout)" in out

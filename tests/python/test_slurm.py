@@ -1,5 +1,5 @@
 """The slurm/ scripts against a real one-node SLURM (slurmctld, slurmd, munged from Debian's packages,
-started by tests/slurm/cluster.sh and stopped by pid). CPU variants: --gpus-per-task=0, --device cpu.
+started by tests/slurm/cluster.sh and stopped by pid). CPU variants: --gpus-per-node=0, --device cpu.
 
 Skipped, with the reason, where a SLURM cannot be started (not root, packages absent).
 """
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 MNIST = SHARED / "mnist"
 MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
-CPU = ["--gpus-per-task=0", "--cpus-per-task=1", "--time=10"]
+CPU = ["--gpus-per-node=0", "--cpus-per-task=1", "--time=10"]
 IMAGE_ARGS = ["--device", "cpu", "--data", MNIST, "--image-size", "32", "--width-mult", "0.25", "--threads", "1",
               "--limit-test", "128", "--batch-size", "32", "--progress-interval", "1000"]
 

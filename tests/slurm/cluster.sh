@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# A one-node SLURM cluster for tests, from Debian's slurm-wlm and munge, in a directory of its own.
-#   tests/slurm/cluster.sh start DIR   # exit 77 (skip) with "SKIPPED: reason" on stderr when it cannot
+# A SLURM cluster for tests, from Debian's slurm-wlm and munge, in a directory of its own: one node
+# (this host), or the nodes of a simulated cluster (tests/cluster/cluster.sh) with slurmctld on node1
+# and one slurmd per node.
+#   tests/slurm/cluster.sh start DIR [NODES]  # NODES: a started tests/cluster/cluster.sh directory.
+#                                      # exit 77 (skip) with "SKIPPED: reason" on stderr when it cannot
 #                                      # run; then: export SLURM_CONF=DIR/slurm.conf; sbatch --wait ...
+#                                      # (with NODES, from a node: NODES/run node1 sbatch ...)
 #   tests/slurm/cluster.sh stop DIR    # stops the daemons it started (pids in DIR/pids), nothing else
 # Needs root (slurmd launches jobs as their user; munged runs as user munge). Ports 16817/16818 and
 # the cluster's own munge socket keep it apart from any SLURM or munge already on the machine.
@@ -15,7 +19,7 @@ slurm_cluster_skip() {
 }
 
 slurm_cluster_start() {
-  local dir=$1
+  local dir=$1 nodes=${2:-}
   [[ $(id -u) -eq 0 ]] || { slurm_cluster_skip "a test SLURM needs root (slurmd, munged as user munge)"; return; }
   local b
   for b in munged slurmctld slurmd sbatch srun sinfo; do
@@ -30,8 +34,15 @@ slurm_cluster_start() {
 
   mkdir -p "$dir"/{state,spool,munge,log}
   dir=$(cd "$dir" && pwd)
-  local host
+  local host on_node=() n_nodes=0
   host=$(hostname -s)
+  if [[ -n $nodes ]]; then
+    nodes=$(cd "$nodes" && pwd)
+    [[ -x $nodes/run && -f $nodes/hostfile ]] || { echo "slurm fixture: $nodes is not a started simulated cluster" >&2; return 1; }
+    n_nodes=$(wc -l <"$nodes/hostfile")
+    host=node1
+    on_node=("$nodes/run")
+  fi
   # munged: its own key, socket and state, owned by munge and closed to others (munged checks).
   mkdir -p "$dir/munge/run"
   chown -R munge:munge "$dir/munge"
@@ -47,9 +58,18 @@ slurm_cluster_start() {
   SLURM_CLUSTER_PIDS+=("$(cat "$dir/munge/munged.pid")")
   echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
 
+  local controller=$host node_lines
+  node_lines="NodeName=$host CPUs=$(nproc) State=UNKNOWN
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE"
+  if ((n_nodes > 0)); then
+    controller="node1(10.77.0.1)"
+    node_lines="NodeName=node[1-$n_nodes] NodeAddr=10.77.0.[1-$n_nodes] CPUs=$(nproc) State=UNKNOWN
+PartitionName=test Nodes=node[1-$n_nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE"
+  fi
+  mkdir -p "$dir/spool"
   cat >"$dir/slurm.conf" <<CONF
 ClusterName=mgbench-test
-SlurmctldHost=$host
+SlurmctldHost=$controller
 SlurmctldPort=16817
 SlurmdPort=16818
 SlurmUser=root
@@ -57,11 +77,11 @@ AuthType=auth/munge
 AuthInfo=socket=$socket
 CredType=cred/munge
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 PluginDir=$plugins
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -73,26 +93,34 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
 KillWait=10
-NodeName=$host CPUs=$(nproc) State=UNKNOWN
-PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+$node_lines
 CONF
+  # PMIx's per-step directories have the same names on every node: on a node's own directory.
+  ((n_nodes > 0)) && echo "PMIxCliTmpDirBase=$nodes/node-local" >"$dir/mpi.conf"
   export SLURM_CONF="$dir/slurm.conf"
-  slurmctld -f "$SLURM_CONF" -i || { cat "$dir/log/slurmctld.log" >&2; return 1; }
+  "${on_node[@]}" ${on_node:+node1} slurmctld -f "$SLURM_CONF" -i || { cat "$dir/log/slurmctld.log" >&2; return 1; }
   sleep 1
   SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmctld.pid")")
   echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
-  slurmd -f "$SLURM_CONF" || { cat "$dir/log/slurmd.log" >&2; return 1; }
-  sleep 1
-  SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmd.pid")")
-  echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
-  local i
+  local i names=("$host")
+  ((n_nodes > 0)) && names=($(seq -f 'node%g' 1 "$n_nodes"))
+  for name in "${names[@]}"; do
+    mkdir -p "$dir/spool/$name"
+    "${on_node[@]}" ${on_node:+$name} slurmd -f "$SLURM_CONF" ${on_node:+-N $name} ||
+      { cat "$dir/log/slurmd-$name.log" >&2; return 1; }
+    sleep 1
+    SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmd-$name.pid")")
+    echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
+  done
   for i in $(seq 60); do
-    if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then return 0; fi
+    local up
+    up=$("${on_node[@]}" ${on_node:+node1} sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)')
+    ((up >= ${#names[@]})) && return 0
     sleep 1
   done
   echo "slurm fixture: node never became idle" >&2
-  sinfo -N -l >&2 || true
-  tail -n 20 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2
+  "${on_node[@]}" ${on_node:+node1} sinfo -N -l >&2 || true
+  tail -n 20 "$dir/log/slurmctld.log" "$dir"/log/slurmd-*.log >&2
   return 1
 }
 
@@ -114,7 +142,7 @@ slurm_cluster_stop() {
 
 case "${1:-}" in
   start) [[ -n "${2:-}" ]] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
-    slurm_cluster_start "$2"; rc=$?
+    slurm_cluster_start "$2" "${3:-}"; rc=$?
     ((rc == 0 || rc == 77)) || slurm_cluster_stop "$2"  # a half-started cluster goes away again
     exit $rc ;;
   stop) [[ -n "${2:-}" ]] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
