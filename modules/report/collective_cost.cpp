@@ -47,17 +47,22 @@ const LinkAssumption& link_assumption(const std::string& name) {
 }
 
 CollectiveCost::CollectiveCost(std::string collective, int world_size, std::vector<std::pair<double, double>> points,
-                               std::string source)
+                               std::string source, int nodes)
     : collective_(std::move(collective)),
       world_size_(world_size),
+      nodes_(nodes),
       points_(std::move(points)),
       source_(std::move(source)) {
   MGBENCH_REQUIRE(!points_.empty(), ResultsError, "{}: no {} rows", source_, collective_);
   std::sort(points_.begin(), points_.end());
 }
 
-CollectiveCost::CollectiveCost(std::string collective, int world_size, const LinkAssumption& link)
-    : collective_(std::move(collective)), world_size_(world_size), link_(link), source_("assumed link " + link.name) {}
+CollectiveCost::CollectiveCost(std::string collective, int world_size, const LinkAssumption& link, int nodes)
+    : collective_(std::move(collective)),
+      world_size_(world_size),
+      nodes_(nodes),
+      link_(link),
+      source_("assumed link " + link.name) {}
 
 double CollectiveCost::seconds(double bytes) const {
   if (world_size_ <= 1) return 0;
@@ -73,7 +78,7 @@ double CollectiveCost::seconds(double bytes) const {
 
 std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecord>& runs, const std::string& collective,
                                              const std::string& dtype, const std::string& device) {
-  std::map<int, CollectiveCost> by_ranks;
+  std::map<std::pair<int, int>, CollectiveCost> by_placement;  // (ranks, nodes)
   for (const auto& r : runs) {
     // Only what measured the target: a completed comm run (its check passed) on the same device kind.
     if (r.display("task") != "comm" || r.comm.empty() || !is_completed(r) || r.display("device") != device) continue;
@@ -95,11 +100,13 @@ std::vector<CollectiveCost> collective_costs(const std::vector<results::RunRecor
     std::vector<std::pair<double, double>> points;
     for (const auto& [bytes, s] : sums) points.emplace_back(bytes, s.first / s.second);
     const int n = static_cast<int>(r.integer("world_size").value_or(1));
-    by_ranks.insert_or_assign(
-        n, CollectiveCost(collective, n, std::move(points), fmt::format("comm run {} ({})", r.run_id, r.file)));
+    const int nodes = static_cast<int>(std::max<std::int64_t>(r.integer("nodes").value_or(1), 1));
+    by_placement.insert_or_assign(
+        std::make_pair(n, nodes),
+        CollectiveCost(collective, n, std::move(points), fmt::format("comm run {} ({})", r.run_id, r.file), nodes));
   }
   std::vector<CollectiveCost> out;
-  for (auto& [n, cost] : by_ranks) out.push_back(std::move(cost));
+  for (auto& [placement, cost] : by_placement) out.push_back(std::move(cost));
   return out;
 }
 

@@ -158,15 +158,26 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
 
 namespace {
 
-/// The cost of `collective` at n ranks: the comm run's measurement at n, else the assumed link,
-/// else none.
+/// n ranks on `nodes` nodes, as the notes say it.
+std::string placement(int n, int nodes) {
+  return nodes > 1 ? fmt::format("{} ranks on {} nodes", n, nodes) : fmt::format("{} ranks", n);
+}
+
+/// The cost of `collective` at n ranks on `nodes` nodes: the comm run's measurement there, else the
+/// assumed link, else none.
 std::optional<CollectiveCost> cost_at(const std::vector<CollectiveCost>& measured, const char* collective, int n,
-                                      const LinkAssumption* link) {
+                                      int nodes, const LinkAssumption* link) {
   for (const auto& c : measured) {
-    if (c.world_size() == n) return c;
+    if (c.world_size() == n && c.nodes() == nodes) return c;
   }
   if (link == nullptr) return std::nullopt;
-  return CollectiveCost(collective, n, *link);
+  return CollectiveCost(collective, n, *link, nodes);
+}
+
+/// How to measure what is missing: the comm command for n ranks on `nodes` nodes.
+std::string comm_command(int n, int nodes, const char* collective) {
+  return fmt::format("mpirun -np {}{} mgbench comm --collective {}", n,
+                     nodes > 1 ? fmt::format(" --map-by ppr:{}:node", (n + nodes - 1) / nodes) : "", collective);
 }
 
 /// The collectives a step of m issues at n > 1 ranks, each priced: FSDP's all-gathers and
@@ -178,12 +189,12 @@ struct StepCollectives {
   std::optional<CollectiveCost> all_reduce, all_gather, reduce_scatter, broadcast;
   const char* missing = nullptr;
 };
-StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, int n, const LinkAssumption* link,
-                                 std::vector<std::string>& notes) {
+StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, int n, int nodes,
+                                 const LinkAssumption* link, std::vector<std::string>& notes) {
   StepCollectives c;
   const auto need = [&](std::optional<CollectiveCost>& cost, const std::vector<CollectiveCost>& measured,
                         const char* name) {
-    cost = cost_at(measured, name, n, link);
+    cost = cost_at(measured, name, n, nodes, link);
     if (!cost && c.missing == nullptr) c.missing = name;
   };
   if (m.fsdp) {
@@ -191,14 +202,13 @@ StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, 
     need(c.reduce_scatter, costs.reduce_scatter, "reduce-scatter");
   }
   if (!m.fsdp) need(c.all_reduce, costs.all_reduce, "all-reduce");
-  if (m.fsdp && m.loss_allreduce_bytes > 0) c.all_reduce = cost_at(costs.all_reduce, "all-reduce", n, link);
-  if (!m.buffer_broadcast_bytes.empty()) c.broadcast = cost_at(costs.broadcast, "broadcast", n, link);
+  if (m.fsdp && m.loss_allreduce_bytes > 0) c.all_reduce = cost_at(costs.all_reduce, "all-reduce", n, nodes, link);
+  if (!m.buffer_broadcast_bytes.empty()) c.broadcast = cost_at(costs.broadcast, "broadcast", n, nodes, link);
   // The step's small extras: left out where unmeasured, saying so.
   const auto unpriced = [&](const char* what, const char* collective) {
-    notes.push_back(
-        fmt::format("{} ranks: {} not priced: no {} measured at {} ranks (mpirun -np {} mgbench comm "
-                    "--collective {}) and no --link assumption",
-                    n, what, collective, n, n, collective));
+    notes.push_back(fmt::format("{}: {} not priced: no {} measured at {} ({}) and no --link assumption",
+                                placement(n, nodes), what, collective, placement(n, nodes),
+                                comm_command(n, nodes, collective)));
   };
   if (c.missing != nullptr) return c;
   if (!m.buffer_broadcast_bytes.empty() && !c.broadcast) unpriced("the buffers' broadcasts", "broadcast");
@@ -227,7 +237,8 @@ double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const re
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank, const CommCosts& costs,
                                 const LinkAssumption* link, const std::vector<std::int64_t>& ranks,
-                                const std::vector<axes::Strategy>& strategies, std::vector<std::string>& notes) {
+                                std::int64_t ranks_per_node, const std::vector<axes::Strategy>& strategies,
+                                std::vector<std::string>& notes) {
   const MeasuredStep m = measure_step(base);
   const std::int64_t samples = base.integer("train_samples").value_or(0);
   const std::int64_t batch = base.integer("batch_size").value_or(1);
@@ -255,22 +266,27 @@ std::vector<Prediction> predict(const results::RunRecord& base,
     double one_rank_total = NAN;
     for (const std::int64_t ranks_n : ranks) {
       const int n = static_cast<int>(ranks_n);
+      const int nodes = ranks_per_node > 0 ? static_cast<int>((ranks_n + ranks_per_node - 1) / ranks_per_node) : 1;
       Prediction p;
       p.base = &base;
       p.strategy = &strategy;
       p.ranks = n;
+      p.nodes = nodes;
       p.scaling = n > 1 ? scaling : MeasuredScaling{};
       p.fsdp_overlap = n > 1 ? fsdp_overlap : 0;
       // The collectives this step issues, each priced at n ranks.
       StepCollectives c;
       if (n > 1) {
-        c = step_collectives(m, costs, n, link, notes);
+        c = step_collectives(m, costs, n, nodes, link, notes);
         if (c.missing != nullptr) {
-          notes.push_back(
-              fmt::format("{} ranks skipped: no {} measured at {} ranks (mpirun -np {} mgbench comm) and "
-                          "no --link assumption",
-                          n, c.missing, n, n));
+          notes.push_back(fmt::format("{} skipped: no {} measured at {} ({}) and no --link assumption",
+                                      placement(n, nodes), c.missing, placement(n, nodes),
+                                      comm_command(n, nodes, c.missing)));
           continue;
+        }
+        if (nodes > 1 && link != nullptr && (m.fsdp ? c.all_gather : c.all_reduce)->source().rfind("assumed", 0) == 0) {
+          notes.push_back(fmt::format("{}: the assumed link {} priced the collectives across nodes too",
+                                      placement(n, nodes), link->name));
         }
       }
       const auto& [all_reduce, all_gather, reduce_scatter, broadcast, missing] = c;
@@ -359,6 +375,7 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
   auto s = [](double P::*field) { return [field](const P& p) { return number(p.*field, 2); }; };
   const std::vector<Column<P>> columns = {
       {"ranks", "", 5, "", [](const P& p) { return std::to_string(p.ranks); }},
+      {"nodes", "", 5, "", [](const P& p) { return std::to_string(p.nodes); }},
       {"strat", "", -7, "", [](const P& p) { return std::string(p.strategy->name); }},
       {"steps", "(/rank)", 7, "", [](const P& p) { return std::to_string(p.steps); }},
       {"compute", "(ms/step)", 10, "", ms(&P::compute_s)},
@@ -432,6 +449,10 @@ void PredictOptions::declare(options::OptionTable& t) {
     }
     return rows;
   }();
+  t.add("ranks-per-node", ranks_per_node,
+        "ranks on each node: n ranks spread over ceil(n / this) nodes, their collectives priced from a comm run "
+        "on as many nodes; 0: every rank count on one node")
+      .at_least(0);
   t.add("strategies", strategies, std::span<const axes::StrategyInfo>(multi_rank), "strategies to predict");
   t.add("link", link,
         "where no comm run was measured at a rank count, assume this link (labelled as an assumption): " + link_names())
@@ -482,7 +503,7 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
                       "--link can stand in",
                       device, device));
     }
-    auto p = predict(*base, multi_rank, costs, link, o.ranks, {strategy}, notes);
+    auto p = predict(*base, multi_rank, costs, link, o.ranks, o.ranks_per_node, {strategy}, notes);
     out.insert(out.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
   }
   return out;
@@ -496,6 +517,7 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"predicted_task", p.base->display("task")},
           {"strategy", std::string(p.strategy->name)},
           {"world_size", static_cast<std::int64_t>(p.ranks)},
+          {"nodes", static_cast<std::int64_t>(p.nodes)},
           {"hosts", std::string()},
           {"slurm_job_id", std::string()},
           {"started_utc", utc_now_iso8601()},
@@ -571,7 +593,8 @@ void write_predictions(const std::string& path, const PredictionPlan& plan, cons
     for (const auto& p : predictions) {
       // Named after what it predicts: <strategy>-<n>r-of-<the 1-rank run measured>.
       results::ResultsWriter writer(path, MPI_COMM_SELF,
-                                    fmt::format("predicted-{}-{}r-of-{}", p.strategy->name, p.ranks, p.base->run_id),
+                                    fmt::format("predicted-{}-{}r{}-of-{}", p.strategy->name, p.ranks,
+                                                p.nodes > 1 ? fmt::format("{}n", p.nodes) : "", p.base->run_id),
                                     prediction_attributes(p, command_line), {{"rank", std::int64_t{0}}}, {});
       const std::int64_t epochs = p.base->integer("epochs").value_or(1);
       results::RunSummary s;

@@ -11,6 +11,9 @@
 //                 measured with 1 rank (each rank has its own device: a GPU, or --threads cores)
 //   data(n)       data_s; a strategy whose ranks load every batch (ddp-rr): n x data_s and n x h2d_s
 //                 (every rank loads and copies every batch, computes 1/n of them)
+//   nodes(n)      ceil(n / --ranks-per-node) (all on one node without it): every collective below is
+//                 priced from a comm run of n ranks on that many nodes -- inside a node and across nodes
+//                 are different links
 //   allreduce(n)  the gradient buckets' all-reduces one after another (the gradients' dtype: the
 //                 precision row's), each costing what the comm run measured for its size and dtype at n ranks
 //                 (interpolated log-log; or a stated link assumption), times (1 - overlap): the share hidden behind
@@ -92,6 +95,7 @@ struct Prediction {
   const results::RunRecord* base = nullptr;  // the 1-rank run measured
   const axes::StrategyInfo* strategy = nullptr;
   int ranks = 1;
+  int nodes = 1;                                      // the nodes the ranks spread over
   std::int64_t steps = 0;                             // per epoch per rank
   double compute_s = 0, data_s = 0, allreduce_s = 0;  // per step (allreduce: exposed)
   double allgather_s = 0, reducescatter_s = 0;        // per step, exposed (fsdp; 0 otherwise)
@@ -105,17 +109,20 @@ struct Prediction {
   MeasuredScaling scaling;
 };
 
-/// Predicts the workload of `base` (a completed 1-rank run) at each of ranks x strategies. costs:
-/// per collective and world size (a rank count without the collectives the base needs uses `link`,
-/// or is skipped with a note when none). notes: what was skipped or assumed, one line each.
+/// Predicts the workload of `base` (a completed 1-rank run) at each of ranks x strategies, n ranks
+/// on ceil(n / ranks_per_node) nodes (ranks_per_node 0: one node). costs: per collective, world size
+/// and node count (a placement without the collectives the base needs uses `link`, or is skipped
+/// with a note when none). notes: what was skipped or assumed, one line each.
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank, const CommCosts& costs,
                                 const LinkAssumption* link, const std::vector<std::int64_t>& ranks,
-                                const std::vector<axes::Strategy>& strategies, std::vector<std::string>& notes);
+                                std::int64_t ranks_per_node, const std::vector<axes::Strategy>& strategies,
+                                std::vector<std::string>& notes);
 /// The predictions point at base: not a temporary.
 std::vector<Prediction> predict(results::RunRecord&& base, const std::vector<const results::RunRecord*>& multi_rank,
                                 const CommCosts& costs, const LinkAssumption* link,
-                                const std::vector<std::int64_t>& ranks, const std::vector<axes::Strategy>& strategies,
+                                const std::vector<std::int64_t>& ranks, std::int64_t ranks_per_node,
+                                const std::vector<axes::Strategy>& strategies,
                                 std::vector<std::string>& notes) = delete;
 
 /// What `mgbench predict` predicts from which files (its options; declared into its option table).
@@ -127,11 +134,13 @@ struct PredictOptions {
       "all-gather and reduce-scatter) of a `mgbench comm` run at each rank count (model: docs/design.md, The scaling "
       "predictor). Prints the predictions and appends "
       "them to --results as runs of task `prediction`; `mgbench report` then shows each beside its measured run.\n"
-      "usage: mgbench predict FILE|DIR|'PATTERN'... [--comm FILE]... [--ranks 1,2,4] [--link h100-nvlink]";
+      "usage: mgbench predict FILE|DIR|'PATTERN'... [--comm FILE]... [--ranks 1,2,4] [--ranks-per-node 4] "
+      "[--link h100-nvlink]";
 
   std::vector<std::string> files;       // results files, directories, quoted patterns (positional)
   std::vector<std::string> comm_files;  // more files with comm runs (--comm, repeatable)
   std::vector<std::int64_t> ranks{1, 2, 3, 4};
+  std::int64_t ranks_per_node = 0;  // 0: every rank count on one node
   std::vector<axes::Strategy> strategies{axes::Strategy::kDdp, axes::Strategy::kDdpRr, axes::Strategy::kDdpDs};
   std::string link;  // a link_assumptions() name where no comm run was measured; "": none
   std::string results = "outputs/results.h5";

@@ -25,7 +25,8 @@ void print_prediction_check(std::ostream& out, const std::vector<results::RunRec
     for (const auto& m : runs) {
       if (is_prediction_run(m) || m.display("task") == "comm" || !is_completed(m)) continue;
       if (workload_of(m) == workload_of(p) && m.display("strategy") == p.display("strategy") &&
-          m.integer("world_size") == p.integer("world_size")) {
+          m.integer("world_size") == p.integer("world_size") &&
+          m.integer("nodes").value_or(1) == p.integer("nodes").value_or(1)) {
         measured = &m;  // the latest
       }
     }
@@ -39,6 +40,7 @@ void print_prediction_check(std::ostream& out, const std::vector<results::RunRec
       {"", "", 0, "file", [](const C& c) { return c.prediction->file; }},
       {"prediction", "", -36, "run_id", [](const C& c) { return c.prediction->run_id; }},
       {"ranks", "", 5, "ranks", attribute("world_size")},
+      {"nodes", "", 5, "nodes", [](const C& c) { return std::to_string(c.prediction->integer("nodes").value_or(1)); }},
       {"strat", "", -7, "strategy", attribute("strategy")},
       {"precision", "", -9, "precision", attribute("precision")},
       {"size", "(px)", 5, "image_size", attribute("image_size")},
@@ -54,7 +56,8 @@ void print_prediction_check(std::ostream& out, const std::vector<results::RunRec
        [](const C& c) { return number(c.error_pct, 2); }},
   };
   if (!csv) {
-    out << "# PREDICTIONS (mgbench predict) beside the measured run of the same workload, strategy and rank count; "
+    out << "# PREDICTIONS (mgbench predict) beside the measured run of the same workload, strategy, rank and node "
+           "count; "
            "error = (predicted - measured) / measured\n";
   }
   write_table(out, columns, checks, csv);

@@ -11,7 +11,6 @@
 #   DIR/run NODE CMD...                      # runs CMD on a node (inside its namespaces)
 #   DIR/rsh                                  # Open MPI's plm_rsh_agent: rsh HOST CMD...
 #   DIR/hostfile                             # the nodes' addresses, one slot each (edit slots= as needed)
-#   DIR/node-local                           # on each node, that node's own directory (DIR/nodes/node<i>)
 #   DIR/mpirun ARGS...                       # mpirun on node1 over the nodes' network (TCP), the agent
 #                                            # and the addresses set: DIR/mpirun -np 2 --hostfile ...
 # Names: namespaces mgbc<id>-node<i> and mgbc<id>-switch, <id> from DIR's path, so that two clusters
@@ -52,14 +51,8 @@ start() {
     ip -n "$switch" link set "$veth" master br0 up
     ip -n "$ns" addr add "10.77.0.$i/24" dev eth0
     ip -n "$ns" link set eth0 up
-    touch "$dir/uts/node$i" "$dir/uts/node$i.mnt"
+    touch "$dir/uts/node$i"
     unshare --uts="$dir/uts/node$i" hostname "node$i" || { stop "$dir"; exit 1; }
-    # A mount namespace whose only change is the node-local directory: DIR/node-local shows
-    # DIR/nodes/node<i> there (a node's own /tmp, where SLURM's PMIx and others keep per-step files
-    # under names that are the same on every node).
-    mkdir -p "$dir/nodes/node$i" "$dir/node-local"
-    unshare --mount="$dir/uts/node$i.mnt" --propagation private \
-      mount --bind "$dir/nodes/node$i" "$dir/node-local" || { stop "$dir"; exit 1; }
     echo "10.77.0.$i slots=1" >>"$dir/hostfile"
   done
   cat >"$dir/run" <<RUN
@@ -67,7 +60,7 @@ start() {
 # run NODE CMD...: NODE is node<i> or its address 10.77.0.<i>.
 node=\$1; shift
 case \$node in 10.77.0.*) node=node\${node##*.} ;; esac
-exec nsenter --net=/run/netns/mgbc$id-\$node --uts=$dir/uts/\$node --mount=$dir/uts/\$node.mnt --wd="\$PWD" -- "\$@"
+exec nsenter --net=/run/netns/mgbc$id-\$node --uts=$dir/uts/\$node -- "\$@"
 RUN
   cat >"$dir/rsh" <<RSH
 #!/usr/bin/env bash

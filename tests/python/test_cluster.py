@@ -135,6 +135,50 @@ def test_comm_across_two_nodes_checks_every_result(cluster, tmp_path):
             assert len(written) > 0 and (written["wrong"] == 0).all()
 
 
+def test_predict_prices_each_placement_from_the_comm_run_on_as_many_nodes(cluster, tmp_path):
+    """`mgbench predict --ranks-per-node K`: 2 ranks on one node and 2 ranks on two nodes, each from the
+    comm run of its placement, beside the image runs measured there; the error is printed. (One
+    machine's cores make both nodes: the check is that each placement finds its own costs and runs,
+    not a number for a real cluster.)"""
+    image = ["image", "--data", MNIST, "--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--device",
+             "cpu", "--limit-train", "512", "--limit-test", "64", "--epochs", "1", "--batch-size", "32",
+             "--progress-interval", "1000"]
+    comm = ["comm", "--min-bytes", "1K", "--max-bytes", "4M", "--step-factor", "4", "--iters", "3"]
+    node1 = ["--host", "10.77.0.1:2"]  # both ranks on node1
+    nodes = ["--hostfile", str(cluster / "hostfile")]
+
+    def run(np_, where, *args):
+        cmd = [str(cluster / "mpirun"), "-np", str(np_), *where, "--bind-to", "none", BIN, *map(str, args)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    network_ready(cluster)
+    measured = tmp_path / "measured.h5"
+    run(1, node1, *image, "--results", measured, "--run-name", "one-rank")
+    run(2, node1, *image, "--results", measured, "--run-name", "one-node")
+    run(2, nodes, *image, "--results", measured, "--run-name", "two-nodes")
+    run(2, node1, *comm, "--results", tmp_path / "comm.h5", "--run-name", "one-node")
+    run(2, nodes, *comm, "--results", tmp_path / "comm.h5", "--run-name", "two-nodes")
+    predictions = tmp_path / "predictions.h5"
+    for per_node in (2, 1):
+        proc = subprocess.run([BIN, "predict", measured, "--comm", tmp_path / "comm.h5", "--ranks", "2",
+                               "--ranks-per-node", str(per_node), "--strategies", "ddp-ds", "--results", predictions],
+                              capture_output=True, text=True, env=ENV)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    with h5py.File(predictions, "r") as f:
+        by_nodes = {int(r.attrs["nodes"]): r.attrs["prediction_comm"] for r in f["runs"].values()}
+    assert set(by_nodes) == {1, 2}
+    assert "_one-node" in by_nodes[1] and "_two-nodes" in by_nodes[2], by_nodes
+    report = subprocess.run([BIN, "report", measured, predictions], capture_output=True, text=True, env=ENV).stdout
+    checks = [l.split() for l in report.splitlines() if l.startswith("  ") and "_predicted-" in l]
+    assert len(checks) == 2, report
+    for row in checks:  # prediction, ranks, nodes, strategy, precision, size, predicted, measured run, measured, error
+        nodes_ = int(row[2])
+        assert row[7].endswith("_two-nodes" if nodes_ == 2 else "_one-node"), row
+        assert row[-1] != "-", row
+        print(f"2 ranks on {nodes_} node(s): predicted {row[6]} s, measured {row[8]} s, error {row[-1]} %")
+
+
 def ranks_alive(results):
     """pids of mgbench ranks (not zombies) writing `results`."""
     alive = []

@@ -124,9 +124,11 @@ def test_predict_writes_prediction_runs_that_report_compares(tmp_path):
     predictions = tmp_path / "pred.h5"
     proc = mgbench("predict", one, "--comm", comm, "--ranks", "1,2,4", "--strategies", "ddp-ds,ddp",
                    "--results", predictions, check=True)
-    assert "4 ranks skipped: no all-reduce measured at 4 ranks (mpirun -np 4 mgbench comm)" in proc.stdout, proc.stdout
+    assert ("4 ranks skipped: no all-reduce measured at 4 ranks (mpirun -np 4 mgbench comm --collective all-reduce)"
+            in proc.stdout), proc.stdout
     table = data_rows(proc.stdout)
-    assert [(r[0], r[1]) for r in table] == [("1", "ddp-ds"), ("2", "ddp-ds"), ("1", "ddp"), ("2", "ddp")]
+    assert [(r[0], r[1], r[2]) for r in table] == [("1", "1", "ddp-ds"), ("2", "1", "ddp-ds"), ("1", "1", "ddp"),
+                                                   ("2", "1", "ddp")]  # ranks, nodes, strategy
     with h5py.File(one, "r") as f:
         (measured,) = f["runs"].values()
         measured_total, measured_id = measured["summary"][0]["total_s"], measured.attrs["run_id"]

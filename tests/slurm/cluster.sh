@@ -95,8 +95,13 @@ ReturnToService=2
 KillWait=10
 $node_lines
 CONF
-  # PMIx's per-step directories have the same names on every node: on a node's own directory.
-  ((n_nodes > 0)) && echo "PMIxCliTmpDirBase=$nodes/node-local" >"$dir/mpi.conf"
+  # PMIx's per-step directories have the same names on every node: in a directory each node's
+  # slurmd (and the step daemons it starts) sees as its own, DIR/node-local (DIR/nodes/<node> bound
+  # there in a mount namespace of the slurmd's), as a node's local /tmp would be.
+  if ((n_nodes > 0)); then
+    mkdir -p "$dir/node-local"
+    echo "PMIxCliTmpDirBase=$dir/node-local" >"$dir/mpi.conf"
+  fi
   export SLURM_CONF="$dir/slurm.conf"
   "${on_node[@]}" ${on_node:+node1} slurmctld -f "$SLURM_CONF" -i || { cat "$dir/log/slurmctld.log" >&2; return 1; }
   sleep 1
@@ -105,9 +110,14 @@ CONF
   local i names=("$host")
   ((n_nodes > 0)) && names=($(seq -f 'node%g' 1 "$n_nodes"))
   for name in "${names[@]}"; do
-    mkdir -p "$dir/spool/$name"
-    "${on_node[@]}" ${on_node:+$name} slurmd -f "$SLURM_CONF" ${on_node:+-N $name} ||
-      { cat "$dir/log/slurmd-$name.log" >&2; return 1; }
+    mkdir -p "$dir/spool/$name" "$dir/nodes/$name"
+    if ((n_nodes > 0)); then
+      "${on_node[@]}" "$name" unshare --mount --propagation private sh -c \
+        "mount --bind '$dir/nodes/$name' '$dir/node-local' && exec slurmd -f '$SLURM_CONF' -N '$name'" ||
+        { cat "$dir/log/slurmd-$name.log" >&2; return 1; }
+    else
+      slurmd -f "$SLURM_CONF" || { cat "$dir/log/slurmd-$name.log" >&2; return 1; }
+    fi
     sleep 1
     SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmd-$name.pid")")
     echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"

@@ -195,7 +195,7 @@ TEST(Predict, ArithmeticOfAHandMadeRun) {
   // 4e6 - 1 MiB bytes cost 1 ms + bytes / 1e9 each: 6 ms in all.
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
-  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, {kDdpDs, kDdpRr, kDdp}, notes);
+  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, 0, {kDdpDs, kDdpRr, kDdp}, notes);
   ASSERT_EQ(p.size(), 6U);
   // Per step: compute 0.05 + 0.1 + 0.02 + 0.02 (other) = 0.19, data 0.01.
   const auto& one = p[0];
@@ -217,9 +217,51 @@ TEST(Predict, ArithmeticOfAHandMadeRun) {
   EXPECT_NEAR(ddp.total_s, 2 * 20 * 0.206 + 2 * 0.25 + 1.0, 1e-12);
   // Without a comm run or a link at 3 ranks: skipped, with a note saying how to measure one.
   notes.clear();
-  EXPECT_EQ(report::predict(base, {}, report::CommCosts{}, nullptr, {3}, {kDdpDs}, notes).size(), 0U);
+  EXPECT_EQ(report::predict(base, {}, report::CommCosts{}, nullptr, {3}, 0, {kDdpDs}, notes).size(), 0U);
   ASSERT_EQ(notes.size(), 1U);
   EXPECT_NE(notes[0].find("mpirun -np 3 mgbench comm"), std::string::npos);
+}
+
+// The node axis: 2 ranks on one node and 2 ranks on two nodes are priced from the comm run of each
+// placement (a faster link inside the node than across); a placement without one is skipped, saying
+// how to measure it.
+TEST(Predict, EachPlacementIsPricedFromTheCommRunOnAsManyNodes) {
+  const results::RunRecord base = hand_made_run();
+  // All-reduces: 1 ms flat inside a node, 10 ms flat across two.
+  const report::CommCosts costs{{report::CollectiveCost("all-reduce", 2, {{1e3, 1e-3}, {1e8, 1e-3}}, "one node"),
+                                 report::CollectiveCost("all-reduce", 2, {{1e3, 1e-2}, {1e8, 1e-2}}, "two nodes", 2)},
+                                {},
+                                {},
+                                {}};
+  std::vector<std::string> notes;
+  const auto inside = report::predict(base, {}, costs, nullptr, {2}, 0, {kDdpDs}, notes);
+  const auto across = report::predict(base, {}, costs, nullptr, {2}, 1, {kDdpDs}, notes);
+  ASSERT_EQ(inside.size(), 1U);
+  ASSERT_EQ(across.size(), 1U);
+  EXPECT_EQ(inside[0].nodes, 1);
+  EXPECT_EQ(across[0].nodes, 2);
+  EXPECT_EQ(inside[0].comm_source, "one node");
+  EXPECT_EQ(across[0].comm_source, "two nodes");
+  // Two buckets (1 MiB, the rest) of one all-reduce each.
+  EXPECT_NEAR(inside[0].allreduce_s, 2e-3, 1e-12);
+  EXPECT_NEAR(across[0].allreduce_s, 2e-2, 1e-12);
+  EXPECT_NEAR(across[0].epoch_s - inside[0].epoch_s, 10 * (2e-2 - 2e-3), 1e-12);
+  // 4 ranks, 2 a node: 2 nodes, unmeasured.
+  EXPECT_TRUE(notes.empty());
+  EXPECT_TRUE(report::predict(base, {}, costs, nullptr, {4}, 2, {kDdpDs}, notes).empty());
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_NE(notes[0].find("4 ranks on 2 nodes skipped: no all-reduce measured at 4 ranks on 2 nodes (mpirun -np 4 "
+                          "--map-by ppr:2:node mgbench comm --collective all-reduce)"),
+            std::string::npos)
+      << notes[0];
+  // A link assumption stands in across nodes too, saying so.
+  notes.clear();
+  const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
+  const auto assumed = report::predict(base, {}, costs, &link, {4}, 2, {kDdpDs}, notes);
+  ASSERT_EQ(assumed.size(), 1U);
+  EXPECT_EQ(assumed[0].nodes, 2);
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_NE(notes[0].find("the assumed link test priced the collectives across nodes too"), std::string::npos);
 }
 
 // The gradients' bytes come from the precision's row (amp keeps fp32 gradients); a precision this
@@ -253,7 +295,7 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
   const results::RunRecord base = hand_made_run();
-  const auto p = report::predict(base, {&two}, report::CommCosts{}, &link, {2}, {kDdpDs}, notes);
+  const auto p = report::predict(base, {&two}, report::CommCosts{}, &link, {2}, 0, {kDdpDs}, notes);
   ASSERT_EQ(p.size(), 1U);
   EXPECT_NEAR(p[0].allreduce_s, 0.006 * 0.25, 1e-12);
   EXPECT_NEAR(p[0].epoch_s, 10 * (0.2 + 0.0015) * 1.2, 1e-12);
@@ -275,7 +317,7 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
                                 {report::CollectiveCost("reduce-scatter", 2, {{500, 1.0005e-3}}, "rs")},
                                 {}};
   std::vector<std::string> notes;
-  const auto p = report::predict(base, {}, costs, nullptr, {1, 2}, {kDdpDs}, notes);
+  const auto p = report::predict(base, {}, costs, nullptr, {1, 2}, 0, {kDdpDs}, notes);
   ASSERT_EQ(p.size(), 2U) << fmt::format("{}", fmt::join(notes, "; "));
   EXPECT_EQ(p[0].allgather_s, 0.0);
   EXPECT_NEAR(p[0].total_s, 10.0, 1e-12);  // 1 rank: the run itself
@@ -294,7 +336,7 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   // A summed loss's normaliser without an all-reduce measured: predicted without it, noted.
   results::RunRecord summed = base;
   h5::merge_attributes(summed.attributes, {{"loss_allreduce_bytes", std::int64_t{8}}});
-  ASSERT_EQ(report::predict(summed, {}, costs, nullptr, {2}, {kDdpDs}, notes).size(), 1U);
+  ASSERT_EQ(report::predict(summed, {}, costs, nullptr, {2}, 0, {kDdpDs}, notes).size(), 1U);
   ASSERT_EQ(notes.size(), 1U);
   EXPECT_NE(notes[0].find("the loss normaliser's all-reduce not priced: no all-reduce measured at 2 ranks"),
             std::string::npos)
@@ -303,7 +345,7 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   // Without a reduce-scatter at 2 ranks: skipped, saying which collective to measure.
   notes.clear();
   const report::CommCosts gathers_only{{}, costs.all_gather, {}, {}};
-  EXPECT_TRUE(report::predict(base, {}, gathers_only, nullptr, {2}, {kDdpDs}, notes).empty());
+  EXPECT_TRUE(report::predict(base, {}, gathers_only, nullptr, {2}, 0, {kDdpDs}, notes).empty());
   ASSERT_EQ(notes.size(), 1U);
   EXPECT_NE(notes[0].find("no reduce-scatter measured at 2 ranks"), std::string::npos) << notes[0];
   // A measured 2-rank FSDP run: per step forward + backward 0.17 s against the base's 0.15, its
@@ -319,7 +361,7 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   e.reducescatter_s = 5 * 0.02;
   two.epochs = {{e}, {e}};
   EXPECT_NEAR(report::measure_fsdp_overlap(report::measure_step(base), {&two}), 0.75, 1e-12);
-  const auto hidden = report::predict(base, {&two}, costs, nullptr, {2}, {kDdpDs}, notes);
+  const auto hidden = report::predict(base, {&two}, costs, nullptr, {2}, 0, {kDdpDs}, notes);
   ASSERT_EQ(hidden.size(), 1U);
   EXPECT_NEAR(hidden[0].allgather_s, 0.25 * p[1].allgather_s, 1e-12);
   // A damaged list is refused naming the run and the attribute.
@@ -340,7 +382,7 @@ TEST(Predict, BufferBroadcastsAndTheLossNormaliserArePricedAtTheirSizes) {
   // broadcast, one 8 B all-reduce a step.
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
-  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, {kDdpDs}, notes);
+  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, 0, {kDdpDs}, notes);
   ASSERT_EQ(p.size(), 2U) << fmt::format("{}", fmt::join(notes, "; "));
   EXPECT_EQ(p[0].buffer_broadcast_s, 0.0);  // 1 rank: nothing to broadcast
   EXPECT_EQ(p[0].loss_reduce_s, 0.0);
@@ -354,7 +396,7 @@ TEST(Predict, BufferBroadcastsAndTheLossNormaliserArePricedAtTheirSizes) {
   notes.clear();
   const report::CommCosts no_broadcast{
       {report::CollectiveCost("all-reduce", 2, {{8, 1e-5}, {4e6, 1e-3}}, "ar")}, {}, {}, {}};
-  const auto unpriced = report::predict(base, {}, no_broadcast, nullptr, {2}, {kDdpDs}, notes);
+  const auto unpriced = report::predict(base, {}, no_broadcast, nullptr, {2}, 0, {kDdpDs}, notes);
   ASSERT_EQ(unpriced.size(), 1U);
   EXPECT_EQ(unpriced[0].buffer_broadcast_s, 0.0);
   EXPECT_NEAR(unpriced[0].loss_reduce_s, 1e-5, 1e-15);
