@@ -1,5 +1,8 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace mgbench::train {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<torch::Tensor> params) {
@@ -9,10 +12,75 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, s
           std::move(params),
           torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay).nesterov(o.momentum > 0));
     case OptimizerKind::kAdamW:
-      return std::make_unique<torch::optim::AdamW>(std::move(params),
-                                                   torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+      return std::make_unique<FusedAdamW>(std::move(params),
+                                          torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
   }
   throw std::logic_error("optimizer missing from make_optimizer");
+}
+
+torch::Tensor FusedAdamW::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    const torch::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  const torch::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    // One list each per (device, dtype): the fused kernel's unit, as torch groups them.
+    struct Lists {
+      torch::Device device;
+      torch::ScalarType dtype;
+      std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+    };
+    std::vector<Lists> lists;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const torch::Tensor& g = p.grad();
+      TORCH_CHECK(!g.is_sparse(), "FusedAdamW: sparse gradients are not supported");
+      TORCH_CHECK(g.scalar_type() == p.scalar_type() && g.device() == p.device() && g.sizes() == p.sizes(),
+                  "FusedAdamW: a gradient ", g.scalar_type(), " ", g.device(), " ", g.sizes(),
+                  " differs from its parameter ", p.scalar_type(), " ", p.device(), " ", p.sizes());
+      void* key = p.unsafeGetTensorImpl();
+      auto& slot = state()[key];
+      if (!slot) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        if (o.amsgrad()) fresh->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+      // The device's count follows the state's (a loaded checkpoint sets the state's).
+      DeviceStep& d = device_steps_[key];
+      if (!d.value.defined() || d.value.device() != p.device()) {
+        d.value = torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(p.device()));
+        d.host = 0;
+      }
+      if (d.host != s.step()) {
+        d.value.fill_(static_cast<double>(s.step()));
+        d.host = s.step();
+      }
+      s.step(s.step() + 1);
+      d.host += 1;  // the _foreach_add_ below
+      auto it = std::find_if(lists.begin(), lists.end(),
+                             [&](const Lists& l) { return l.device == p.device() && l.dtype == p.scalar_type(); });
+      if (it == lists.end()) it = lists.insert(lists.end(), Lists{p.device(), p.scalar_type(), {}, {}, {}, {}, {}, {}});
+      it->params.push_back(p);
+      it->grads.push_back(g);
+      it->exp_avgs.push_back(s.exp_avg());
+      it->exp_avg_sqs.push_back(s.exp_avg_sq());
+      if (o.amsgrad()) it->max_exp_avg_sqs.push_back(s.max_exp_avg_sq());
+      it->steps.push_back(d.value);
+    }
+    const auto [beta1, beta2] = o.betas();
+    for (auto& l : lists) {
+      at::_foreach_add_(l.steps, 1.0);
+      at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, o.lr(), beta1, beta2,
+                        o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
+    }
+  }
+  return loss;
 }
 
 std::int64_t optimizer_states_per_element(const TrainOptions& o) {

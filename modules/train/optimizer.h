@@ -1,7 +1,9 @@
 #pragma once
 // The optimizer of the trainable parameters, as --optimizer and its options say (the learning
 // rate is set by the loop at every step from the schedule, lr_schedule.h).
+#include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include <torch/torch.h>
@@ -12,8 +14,30 @@
 namespace mgbench::train {
 
 /// sgd: torch.optim.SGD(lr, momentum, weight_decay, nesterov = momentum > 0); adamw:
-/// torch.optim.AdamW(lr, weight_decay) with PyTorch's betas and eps.
+/// torch.optim.AdamW(lr, weight_decay, fused=True) with PyTorch's betas and eps (FusedAdamW below;
+/// TorchTune's LoRA / full configs ask fused=True too).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& options, std::vector<torch::Tensor> params);
+
+/// torch.optim.AdamW(fused=True): each step one ATen kernel (at::_fused_adamw_, CPU and CUDA) per
+/// device and dtype of the parameters, instead of LibTorch's AdamW's eight per-tensor ops per
+/// parameter; low-precision parameters (bf16) are updated in fp32 arithmetic and rounded once, as
+/// torch's fused and foreach paths do (LibTorch's per-op chain rounds after every op). The state is
+/// LibTorch AdamW's (AdamWParamState: step, exp_avg, exp_avg_sq; the same save / load), so
+/// checkpoints of either load into the other. Step counts live on the device as fp32 tensors
+/// (torch's fused path's), kept equal to the state's step, which stays the host's count.
+/// Throws c10::Error for a gradient whose dtype, device or shape differs from its parameter's.
+class FusedAdamW final : public torch::optim::AdamW {
+ public:
+  using AdamW::AdamW;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+
+ private:
+  struct DeviceStep {
+    torch::Tensor value;    // fp32 [] on the parameter's device
+    std::int64_t host = 0;  // what value holds
+  };
+  std::unordered_map<const void*, DeviceStep> device_steps_;
+};
 
 /// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq (2), SGD's momentum buffer
 /// (1 with --momentum > 0, else 0). For memory accounting.
