@@ -22,12 +22,12 @@ std::vector<torch::Tensor> llama_parameters(torch::ScalarType dtype) {
     params.push_back(p);
   };
   for (std::int64_t l = 0; l < kLayers; ++l) {
-    add({kDim});  // attention norm
-    add({kDim, kDim});  // q
-    add({kKv, kDim});   // k
-    add({kKv, kDim});   // v
-    add({kDim, kDim});  // o
-    add({kDim});        // ffn norm
+    add({kDim});           // attention norm
+    add({kDim, kDim});     // q
+    add({kKv, kDim});      // k
+    add({kKv, kDim});      // v
+    add({kDim, kDim});     // o
+    add({kDim});           // ffn norm
     add({kHidden, kDim});  // gate
     add({kHidden, kDim});  // up
     add({kDim, kHidden});  // down
