@@ -71,9 +71,12 @@ std::optional<double> gradient_scale(LoopParts& p, const StepOutcome& out, Phase
     return 1.0 / static_cast<double>(out.micro_batches);
   }
   clock.enter(results::Phase::kLossReduce);
-  torch::Tensor targets = torch::full({}, out.normalizer, torch::TensorOptions(torch::kFloat64).device(p.device));
-  p.comm.all_reduce(targets, runtime::ReduceOp::kSum)->wait();
-  const double all_targets = targets.cpu().item<double>();
+  double all_targets = out.normalizer;  // one rank: its own count, no collective and no host sync
+  if (p.comm.world_size() > 1) {
+    torch::Tensor targets = torch::full({}, out.normalizer, torch::TensorOptions(torch::kFloat64).device(p.device));
+    p.comm.all_reduce(targets, runtime::ReduceOp::kSum)->wait();
+    all_targets = targets.cpu().item<double>();
+  }
   if (all_targets <= 0) return std::nullopt;  // every label of the step masked
   return static_cast<double>(p.comm.world_size()) / all_targets;
 }
