@@ -12,13 +12,23 @@
 
 namespace mgbench::models {
 
+/// How the input's gradient is had when the head's weight is frozen (LoRA, QLoRA, DPO: no gradient
+/// to the weight). kFactorInForward: forward also computes each row's d log p / d h = W[t] - p W
+/// (p: the row's softmax), backward scales it by the incoming gradient -- no logits recomputed, one
+/// GEMM of [N, V] x [V, H] in forward instead of two in backward (the logits' and the product's);
+/// kept: [N, H] in hidden's dtype. kRecompute: backward recomputes each chunk's logits (always so
+/// when the weight trains: its gradient needs them). kAuto: the factor where it applies.
+enum class FrozenHeadGradient { kAuto, kFactorInForward, kRecompute };
+
 /// hidden: [N, H] (the positions that have a target; any float dtype, with or without grad),
 /// weight: [V, H] (the output projection; gradients flow to it when it requires grad), targets:
 /// int64 [N] in [0, V). Returns float32 [N]: log_softmax(linear(hidden, weight).float())[targets].
 /// Gradients equal those of that expression (the logits' gradient cast to weight's dtype before the
-/// products, as autograd's). chunk_elements: the most logits held at once (rows = elements / V).
-/// Throws std::invalid_argument for mismatched shapes.
+/// products, as autograd's; with the factor, the softmax's product with W is in W's dtype).
+/// chunk_elements: the most logits held at once (rows = elements / V). Throws
+/// std::invalid_argument for mismatched shapes.
 torch::Tensor target_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                               std::int64_t chunk_elements = std::int64_t{1} << 26);
+                               std::int64_t chunk_elements = std::int64_t{1} << 26,
+                               FrozenHeadGradient frozen = FrozenHeadGradient::kAuto);
 
 }  // namespace mgbench::models
