@@ -31,7 +31,12 @@ void frozen_head(benchmark::State& state, mgbench::models::FrozenHeadGradient ho
 void BM_FrozenHeadFactor(benchmark::State& s) { frozen_head(s, mgbench::models::FrozenHeadGradient::kFactorInForward); }
 void BM_FrozenHeadRecompute(benchmark::State& s) { frozen_head(s, mgbench::models::FrozenHeadGradient::kRecompute); }
 
-BENCHMARK(BM_FrozenHeadFactor)->Name("BM_FrozenHead/factor")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(3.0);
+BENCHMARK(BM_FrozenHeadFactor)
+    ->Name("BM_FrozenHead/factor")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0);
 BENCHMARK(BM_FrozenHeadRecompute)
     ->Name("BM_FrozenHead/recompute")
     ->Arg(0)

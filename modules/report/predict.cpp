@@ -216,6 +216,24 @@ StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, 
   return c;
 }
 
+/// The largest per-step term of a prediction.
+std::string limiting_phase(const Prediction& p, const MeasuredStep& m, double loads, double optimizer_s) {
+  const std::vector<std::pair<const char*, double>> phases = {{"data", p.data_s},
+                                                              {"h2d", m.h2d_s * loads},
+                                                              {"transform", m.transform_s},
+                                                              {"forward", m.forward_s},
+                                                              {"backward", m.backward_s},
+                                                              {"allreduce", p.allreduce_s},
+                                                              {"allgather", p.allgather_s},
+                                                              {"reducescatter", p.reducescatter_s},
+                                                              {"buffer_broadcast", p.buffer_broadcast_s},
+                                                              {"loss_reduce", p.loss_reduce_s},
+                                                              {"optimizer", optimizer_s}};
+  return std::max_element(phases.begin(), phases.end(),
+                          [](const auto& a, const auto& b) { return a.second < b.second; })
+      ->first;
+}
+
 }  // namespace
 
 double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
@@ -328,20 +346,7 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       p.total_s =
           static_cast<double>(epochs) * p.epoch_s + static_cast<double>(m.evaluated_epochs) * p.eval_s + m.startup_s;
       if (n == 1) one_rank_total = p.total_s;
-      const std::vector<std::pair<const char*, double>> phases = {{"data", p.data_s},
-                                                                  {"h2d", m.h2d_s * loads},
-                                                                  {"transform", m.transform_s},
-                                                                  {"forward", m.forward_s},
-                                                                  {"backward", m.backward_s},
-                                                                  {"allreduce", p.allreduce_s},
-                                                                  {"allgather", p.allgather_s},
-                                                                  {"reducescatter", p.reducescatter_s},
-                                                                  {"buffer_broadcast", p.buffer_broadcast_s},
-                                                                  {"loss_reduce", p.loss_reduce_s},
-                                                                  {"optimizer", optimizer_s}};
-      p.limiting = std::max_element(phases.begin(), phases.end(), [](const auto& a, const auto& b) {
-                     return a.second < b.second;
-                   })->first;
+      p.limiting = limiting_phase(p, m, loads, optimizer_s);
       out.push_back(std::move(p));
     }
     // T(1 rank) of the same model (the base's own configuration at 1 rank).
@@ -356,61 +361,6 @@ std::vector<Prediction> predict(const results::RunRecord& base,
     }
   }
   return out;
-}
-
-void print_predictions(std::ostream& out, const std::vector<Prediction>& predictions) {
-  if (predictions.empty()) return;
-  const auto& base = *predictions.front().base;
-  const std::string what = base.display("image_size").empty()
-                               ? fmt::format("{} on {}", base.display("model"), base.display("dataset"))
-                               : fmt::format("{} px", base.display("image_size"));
-  const std::string sharding = base.display("sharding").empty() ? "" : ", sharding " + base.display("sharding");
-  out << fmt::format(
-      "# PREDICTION (mgbench predict) of {} ({}): {} {} ({}), {}, batch {} x {}, {} epoch(s), {} samples{}\n",
-      base.run_id, base.file, base.display("task"), what, base.display("recipe"), base.display("precision"),
-      base.display("batch_size"), base.display("grad_accum"), base.display("epochs"), base.display("train_samples"),
-      sharding);
-  using P = Prediction;
-  auto ms = [](double P::*field) { return [field](const P& p) { return number(p.*field * 1e3, 2); }; };
-  auto s = [](double P::*field) { return [field](const P& p) { return number(p.*field, 2); }; };
-  const std::vector<Column<P>> columns = {
-      {"ranks", "", 5, "", [](const P& p) { return std::to_string(p.ranks); }},
-      {"nodes", "", 5, "", [](const P& p) { return std::to_string(p.nodes); }},
-      {"strat", "", -7, "", [](const P& p) { return std::string(p.strategy->name); }},
-      {"steps", "(/rank)", 7, "", [](const P& p) { return std::to_string(p.steps); }},
-      {"compute", "(ms/step)", 10, "", ms(&P::compute_s)},
-      {"data", "(ms/step)", 10, "", ms(&P::data_s)},
-      {"allreduce", "(ms/step)", 10, "", ms(&P::allreduce_s)},
-      {"allgather", "(ms/step)", 10, "", ms(&P::allgather_s)},
-      {"r-scatter", "(ms/step)", 10, "", ms(&P::reducescatter_s)},
-      {"bcast+lred", "(ms/step)", 10, "",
-       [](const P& p) { return number((p.buffer_broadcast_s + p.loss_reduce_s) * 1e3, 2); }},
-      {"epoch", "(s)", 10, "", s(&P::epoch_s)},
-      {"total", "(s)", 10, "", s(&P::total_s)},
-      {"speedup", "(x)", 8, "", s(&P::speedup)},
-      {"par_eff", "(%)", 8, "", [](const P& p) { return number(100 * p.speedup / p.ranks, 1); }},
-      {"limiting", "", -10, "", [](const P& p) { return p.limiting; }},
-      {"comm", "", 0, "", [](const P& p) { return p.comm_source; }},
-  };
-  write_table(out, columns, predictions, /*csv=*/false);
-  for (const auto& p : predictions) {
-    if (p.ranks > 1 && p.base->display("sharding") == "fsdp") {
-      const MeasuredStep m = measure_step(*p.base);
-      out << fmt::format(
-          "# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as the base recorded them; "
-          "{:.1f} % of them hidden behind compute{}\n",
-          m.allgather_bytes.size(), m.reducescatter_bytes.size(), 100 * p.fsdp_overlap,
-          p.fsdp_overlap > 0 ? " (measured)" : " (none measured: all exposed)");
-      break;
-    }
-  }
-  for (const auto& p : predictions) {
-    if (p.ranks > 1 && !p.scaling.sources.empty()) {
-      out << fmt::format("# {} {} ranks: overlap {:.1f} %, straggler spread {:.3f} measured in {}\n", p.strategy->name,
-                         p.ranks, 100 * p.scaling.overlap, p.scaling.spread, fmt::join(p.scaling.sources, ", "));
-      break;
-    }
-  }
 }
 
 std::string workload_of(const results::RunRecord& r) {
@@ -577,15 +527,6 @@ PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, con
   std::sort(plan.notes.begin(), plan.notes.end());
   plan.notes.erase(std::unique(plan.notes.begin(), plan.notes.end()), plan.notes.end());
   return plan;
-}
-
-void print_plan(std::ostream& out, const PredictionPlan& plan) {
-  for (const auto& predictions : plan.workloads) {
-    print_predictions(out, predictions);
-    out << "\n";
-  }
-  for (const auto& n : plan.notes) out << "# note: " << n << "\n";
-  if (plan.link != nullptr) out << fmt::format("# assumption {}: {}\n", plan.link->name, plan.link->source);
 }
 
 void write_predictions(const std::string& path, const PredictionPlan& plan, const std::string& command_line) {

@@ -16,17 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ENV, SHARED
+from conftest import BIN, ENV
+from test_slurm import CLUSTER as SLURM, CPU as ONE_NODE_CPU, IMAGE_ARGS, MNIST, ROOT, only_run
 
-h5py = pytest.importorskip("h5py")
-
-ROOT = Path(__file__).resolve().parents[2]
 NODES = ROOT / "tests" / "cluster" / "cluster.sh"
-SLURM = ROOT / "tests" / "slurm" / "cluster.sh"
-MNIST = SHARED / "mnist"
-CPU = ["--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1", "--time=10"]
-IMAGE_ARGS = ["--device", "cpu", "--data", MNIST, "--image-size", "32", "--width-mult", "0.25", "--threads", "1",
-              "--limit-test", "128", "--batch-size", "32", "--progress-interval", "1000"]
+CPU = ["--nodes=2", "--ntasks-per-node=1", *ONE_NODE_CPU]
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +65,6 @@ def job_state(nodes, job):
     out = on_node1(nodes, "scontrol", "show", "job", job).stdout
     fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
     return fields.get("JobState", "GONE"), int(fields.get("Restarts", "0"))
-
-
-def only_run(path):
-    f = h5py.File(path, "r")
-    (run,) = f["runs"].values()
-    return f, run
 
 
 def logs(directory):
