@@ -228,16 +228,17 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *image* ]]; then
   stage "benchmark: mgbench vs Python torch peer, 1 GPU"
   for precision in ${BENCH_PRECISIONS:-fp32 fp16 amp-bf16}; do
     DEVICE=cuda NP=1 SIZES="${BENCH_SIZES:-224 500}" BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=$precision PIN=true \
-      THREADS=8 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$DATA" 2>&1 | tee -a "$OUT/bench.txt"
+      THREADS=8 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$DATA" 2>&1 | tee -a "$OUT/bench.txt" ||
+      echo "gpu-check.sh: compare_image.sh $precision failed (above); going on with the next stage"
   done
   stage "benchmark: HtoD bytes per sample, device vs host upscaling (224 px, amp-bf16, pin_memory)"
   for upscale in device host; do
     mpirun -np 1 --bind-to none "$BUILD/app/mgbench" image --data "$DATA" --image-size 224 --batch-size 64 --limit-train 2048 \
       --limit-test 256 --epochs 1 --precision amp-bf16 --pin-memory true --upscale "$upscale" \
       --results "$OUT/htod.h5" --run-name "upscale-$upscale" --progress-interval 1000 >"$OUT/htod-$upscale.log" 2>&1 \
-      || { tail -20 "$OUT/htod-$upscale.log"; fail "mgbench --upscale $upscale failed"; }
+      || { tail -20 "$OUT/htod-$upscale.log"; echo "gpu-check.sh: mgbench --upscale $upscale failed; going on"; }
   done
-  "$BUILD/app/mgbench" report --cuda --phases "$OUT/htod.h5" | tee "$OUT/htod-report.txt"
+  "$BUILD/app/mgbench" report --cuda --phases "$OUT/htod.h5" | tee "$OUT/htod-report.txt" || true
   stage "benchmark: checkpoint cost on the GPU (1 rank, 224 px, amp-bf16, a checkpoint every 16 steps vs none)"
   DEVICE=cuda NP=1 SIZE=224 BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 EVERY=16 REPEATS=2 THREADS=8 \
     MGBENCH="$BUILD/app/mgbench" CKPT_DIR="$OUT/bench-ck" bench/compare_checkpoint.sh "$DATA" 2>&1 |
@@ -248,11 +249,11 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *comm* ]]; then
   ((GPUS >= 1)) || GPUS=1
   stage "benchmark: mgbench comm over NCCL, $GPUS rank(s), one per GPU (a single GPU checks the path, not a link)"
   mpirun -np "$GPUS" --bind-to none "$BUILD/app/mgbench" comm --backend nccl --collective all --min-bytes 8 \
-    --max-bytes 1G --step-factor 4 --results "$OUT/comm.h5" 2>&1 | tee "$OUT/comm-nccl.txt"
+    --max-bytes 1G --step-factor 4 --results "$OUT/comm.h5" 2>&1 | tee "$OUT/comm-nccl.txt" || true
   # nccl-tests beside it, on the same machine, where a build is given (NCCL_TESTS: its build/ folder).
   if [[ -x ${NCCL_TESTS:-}/all_reduce_perf ]]; then
     for c in all_reduce all_gather reduce_scatter broadcast; do
-      mpirun -np "$GPUS" --bind-to none "$NCCL_TESTS/${c}_perf" -b 8 -e 1G -f 4 -g 1 2>&1 | tee -a "$OUT/nccl-tests.txt"
+      mpirun -np "$GPUS" --bind-to none "$NCCL_TESTS/${c}_perf" -b 8 -e 1G -f 4 -g 1 2>&1 | tee -a "$OUT/nccl-tests.txt" || true
     done
   else
     echo "# nccl-tests: not run (set NCCL_TESTS to the build/ folder of github.com/NVIDIA/nccl-tests, built with MPI=1)"
@@ -260,7 +261,7 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *comm* ]]; then
   stage "predict: 2-8 GPUs of the 224 px amp-bf16 workload from its 1-GPU run and this comm run"
   if [[ -f "$OUT/htod.h5" ]]; then
     "$BUILD/app/mgbench" predict "$OUT/htod.h5" --comm "$OUT/comm.h5" --ranks 1,2,4,8 --link h100-nvlink \
-      --results "$OUT/predictions.h5" | tee "$OUT/predict.txt"
+      --results "$OUT/predictions.h5" | tee "$OUT/predict.txt" || true
   fi
 fi
 if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
@@ -268,20 +269,20 @@ if [[ ${SKIP_BENCH:-0} != 1 && $BENCH_SETS == *llm* ]]; then
   stage "benchmark: mgbench llm, llama3-8b shape, random init, bf16, batch 2, alpaca (paper: 0.77 s/it on 1 H100)"
   "$BUILD/app/mgbench" llm --model llama3-8b --init random --tokenizer "$SHARED_DATA/llama3/tokenizer.model" \
     --dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 20 \
-    --precision bf16 --results "$OUT/llm.h5" --run-name llama3-8b --progress-interval 5 2>&1 | tail -5
-  "$BUILD/app/mgbench" report --phases "$OUT/llm.h5" | tee "$OUT/llm-report.txt"
+    --precision bf16 --results "$OUT/llm.h5" --run-name llama3-8b --progress-interval 5 2>&1 | tail -5 || true
+  "$BUILD/app/mgbench" report --phases "$OUT/llm.h5" | tee "$OUT/llm-report.txt" || true
   stage "benchmark: mgbench llm --recipe dpo, llama3.1-8b shape, random init, bf16, batch 4 pairs, stack_exchange_paired"
   "$BUILD/app/mgbench" llm --recipe dpo --model llama3.1-8b --init random \
     --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset stack_exchange_paired \
     --data "$SHARED_DATA/text/dpo/stack_exchange_paired_tiny_torchtune.json" --batch-size 4 --grad-accum 1 \
-    --max-steps 5 --epochs 1 --results "$OUT/llm.h5" --run-name llama3.1-8b-dpo --progress-interval 5 2>&1 | tail -5
-  "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/dpo-report.txt"
+    --max-steps 5 --epochs 1 --results "$OUT/llm.h5" --run-name llama3.1-8b-dpo --progress-interval 5 2>&1 | tail -5 || true
+  "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/dpo-report.txt" || true
   stage "benchmark: mgbench llm --recipe qlora, llama3-8b shape (NF4 projections), random init, bf16, batch 2, alpaca"
   "$BUILD/app/mgbench" llm --recipe qlora --model llama3-8b --init random \
     --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
     --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --grad-accum 1 --max-steps 10 \
-    --results "$OUT/llm.h5" --run-name llama3-8b-qlora --progress-interval 5 2>&1 | tail -5
-  "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/qlora-report.txt"   # LoRA and QLoRA 8B: s/it, peak memory
+    --results "$OUT/llm.h5" --run-name llama3-8b-qlora --progress-interval 5 2>&1 | tail -5 || true
+  "$BUILD/app/mgbench" report "$OUT/llm.h5" | tee "$OUT/qlora-report.txt" || true  # LoRA and QLoRA 8B: s/it, peak memory
   # Issue 32 item 3: the host waits of each recipe per optimizer step (QLoRA used to copy its NF4
   # code table to the device with a blocking copy in every NF4 layer call: ~672 a micro-batch on 8B).
   "$PYTHON" -c "import h5py, sys
@@ -303,9 +304,9 @@ for run in h5py.File(sys.argv[1])['runs'].values():
       --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
       --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 10 \
       --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" \
-      --run-name "full-$sharding" --progress-interval 5 2>&1 | tail -3
+      --run-name "full-$sharding" --progress-interval 5 2>&1 | tail -3 || true
   done
-  "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee "$OUT/fsdp-report.txt"   # s/it and peak memory of both
+  "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee "$OUT/fsdp-report.txt" || true  # s/it and peak memory of both
   "$PYTHON" -c "import h5py, sys
 for run in h5py.File(sys.argv[1])['runs'].values():
     a = run.attrs
@@ -317,20 +318,20 @@ for run in h5py.File(sys.argv[1])['runs'].values():
     --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
     --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 10 \
     --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding fsdp --results "$OUT/fsdp.h5" \
-    --run-name qlora-fsdp --progress-interval 5 2>&1 | tail -3
+    --run-name qlora-fsdp --progress-interval 5 2>&1 | tail -3 || true
   for sharding in fsdp none; do
     mpirun -np 2 --bind-to none "$BUILD/app/mgbench" image --data "$SHARED_DATA/mnist" --image-size 224 \
       --limit-train 2048 --limit-test 512 --epochs 1 --batch-size 64 --precision amp-fp16 --channels-last true \
       --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" --run-name "image-$sharding" \
-      --progress-interval 5 2>&1 | tail -2
+      --progress-interval 5 2>&1 | tail -2 || true
   done
-  "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt"
+  "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt" || true
   # HtoD by what made it (issue 32 item 1): with the MPI backend, the collectives' staging apart.
-  "$BUILD/app/mgbench" report --cuda "$OUT/fsdp.h5" | grep -A4 "^# .*CUDA activity" | tee -a "$OUT/fsdp-report.txt"
+  "$BUILD/app/mgbench" report --cuda "$OUT/fsdp.h5" | grep -A4 "^# .*CUDA activity" | tee -a "$OUT/fsdp-report.txt" || true
   stage "FSDP: the memory plan of llama3-8b full fine-tuning (bf16, AdamW) at 1, 2, 4, 8 ranks against this GPU"
   "$BUILD/app/mgbench" llm --recipe full --model llama3-8b --init random --precision bf16 \
     --tokenizer "$SHARED_DATA/llama3/tokenizer.model" --dataset alpaca \
-    --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --dry-run | tee -a "$OUT/fsdp-report.txt"
+    --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --dry-run | tee -a "$OUT/fsdp-report.txt" || true
   stage "benchmark: every recipe vs LoRA (qlora, qat-lora, full, qat), llama3.2-1b shape, 1 GPU, bf16"
   DEVICE=cuda MODEL=llama3.2-1b STEPS=10 BATCH=2 MAX_SEQ_LEN=512 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" \
     bench/compare_recipes.sh "$SHARED_DATA" 2>&1 | tee -a "$OUT/bench.txt" || true
@@ -347,7 +348,7 @@ if [[ ${SKIP_BENCH:-0} != 1 ]] && command -v nsys >/dev/null; then
     --limit-test 64 --epochs 1 --batch-size 64 --max-steps 8 --cupti false --backend "$NVTX_BACKEND" \
     --results "$OUT/nvtx.h5" --progress-interval 1000 >"$OUT/nvtx.log" 2>&1 || tail -5 "$OUT/nvtx.log"
   for rep in "$OUT"/nvtx-*.nsys-rep; do
-    [[ -f $rep ]] && nsys stats -q -r nvtx_gpu_proj_sum -f csv "$rep" 2>/dev/null | head -20 | tee -a "$OUT/nvtx.txt"
+    [[ -f $rep ]] && nsys stats -q -r nvtx_gpu_proj_sum -f csv "$rep" 2>/dev/null | head -20 | tee -a "$OUT/nvtx.txt" || true
   done
 fi
 if compgen -G "$OUT/*.h5" >/dev/null; then
