@@ -211,4 +211,7 @@ def test_loading_a_checkpoint_leaves_no_file_pages_resident(tmp_path, recipe):
         with h5py.File(results, "r") as f:
             (run,) = f["runs"].values()
             peaks[name] = int(run["summary"][0]["peak_memory_bytes"])
-    assert peaks["checkpoint"] - peaks["random"] < 0.1 * file_bytes, (peaks, file_bytes)
+    # The file resident would add its 316 MB (+80 % before issue 32); the heap's own variation between
+    # two runs reaches ~57 MiB now and then with qlora (seen 1 run in 4 on the 2-core VM: the NF4
+    # quantisation's temporaries and the loader thread's allocations interleave differently).
+    assert peaks["checkpoint"] - peaks["random"] < 0.25 * file_bytes, (peaks, file_bytes)
