@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Python peer of `mgbench llm`, written the usual way: transformers' LlamaForCausalLM (SDPA
-attention) + peft's LoRA + torch.optim.AdamW with TorchTune's cosine schedule with warm-up, on
+attention, no key/value cache) + peft's LoRA + torch.optim.AdamW(fused=True) with TorchTune's cosine schedule with warm-up, on
 exactly the rows mgbench trains on (token ids and labels dumped by `mgbench data stats --dump`), in
 the same order (no shuffling), the same batch, precision, learning rate, warm-up and step count.
 
@@ -63,12 +63,14 @@ def main():
     torch.manual_seed(42)
     dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32
     model = transformers.LlamaForCausalLM.from_pretrained(a.model, dtype=dtype, attn_implementation="sdpa")
+    model.config.use_cache = False  # training: no key/value cache built in forward (TorchTune's models have none)
     config = peft.LoraConfig(r=a.lora_rank, lora_alpha=a.lora_alpha, lora_dropout=0.0, bias="none",
                              target_modules=["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     model = peft.get_peft_model(model, config)
     model.train()
     params = [q for q in model.parameters() if q.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.lr or defaults["lr"], weight_decay=defaults["weight_decay"])
+    # fused=True: TorchTune's LoRA / DPO configs ask it, and mgbench's AdamW is the fused kernel too.
+    opt = torch.optim.AdamW(params, lr=a.lr or defaults["lr"], weight_decay=defaults["weight_decay"], fused=True)
 
     def lr_lambda(step):  # torchtune's get_cosine_schedule_with_warmup
         if step < a.warmup_steps:
