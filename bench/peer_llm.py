@@ -2,7 +2,8 @@
 """The Python peer of `mgbench llm`, written the usual way: transformers' LlamaForCausalLM (SDPA
 attention, no key/value cache) + peft's LoRA + torch.optim.AdamW(fused=True) with TorchTune's cosine
 schedule with warm-up, on exactly the rows mgbench trains on (token ids and labels dumped by
-`mgbench data stats --dump`), in the same order (no shuffling), the same batch, precision, learning rate, warm-up and step count.
+`mgbench data stats --dump`), in the same order (no shuffling), the same batch, precision, learning
+rate, warm-up and step count.
 
   --recipe lora  supervised fine-tuning: next-token cross-entropy summed over the targets, divided by
                  their number (TorchTune 0.6's token normalisation).
