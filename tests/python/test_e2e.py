@@ -217,22 +217,28 @@ def test_malloc_reuse_stops_the_steps_faulting_in_memory(tmp_path, mnist):
     small_64px = list(SMALL)
     small_64px[small_64px.index("--image-size") + 1] = "64"
     faults, losses = {}, {}
-    for reuse in ("true", "false"):
-        for steps in (8, 24):
-            args = ["image", "--data", mnist, *small_64px, "--batch-size", "16",
-                    "--limit-train", str(16 * steps), "--limit-test", "16", "--malloc-reuse", reuse,
-                    "--results", tmp_path / f"{reuse}.h5"]
-            # The fewer of two runs' faults: another job's memory pressure (CI runs two tests at once)
-            # makes a run fault its shared libraries' pages in again, once in a while.
-            for _ in range(2):
-                returncode, stderr, usage = run_with_rusage(args)
-                assert returncode == 0, stderr
-                assert ("freed memory kept for reuse" in stderr) == (reuse == "true"), stderr
-                faults[reuse, steps] = min(faults.get((reuse, steps), usage["minflt"]), usage["minflt"])
-        with h5py.File(tmp_path / f"{reuse}.h5", "r") as f:
-            run = f["runs"][sorted(f["runs"])[-1]]
-            losses[reuse] = run["summary"][0]["final_loss"]
-    per_step = {reuse: (faults[reuse, 24] - faults[reuse, 8]) / 16 for reuse in ("true", "false")}
+    # Another job's memory pressure (CI runs two tests at once) makes a run fault its shared
+    # libraries' pages in again now and then: each count is the fewer of two runs' faults, and a
+    # measurement so disturbed that the defaults' per-step cost vanishes (CI saw -3839 faults per
+    # step) is taken again, up to three times.
+    for _attempt in range(3):
+        faults.clear()
+        for reuse in ("true", "false"):
+            for steps in (8, 24):
+                args = ["image", "--data", mnist, *small_64px, "--batch-size", "16",
+                        "--limit-train", str(16 * steps), "--limit-test", "16", "--malloc-reuse", reuse,
+                        "--results", tmp_path / f"{reuse}.h5"]
+                for _ in range(2):
+                    returncode, stderr, usage = run_with_rusage(args)
+                    assert returncode == 0, stderr
+                    assert ("freed memory kept for reuse" in stderr) == (reuse == "true"), stderr
+                    faults[reuse, steps] = min(faults.get((reuse, steps), usage["minflt"]), usage["minflt"])
+            with h5py.File(tmp_path / f"{reuse}.h5", "r") as f:
+                run = f["runs"][sorted(f["runs"])[-1]]
+                losses[reuse] = run["summary"][0]["final_loss"]
+        per_step = {reuse: (faults[reuse, 24] - faults[reuse, 8]) / 16 for reuse in ("true", "false")}
+        if per_step["false"] > 500:
+            break
     assert per_step["false"] > 500, per_step  # the defaults' cost, so that the comparison means something
     assert per_step["true"] < 0.1 * per_step["false"], (per_step, faults)
     assert losses["true"] == losses["false"], losses
