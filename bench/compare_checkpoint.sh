@@ -6,7 +6,7 @@
 # both runs: it is always on.
 #   bench/compare_checkpoint.sh [DATA_DIR]
 # Environment: NP (2), SIZE (32), TRAIN (2048), BATCH (32), PRECISION (fp32), EVERY (4), REPEATS (3),
-#   DEVICE (cpu; cuda: one GPU per rank), THREADS (1), MGBENCH (build/app/mgbench), CKPT_DIR (a temporary
+#   DEVICE (cpu; cuda: one GPU per rank), THREADS (1), MGBENCH (build/app/mgbench), PYTHON (python3), CKPT_DIR (a temporary
 #   directory; point it at the cluster's parallel file system to measure that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,9 @@ trap 'rm -rf "$OUT"' EXIT
 CKPT_DIR=${CKPT_DIR:-$OUT/ck}
 ARGS=(image --data "$DATA" --image-size "$SIZE" --limit-train "$TRAIN" --limit-test 256 --epochs 1
   --batch-size "$BATCH" --precision "$PRECISION" --threads "$THREADS" --progress-interval 1000 --device "$DEVICE")
-total_s() { "$MGBENCH" report --csv "$1" | awk -F, 'NR == 2 {print $11}'; }
+PY=${PYTHON:-python3}
+# By the column's name: a field before it may hold commas (the GPU model, quoted).
+total_s() { "$MGBENCH" report --csv "$1" | "$PY" -c 'import csv, sys; print(next(csv.DictReader(sys.stdin))["total_s"])'; }
 printf '%-6s %12s %12s %7s %14s\n' run "plain (s)" "ckpt (s)" ratio "s/checkpoint"
 for r in $(seq "$REPEATS"); do
   mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" "${ARGS[@]}" --results "$OUT/plain-$r.h5" >/dev/null 2>&1

@@ -8,7 +8,8 @@
 # a GPU a second mgbench run with CUPTI (its default there) gives CUPTI's own cost as a ratio.
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
-#   THREADS (1 per rank), DEVICE (cpu | cuda), PIN (false), MGBENCH (build/app/mgbench),
+#   THREADS (1 per rank), DEVICE (cpu | cuda), PIN (false), MGBENCH (build/app/mgbench), WARMUP (0: the
+#   first WARMUP steps, cuDNN's autotuning among them, left out of every side's img/s),
 #   PYTHON (the interpreter with torch/torchvision; default: the venv of MGBENCH_VENV).
 # On a GPU machine (scripts/gpu-check.sh): DEVICE=cuda NP=1 SIZES="224 500" PRECISION=amp-bf16 ...
 set -euo pipefail
@@ -24,8 +25,9 @@ THREADS=${THREADS:-1}
 MGBENCH=${MGBENCH:-build/app/mgbench}
 DEVICE=${DEVICE:-cpu}
 PIN=${PIN:-false}
+WARMUP=${WARMUP:-0}
 PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
-PEER_ARGS=(--device "$DEVICE")
+PEER_ARGS=(--device "$DEVICE" --warmup-steps "$WARMUP")
 [[ $PIN == true ]] && PEER_ARGS+=(--pin-memory)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$THREADS
 OUT=$(mktemp -d)
@@ -34,7 +36,7 @@ trap 'rm -rf "$OUT"' EXIT
 echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader/Resize + DistributedSampler + DDP)"
 [[ $DEVICE == cuda ]] && echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), pin_memory $PIN"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
-echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank"
+echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank, first $WARMUP step(s) not timed"
 printf "# %-4s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "nhwc+malloc" "ratio" \
   "ratio" "ratio" "mgbench" "cupti"
 printf "# %-4s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" "(peer)" \
@@ -43,8 +45,8 @@ for size in $SIZES; do
   mgbench_img_per_s() {  # CUPTI on or off; the run's img/s
     mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" \
       --batch-size "$BATCH" --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" \
-      --threads "$THREADS" --device "$DEVICE" --pin-memory "$PIN" --cupti "$1" --results "$OUT/mgbench.h5" \
-      --run-name "s$size-cupti-$1" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 ||
+      --warmup-steps-excluded "$WARMUP" --threads "$THREADS" --device "$DEVICE" --pin-memory "$PIN" --cupti "$1" \
+      --results "$OUT/mgbench.h5" --run-name "s$size-cupti-$1" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 ||
       { echo "mgbench failed (--cupti $1):" >&2; grep -v "^#" "$OUT/mgbench.log" | tail -15 >&2; exit 1; }
     "$PY" - "$OUT/mgbench.h5" "s$size-cupti-$1" <<'PY'
 import sys, h5py

@@ -9,7 +9,7 @@ model in that dtype (model.half()), amp-* = torch.autocast (+ torch.amp.GradScal
 
 Prints one JSON line on rank 0: {"img_per_s": ..., "train_s": ..., "samples": ...}, where
 img_per_s = samples computed by all ranks / the slowest rank's training-loop time (as mgbench's
-summary.samples_per_s).
+summary.samples_per_s), both after the first --warmup-steps steps.
 """
 import argparse
 import datetime
@@ -59,6 +59,9 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--channels-last", action="store_true", help="tuned peer: NHWC model and inputs")
+    p.add_argument("--warmup-steps", type=int, default=0,
+                   help="leave the first K steps (cuDNN autotuning, allocator) out of img_per_s, as mgbench's "
+                        "--warmup-steps-excluded")
     a = p.parse_args()
 
     cuda = a.device == "cuda"
@@ -97,7 +100,8 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=4e-5)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    samples, train_s = 0, 0.0
+    samples, train_s, step = 0, 0.0, 0
+    warmup_samples, warmup_s = 0, 0.0  # at the end of step --warmup-steps
     model.train()
     for epoch in range(a.epochs):
         sampler.set_epoch(epoch)
@@ -115,10 +119,16 @@ def main():
             else:
                 loss.backward()
                 optimizer.step()
-            loss.item()
+            loss.item()  # the step's end on the device too
             samples += images.shape[0]
+            step += 1
+            if step == a.warmup_steps:
+                warmup_samples, warmup_s = samples, train_s + time.perf_counter() - start
         train_s += time.perf_counter() - start
     # On the process group's device: NCCL has no CPU tensors (the first H200 reading failed here).
+    if step < a.warmup_steps:
+        sys.exit(f"peer_image.py: --warmup-steps {a.warmup_steps}: the run has only {step} step(s)")
+    samples, train_s = samples - warmup_samples, train_s - warmup_s
     totals = torch.tensor([float(samples), train_s], dtype=torch.float64, device=device)
     dist.all_reduce(totals[:1], op=dist.ReduceOp.SUM)
     slowest = torch.tensor([train_s], dtype=torch.float64, device=device)

@@ -22,6 +22,15 @@ inline std::string number(double v, int digits) { return std::isfinite(v) ? fmt:
 /// v with the decimals its size needs in a 12-wide cell: 1 from 100 on, 3 from 1 on, else 5.
 inline std::string scaled_number(double v) { return number(v, std::abs(v) >= 100 ? 1 : std::abs(v) >= 1 ? 3 : 5); }
 
+/// text as one CSV field (RFC 4180): in double quotes, its quotes doubled, where it holds a comma, a
+/// quote or a line break (a GPU model: "NVIDIA H200, 139.8 GiB, sm_90"); else as it is.
+inline std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 template <typename Row>
 struct Column {
   std::string_view header;                      // in the table's header row
@@ -50,7 +59,7 @@ void write_table(std::ostream& out, const std::vector<Column<Row>>& columns, con
       bool first = true;
       for (const auto& c : columns) {
         if (c.csv.empty()) continue;
-        line += (first ? "" : ",") + (c.csv_cell ? c.csv_cell(row) : c.cell(row));
+        line += (first ? "" : ",") + csv_field(c.csv_cell ? c.csv_cell(row) : c.cell(row));
         first = false;
       }
       out << line << "\n";

@@ -55,6 +55,7 @@ std::string hardware(const results::RunRecord& run) {
 
 std::string hardware_cell(const results::RunRecord& run) {
   std::string cell = hardware(run);
+  cell = cell.substr(0, cell.find(", "));  // the model; its memory and compute capability are in the CSV
   constexpr std::string_view kVendor = "NVIDIA ";
   if (cell.starts_with(kVendor)) cell.erase(0, kVendor.size());
   for (char& c : cell) {

@@ -39,11 +39,12 @@ std::vector<WorkloadDifference> workload_differences(const results::RunRecord& a
 /// "gpu_model 'NVIDIA H100' vs 'NVIDIA A100', device ..." -- at most `limit` differences, then "...".
 std::string describe(const std::vector<WorkloadDifference>& differences, std::size_t limit = 3);
 
-/// Where a run ran: the GPU model where recorded ("NVIDIA H100 80GB HBM3"), else the device kind
+/// Where a run ran: the GPU model where recorded ("NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90"), else the device kind
 /// ("cpu", "cuda"), else "-".
 std::string hardware(const results::RunRecord& run);
 
-/// hardware() as one whitespace-free table cell: "NVIDIA " dropped, spaces as '-' ("H100-80GB-HBM3").
+/// hardware() as one whitespace-free table cell: the model only (up to the first ", "), "NVIDIA "
+/// dropped, spaces as '-': "NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90" -> "H100-80GB-HBM3".
 std::string hardware_cell(const results::RunRecord& run);
 
 /// Why `run` has no 1-rank baseline among `runs` (multi-rank, completed): "no 1-rank run of this

@@ -15,6 +15,7 @@
 #include "report/repeats.h"
 #include "report/report.h"
 #include "report/stragglers.h"
+#include "report/table.h"
 #include "results/hdf5.h"
 #include "results/reader.h"
 #include "results/writer.h"
@@ -247,7 +248,7 @@ TEST(Report, EfficienciesPairOnlyRunsOfOneWorkloadIdentity) {
     r.attributes.emplace_back("width_mult", width);
     return r;
   };
-  const std::string h100 = "NVIDIA H100 80GB HBM3";
+  const std::string h100 = "NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90";  // as the runtime writes gpu_model
   const std::vector<RunRecord> runs = {
       on(1, 100, "a100-1", "cuda", "NVIDIA A100-SXM4-80GB", 1.0),
       on(1, 80, "h100-1-narrow", "cuda", h100, 0.25),
@@ -261,7 +262,8 @@ TEST(Report, EfficienciesPairOnlyRunsOfOneWorkloadIdentity) {
   // h100-2 (width 1.0) pairs with neither the A100 run nor the H100 width-0.25 one, and says so.
   EXPECT_FALSE(rows[2].efficiency_vs_1_rank.has_value());
   EXPECT_EQ(rows[2].baseline_note,
-            "h100-2: no 1-rank run of this workload on NVIDIA H100 80GB HBM3; the nearest, h100-1-narrow, differs in "
+            "h100-2: no 1-rank run of this workload on NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90; the nearest, "
+            "h100-1-narrow, differs in "
             "width_mult '1' vs '0.25'");
   ASSERT_TRUE(rows[3].efficiency_vs_1_rank.has_value());
   EXPECT_NEAR(*rows[3].efficiency_vs_1_rank, 80.0 / 45.0, 1e-12);
@@ -275,7 +277,10 @@ TEST(Report, EfficienciesPairOnlyRunsOfOneWorkloadIdentity) {
   EXPECT_NE(table.str().find(" H100-80GB-HBM3 "), std::string::npos) << table.str();
   std::ostringstream csv;
   report::print(csv, rows, report::Format::kCsv);
-  EXPECT_NE(csv.str().find(",cuda,NVIDIA H100 80GB HBM3,"), std::string::npos) << csv.str();
+  // The model's commas quoted (RFC 4180), so that every CSV line has the header's field count.
+  EXPECT_NE(csv.str().find(",cuda,\"NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90\","), std::string::npos) << csv.str();
+  EXPECT_EQ(report::csv_field("a \"b\", c"), "\"a \"\"b\"\", c\"");
+  EXPECT_EQ(report::csv_field("plain"), "plain");
 }
 
 // `report --reference`: medians over each side's repeats, the direction of each metric, the tolerance,
