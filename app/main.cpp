@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "core/build_info.h"
+#include "data/make_images.h"
 #include "data/text/tools.h"
 #include "models/qat_convert.h"
 #include "options.h"
@@ -25,7 +26,8 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"image",
-     "image classification across MPI ranks: MobileNetV2 on MNIST upscaled to --image-size px\n"
+     "image classification across MPI ranks: MobileNetV2 / ResNet-50 on MNIST upscaled to --image-size px\n"
+     "or on JPEG / PNG files (--dataset imagefolder)\n"
      "(strategies ddp, ddp-rr, ddp-ds, dp; fp64 ... amp-bf16); per-rank timings into HDF5",
      &mgbench::app::image_main},
     {"llm",
@@ -54,8 +56,15 @@ constexpr Command kCommands[] = {
            {"tokenize", text::TokenizeOptions::kUsage}, argc, argv,
            [](const text::TokenizeOptions& o) { return text::tokenize(o, std::cin, std::cout, std::cerr); });
      }},
-    {"data", "`data stats`: rows and token lengths of a fine-tuning dataset",
+    {"data",
+     "`data stats`: rows and token lengths of a fine-tuning dataset; `data make-images`: MNIST as an\n"
+     "ImageFolder of JPEG / PNG files at a given size",
      [](int argc, char** argv) {
+       if (argc > 1 && std::string_view(argv[1]) == "make-images") {
+         return run_command<data::MakeImagesOptions>(
+             {"data", data::MakeImagesOptions::kUsage}, argc, argv,
+             [](const data::MakeImagesOptions& o) { return data::make_images(o, std::cout, std::cerr); });
+       }
        return run_command<text::DatasetStatsOptions>(
            {"data", text::DatasetStatsOptions::kUsage}, argc, argv,
            [](const text::DatasetStatsOptions& o) { return text::dataset_stats(o, std::cout, std::cerr); });

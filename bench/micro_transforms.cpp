@@ -20,7 +20,8 @@ void BM_TransformMgbench(benchmark::State& state) {
   torch::set_num_threads(1);
   const torch::Tensor x = batch_u8(32);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(mgbench::data::normalize_and_resize(x, state.range(0), torch::kFloat32, kMean, kStd));
+    benchmark::DoNotOptimize(
+        mgbench::data::normalize_and_resize(x, state.range(0), torch::kFloat32, std::array{kMean}, std::array{kStd}));
   }
   state.SetItemsProcessed(state.iterations() * 32);
 }

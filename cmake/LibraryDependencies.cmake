@@ -1,6 +1,6 @@
 # The external libraries of mgbench's LibTorch-free parts, as imported targets: MPI::MPI_CXX,
 # mgbench::hdf5 (parallel HDF5, C API), Boost::program_options, ZLIB::ZLIB, spdlog::spdlog, fmt::fmt,
-# nlohmann_json::nlohmann_json, PkgConfig::PCRE2, mgbench::csv. Included by Dependencies.cmake (the
+# nlohmann_json::nlohmann_json, PkgConfig::PCRE2, mgbench::csv, mgbench::turbojpeg, mgbench::spng. Included by Dependencies.cmake (the
 # main build) and by tests/fuzz/CMakeLists.txt (the clang build of the fuzz targets).
 
 # mgbench_imported_library(<name> <include dir> <library>): an INTERFACE target mgbench::<name>
@@ -25,6 +25,14 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 find_path(MGBENCH_CSV_INCLUDE_DIR csv.h REQUIRED)
 find_library(MGBENCH_CSV_LIBRARY csv REQUIRED)
 mgbench_imported_library(csv "${MGBENCH_CSV_INCLUDE_DIR}" "${MGBENCH_CSV_LIBRARY}")
+# Image decoding on the host: libjpeg-turbo's TurboJPEG API (Debian libturbojpeg0-dev) and libspng
+# (libspng-dev), found by path as libcsv (gpu-check.sh's unpacked .debs carry stale pkg-config prefixes).
+find_path(MGBENCH_TURBOJPEG_INCLUDE_DIR turbojpeg.h REQUIRED)
+find_library(MGBENCH_TURBOJPEG_LIBRARY turbojpeg REQUIRED)
+mgbench_imported_library(turbojpeg "${MGBENCH_TURBOJPEG_INCLUDE_DIR}" "${MGBENCH_TURBOJPEG_LIBRARY}")
+find_path(MGBENCH_SPNG_INCLUDE_DIR spng.h REQUIRED)
+find_library(MGBENCH_SPNG_LIBRARY spng REQUIRED)
+mgbench_imported_library(spng "${MGBENCH_SPNG_INCLUDE_DIR}" "${MGBENCH_SPNG_LIBRARY}")
 
 # --- HDF5, the MPI-parallel build (Debian: libhdf5-openmpi-dev) ------------------------------
 # MGBENCH_HDF5_INCLUDE_DIR + MGBENCH_HDF5_LIBRARY name a parallel HDF5 directly (a relocated or

@@ -5,7 +5,7 @@
 # .gpu-deps/ (git-ignored, ~25 MB) to the GPU machine beside the checkout.
 #   scripts/fetch-gpu-deps.sh [DIR]      (default DIR: .gpu-deps)
 # The list: Open MPI 4.1 and its runtime libraries, parallel HDF5 1.10, Boost.Program_options,
-# spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark, zlib headers, PCRE2, libcsv. Base libraries a CUDA
+# spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark, zlib headers, PCRE2, libcsv, TurboJPEG, libspng. Base libraries a CUDA
 # image always has (libc, libstdc++, libgcc, zlib, OpenSSL, libcurl's TLS stack) are left out on
 # purpose: Debian's copies must not shadow the machine's own.
 set -euo pipefail
@@ -19,6 +19,7 @@ PACKAGES=(
   libboost-program-options1.74.0 libboost-program-options1.74-dev libboost1.74-dev
   libspdlog1.10 libspdlog-dev libfmt9 libfmt-dev nlohmann-json3-dev
   libgtest-dev libbenchmark1debian libbenchmark-dev zlib1g-dev libpcre2-dev libpcre2-8-0 libcsv-dev libcsv3
+  libturbojpeg0 libturbojpeg0-dev libspng0 libspng-dev
 )
 # HDF5's libcurl and what it needs that a CUDA image may lack (seen on an H200 machine: libssh2,
 # OpenLDAP 2.5): gpu-check.sh takes from these only the libraries whose soname the machine lacks.

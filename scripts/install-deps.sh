@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what mgbench needs on a Debian/Ubuntu workstation, skipping what is already there:
 #   - Debian packages: compilers, CMake, Ninja, ccache, Open MPI, HDF5 built with Open MPI,
-#     Boost.Program_options, zlib, spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark,
+#     Boost.Program_options, zlib, spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark, TurboJPEG, libspng,
 #     clang-format (the style check), clang (libFuzzer: scripts/fuzz.sh), slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here),
 #     chromium (headless: the browser-labelled test of mgbench-plot's HTML page);
 #   - a Python virtual environment with the PyPI torch wheel pinned to 2.11.0 (its LibTorch is
@@ -20,6 +20,7 @@ APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev clang-format
+  libturbojpeg0-dev libspng-dev  # image decoding on the host (JPEG, PNG): the imagefolder / webdataset datasets
   clang            # libFuzzer and the sanitizers: the fuzz targets of tests/fuzz (label fuzz)
   slurm-wlm munge  # slurm-wlm, munge: the test SLURM of tests/slurm (label slurm)
   lmod             # the environment modules an install tree is loaded with (tests/python/test_install.py)
@@ -60,6 +61,11 @@ TORCHTUNE_SITE="$MGBENCH_VENV/torchtune-site"
 TORCHTUNE=("torchtune==0.6.1" "torchao==0.11.0" "sentencepiece==0.2.1" "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3")
 [[ -d "$TORCHTUNE_SITE/torchtune" ]] ||
   "$PY" -m pip install -q --no-deps --target "$TORCHTUNE_SITE" "${TORCHTUNE[@]}"
+# Real photos for the image decoding tests (tests/python/image_oracles.py): scikit-image's data files,
+# its wheel unpacked into a folder of its own without its dependencies (the tests only read the files).
+SKIMAGE_SITE="$MGBENCH_VENV/skimage-site"
+[[ -f "$SKIMAGE_SITE/skimage/data/rocket.jpg" ]] ||
+  "$PY" -m pip install -q --no-deps --target "$SKIMAGE_SITE" "scikit-image==0.26.0"
 # The analysis package of this checkout (reinstalled when its version differs from the installed one).
 ANALYSIS_DIR="$(cd "$(dirname "$0")/.." && pwd)/python"
 ANALYSIS_VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ANALYSIS_DIR/pyproject.toml")

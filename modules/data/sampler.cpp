@@ -64,7 +64,9 @@ std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_
   return mine;
 }
 
-std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epoch) {
+namespace {
+
+std::vector<PlannedBatch> plan_epoch_batches(const EpochPlanOptions& o, std::int64_t epoch) {
   MGBENCH_REQUIRE(o.batch_size >= 1, ConfigError, "--batch-size must be >= 1 (got {})", o.batch_size);
   MGBENCH_REQUIRE(o.dataset_size >= 1, ConfigError, "the training set is empty");
   std::vector<PlannedBatch> plan;
@@ -93,6 +95,14 @@ std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epo
   for (std::int64_t k = 0; k < loads; ++k) {
     plan.push_back({k, batches[static_cast<std::size_t>(k % nb)], k % o.world_size == o.rank});
   }
+  return plan;
+}
+
+}  // namespace
+
+std::vector<PlannedBatch> plan_epoch(const EpochPlanOptions& o, std::int64_t epoch) {
+  std::vector<PlannedBatch> plan = plan_epoch_batches(o, epoch);
+  for (auto& batch : plan) batch.epoch = epoch;
   return plan;
 }
 

@@ -21,6 +21,7 @@ struct PlannedBatch {
   std::int64_t batch_index = 0;       // position in the epoch's loading order
   std::vector<std::int64_t> indices;  // dataset indices of the batch
   bool compute = true;                // false: loaded and transferred only (ddp-rr)
+  std::int64_t epoch = 0;             // the epoch it belongs to (the seed of its random augmentation)
 };
 
 struct EpochPlanOptions {

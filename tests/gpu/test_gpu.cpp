@@ -22,6 +22,7 @@
 
 #include "core/config.h"
 #include "core/timer.h"
+#include "data/mnist.h"
 #include "data/transforms.h"
 #include "mpi_support.h"
 #include "profile/cupti_collector.h"
@@ -113,12 +114,21 @@ TEST(GpuTransforms, DeviceUpscaleMatchesCpu) {
   SKIP_WITHOUT_GPU();
   const torch::Device gpu = train::to_torch_device(my_gpu());
   const torch::Tensor images = torch::randint(0, 256, {8, 1, 28, 28}, torch::kUInt8);
+  const std::array mean{data::kMnistMean}, std{data::kMnistStd};
   for (const std::int64_t size : {100, 224, 500}) {
-    const torch::Tensor cpu = data::normalize_and_resize(images, size, torch::kFloat32, 0.1307, 0.3081);
-    const torch::Tensor dev = data::normalize_and_resize(images.to(gpu), size, torch::kFloat32, 0.1307, 0.3081).cpu();
+    const torch::Tensor cpu = data::normalize_and_resize(images, size, torch::kFloat32, mean, std);
+    const torch::Tensor dev = data::normalize_and_resize(images.to(gpu), size, torch::kFloat32, mean, std).cpu();
     // Same bilinear weights; fp32 rounding differs in the order of operations only.
     EXPECT_LT((cpu - dev).abs().max().item<double>(), 1e-5) << size << " px";
   }
+  // RGB with ImageNet's per-channel statistics, channels-last as the encoded-image batches arrive.
+  const torch::Tensor rgb =
+      torch::randint(0, 256, {4, 3, 64, 64}, torch::kUInt8).contiguous(torch::MemoryFormat::ChannelsLast);
+  const torch::Tensor cpu =
+      data::normalize_and_resize(rgb, 64, torch::kFloat32, data::kImageNetMean, data::kImageNetStd);
+  const torch::Tensor dev =
+      data::normalize_and_resize(rgb.to(gpu), 64, torch::kFloat32, data::kImageNetMean, data::kImageNetStd).cpu();
+  EXPECT_LT((cpu - dev).abs().max().item<double>(), 1e-5);
 }
 
 TEST(Nccl, AllReduceAndBroadcastEqualMpi) {

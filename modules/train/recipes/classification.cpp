@@ -1,17 +1,22 @@
-// The image classification recipe (Lawenda et al. 2025, sec. 3): an image model (MobileNetV2)
-// trained on MNIST-format data upscaled to --image-size, cross-entropy averaged over the batch,
-// test accuracy after every --eval-every epochs.
+// The image classification recipe (Lawenda et al. 2025, sec. 3): an image model (MobileNetV2,
+// ResNet-50) trained on MNIST-format data upscaled to --image-size, or on JPEG / PNG files (an
+// ImageFolder tree: the second paper's natively sized images) decoded and cropped on the loader's
+// threads; cross-entropy averaged over the batch, test accuracy after every --eval-every epochs.
 //
-// The 28 x 28 uint8 images cross PCIe and are normalised and upscaled on the device
-// (--upscale device: 784 + 8 bytes per sample), or, as the paper's DataLoader does, on the loader
-// thread before the copy (--upscale host: float S x S images cross PCIe). --strategy dp trains one
-// process over every visible GPU of the node (train/recipes/data_parallel.h).
+// uint8 images cross PCIe (MNIST: 28 x 28, 784 + 8 bytes per sample; files: S x S x 3 after the
+// crop) and are normalised (and MNIST upscaled) on the device (--upscale device), or, as the
+// paper's DataLoader does, on the loader thread before the copy (--upscale host: float S x S
+// images cross PCIe). --strategy dp trains one process over every visible GPU of the node
+// (train/recipes/data_parallel.h).
 #include <optional>
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include "core/error.h"
 #include "core/log.h"
+
+#include "data/image_dataset.h"
 #include "data/loader.h"
 #include "data/mnist.h"
 #include "data/transforms.h"
@@ -27,12 +32,30 @@ namespace {
 enum class Upscale { kDevice, kHost };
 
 constexpr options::Choice<Upscale> kUpscales[] = {
-    {"device", Upscale::kDevice, "28 x 28 uint8 images cross PCIe, normalised and upscaled on the device"},
-    {"host", Upscale::kHost, "the paper's DataLoader: the loader thread resizes, float S x S images cross PCIe"},
+    {"device", Upscale::kDevice, "uint8 images cross PCIe, normalised (and MNIST's upscaled) on the device"},
+    {"host", Upscale::kHost, "the paper's DataLoader: the loader thread normalises, float S x S images cross PCIe"},
+};
+
+enum class DatasetKind { kMnist, kImageFolder };
+
+constexpr options::Choice<DatasetKind> kDatasets[] = {
+    {"mnist", DatasetKind::kMnist, "MNIST-format IDX files (MNIST, Fashion-MNIST), upscaled to --image-size"},
+    {"imagefolder", DatasetKind::kImageFolder,
+     "JPEG / PNG files in DATA/train/<class>/ and DATA/val/<class>/ (torchvision's ImageFolder)"},
+};
+
+constexpr options::Choice<data::ImageTransform::Kind> kCrops[] = {
+    {"random", data::ImageTransform::Kind::kRandomResizedCrop,
+     "RandomResizedCrop(S) + RandomHorizontalFlip, as torchvision's ImageNet training"},
+    {"center", data::ImageTransform::Kind::kCenter,
+     "Resize(S) of the shorter side + CenterCrop(S): files already S x S pass unchanged (native size)"},
 };
 
 struct ImageOptions {
+  DatasetKind dataset = DatasetKind::kMnist;
   std::string data_dir = "inputs/mnist";
+  data::ImageTransform::Kind crop = data::ImageTransform::Kind::kRandomResizedCrop;
+  int loader_threads = 4;
   std::int64_t image_size = 100;  // px, square; the paper used 100-700
   std::int64_t limit_train = 0;   // 0: all training samples
   std::int64_t limit_test = 0;    // 0: all test samples
@@ -49,13 +72,22 @@ class ClassificationRecipe final : public Recipe {
   void declare(options::OptionTable& t) override {
     auto& o = options_;
     t.section("Data");
-    t.add("data", o.data_dir, "directory with MNIST-format IDX files (train-images-idx3-ubyte[.gz], t10k-...)");
-    t.add("image-size", o.image_size, "side of the upscaled square images [px] (the paper: 100-700)")
+    t.add("dataset", o.dataset, std::span<const options::Choice<DatasetKind>>(kDatasets), "the dataset's format");
+    t.add("data", o.data_dir,
+          "mnist: directory with IDX files (train-images-idx3-ubyte[.gz], t10k-...); imagefolder: directory with "
+          "train/ and val/ class folders");
+    t.add("image-size", o.image_size, "side of the square images the model sees [px] (the papers: 100-700)")
         .at_least(1)
         .at_most(4096);
     t.add("limit-train", o.limit_train, "use the first N training images (0: all)").at_least(0);
     t.add("limit-test", o.limit_test, "use the first N test images (0: all)").at_least(0);
-    t.add("upscale", o.upscale, std::span<const options::Choice<Upscale>>(kUpscales), "where the images are upscaled");
+    t.add("upscale", o.upscale, std::span<const options::Choice<Upscale>>(kUpscales),
+          "where the images are normalised (and MNIST's upscaled)");
+    t.add("crop", o.crop, std::span<const options::Choice<data::ImageTransform::Kind>>(kCrops),
+          "imagefolder: the training crop on the host (evaluation: Resize(S) + CenterCrop(S))");
+    t.add("loader-threads", o.loader_threads, "imagefolder: threads per rank decoding and cropping a batch")
+        .at_least(1)
+        .at_most(256);
     t.section("Model");
     t.add("model", o.model, models::image_models(), "the image classifier");
     t.add("width-mult", o.width_mult, "channel width multiplier").above(0).at_most(4);
@@ -72,13 +104,8 @@ class ClassificationRecipe final : public Recipe {
   void setup(const RecipeContext& ctx) override {
     const auto& o = options_;
     dtype_ = runtime::scalar_type(ctx.precision.param_dtype);
-    train_set_ = data::load_mnist(o.data_dir, data::Split::kTrain, o.limit_train);
-    test_set_ = data::load_mnist(o.data_dir, data::Split::kTest, o.limit_test);
-    MGBENCH_REQUIRE(train_set_.rows == test_set_.rows && train_set_.cols == test_set_.cols, DataError,
-                    "the training images ({}) are {}x{} but the test images ({}) are {}x{}: one model cannot take both",
-                    train_set_.images_path, train_set_.rows, train_set_.cols, test_set_.images_path, test_set_.rows,
-                    test_set_.cols);
-    model_ = o.model({data::kMnistClasses, o.width_mult, o.dropout, o.freeze_batchnorm});
+    load_datasets(ctx.train.seed);
+    model_ = o.model({train_set_->num_classes(), o.width_mult, o.dropout, o.freeze_batchnorm});
     models::to_device(*model_.module, ctx.device, dtype_);
     if (o.channels_last) models::to_channels_last(*model_.module);
     if (ctx.train.strategy == axes::Strategy::kDp) {
@@ -94,11 +121,11 @@ class ClassificationRecipe final : public Recipe {
     }
   }
 
-  std::int64_t train_size() const override { return train_set_.size(); }
+  std::int64_t train_size() const override { return train_set_->size(); }
 
   data::Batch assemble(const data::PlannedBatch& plan, bool pin_memory) const override {
-    if (options_.upscale == Upscale::kDevice) return data::assemble_mnist_batch(train_set_, plan.indices, pin_memory);
-    data::Batch batch = data::assemble_mnist_batch(train_set_, plan.indices, /*pin_memory=*/false);
+    if (options_.upscale == Upscale::kDevice) return train_set_->assemble(plan, pin_memory);
+    data::Batch batch = train_set_->assemble(plan, /*pin_memory=*/false);
     batch.tensors[0] = upscale(batch.tensors[0]);  // the loader pins the result
     return batch;
   }
@@ -131,9 +158,9 @@ class ClassificationRecipe final : public Recipe {
     return {torch::nn::functional::cross_entropy(logits, batch.tensors[1]), 1.0, {}};
   }
 
-  std::int64_t eval_size() const override { return test_set_.size(); }
+  std::int64_t eval_size() const override { return test_set_->size(); }
   data::Batch assemble_eval(const std::vector<std::int64_t>& indices) const override {
-    data::Batch batch = data::assemble_mnist_batch(test_set_, indices, /*pin_memory=*/false);
+    data::Batch batch = test_set_->assemble({0, indices, true, 0}, /*pin_memory=*/false);
     if (options_.upscale == Upscale::kHost) batch.tensors[0] = upscale(batch.tensors[0]);
     return batch;
   }
@@ -155,21 +182,47 @@ class ClassificationRecipe final : public Recipe {
     std::int64_t parameters = 0;
     for (const auto& p : model_.module->parameters()) parameters += p.numel();
     return {{"model_parameters", parameters},
-            {"train_samples", train_set_.size()},
-            {"test_samples", test_set_.size()},
-            {"train_images_file", train_set_.images_path}};
+            {"train_samples", train_set_->size()},
+            {"test_samples", test_set_->size()},
+            {"num_classes", train_set_->num_classes()},
+            {"train_images_file", train_set_->path()}};
   }
 
  private:
-  /// uint8 [B, 1, 28, 28] -> normalised, upscaled [B, 1, S, S] in the model's dtype.
+  // The training and test (validation) sets of --dataset; throws DataError naming the files.
+  void load_datasets(std::uint64_t seed) {
+    const auto& o = options_;
+    if (o.dataset == DatasetKind::kMnist) {
+      data::MnistSplit train = data::load_mnist(o.data_dir, data::Split::kTrain, o.limit_train);
+      data::MnistSplit test = data::load_mnist(o.data_dir, data::Split::kTest, o.limit_test);
+      MGBENCH_REQUIRE(train.rows == test.rows && train.cols == test.cols, DataError,
+                      "the training images ({}) are {}x{} but the test images ({}) are {}x{}: one model cannot take "
+                      "both",
+                      train.images_path, train.rows, train.cols, test.images_path, test.rows, test.cols);
+      train_set_ = data::make_mnist_dataset(std::move(train));
+      test_set_ = data::make_mnist_dataset(std::move(test));
+      return;
+    }
+    const std::filesystem::path root(o.data_dir);
+    data::EncodedImages train = data::scan_image_folder((root / "train").string(), o.limit_train);
+    data::EncodedImages val = data::scan_image_folder((root / "val").string(), o.limit_test);
+    MGBENCH_REQUIRE(train.classes == val.classes, DataError,
+                    "{}: train/ has {} class folders and val/ {}, or their names differ: the labels would not agree",
+                    o.data_dir, train.classes.size(), val.classes.size());
+    train_set_ = data::make_encoded_dataset(std::move(train), {o.crop, o.image_size, seed}, o.loader_threads);
+    test_set_ = data::make_encoded_dataset(std::move(val), {data::ImageTransform::Kind::kCenter, o.image_size, seed},
+                                           o.loader_threads);
+  }
+
+  /// uint8 [B, C, h, w] -> normalised [B, C, S, S] in the model's dtype (MNIST's upscaled).
   torch::Tensor upscale(const torch::Tensor& images) const {
-    return data::normalize_and_resize(images, options_.image_size, dtype_, data::kMnistMean, data::kMnistStd);
+    return data::normalize_and_resize(images, options_.image_size, dtype_, train_set_->mean(), train_set_->std());
   }
 
   ImageOptions options_;
   torch::ScalarType dtype_ = torch::kFloat32;
-  data::MnistSplit train_set_;
-  data::MnistSplit test_set_;
+  std::unique_ptr<data::ImageDataset> train_set_;
+  std::unique_ptr<data::ImageDataset> test_set_;
   models::ImageClassifier model_;
   std::optional<DataParallel> dp_;
 };

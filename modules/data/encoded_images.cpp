@@ -1,0 +1,161 @@
+#include "data/encoded_images.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "data/image_codec.h"
+
+namespace mgbench::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every image file below dir as os.walk(dir, followlinks=True) visits them sorted: torchvision's
+// make_dataset sorts the walk's (root, dirs, files) tuples, i.e. directories by their path, and
+// the files of each.
+void walk_sorted(const fs::path& dir, std::vector<std::string>& files) {
+  std::vector<fs::path> all;
+  for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink)) {
+    if (e.is_regular_file() && has_image_extension(e.path().filename().string())) all.push_back(e.path());
+  }
+  // os.walk's sort: by the parent directory's path string, then by the file name.
+  std::sort(all.begin(), all.end(), [](const fs::path& a, const fs::path& b) {
+    const std::string pa = a.parent_path().string(), pb = b.parent_path().string();
+    return pa != pb ? pa < pb : a.filename().string() < b.filename().string();
+  });
+  for (const auto& p : all) files.push_back(p.string());
+}
+
+std::vector<std::uint8_t> read_record(const ImageRecord& r) {
+  const int fd = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
+  MGBENCH_REQUIRE(fd >= 0, DataError, "{}: cannot open ({})", r.name, std::strerror(errno));
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(r.size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(r.offset + done));
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      throw DataError(fmt::format("{}: {} of its {} bytes read ({})", r.name, done, bytes.size(),
+                                  n == 0 ? "the file ended early" : std::strerror(err)));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+// Sample k of the batch: decoded, transformed, written into out (uint8 [size, size, 3]).
+void load_sample(const EncodedImages& images, std::int64_t index, std::int64_t epoch, const ImageTransform& t,
+                 std::uint8_t* out) {
+  const ImageRecord& r = images.records[static_cast<std::size_t>(index)];
+  const std::vector<std::uint8_t> bytes = read_record(r);
+  const ImageInfo info = read_image_info(bytes, r.name);
+  torch::Tensor hwc = torch::empty({info.height, info.width, 3}, torch::kUInt8);
+  decode_rgb(bytes, info, {hwc.data_ptr<std::uint8_t>(), static_cast<std::size_t>(hwc.numel())}, r.name);
+  const torch::Tensor chw = hwc.permute({2, 0, 1});
+  torch::Tensor result;
+  if (t.kind == ImageTransform::Kind::kRandomResizedCrop) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(t.seed, epoch, index));
+    const CropBox box = random_resized_crop_box(info.height, info.width, gen);
+    result = resized_crop(chw, box, t.size, t.size, random_flip(gen));
+  } else {
+    MGBENCH_REQUIRE(std::min(info.height, info.width) >= 1, DataError, "{}: an empty image", r.name);
+    result = resize_and_center_crop(chw, t.size);
+  }
+  // [3, S, S] of any strides into the [S, S, 3] slot.
+  torch::from_blob(out, {t.size, t.size, 3}, torch::kUInt8).copy_(result.permute({1, 2, 0}));
+}
+
+}  // namespace
+
+bool has_image_extension(const std::string& filename) {
+  static constexpr const char* kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                ".pgm", ".tif",  ".tiff", ".webp"};
+  std::string lower = filename;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return std::any_of(std::begin(kExtensions), std::end(kExtensions), [&](const char* e) { return lower.ends_with(e); });
+}
+
+EncodedImages scan_image_folder(const std::string& dir, std::int64_t limit) {
+  MGBENCH_REQUIRE(fs::is_directory(dir), DataError, "{}: not a directory (expected an ImageFolder: {}/<class>/<image>)",
+                  dir, dir);
+  EncodedImages set;
+  set.root = dir;
+  for (const auto& e : fs::directory_iterator(dir, fs::directory_options::follow_directory_symlink)) {
+    if (e.is_directory()) set.classes.push_back(e.path().filename().string());
+  }
+  std::sort(set.classes.begin(), set.classes.end());
+  MGBENCH_REQUIRE(!set.classes.empty(), DataError, "{}: no class folders (expected {}/<class>/<image>)", dir, dir);
+  for (std::size_t label = 0; label < set.classes.size(); ++label) {
+    std::vector<std::string> files;
+    walk_sorted(fs::path(dir) / set.classes[label], files);
+    MGBENCH_REQUIRE(!files.empty(), DataError, "{}: the class folder '{}' holds no image file (.jpg, .jpeg, .png, ...)",
+                    dir, set.classes[label]);
+    for (auto& f : files) {
+      const auto size = static_cast<std::int64_t>(fs::file_size(f));
+      set.records.push_back({f, 0, size, static_cast<std::int64_t>(label), f});
+    }
+  }
+  if (limit > 0 && limit < set.size()) set.records.resize(static_cast<std::size_t>(limit));
+  return set;
+}
+
+std::uint64_t sample_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index) {
+  auto mix = [](std::uint64_t z) {  // SplitMix64's finaliser
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  return mix(mix(mix(seed) + static_cast<std::uint64_t>(epoch)) + static_cast<std::uint64_t>(index));
+}
+
+Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
+                             int threads, bool pin_memory) {
+  const auto b = static_cast<std::int64_t>(plan.indices.size());
+  const auto options = torch::TensorOptions().pinned_memory(pin_memory);
+  torch::Tensor pixels = torch::empty({b, transform.size, transform.size, 3}, options.dtype(torch::kUInt8));
+  torch::Tensor labels = torch::empty({b}, options.dtype(torch::kInt64));
+  const std::int64_t slot = transform.size * transform.size * 3;
+  std::uint8_t* out = pixels.data_ptr<std::uint8_t>();
+  for (std::int64_t k = 0; k < b; ++k) {
+    labels.data_ptr<std::int64_t>()[k] = images.records[static_cast<std::size_t>(plan.indices[k])].label;
+  }
+  // Samples k = w, w + T, w + 2T, ... on thread w; the first error (in sample order) is rethrown.
+  const auto workers = static_cast<std::int64_t>(std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(b, 1)));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(b));
+  auto work = [&](std::int64_t w) {
+    for (std::int64_t k = w; k < b; k += workers) {
+      try {
+        load_sample(images, plan.indices[static_cast<std::size_t>(k)], plan.epoch, transform, out + k * slot);
+      } catch (...) {
+        errors[static_cast<std::size_t>(k)] = std::current_exception();
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
+    work(0);
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  Batch batch;
+  batch.plan = plan;
+  batch.tensors = {pixels.permute({0, 3, 1, 2}), std::move(labels)};
+  batch.samples = b;
+  return batch;
+}
+
+}  // namespace mgbench::data

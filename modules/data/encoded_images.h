@@ -1,0 +1,67 @@
+#pragma once
+// Datasets of encoded image files (JPEG, PNG) with class labels, decoded and transformed on the
+// host by the loader: an ImageFolder tree (root/<class>/<file>, torchvision.datasets.ImageFolder's
+// classes and order). Each sample's bytes are read when its batch is assembled (nothing is
+// decoded ahead); a batch is decoded on `threads` threads.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "data/image_transforms.h"
+#include "data/loader.h"
+
+namespace mgbench::data {
+
+/// One sample: where its encoded bytes are, and its class.
+struct ImageRecord {
+  std::string path;         // the file (or the tar shard holding it)
+  std::int64_t offset = 0;  // of its bytes in path
+  std::int64_t size = 0;    // bytes
+  std::int64_t label = 0;   // index into EncodedImages::classes
+  std::string name;         // for messages: the path, or "shard.tar:key.jpg"
+};
+
+struct EncodedImages {
+  std::string root;                  // the directory (or shard pattern) it was read from
+  std::vector<std::string> classes;  // class names, sorted; a label indexes them
+  std::vector<ImageRecord> records;  // in the dataset's order (torchvision's for a folder)
+
+  std::int64_t size() const { return static_cast<std::int64_t>(records.size()); }
+};
+
+/// The file extensions torchvision's ImageFolder accepts (IMG_EXTENSIONS, case-insensitive). Files
+/// of the other formats among them (.bmp, .ppm, .tif, .webp, ...) are listed as torchvision lists
+/// them, and refused when decoded: mgbench decodes JPEG and PNG.
+bool has_image_extension(const std::string& filename);
+
+/// torchvision.datasets.ImageFolder(dir)'s samples: the class folders of dir sorted by name (label =
+/// position), and in each, every file with an image extension found walking it (symbolic links
+/// followed), directories and files in sorted order. limit > 0 keeps the first `limit` samples.
+/// Throws DataError naming dir when it is not a directory, has no class folder, or a class folder
+/// holds no image file (torchvision's FileNotFoundError).
+EncodedImages scan_image_folder(const std::string& dir, std::int64_t limit = 0);
+
+/// What the host does to each decoded image before it is batched.
+struct ImageTransform {
+  enum class Kind {
+    kRandomResizedCrop,  // RandomResizedCrop(size) + RandomHorizontalFlip(0.5): training
+    kCenter,             // Resize(size) of the shorter side + CenterCrop(size): evaluation, or fixed
+  };
+  Kind kind = Kind::kCenter;
+  std::int64_t size = 224;  // px, of the square output
+  std::uint64_t seed = 0;   // the random draws of sample i in epoch e use a generator seeded by (seed, e, i)
+};
+
+/// Reads, decodes (data/image_codec.h) and transforms samples `plan.indices` of images on `threads`
+/// threads (>= 1) into a Batch: tensor 0 uint8 [B, 3, size, size] with channels-last strides (the
+/// bytes are [B, size, size, 3]), page-locked when pin_memory; tensor 1 int64 labels [B]. Throws
+/// DataError naming the file of the first sample that cannot be read or decoded.
+Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
+                             int threads, bool pin_memory);
+
+/// The generator seed of sample `index` in `epoch` (a SplitMix64 mix of the three).
+std::uint64_t sample_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index);
+
+}  // namespace mgbench::data

@@ -1,0 +1,109 @@
+#include "data/make_images.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "data/image_codec.h"
+#include "data/image_transforms.h"
+#include "data/mnist.h"
+
+namespace mgbench::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_file(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  MGBENCH_REQUIRE(f.good(), DataError, "{}: cannot write", path.string());
+}
+
+// Sample i of split as an encoded S x S RGB image.
+std::vector<std::uint8_t> encode_sample(const MnistSplit& split, std::int64_t i, const MakeImagesOptions& o) {
+  const torch::Tensor digit = torch::from_blob(const_cast<std::uint8_t*>(split.images.data()) + i * split.image_bytes(),
+                                               {1, split.rows, split.cols}, torch::kUInt8)
+                                  .expand({3, split.rows, split.cols});
+  const torch::Tensor rgb =
+      resized_crop(digit, {0, 0, split.rows, split.cols}, o.image_size, o.image_size).permute({1, 2, 0}).contiguous();
+  const std::span<const std::uint8_t> pixels(rgb.data_ptr<std::uint8_t>(), static_cast<std::size_t>(rgb.numel()));
+  return o.format == "png" ? encode_png(pixels, o.image_size, o.image_size)
+                           : encode_jpeg(pixels, o.image_size, o.image_size, o.quality);
+}
+
+// Writes split into dir/<label>/<index>.<ext> on o.threads threads; returns the bytes written.
+std::int64_t write_split(const MnistSplit& split, const fs::path& dir, const MakeImagesOptions& o) {
+  for (int c = 0; c < kMnistClasses; ++c) fs::create_directories(dir / std::to_string(c));
+  const std::string ext = o.format == "png" ? "png" : "jpg";
+  std::atomic<std::int64_t> next{0}, bytes{0};
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(o.threads));
+  auto work = [&](int w) {
+    try {
+      for (std::int64_t i = next++; i < split.size(); i = next++) {
+        const auto encoded = encode_sample(split, i, o);
+        write_file(dir / std::to_string(split.labels[static_cast<std::size_t>(i)]) / fmt::format("{:06d}.{}", i, ext),
+                   encoded);
+        bytes += static_cast<std::int64_t>(encoded.size());
+      }
+    } catch (...) {
+      errors[static_cast<std::size_t>(w)] = std::current_exception();
+      next = split.size();
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (int w = 1; w < o.threads; ++w) pool.emplace_back(work, w);
+    work(0);
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void MakeImagesOptions::declare(options::OptionTable& t) {
+  t.add("action", action, "what to do: make-images")
+      .positional(1)
+      .required()
+      .value_name("ACTION")
+      .check([](const std::string& a) { return a == "make-images"; }, "make-images");
+  t.add("data", data, "directory with MNIST-format IDX files (MNIST, Fashion-MNIST)").required().value_name("DIR");
+  t.add("out", out, "the ImageFolder to write: OUT/train/<class>/, OUT/val/<class>/").required().value_name("DIR");
+  t.add("image-size", image_size, "side of the square images [px]").at_least(1).at_most(4096);
+  t.add("format", format, "jpeg or png")
+      .check([](const std::string& f) { return f == "jpeg" || f == "png"; }, "jpeg, png");
+  t.add("quality", quality, "JPEG quality (libjpeg's scale; 4:2:0 chroma subsampling)").at_least(1).at_most(100);
+  t.add("limit-train", limit_train, "write the first N training images (0: all)").at_least(0);
+  t.add("limit-test", limit_test, "write the first N test images (0: all)").at_least(0);
+  t.add("threads", threads, "encoding threads").at_least(1).at_most(256);
+}
+
+int make_images(const MakeImagesOptions& o, std::ostream& out, std::ostream& err) {
+  try {
+    torch::set_num_threads(1);  // parallel over files, not inside each resize
+    for (const auto& [split, name, limit] :
+         {std::tuple{Split::kTrain, "train", o.limit_train}, std::tuple{Split::kTest, "val", o.limit_test}}) {
+      const auto start = std::chrono::steady_clock::now();
+      const MnistSplit images = load_mnist(o.data, split, limit);
+      const std::int64_t bytes = write_split(images, fs::path(o.out) / name, o);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      out << fmt::format("{}/{}: {} {} files of {} x {} px, {:.1f} MiB, {:.1f} s\n", o.out, name, images.size(),
+                         o.format, o.image_size, o.image_size, static_cast<double>(bytes) / (1 << 20), seconds);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    err << "mgbench data make-images: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace mgbench::data

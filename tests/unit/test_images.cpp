@@ -1,0 +1,193 @@
+// Host image decoding (data/image_codec.h) against PIL, and the image transforms
+// (data/image_transforms.h) against torchvision: the files and references of
+// tests/python/image_oracles.py (real photos from scikit-image's data, generated JPEGs and PNGs of
+// every kind the loader meets, and files it must refuse).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/encoded_images.h"
+#include "data/image_codec.h"
+#include "data/image_transforms.h"
+#include "test_support.h"
+
+namespace mgbench {
+namespace {
+
+std::string images_dir() { return test::oracle_dir() + "/images"; }
+
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The file decoded: uint8 [3, H, W] viewing the HWC pixels (channels-last strides).
+torch::Tensor decode_file(const std::string& name) {
+  const auto bytes = read_bytes(images_dir() + "/" + name);
+  const data::ImageInfo info = data::read_image_info(bytes, name);
+  torch::Tensor hwc = torch::empty({info.height, info.width, 3}, torch::kUInt8);
+  data::decode_rgb(bytes, info, {hwc.data_ptr<std::uint8_t>(), static_cast<std::size_t>(hwc.numel())}, name);
+  return hwc.permute({2, 0, 1});
+}
+
+TEST(ImageCodec, DecodesAsPilConvertsToRgb) {
+  const auto manifest = test::load_oracle_json("images/manifest.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(manifest, "images/manifest.json");
+  int images = 0, photos = 0;
+  for (const auto& entry : manifest) {
+    if (entry.contains("error")) continue;
+    const std::string name = entry["file"];
+    SCOPED_TRACE(name);
+    const auto bytes = read_bytes(images_dir() + "/" + name);
+    const data::ImageInfo info = data::read_image_info(bytes, name);
+    EXPECT_EQ(info.width, entry["width"].get<std::int64_t>());
+    EXPECT_EQ(info.height, entry["height"].get<std::int64_t>());
+    std::vector<std::uint8_t> rgb(static_cast<std::size_t>(info.rgb_bytes()));
+    data::decode_rgb(bytes, info, rgb, name);
+    const auto expected = read_bytes(images_dir() + "/" + entry["rgb"].get<std::string>());
+    ASSERT_EQ(rgb.size(), expected.size());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < rgb.size(); ++i) differing += rgb[i] != expected[i];
+    EXPECT_EQ(differing, 0u) << "bytes differing from PIL's";
+    ++images;
+    photos += name.starts_with("photo_");
+  }
+  EXPECT_GE(images, 11);
+  if (photos == 0) GTEST_SKIP() << "generated files only: scikit-image's photos are not installed (install-deps.sh)";
+}
+
+TEST(ImageCodec, RefusesBadFilesNamingThem) {
+  const auto manifest = test::load_oracle_json("images/manifest.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(manifest, "images/manifest.json");
+  int refused = 0;
+  for (const auto& entry : manifest) {
+    if (!entry.contains("error")) continue;
+    const std::string name = entry["file"];
+    SCOPED_TRACE(name);
+    const auto bytes = read_bytes(images_dir() + "/" + name);
+    test::expect_error<DataError>(
+        [&] {
+          const data::ImageInfo info = data::read_image_info(bytes, name);
+          std::vector<std::uint8_t> rgb(static_cast<std::size_t>(info.rgb_bytes()));
+          data::decode_rgb(bytes, info, rgb, name);
+        },
+        {name, entry["error"].get<std::string>()});
+    ++refused;
+  }
+  EXPECT_GE(refused, 6);
+}
+
+TEST(ImageCodec, EncodedFilesDecodeBack) {
+  torch::manual_seed(3);
+  const torch::Tensor rgb = torch::randint(0, 256, {21, 34, 3}, torch::kUInt8);
+  const std::span<const std::uint8_t> pixels(rgb.data_ptr<std::uint8_t>(), static_cast<std::size_t>(rgb.numel()));
+  const auto png = data::encode_png(pixels, 34, 21);
+  const data::ImageInfo info = data::read_image_info(png, "x.png");
+  EXPECT_EQ(info.format, data::ImageFormat::kPng);
+  std::vector<std::uint8_t> back(static_cast<std::size_t>(info.rgb_bytes()));
+  data::decode_rgb(png, info, back, "x.png");
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), pixels.begin()));  // lossless
+  const auto jpeg = data::encode_jpeg(pixels, 34, 21, 90);
+  EXPECT_EQ(data::read_image_info(jpeg, "x.jpg").format, data::ImageFormat::kJpeg);
+  EXPECT_THROW(data::encode_jpeg(pixels, 34, 21, 0), std::invalid_argument);
+  EXPECT_THROW(data::encode_png(pixels, 33, 21), std::invalid_argument);
+}
+
+TEST(ImageFolder, ClassesAndSamplesInTorchvisionsOrder) {
+  const auto oracle = test::load_oracle_json("images/folder.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "images/folder.json");
+  const std::string root = images_dir() + "/folder";
+  const data::EncodedImages set = data::scan_image_folder(root);
+  EXPECT_EQ(set.classes, oracle["classes"].get<std::vector<std::string>>());
+  ASSERT_EQ(set.size(), static_cast<std::int64_t>(oracle["samples"].size()));
+  for (std::size_t i = 0; i < set.records.size(); ++i) {
+    // Below root as found (a linked folder's files under the link's name, as os.walk gives them).
+    EXPECT_EQ(set.records[i].path, root + "/" + oracle["samples"][i][0].get<std::string>()) << i;
+    EXPECT_EQ(set.records[i].label, oracle["samples"][i][1].get<std::int64_t>()) << i;
+    EXPECT_EQ(set.records[i].size, static_cast<std::int64_t>(std::filesystem::file_size(set.records[i].path)));
+  }
+  EXPECT_EQ(data::scan_image_folder(root, 3).size(), 3);
+  test::expect_error<DataError>([&] { data::scan_image_folder(root + "/cat/b.png"); },
+                                {"cat/b.png", "not a directory"});
+  test::expect_error<DataError>([&] { data::scan_image_folder(root + "/cat/sub"); }, {"no class folders"});
+}
+
+// A batch of files: decoded, cropped by each sample's own draws (the same for the same epoch and
+// index, whatever the thread count), labelled; a file that cannot be decoded named.
+TEST(ImageFolder, BatchesDecodeAndCropReproduciblyOnAnyThreadCount) {
+  const auto oracle = test::load_oracle_json("images/folder.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "images/folder.json");
+  const data::EncodedImages set = data::scan_image_folder(images_dir() + "/folder");
+  const data::ImageTransform random{data::ImageTransform::Kind::kRandomResizedCrop, 3, 42};
+  const data::PlannedBatch plan{0, {4, 0, 2, 3}, true, 5};
+  const data::Batch one = data::assemble_encoded_batch(set, plan, random, 1, false);
+  const data::Batch three = data::assemble_encoded_batch(set, plan, random, 3, false);
+  ASSERT_EQ(one.tensors[0].sizes(), (std::vector<std::int64_t>{4, 3, 3, 3}));
+  EXPECT_TRUE(one.tensors[0].is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::equal(one.tensors[0], three.tensors[0]));
+  EXPECT_TRUE(torch::equal(one.tensors[1], torch::tensor({1, 0, 1, 1}, torch::kInt64)));
+  // Every file is the same solid colour: any crop of it is that colour.
+  EXPECT_TRUE(torch::equal(one.tensors[0][0][0], torch::full({3, 3}, 200, torch::kUInt8)));
+  // 1.webp is not a JPEG or PNG: named.
+  test::expect_error<DataError>(
+      [&] {
+        data::assemble_encoded_batch(set, {0, {5, 6}, true, 0}, random, 2, false);
+      },
+      {"1.webp", "neither"});
+}
+
+TEST(ImageTransforms, RandomResizedCropAndFlipDrawAsTorchvision) {
+  const auto oracle = test::load_oracle_json("images/transforms.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "images/transforms.json");
+  for (const auto& c : oracle["crops"]) {
+    SCOPED_TRACE(c.dump());
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(c["seed"].get<std::uint64_t>());
+    const data::CropBox box = data::random_resized_crop_box(c["height"], c["width"], gen);
+    EXPECT_EQ(box.top, c["top"].get<std::int64_t>());
+    EXPECT_EQ(box.left, c["left"].get<std::int64_t>());
+    EXPECT_EQ(box.height, c["crop_height"].get<std::int64_t>());
+    EXPECT_EQ(box.width, c["crop_width"].get<std::int64_t>());
+    EXPECT_EQ(data::random_flip(gen), c["flip"].get<bool>());
+  }
+}
+
+TEST(ImageTransforms, ResizeAndCenterCropEqualTorchvisionBitwise) {
+  const auto oracle = test::load_oracle_json("images/transforms.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "images/transforms.json");
+  const torch::Tensor source = decode_file(oracle["source"]);  // [3, 77, 131], channels-last strides
+  auto expect_equal = [](const torch::Tensor& ours, const std::string& file) {
+    const auto bytes = read_bytes(images_dir() + "/" + file);
+    const torch::Tensor expected =
+        torch::from_blob(const_cast<std::uint8_t*>(bytes.data()), ours.sizes(), torch::kUInt8).clone();
+    EXPECT_EQ((ours.to(torch::kInt32) - expected.to(torch::kInt32)).abs().max().item<int>(), 0) << file;
+  };
+  for (const auto& r : oracle["resizes"]) {
+    const torch::Tensor ours =
+        data::resized_crop(source, {0, 0, source.size(1), source.size(2)}, r["height"], r["width"]);
+    expect_equal(ours.contiguous(), r["file"]);
+    // The same from a contiguous CHW source: the layout does not change the values.
+    expect_equal(data::resized_crop(source.contiguous(), {0, 0, 77, 131}, r["height"], r["width"]).contiguous(),
+                 r["file"]);
+  }
+  expect_equal(data::resize_and_center_crop(source, oracle["short_center"]["size"]).contiguous(),
+               oracle["short_center"]["file"]);
+}
+
+TEST(ImageTransforms, CenterCropAndShorterSideFollowTorchvisionsRounding) {
+  EXPECT_EQ(data::shorter_side_size(375, 500, 256), (std::pair<std::int64_t, std::int64_t>{256, 341}));
+  EXPECT_EQ(data::shorter_side_size(500, 375, 256), (std::pair<std::int64_t, std::int64_t>{341, 256}));
+  const data::CropBox box = data::center_crop_box(5, 8, 2);  // round(1.5) = 2, round(3.0) = 3
+  EXPECT_EQ(box.top, 2);
+  EXPECT_EQ(box.left, 3);
+  EXPECT_THROW(data::center_crop_box(5, 8, 6), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mgbench
