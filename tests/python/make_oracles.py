@@ -9,6 +9,10 @@ Produces, in OUT_DIR:
   mobilenet_w{W}.pt      torchvision mobilenet_v2(num_classes=10, width_mult=W) state_dict (float64)
   mobilenet_w{W}_io.pt   inputs, eval-mode logits, train-mode loss and gradients for the same model
   mobilenet_names.json   parameter/buffer names, shapes and parameter counts per width
+  resnet50.pt            torchvision resnet50(num_classes=10) state_dict drawn with seed 0 (float32)
+  resnet50_io.pt         RGB and grayscale inputs, eval-mode logits, train-mode loss, gradients and
+                         running statistics of that model in float64
+  resnet50_names.json    names, shapes and parameter counts of resnet50 with 10 and 1000 classes
   grad_scaler.json       torch.amp.GradScaler trajectory (scale, growth tracker, parameters) on CPU
   llama_tiny*/           tiny random transformers LlamaForCausalLM checkpoints (untied, tied, sharded)
   llama_tiny_io.pt       their input ids and fp32 logits (eager attention)
@@ -123,6 +127,51 @@ for width in (1.0, 0.5, 0.25):
                os.path.join(out, f"mobilenet_{tag}_io.pt"))
 with open(os.path.join(out, "mobilenet_names.json"), "w") as f:
     json.dump(names, f)
+
+# --- ResNet-50 --------------------------------------------------------------------------------
+# torchvision resnet50(num_classes=10) drawn in fp32 after manual_seed(0) -- the C++ model's own
+# initialisation is compared with it -- and stored in fp32 (94 MB; fp64 would be twice that): fp64
+# holds those values exactly, and the model computes in fp64. Inputs: 2 RGB images and 2 grayscale
+# images (torchvision sees them replicated to 3 channels) at 64 px; each case starts from the saved
+# state (its train-mode forward moves the running statistics).
+torch.manual_seed(0)
+model = torchvision.models.resnet50(num_classes=10)
+initial = {k: v.clone() for k, v in model.state_dict().items()}
+torch.save(initial, os.path.join(out, "resnet50.pt"))
+with torch.device("meta"):
+    imagenet = torchvision.models.resnet50()  # shapes only: 1000 classes, nothing drawn
+resnet_names = {}
+for m in (model, imagenet):
+    resnet_names[f"classes{m.fc.out_features}"] = dict(
+        num_classes=m.fc.out_features, parameters=sum(p.numel() for p in m.parameters()),
+        tensors={k: list(v.shape) for k, v in m.state_dict().items()},
+        parameter_names=[k for k, _ in m.named_parameters()])
+with open(os.path.join(out, "resnet50_names.json"), "w") as f:
+    json.dump(resnet_names, f)
+model = model.double()
+gen = torch.Generator().manual_seed(2)
+resnet_io = {"labels": torch.tensor([3, 7])}
+for case, channels in (("rgb", 3), ("gray", 1)):
+    x = torch.rand(2, channels, 64, 64, generator=gen, dtype=torch.float64)
+    model.load_state_dict(initial)
+    model.eval()
+    with torch.no_grad():
+        resnet_io[f"{case}.eval_logits"] = model(x.expand(-1, 3, -1, -1))
+    model.train()
+    model.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x.expand(-1, 3, -1, -1)), resnet_io["labels"])
+    loss.backward()
+    resnet_io[f"{case}.input"] = x
+    resnet_io[f"{case}.train_loss"] = loss.detach()
+    # Every parameter's gradient norm (registration order), some gradients whole, the statistics.
+    resnet_io[f"{case}.grad_norms"] = torch.stack([p.grad.norm() for p in model.parameters()])
+    for name in ("conv1.weight", "bn1.bias", "layer1.0.downsample.0.weight", "layer2.0.conv2.weight", "fc.weight",
+                 "fc.bias"):
+        resnet_io[f"{case}.grad.{name}"] = model.get_parameter(name).grad.clone()
+    for name in ("bn1.running_mean", "layer1.0.downsample.1.running_var", "layer4.2.bn3.running_mean",
+                 "layer4.2.bn3.num_batches_tracked"):
+        resnet_io[f"{case}.after_train.{name}"] = model.get_buffer(name).clone()
+torch.save(resnet_io, os.path.join(out, "resnet50_io.pt"))
 
 # --- torch.amp.GradScaler -------------------------------------------------------------------
 # Two float32 parameters, SGD with momentum; loss = sum(p1 * g1) + sum(p2 * g2), so the
