@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "data/image_codec.h"
+#include "data/tar_index.h"
 
 namespace mgbench::data {
 namespace {
@@ -108,6 +109,74 @@ EncodedImages scan_image_folder(const std::string& dir, std::int64_t limit) {
     }
   }
   if (limit > 0 && limit < set.size()) set.records.resize(static_cast<std::size_t>(limit));
+  return set;
+}
+
+namespace {
+
+// A shard's samples: members grouped by key in archive order (webdataset's group_by_keys).
+void add_shard_samples(const std::string& shard, EncodedImages& set, std::int64_t& max_label) {
+  struct Sample {
+    std::string key;
+    const TarMember* image = nullptr;
+    const TarMember* cls = nullptr;
+  };
+  const std::vector<TarMember> members = list_tar_file(shard);
+  std::vector<Sample> samples;
+  for (const TarMember& m : members) {
+    const std::size_t slash = m.name.rfind('/');
+    const std::size_t dot = m.name.find('.', slash == std::string::npos ? 0 : slash + 1);
+    if (dot == std::string::npos) continue;  // no extension: no field of a sample (webdataset skips it too)
+    const std::string key = m.name.substr(0, dot);
+    std::string ext = m.name.substr(dot + 1);
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (samples.empty() || samples.back().key != key) samples.push_back({key});
+    if (ext == "jpg" || ext == "jpeg" || ext == "png") samples.back().image = &m;
+    if (ext == "cls") samples.back().cls = &m;
+  }
+  std::int64_t count = 0;
+  for (const Sample& s : samples) {
+    MGBENCH_REQUIRE(s.image != nullptr && s.cls != nullptr, DataError,
+                    "{}: the sample '{}' has no {} (webdataset samples need <key>.jpg|jpeg|png and <key>.cls)", shard,
+                    s.key, s.image == nullptr ? "image" : ".cls member");
+    const ImageRecord cls{shard, s.cls->offset, std::min<std::int64_t>(s.cls->size, 32), 0, shard + ":" + s.key};
+    const std::vector<std::uint8_t> text = read_record(cls);
+    std::string digits(text.begin(), text.end());
+    while (!digits.empty() && std::isspace(static_cast<unsigned char>(digits.back()))) digits.pop_back();
+    MGBENCH_REQUIRE(!digits.empty() && digits.size() <= 9 && std::all_of(digits.begin(), digits.end(), ::isdigit),
+                    DataError, "{}:{}.cls: '{}' is not a class index (a non-negative integer)", shard, s.key, digits);
+    const std::int64_t label = std::stoll(digits);
+    max_label = std::max(max_label, label);
+    set.records.push_back({shard, s.image->offset, s.image->size, label, shard + ":" + s.image->name});
+    ++count;
+  }
+  if (count > 0) set.shard_sizes.push_back(count);
+}
+
+}  // namespace
+
+EncodedImages scan_webdataset(const std::string& dir, std::int64_t limit) {
+  MGBENCH_REQUIRE(fs::is_directory(dir), DataError, "{}: not a directory (expected webdataset shards {}/*.tar)", dir,
+                  dir);
+  std::vector<std::string> shards;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".tar") shards.push_back(e.path().string());
+  }
+  std::sort(shards.begin(), shards.end());
+  MGBENCH_REQUIRE(!shards.empty(), DataError, "{}: no .tar shards (expected {}/<name>-000000.tar, ...)", dir, dir);
+  EncodedImages set;
+  set.root = dir;
+  std::int64_t max_label = -1;
+  for (const auto& shard : shards) {
+    add_shard_samples(shard, set, max_label);
+    if (limit > 0 && set.size() >= limit) break;
+  }
+  MGBENCH_REQUIRE(set.size() > 0, DataError, "{}: the shards hold no sample", dir);
+  if (limit > 0 && set.size() > limit) {
+    set.shard_sizes.back() -= set.size() - limit;
+    set.records.resize(static_cast<std::size_t>(limit));
+  }
+  for (std::int64_t c = 0; c <= max_label; ++c) set.classes.push_back(std::to_string(c));
   return set;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Datasets of encoded image files (JPEG, PNG) with class labels, decoded and transformed on the
 // host by the loader: an ImageFolder tree (root/<class>/<file>, torchvision.datasets.ImageFolder's
-// classes and order). Each sample's bytes are read when its batch is assembled (nothing is
+// classes and order) or webdataset tar shards (<key>.jpg|jpeg|png + <key>.cls, as the webdataset
+// package writes them). Each sample's bytes are read when its batch is assembled (nothing is
 // decoded ahead); a batch is decoded on `threads` threads.
 #include <cstdint>
 #include <string>
@@ -27,6 +28,9 @@ struct EncodedImages {
   std::string root;                  // the directory (or shard pattern) it was read from
   std::vector<std::string> classes;  // class names, sorted; a label indexes them
   std::vector<ImageRecord> records;  // in the dataset's order (torchvision's for a folder)
+  /// webdataset: samples per shard, in shard order (the records of shard s follow those of 0..s-1);
+  /// empty for a folder. The sampler distributes whole shards (data/sampler.h).
+  std::vector<std::int64_t> shard_sizes;
 
   std::int64_t size() const { return static_cast<std::int64_t>(records.size()); }
 };
@@ -42,6 +46,14 @@ bool has_image_extension(const std::string& filename);
 /// Throws DataError naming dir when it is not a directory, has no class folder, or a class folder
 /// holds no image file (torchvision's FileNotFoundError).
 EncodedImages scan_image_folder(const std::string& dir, std::int64_t limit = 0);
+
+/// webdataset.WebDataset's samples of the tar shards `dir`/*.tar, shards in name order: members
+/// grouped by key (the path up to the first '.' of the file name, webdataset's base_plus_ext),
+/// each sample's image the member with extension jpg, jpeg or png and its label the integer text
+/// of its .cls member; classes "0" .. max label. limit > 0 keeps the first `limit` samples (whole
+/// shards, the last one cut). Throws DataError naming the shard (and key) for a directory without
+/// shards, a corrupt archive, a sample without an image or a .cls, or a .cls that is no integer.
+EncodedImages scan_webdataset(const std::string& dir, std::int64_t limit = 0);
 
 /// What the host does to each decoded image before it is batched.
 struct ImageTransform {

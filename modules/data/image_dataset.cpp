@@ -42,6 +42,7 @@ class EncodedDataset final : public ImageDataset {
   std::span<const double> mean() const override { return kImageNetMean; }
   std::span<const double> std() const override { return kImageNetStd; }
   std::string path() const override { return images_.root; }
+  std::vector<std::int64_t> shard_sizes() const override { return images_.shard_sizes; }
 
  private:
   EncodedImages images_;

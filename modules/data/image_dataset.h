@@ -1,12 +1,14 @@
 #pragma once
 // The image classification recipe's datasets behind one interface (--dataset): MNIST-format IDX
-// files held in memory, and encoded-image files (an ImageFolder tree) decoded by the loader. Each
+// files held in memory, and encoded-image files (an ImageFolder tree, webdataset shards) decoded by
+// the loader. Each
 // assembles a rank's host batch -- uint8 images [B, C, h, w] and int64 labels [B] -- and states how
 // its pixels are normalised.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "data/encoded_images.h"
 #include "data/loader.h"
@@ -29,6 +31,8 @@ class ImageDataset {
   virtual std::span<const double> std() const = 0;
   /// Where it was read from (a file or directory), for the run's attributes.
   virtual std::string path() const = 0;
+  /// Samples per tar shard (webdataset); empty otherwise.
+  virtual std::vector<std::int64_t> shard_sizes() const { return {}; }
 };
 
 /// An MNIST-format split (data/mnist.h): 28 x 28 greyscale, normalised with MNIST's statistics.

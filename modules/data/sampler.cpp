@@ -64,6 +64,39 @@ std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_
   return mine;
 }
 
+std::vector<std::int64_t> shard_sampler_indices(const std::vector<std::int64_t>& shard_sizes, int world_size, int rank,
+                                                std::uint64_t seed, std::int64_t epoch, bool shuffle, bool drop_last) {
+  std::vector<std::int64_t> first(shard_sizes.size() + 1, 0);  // first sample of each shard
+  for (std::size_t s = 0; s < shard_sizes.size(); ++s) first[s + 1] = first[s] + shard_sizes[s];
+  const std::int64_t n = first.back();
+  MGBENCH_REQUIRE(n >= 1, ConfigError, "the training shards hold no sample");
+  const auto shards = distributed_sampler_indices(static_cast<std::int64_t>(shard_sizes.size()), world_size, rank, seed,
+                                                  epoch, shuffle, /*drop_last=*/false);
+  std::vector<std::int64_t> mine;
+  for (const std::int64_t s : shards) {
+    for (std::int64_t i = first[static_cast<std::size_t>(s)]; i < first[static_cast<std::size_t>(s) + 1]; ++i) {
+      mine.push_back(i);
+    }
+  }
+  if (shuffle && !mine.empty()) {
+    // Seeded apart per rank and epoch: seed + epoch, then the rank in the high half.
+    const auto perm =
+        order(static_cast<std::int64_t>(mine.size()),
+              (seed + static_cast<std::uint64_t>(epoch)) ^ (static_cast<std::uint64_t>(rank + 1) << 32), true);
+    std::vector<std::int64_t> shuffled(mine.size());
+    for (std::size_t k = 0; k < perm.size(); ++k) shuffled[k] = mine[static_cast<std::size_t>(perm[k])];
+    mine = std::move(shuffled);
+  }
+  // DistributedSampler's per-rank count of n samples.
+  const std::int64_t num_samples =
+      (drop_last && n % world_size != 0) ? ceil_div(n - world_size, world_size) : ceil_div(n, world_size);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(num_samples));
+  const std::size_t held = mine.size();
+  MGBENCH_REQUIRE(held > 0, ConfigError, "rank {}: its shards hold no sample (an empty shard)", rank);
+  for (std::size_t k = 0; k < out.size(); ++k) out[k] = mine[k % held];
+  return out;
+}
+
 namespace {
 
 std::vector<PlannedBatch> plan_epoch_batches(const EpochPlanOptions& o, std::int64_t epoch) {
@@ -72,7 +105,9 @@ std::vector<PlannedBatch> plan_epoch_batches(const EpochPlanOptions& o, std::int
   std::vector<PlannedBatch> plan;
   if (o.strategy == axes::Strategy::kDdpDs || o.strategy == axes::Strategy::kDp) {
     const auto indices =
-        distributed_sampler_indices(o.dataset_size, o.world_size, o.rank, o.seed, epoch, o.shuffle, o.drop_last);
+        o.shard_sizes.empty()
+            ? distributed_sampler_indices(o.dataset_size, o.world_size, o.rank, o.seed, epoch, o.shuffle, o.drop_last)
+            : shard_sampler_indices(o.shard_sizes, o.world_size, o.rank, o.seed, epoch, o.shuffle, o.drop_last);
     auto batches = split_batches(indices, o.batch_size, o.drop_last);
     for (std::size_t k = 0; k < batches.size(); ++k) {
       plan.push_back({static_cast<std::int64_t>(k), std::move(batches[k]), true});

@@ -17,6 +17,17 @@ namespace mgbench::data {
 std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_size, int rank, std::uint64_t seed,
                                                       std::int64_t epoch, bool shuffle, bool drop_last);
 
+/// The shard-level DistributedSampler of datasets in tar shards (webdataset), for ddp-ds and dp:
+/// the shards (shard_sizes[s] samples each, the samples of shard s numbered after those of shards
+/// 0..s-1) go to the ranks as DistributedSampler(num_shards) gives indices -- shuffled with the seed
+/// seed + epoch, padded by wrapping around, rank r taking every world_size-th -- so each rank reads
+/// whole shards; the rank's samples are then shuffled (a torch.randperm seeded by seed, epoch and
+/// rank) and wrapped around or cut to DistributedSampler(num_samples)'s per-rank count, so that
+/// every rank runs the same number of steps in every epoch (a rank whose shards hold more samples
+/// than the mean leaves the excess out of that epoch). Throws ConfigError for an empty dataset.
+std::vector<std::int64_t> shard_sampler_indices(const std::vector<std::int64_t>& shard_sizes, int world_size, int rank,
+                                                std::uint64_t seed, std::int64_t epoch, bool shuffle, bool drop_last);
+
 struct PlannedBatch {
   std::int64_t batch_index = 0;       // position in the epoch's loading order
   std::vector<std::int64_t> indices;  // dataset indices of the batch
@@ -33,6 +44,9 @@ struct EpochPlanOptions {
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;  // drop the last incomplete batch (and, for ddp-ds, the sampler's tail)
+  /// Samples per tar shard (sum = dataset_size): ddp-ds and dp then distribute whole shards
+  /// (shard_sampler_indices). Empty: sample-level DistributedSampler.
+  std::vector<std::int64_t> shard_sizes;
 };
 
 /// The batches this rank loads in one epoch, in order. Every rank computes the same number of

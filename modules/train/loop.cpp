@@ -147,8 +147,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
       std::max<std::size_t>(1, static_cast<std::size_t>(t.first_bucket_mb * 1024 * 1024));
   s.shared_buffers = recipe.shared_buffers();
   s.metric_count = static_cast<std::int64_t>(recipe.metric_names().size());
-  s.plan_options = {t.strategy, recipe.train_size(), t.batch_size, comm.world_size(), comm.rank(),
-                    t.seed,     t.shuffle,           t.drop_last};
+  s.plan_options = {t.strategy, recipe.train_size(), t.batch_size, comm.world_size(),         comm.rank(),
+                    t.seed,     t.shuffle,           t.drop_last,  recipe.train_shard_sizes()};
   if (!recipe.eval_only()) {
     s.steps_per_epoch = axes::steps_per_epoch(strategy, data::epoch_shape(s.plan_options), t.grad_accum, t.max_steps);
     MGBENCH_REQUIRE(s.steps_per_epoch > 0, ConfigError,

@@ -102,6 +102,9 @@ class Recipe {
   virtual void setup(const RecipeContext& ctx) = 0;
   /// Samples of the training set (what the sampler distributes).
   virtual std::int64_t train_size() const = 0;
+  /// Samples per shard of a training set in tar shards (ddp-ds then distributes whole shards:
+  /// data::shard_sampler_indices); empty: the sampler distributes samples.
+  virtual std::vector<std::int64_t> train_shard_sizes() const { return {}; }
   /// The host batch of plan's samples; runs on the loader thread, concurrently with forward.
   virtual data::Batch assemble(const data::PlannedBatch& plan, bool pin_memory) const = 0;
   /// The model (train / eval mode, checkpoint tensors).

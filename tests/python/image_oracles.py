@@ -13,6 +13,8 @@ Writes OUT_DIR/images/:
                   progressive and 4:4:4 JPEGs; palette + transparency, 16-bit, grey + alpha PNGs; truncated, empty and non-image files
   folder/, folder.json  an ImageFolder tree (nested and linked folders, mixed-case extensions, files that
                   are not images) and torchvision.datasets.ImageFolder's classes and samples of it
+  members_*.tar, tar_members.json  tar archives in pax, GNU and ustar formats (long names) and the
+                  regular members Python's tarfile lists: name, data offset, size
   transforms.json torchvision's RandomResizedCrop.get_params + RandomHorizontalFlip draws after
                   torch.manual_seed(seed), and v2 resize / center_crop output checksums
   resize_*.bin    uint8 [3, h, w] outputs of torchvision.transforms.v2.functional.resize (antialias) for
@@ -23,6 +25,7 @@ import json
 import os
 import shutil
 import sys
+import tarfile
 import zlib
 
 import numpy as np
@@ -126,6 +129,28 @@ os.symlink(os.path.join(folder, "cat", "sub"), os.path.join(folder, "eel", "link
 tv = ImageFolder(folder)
 with open(os.path.join(out, "folder.json"), "w") as f:
     json.dump({"classes": tv.classes, "samples": [[os.path.relpath(p, folder), c] for p, c in tv.samples]}, f, indent=1)
+
+# --- tar archives: members as Python's tarfile lists them ---------------------------------------
+archives = []
+for fmt_name, fmt in (("pax", tarfile.PAX_FORMAT), ("gnu", tarfile.GNU_FORMAT), ("ustar", tarfile.USTAR_FORMAT)):
+    path = os.path.join(out, f"members_{fmt_name}.tar")
+    with tarfile.open(path, "w", format=fmt) as tar:
+        names = ["a.jpg", "a.cls", "dir/b.png", "x" * 40 + "/" + "y" * 90 + ".cls", "empty.txt"]
+        if fmt != tarfile.USTAR_FORMAT:
+            names.append("long/" + "z" * 150 + ".jpg")  # past ustar's 100 + 155: pax path / GNU 'L'
+        info = tarfile.TarInfo("adir")
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+        for k, name in enumerate(names):
+            data = bytes(range(256)) * k + b"end" if name != "empty.txt" else b""
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(path) as tar:
+        members = [[m.name, m.offset_data, m.size] for m in tar.getmembers() if m.isfile()]
+    archives.append({"file": os.path.basename(path), "members": members})
+with open(os.path.join(out, "tar_members.json"), "w") as f:
+    json.dump(archives, f, indent=1)
 
 # --- transforms -------------------------------------------------------------------------------
 crops = []

@@ -24,6 +24,8 @@ Produces, in OUT_DIR:
                          (reference), as TorchTune's get_batch_log_probs sums them
   dpo_loss_cases.json    TorchTune 0.6.1's DPOLoss on random log-probs (from the folder TorchTune is
                          installed in beside the venv, in a process of its own)
+  images/                JPEG / PNG files and PIL's pixels, torchvision's crop draws and resizes
+                         (image_oracles.py)
   quant_oracles.pt       torchao 0.11's NF4 and 8da4w QAT, TorchTune's QLoRA and QAT-LoRA linears
                          (quant_oracles.py, in a process of its own as the DPO loss)
 
@@ -340,6 +342,14 @@ if os.path.isdir(os.path.join(_torchtune_site, "torchtune")):
                             os.path.join(out, "quant_oracles.pt"), _stories], env=_env, capture_output=True, text=True)
     if _done.returncode != 0:  # pragma: no cover - reported, the quantisation tests then skip
         print(f"make_oracles: quant_oracles.py failed: {_done.stderr[-2000:]}")
+
+# JPEG / PNG decoding (PIL) and the image transforms (torchvision): image_oracles.py, OUT/images/.
+import subprocess  # noqa: E402
+
+_done = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "image_oracles.py"), out],
+                       capture_output=True, text=True)
+if _done.returncode != 0:  # pragma: no cover - reported, the image tests then skip
+    print(f"make_oracles: image_oracles.py failed: {_done.stderr[-2000:]}")
 
 print(f"make_oracles: wrote {len(cases)} sampler cases, {len(bucket_cases)} bucket cases, "
       f"{len(names)} MobileNetV2 widths to {out}")

@@ -16,6 +16,7 @@
 #include "data/encoded_images.h"
 #include "data/image_codec.h"
 #include "data/image_transforms.h"
+#include "data/tar_index.h"
 #include "test_support.h"
 
 namespace mgbench {
@@ -141,6 +142,41 @@ TEST(ImageFolder, BatchesDecodeAndCropReproduciblyOnAnyThreadCount) {
         data::assemble_encoded_batch(set, {0, {5, 6}, true, 0}, random, 2, false);
       },
       {"1.webp", "neither"});
+}
+
+TEST(TarIndex, MembersAsPythonsTarfileListsThem) {
+  const auto oracle = test::load_oracle_json("images/tar_members.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "images/tar_members.json");
+  for (const auto& archive : oracle) {
+    const std::string path = images_dir() + "/" + archive["file"].get<std::string>();
+    SCOPED_TRACE(path);
+    const auto members = data::list_tar_file(path);
+    ASSERT_EQ(members.size(), archive["members"].size());
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      EXPECT_EQ(members[i].name, archive["members"][i][0].get<std::string>());
+      EXPECT_EQ(members[i].offset, archive["members"][i][1].get<std::int64_t>());
+      EXPECT_EQ(members[i].size, archive["members"][i][2].get<std::int64_t>());
+    }
+    // Cut short or corrupted: named, never read past the end.
+    const auto bytes = read_bytes(path);
+    const auto read_from = [](const std::vector<std::uint8_t>& b) {
+      return [&b](std::int64_t offset, std::span<std::uint8_t> out) {
+        const auto n = std::min<std::size_t>(out.size(), b.size() - static_cast<std::size_t>(offset));
+        std::copy_n(b.begin() + offset, n, out.begin());
+        return n;
+      };
+    };
+    const std::vector<std::uint8_t> cut(bytes.begin(),
+                                        bytes.begin() + archive["members"][1][1].get<std::int64_t>() + 1);
+    test::expect_error<DataError>(
+        [&] { data::list_tar_members(read_from(cut), static_cast<std::int64_t>(cut.size()), "cut.tar"); },
+        {"cut.tar", "truncated"});
+    std::vector<std::uint8_t> flipped = bytes;
+    flipped[3] ^= 0x20;
+    test::expect_error<DataError>(
+        [&] { data::list_tar_members(read_from(flipped), static_cast<std::int64_t>(flipped.size()), "f.tar"); },
+        {"f.tar", "checksum", "byte 0"});
+  }
 }
 
 TEST(ImageTransforms, RandomResizedCropAndFlipDrawAsTorchvision) {

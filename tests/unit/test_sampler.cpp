@@ -27,7 +27,50 @@ TEST(DistributedSampler, MatchesPyTorch) {
 }
 
 EpochPlanOptions options(Strategy s, std::int64_t n, std::int64_t batch, int world, int rank) {
-  return {s, n, batch, world, rank, /*seed=*/7, /*shuffle=*/true, /*drop_last=*/false};
+  return {s, n, batch, world, rank, /*seed=*/7, /*shuffle=*/true, /*drop_last=*/false, /*shard_sizes=*/{}};
+}
+
+// Tar shards (webdataset): each rank reads whole shards -- the shards dealt as DistributedSampler
+// deals indices, the rank's samples shuffled within -- and every rank the same count, that of
+// DistributedSampler over the samples, so the epoch shape does not change.
+TEST(ShardSampler, RanksReadWholeDisjointShardsAndRunTheSameSteps) {
+  const std::vector<std::int64_t> sizes = {10, 10, 10, 10, 10, 7, 10, 10};  // 77 samples, shard 5 short
+  std::vector<std::int64_t> first = {0};
+  for (auto n : sizes) first.push_back(first.back() + n);
+  auto shard_of = [&](std::int64_t i) { return std::upper_bound(first.begin(), first.end(), i) - first.begin() - 1; };
+  for (std::int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<std::set<std::int64_t>> shards(3);
+    for (int rank = 0; rank < 3; ++rank) {
+      const auto mine = shard_sampler_indices(sizes, 3, rank, 7, epoch, true, false);
+      EXPECT_EQ(mine.size(), 26u);  // ceil(77 / 3), DistributedSampler's num_samples
+      // The rank's shards, as DistributedSampler(8 shards) gives this rank (padding wraps around).
+      const auto dealt = distributed_sampler_indices(8, 3, rank, 7, epoch, true, false);
+      const std::set<std::int64_t> expected(dealt.begin(), dealt.end());
+      for (auto i : mine) {
+        EXPECT_TRUE(expected.count(shard_of(i))) << "rank " << rank << " sample " << i;
+        shards[static_cast<std::size_t>(rank)].insert(shard_of(i));
+      }
+      // Shuffled within: not the shards' order.
+      EXPECT_FALSE(std::is_sorted(mine.begin(), mine.end()));
+      // The same epoch gives the same order; the plan of ddp-ds is this one.
+      EXPECT_EQ(mine, shard_sampler_indices(sizes, 3, rank, 7, epoch, true, false));
+      EpochPlanOptions o = options(Strategy::kDdpDs, 77, 8, 3, rank);
+      o.shard_sizes = sizes;
+      std::vector<std::int64_t> planned;
+      for (const auto& b : plan_epoch(o, epoch)) planned.insert(planned.end(), b.indices.begin(), b.indices.end());
+      EXPECT_EQ(planned, mine);
+    }
+    // 8 shards over 3 ranks: 9 slots, one shard dealt twice; otherwise disjoint.
+    std::size_t dealt = 0;
+    for (const auto& s : shards) dealt += s.size();
+    EXPECT_LE(dealt, 9u);
+  }
+  // Unshuffled: rank 0 reads shards 0, 3, 6 in order.
+  const auto plain = shard_sampler_indices(sizes, 3, 0, 7, 0, false, false);
+  EXPECT_EQ(plain.front(), 0);
+  EXPECT_EQ(plain[10], 30);
+  EXPECT_EQ(plain[20], first[6]);
+  EXPECT_THROW(shard_sampler_indices({0, 0}, 2, 0, 7, 0, true, false), ConfigError);
 }
 
 TEST(EpochPlan, DdpComputesEverythingOnEveryRank) {

@@ -36,12 +36,15 @@ constexpr options::Choice<Upscale> kUpscales[] = {
     {"host", Upscale::kHost, "the paper's DataLoader: the loader thread normalises, float S x S images cross PCIe"},
 };
 
-enum class DatasetKind { kMnist, kImageFolder };
+enum class DatasetKind { kMnist, kImageFolder, kWebDataset };
 
 constexpr options::Choice<DatasetKind> kDatasets[] = {
     {"mnist", DatasetKind::kMnist, "MNIST-format IDX files (MNIST, Fashion-MNIST), upscaled to --image-size"},
     {"imagefolder", DatasetKind::kImageFolder,
      "JPEG / PNG files in DATA/train/<class>/ and DATA/val/<class>/ (torchvision's ImageFolder)"},
+    {"webdataset", DatasetKind::kWebDataset,
+     "tar shards DATA/train/*.tar and DATA/val/*.tar of <key>.jpg|png + <key>.cls; ddp-ds gives each rank whole "
+     "shards"},
 };
 
 constexpr options::Choice<data::ImageTransform::Kind> kCrops[] = {
@@ -75,7 +78,7 @@ class ClassificationRecipe final : public Recipe {
     t.add("dataset", o.dataset, std::span<const options::Choice<DatasetKind>>(kDatasets), "the dataset's format");
     t.add("data", o.data_dir,
           "mnist: directory with IDX files (train-images-idx3-ubyte[.gz], t10k-...); imagefolder: directory with "
-          "train/ and val/ class folders");
+          "train/ and val/ class folders; webdataset: directory with train/ and val/ tar shards");
     t.add("image-size", o.image_size, "side of the square images the model sees [px] (the papers: 100-700)")
         .at_least(1)
         .at_most(4096);
@@ -84,8 +87,8 @@ class ClassificationRecipe final : public Recipe {
     t.add("upscale", o.upscale, std::span<const options::Choice<Upscale>>(kUpscales),
           "where the images are normalised (and MNIST's upscaled)");
     t.add("crop", o.crop, std::span<const options::Choice<data::ImageTransform::Kind>>(kCrops),
-          "imagefolder: the training crop on the host (evaluation: Resize(S) + CenterCrop(S))");
-    t.add("loader-threads", o.loader_threads, "imagefolder: threads per rank decoding and cropping a batch")
+          "imagefolder, webdataset: the training crop on the host (evaluation: Resize(S) + CenterCrop(S))");
+    t.add("loader-threads", o.loader_threads, "imagefolder, webdataset: threads per rank decoding and cropping a batch")
         .at_least(1)
         .at_most(256);
     t.section("Model");
@@ -122,6 +125,7 @@ class ClassificationRecipe final : public Recipe {
   }
 
   std::int64_t train_size() const override { return train_set_->size(); }
+  std::vector<std::int64_t> train_shard_sizes() const override { return train_set_->shard_sizes(); }
 
   data::Batch assemble(const data::PlannedBatch& plan, bool pin_memory) const override {
     if (options_.upscale == Upscale::kDevice) return train_set_->assemble(plan, pin_memory);
@@ -204,8 +208,13 @@ class ClassificationRecipe final : public Recipe {
       return;
     }
     const std::filesystem::path root(o.data_dir);
-    data::EncodedImages train = data::scan_image_folder((root / "train").string(), o.limit_train);
-    data::EncodedImages val = data::scan_image_folder((root / "val").string(), o.limit_test);
+    const auto scan = o.dataset == DatasetKind::kImageFolder ? &data::scan_image_folder : &data::scan_webdataset;
+    data::EncodedImages train = scan((root / "train").string(), o.limit_train);
+    data::EncodedImages val = scan((root / "val").string(), o.limit_test);
+    if (o.dataset == DatasetKind::kWebDataset) {  // classes 0 .. the largest label of either split
+      if (train.classes.size() < val.classes.size()) train.classes = val.classes;
+      val.classes = train.classes;
+    }
     MGBENCH_REQUIRE(train.classes == val.classes, DataError,
                     "{}: train/ has {} class folders and val/ {}, or their names differ: the labels would not agree",
                     o.data_dir, train.classes.size(), val.classes.size());

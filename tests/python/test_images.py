@@ -1,0 +1,122 @@
+"""Encoded-image datasets end to end: `mgbench data make-images` read back by torchvision's ImageFolder,
+webdataset shards written by the webdataset package trained on by 2 ranks (whole shards per rank,
+disjoint samples, the loss falling), ImageFolder training, and bad files named."""
+import io
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import mgbench
+
+pytest.importorskip("PIL")
+from PIL import Image  # noqa: E402
+
+SIZE = 40
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from conftest import MNIST
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {MNIST}")
+    out = tmp_path_factory.mktemp("images") / "mnist40"
+    proc = mgbench("data", "make-images", "--data", MNIST, "--out", out, "--image-size", SIZE, "--limit-train", 1200,
+                   "--limit-test", 200, "--quality", 90, "--threads", 2, check=True)
+    assert "1200 jpeg files of 40 x 40 px" in proc.stdout
+    return out
+
+
+def test_make_images_is_an_image_folder_torchvision_reads(folder):
+    torchvision = pytest.importorskip("torchvision")
+    train = torchvision.datasets.ImageFolder(str(folder / "train"))
+    val = torchvision.datasets.ImageFolder(str(folder / "val"))
+    assert train.classes == [str(d) for d in range(10)] == val.classes
+    assert len(train) == 1200 and len(val) == 200
+    image, label = train[0]
+    assert image.size == (SIZE, SIZE) and image.mode == "RGB"
+    assert label == 0  # the first file of class "0"
+    # Files are named by their MNIST index: the first training digit is a 5.
+    assert (folder / "train" / "5" / "000000.jpg").exists()
+
+
+def write_shards(folder, split, out, maxcount):
+    """The folder's split as webdataset shards, written by the webdataset package."""
+    webdataset = pytest.importorskip("webdataset")
+    torchvision = pytest.importorskip("torchvision")
+    dataset = torchvision.datasets.ImageFolder(str(folder / split))
+    out.mkdir(parents=True, exist_ok=True)
+    with webdataset.ShardWriter(str(out / "shard-%06d.tar"), maxcount=maxcount, verbose=0) as sink:
+        for i, (path, label) in enumerate(dataset.samples):
+            with open(path, "rb") as f:
+                sink.write({"__key__": f"sample{i:06d}", "jpg": f.read(), "cls": label})
+    return dataset
+
+
+def run_record(path):
+    """Each rank's recorded indices [epochs, samples], rank 0's epoch losses, the run's attributes."""
+    with h5py.File(path) as f:
+        (run,) = f["runs"].values()
+        indices = {r: run[f"rank_{r}/indices"][:] for r in range(run.attrs["world_size"])}
+        return indices, run["rank_0/epochs"][:]["loss_mean"], dict(run.attrs)
+
+
+def test_webdataset_two_ranks_read_whole_shards(folder, tmp_path):
+    shards = tmp_path / "shards"
+    dataset = write_shards(folder, "train", shards / "train", maxcount=100)  # 12 shards of 100
+    write_shards(folder, "val", shards / "val", maxcount=100)
+    results = tmp_path / "wds.h5"
+    mgbench("image", "--dataset", "webdataset", "--data", shards, "--image-size", 32, "--crop", "center",
+            "--batch-size", 50, "--epochs", 3, "--record-indices", "--loader-threads", 2, "--threads", 1,
+            "--device", "cpu", "--results", results, "--progress-interval", 1000, np=2, check=True)
+    indices, losses, attrs = run_record(results)
+    for epoch in range(3):
+        seen = [set(indices[r][epoch].tolist()) for r in (0, 1)]
+        assert not seen[0] & seen[1], "a sample on both ranks in one epoch"
+        assert len(indices[0][epoch]) == len(indices[1][epoch]) == 600
+        # Whole shards: the shards a rank's samples come from (index // 100) hold only its samples.
+        shards_of = [{i // 100 for i in s} for s in seen]
+        assert not shards_of[0] & shards_of[1]
+        assert len(shards_of[0]) == len(shards_of[1]) == 6
+    assert set(indices[0][0].tolist()) != set(indices[0][1].tolist()), "the same shards every epoch"
+    assert losses[-1] < 0.7 * losses[0], losses
+    assert attrs["num_classes"] == len(dataset.classes)
+
+
+def test_image_folder_trains_and_labels_follow_the_folders(folder, tmp_path):
+    results = tmp_path / "if.h5"
+    mgbench("image", "--dataset", "imagefolder", "--data", folder, "--image-size", 32, "--crop", "center",
+            "--batch-size", 50, "--epochs", 6, "--loader-threads", 2, "--threads", 1, "--device", "cpu",
+            "--results", results, "--progress-interval", 1000, np=2, check=True)
+    with h5py.File(results) as f:
+        (run,) = f["runs"].values()
+        assert run.attrs["train_samples"] == 1200 and run.attrs["num_classes"] == 10
+        # Digits are learnable only when the labels are the folders' classes (92 % here; BatchNorm's
+        # running statistics need the first epochs' 40 steps to settle).
+        assert run["summary"][0]["test_accuracy"] > 0.5
+
+
+def test_bad_files_are_named(folder, tmp_path):
+    bad = tmp_path / "bad"
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (bad / split / c).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(bad / split / c / "ok.png")
+    good = io.BytesIO()
+    Image.new("RGB", (64, 64), (9, 9, 9)).save(good, "JPEG")
+    (bad / "train" / "b" / "cut.jpg").write_bytes(good.getvalue()[:300])
+    proc = mgbench("image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--batch-size", 4,
+                   "--epochs", 1, "--device", "cpu", "--results", tmp_path / "bad.h5", np=1)
+    assert proc.returncode != 0
+    assert "cut.jpg" in proc.stderr + proc.stdout
+    assert "corrupt JPEG" in proc.stderr + proc.stdout
+    (bad / "val" / "b" / "ok.png").unlink()  # an empty class folder
+    proc = mgbench("image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--device", "cpu",
+                   "--results", tmp_path / "bad2.h5", np=1)
+    assert proc.returncode != 0 and "holds no image file" in proc.stderr + proc.stdout
+    (bad / "wds" / "train").mkdir(parents=True)
+    (bad / "wds" / "train" / "x.tar").write_bytes(b"not a tar archive" * 64)
+    proc = mgbench("image", "--dataset", "webdataset", "--data", bad / "wds", "--image-size", 8, "--device", "cpu",
+                   "--results", tmp_path / "bad3.h5", np=1)
+    assert proc.returncode != 0 and "x.tar" in proc.stderr + proc.stdout and "checksum" in proc.stderr + proc.stdout
