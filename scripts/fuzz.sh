@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes mgbench's parsers with libFuzzer (tests/fuzz, docs/reliability.md).
 #   scripts/fuzz.sh [--seconds N] [--build-only | --no-build] [TARGET ...]
-# TARGETs: idx records tiktoken safetensors ini results (default: all). Builds build-fuzz/ with
+# TARGETs: idx records tiktoken safetensors ini results images tar (default: all). Builds build-fuzz/ with
 # clang (-fsanitize=fuzzer,address,undefined), then runs each target for N seconds (default 60)
 # from its seed corpus (tests/fuzz/corpus/<target>) into a working corpus that grows across runs
 # (build-fuzz/corpus/<target>). A finding -- a crash, a sanitizer report, an exception other than
@@ -22,7 +22,7 @@ while (($#)); do
     *) TARGETS+=("$1"); shift ;;
   esac
 done
-((${#TARGETS[@]})) || TARGETS=(idx records tiktoken safetensors ini results)
+((${#TARGETS[@]})) || TARGETS=(idx records tiktoken safetensors ini results images tar)
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 
 if ! command -v clang++ >/dev/null; then

@@ -39,8 +39,8 @@ if ((${#missing[@]})); then
 fi
 
 PY="$MGBENCH_VENV/bin/python"
-# Test oracles for the LLM path: tiktoken (tokenizer), transformers + safetensors (Llama), peft (LoRA).
-ORACLES=("tiktoken==0.12.0" "transformers==5.23.0" "safetensors==0.8.0" "peft==0.21.2")
+# Test oracles: tiktoken (tokenizer), transformers + safetensors (Llama), peft (LoRA), webdataset (tar shards).
+ORACLES=("tiktoken==0.12.0" "transformers==5.23.0" "safetensors==0.8.0" "peft==0.21.2" "webdataset==1.0.2")
 if ! "$PY" -c "import torch, torchvision, h5py, numpy, pytest, sys; sys.exit(not torch.__version__.startswith('$TORCH_VERSION'))" 2>/dev/null; then
   echo "install-deps: creating $MGBENCH_VENV with torch==$TORCH_VERSION (a large download, once)"
   python3 -m venv "$MGBENCH_VENV"
@@ -48,7 +48,7 @@ if ! "$PY" -c "import torch, torchvision, h5py, numpy, pytest, sys; sys.exit(not
   "$PY" -m pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" h5py numpy pytest
 fi
 # Test oracles added later than the venv: installed into an existing one too.
-"$PY" -c "import tiktoken, transformers, safetensors, peft" 2>/dev/null || "$PY" -m pip install -q "${ORACLES[@]}"
+"$PY" -c "import tiktoken, transformers, safetensors, peft, webdataset" 2>/dev/null || "$PY" -m pip install -q "${ORACLES[@]}"
 # Regression checks as centres run them: ReFrame (reframe/, tests/python/test_reframe.py).
 "$PY" -c "import reframe" 2>/dev/null || "$PY" -m pip install -q "reframe-hpc==4.10.4"
 # Code checks: lizard (function lengths, scripts/check-shape.sh).
