@@ -93,8 +93,10 @@ std::vector<TarMember> list_tar_members(const TarRead& read, std::int64_t archiv
     MGBENCH_REQUIRE(checksum_matches(header.data()), DataError,
                     "{}: not a tar archive, or corrupt: a header checksum mismatch at byte {}", name, at);
     std::int64_t size = 0;
-    MGBENCH_REQUIRE(numeric_field(header.data(), 124, 12, size), DataError, "{}: a member size that is not a number at "
-                    "byte {}", name, at);
+    MGBENCH_REQUIRE(numeric_field(header.data(), 124, 12, size), DataError,
+                    "{}: a member size that is not a number at "
+                    "byte {}",
+                    name, at);
     const char type = static_cast<char>(header[156]);
     const std::int64_t data_at = at + kBlock;
     if (type == 'x' || type == 'L') {  // the next member's path (and size): pax, or GNU's long name

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   mgbench::fuzz::expect_clean_errors([&] {
     const mgbench::data::ImageInfo info = mgbench::data::read_image_info(bytes, "fuzz.img");
     if (info.width <= 0 || info.height <= 0) __builtin_trap();  // refused in read_image_info
-    if (info.rgb_bytes() > (64 << 20)) return;                   // large images: the header path only
+    if (info.rgb_bytes() > (64 << 20)) return;                  // large images: the header path only
     std::vector<std::uint8_t> rgb(static_cast<std::size_t>(info.rgb_bytes()));
     mgbench::data::decode_rgb(bytes, info, rgb, "fuzz.img");
   });
