@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "core/build_info.h"
-#include "data/make_images.h"
+#include "data/image_tools.h"
 #include "data/text/tools.h"
 #include "models/qat_convert.h"
 #include "options.h"
@@ -58,8 +58,13 @@ constexpr Command kCommands[] = {
      }},
     {"data",
      "`data stats`: rows and token lengths of a fine-tuning dataset; `data make-images`: MNIST as an\n"
-     "ImageFolder of JPEG / PNG files at a given size",
+     "ImageFolder of JPEG / PNG files at a given size; `data read-images`: the image loader alone (img/s)",
      [](int argc, char** argv) {
+       if (argc > 1 && std::string_view(argv[1]) == "read-images") {
+         return run_command<data::ReadImagesOptions>(
+             {"data", data::ReadImagesOptions::kUsage}, argc, argv,
+             [](const data::ReadImagesOptions& o) { return data::read_images(o, std::cout, std::cerr); });
+       }
        if (argc > 1 && std::string_view(argv[1]) == "make-images") {
          return run_command<data::MakeImagesOptions>(
              {"data", data::MakeImagesOptions::kUsage}, argc, argv,

@@ -9,7 +9,10 @@
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
 #   THREADS (1 per rank), DEVICE (cpu | cuda), PIN (false), MGBENCH (build/app/mgbench), WARMUP (0: the
-#   first WARMUP steps, cuDNN's autotuning among them, left out of every side's img/s),
+#   first WARMUP steps, cuDNN's autotuning among them, left out of every side's img/s), DATASET (mnist |
+#   imagefolder: DATA_DIR holds train/ and val/ of image files), MODEL (mobilenet_v2 | resnet50), WORKERS
+#   (imagefolder: mgbench's --loader-threads and the peer's DataLoader num_workers), QUICK (1: neither the
+#   +malloc peer nor the CUPTI-traced mgbench run),
 #   PYTHON (the interpreter with torch/torchvision; default: the venv of MGBENCH_VENV).
 # On a GPU machine (scripts/gpu-check.sh): DEVICE=cuda NP=1 SIZES="224 500" PRECISION=amp-bf16 ...
 set -euo pipefail
@@ -27,13 +30,19 @@ DEVICE=${DEVICE:-cpu}
 PIN=${PIN:-false}
 WARMUP=${WARMUP:-0}
 PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
-PEER_ARGS=(--device "$DEVICE" --warmup-steps "$WARMUP")
+DATASET=${DATASET:-mnist}
+MODEL=${MODEL:-mobilenet_v2}
+PEER_ARGS=(--device "$DEVICE" --warmup-steps "$WARMUP" --dataset "$DATASET" --model "$MODEL" --workers "${WORKERS:-0}")
+# imagefolder (DATA: train/ and val/ of JPEG / PNG files): mgbench decodes on --loader-threads WORKERS,
+# the peer's DataLoader on num_workers WORKERS processes.
+MGBENCH_ARGS=(--dataset "$DATASET" --model "$MODEL")
+[[ $DATASET == imagefolder ]] && MGBENCH_ARGS+=(--loader-threads "${WORKERS:-1}")
 [[ $PIN == true ]] && PEER_ARGS+=(--pin-memory)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$THREADS
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-echo "# mgbench image vs Python torch peer (torchvision MobileNetV2 + DataLoader/Resize + DistributedSampler + DDP)"
+echo "# mgbench image vs Python torch peer (torchvision $MODEL + $DATASET DataLoader + DistributedSampler + DDP)"
 [[ $DEVICE == cuda ]] && echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), pin_memory $PIN"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank, first $WARMUP step(s) not timed"
@@ -45,7 +54,8 @@ for size in $SIZES; do
   mgbench_img_per_s() {  # CUPTI on or off; the run's img/s
     mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" \
       --batch-size "$BATCH" --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" \
-      --warmup-steps-excluded "$WARMUP" --threads "$THREADS" --device "$DEVICE" --pin-memory "$PIN" --cupti "$1" \
+      "${MGBENCH_ARGS[@]}" --warmup-steps-excluded "$WARMUP" --threads "$THREADS" --device "$DEVICE" \
+      --pin-memory "$PIN" --cupti "$1" \
       --results "$OUT/mgbench.h5" --run-name "s$size-cupti-$1" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 ||
       { echo "mgbench failed (--cupti $1):" >&2; grep -v "^#" "$OUT/mgbench.log" | tail -15 >&2; exit 1; }
     "$PY" - "$OUT/mgbench.h5" "s$size-cupti-$1" <<'PY'
@@ -57,7 +67,7 @@ PY
   }
   ours=$(mgbench_img_per_s false)
   traced=-
-  [[ $DEVICE == cuda ]] && traced=$(mgbench_img_per_s true)
+  [[ $DEVICE == cuda && ${QUICK:-0} != 1 ]] && traced=$(mgbench_img_per_s true)
   peer_failed() {  # the rank's own traceback, not only torchrun's summary of it
     echo "peer failed:" >&2
     grep -m1 -A25 "^Traceback\|Error" "$OUT/peer.err" >&2 || tail -20 "$OUT/peer.err" >&2
@@ -71,10 +81,11 @@ PY
   if ! plain=$(peer); then peer_failed; fi
   if ! nhwc=$(peer --channels-last); then peer_failed; fi
   # core/host_memory.h's settings: mmap threshold 32 MiB, trim threshold 2^31 - 1.
-  if ! reuse=$(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647 \
+  reuse=-
+  if [[ ${QUICK:-0} != 1 ]] && ! reuse=$(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647 \
       peer --channels-last); then peer_failed; fi
   ratio() { "$PY" -c "print(f'{$1 / $2:.2f}')"; }
   printf "%-6s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "$size" "$ours" "$plain" "$nhwc" "$reuse" \
-    "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$(ratio "$ours" "$reuse")" "$traced" \
+    "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$([[ $reuse == - ]] && echo - || ratio "$ours" "$reuse")" "$traced" \
     "$([[ $traced == - ]] && echo - || ratio "$traced" "$ours")"
 done

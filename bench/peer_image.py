@@ -59,6 +59,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--channels-last", action="store_true", help="tuned peer: NHWC model and inputs")
+    p.add_argument("--dataset", choices=["mnist", "imagefolder"], default="mnist")
+    p.add_argument("--model", choices=["mobilenet_v2", "resnet50"], default="mobilenet_v2")
     p.add_argument("--warmup-steps", type=int, default=0,
                    help="leave the first K steps (cuDNN autotuning, allocator) out of img_per_s, as mgbench's "
                         "--warmup-steps-excluded")
@@ -78,22 +80,33 @@ def main():
     autocast_dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(a.precision)
     scaler = torch.amp.GradScaler(a.device) if a.precision == "amp-fp16" else None
 
-    root = mnist_root(a.data) if rank == 0 else None
+    root = mnist_root(a.data) if rank == 0 and a.dataset == "mnist" else None
     root_list = [root]
     dist.broadcast_object_list(root_list, src=0)
-    transform = transforms.Compose([
-        transforms.Grayscale(num_output_channels=3),
-        transforms.Resize((a.image_size, a.image_size)),
-        transforms.ToTensor(),
-        transforms.Normalize((0.1307,) * 3, (0.3081,) * 3),
-    ])
-    train = torchvision.datasets.MNIST(root_list[0], train=True, download=False, transform=transform)
+    if a.dataset == "imagefolder":  # --data DIR/train: JPEG / PNG files, ImageNet's training transforms
+        transform = transforms.Compose([
+            transforms.RandomResizedCrop(a.image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ])
+        train = torchvision.datasets.ImageFolder(os.path.join(a.data, "train"), transform=transform)
+    else:
+        transform = transforms.Compose([
+            transforms.Grayscale(num_output_channels=3),
+            transforms.Resize((a.image_size, a.image_size)),
+            transforms.ToTensor(),
+            transforms.Normalize((0.1307,) * 3, (0.3081,) * 3),
+        ])
+        train = torchvision.datasets.MNIST(root_list[0], train=True, download=False, transform=transform)
+    classes = len(train.classes)  # mgbench's model: one output per class folder (MNIST: 10)
     train = Subset(train, range(min(a.limit_train, len(train))))
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=42)
     loader = DataLoader(train, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
                         pin_memory=a.pin_memory and cuda)
 
-    model = torchvision.models.mobilenet_v2(num_classes=10).to(device, dtype)
+    model = getattr(torchvision.models, a.model)(num_classes=classes)
+    model = model.to(device, dtype)
     memory_format = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
     model = DDP(model, device_ids=[device.index] if cuda else None)

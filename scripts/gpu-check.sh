@@ -29,8 +29,10 @@
 # BENCH_SIZES ("224 500"), BENCH_PRECISIONS ("fp32 fp16 amp-bf16"), BENCH_TRAIN (4096 images),
 # SKIP_TESTS / SKIP_BENCH (1 to skip), CPU_TESTS (0: the gpu tests and the preemption only), GPU_TESTS (0:
 # the preemption without the gpu tests), BUILD_TARGETS (e.g. "mgbench mgbench-report mgbench_gpu_tests" for a
-# short lease; default all), BENCH_SETS ("image io comm llm fsdp recipes": which benchmark tables;
+# short lease; default all), BENCH_SETS ("image images io comm llm fsdp recipes": which benchmark tables;
 # one or two sets a call where a call is limited to 10 minutes), BENCH_WARMUP (10: steps left out of the image tables' img/s),
+# QUICK (1: the image tables without the +malloc peer and the CUPTI run), NATIVE_SIZES ("300 500"),
+# NATIVE_MODELS ("mobilenet_v2 resnet50"), NATIVE_WORKERS (8: loader threads = DataLoader workers),
 # CONFIGURE_ONLY (1: stop after cmake, for checking the script),
 # FORCE_DEPS (1: use .gpu-deps even where MPI and HDF5 are installed).
 set -euo pipefail
@@ -243,12 +245,12 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   [[ ${CPU_TESTS:-1} == 1 ]] && { grep -E "tests passed|FAILED|\(Failed\)|\(Skipped\)|Not Run" "$OUT/ctest.log" || true; }
 fi
 
-BENCH_SETS=${BENCH_SETS:-image io comm llm fsdp recipes}
+BENCH_SETS=${BENCH_SETS:-image images io comm llm fsdp recipes}
 bench_set() { [[ ${SKIP_BENCH:-0} != 1 && " $BENCH_SETS " == *" $1 "* ]]; }  # one of the words in BENCH_SETS
 if bench_set image; then
   stage "benchmark: mgbench vs Python torch peer, 1 GPU"
   for precision in ${BENCH_PRECISIONS:-fp32 fp16 amp-bf16}; do
-    DEVICE=cuda NP=1 SIZES="${BENCH_SIZES:-224 500}" WARMUP=${BENCH_WARMUP:-10} BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=$precision PIN=true \
+    DEVICE=cuda NP=1 SIZES="${BENCH_SIZES:-224 500}" WARMUP=${BENCH_WARMUP:-10} QUICK=${QUICK:-0} BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=$precision PIN=true \
       THREADS=8 PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$DATA" 2>&1 | tee -a "$OUT/bench.txt" ||
       echo "gpu-check.sh: compare_image.sh $precision failed (above); going on with the next stage"
   done
@@ -266,6 +268,23 @@ if bench_set io; then
   DEVICE=cuda NP=1 SIZE=224 BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 EVERY=16 REPEATS=2 THREADS=8 \
     PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" CKPT_DIR="$OUT/bench-ck" bench/compare_checkpoint.sh "$DATA" 2>&1 |
     tee "$OUT/checkpoint-bench.txt" || true
+fi
+if bench_set images; then
+  # The second paper's scenario B: natively sized JPEGs decoded on the host (TurboJPEG on the loader's
+  # threads) vs torchvision's DataLoader (PIL in worker processes); RandomResizedCrop to 224 px.
+  for size in ${NATIVE_SIZES:-300 500}; do
+    stage "benchmark: natively sized images, $size px JPEG (make-images of MNIST, quality 90): the loader alone, then training"
+    "$BUILD/app/mgbench" data make-images --data "$DATA" --out "$OUT/native-$size" --image-size "$size" \
+      --limit-train "${BENCH_TRAIN:-4096}" --limit-test 256 --threads "$(nproc)" || true
+    DATA="$OUT/native-$size" CROP_SIZE=224 THREADS="${NATIVE_WORKERS:-8}" REPEATS=1 PYTHON=$PYTHON \
+      MGBENCH="$BUILD/app/mgbench" bench/compare_loader.sh 2>&1 | tee -a "$OUT/bench.txt" || true
+    for model in ${NATIVE_MODELS:-mobilenet_v2 resnet50}; do
+      DEVICE=cuda NP=1 DATASET=imagefolder MODEL=$model WORKERS=${NATIVE_WORKERS:-8} SIZES=224 \
+        WARMUP=${BENCH_WARMUP:-10} BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 PIN=true THREADS=8 \
+        QUICK=${QUICK:-0} PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$OUT/native-$size" 2>&1 |
+        tee -a "$OUT/bench.txt" || echo "gpu-check.sh: the $model table at $size px failed (above); going on"
+    done
+  done
 fi
 if bench_set comm; then
   GPUS=$(visible_gpus)

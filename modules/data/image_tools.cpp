@@ -1,9 +1,10 @@
-#include "data/make_images.h"
+#include "data/image_tools.h"
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -11,9 +12,11 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "data/encoded_images.h"
 #include "data/image_codec.h"
 #include "data/image_transforms.h"
 #include "data/mnist.h"
+#include "data/sampler.h"
 
 namespace mgbench::data {
 namespace {
@@ -40,7 +43,10 @@ std::vector<std::uint8_t> encode_sample(const MnistSplit& split, std::int64_t i,
 
 // Writes split into dir/<label>/<index>.<ext> on o.threads threads; returns the bytes written.
 std::int64_t write_split(const MnistSplit& split, const fs::path& dir, const MakeImagesOptions& o) {
-  for (int c = 0; c < kMnistClasses; ++c) fs::create_directories(dir / std::to_string(c));
+  // A folder per class present (torchvision's ImageFolder refuses an empty one).
+  for (const std::int64_t label : std::set<std::int64_t>(split.labels.begin(), split.labels.end())) {
+    fs::create_directories(dir / std::to_string(label));
+  }
   const std::string ext = o.format == "png" ? "png" : "jpg";
   std::atomic<std::int64_t> next{0}, bytes{0};
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(o.threads));
@@ -102,6 +108,57 @@ int make_images(const MakeImagesOptions& o, std::ostream& out, std::ostream& err
     return 0;
   } catch (const std::exception& e) {
     err << "mgbench data make-images: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+void ReadImagesOptions::declare(options::OptionTable& t) {
+  t.add("action", action, "what to do: read-images")
+      .positional(1)
+      .required()
+      .value_name("ACTION")
+      .check([](const std::string& a) { return a == "read-images"; }, "read-images");
+  t.add("dataset", dataset, "imagefolder or webdataset")
+      .check([](const std::string& d) { return d == "imagefolder" || d == "webdataset"; }, "imagefolder, webdataset");
+  t.add("data", data, "the dataset root: its train/ split is read").required().value_name("DIR");
+  t.add("image-size", image_size, "side of the square crops [px]").at_least(1).at_most(4096);
+  t.add("crop", crop, "random (RandomResizedCrop + flip) or center (Resize + CenterCrop)")
+      .check([](const std::string& c) { return c == "random" || c == "center"; }, "random, center");
+  t.add("batch-size", batch_size, "images per batch").at_least(1);
+  t.add("batches", batches, "batches timed (after one untimed)").at_least(1);
+  t.add("loader-threads", loader_threads, "threads decoding and cropping a batch").at_least(1).at_most(256);
+  t.add("seed", seed, "the shuffle's and the crops' seed");
+}
+
+int read_images(const ReadImagesOptions& o, std::ostream& out, std::ostream& err) {
+  try {
+    torch::set_num_threads(1);  // as in a rank: the loader's threads, not torch's, are the parallelism
+    const std::string root = (fs::path(o.data) / "train").string();
+    const EncodedImages images = o.dataset == "webdataset" ? scan_webdataset(root) : scan_image_folder(root);
+    EpochPlanOptions plan_options{axes::Strategy::kDdpDs, images.size(), o.batch_size, 1, 0, o.seed, true, false,
+                                  images.shard_sizes};
+    const ImageTransform transform{
+        o.crop == "center" ? ImageTransform::Kind::kCenter : ImageTransform::Kind::kRandomResizedCrop, o.image_size,
+        o.seed};
+    std::int64_t done = 0, timed_images = 0, epoch = 0;
+    std::chrono::steady_clock::time_point start;
+    while (done <= o.batches) {
+      for (const auto& batch : plan_epoch(plan_options, epoch++)) {
+        if (done > o.batches) break;
+        if (done == 1) start = std::chrono::steady_clock::now();  // the first batch warms up
+        const Batch b = assemble_encoded_batch(images, batch, transform, o.loader_threads, false);
+        if (done >= 1) timed_images += b.samples;
+        ++done;
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out << fmt::format(R"({{"img_per_s": {:.2f}, "images": {}, "seconds": {:.4f}, "threads": {}, "image_size": {}}})",
+                       static_cast<double>(timed_images) / seconds, timed_images, seconds, o.loader_threads,
+                       o.image_size)
+        << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    err << "mgbench data read-images: " << e.what() << "\n";
     return 1;
   }
 }
