@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "data/image_codec.h"
 #include "data/tar_index.h"
 
@@ -190,7 +191,7 @@ std::uint64_t sample_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t i
 }
 
 Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
-                             int threads, bool pin_memory) {
+                             int threads, bool pin_memory, bool skip_bad) {
   const auto b = static_cast<std::int64_t>(plan.indices.size());
   const auto options = torch::TensorOptions().pinned_memory(pin_memory);
   torch::Tensor pixels = torch::empty({b, transform.size, transform.size, 3}, options.dtype(torch::kUInt8));
@@ -217,13 +218,40 @@ Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& pl
     for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
     work(0);
   }
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
   Batch batch;
   batch.plan = plan;
-  batch.tensors = {pixels.permute({0, 3, 1, 2}), std::move(labels)};
   batch.samples = b;
+  std::vector<std::int64_t> bad;
+  for (std::int64_t k = 0; k < b; ++k) {
+    if (!errors[static_cast<std::size_t>(k)]) continue;
+    if (!skip_bad) std::rethrow_exception(errors[static_cast<std::size_t>(k)]);
+    try {
+      std::rethrow_exception(errors[static_cast<std::size_t>(k)]);
+    } catch (const DataError& e) {
+      log::warn("--skip-bad-images: {} (replaced by another image of its batch)", e.what());
+    }  // anything but a DataError (out of memory, a defect) propagates
+    bad.push_back(k);
+  }
+  if (!bad.empty()) {
+    MGBENCH_REQUIRE(static_cast<std::int64_t>(bad.size()) < b, DataError,
+                    "--skip-bad-images: none of the {} images of a batch could be decoded (the first: {})", b,
+                    images.records[static_cast<std::size_t>(plan.indices[static_cast<std::size_t>(bad[0])])].name);
+    std::vector<std::int64_t> good;
+    for (std::int64_t k = 0, j = 0; k < b; ++k) {
+      if (j < static_cast<std::int64_t>(bad.size()) && bad[static_cast<std::size_t>(j)] == k) {
+        ++j;
+      } else {
+        good.push_back(k);
+      }
+    }
+    for (std::size_t j = 0; j < bad.size(); ++j) {
+      const std::int64_t from = good[j % good.size()], to = bad[j];
+      std::memcpy(out + to * slot, out + from * slot, static_cast<std::size_t>(slot));
+      labels.data_ptr<std::int64_t>()[to] = labels.data_ptr<std::int64_t>()[from];
+    }
+    batch.skipped_images = static_cast<std::int64_t>(bad.size());
+  }
+  batch.tensors = {pixels.permute({0, 3, 1, 2}), std::move(labels)};
   return batch;
 }
 

@@ -69,9 +69,12 @@ struct ImageTransform {
 /// Reads, decodes (data/image_codec.h) and transforms samples `plan.indices` of images on `threads`
 /// threads (>= 1) into a Batch: tensor 0 uint8 [B, 3, size, size] with channels-last strides (the
 /// bytes are [B, size, size, 3]), page-locked when pin_memory; tensor 1 int64 labels [B]. Throws
-/// DataError naming the file of the first sample that cannot be read or decoded.
+/// DataError naming the file of the first sample that cannot be read or decoded -- or, with
+/// skip_bad, warns naming it and fills its place (image and label) with the batch's next good sample
+/// (the batch keeps its size), counted in Batch::skipped_images; throws only when no sample of the
+/// batch is good.
 Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
-                             int threads, bool pin_memory);
+                             int threads, bool pin_memory, bool skip_bad = false);
 
 /// The generator seed of sample `index` in `epoch` (a SplitMix64 mix of the three).
 std::uint64_t sample_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index);

@@ -31,13 +31,13 @@ class MnistDataset final : public ImageDataset {
 
 class EncodedDataset final : public ImageDataset {
  public:
-  EncodedDataset(EncodedImages images, ImageTransform transform, int threads)
-      : images_(std::move(images)), transform_(transform), threads_(threads) {}
+  EncodedDataset(EncodedImages images, ImageTransform transform, int threads, bool skip_bad)
+      : images_(std::move(images)), transform_(transform), threads_(threads), skip_bad_(skip_bad) {}
   std::int64_t size() const override { return images_.size(); }
   std::int64_t num_classes() const override { return static_cast<std::int64_t>(images_.classes.size()); }
   std::int64_t image_size() const override { return transform_.size; }
   Batch assemble(const PlannedBatch& plan, bool pin_memory) const override {
-    return assemble_encoded_batch(images_, plan, transform_, threads_, pin_memory);
+    return assemble_encoded_batch(images_, plan, transform_, threads_, pin_memory, skip_bad_);
   }
   std::span<const double> mean() const override { return kImageNetMean; }
   std::span<const double> std() const override { return kImageNetStd; }
@@ -48,6 +48,7 @@ class EncodedDataset final : public ImageDataset {
   EncodedImages images_;
   ImageTransform transform_;
   int threads_;
+  bool skip_bad_;
 };
 
 }  // namespace
@@ -56,8 +57,9 @@ std::unique_ptr<ImageDataset> make_mnist_dataset(MnistSplit split) {
   return std::make_unique<MnistDataset>(std::move(split));
 }
 
-std::unique_ptr<ImageDataset> make_encoded_dataset(EncodedImages images, ImageTransform transform, int threads) {
-  return std::make_unique<EncodedDataset>(std::move(images), transform, threads);
+std::unique_ptr<ImageDataset> make_encoded_dataset(EncodedImages images, ImageTransform transform, int threads,
+                                                   bool skip_bad) {
+  return std::make_unique<EncodedDataset>(std::move(images), transform, threads, skip_bad);
 }
 
 }  // namespace mgbench::data

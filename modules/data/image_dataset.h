@@ -39,7 +39,9 @@ class ImageDataset {
 std::unique_ptr<ImageDataset> make_mnist_dataset(MnistSplit split);
 
 /// Encoded images (data/encoded_images.h) decoded on `threads` loader threads and transformed by
-/// transform, normalised with ImageNet's statistics.
-std::unique_ptr<ImageDataset> make_encoded_dataset(EncodedImages images, ImageTransform transform, int threads);
+/// transform, normalised with ImageNet's statistics; skip_bad: undecodable files replaced and counted
+/// (assemble_encoded_batch).
+std::unique_ptr<ImageDataset> make_encoded_dataset(EncodedImages images, ImageTransform transform, int threads,
+                                                   bool skip_bad);
 
 }  // namespace mgbench::data

@@ -30,6 +30,7 @@ struct Batch {
   std::int64_t tokens = 0;             // text: real (non-padding) input tokens; 0 otherwise
   std::int64_t padded_tokens = 0;      // text: rows x padded length; 0 otherwise
   std::int64_t loss_targets = 0;       // text: positions with a next-token target; 0 otherwise
+  std::int64_t skipped_images = 0;     // image files that could not be decoded, replaced (--skip-bad-images)
 };
 
 /// Builds the batch of plan's samples on the calling thread. pin_memory: allocate the tensors in

@@ -66,6 +66,7 @@ h5::Handle epoch_record_type() {
   insert(t, "eval_loss", offsetof(EpochRecord, eval_loss), H5T_NATIVE_DOUBLE);
   insert(t, "allgather_s", offsetof(EpochRecord, allgather_s), H5T_NATIVE_DOUBLE);
   insert(t, "reducescatter_s", offsetof(EpochRecord, reducescatter_s), H5T_NATIVE_DOUBLE);
+  insert(t, "skipped_images", offsetof(EpochRecord, skipped_images), H5T_NATIVE_INT64);
   return t;
 }
 

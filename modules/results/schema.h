@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 7;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 8;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -129,6 +129,7 @@ struct EpochRecord {
   double eval_loss = kNaN;          // mean loss per target of the evaluation, over all ranks (NaN: none)
   double allgather_s = 0;           // summed over the epoch's steps
   double reducescatter_s = 0;       // summed over the epoch's steps
+  std::int64_t skipped_images = 0;  // image files of its batches not decodable, replaced (--skip-bad-images)
 };
 
 /// rank_<r>/cuda_summary (one row): CUDA activity of the profile window, from CUPTI.

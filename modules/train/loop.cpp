@@ -426,6 +426,7 @@ bool train_epoch(LoopParts& s, const TrainingLoop& loop, PhaseClock& clock, cons
     StepOutcome out = train_step(s, feeder, clock, lr, run.global_step);
     run.position += out.loaded_batches;
     run.epoch_record.loaded_samples += out.loaded_samples;
+    run.epoch_record.skipped_images += out.skipped_images;
     if (out.micro_batches == 0) return true;  // the epoch's plan is done
     record_step(s, out, step_start, run_start_s);
     if (run.global_step == t.warmup_steps_excluded && !run.warmup.taken) {  // the warm-up's end

@@ -122,6 +122,7 @@ StepOutcome train_step(LoopParts& p, DeviceFeeder& feeder, PhaseClock& clock, do
     if (!batch) break;
     ++out.loaded_batches;
     out.loaded_samples += batch->samples;
+    out.skipped_images += batch->skipped_images;
     // ddp-rr: this rank loads and transfers the batch but another rank computes it; the time
     // stays on the clock and is charged to the step that follows (or, after the last, the epoch).
     if (!batch->plan.compute) continue;

@@ -28,6 +28,7 @@ struct StepOutcome {
   results::StepRecord record;
   std::int64_t loaded_batches = 0;  // plan entries taken, computed or not (ddp-rr loads others' batches too)
   std::int64_t loaded_samples = 0;
+  std::int64_t skipped_images = 0;    // bad image files replaced in the loaded batches (--skip-bad-images)
   double normalizer = 0;              // targets the loss was summed over (1 per micro-batch for a mean loss)
   double flops = 0;                   // model FLOPs of the micro-batches' forward and backward
   std::vector<double> metrics;        // the recipe's metrics, the mean over the micro-batches

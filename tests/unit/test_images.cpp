@@ -136,12 +136,22 @@ TEST(ImageFolder, BatchesDecodeAndCropReproduciblyOnAnyThreadCount) {
   EXPECT_TRUE(torch::equal(one.tensors[1], torch::tensor({1, 0, 1, 1}, torch::kInt64)));
   // Every file is the same solid colour: any crop of it is that colour.
   EXPECT_TRUE(torch::equal(one.tensors[0][0][0], torch::full({3, 3}, 200, torch::kUInt8)));
-  // 1.webp is not a JPEG or PNG: named.
+  // 1.webp is not a JPEG or PNG: named; with skip_bad, replaced by the batch's good sample and counted.
   test::expect_error<DataError>(
       [&] {
         data::assemble_encoded_batch(set, {0, {5, 6}, true, 0}, random, 2, false);
       },
       {"1.webp", "neither"});
+  const data::Batch skipped = data::assemble_encoded_batch(set, {0, {6, 5, 1}, true, 0}, random, 2, false, true);
+  EXPECT_EQ(skipped.skipped_images, 1);
+  EXPECT_EQ(skipped.samples, 3);
+  EXPECT_TRUE(torch::equal(skipped.tensors[0][0], skipped.tensors[0][1]));
+  EXPECT_TRUE(torch::equal(skipped.tensors[1], torch::tensor({2, 2, 1}, torch::kInt64)));
+  test::expect_error<DataError>(
+      [&] {
+        data::assemble_encoded_batch(set, {0, {6}, true, 0}, random, 1, false, true);
+      },
+      {"none of the 1", "1.webp"});
 }
 
 TEST(TarIndex, MembersAsPythonsTarfileListsThem) {

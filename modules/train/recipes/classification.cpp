@@ -59,6 +59,7 @@ struct ImageOptions {
   std::string data_dir = "inputs/mnist";
   data::ImageTransform::Kind crop = data::ImageTransform::Kind::kRandomResizedCrop;
   int loader_threads = 4;
+  bool skip_bad_images = false;
   std::int64_t image_size = 100;  // px, square; the paper used 100-700
   std::int64_t limit_train = 0;   // 0: all training samples
   std::int64_t limit_test = 0;    // 0: all test samples
@@ -91,6 +92,9 @@ class ClassificationRecipe final : public Recipe {
     t.add("loader-threads", o.loader_threads, "imagefolder, webdataset: threads per rank decoding and cropping a batch")
         .at_least(1)
         .at_most(256);
+    t.add("skip-bad-images", o.skip_bad_images,
+          "imagefolder, webdataset: a file that cannot be decoded is named in a warning and replaced by another "
+          "image of its batch, counted in the epochs' skipped_images (default: the job stops, naming it)");
     t.section("Model");
     t.add("model", o.model, models::image_models(), "the image classifier");
     t.add("width-mult", o.width_mult, "channel width multiplier").above(0).at_most(4);
@@ -218,9 +222,10 @@ class ClassificationRecipe final : public Recipe {
     MGBENCH_REQUIRE(train.classes == val.classes, DataError,
                     "{}: train/ has {} class folders and val/ {}, or their names differ: the labels would not agree",
                     o.data_dir, train.classes.size(), val.classes.size());
-    train_set_ = data::make_encoded_dataset(std::move(train), {o.crop, o.image_size, seed}, o.loader_threads);
+    train_set_ =
+        data::make_encoded_dataset(std::move(train), {o.crop, o.image_size, seed}, o.loader_threads, o.skip_bad_images);
     test_set_ = data::make_encoded_dataset(std::move(val), {data::ImageTransform::Kind::kCenter, o.image_size, seed},
-                                           o.loader_threads);
+                                           o.loader_threads, o.skip_bad_images);
   }
 
   /// uint8 [B, C, h, w] -> normalised [B, C, S, S] in the model's dtype (MNIST's upscaled).
