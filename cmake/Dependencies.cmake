@@ -90,6 +90,7 @@ message(STATUS "mgbench: CUDA toolkit ${CUDAToolkit_VERSION} found: ${MGBENCH_HA
 set(MGBENCH_HAVE_NCCL OFF)
 set(MGBENCH_HAVE_CUPTI OFF)
 set(MGBENCH_HAVE_NVTX OFF)
+set(MGBENCH_HAVE_NVJPEG OFF)
 if(MGBENCH_HAVE_CUDA)
   get_filename_component(_site "${_torch_root}/.." ABSOLUTE)
   set(MGBENCH_NCCL_ROOT "${_site}/nvidia/nccl" CACHE PATH "NCCL (include/nccl.h, lib/libnccl.so*) that LibTorch uses")
@@ -122,6 +123,25 @@ if(MGBENCH_HAVE_CUDA)
     mgbench_imported_library(cupti "${MGBENCH_CUPTI_INCLUDE_DIR}" "${MGBENCH_CUPTI_LIBRARY}")
     set(MGBENCH_HAVE_CUPTI ON)
     message(STATUS "mgbench: CUPTI ${MGBENCH_CUPTI_LIBRARY}")
+  endif()
+
+  # nvJPEG (--decode device): the wheel's (pip nvidia-nvjpeg, beside CUPTI in nvidia/cu13), or the
+  # toolkit's, or MGBENCH_NVJPEG_ROOT's (include/nvjpeg.h, lib/libnvjpeg.so*).
+  set(MGBENCH_NVJPEG_ROOT "" CACHE PATH "nvJPEG (include/nvjpeg.h, lib/libnvjpeg.so*), if not the wheel's or the toolkit's")
+  find_path(MGBENCH_NVJPEG_INCLUDE_DIR nvjpeg.h PATHS "${MGBENCH_NVJPEG_ROOT}/include" "${_site}/nvidia/cu13/include"
+            NO_DEFAULT_PATH)
+  find_path(MGBENCH_NVJPEG_INCLUDE_DIR nvjpeg.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(MGBENCH_NVJPEG_LIBRARY NAMES nvjpeg libnvjpeg.so.13 PATHS "${MGBENCH_NVJPEG_ROOT}/lib"
+               "${_site}/nvidia/cu13/lib" NO_DEFAULT_PATH)
+  find_library(MGBENCH_NVJPEG_LIBRARY NAMES nvjpeg libnvjpeg.so.13 HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(MGBENCH_NVJPEG_INCLUDE_DIR AND MGBENCH_NVJPEG_LIBRARY)
+    mgbench_imported_library(nvjpeg "${MGBENCH_NVJPEG_INCLUDE_DIR}" "${MGBENCH_NVJPEG_LIBRARY}")
+    get_filename_component(_nvjpeg_dir "${MGBENCH_NVJPEG_LIBRARY}" DIRECTORY)
+    target_link_options(mgbench_nvjpeg INTERFACE "-Wl,-rpath,${_nvjpeg_dir}")
+    set(MGBENCH_HAVE_NVJPEG ON)
+    message(STATUS "mgbench: nvJPEG ${MGBENCH_NVJPEG_LIBRARY}")
+  else()
+    message(STATUS "mgbench: no nvJPEG (pip install nvidia-nvjpeg, or MGBENCH_NVJPEG_ROOT): --decode device unavailable")
   endif()
 
   # NVTX 3 is header-only (a tool such as Nsight Systems injects itself at run time).

@@ -41,4 +41,7 @@ PIP=${PIP:-$(command -v pip3 || echo "${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
 mkdir -p "$DIR/wheels"
 "$PIP" download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON_VERSION:-3.12}" \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$DIR/wheels" torchvision==0.26.0 pillow
+# nvJPEG's header and library (--decode device) for a machine whose CUDA toolkit and torch lack them.
+"$PIP" download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 -d "$DIR/wheels" \
+  nvidia-nvjpeg==13.3.2.43
 echo "fetch-gpu-deps.sh: $(ls "$DIR"/*.deb | wc -l) packages, $(du -sh "$DIR" | cut -f1) in $DIR"

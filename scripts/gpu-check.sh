@@ -114,9 +114,23 @@ print("python:", ", ".join(found))
 PY
 env | grep -E "^(OMPI|PMIX|OPAL|UCX|NCCL)_" | sort | sed 's/^/machine env: /' || true
 
+# nvJPEG (--decode device): the CUDA toolkit's, or torch's nvidia/cu13, else the wheel in .gpu-deps/wheels.
+NVJPEG_ROOT=""
+if ! compgen -G "/usr/local/cuda/include/nvjpeg.h" >/dev/null &&
+  ! "$PYTHON" -c 'import os, nvidia; raise SystemExit(not any(os.path.exists(os.path.join(p, "cu13/include/nvjpeg.h")) for p in nvidia.__path__))' 2>/dev/null; then
+  wheel=$(compgen -G "$DEPS/wheels/nvidia_nvjpeg-*.whl" | head -1 || true)
+  if [[ -n $wheel ]]; then
+    "$PYTHON" -m zipfile -e "$wheel" "$PREFIX/nvjpeg" && NVJPEG_ROOT=$PREFIX/nvjpeg/nvidia/cu13
+    ln -sf libnvjpeg.so.13 "$NVJPEG_ROOT/lib/libnvjpeg.so"
+    echo "nvJPEG: from $wheel"
+  else
+    echo "nvJPEG: none (--decode device unavailable)"
+  fi
+fi
+
 # The tests' data: ctest sets MGBENCH_SHARED_DATA from the configure-time value, over the environment.
 CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DMGBENCH_PYTHON=$PYTHON" "-DMGBENCH_SHARED_DATA=$(dirname "$DATA")"
-  "-DMGBENCH_GPU_TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-600}")
+  "-DMGBENCH_GPU_TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-600}" ${NVJPEG_ROOT:+"-DMGBENCH_NVJPEG_ROOT=$NVJPEG_ROOT"})
 if [[ ${FORCE_DEPS:-0} == 1 ]] || ! command -v mpirun >/dev/null || ! ls /usr/include/hdf5/openmpi/hdf5.h >/dev/null 2>&1; then
   stage "unpack $DEPS into $PREFIX"
   [[ -d $DEPS ]] || fail "$DEPS/ not found: run scripts/fetch-gpu-deps.sh on a Debian 12 machine and carry it here"
@@ -291,6 +305,21 @@ if bench_set images; then
         WARMUP=${BENCH_WARMUP:-10} BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 PIN=true THREADS=8 \
         QUICK=${QUICK:-0} PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$OUT/native-$size" 2>&1 |
         tee -a "$OUT/bench.txt" || echo "gpu-check.sh: the $model table at $size px failed (above); going on"
+      # The DataLoader-vs-DALI question: JPEGs decoded on the loader's threads vs by nvJPEG on the GPU.
+      for decode in host device; do
+        mpirun -np 1 --bind-to none "$BUILD/app/mgbench" image --dataset imagefolder --data "$OUT/native-$size" \
+          --model "$model" --image-size 224 --batch-size 64 --limit-train "${BENCH_TRAIN:-4096}" --limit-test 256 \
+          --epochs 1 --precision amp-bf16 --pin-memory true --loader-threads "${NATIVE_WORKERS:-8}" --decode "$decode" \
+          --warmup-steps-excluded "${BENCH_WARMUP:-10}" --cupti false --results "$OUT/decode.h5" \
+          --run-name "$model-$size-$decode" --progress-interval 1000 >"$OUT/decode-$decode.log" 2>&1 ||
+          { tail -15 "$OUT/decode-$decode.log"; echo "gpu-check.sh: --decode $decode failed; going on"; }
+      done
+      "$PYTHON" -c "import h5py, sys
+for run in h5py.File(sys.argv[1])['runs'].values():
+    s = run['summary'][0]
+    print('decode', run.attrs['run_name'], 'img/s %.1f' % s['samples_per_s'], 'data share %.1f %%' % (100 *
+          run['rank_0/epochs'][0]['data_s'] / run['rank_0/epochs'][0]['train_s']))" "$OUT/decode.h5" |
+        tee -a "$OUT/bench.txt" || true
     done
   done
 fi

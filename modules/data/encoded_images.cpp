@@ -57,6 +57,19 @@ std::vector<std::uint8_t> read_record(const ImageRecord& r) {
   return bytes;
 }
 
+// The random crop of sample `index` in `epoch` from an image of info's size (RandomResizedCrop's box
+// in the source, and RandomHorizontalFlip's draw).
+struct SampleCrop {
+  CropBox box;
+  bool flip = false;
+};
+
+SampleCrop draw_crop(const ImageInfo& info, std::int64_t index, std::int64_t epoch, const ImageTransform& t) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(t.seed, epoch, index));
+  const CropBox box = random_resized_crop_box(info.height, info.width, gen);
+  return {box, random_flip(gen)};
+}
+
 // Sample k of the batch: decoded, transformed, written into out (uint8 [size, size, 3]).
 void load_sample(const EncodedImages& images, std::int64_t index, std::int64_t epoch, const ImageTransform& t,
                  std::uint8_t* out) {
@@ -68,11 +81,9 @@ void load_sample(const EncodedImages& images, std::int64_t index, std::int64_t e
   const torch::Tensor chw = hwc.permute({2, 0, 1});
   torch::Tensor result;
   if (t.kind == ImageTransform::Kind::kRandomResizedCrop) {
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(t.seed, epoch, index));
-    const CropBox box = random_resized_crop_box(info.height, info.width, gen);
-    result = resized_crop(chw, box, t.size, t.size, random_flip(gen));
+    const SampleCrop crop = draw_crop(info, index, epoch, t);
+    result = resized_crop(chw, crop.box, t.size, t.size, crop.flip);
   } else {
-    MGBENCH_REQUIRE(std::min(info.height, info.width) >= 1, DataError, "{}: an empty image", r.name);
     result = resize_and_center_crop(chw, t.size);
   }
   // [3, S, S] of any strides into the [S, S, 3] slot.
@@ -179,6 +190,44 @@ EncodedImages scan_webdataset(const std::string& dir, std::int64_t limit) {
   }
   for (std::int64_t c = 0; c <= max_label; ++c) set.classes.push_back(std::to_string(c));
   return set;
+}
+
+Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform) {
+  const auto b = static_cast<std::int64_t>(plan.indices.size());
+  std::vector<std::vector<std::uint8_t>> files(static_cast<std::size_t>(b));
+  torch::Tensor labels = torch::empty({b}, torch::kInt64);
+  torch::Tensor offsets = torch::empty({b + 1}, torch::kInt64);
+  torch::Tensor crops = torch::empty({b, 8}, torch::kInt64);
+  auto* offset = offsets.data_ptr<std::int64_t>();
+  auto* crop = crops.data_ptr<std::int64_t>();
+  offset[0] = 0;
+  for (std::int64_t k = 0; k < b; ++k) {
+    const std::int64_t index = plan.indices[static_cast<std::size_t>(k)];
+    const ImageRecord& r = images.records[static_cast<std::size_t>(index)];
+    auto& bytes = files[static_cast<std::size_t>(k)];
+    bytes = read_record(r);
+    const ImageInfo info = read_image_info(bytes, r.name);
+    // kCenter: the whole image (the device resizes the shorter side, then crops the centre).
+    SampleCrop c{{0, 0, info.height, info.width}, false};
+    if (transform.kind == ImageTransform::Kind::kRandomResizedCrop) c = draw_crop(info, index, plan.epoch, transform);
+    const std::int64_t row[8] = {
+        c.box.top,      c.box.left,  c.box.height, c.box.width,
+        c.flip ? 1 : 0, info.height, info.width,   transform.kind == ImageTransform::Kind::kCenter ? 1 : 0};
+    std::copy_n(row, 8, crop + 8 * k);
+    labels.data_ptr<std::int64_t>()[k] = r.label;
+    offset[k + 1] = offset[k] + static_cast<std::int64_t>(bytes.size());
+  }
+  torch::Tensor all = torch::empty({offset[b]}, torch::kUInt8);
+  for (std::int64_t k = 0; k < b; ++k) {
+    const auto& bytes = files[static_cast<std::size_t>(k)];
+    std::copy(bytes.begin(), bytes.end(), all.data_ptr<std::uint8_t>() + offset[k]);
+  }
+  Batch batch;
+  batch.plan = plan;
+  batch.samples = b;
+  batch.tensors = {std::move(labels)};
+  batch.host_tensors = {std::move(all), std::move(offsets), std::move(crops)};
+  return batch;
 }
 
 std::uint64_t sample_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index) {

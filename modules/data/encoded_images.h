@@ -76,6 +76,16 @@ struct ImageTransform {
 Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
                              int threads, bool pin_memory, bool skip_bad = false);
 
+/// The host half of decoding on the device (--decode device): each sample's file bytes, read but not
+/// decoded, with its crop decided on the host from its header (the same draws as
+/// assemble_encoded_batch, so both paths crop alike). Returns a Batch whose tensors are {labels
+/// int64 [B]} and whose host_tensors are {bytes uint8 [total], offsets int64 [B + 1] (sample k:
+/// bytes[offsets[k], offsets[k + 1])), crops int64 [B, 8] (top, left, height, width, flip, image
+/// height, image width, 1 for kCenter: the whole image, resized and centre-cropped)};
+/// decode_and_crop_on_device (data/device_decode.h) finishes it. Throws
+/// DataError naming a file that cannot be read or whose header is corrupt.
+Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform);
+
 /// The generator seed of sample `index` in `epoch` (a SplitMix64 mix of the three).
 std::uint64_t sample_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index);
 

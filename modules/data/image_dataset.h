@@ -33,6 +33,13 @@ class ImageDataset {
   virtual std::string path() const = 0;
   /// Samples per tar shard (webdataset); empty otherwise.
   virtual std::vector<std::int64_t> shard_sizes() const { return {}; }
+  /// Decoding on the device (--decode device): assemble() gives the files' bytes and crops
+  /// (tensors {labels}), and this turns such a batch into normalised images [B, 3, S, S] of dtype on
+  /// device (data/device_decode.h). Undefined for a dataset decoded on the host.
+  virtual torch::Tensor decode_on_device(const Batch& batch, const torch::Device& device,
+                                         torch::ScalarType dtype) const {
+    return {};
+  }
 };
 
 /// An MNIST-format split (data/mnist.h): 28 x 28 greyscale, normalised with MNIST's statistics.
@@ -40,8 +47,9 @@ std::unique_ptr<ImageDataset> make_mnist_dataset(MnistSplit split);
 
 /// Encoded images (data/encoded_images.h) decoded on `threads` loader threads and transformed by
 /// transform, normalised with ImageNet's statistics; skip_bad: undecodable files replaced and counted
-/// (assemble_encoded_batch).
+/// (assemble_encoded_batch); on_device: the loader only reads the files and draws the crops, the
+/// device decodes (decode_on_device).
 std::unique_ptr<ImageDataset> make_encoded_dataset(EncodedImages images, ImageTransform transform, int threads,
-                                                   bool skip_bad);
+                                                   bool skip_bad, bool on_device = false);
 
 }  // namespace mgbench::data

@@ -26,11 +26,14 @@ namespace mgbench::data {
 struct Batch {
   PlannedBatch plan;                   // which samples (and whether this rank computes on them)
   std::vector<torch::Tensor> tensors;  // the recipe's tensors, e.g. uint8 images [B, 1, 28, 28] and int64 labels [B]
-  std::int64_t samples = 0;            // rows (images, sequences)
-  std::int64_t tokens = 0;             // text: real (non-padding) input tokens; 0 otherwise
-  std::int64_t padded_tokens = 0;      // text: rows x padded length; 0 otherwise
-  std::int64_t loss_targets = 0;       // text: positions with a next-token target; 0 otherwise
-  std::int64_t skipped_images = 0;     // image files that could not be decoded, replaced (--skip-bad-images)
+  /// Tensors that stay on the host when the batch goes to the device (what the recipe's transform
+  /// reads there: JPEG bitstreams for nvJPEG, which parses them on the host). Not pinned.
+  std::vector<torch::Tensor> host_tensors;
+  std::int64_t samples = 0;         // rows (images, sequences)
+  std::int64_t tokens = 0;          // text: real (non-padding) input tokens; 0 otherwise
+  std::int64_t padded_tokens = 0;   // text: rows x padded length; 0 otherwise
+  std::int64_t loss_targets = 0;    // text: positions with a next-token target; 0 otherwise
+  std::int64_t skipped_images = 0;  // image files that could not be decoded, replaced (--skip-bad-images)
 };
 
 /// Builds the batch of plan's samples on the calling thread. pin_memory: allocate the tensors in

@@ -22,6 +22,8 @@
 
 #include "core/config.h"
 #include "core/timer.h"
+#include "data/device_decode.h"
+#include "data/encoded_images.h"
 #include "data/mnist.h"
 #include "data/transforms.h"
 #include "mpi_support.h"
@@ -108,6 +110,50 @@ TEST(CheckpointOnGpu, ModelOptimizerAndCudaRngRoundTripContinueIdentically) {
   for (int i = 0; i < 2; ++i) train_step(restored, restored_optimizer);
   // Same kernels, same inputs, same dropout masks: equal to the last bit.
   EXPECT_TRUE(flat(model->parameters()).cpu().equal(flat(restored->parameters()).cpu()));
+}
+
+// --decode device against --decode host on the same files and crops: nvJPEG's IDCT and upsampling
+// are not libjpeg's, and the device resizes in float where the host rounds to uint8 -- so a
+// tolerance in 8-bit levels, printed to be tightened. The CMYK JPEG and the PNG go through the
+// host fallback (nvJPEG decodes neither).
+TEST(DeviceDecode, NvjpegCropsMatchTheHostPathWithinAFewLevels) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu = train::to_torch_device(my_gpu());
+  if (!data::nvjpeg_available()) GTEST_SKIP() << "this build has no nvJPEG";
+  const auto manifest = test::load_oracle_json("images/manifest.json");
+  if (manifest.is_null()) GTEST_SKIP() << "no image oracles (tests/python/image_oracles.py)";
+  data::EncodedImages set;
+  set.classes = {"0"};
+  for (const auto& entry : manifest) {
+    if (entry.contains("error")) continue;
+    const std::string path = test::oracle_dir() + "/images/" + entry["file"].get<std::string>();
+    if (path.ends_with(".jpg") || entry["file"] == "gen_rgb.png") {
+      set.records.push_back({path, 0, static_cast<std::int64_t>(std::filesystem::file_size(path)), 0, path});
+    }
+  }
+  ASSERT_GE(set.size(), 5);
+  data::PlannedBatch plan{0, {}, true, 3};
+  for (std::int64_t i = 0; i < set.size(); ++i) plan.indices.push_back(i);
+  const torch::Tensor std =
+      torch::tensor(std::vector<double>(data::kImageNetStd.begin(), data::kImageNetStd.end())).view({1, 3, 1, 1});
+  for (const auto kind : {data::ImageTransform::Kind::kCenter, data::ImageTransform::Kind::kRandomResizedCrop}) {
+    const data::ImageTransform t{kind, 64, 42};
+    const data::Batch host = data::assemble_encoded_batch(set, plan, t, 2, false);
+    const torch::Tensor expected = data::normalize_and_resize(host.tensors[0].to(gpu), 64, torch::kFloat32,
+                                                              data::kImageNetMean, data::kImageNetStd);
+    const torch::Tensor ours = data::decode_and_crop_on_device(
+        data::assemble_encoded_bytes(set, plan, t), 64, gpu, torch::kFloat32, data::kImageNetMean, data::kImageNetStd);
+    const torch::Tensor levels = ((ours - expected).abs().cpu().to(torch::kFloat64) * std * 255.0);
+    for (std::int64_t k = 0; k < set.size(); ++k) {
+      const double mean = levels[k].mean().item<double>();
+      const double p99 = levels[k].flatten().quantile(0.99).item<double>();
+      std::printf("decode device vs host, %s crop, %s: mean %.3f levels, p99 %.3f, max %.3f\n",
+                  kind == data::ImageTransform::Kind::kCenter ? "centre" : "random",
+                  set.records[static_cast<std::size_t>(k)].name.c_str(), mean, p99, levels[k].max().item<double>());
+      EXPECT_LT(mean, 2.0) << set.records[static_cast<std::size_t>(k)].name;
+      EXPECT_LT(p99, 10.0) << set.records[static_cast<std::size_t>(k)].name;
+    }
+  }
 }
 
 TEST(GpuTransforms, DeviceUpscaleMatchesCpu) {

@@ -111,6 +111,10 @@ def test_bad_files_are_named(folder, tmp_path):
     assert proc.returncode != 0
     assert "cut.jpg" in proc.stderr + proc.stdout
     assert "corrupt JPEG" in proc.stderr + proc.stdout
+    # --decode device without a GPU: refused at set-up, saying why.
+    proc = mgbench("image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--device", "cpu",
+                   "--decode", "device", "--results", tmp_path / "dev.h5", np=1)
+    assert proc.returncode != 0 and "--decode device needs a GPU" in proc.stderr + proc.stdout
     (bad / "val" / "b" / "ok.png").unlink()  # an empty class folder
     proc = mgbench("image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--device", "cpu",
                    "--results", tmp_path / "bad2.h5", np=1)

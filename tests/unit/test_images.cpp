@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/device_decode.h"
 #include "data/encoded_images.h"
 #include "data/image_codec.h"
 #include "data/image_transforms.h"
 #include "data/tar_index.h"
+#include "data/transforms.h"
 #include "test_support.h"
 
 namespace mgbench {
@@ -152,6 +154,39 @@ TEST(ImageFolder, BatchesDecodeAndCropReproduciblyOnAnyThreadCount) {
         data::assemble_encoded_batch(set, {0, {6}, true, 0}, random, 1, false, true);
       },
       {"none of the 1", "1.webp"});
+}
+
+// --decode device's host half: the files' bytes as they are, and the crops the host path draws.
+TEST(ImageFolder, BytesForTheDeviceCarryTheHostPathsCrops) {
+  const auto oracle = test::load_oracle_json("images/folder.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "images/folder.json");
+  const data::EncodedImages set = data::scan_image_folder(images_dir() + "/folder");
+  const data::ImageTransform random{data::ImageTransform::Kind::kRandomResizedCrop, 3, 42};
+  const data::PlannedBatch plan{0, {4, 0, 2}, true, 5};
+  const data::Batch bytes = data::assemble_encoded_bytes(set, plan, random);
+  ASSERT_EQ(bytes.host_tensors.size(), 3u);
+  EXPECT_TRUE(torch::equal(bytes.tensors[0], torch::tensor({1, 0, 1}, torch::kInt64)));
+  const auto* offsets = bytes.host_tensors[1].data_ptr<std::int64_t>();
+  const auto* crops = bytes.host_tensors[2].data_ptr<std::int64_t>();
+  for (std::int64_t k = 0; k < 3; ++k) {
+    const auto& record = set.records[static_cast<std::size_t>(plan.indices[static_cast<std::size_t>(k)])];
+    const auto file = read_bytes(record.path);
+    ASSERT_EQ(offsets[k + 1] - offsets[k], static_cast<std::int64_t>(file.size()));
+    EXPECT_TRUE(std::equal(file.begin(), file.end(), bytes.host_tensors[0].data_ptr<std::uint8_t>() + offsets[k]));
+    // The draws of sample `index` in epoch 5, as assemble_encoded_batch makes them.
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(data::sample_seed(42, 5, plan.indices[k]));
+    const data::CropBox box = data::random_resized_crop_box(4, 4, gen);
+    const std::vector<std::int64_t> row(crops + 8 * k, crops + 8 * k + 8);
+    EXPECT_EQ(row,
+              (std::vector<std::int64_t>{box.top, box.left, box.height, box.width, data::random_flip(gen), 4, 4, 0}));
+  }
+  // Without a GPU (or nvJPEG): a ConfigError saying so, never a crash.
+  test::expect_error<ConfigError>(
+      [&] {
+        data::decode_and_crop_on_device(bytes, 3, torch::kCPU, torch::kFloat32, data::kImageNetMean,
+                                        data::kImageNetStd);
+      },
+      {"--decode device"});
 }
 
 TEST(TarIndex, MembersAsPythonsTarfileListsThem) {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
+#include "data/device_decode.h"
 #include "data/image_dataset.h"
 #include "data/loader.h"
 #include "data/mnist.h"
@@ -37,6 +38,14 @@ constexpr options::Choice<Upscale> kUpscales[] = {
 };
 
 enum class DatasetKind { kMnist, kImageFolder, kWebDataset };
+
+enum class Decode { kHost, kDevice };
+
+constexpr options::Choice<Decode> kDecodes[] = {
+    {"host", Decode::kHost, "TurboJPEG / libspng on the loader's threads; uint8 crops cross PCIe"},
+    {"device", Decode::kDevice,
+     "nvJPEG on the GPU (the papers' DALI comparison): the files' bytes cross PCIe, crops drawn on the host"},
+};
 
 constexpr options::Choice<DatasetKind> kDatasets[] = {
     {"mnist", DatasetKind::kMnist, "MNIST-format IDX files (MNIST, Fashion-MNIST), upscaled to --image-size"},
@@ -60,6 +69,7 @@ struct ImageOptions {
   data::ImageTransform::Kind crop = data::ImageTransform::Kind::kRandomResizedCrop;
   int loader_threads = 4;
   bool skip_bad_images = false;
+  Decode decode = Decode::kHost;
   std::int64_t image_size = 100;  // px, square; the paper used 100-700
   std::int64_t limit_train = 0;   // 0: all training samples
   std::int64_t limit_test = 0;    // 0: all test samples
@@ -92,6 +102,8 @@ class ClassificationRecipe final : public Recipe {
     t.add("loader-threads", o.loader_threads, "imagefolder, webdataset: threads per rank decoding and cropping a batch")
         .at_least(1)
         .at_most(256);
+    t.add("decode", o.decode, std::span<const options::Choice<Decode>>(kDecodes),
+          "imagefolder, webdataset: where JPEG files are decoded (PNG and CMYK JPEG: always on the host)");
     t.add("skip-bad-images", o.skip_bad_images,
           "imagefolder, webdataset: a file that cannot be decoded is named in a warning and replaced by another "
           "image of its batch, counted in the epochs' skipped_images (default: the job stops, naming it)");
@@ -111,6 +123,17 @@ class ClassificationRecipe final : public Recipe {
   void setup(const RecipeContext& ctx) override {
     const auto& o = options_;
     dtype_ = runtime::scalar_type(ctx.precision.param_dtype);
+    device_ = ctx.device;
+    if (o.decode == Decode::kDevice) {
+      MGBENCH_REQUIRE(o.dataset != DatasetKind::kMnist, ConfigError,
+                      "--decode device decodes image files: it needs --dataset imagefolder or webdataset");
+      MGBENCH_REQUIRE(ctx.device.is_cuda(), ConfigError, "--decode device needs a GPU (this rank runs on {})",
+                      ctx.device.str());
+      MGBENCH_REQUIRE(data::nvjpeg_available(), ConfigError,
+                      "--decode device: this mgbench was built without nvJPEG (docs/datasets.md)");
+      MGBENCH_REQUIRE(o.upscale == Upscale::kDevice && !o.skip_bad_images, ConfigError,
+                      "--decode device works with --upscale device and without --skip-bad-images");
+    }
     load_datasets(ctx.train.seed);
     model_ = o.model({train_set_->num_classes(), o.width_mult, o.dropout, o.freeze_batchnorm});
     models::to_device(*model_.module, ctx.device, dtype_);
@@ -155,6 +178,11 @@ class ClassificationRecipe final : public Recipe {
   LossNormalization loss_normalization() const override { return LossNormalization::kMeanPerMicroBatch; }
 
   data::Batch transform(data::Batch batch) override {
+    if (options_.decode == Decode::kDevice) {  // the files' bytes: decoded, cropped and normalised here
+      batch.tensors.insert(batch.tensors.begin(), train_set_->decode_on_device(batch, device_, dtype_));
+      batch.host_tensors.clear();
+      return batch;  // channels-last already
+    }
     torch::Tensor x = options_.upscale == Upscale::kHost ? batch.tensors[0] : upscale(batch.tensors[0]);
     batch.tensors[0] = options_.channels_last ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x;
     return batch;
@@ -222,10 +250,11 @@ class ClassificationRecipe final : public Recipe {
     MGBENCH_REQUIRE(train.classes == val.classes, DataError,
                     "{}: train/ has {} class folders and val/ {}, or their names differ: the labels would not agree",
                     o.data_dir, train.classes.size(), val.classes.size());
-    train_set_ =
-        data::make_encoded_dataset(std::move(train), {o.crop, o.image_size, seed}, o.loader_threads, o.skip_bad_images);
+    const bool on_device = o.decode == Decode::kDevice;
+    train_set_ = data::make_encoded_dataset(std::move(train), {o.crop, o.image_size, seed}, o.loader_threads,
+                                            o.skip_bad_images, on_device);
     test_set_ = data::make_encoded_dataset(std::move(val), {data::ImageTransform::Kind::kCenter, o.image_size, seed},
-                                           o.loader_threads, o.skip_bad_images);
+                                           o.loader_threads, o.skip_bad_images, on_device);
   }
 
   /// uint8 [B, C, h, w] -> normalised [B, C, S, S] in the model's dtype (MNIST's upscaled).
@@ -235,6 +264,7 @@ class ClassificationRecipe final : public Recipe {
 
   ImageOptions options_;
   torch::ScalarType dtype_ = torch::kFloat32;
+  torch::Device device_ = torch::kCPU;
   std::unique_ptr<data::ImageDataset> train_set_;
   std::unique_ptr<data::ImageDataset> test_set_;
   models::ImageClassifier model_;
