@@ -61,6 +61,10 @@ TORCHTUNE_SITE="$MGBENCH_VENV/torchtune-site"
 TORCHTUNE=("torchtune==0.6.1" "torchao==0.11.0" "sentencepiece==0.2.1" "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3")
 [[ -d "$TORCHTUNE_SITE/torchtune" ]] ||
   "$PY" -m pip install -q --no-deps --target "$TORCHTUNE_SITE" "${TORCHTUNE[@]}"
+# nvJPEG beside torch's CUDA libraries (nvidia/cu13, where CUPTI comes from): --decode device builds
+# and its CPU-side tests compile here too; only a GPU runs it.
+"$PY" -c "import glob, sys, torch; sys.exit(not torch.version.cuda or bool(glob.glob(sys.prefix + '/lib/python3*/site-packages/nvidia/cu13/include/nvjpeg.h')))" 2>/dev/null &&
+  "$PY" -m pip install -q --no-deps "nvidia-nvjpeg==13.3.2.43"
 # Real photos for the image decoding tests (tests/python/image_oracles.py): scikit-image's data files,
 # its wheel unpacked into a folder of its own without its dependencies (the tests only read the files).
 SKIMAGE_SITE="$MGBENCH_VENV/skimage-site"
