@@ -13,7 +13,7 @@ from conftest import mgbench
 pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
 
-SIZE = 40
+SIZE = 300  # natively sized files, as the second paper's scenario B; the model sees 32 px crops
 
 
 @pytest.fixture(scope="module")
@@ -21,10 +21,10 @@ def folder(tmp_path_factory):
     from conftest import MNIST
     if not (MNIST / "train-images-idx3-ubyte.gz").exists():
         pytest.skip(f"no MNIST at {MNIST}")
-    out = tmp_path_factory.mktemp("images") / "mnist40"
+    out = tmp_path_factory.mktemp("images") / "mnist300"
     proc = mgbench("data", "make-images", "--data", MNIST, "--out", out, "--image-size", SIZE, "--limit-train", 1200,
                    "--limit-test", 200, "--quality", 90, "--threads", 2, check=True)
-    assert "1200 jpeg files of 40 x 40 px" in proc.stdout
+    assert "1200 jpeg files of 300 x 300 px" in proc.stdout
     return out
 
 
