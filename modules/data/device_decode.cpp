@@ -10,6 +10,7 @@
 #include "data/image_transforms.h"
 
 #ifdef MGBENCH_HAVE_NVJPEG
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <nvjpeg.h>
@@ -65,25 +66,43 @@ struct Nvjpeg {
 
 Nvjpeg& nvjpeg() {
   static Nvjpeg* n = [] {
-    auto* made = new Nvjpeg;
-    nvjpegStatus_t rc = nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &made->handle);
-    if (rc == NVJPEG_STATUS_SUCCESS) rc = nvjpegJpegStateCreate(made->handle, &made->state);
-    if (rc != NVJPEG_STATUS_SUCCESS) throw std::runtime_error(fmt::format("nvJPEG: initialisation failed (status {})", static_cast<int>(rc)));
-    return made;
+    Nvjpeg made;
+    nvjpegStatus_t rc = nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &made.handle);
+    if (rc == NVJPEG_STATUS_SUCCESS) rc = nvjpegJpegStateCreate(made.handle, &made.state);
+    if (rc != NVJPEG_STATUS_SUCCESS) {
+      if (made.handle != nullptr) nvjpegDestroy(made.handle);
+      throw std::runtime_error(fmt::format("nvJPEG: initialisation failed (status {})", static_cast<int>(rc)));
+    }
+    return new Nvjpeg(made);
   }();
   return *n;
 }
 
-// uint8 [h, w, 3] on the device, or an undefined tensor where nvJPEG does not decode this stream.
+// uint8 [h, w, 3] on the device, or an undefined tensor where nvJPEG does not decode this stream:
+// its own parse must find 1 or 3 components of a known subsampling and the size the host's header
+// read gave (the output buffer is sized from it; nvjpegDecode takes no size).
 torch::Tensor decode_with_nvjpeg(std::span<const std::uint8_t> bytes, std::int64_t height, std::int64_t width,
-                                 const torch::Device& device, cudaStream_t stream) {
+                                 const torch::Device& device, cudaStream_t stream, const std::string& name) {
+  Nvjpeg& n = nvjpeg();
+  int components = 0;
+  nvjpegChromaSubsampling_t subsampling = NVJPEG_CSS_UNKNOWN;
+  int widths[NVJPEG_MAX_COMPONENT] = {}, heights[NVJPEG_MAX_COMPONENT] = {};
+  if (nvjpegGetImageInfo(n.handle, bytes.data(), bytes.size(), &components, &subsampling, widths, heights) !=
+          NVJPEG_STATUS_SUCCESS ||
+      (components != 1 && components != 3) || subsampling == NVJPEG_CSS_UNKNOWN || widths[0] != width ||
+      heights[0] != height) {
+    return {};
+  }
   torch::Tensor hwc = torch::empty({height, width, 3}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
   nvjpegImage_t out{};
   out.channel[0] = hwc.data_ptr<std::uint8_t>();
   out.pitch[0] = static_cast<std::size_t>(width * 3);
-  Nvjpeg& n = nvjpeg();
-  const nvjpegStatus_t rc =
-      nvjpegDecode(n.handle, n.state, bytes.data(), bytes.size(), NVJPEG_OUTPUT_RGBI, &out, stream);
+  nvjpegStatus_t rc = nvjpegDecode(n.handle, n.state, bytes.data(), bytes.size(), NVJPEG_OUTPUT_RGBI, &out, stream);
+  if (rc == NVJPEG_STATUS_ALLOCATOR_FAILURE) {
+    // nvJPEG allocates with cudaMalloc, outside LibTorch's cache: give the cache's free blocks back, once.
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    rc = nvjpegDecode(n.handle, n.state, bytes.data(), bytes.size(), NVJPEG_OUTPUT_RGBI, &out, stream);
+  }
   switch (rc) {
     case NVJPEG_STATUS_SUCCESS:
       return hwc;
@@ -93,7 +112,8 @@ torch::Tensor decode_with_nvjpeg(std::span<const std::uint8_t> bytes, std::int64
     case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED:
       return {};  // the host decodes it (or names what is wrong with it)
     default:
-      throw std::runtime_error(fmt::format("nvJPEG: nvjpegDecode failed (status {})", static_cast<int>(rc)));
+      throw std::runtime_error(fmt::format("{}: nvJPEG's nvjpegDecode failed (status {}{})", name, static_cast<int>(rc),
+                                           rc == NVJPEG_STATUS_ALLOCATOR_FAILURE ? ": out of device memory" : ""));
   }
 }
 
@@ -126,33 +146,34 @@ torch::Tensor decode_and_crop_on_device(const Batch& batch, std::int64_t size, c
   const auto* offsets = batch.host_tensors[1].data_ptr<std::int64_t>();
   const auto* crops = batch.host_tensors[2].data_ptr<std::int64_t>();
   const std::int64_t b = batch.samples;
-  torch::Tensor images = torch::empty({b, 3, size, size},
-                                      torch::TensorOptions().dtype(dtype).device(device))
-                             .contiguous(torch::MemoryFormat::ChannelsLast);
+  torch::Tensor out = torch::empty({b, 3, size, size}, torch::TensorOptions().dtype(dtype).device(device),
+                                   torch::MemoryFormat::ChannelsLast);
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   for (std::int64_t k = 0; k < b; ++k) {
     const std::span<const std::uint8_t> file(bytes.data_ptr<std::uint8_t>() + offsets[k],
                                              static_cast<std::size_t>(offsets[k + 1] - offsets[k]));
     const std::int64_t* crop = crops + 8 * k;
+    const std::string name = static_cast<std::size_t>(k) < batch.sample_names.size()
+                                 ? batch.sample_names[static_cast<std::size_t>(k)]
+                                 : fmt::format("sample {} of the batch", k);
     torch::Tensor hwc =
-        starts_with_jpeg(file) ? decode_with_nvjpeg(file, crop[5], crop[6], device, stream) : torch::Tensor();
-    if (!hwc.defined()) {
-      const auto name = fmt::format("sample {} (dataset index {})", k, batch.plan.indices[static_cast<std::size_t>(k)]);
-      hwc = decode_on_host(file, name).to(device);
-    }
-    images[k].copy_(crop_on_device(hwc.permute({2, 0, 1}).to(torch::kFloat32), crop, size));
+        starts_with_jpeg(file) ? decode_with_nvjpeg(file, crop[5], crop[6], device, stream, name) : torch::Tensor();
+    if (!hwc.defined()) hwc = decode_on_host(file, name).to(device);
+    out[k].copy_(crop_on_device(hwc.permute({2, 0, 1}).to(torch::kFloat32), crop, size));
   }
-  // (x / 255 - mean) / std per channel, in place.
-  const auto channel = [&](std::span<const double> v, double scale) {
-    std::vector<double> values(3);
-    for (std::size_t c = 0; c < 3; ++c) values[c] = v[v.size() == 1 ? 0 : c] * scale;
-    return torch::tensor(values, torch::kFloat64).to(device, dtype).view({1, 3, 1, 1});
+  // (x / 255 - mean) / std per channel, in place; the factors in double, then the model's dtype.
+  std::vector<double> scale(3), shift(3);
+  for (std::size_t c = 0; c < 3; ++c) {
+    const double m = mean[mean.size() == 1 ? 0 : c], s = std[std.size() == 1 ? 0 : c];
+    scale[c] = 1.0 / (255.0 * s);
+    shift[c] = m / s;
+  }
+  const auto per_channel = [&](const std::vector<double>& v) {
+    return torch::tensor(v, torch::kFloat64).to(device, dtype).view({1, 3, 1, 1});
   };
-  std::vector<double> inv_std(std.size());
-  for (std::size_t c = 0; c < std.size(); ++c) inv_std[c] = 1.0 / std[c];
-  images.mul_(channel(inv_std, 1.0 / 255.0)).sub_(channel(mean, 1.0) * channel(inv_std, 1.0));
-  return images;
+  out.mul_(per_channel(scale)).sub_(per_channel(shift));
+  return out;
 #endif
 }
 

@@ -4,7 +4,8 @@
 // there -- the role NVIDIA DALI's decoder plays in the second paper's scenario B. Per image, with
 // nvJPEG's default (hybrid) back-end on the current CUDA stream: the Huffman stage on the calling
 // thread, the IDCT and colour conversion on the GPU. What nvJPEG does not decode (PNG files, CMYK
-// JPEGs) is decoded on the host (data/image_codec.h) and copied up; so is nothing else.
+// JPEGs, any stream whose size nvJPEG reads otherwise than the host's header parse) is decoded on
+// the host (data/image_codec.h) and copied up.
 //
 // Differences from --decode host, stated: nvJPEG's IDCT and upsampling are not libjpeg's (pixels
 // may differ by a few levels), and the resize runs in floating point on the device where the host
@@ -28,7 +29,8 @@ bool nvjpeg_available();
 /// size x size with antialiased bilinear interpolation and flipped as drawn, or for a centre row
 /// Resize(size) + CenterCrop(size)).
 /// Throws ConfigError when the build has no nvJPEG or device is not a CUDA device, DataError naming
-/// the sample (batch position and dataset index) that neither nvJPEG nor the host can decode.
+/// the file (batch.sample_names) that neither nvJPEG nor the host can decode, std::runtime_error
+/// naming it when nvJPEG fails otherwise (out of device memory after the cache is emptied).
 torch::Tensor decode_and_crop_on_device(const Batch& batch, std::int64_t size, const torch::Device& device,
                                         torch::ScalarType dtype, std::span<const double> mean,
                                         std::span<const double> std);

@@ -39,9 +39,12 @@ void walk_sorted(const fs::path& dir, std::vector<std::string>& files) {
 }
 
 std::vector<std::uint8_t> read_record(const ImageRecord& r) {
+  // A size far beyond any image (a mislabelled file): refused before it is read whole.
+  MGBENCH_REQUIRE(r.size <= (std::int64_t{1} << 30), DataError, "{}: {} bytes, not an image file of 1 GiB or less",
+                  r.name, r.size);
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(r.size));  // before open: nothing to close on bad_alloc
   const int fd = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
   MGBENCH_REQUIRE(fd >= 0, DataError, "{}: cannot open ({})", r.name, std::strerror(errno));
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(r.size));
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(r.offset + done));
@@ -126,6 +129,8 @@ EncodedImages scan_image_folder(const std::string& dir, std::int64_t limit) {
 
 namespace {
 
+constexpr std::int64_t kMaxClasses = std::int64_t{1} << 20;
+
 // A shard's samples: members grouped by key in archive order (webdataset's group_by_keys).
 void add_shard_samples(const std::string& shard, EncodedImages& set, std::int64_t& max_label) {
   struct Sample {
@@ -136,15 +141,22 @@ void add_shard_samples(const std::string& shard, EncodedImages& set, std::int64_
   const std::vector<TarMember> members = list_tar_file(shard);
   std::vector<Sample> samples;
   for (const TarMember& m : members) {
+    // webdataset's base_plus_ext, ^((?:.*/|)[^.]+)[.]([^/]*)$: the file name must not start with a
+    // dot and must hold one; others (".DS_Store", macOS's "._x.jpg") belong to no sample.
     const std::size_t slash = m.name.rfind('/');
-    const std::size_t dot = m.name.find('.', slash == std::string::npos ? 0 : slash + 1);
-    if (dot == std::string::npos) continue;  // no extension: no field of a sample (webdataset skips it too)
+    const std::size_t base = slash == std::string::npos ? 0 : slash + 1;
+    const std::size_t dot = m.name.find('.', base);
+    if (dot == std::string::npos || dot == base) continue;
     const std::string key = m.name.substr(0, dot);
     std::string ext = m.name.substr(dot + 1);
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
     if (samples.empty() || samples.back().key != key) samples.push_back({key});
-    if (ext == "jpg" || ext == "jpeg" || ext == "png") samples.back().image = &m;
-    if (ext == "cls") samples.back().cls = &m;
+    const bool image = ext == "jpg" || ext == "jpeg" || ext == "png";
+    const TarMember*& field = image ? samples.back().image : samples.back().cls;
+    if (!image && ext != "cls") continue;
+    MGBENCH_REQUIRE(field == nullptr, DataError, "{}: the sample '{}' has two {} members (webdataset refuses it too)",
+                    shard, key, image ? "image" : ".cls");
+    field = &m;
   }
   std::int64_t count = 0;
   for (const Sample& s : samples) {
@@ -153,11 +165,18 @@ void add_shard_samples(const std::string& shard, EncodedImages& set, std::int64_
                     s.key, s.image == nullptr ? "image" : ".cls member");
     const ImageRecord cls{shard, s.cls->offset, std::min<std::int64_t>(s.cls->size, 32), 0, shard + ":" + s.key};
     const std::vector<std::uint8_t> text = read_record(cls);
-    std::string digits(text.begin(), text.end());
-    while (!digits.empty() && std::isspace(static_cast<unsigned char>(digits.back()))) digits.pop_back();
-    MGBENCH_REQUIRE(!digits.empty() && digits.size() <= 9 && std::all_of(digits.begin(), digits.end(), ::isdigit),
-                    DataError, "{}:{}.cls: '{}' is not a class index (a non-negative integer)", shard, s.key, digits);
+    std::string digits(text.begin(), text.end());  // int(): surrounding white space allowed
+    const auto space = [](unsigned char c) { return std::isspace(c) != 0; };
+    while (!digits.empty() && space(digits.back())) digits.pop_back();
+    digits.erase(digits.begin(), std::find_if_not(digits.begin(), digits.end(), space));
+    const bool number = !digits.empty() && digits.size() <= 9 &&
+                        std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+    MGBENCH_REQUIRE(number, DataError, "{}:{}.cls: '{}' is not a class index (a non-negative integer)", shard, s.key,
+                    digits);
     const std::int64_t label = std::stoll(digits);
+    MGBENCH_REQUIRE(label < kMaxClasses, DataError,
+                    "{}:{}.cls: class {}: at most {} classes (the model gets an output per class up to the largest)",
+                    shard, s.key, label, kMaxClasses);
     max_label = std::max(max_label, label);
     set.records.push_back({shard, s.image->offset, s.image->size, label, shard + ":" + s.image->name});
     ++count;
@@ -227,6 +246,8 @@ Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& pl
   batch.samples = b;
   batch.tensors = {std::move(labels)};
   batch.host_tensors = {std::move(all), std::move(offsets), std::move(crops)};
+  for (const std::int64_t index : plan.indices)
+    batch.sample_names.push_back(images.records[static_cast<std::size_t>(index)].name);
   return batch;
 }
 

@@ -70,9 +70,9 @@ struct ImageTransform {
 /// threads (>= 1) into a Batch: tensor 0 uint8 [B, 3, size, size] with channels-last strides (the
 /// bytes are [B, size, size, 3]), page-locked when pin_memory; tensor 1 int64 labels [B]. Throws
 /// DataError naming the file of the first sample that cannot be read or decoded -- or, with
-/// skip_bad, warns naming it and fills its place (image and label) with the batch's next good sample
-/// (the batch keeps its size), counted in Batch::skipped_images; throws only when no sample of the
-/// batch is good.
+/// skip_bad, warns naming it and fills its place (image and label) with a good sample of the batch
+/// (the first good ones, in turn; the batch keeps its size), counted in Batch::skipped_images;
+/// throws only when no sample of the batch is good.
 Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
                              int threads, bool pin_memory, bool skip_bad = false);
 

@@ -5,8 +5,8 @@
 // a palette's transparency dropped, no gamma applied, JPEG with libjpeg's default (accurate
 // integer) IDCT and fancy upsampling -- bitwise PIL's pixels where PIL's libjpeg-turbo decodes the
 // same way. Differences, stated: a 16-bit PNG keeps each sample's high byte (PIL clips 16-bit
-// greyscale to 255 instead); a JPEG libjpeg warns about (truncated, corrupt entropy data) is
-// refused where PIL may decode it. Torch-free (the fuzz targets build it alone).
+// greyscale to 255 instead). libjpeg's warnings pass (as in PIL) except a premature end of the
+// file, refused as PIL refuses a truncated image. Torch-free (the fuzz targets build it alone).
 #include <cstdint>
 #include <span>
 #include <string>

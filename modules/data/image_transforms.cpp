@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <ATen/Version.h>
 #include <fmt/format.h>
 
 namespace mgbench::data {
@@ -89,12 +90,20 @@ torch::Tensor resized_crop(const torch::Tensor& image, const CropBox& box, std::
   torch::Tensor crop = image.slice(1, box.top, box.top + box.height).slice(2, box.left, box.left + box.width);
   if (box.height != out_height || box.width != out_width) {
     namespace F = torch::nn::functional;
-    crop = F::interpolate(crop.unsqueeze(0), F::InterpolateFuncOptions()
-                                                 .size(std::vector<std::int64_t>{out_height, out_width})
-                                                 .mode(torch::kBilinear)
-                                                 .align_corners(false)
-                                                 .antialias(true))
-               .squeeze(0);
+    // torchvision's resize_image: uint8 through LibTorch's uint8 kernel where the CPU has AVX2 or
+    // AVX-512, else through float32 and round() (_do_native_uint8_resize_on_cpu).
+    static const bool native_uint8 = [] {
+      const std::string capability = at::get_cpu_capability();
+      return capability == "AVX2" || capability == "AVX512";
+    }();
+    const torch::Tensor input = native_uint8 ? crop.unsqueeze(0) : crop.unsqueeze(0).to(torch::kFloat32);
+    torch::Tensor resized = F::interpolate(input, F::InterpolateFuncOptions()
+                                                      .size(std::vector<std::int64_t>{out_height, out_width})
+                                                      .mode(torch::kBilinear)
+                                                      .align_corners(false)
+                                                      .antialias(true))
+                                .squeeze(0);
+    crop = native_uint8 ? resized : resized.round_().to(torch::kUInt8);
   }
   return flip ? crop.flip({2}) : crop;
 }

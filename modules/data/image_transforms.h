@@ -3,8 +3,9 @@
 // RandomResizedCrop + RandomHorizontalFlip (training), Resize of the shorter side + CenterCrop
 // (evaluation), on decoded uint8 RGB images. The draws use a CPU generator with torchvision's call
 // sequence, so one seed gives torchvision's crop box and flip (transforms.RandomResizedCrop.get_params,
-// torchvision 0.26); the resizing is LibTorch's antialiased bilinear interpolation, the function
-// torchvision.transforms.v2.functional.resize(antialias=True) calls for uint8 tensors.
+// torchvision 0.26); the resizing is LibTorch's antialiased bilinear interpolation as
+// torchvision.transforms.v2.functional.resize(antialias=True) calls it for uint8 tensors (the uint8
+// kernel on AVX2 / AVX-512 CPUs, float32 and round() elsewhere).
 // Normalisation ((x / 255 - mean) / std) happens on the device (data/transforms.h).
 #include <cstdint>
 

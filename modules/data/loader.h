@@ -11,6 +11,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,11 +30,12 @@ struct Batch {
   /// Tensors that stay on the host when the batch goes to the device (what the recipe's transform
   /// reads there: JPEG bitstreams for nvJPEG, which parses them on the host). Not pinned.
   std::vector<torch::Tensor> host_tensors;
-  std::int64_t samples = 0;         // rows (images, sequences)
-  std::int64_t tokens = 0;          // text: real (non-padding) input tokens; 0 otherwise
-  std::int64_t padded_tokens = 0;   // text: rows x padded length; 0 otherwise
-  std::int64_t loss_targets = 0;    // text: positions with a next-token target; 0 otherwise
-  std::int64_t skipped_images = 0;  // image files that could not be decoded, replaced (--skip-bad-images)
+  std::vector<std::string> sample_names;  // the samples' files where the device decodes them (its messages)
+  std::int64_t samples = 0;               // rows (images, sequences)
+  std::int64_t tokens = 0;                // text: real (non-padding) input tokens; 0 otherwise
+  std::int64_t padded_tokens = 0;         // text: rows x padded length; 0 otherwise
+  std::int64_t loss_targets = 0;          // text: positions with a next-token target; 0 otherwise
+  std::int64_t skipped_images = 0;        // image files that could not be decoded, replaced (--skip-bad-images)
 };
 
 /// Builds the batch of plan's samples on the calling thread. pin_memory: allocate the tensors in

@@ -110,8 +110,6 @@ bad_entry("bad_truncated.png", png[: len(png) // 2], "PNG")
 bad_entry("bad_header.jpg", jpeg[:20], "JPEG")
 bad_entry("bad_crc.png", png[:40] + bytes([png[40] ^ 0xFF]) + png[41:], "PNG")
 
-with open(os.path.join(out, "manifest.json"), "w") as f:
-    json.dump(manifest, f, indent=1)
 
 # --- an ImageFolder tree and torchvision's samples of it ------------------------------------------
 # Class names and files whose byte order differs from a naive listing: upper case before lower, a
@@ -152,6 +150,34 @@ for fmt_name, fmt in (("pax", tarfile.PAX_FORMAT), ("gnu", tarfile.GNU_FORMAT), 
 with open(os.path.join(out, "tar_members.json"), "w") as f:
     json.dump(archives, f, indent=1)
 
+
+def write_tar(path, members):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+# webdataset shards with what webdataset's base_plus_ext leaves out (macOS's "._" files, ".DS_Store"),
+# a dotted folder, a .cls with white space; and shards to refuse.
+small_jpeg = encoded(Image.new("RGB", (6, 5), (1, 2, 3)), "JPEG")
+shutil.rmtree(os.path.join(out, "wds"), ignore_errors=True)
+write_tar(os.path.join(out, "wds", "good", "train", "a-000000.tar"),
+          [("._k0.jpg", b"\0\5\26\7"), (".DS_Store", b"x"), ("k0.jpg", small_jpeg), ("k0.cls", b" 3\n"),
+           ("dir.x/k1.png", tiny), ("dir.x/k1.cls", b"1")])
+write_tar(os.path.join(out, "wds", "huge_class", "train", "a-000000.tar"),
+          [("k.jpg", small_jpeg), ("k.cls", b"999999999")])
+write_tar(os.path.join(out, "wds", "no_cls", "train", "a-000000.tar"), [("k.jpg", small_jpeg), ("k.txt", b"3")])
+write_tar(os.path.join(out, "wds", "two_images", "train", "a-000000.tar"),
+          [("k.jpg", small_jpeg), ("k.png", tiny), ("k.cls", b"0")])
+# A JPEG libjpeg warns about but PIL decodes (JFIF revision 2.01): decoded, not refused.
+jfif = bytearray(encoded(rgb_img, "JPEG", quality=90))
+assert jfif[6:11] == b"JFIF\0"
+jfif[11] = 2
+image_entry("gen_jfif_revision2.jpg", bytes(jfif))
+
 # --- transforms -------------------------------------------------------------------------------
 crops = []
 for seed in range(40):
@@ -178,4 +204,6 @@ short.numpy().tofile(os.path.join(out, "resize_short_center.bin"))
 with open(os.path.join(out, "transforms.json"), "w") as f:
     json.dump({"crops": crops, "resizes": resizes, "source": "gen_rgb.png",
                "short_center": {"file": "resize_short_center.bin", "size": 64}}, f, indent=1)
+with open(os.path.join(out, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=1)
 print(f"image_oracles: {len(manifest)} files, {len(crops)} crop draws, {len(resizes)} resizes in {out}")

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -187,6 +188,47 @@ TEST(ImageFolder, BytesForTheDeviceCarryTheHostPathsCrops) {
                                         data::kImageNetStd);
       },
       {"--decode device"});
+}
+
+// webdataset's key rule (base_plus_ext): "._k0.jpg" and ".DS_Store" belong to no sample, a dotted
+// folder keeps its name; a .cls as int() reads it; shards to refuse are named.
+TEST(WebDataset, SamplesAsWebdatasetGroupsThem) {
+  const auto oracle = test::load_oracle_json("images/manifest.json");
+  MGBENCH_SKIP_WITHOUT_ORACLE(oracle, "images/manifest.json");
+  const std::string wds = images_dir() + "/wds";
+  const data::EncodedImages set = data::scan_webdataset(wds + "/good/train");
+  ASSERT_EQ(set.size(), 2);
+  EXPECT_EQ(set.shard_sizes, (std::vector<std::int64_t>{2}));
+  EXPECT_TRUE(set.records[0].name.ends_with(":k0.jpg")) << set.records[0].name;
+  EXPECT_EQ(set.records[0].label, 3);
+  EXPECT_TRUE(set.records[1].name.ends_with(":dir.x/k1.png")) << set.records[1].name;
+  EXPECT_EQ(set.records[1].label, 1);
+  EXPECT_EQ(set.classes, (std::vector<std::string>{"0", "1", "2", "3"}));
+  test::expect_error<DataError>([&] { data::scan_webdataset(wds + "/huge_class/train"); },
+                                {"k.cls", "999999999", "at most"});
+  test::expect_error<DataError>([&] { data::scan_webdataset(wds + "/no_cls/train"); }, {"a-000000.tar", "'k'", ".cls"});
+  test::expect_error<DataError>([&] { data::scan_webdataset(wds + "/two_images/train"); }, {"'k'", "two image"});
+}
+
+// A GNU base-256 size near INT64_MAX: refused as running past the end, no overflow (fuzz-found shape).
+TEST(TarIndex, AHugeBase256SizeIsRefused) {
+  std::vector<std::uint8_t> archive(3 * 512, 0);
+  std::memcpy(archive.data(), "k.jpg", 5);
+  const std::uint8_t size[12] = {0x80, 0, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  std::memcpy(archive.data() + 124, size, 12);
+  archive[156] = '0';
+  std::memset(archive.data() + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; ++i) sum += archive[static_cast<std::size_t>(i)];
+  std::snprintf(reinterpret_cast<char*>(archive.data()) + 148, 8, "%06o", sum);
+  const auto read = [&](std::int64_t offset, std::span<std::uint8_t> out) {
+    const auto n = std::min<std::size_t>(out.size(), archive.size() - static_cast<std::size_t>(offset));
+    std::copy_n(archive.begin() + offset, n, out.begin());
+    return n;
+  };
+  test::expect_error<DataError>(
+      [&] { data::list_tar_members(read, static_cast<std::int64_t>(archive.size()), "huge.tar"); },
+      {"huge.tar", "'k.jpg'", "truncated"});
 }
 
 TEST(TarIndex, MembersAsPythonsTarfileListsThem) {
