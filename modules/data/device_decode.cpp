@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "data/image_codec.h"
 #include "data/image_transforms.h"
+#include "data/transforms.h"
 
 #ifdef MGBENCH_HAVE_NVJPEG
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -162,17 +163,7 @@ torch::Tensor decode_and_crop_on_device(const Batch& batch, std::int64_t size, c
     if (!hwc.defined()) hwc = decode_on_host(file, name).to(device);
     out[k].copy_(crop_on_device(hwc.permute({2, 0, 1}).to(torch::kFloat32), crop, size));
   }
-  // (x / 255 - mean) / std per channel, in place; the factors in double, then the model's dtype.
-  std::vector<double> scale(3), shift(3);
-  for (std::size_t c = 0; c < 3; ++c) {
-    const double m = mean[mean.size() == 1 ? 0 : c], s = std[std.size() == 1 ? 0 : c];
-    scale[c] = 1.0 / (255.0 * s);
-    shift[c] = m / s;
-  }
-  const auto per_channel = [&](const std::vector<double>& v) {
-    return torch::tensor(v, torch::kFloat64).to(device, dtype).view({1, 3, 1, 1});
-  };
-  out.mul_(per_channel(scale)).sub_(per_channel(shift));
+  normalize_(out, mean, std);
   return out;
 #endif
 }

@@ -75,7 +75,7 @@ ImageInfo jpeg_info(std::span<const std::uint8_t> bytes, std::string_view name) 
   const int rc = tjDecompressHeader3(tj, bytes.data(), static_cast<unsigned long>(bytes.size()), &width, &height,
                                      &subsampling, &colorspace);
   MGBENCH_REQUIRE(acceptable(tj, rc), DataError, "{}: a corrupt JPEG header ({})", name, tjGetErrorStr2(tj));
-  return {ImageFormat::kJpeg, width, height};
+  return {ImageFormat::kJpeg, width, height, colorspace == TJCS_CMYK || colorspace == TJCS_YCCK};
 }
 
 ImageInfo png_info(std::span<const std::uint8_t> bytes, std::string_view name) {
@@ -104,17 +104,14 @@ void inverted_cmyk_to_rgb(std::span<const std::uint8_t> cmyk, std::span<std::uin
 
 void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageInfo& info, std::span<std::uint8_t> out,
                  std::string_view name) {
+  // The header was read by read_image_info (info): tjDecompress2 parses it again itself.
   tjhandle tj = decompressor();
-  int width = 0, height = 0, subsampling = 0, colorspace = 0;
-  const auto size = static_cast<unsigned long>(bytes.size());
-  MGBENCH_REQUIRE(
-      acceptable(tj, tjDecompressHeader3(tj, bytes.data(), size, &width, &height, &subsampling, &colorspace)),
-      DataError, "{}: a corrupt JPEG header ({})", name, tjGetErrorStr2(tj));
-  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  const bool cmyk = info.cmyk;
   std::vector<std::uint8_t> cmyk_pixels(cmyk ? static_cast<std::size_t>(info.width * info.height * 4) : 0);
   std::uint8_t* target = cmyk ? cmyk_pixels.data() : out.data();
   const int rc =
-      tjDecompress2(tj, bytes.data(), size, target, width, 0, height, cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_LIMITSCANS);
+      tjDecompress2(tj, bytes.data(), static_cast<unsigned long>(bytes.size()), target, static_cast<int>(info.width), 0,
+                    static_cast<int>(info.height), cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_LIMITSCANS);
   MGBENCH_REQUIRE(acceptable(tj, rc), DataError, "{}: a truncated or corrupt JPEG ({})", name, tjGetErrorStr2(tj));
   if (cmyk) inverted_cmyk_to_rgb(cmyk_pixels, out);
 }

@@ -22,6 +22,7 @@ struct ImageInfo {
   ImageFormat format = ImageFormat::kJpeg;
   std::int64_t width = 0;   // px
   std::int64_t height = 0;  // px
+  bool cmyk = false;        // a CMYK or YCCK JPEG (converted to RGB as PIL converts it)
   /// Bytes decode_rgb writes: height x width x 3.
   std::int64_t rgb_bytes() const { return height * width * 3; }
 };

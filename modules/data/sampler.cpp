@@ -27,6 +27,11 @@ std::vector<std::int64_t> order(std::int64_t n, std::uint64_t seed, bool shuffle
   return out;
 }
 
+/// DistributedSampler.__init__'s num_samples: samples per rank of n.
+std::int64_t per_rank_count(std::int64_t n, int world_size, bool drop_last) {
+  return (drop_last && n % world_size != 0) ? ceil_div(n - world_size, world_size) : ceil_div(n, world_size);
+}
+
 std::vector<std::vector<std::int64_t>> split_batches(const std::vector<std::int64_t>& indices, std::int64_t batch_size,
                                                      bool drop_last) {
   std::vector<std::vector<std::int64_t>> batches;
@@ -47,8 +52,7 @@ std::vector<std::int64_t> distributed_sampler_indices(std::int64_t n, int world_
                   "DistributedSampler: rank {} outside [0, {})", rank, world_size);
   std::vector<std::int64_t> indices = order(n, seed + static_cast<std::uint64_t>(epoch), shuffle);
   // num_samples per rank and total size, as torch.utils.data.DistributedSampler.__init__.
-  const std::int64_t num_samples =
-      (drop_last && n % world_size != 0) ? ceil_div(n - world_size, world_size) : ceil_div(n, world_size);
+  const std::int64_t num_samples = per_rank_count(n, world_size, drop_last);
   const std::int64_t total = num_samples * world_size;
   if (!drop_last) {
     const std::int64_t padding = total - n;
@@ -88,8 +92,7 @@ std::vector<std::int64_t> shard_sampler_indices(const std::vector<std::int64_t>&
     mine = std::move(shuffled);
   }
   // DistributedSampler's per-rank count of n samples.
-  const std::int64_t num_samples =
-      (drop_last && n % world_size != 0) ? ceil_div(n - world_size, world_size) : ceil_div(n, world_size);
+  const std::int64_t num_samples = per_rank_count(n, world_size, drop_last);
   std::vector<std::int64_t> out(static_cast<std::size_t>(num_samples));
   const std::size_t held = mine.size();
   MGBENCH_REQUIRE(held > 0, ConfigError, "rank {}: its shards hold no sample (an empty shard)", rank);

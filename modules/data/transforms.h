@@ -13,6 +13,11 @@ namespace mgbench::data {
 inline constexpr std::array<double, 3> kImageNetMean = {0.485, 0.456, 0.406};
 inline constexpr std::array<double, 3> kImageNetStd = {0.229, 0.224, 0.225};
 
+/// x: floating point [B, C, h, w] of pixel values in [0, 255]. In place: (x / 255 - mean[c]) / std[c],
+/// the factors computed in double. mean and std: one value per channel, or one for all. Returns x.
+/// Throws std::invalid_argument when mean / std have neither 1 nor C values.
+torch::Tensor& normalize_(torch::Tensor& x, std::span<const double> mean, std::span<const double> std);
+
 /// images: uint8 [B, C, h, w] on the compute device (any layout). Returns [B, C, size, size] of
 /// dtype: (x / 255 - mean[c]) / std[c], resized with bilinear interpolation (align_corners = false,
 /// the behaviour of torchvision.transforms.Resize on tensors for upscaling) unless already that
