@@ -33,6 +33,10 @@
 # one or two sets a call where a call is limited to 10 minutes), BENCH_WARMUP (10: steps left out of the image tables' img/s),
 # QUICK (1: the image tables without the +malloc peer and the CUPTI run), NATIVE_SIZES ("300 500"),
 # NATIVE_MODELS ("mobilenet_v2 resnet50"), NATIVE_WORKERS (8: loader threads = DataLoader workers),
+# NATIVE_DECODES ("host hardware gpu-hybrid hybrid": --decode host, or device with that --nvjpeg-backend),
+# NATIVE_PEER_MODELS (the models of NATIVE_MODELS also timed against the Python peer, and with any,
+# the loader-alone table; default all, "none": only the decode runs), GPU_TEST_FILTER (a ctest -R
+# regex among the gpu tests), PREEMPTION (0: no preemption stage),
 # CONFIGURE_ONLY (1: stop after cmake, for checking the script),
 # FORCE_DEPS (1: use .gpu-deps even where MPI and HDF5 are installed).
 set -euo pipefail
@@ -205,62 +209,64 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     stage "tests: gpu"
     watch_for_hangs mgbench_gpu_tests "$(((${GPU_TEST_TIMEOUT:-600} * 2) / 3))" &
     watcher=$!
-    (cd "$BUILD" && ctest -L gpu -V >"$OUT/ctest-gpu.log" 2>&1) || true
+    (cd "$BUILD" && ctest -L gpu ${GPU_TEST_FILTER:+-R "$GPU_TEST_FILTER"} -V >"$OUT/ctest-gpu.log" 2>&1) || true
     kill "$watcher" 2>/dev/null || true
     for f in "$OUT"/stack-*.txt; do [[ -f $f ]] && { echo "== $f"; grep -E "^TID|^#[0-9]+ " "$f" | head -150; }; done
     grep -E "tests passed|FAILED|\(Failed\)|\(Skipped\)|Not Run" "$OUT/ctest-gpu.log" || true
     grep -E "^\S+: \[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|Skipped|make_oracles" "$OUT/ctest-gpu.log" | head -60 || true
   fi
 
-  stage "preemption on the GPU: SIGUSR1 after the first checkpoint, exit 75, then --resume (64 px, amp-bf16)"
-  # 10 epochs (640 steps, ~15 s after the first): long enough to see which signal path stops it.
-  PREEMPT=(image --data "$DATA" --image-size 64 --batch-size 64 --limit-train 4096 --limit-test 256 --epochs 10
-    --precision amp-bf16 --pin-memory true --cudnn-benchmark false --checkpoint-dir "$OUT/preempt-ck" --checkpoint-every 8
-    --results "$OUT/preempt.h5" --progress-interval 1000)
-  rm -rf "$OUT/preempt-ck" "$OUT/preempt.h5" "$OUT/preempt.h5.lock"
-  mpirun -np 1 --bind-to none "$BUILD/app/mgbench" "${PREEMPT[@]}" >"$OUT/preempt-1.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1200); do
-    compgen -G "$OUT/preempt-ck/*/step-?????????" >/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  # Whether each rank catches SIGUSR1 when it is sent (SigCgt bit 9, 0x200): a library that
-  # replaced mgbench's handler would show here (the first H200 reading ran on through the signal).
-  for rank_pid in "$pid" $(pgrep -P "$pid"); do
-    echo "rank pid $rank_pid ($(cat /proc/"$rank_pid"/comm 2>/dev/null)): $(grep -E "^Sig(Cgt|Blk|Ign)" /proc/"$rank_pid"/status 2>/dev/null | tr '\n\t' '  ')"
-  done
-  # Open MPI forwards SIGUSR1 to its ranks (ess_base_forward_signals); the second H200 reading saw
-  # the rank run on. Which part failed: mpirun's forwarding (then the rank gets the signal directly,
-  # as slurmstepd sends it under SLURM) or mgbench's handling.
-  ompi_info --param ess all --level 9 2>/dev/null | grep -i "forward_signals" | head -2 || true
-  for f in /etc/openmpi/openmpi-mca-params.conf "$HOME/.openmpi/mca-params.conf"; do
-    [[ -f $f ]] && grep -v "^\s*#\|^\s*$" "$f" | sed "s|^|$f: |"
-  done
-  kill -USR1 "$pid" 2>/dev/null || true
-  for _ in $(seq 30); do
-    grep -q "stopped on" "$OUT/preempt-1.log" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if grep -q "stopped on" "$OUT/preempt-1.log"; then
-    echo "SIGUSR1 to mpirun: forwarded, the rank stopped"
-  elif kill -0 "$pid" 2>/dev/null; then
-    echo "SIGUSR1 to mpirun: the rank ran on for 3 s; sending SIGUSR1 to the rank(s) directly (as slurmstepd does)"
-    for rank_pid in $(pgrep -P "$pid"); do
-      echo "rank pid $rank_pid before: $(grep -E "^(SigPnd|ShdPnd|SigBlk|SigCgt)" /proc/"$rank_pid"/status 2>/dev/null | tr '\n\t' '  ')"
+  if [[ ${PREEMPTION:-1} == 1 ]]; then
+    stage "preemption on the GPU: SIGUSR1 after the first checkpoint, exit 75, then --resume (64 px, amp-bf16)"
+    # 10 epochs (640 steps, ~15 s after the first): long enough to see which signal path stops it.
+    PREEMPT=(image --data "$DATA" --image-size 64 --batch-size 64 --limit-train 4096 --limit-test 256 --epochs 10
+      --precision amp-bf16 --pin-memory true --cudnn-benchmark false --checkpoint-dir "$OUT/preempt-ck" --checkpoint-every 8
+      --results "$OUT/preempt.h5" --progress-interval 1000)
+    rm -rf "$OUT/preempt-ck" "$OUT/preempt.h5" "$OUT/preempt.h5.lock"
+    mpirun -np 1 --bind-to none "$BUILD/app/mgbench" "${PREEMPT[@]}" >"$OUT/preempt-1.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1200); do
+      compgen -G "$OUT/preempt-ck/*/step-?????????" >/dev/null && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
     done
-    pkill -USR1 -P "$pid" || true
-  else
-    echo "SIGUSR1 to mpirun: the run ended within 3 s without stopping"
+    # Whether each rank catches SIGUSR1 when it is sent (SigCgt bit 9, 0x200): a library that
+    # replaced mgbench's handler would show here (the first H200 reading ran on through the signal).
+    for rank_pid in "$pid" $(pgrep -P "$pid"); do
+      echo "rank pid $rank_pid ($(cat /proc/"$rank_pid"/comm 2>/dev/null)): $(grep -E "^Sig(Cgt|Blk|Ign)" /proc/"$rank_pid"/status 2>/dev/null | tr '\n\t' '  ')"
+    done
+    # Open MPI forwards SIGUSR1 to its ranks (ess_base_forward_signals); the second H200 reading saw
+    # the rank run on. Which part failed: mpirun's forwarding (then the rank gets the signal directly,
+    # as slurmstepd sends it under SLURM) or mgbench's handling.
+    ompi_info --param ess all --level 9 2>/dev/null | grep -i "forward_signals" | head -2 || true
+    for f in /etc/openmpi/openmpi-mca-params.conf "$HOME/.openmpi/mca-params.conf"; do
+      [[ -f $f ]] && grep -v "^\s*#\|^\s*$" "$f" | sed "s|^|$f: |"
+    done
+    kill -USR1 "$pid" 2>/dev/null || true
+    for _ in $(seq 30); do
+      grep -q "stopped on" "$OUT/preempt-1.log" 2>/dev/null && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if grep -q "stopped on" "$OUT/preempt-1.log"; then
+      echo "SIGUSR1 to mpirun: forwarded, the rank stopped"
+    elif kill -0 "$pid" 2>/dev/null; then
+      echo "SIGUSR1 to mpirun: the rank ran on for 3 s; sending SIGUSR1 to the rank(s) directly (as slurmstepd does)"
+      for rank_pid in $(pgrep -P "$pid"); do
+        echo "rank pid $rank_pid before: $(grep -E "^(SigPnd|ShdPnd|SigBlk|SigCgt)" /proc/"$rank_pid"/status 2>/dev/null | tr '\n\t' '  ')"
+      done
+      pkill -USR1 -P "$pid" || true
+    else
+      echo "SIGUSR1 to mpirun: the run ended within 3 s without stopping"
+    fi
+    rc=0
+    wait "$pid" || rc=$?
+    echo "interrupted part: exit $rc (75 expected)"
+    grep -E "checkpoint:|stopped on|preempted" "$OUT/preempt-1.log" | tail -4 || true
+    mpirun -np 1 --bind-to none "$BUILD/app/mgbench" "${PREEMPT[@]}" --resume >"$OUT/preempt-2.log" 2>&1 ||
+      { tail -20 "$OUT/preempt-2.log"; echo "gpu-check.sh: the resumed part failed"; }
+    "$BUILD/app/mgbench" report "$OUT/preempt.h5" | tee "$OUT/preempt-report.txt" || true
   fi
-  rc=0
-  wait "$pid" || rc=$?
-  echo "interrupted part: exit $rc (75 expected)"
-  grep -E "checkpoint:|stopped on|preempted" "$OUT/preempt-1.log" | tail -4 || true
-  mpirun -np 1 --bind-to none "$BUILD/app/mgbench" "${PREEMPT[@]}" --resume >"$OUT/preempt-2.log" 2>&1 ||
-    { tail -20 "$OUT/preempt-2.log"; echo "gpu-check.sh: the resumed part failed"; }
-  "$BUILD/app/mgbench" report "$OUT/preempt.h5" | tee "$OUT/preempt-report.txt" || true
 
   [[ ${CPU_TESTS:-1} == 1 ]] && stage "tests: unit, mpi, e2e (the GPU build)" &&
   (cd "$BUILD" && ctest -j 8 -L "unit|mpi|e2e" --timeout 600 >"$OUT/ctest.log" 2>&1) || true
@@ -298,27 +304,36 @@ if bench_set images; then
     stage "benchmark: natively sized images, $size px JPEG (make-images of MNIST, quality 90): the loader alone, then training"
     "$BUILD/app/mgbench" data make-images --data "$DATA" --out "$OUT/native-$size" --image-size "$size" \
       --limit-train "${BENCH_TRAIN:-4096}" --limit-test 256 --threads "$(nproc)" || true
-    DATA="$OUT/native-$size" CROP_SIZE=224 THREADS="${NATIVE_WORKERS:-8}" REPEATS=1 PYTHON=$PYTHON \
-      MGBENCH="$BUILD/app/mgbench" bench/compare_loader.sh 2>&1 | tee -a "$OUT/bench.txt" || true
+    if [[ ${NATIVE_PEER_MODELS:-all} != none ]]; then
+      DATA="$OUT/native-$size" CROP_SIZE=224 THREADS="${NATIVE_WORKERS:-8}" REPEATS=1 PYTHON=$PYTHON \
+        MGBENCH="$BUILD/app/mgbench" bench/compare_loader.sh 2>&1 | tee -a "$OUT/bench.txt" || true
+    fi
     for model in ${NATIVE_MODELS:-mobilenet_v2 resnet50}; do
-      DEVICE=cuda NP=1 DATASET=imagefolder MODEL=$model WORKERS=${NATIVE_WORKERS:-8} SIZES=224 \
-        WARMUP=${BENCH_WARMUP:-10} BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 PIN=true THREADS=8 \
-        QUICK=${QUICK:-0} PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$OUT/native-$size" 2>&1 |
-        tee -a "$OUT/bench.txt" || echo "gpu-check.sh: the $model table at $size px failed (above); going on"
-      # The DataLoader-vs-DALI question: JPEGs decoded on the loader's threads vs by nvJPEG on the GPU.
-      for decode in host device; do
+      if [[ ${NATIVE_PEER_MODELS:-all} == all || " ${NATIVE_PEER_MODELS:-} " == *" $model "* ]]; then
+        DEVICE=cuda NP=1 DATASET=imagefolder MODEL=$model WORKERS=${NATIVE_WORKERS:-8} SIZES=224 \
+          WARMUP=${BENCH_WARMUP:-10} BATCH=64 TRAIN=${BENCH_TRAIN:-4096} PRECISION=amp-bf16 PIN=true THREADS=8 \
+          QUICK=${QUICK:-0} PYTHON=$PYTHON MGBENCH="$BUILD/app/mgbench" bench/compare_image.sh "$OUT/native-$size" 2>&1 |
+          tee -a "$OUT/bench.txt" || echo "gpu-check.sh: the $model table at $size px failed (above); going on"
+      fi
+      # The DataLoader-vs-DALI question: JPEGs decoded on the loader's threads vs by nvJPEG on the GPU,
+      # with each of its back-ends (the JPEG engines, Huffman on the GPU, Huffman on the CPU per image).
+      for decode in ${NATIVE_DECODES:-host hardware gpu-hybrid hybrid}; do
+        how=(--decode device --nvjpeg-backend "$decode")
+        [[ $decode == host ]] && how=(--decode host)
         mpirun -np 1 --bind-to none "$BUILD/app/mgbench" image --dataset imagefolder --data "$OUT/native-$size" \
           --model "$model" --image-size 224 --batch-size 64 --limit-train "${BENCH_TRAIN:-4096}" --limit-test 256 \
-          --epochs 1 --precision amp-bf16 --pin-memory true --loader-threads "${NATIVE_WORKERS:-8}" --decode "$decode" \
+          --epochs 1 --precision amp-bf16 --pin-memory true --loader-threads "${NATIVE_WORKERS:-8}" "${how[@]}" \
           --warmup-steps-excluded "${BENCH_WARMUP:-10}" --cupti false --results "$OUT/decode.h5" \
-          --run-name "$model-$size-$decode" --progress-interval 1000 >"$OUT/decode-$decode.log" 2>&1 ||
-          { tail -15 "$OUT/decode-$decode.log"; echo "gpu-check.sh: --decode $decode failed; going on"; }
+          --run-name "$model-$size-$decode" --progress-interval 1000 >"$OUT/decode-$model-$size-$decode.log" 2>&1 ||
+          { tail -5 "$OUT/decode-$model-$size-$decode.log"; echo "gpu-check.sh: --decode $decode failed; going on"; }
+        grep -h "decode device: nvJPEG" "$OUT/decode-$model-$size-$decode.log" || true
       done
       "$PYTHON" -c "import h5py, sys
 for run in h5py.File(sys.argv[1])['runs'].values():
+    if not run.attrs['run_name'].startswith(sys.argv[2]): continue
     s = run['summary'][0]
     print('decode', run.attrs['run_name'], 'img/s %.1f' % s['samples_per_s'], 'data share %.1f %%' % (100 *
-          run['rank_0/epochs'][0]['data_s'] / run['rank_0/epochs'][0]['train_s']))" "$OUT/decode.h5" |
+          run['rank_0/epochs'][0]['data_s'] / run['rank_0/epochs'][0]['train_s']))" "$OUT/decode.h5" "$model-$size-" |
         tee -a "$OUT/bench.txt" || true
     done
   done

@@ -32,23 +32,25 @@ class MnistDataset final : public ImageDataset {
 
 class EncodedDataset final : public ImageDataset {
  public:
-  EncodedDataset(EncodedImages images, ImageTransform transform, int threads, bool skip_bad, bool on_device)
+  EncodedDataset(EncodedImages images, ImageTransform transform, int threads, bool skip_bad,
+                 std::optional<NvjpegBackend> device_decode)
       : images_(std::move(images)),
         transform_(transform),
         threads_(threads),
         skip_bad_(skip_bad),
-        on_device_(on_device) {}
+        device_decode_(device_decode) {}
   std::int64_t size() const override { return images_.size(); }
   std::int64_t num_classes() const override { return static_cast<std::int64_t>(images_.classes.size()); }
   std::int64_t image_size() const override { return transform_.size; }
   Batch assemble(const PlannedBatch& plan, bool pin_memory) const override {
-    if (on_device_) return assemble_encoded_bytes(images_, plan, transform_);
+    if (device_decode_) return assemble_encoded_bytes(images_, plan, transform_);
     return assemble_encoded_batch(images_, plan, transform_, threads_, pin_memory, skip_bad_);
   }
   torch::Tensor decode_on_device(const Batch& batch, const torch::Device& device,
                                  torch::ScalarType dtype) const override {
-    if (!on_device_) return {};
-    return decode_and_crop_on_device(batch, transform_.size, device, dtype, kImageNetMean, kImageNetStd);
+    if (!device_decode_) return {};
+    return decode_and_crop_on_device(batch, *device_decode_, transform_.size, device, dtype, kImageNetMean,
+                                     kImageNetStd);
   }
   std::span<const double> mean() const override { return kImageNetMean; }
   std::span<const double> std() const override { return kImageNetStd; }
@@ -60,7 +62,7 @@ class EncodedDataset final : public ImageDataset {
   ImageTransform transform_;
   int threads_;
   bool skip_bad_;
-  bool on_device_;
+  std::optional<NvjpegBackend> device_decode_;
 };
 
 }  // namespace
@@ -70,8 +72,8 @@ std::unique_ptr<ImageDataset> make_mnist_dataset(MnistSplit split) {
 }
 
 std::unique_ptr<ImageDataset> make_encoded_dataset(EncodedImages images, ImageTransform transform, int threads,
-                                                   bool skip_bad, bool on_device) {
-  return std::make_unique<EncodedDataset>(std::move(images), transform, threads, skip_bad, on_device);
+                                                   bool skip_bad, std::optional<NvjpegBackend> device_decode) {
+  return std::make_unique<EncodedDataset>(std::move(images), transform, threads, skip_bad, device_decode);
 }
 
 }  // namespace mgbench::data

@@ -6,10 +6,12 @@
 // its pixels are normalised.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "data/device_decode.h"
 #include "data/encoded_images.h"
 #include "data/loader.h"
 #include "data/mnist.h"
@@ -47,9 +49,10 @@ std::unique_ptr<ImageDataset> make_mnist_dataset(MnistSplit split);
 
 /// Encoded images (data/encoded_images.h) decoded on `threads` loader threads and transformed by
 /// transform, normalised with ImageNet's statistics; skip_bad: undecodable files replaced and counted
-/// (assemble_encoded_batch); on_device: the loader only reads the files and draws the crops, the
-/// device decodes (decode_on_device).
+/// (assemble_encoded_batch); device_decode: the loader only reads the files and draws the crops, the
+/// device decodes with this nvJPEG back-end (decode_on_device).
 std::unique_ptr<ImageDataset> make_encoded_dataset(EncodedImages images, ImageTransform transform, int threads,
-                                                   bool skip_bad, bool on_device = false);
+                                                   bool skip_bad,
+                                                   std::optional<NvjpegBackend> device_decode = std::nullopt);
 
 }  // namespace mgbench::data

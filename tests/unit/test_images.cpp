@@ -184,8 +184,8 @@ TEST(ImageFolder, BytesForTheDeviceCarryTheHostPathsCrops) {
   // Without a GPU (or nvJPEG): a ConfigError saying so, never a crash.
   test::expect_error<ConfigError>(
       [&] {
-        data::decode_and_crop_on_device(bytes, 3, torch::kCPU, torch::kFloat32, data::kImageNetMean,
-                                        data::kImageNetStd);
+        data::decode_and_crop_on_device(bytes, data::NvjpegBackend::kAuto, 3, torch::kCPU, torch::kFloat32,
+                                        data::kImageNetMean, data::kImageNetStd);
       },
       {"--decode device"});
 }

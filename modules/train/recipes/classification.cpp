@@ -47,6 +47,14 @@ constexpr options::Choice<Decode> kDecodes[] = {
      "nvJPEG on the GPU (the papers' DALI comparison): the files' bytes cross PCIe, crops drawn on the host"},
 };
 
+constexpr options::Choice<data::NvjpegBackend> kNvjpegBackends[] = {
+    {"auto", data::NvjpegBackend::kAuto, "the JPEG engines where the GPU has them (A100, H100, H200), else gpu-hybrid"},
+    {"hardware", data::NvjpegBackend::kHardware,
+     "batches on the GPU's JPEG engines (DALI's default there); progressive JPEGs per image"},
+    {"gpu-hybrid", data::NvjpegBackend::kGpuHybrid, "batches, Huffman decoding on the GPU's SMs"},
+    {"hybrid", data::NvjpegBackend::kHybrid, "per image, Huffman decoding on the training thread's CPU core"},
+};
+
 constexpr options::Choice<DatasetKind> kDatasets[] = {
     {"mnist", DatasetKind::kMnist, "MNIST-format IDX files (MNIST, Fashion-MNIST), upscaled to --image-size"},
     {"imagefolder", DatasetKind::kImageFolder,
@@ -70,6 +78,7 @@ struct ImageOptions {
   int loader_threads = 4;
   bool skip_bad_images = false;
   Decode decode = Decode::kHost;
+  data::NvjpegBackend nvjpeg_backend = data::NvjpegBackend::kAuto;
   std::int64_t image_size = 100;  // px, square; the paper used 100-700
   std::int64_t limit_train = 0;   // 0: all training samples
   std::int64_t limit_test = 0;    // 0: all test samples
@@ -104,6 +113,8 @@ class ClassificationRecipe final : public Recipe {
         .at_most(256);
     t.add("decode", o.decode, std::span<const options::Choice<Decode>>(kDecodes),
           "imagefolder, webdataset: where JPEG files are decoded (PNG and CMYK JPEG: always on the host)");
+    t.add("nvjpeg-backend", o.nvjpeg_backend, std::span<const options::Choice<data::NvjpegBackend>>(kNvjpegBackends),
+          "--decode device: how nvJPEG decodes");
     t.add("skip-bad-images", o.skip_bad_images,
           "imagefolder, webdataset: a file that cannot be decoded is named in a warning and replaced by another "
           "image of its batch, counted in the epochs' skipped_images (default: the job stops, naming it)");
@@ -129,8 +140,7 @@ class ClassificationRecipe final : public Recipe {
                       "--decode device decodes image files: it needs --dataset imagefolder or webdataset");
       MGBENCH_REQUIRE(ctx.device.is_cuda(), ConfigError, "--decode device needs a GPU (this rank runs on {})",
                       ctx.device.str());
-      MGBENCH_REQUIRE(data::nvjpeg_available(), ConfigError,
-                      "--decode device: this mgbench was built without nvJPEG (docs/datasets.md)");
+      data::resolve_nvjpeg_backend(o.nvjpeg_backend, ctx.device);  // refuses what this build or GPU lacks
       MGBENCH_REQUIRE(o.upscale == Upscale::kDevice && !o.skip_bad_images, ConfigError,
                       "--decode device works with --upscale device and without --skip-bad-images");
     }
@@ -250,7 +260,8 @@ class ClassificationRecipe final : public Recipe {
     MGBENCH_REQUIRE(train.classes == val.classes, DataError,
                     "{}: train/ has {} class folders and val/ {}, or their names differ: the labels would not agree",
                     o.data_dir, train.classes.size(), val.classes.size());
-    const bool on_device = o.decode == Decode::kDevice;
+    const auto on_device =
+        o.decode == Decode::kDevice ? std::optional<data::NvjpegBackend>(o.nvjpeg_backend) : std::nullopt;
     train_set_ = data::make_encoded_dataset(std::move(train), {o.crop, o.image_size, seed}, o.loader_threads,
                                             o.skip_bad_images, on_device);
     test_set_ = data::make_encoded_dataset(std::move(val), {data::ImageTransform::Kind::kCenter, o.image_size, seed},
