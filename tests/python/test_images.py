@@ -124,3 +124,57 @@ def test_bad_files_are_named(folder, tmp_path):
     proc = mgbench("image", "--dataset", "webdataset", "--data", bad / "wds", "--image-size", 8, "--device", "cpu",
                    "--results", tmp_path / "bad3.h5", np=1)
     assert proc.returncode != 0 and "x.tar" in proc.stderr + proc.stdout and "checksum" in proc.stderr + proc.stdout
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """scikit-image's real photos and scans (JPEG and PNG; RGB, RGBA, palette, greyscale; 100 px to 2000 px
+    a side) as an ImageFolder of two classes by their colour mode, every third file in val/."""
+    import shutil
+    import sys
+    source = os.path.join(sys.prefix, "skimage-site", "skimage", "data")
+    files = sorted(f for f in os.listdir(source) if f.endswith((".jpg", ".png"))) if os.path.isdir(source) else []
+    if len(files) < 12:
+        pytest.skip(f"no scikit-image photos at {source} (scripts/install-deps.sh)")
+    root = tmp_path_factory.mktemp("photos")
+    for i, name in enumerate(files):
+        with Image.open(os.path.join(source, name)) as image:
+            label = "grey" if image.mode in ("1", "L", "LA", "I", "I;16") else "colour"
+        out = root / ("val" if i % 3 == 2 else "train") / label
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.join(source, name), out / name)
+    return root
+
+
+def test_real_photos_train_resnet50_at_300_px_as_folders_and_shards(photos, tmp_path):
+    # The issue's command on real files: 2 ranks, ResNet-50, RandomResizedCrop to 300 px, each rank its
+    # own samples, from an ImageFolder and from webdataset shards of the same files.
+    torchvision = pytest.importorskip("torchvision")
+    webdataset = pytest.importorskip("webdataset")
+    shards = tmp_path / "shards"
+    for split in ("train", "val"):
+        (shards / split).mkdir(parents=True)
+        folder = torchvision.datasets.ImageFolder(str(photos / split))
+        with webdataset.ShardWriter(str(shards / split / "shard-%06d.tar"), maxcount=4, verbose=0) as sink:
+            for i, (path, label) in enumerate(folder.samples):
+                with open(path, "rb") as f:
+                    sink.write({"__key__": f"photo{i:04d}", path.rsplit(".", 1)[1]: f.read(), "cls": label})
+    train = len(torchvision.datasets.ImageFolder(str(photos / "train")))
+    for dataset, data in (("imagefolder", photos), ("webdataset", shards)):
+        results = tmp_path / f"{dataset}.h5"
+        mgbench("image", "--dataset", dataset, "--data", data, "--model", "resnet50", "--image-size", 300,
+                "--batch-size", 2, "--epochs", 1, "--record-indices", "--loader-threads", 1, "--threads", 1,
+                "--device", "cpu", "--results", results, "--progress-interval", 1000, np=2, check=True)
+        indices, losses, attrs = run_record(results)
+        assert attrs["train_samples"] == train and attrs["num_classes"] == 2, (dataset, attrs)
+        seen = [set(indices[r][0].tolist()) for r in (0, 1)]
+        assert len(indices[0][0]) == len(indices[1][0]) == (train + 1) // 2, dataset
+        if dataset == "imagefolder":
+            assert not seen[0] & seen[1]
+        else:  # 5 shards over 2 ranks: DistributedSampler pads with one shard again, the only overlap
+            assert len({i // 4 for i in seen[0] & seen[1]}) <= 1, seen
+        assert np.isfinite(losses).all(), (dataset, losses)
+        with h5py.File(results) as f:
+            (run,) = f["runs"].values()
+            status = run["status"][()].ravel()[0]
+            assert status in (b"completed", "completed") and run["rank_0/epochs"][0]["skipped_images"] == 0
