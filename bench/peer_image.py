@@ -110,7 +110,9 @@ def main():
     memory_format = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
     model = DDP(model, device_ids=[device.index] if cuda else None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=4e-5)
+    # mgbench's defaults per model: the image recipe's (MobileNetV2), ResNet-50's from torchvision's reference.
+    lr, weight_decay = {"mobilenet_v2": (0.05, 4e-5), "resnet50": (0.1, 1e-4)}[a.model]
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     samples, train_s, step = 0, 0.0, 0

@@ -190,7 +190,7 @@ void OptionTable::set_defaults(std::string_view ini) {
   for (const auto& [name, text] : ini_lines(std::string(ini))) {
     Option* o = find(name);
     if (o == nullptr) throw std::out_of_range("undeclared option --" + name);
-    o->parse(text);
+    if (!o->given) o->parse(text);
   }
 }
 

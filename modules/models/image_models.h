@@ -39,6 +39,9 @@ struct ImageModelInfo {
   std::string_view name;    // --model
   ImageModelFactory value;  // the model's factory: what --model selects
   std::string_view help;
+  /// The training options this model trains with unless given ("name = value" lines; empty: the
+  /// image recipe's, which are MobileNetV2's).
+  std::string_view defaults = {};
 };
 
 /// Every image model; the first is the default.

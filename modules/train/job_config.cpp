@@ -4,7 +4,8 @@
 
 namespace mgbench::train {
 
-void JobConfig::validate() const {
+void JobConfig::validate() {
+  recipe->resolve_defaults(table);
   table.validate();
   train.validate();
   recipe->validate(train);

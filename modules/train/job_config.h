@@ -27,9 +27,10 @@ struct JobConfig {
   /// Sets --name from text, as the command line would. Throws ConfigError for a bad value,
   /// std::out_of_range for an option the job does not have.
   void set(std::string_view name, const std::string& text) { table.set(name, text); }
-  /// Every option's bounds, then the loop's rules, then the recipe's. Throws ConfigError naming
-  /// the first invalid option and what it expects.
-  void validate() const;
+  /// Completes the configuration once every value is read -- the recipe's defaults that depend on
+  /// other options (Recipe::resolve_defaults) -- then checks every option's bounds, the loop's
+  /// rules and the recipe's. Throws ConfigError naming the first invalid option and what it expects.
+  void validate();
   /// The resolved configuration as INI text ("name = value" lines), readable with --config.
   std::string ini() const { return table.ini(); }
   /// The settings that change results: the checkpoint identity (checkpointer.h).

@@ -91,6 +91,10 @@ class Recipe {
   // --- configuration (before any rank is set up) --------------------------------------------
   /// Declares the recipe's own options into table (its fields are the defaults).
   virtual void declare(options::OptionTable& table) = 0;
+  /// Defaults that depend on another option's value (a model's learning rate and weight decay),
+  /// set on the options of table not given, after parsing and before validate. Throws as
+  /// OptionTable::set_defaults.
+  virtual void resolve_defaults(options::OptionTable& table) const {}
   /// Rules between options, with the shared ones (supported strategies and precisions, say).
   /// Throws ConfigError naming the option.
   virtual void validate(const TrainOptions& train) const = 0;

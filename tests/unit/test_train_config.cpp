@@ -116,6 +116,27 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
   EXPECT_NE(image->ini().find("lr = 0.1\n"), std::string::npos);  // shortest exact text, not 0.10000000000000001
 }
 
+// A model's own training defaults (ResNet-50: torchvision's reference lr and weight decay) apply to
+// what is not given; a given value, or the default model, keeps the recipe's.
+TEST(JobConfig, ModelDefaultsFillOnlyWhatIsNotGiven) {
+  auto mobilenet = train::configure("image");
+  mobilenet->validate();
+  EXPECT_DOUBLE_EQ(mobilenet->train.lr, 0.05);
+  EXPECT_DOUBLE_EQ(mobilenet->train.weight_decay, 4e-5);
+  auto resnet = train::configure("image");
+  resnet->set("model", "resnet50");
+  resnet->validate();
+  EXPECT_DOUBLE_EQ(resnet->train.lr, 0.1);
+  EXPECT_DOUBLE_EQ(resnet->train.weight_decay, 1e-4);
+  EXPECT_NE(resnet->ini().find("lr = 0.1\n"), std::string::npos);  // in the identity and the results
+  auto given = train::configure("image");
+  given->set("model", "resnet50");
+  given->set("lr", "0.02");
+  given->validate();
+  EXPECT_DOUBLE_EQ(given->train.lr, 0.02);
+  EXPECT_DOUBLE_EQ(given->train.weight_decay, 1e-4);
+}
+
 TEST(JobConfig, QuantisedRecipesTakeTorchTunesDefaultsAndRefuseWhatDoesNotCombine) {
   // Each recipe's row (TorchTune's llama3/8B_qlora_single_device, 8B_full, 8B_qat_full, 8B_qat_lora).
   const auto ini_of = [](const std::string& recipe) { return train::configure("llm", recipe)->ini(); };
@@ -239,9 +260,9 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   t.add("m", m, "another count");
   t.set_defaults("m = 9\nx = 0.25\n");  // a recipe's defaults: values, not given
   EXPECT_EQ(m, 9);
-  EXPECT_DOUBLE_EQ(x, 0.25);
+  EXPECT_DOUBLE_EQ(x, 1e-3);  // given: kept
   EXPECT_FALSE(t.find("m")->given);
-  test::expect_error<ConfigError>([&] { t.set_defaults("n = many\n"); }, {"--n 'many'"});
+  test::expect_error<ConfigError>([&] { t.set_defaults("m = many\n"); }, {"--m 'many'"});
   EXPECT_THROW(t.set_defaults("m=3\n"), std::logic_error);  // a recipe's defaults are --config lines
   EXPECT_FALSE(t.find("name")->is_switch);
   EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),

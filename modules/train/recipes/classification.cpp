@@ -127,6 +127,10 @@ class ClassificationRecipe final : public Recipe {
     t.add("channels-last", o.channels_last, "NHWC memory layout of activations and conv weights");
   }
 
+  void resolve_defaults(options::OptionTable& table) const override {
+    table.set_defaults(options::row_of(models::image_models(), options_.model).defaults);
+  }
+
   // Every option combination is valid: --sharding fsdp shards the model's units (MobileNetV2's
   // inverted-residual blocks and its root).
   void validate(const TrainOptions&) const override {}
