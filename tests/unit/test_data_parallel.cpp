@@ -179,6 +179,19 @@ TEST(ImageModels, TheTableBuildsEveryModelWithItsOptions) {
     auto clone = c.module->clone();  // Cloneable: --strategy dp replicates it
     EXPECT_TRUE(torch::equal(c.forward(*clone, torch::ones({1, 1, 32, 32})),
                              c.forward(*c.module, torch::ones({1, 1, 32, 32}))));
+    // --freeze-batchnorm: in train() BatchNorm uses its running statistics and leaves them as they are,
+    // so a sample's logits do not depend on the rest of its batch.
+    const models::ImageClassifier frozen = row.value({7, width_mult, 0.0, /*freeze_batchnorm=*/true});
+    frozen.module->train();
+    const torch::Tensor x = torch::rand({4, 1, 32, 32});
+    const torch::Tensor all = frozen.forward(*frozen.module, x);
+    EXPECT_TRUE(torch::allclose(all.narrow(0, 0, 1), frozen.forward(*frozen.module, x.narrow(0, 0, 1)), 1e-5, 1e-6))
+        << row.name;
+    for (const auto& b : frozen.module->named_buffers()) {
+      if (b.key().ends_with("running_mean")) {
+        EXPECT_EQ(b.value().abs().sum().item<double>(), 0.0) << row.name << " " << b.key();
+      }
+    }
   }
   EXPECT_EQ(models::image_models().front().name, "mobilenet_v2");
 }

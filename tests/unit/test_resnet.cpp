@@ -232,22 +232,6 @@ TEST(ResNet, FsdpUnitsHoldEveryParameterOnceAndAreEnteredInForwardOrder) {
   EXPECT_EQ(hooks.calls, expected);
 }
 
-TEST(ResNet, FrozenBatchNormIgnoresTheBatch) {
-  torch::manual_seed(0);
-  ResNet model(ResNetOptions{10, {1, 1, 1, 1}});
-  model->set_batchnorm_frozen(true);
-  model->train();
-  const torch::Tensor x = torch::rand({4, 1, 32, 32});
-  const torch::Tensor all = model->forward(x);
-  const torch::Tensor first = model->forward(x.narrow(0, 0, 1));
-  EXPECT_TRUE(torch::allclose(all.narrow(0, 0, 1), first, 1e-5, 1e-6));
-  for (const auto& b : model->named_buffers()) {
-    if (b.key().ends_with("running_mean")) {
-      EXPECT_EQ(b.value().abs().sum().item<double>(), 0.0) << b.key();
-    }
-  }
-}
-
 const ImageModelInfo& resnet50_row() {
   const auto rows = image_models();
   const auto row = std::find_if(rows.begin(), rows.end(), [](const ImageModelInfo& r) { return r.name == "resnet50"; });
