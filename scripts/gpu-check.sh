@@ -34,6 +34,7 @@
 # QUICK (1: the image tables without the +malloc peer and the CUPTI run), NATIVE_SIZES ("300 500"),
 # NATIVE_MODELS ("mobilenet_v2 resnet50"), NATIVE_WORKERS (8: loader threads = DataLoader workers),
 # NATIVE_DECODES ("host hardware gpu-hybrid hybrid": --decode host, or device with that --nvjpeg-backend),
+# NATIVE_EPOCHS (1: the decode runs' epochs of BENCH_TRAIN images),
 # NATIVE_PEER_MODELS (the models of NATIVE_MODELS also timed against the Python peer, and with any,
 # the loader-alone table; default all, "none": only the decode runs), GPU_TEST_FILTER (a ctest -R
 # regex among the gpu tests), PREEMPTION (0: no preemption stage),
@@ -322,7 +323,7 @@ if bench_set images; then
         [[ $decode == host ]] && how=(--decode host)
         mpirun -np 1 --bind-to none "$BUILD/app/mgbench" image --dataset imagefolder --data "$OUT/native-$size" \
           --model "$model" --image-size 224 --batch-size 64 --limit-train "${BENCH_TRAIN:-4096}" --limit-test 256 \
-          --epochs 1 --precision amp-bf16 --pin-memory true --loader-threads "${NATIVE_WORKERS:-8}" "${how[@]}" \
+          --epochs "${NATIVE_EPOCHS:-1}" --precision amp-bf16 --pin-memory true --loader-threads "${NATIVE_WORKERS:-8}" "${how[@]}" \
           --warmup-steps-excluded "${BENCH_WARMUP:-10}" --cupti false --results "$OUT/decode.h5" \
           --run-name "$model-$size-$decode" --progress-interval 1000 >"$OUT/decode-$model-$size-$decode.log" 2>&1 ||
           { tail -5 "$OUT/decode-$model-$size-$decode.log"; echo "gpu-check.sh: --decode $decode failed; going on"; }
