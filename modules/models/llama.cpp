@@ -35,14 +35,15 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
-                               torch::Tensor sin, std::int64_t layer_address) {
+                               torch::Tensor sin, std::int64_t layer_address, std::vector<std::int64_t> lengths) {
     ctx->saved_data["layer"] = layer_address;
+    ctx->saved_data["lengths"] = lengths;
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
     ctx->saved_data["rng"] = generator_of(x).get_state();
     ctx->save_for_backward({x});
     auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(layer_address);
-    return layer->forward(x, cos, sin);
+    return layer->forward(x, cos, sin, lengths);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -55,11 +56,12 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     torch::Tensor out;
     {
       torch::AutoGradMode grad(true);
-      out = layer->forward(x, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor());
+      out = layer->forward(x, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(),
+                           ctx->saved_data["lengths"].toIntVector());
     }
     gen.set_state(current);
     torch::autograd::backward({out}, {grad_outputs[0]});
-    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -102,7 +104,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base)
   o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, base));
 }
 
-torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                          c10::IntArrayRef lengths) {
   const auto b = x.size(0);
   const auto t = x.size(1);
   auto heads = [&](const torch::Tensor& y, std::int64_t n) { return y.view({b, t, n, head_dim_}).transpose(1, 2); };
@@ -111,9 +114,22 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   const torch::Tensor v = heads(v_proj(x), kv_heads_);
   q = q * cos + rotate_half(q) * sin;  // cos, sin broadcast over [B, H]
   k = k * cos + rotate_half(k) * sin;
-  const torch::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                             /*is_causal=*/true, /*scale=*/std::nullopt,
-                                                             /*enable_gqa=*/kv_heads_ != heads_);
+  auto attend = [&](const torch::Tensor& qs, const torch::Tensor& ks, const torch::Tensor& vs) {
+    return at::scaled_dot_product_attention(qs, ks, vs, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                            /*scale=*/std::nullopt, /*enable_gqa=*/kv_heads_ != heads_);
+  };
+  torch::Tensor out;
+  if (lengths.empty()) {
+    out = attend(q, k, v);
+  } else {  // packed sequences: each attends to itself only
+    std::vector<torch::Tensor> parts;
+    std::int64_t start = 0;
+    for (const std::int64_t n : lengths) {
+      parts.push_back(attend(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
+      start += n;
+    }
+    out = parts.size() == 1 ? parts.front() : torch::cat(parts, 2);
+  }
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 
@@ -134,9 +150,9 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, BaseWeights b
   mlp = register_module("mlp", LlamaMLP(c, base));
 }
 
-torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                             const torch::Tensor& sin) {
-  const torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin);
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                             c10::IntArrayRef lengths) {
+  const torch::Tensor h = x + self_attn->forward(input_layernorm(x), cos, sin, lengths);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -193,20 +209,37 @@ void LlamaForCausalLMImpl::place(const std::string& name, nn::Module& part, cons
 }
 
 std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::rotary(std::int64_t length, torch::Dtype dtype,
-                                                                     torch::Device device) {
+                                                                     torch::Device device,
+                                                                     const torch::Tensor& position_ids) {
   if (inv_freq_.device() != device) inv_freq_ = inv_freq_.to(device);
-  const torch::Tensor positions = torch::arange(length, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  const torch::Tensor positions =
+      position_ids.defined() ? position_ids.to(torch::kFloat32)
+                             : torch::arange(length, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   const torch::Tensor freqs = torch::outer(positions, inv_freq_);
   const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
-torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens) {
+torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens, const SequencePacking* packing) {
   MGBENCH_REQUIRE(tokens.dim() == 2 && tokens.scalar_type() == torch::kInt64, std::invalid_argument,
                   "Llama forward: tokens must be int64 [B, T], got {} of {}", c10::toString(tokens.scalar_type()),
                   shape_text(tokens.sizes()));
+  std::vector<std::int64_t> lengths;
+  torch::Tensor position_ids;
+  if (packing != nullptr) {
+    std::int64_t total = 0;
+    for (const std::int64_t n : packing->lengths) total += n;
+    MGBENCH_REQUIRE(tokens.size(0) == 1 && total == tokens.size(1) && packing->position_ids.dim() == 1 &&
+                        packing->position_ids.size(0) == total,
+                    std::invalid_argument,
+                    "Llama forward: packed sequences must be tokens [1, S] with lengths summing to S and "
+                    "position_ids [S]; got tokens {}, lengths summing to {}, position_ids {}",
+                    shape_text(tokens.sizes()), total, shape_text(packing->position_ids.sizes()));
+    lengths = packing->lengths;
+    position_ids = packing->position_ids;
+  }
   torch::Tensor h = leave(0, model->embed_tokens(enter(0, tokens)));
-  const auto [cos, sin] = rotary(tokens.size(1), h.scalar_type(), h.device());
+  const auto [cos, sin] = rotary(tokens.size(1), h.scalar_type(), h.device(), position_ids);
   const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled();
   int unit = 1;
   for (const auto& layer : *model->layers) {
@@ -215,9 +248,9 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens) {
     if (checkpoint) {
       // The input must require grad for backward to reach the layer (the embedding is frozen).
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);
-      h = CheckpointedLayer::apply(h, cos, sin, reinterpret_cast<std::int64_t>(decoder));
+      h = CheckpointedLayer::apply(h, cos, sin, reinterpret_cast<std::int64_t>(decoder), lengths);
     } else {
-      h = decoder->forward(h, cos, sin);
+      h = decoder->forward(h, cos, sin, lengths);
     }
     h = leave(unit++, h);
   }

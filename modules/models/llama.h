@@ -21,6 +21,15 @@
 
 namespace mgbench::models {
 
+/// Sequences packed into one row without padding (--padding none): tokens [1, S] hold them one
+/// after another; positions restart at 0 in each (rotary embeddings as for the sequence alone) and
+/// attention stays within each (causal per sequence): every sequence's outputs equal those it has
+/// alone, or right-padded in a batch.
+struct SequencePacking {
+  torch::Tensor position_ids;         // int64 [S] on the tokens' device: each token's position in its sequence
+  std::vector<std::int64_t> lengths;  // tokens of each sequence, in order; their sum is S
+};
+
 /// Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, times weight, in x's dtype.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
@@ -37,7 +46,10 @@ class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base);
   /// x: [B, T, hidden]; cos, sin: [T, head_dim] (x's dtype). Causal self-attention. Returns [B, T, hidden].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  /// lengths (packed sequences, B = 1): causal attention within each run of lengths[i] positions
+  /// (one scaled_dot_product_attention call per sequence), cos and sin by each token's own position.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        c10::IntArrayRef lengths = {});
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -57,7 +69,9 @@ TORCH_MODULE(LlamaMLP);
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const LlamaConfig& c, BaseWeights base);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  /// As LlamaAttentionImpl::forward's arguments.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        c10::IntArrayRef lengths = {});
   LlamaRMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMLP mlp{nullptr};
@@ -96,7 +110,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   /// tokens: int64 [B, T]. Returns logits [B, T, vocab_size] in the parameters' dtype.
   torch::Tensor forward(const torch::Tensor& tokens);
   /// Hidden states after the final norm, [B, T, hidden] (for a chunked loss without full logits).
-  torch::Tensor hidden_states(const torch::Tensor& tokens);
+  /// packing: tokens [1, S] are sequences packed without padding (SequencePacking); throws
+  /// std::invalid_argument when its lengths do not sum to S or its position_ids are not [S].
+  torch::Tensor hidden_states(const torch::Tensor& tokens, const SequencePacking* packing = nullptr);
   /// The output projection's weight [vocab, hidden] (the embedding when tied); its unit is entered
   /// first, so that under FSDP it holds its values (a gather on every rank alike).
   torch::Tensor output_weight() const;
@@ -163,8 +179,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   UnitHooks* hooks_ = nullptr;
   torch::Tensor enter(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->before_forward(unit, x) : x; }
   torch::Tensor leave(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->after_forward(unit, x) : x; }
-  /// cos, sin [T, head_dim] in dtype on device (computed in fp32 from the cached inverse frequencies).
-  std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t length, torch::Dtype dtype, torch::Device device);
+  /// cos, sin [T, head_dim] in dtype on device (computed in fp32 from the cached inverse frequencies),
+  /// for positions 0 .. length - 1, or for position_ids [T] where defined.
+  std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t length, torch::Dtype dtype, torch::Device device,
+                                                 const torch::Tensor& position_ids = {});
 
   LlamaConfig config_;
   BaseWeights base_;

@@ -74,31 +74,38 @@ TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {
     }
     pointers.push_back(&rows[static_cast<std::size_t>(r)]);
   }
-  const data::Batch batch = train::collate_sequences(pointers, 2004, false);
-  EXPECT_TRUE(torch::equal(batch.tensors[0], ids));  // right-padded as the oracle
   torch::NoGradGuard no_grad;
-  const auto log_probs = [&] {
-    const torch::Tensor h = model->hidden_states(batch.tensors[0]);
-    const auto t = h.size(1);
-    const torch::Tensor selected = h.narrow(1, 0, t - 1).reshape({-1, h.size(-1)}).index_select(0, batch.tensors[1]);
-    return train::sequence_log_probs(batch,
-                                     models::target_log_probs(selected, model->output_weight(), batch.tensors[2]));
-  };
-  const torch::Tensor policy = log_probs();
-  torch::Tensor reference;
-  {
-    const models::AdaptersDisabled off(*model);
-    reference = log_probs();
-  }
-  const torch::Tensor again = log_probs();  // adapters back on
   const auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
     return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
   };
-  // Sums of ~20 log-probs of about -7.7 each, fp32 through two layers.
-  EXPECT_LT(close(policy, oracle.at("policy")), 1e-4) << policy << oracle.at("policy");
-  EXPECT_LT(close(reference, oracle.at("reference")), 1e-4) << reference << oracle.at("reference");
-  EXPECT_GT(close(policy, reference), 1e-3);  // the adapter matters: the comparison is not vacuous
-  EXPECT_EQ(close(again, policy), 0.0);
+  // Right-padded as the oracle, and packed without padding (--padding none): the same log-probs.
+  for (const train::Padding padding : {train::Padding::kPad, train::Padding::kNone}) {
+    const data::Batch batch = train::collate_sequences(pointers, 2004, padding, false);
+    if (padding == train::Padding::kPad) {
+      EXPECT_TRUE(torch::equal(batch.tensors[0], ids));
+    } else {
+      EXPECT_EQ(batch.tensors[0].size(1), lengths.sum().item<std::int64_t>());
+    }
+    const auto log_probs = [&] {
+      const auto packing = train::packing_of(batch);
+      const torch::Tensor h = model->hidden_states(batch.tensors[0], packing ? &*packing : nullptr);
+      const torch::Tensor selected = h.reshape({-1, h.size(-1)}).index_select(0, batch.tensors[1]);
+      return train::sequence_log_probs(batch,
+                                       models::target_log_probs(selected, model->output_weight(), batch.tensors[2]));
+    };
+    const torch::Tensor policy = log_probs();
+    torch::Tensor reference;
+    {
+      const models::AdaptersDisabled off(*model);
+      reference = log_probs();
+    }
+    const torch::Tensor again = log_probs();  // adapters back on
+    // Sums of ~20 log-probs of about -7.7 each, fp32 through two layers.
+    EXPECT_LT(close(policy, oracle.at("policy")), 1e-4) << policy << oracle.at("policy");
+    EXPECT_LT(close(reference, oracle.at("reference")), 1e-4) << reference << oracle.at("reference");
+    EXPECT_GT(close(policy, reference), 1e-3);  // the adapter matters: the comparison is not vacuous
+    EXPECT_EQ(close(again, policy), 0.0);
+  }
 }
 
 }  // namespace

@@ -317,6 +317,60 @@ TEST(Llama, ActivationCheckpointingKeepsTheGradients) {
   }
 }
 
+// --padding none: sequences packed into one row (positions restarting, attention within each)
+// give each sequence the hidden states and LoRA gradients it has right-padded in a batch -- fp64,
+// grouped-query attention, lengths 1 to 17, with and without activation checkpointing.
+TEST(Llama, PackedSequencesEqualTheirPaddedRows) {
+  const std::vector<std::int64_t> lengths{5, 17, 1, 11};
+  const std::int64_t rows = 4, longest = 17, total = 34;
+  torch::manual_seed(3);
+  const torch::Tensor padded = torch::randint(0, 300, {rows, longest});
+  std::vector<torch::Tensor> pieces, positions;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    pieces.push_back(padded[r].narrow(0, 0, lengths[static_cast<std::size_t>(r)]));
+    positions.push_back(torch::arange(lengths[static_cast<std::size_t>(r)]));
+  }
+  const torch::Tensor packed = torch::cat(pieces).unsqueeze(0);
+  const SequencePacking packing{torch::cat(positions), lengths};
+  for (const bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing);
+    auto make = [] {
+      torch::manual_seed(5);
+      LlamaConfig c = LlamaConfig::preset("tiny");
+      c.vocab_size = 300;
+      LlamaForCausalLM m(c);
+      m->to(torch::kFloat64);
+      m->apply_lora(LoraOptions{});
+      torch::NoGradGuard no_grad;
+      for (auto& [_, t] : m->lora_state_dict()) t.normal_(0, 0.1);
+      return m;
+    };
+    LlamaForCausalLM a = make(), b = make();
+    a->set_activation_checkpointing(checkpointing);
+    b->set_activation_checkpointing(checkpointing);
+    const torch::Tensor h_padded = a->hidden_states(padded);            // [4, 17, 64]
+    const torch::Tensor h_packed = b->hidden_states(packed, &packing);  // [1, 34, 64]
+    ASSERT_EQ(h_packed.sizes(), (std::vector<std::int64_t>{1, total, 64}));
+    std::vector<torch::Tensor> real;
+    for (std::int64_t r = 0; r < rows; ++r)
+      real.push_back(h_padded[r].narrow(0, 0, lengths[static_cast<std::size_t>(r)]));
+    const torch::Tensor expected = torch::cat(real);
+    EXPECT_LT((h_packed[0] - expected).abs().max().item<double>(), 1e-12);
+    // A loss of the real positions only: the same adapter gradients.
+    const torch::Tensor weights = torch::rand({total, 64}, torch::kFloat64);
+    (expected * weights).sum().backward();
+    (h_packed[0] * weights).sum().backward();
+    const auto ga = a->lora_state_dict(), gb = b->lora_state_dict();
+    for (std::size_t i = 0; i < ga.size(); ++i) {
+      EXPECT_LT((ga[i].second.grad() - gb[i].second.grad()).abs().max().item<double>(), 1e-12) << ga[i].first;
+    }
+  }
+  // Packing that does not describe the tokens is refused, saying what it needs.
+  LlamaForCausalLM m(LlamaConfig::preset("tiny"));
+  const SequencePacking short_by_one{torch::arange(total - 1), {5, 17, 1, 10}};
+  test::expect_error<std::invalid_argument>([&] { m->hidden_states(packed, &short_by_one); }, {"[1, S]", "33"});
+}
+
 TEST(Lora, AdapterRoundTripsInPeftFormat) {
   LlamaForCausalLM model(LlamaConfig::preset("tiny"));
   model->apply_lora(LoraOptions{});

@@ -61,7 +61,7 @@ class DpoRecipe final : public LlamaRecipe {
     std::vector<const text::TokenizedSample*> rows;
     for (const auto i : plan.indices) rows.push_back(&pairs_[static_cast<std::size_t>(i)].chosen);
     for (const auto i : plan.indices) rows.push_back(&pairs_[static_cast<std::size_t>(i)].rejected);
-    data::Batch batch = llama_.collate(rows, pin_memory);
+    data::Batch batch = llama_.collate(rows, data_.padding, pin_memory);
     batch.samples = static_cast<std::int64_t>(plan.indices.size());
     return batch;
   }
@@ -90,9 +90,9 @@ class DpoRecipe final : public LlamaRecipe {
       if (!head_mean_row_.defined()) {
         head_mean_row_ = llama_.model().output_weight().mean({0}, /*keepdim=*/false, torch::kFloat32);
       }
-      const torch::Tensor hidden = policy.hidden.detach().to(torch::kFloat32);
-      logits_chosen = hidden.narrow(0, 0, pairs).mean(std::vector<std::int64_t>{0, 1}).dot(head_mean_row_);
-      logits_rejected = hidden.narrow(0, pairs, pairs).mean(std::vector<std::int64_t>{0, 1}).dot(head_mean_row_);
+      const auto [chosen, rejected] = chosen_and_rejected_states(batch, policy.hidden.detach().to(torch::kFloat32));
+      logits_chosen = chosen.mean(0).dot(head_mean_row_);
+      logits_rejected = rejected.mean(0).dot(head_mean_row_);
     }
     const torch::Tensor metrics =
         torch::stack({d.chosen_rewards.mean(), d.rejected_rewards.mean(),
@@ -109,9 +109,7 @@ class DpoRecipe final : public LlamaRecipe {
   }
 
   /// The policy's forward and backward, and the reference's forward (half as much again).
-  double flops(const data::Batch& batch) const override {
-    return 1.5 * llama_.flops(batch.padded_tokens, batch.tensors[0].size(1));
-  }
+  double flops(const data::Batch& batch) const override { return 1.5 * llama_.flops(batch); }
 
   h5::Attributes attributes() const override {
     h5::Attributes a = llama_.attributes();
@@ -124,6 +122,22 @@ class DpoRecipe final : public LlamaRecipe {
   }
 
  private:
+  /// The final hidden states [P, H] of the chosen (the first half of the sequences) and of the
+  /// rejected sequences: every position of their rows when padded (TorchTune's mean is over the
+  /// padded logits), their real tokens when packed.
+  static std::pair<torch::Tensor, torch::Tensor> chosen_and_rejected_states(const data::Batch& batch,
+                                                                            const torch::Tensor& hidden) {
+    const std::int64_t pairs = batch.samples;
+    if (const auto packing = packing_of(batch)) {
+      std::int64_t chosen = 0;
+      for (std::int64_t i = 0; i < pairs; ++i) chosen += packing->lengths[static_cast<std::size_t>(i)];
+      const torch::Tensor h = hidden[0];
+      return {h.narrow(0, 0, chosen), h.narrow(0, chosen, h.size(0) - chosen)};
+    }
+    const auto rows = [&](std::int64_t first) { return hidden.narrow(0, first, pairs).reshape({-1, hidden.size(-1)}); };
+    return {rows(0), rows(pairs)};
+  }
+
   DpoOptions options_;
   std::vector<text::PreferenceSample> pairs_;
   torch::Tensor head_mean_row_;  // fp32 [dim]: the frozen output projection's mean over the vocabulary

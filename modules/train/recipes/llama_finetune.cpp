@@ -33,6 +33,13 @@ void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows)
   t.add("train-on-input", train_on_input, "the prompt's tokens carry loss too (TorchTune's train_on_input)")
       .as_switch();
   t.add("limit", limit, "use the first N rows (0: all)").at_least(0);
+  static constexpr options::Choice<Padding> kPaddings[] = {
+      {"pad", Padding::kPad, "each micro-batch right-padded to its longest sequence (TorchTune, Hugging Face)"},
+      {"none", Padding::kNone,
+       "each micro-batch's sequences packed without padding, attention within each sequence: the same losses "
+       "and gradients, computed on the real tokens only"},
+  };
+  t.add("padding", padding, std::span<const options::Choice<Padding>>(kPaddings), "how sequences form a micro-batch");
 }
 
 void LlamaFinetune::declare(options::OptionTable& t) {
@@ -315,55 +322,79 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaFinetune::checkpoint_ten
 }
 
 data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
-                              bool pin_memory) {
-  std::size_t length = 0;
-  for (const auto* s : sequences) length = std::max(length, s->tokens.size());
+                              Padding padding, bool pin_memory) {
+  std::int64_t longest = 0, total = 0;
+  for (const auto* s : sequences) {
+    longest = std::max(longest, static_cast<std::int64_t>(s->tokens.size()));
+    total += static_cast<std::int64_t>(s->tokens.size());
+  }
   const auto rows = static_cast<std::int64_t>(sequences.size());
-  const auto t = static_cast<std::int64_t>(length);
+  const bool packed = padding == Padding::kNone;
   const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pin_memory);
+  torch::Tensor tokens = packed ? torch::empty({1, total}, options) : torch::full({rows, longest}, pad_id, options);
+  torch::Tensor position_ids = packed ? torch::empty({total}, options) : torch::Tensor();
+  torch::Tensor lengths = packed ? torch::empty({rows}, torch::kInt64) : torch::Tensor();
+  std::vector<std::int64_t> positions, targets, owners;
+  auto* token_data = tokens.data_ptr<std::int64_t>();
+  std::int64_t start = 0;  // the sequence's first index in tokens' grid
   data::Batch batch;
-  torch::Tensor tokens = torch::full({rows, t}, pad_id, options);
-  std::vector<std::int64_t> positions, targets;
-  auto token_data = tokens.accessor<std::int64_t, 2>();
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto& s = *sequences[static_cast<std::size_t>(r)];
-    for (std::size_t k = 0; k < s.tokens.size(); ++k) {
-      token_data[r][static_cast<std::int64_t>(k)] = s.tokens[k];
+    const auto n = static_cast<std::int64_t>(s.tokens.size());
+    for (std::int64_t k = 0; k < n; ++k) {
+      token_data[start + k] = s.tokens[static_cast<std::size_t>(k)];
+      if (packed) position_ids.data_ptr<std::int64_t>()[start + k] = k;
       // Position k - 1 predicts token k, where its label is not masked.
-      if (k > 0 && s.labels[k] != text::kIgnoreIndex) {
-        positions.push_back(r * (t - 1) + static_cast<std::int64_t>(k) - 1);
-        targets.push_back(s.labels[k]);
+      if (k > 0 && s.labels[static_cast<std::size_t>(k)] != text::kIgnoreIndex) {
+        positions.push_back(start + k - 1);
+        targets.push_back(s.labels[static_cast<std::size_t>(k)]);
+        owners.push_back(r);
       }
     }
-    batch.tokens += static_cast<std::int64_t>(s.tokens.size());
+    if (packed) lengths.data_ptr<std::int64_t>()[r] = n;
+    start += packed ? n : longest;
+    batch.tokens += n;
   }
-  const auto n = static_cast<std::int64_t>(positions.size());
-  torch::Tensor position_tensor = torch::empty({n}, options);
-  torch::Tensor target_tensor = torch::empty({n}, options);
-  std::copy(positions.begin(), positions.end(), position_tensor.data_ptr<std::int64_t>());
-  std::copy(targets.begin(), targets.end(), target_tensor.data_ptr<std::int64_t>());
-  batch.tensors = {std::move(tokens), std::move(position_tensor), std::move(target_tensor)};
+  auto to_tensor = [&](const std::vector<std::int64_t>& values) {
+    torch::Tensor t = torch::empty({static_cast<std::int64_t>(values.size())}, options);
+    std::copy(values.begin(), values.end(), t.data_ptr<std::int64_t>());
+    return t;
+  };
+  batch.tensors = {std::move(tokens), to_tensor(positions), to_tensor(targets), to_tensor(owners)};
+  if (packed) {
+    batch.tensors.push_back(std::move(position_ids));
+    batch.host_tensors = {std::move(lengths)};
+  }
   batch.samples = rows;
-  batch.padded_tokens = rows * t;
-  batch.loss_targets = n;
+  batch.padded_tokens = packed ? total : rows * longest;
+  batch.loss_targets = static_cast<std::int64_t>(positions.size());
   return batch;
 }
 
-torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs) {
-  const torch::Tensor& tokens = batch.tensors[0];
-  const std::int64_t steps = std::max<std::int64_t>(tokens.size(1) - 1, 1);  // next-token positions per row
-  const torch::Tensor rows = batch.tensors[1].div(steps, "floor");
-  return torch::zeros({tokens.size(0)}, log_probs.options()).index_add(0, rows, log_probs);
+std::optional<models::SequencePacking> packing_of(const data::Batch& batch) {
+  if (batch.tensors.size() < 5) return std::nullopt;
+  const torch::Tensor& lengths = batch.host_tensors.at(0);
+  const auto* n = lengths.data_ptr<std::int64_t>();
+  return models::SequencePacking{batch.tensors[4], std::vector<std::int64_t>(n, n + lengths.numel())};
 }
 
-data::Batch LlamaFinetune::collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const {
-  return collate_sequences(sequences, tokenizer_->pad_id(), pin_memory);
+std::int64_t sequences_of(const data::Batch& batch) {
+  return batch.tensors.size() < 5 ? batch.tensors[0].size(0) : batch.host_tensors.at(0).numel();
+}
+
+torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs) {
+  return torch::zeros({sequences_of(batch)}, log_probs.options()).index_add(0, batch.tensors[3], log_probs);
+}
+
+data::Batch LlamaFinetune::collate(const std::vector<const text::TokenizedSample*>& sequences, Padding padding,
+                                   bool pin_memory) const {
+  return collate_sequences(sequences, tokenizer_->pad_id(), padding, pin_memory);
 }
 
 LlamaFinetune::TargetLogProbs LlamaFinetune::target_log_probs(const data::Batch& batch) {
-  torch::Tensor hidden = model_->hidden_states(batch.tensors[0]);  // [R, T, H]
-  const auto t = hidden.size(1);
-  if (t < 2 || batch.loss_targets == 0) {
+  const std::optional<models::SequencePacking> packing = packing_of(batch);
+  torch::Tensor hidden = model_->hidden_states(batch.tensors[0], packing ? &*packing : nullptr);  // [R, T, H]
+  if (batch.loss_targets == 0) {
     // No target: an empty result that still belongs to the graph (backward runs on every rank),
     // through the output projection of no rows (FSDP enters its unit on every rank alike: the
     // same collectives in the same order).
@@ -371,21 +402,26 @@ LlamaFinetune::TargetLogProbs LlamaFinetune::target_log_probs(const data::Batch&
     const torch::Tensor none = (hidden.sum() + torch::matmul(input, weight.t()).sum()) * 0;
     return {none.to(torch::kFloat32).reshape({1}).narrow(0, 0, 0), hidden};
   }
-  const torch::Tensor selected =
-      hidden.narrow(1, 0, t - 1).reshape({-1, hidden.size(-1)}).index_select(0, batch.tensors[1]);
+  const torch::Tensor selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, batch.tensors[1]);
   const auto [input, weight] = model_->output_projection(selected);
   return {models::target_log_probs(input, weight, batch.tensors[2]), hidden};
 }
 
-double LlamaFinetune::flops(std::int64_t padded_tokens, std::int64_t seq_len) const {
+double LlamaFinetune::flops(const data::Batch& batch) const {
+  // Positions computed, and the sum over them of their sequence's length (attention's work).
+  double positions = static_cast<double>(batch.padded_tokens), attended = 0;
+  if (const auto packing = packing_of(batch)) {
+    for (const std::int64_t n : packing->lengths) attended += static_cast<double>(n) * static_cast<double>(n);
+  } else {
+    attended = positions * static_cast<double>(batch.tensors[0].size(1));
+  }
   const auto& m = model_->config();
   const double matmul_params = static_cast<double>(m.num_parameters() - m.vocab_size * m.hidden_size -
                                                    (2 * m.num_hidden_layers + 1) * m.hidden_size) +
                                (m.tie_word_embeddings ? static_cast<double>(m.vocab_size * m.hidden_size) : 0.0);
   const double per_parameter = finetune_ == Finetune::kFull ? 6.0 : 4.0;
-  const double attention = 6.0 * static_cast<double>(m.num_hidden_layers * m.num_attention_heads * m.head_dim) *
-                           static_cast<double>(seq_len);
-  return static_cast<double>(padded_tokens) * (per_parameter * matmul_params + attention);
+  const double attention = 6.0 * static_cast<double>(m.num_hidden_layers * m.num_attention_heads * m.head_dim);
+  return positions * per_parameter * matmul_params + attended * attention;
 }
 
 h5::Attributes LlamaFinetune::attributes() const {

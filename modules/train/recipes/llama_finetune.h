@@ -31,14 +31,26 @@
 
 namespace mgbench::train {
 
-/// Sequences as one batch: tokens int64 [R, T] right-padded with pad_id to the longest; the flat
-/// positions in the [R, T - 1] next-token grid whose next label is not masked, int64 [N]; those
-/// labels, int64 [N]. samples = R; tokens: real tokens; padded_tokens = R x T; loss_targets = N.
-/// As TorchTune's padded_collate_sft / padded_collate_dpo, with the targets found here (on the
-/// loader thread) instead of in the loss.
-data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
-                              bool pin_memory);
+/// How a micro-batch's sequences are laid out (--padding).
+enum class Padding {
+  kPad,   ///< right-padded to the longest: tokens [R, T] (TorchTune's padded collates; the papers' workload)
+  kNone,  ///< packed one after another without padding: tokens [1, S] (models::SequencePacking)
+};
 
+/// Sequences as one batch, as TorchTune's padded_collate_sft / padded_collate_dpo with the targets
+/// found here (on the loader thread) instead of in the loss. tensors: tokens int64 [R, T]
+/// right-padded with pad_id to the longest (kPad) or [1, S] packed (kNone, S the real tokens); the
+/// flat indices, in tokens' grid, of the positions whose next label is not masked, int64 [N]; those
+/// labels, int64 [N]; each target's sequence, int64 [N]; with kNone, each token's position in its
+/// sequence, int64 [S], and host_tensors {the sequences' lengths, int64 [R]}. samples = R; tokens:
+/// real tokens; padded_tokens = R x T (kPad) or S (kNone); loss_targets = N.
+data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
+                              Padding padding, bool pin_memory);
+/// The packing of a batch collated with Padding::kNone (its tensors possibly on the device), or
+/// nullopt for a padded one.
+std::optional<models::SequencePacking> packing_of(const data::Batch& batch);
+/// The sequences of a collated batch (R).
+std::int64_t sequences_of(const data::Batch& batch);
 /// Per sequence of a collated batch, the sum of its targets' log-probabilities (log_probs: [N], one
 /// per target position): float32 [R], differentiable. TorchTune's get_batch_log_probs.
 torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs);
@@ -105,7 +117,8 @@ class LlamaFinetune {
   void begin_step(std::int64_t global_step);
 
   /// collate_sequences with the tokenizer's <|finetune_right_pad_id|>.
-  data::Batch collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const;
+  data::Batch collate(const std::vector<const text::TokenizedSample*>& sequences, Padding padding,
+                      bool pin_memory) const;
 
   struct TargetLogProbs {
     torch::Tensor log_probs;  // float32 [N]: log p(target | prefix) at the batch's target positions
@@ -115,13 +128,14 @@ class LlamaFinetune {
   /// (models::target_log_probs: only target positions reach the output projection).
   TargetLogProbs target_log_probs(const data::Batch& batch);
 
-  /// Model FLOPs of a forward and backward over padded_tokens positions of sequences of length
-  /// seq_len: the matmul parameters (all but the embedding table and the norms; a tied output
-  /// counts) times 4 per token with LoRA -- forward, and backward to the activations through the
-  /// frozen weights; LoRA's own terms are negligible -- or 6 with full fine-tuning (the weight
-  /// gradients too), plus causal attention, 6 x layers x heads x head_dim x seq_len per token
-  /// (docs/design.md). Dequantisation and fake quantisation are not model FLOPs.
-  double flops(std::int64_t padded_tokens, std::int64_t seq_len) const;
+  /// Model FLOPs of a forward and backward over a collated batch's computed positions (R x T padded,
+  /// or the S packed tokens): the matmul parameters (all but the embedding table and the norms; a
+  /// tied output counts) times 4 per position with LoRA -- forward, and backward to the activations
+  /// through the frozen weights; LoRA's own terms are negligible -- or 6 with full fine-tuning (the
+  /// weight gradients too), plus attention, 6 x layers x heads x head_dim x the length of the
+  /// position's sequence (padded: T; packed: its own) (docs/design.md). Dequantisation and fake
+  /// quantisation are not model FLOPs.
+  double flops(const data::Batch& batch) const;
 
   /// model_parameters, weight_bytes (as held: NF4 or dense, adapters included) and
   /// weight_bytes_per_parameter, and the fake-quantised linears' count.
@@ -171,8 +185,9 @@ struct LlamaDataOptions {
   std::int64_t max_seq_len = 0;  // 0: no truncation (TorchTune's default)
   bool train_on_input = false;   // the prompt's tokens carry loss too
   std::int64_t limit = 0;        // use the first N rows (0: all)
+  Padding padding = Padding::kPad;
 
-  /// Declares --data, --max-seq-len, --train-on-input and --limit. rows: what a row of the file is
+  /// Declares --data, --max-seq-len, --train-on-input, --limit and --padding. rows: what a row of the file is
   /// ("samples", "preference rows: chosen and rejected"), for the help.
   void declare(options::OptionTable& table, const std::string& rows);
 };

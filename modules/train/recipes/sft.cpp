@@ -70,9 +70,7 @@ class SftRecipe final : public LlamaRecipe {
     return {-llama_.target_log_probs(batch).log_probs.sum(), static_cast<double>(batch.loss_targets), {}};
   }
 
-  double flops(const data::Batch& batch) const override {
-    return llama_.flops(batch.padded_tokens, batch.tensors[0].size(1));
-  }
+  double flops(const data::Batch& batch) const override { return llama_.flops(batch); }
 
   std::int64_t eval_size() const override { return options_.eval_only ? train_size() : 0; }
   data::Batch assemble_eval(const std::vector<std::int64_t>& indices) const override {
@@ -106,7 +104,7 @@ class SftRecipe final : public LlamaRecipe {
   data::Batch collate(const std::vector<std::int64_t>& indices, bool pin_memory) const {
     std::vector<const text::TokenizedSample*> rows;
     for (const auto i : indices) rows.push_back(&samples_[static_cast<std::size_t>(i)]);
-    return llama_.collate(rows, pin_memory);
+    return llama_.collate(rows, data_.padding, pin_memory);
   }
 
   SftOptions options_;
