@@ -9,8 +9,9 @@
 #   RECIPE=dpo bench/compare_llm.sh [SHARED_DATA_DIR]
 # Environment: RECIPE (lora | dpo), STEPS (21), BATCH (2 samples, or pairs), PRECISION (fp32), HIDDEN
 #   (256), LAYERS (4), DATASET (lora: alpaca; dpo: hh_rlhf, stack_exchange_paired or preference),
-#   MAX_SEQ_LEN (lora: 0 = none; dpo: 512), MGBENCH (build/app/mgbench), PYTHON (the venv's python
-#   with transformers and peft).
+#   MAX_SEQ_LEN (lora: 0 = none; dpo: 512), PADDING (mgbench's --padding: pad, the peer's work; none:
+#   the real tokens only, packed), MGBENCH (build/app/mgbench), PYTHON (the venv's python with
+#   transformers and peft).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${1:-../shared/data}
@@ -21,6 +22,7 @@ PRECISION=${PRECISION:-fp32}
 HIDDEN=${HIDDEN:-256}
 LAYERS=${LAYERS:-4}
 MGBENCH=${MGBENCH:-build/app/mgbench}
+PADDING=${PADDING:-pad}
 PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
 TOKENIZER=$SHARED/llama3/tiktoken_small.model
 case $RECIPE in
@@ -56,7 +58,7 @@ ROWS=$((STEPS * BATCH))
   --dump "$ROWS" >"$OUT/rows.jsonl"
 "$MGBENCH" llm --recipe "$RECIPE" --model "$OUT/model" --tokenizer "$TOKENIZER" --dataset "$DATASET" --data "$DATA" \
   --limit "$ROWS" --shuffle false --batch-size "$BATCH" --max-steps "$STEPS" --max-seq-len "$MAX_SEQ_LEN" \
-  --precision "$PRECISION" --lora-rank 8 "${RECIPE_ARGS[@]}" --results "$OUT/r.h5" --progress-interval 1000 \
+  --precision "$PRECISION" --lora-rank 8 --padding "$PADDING" "${RECIPE_ARGS[@]}" --results "$OUT/r.h5" --progress-interval 1000 \
   >"$OUT/mgbench.log" 2>&1 || { tail -20 "$OUT/mgbench.log"; exit 1; }
 ours=$("$PY" - "$OUT/r.h5" <<'PY'
 import sys, h5py
@@ -79,6 +81,7 @@ read -r peer_tps peer_spi <<<"$peer"
 echo "# mgbench llm --recipe $RECIPE vs Python peer ($WHAT), 1 rank, CPU"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(date -u +%Y-%m-%dT%H:%MZ); Llama hidden $HIDDEN x $LAYERS layers, vocab 2256, LoRA r 8 (q,v,o,mlp)"
 echo "# $DATASET, max_seq_len $MAX_SEQ_LEN, batch $BATCH $UNIT, $PRECISION, $STEPS steps (first left out), same rows and order"
+echo "# mgbench --padding $PADDING (the peer pads each batch to its longest row)"
 printf "%-10s %12s %10s\n" "" "tokens/s" "s/it"
 printf "%-10s %12s %10s\n" "mgbench" "$ours_tps" "$ours_spi"
 printf "%-10s %12s %10s\n" "peer" "$peer_tps" "$peer_spi"

@@ -67,6 +67,27 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 }  // namespace
 
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const bool gqa = q.size(1) != k.size(1);
+  const std::int64_t t = q.size(2);
+  constexpr std::int64_t kChunks = 4, kShortest = 64;  // below: one call (the chunks' overhead wins)
+  if (q.is_cuda() || t < kShortest) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                            /*scale=*/std::nullopt, gqa);
+  }
+  const std::int64_t chunk = (t + kChunks - 1) / kChunks;
+  std::vector<torch::Tensor> parts;
+  for (std::int64_t start = 0; start < t; start += chunk) {
+    const std::int64_t end = std::min(t, start + chunk);
+    // Query start + i sees keys 0 .. start + i: the rows of the chunk's [n, end] mask.
+    const torch::Tensor mask = torch::ones({end - start, end}, torch::TensorOptions().dtype(torch::kBool)).tril(start);
+    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, end - start), k.narrow(2, 0, end),
+                                                     v.narrow(2, 0, end), mask, /*dropout_p=*/0.0,
+                                                     /*is_causal=*/false, /*scale=*/std::nullopt, gqa));
+  }
+  return torch::cat(parts, 2);
+}
+
 torch::Tensor llama_inv_freq(const LlamaConfig& c) {
   // fp32 arithmetic, as transformers computes it (the checkpoints were trained with those values).
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
@@ -114,18 +135,14 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   const torch::Tensor v = heads(v_proj(x), kv_heads_);
   q = q * cos + rotate_half(q) * sin;  // cos, sin broadcast over [B, H]
   k = k * cos + rotate_half(k) * sin;
-  auto attend = [&](const torch::Tensor& qs, const torch::Tensor& ks, const torch::Tensor& vs) {
-    return at::scaled_dot_product_attention(qs, ks, vs, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                            /*scale=*/std::nullopt, /*enable_gqa=*/kv_heads_ != heads_);
-  };
   torch::Tensor out;
   if (lengths.empty()) {
-    out = attend(q, k, v);
+    out = causal_attention(q, k, v);
   } else {  // packed sequences: each attends to itself only
     std::vector<torch::Tensor> parts;
     std::int64_t start = 0;
     for (const std::int64_t n : lengths) {
-      parts.push_back(attend(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
+      parts.push_back(causal_attention(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
       start += n;
     }
     out = parts.size() == 1 ? parts.front() : torch::cat(parts, 2);

@@ -317,6 +317,39 @@ TEST(Llama, ActivationCheckpointingKeepsTheGradients) {
   }
 }
 
+// The CPU's chunked causal attention against scaled_dot_product_attention(is_causal=True): forward
+// and the gradients of q, k and v, fp64 / fp32 / bf16, with and without grouped-query attention, at
+// lengths around the chunk edges (one call below 64; four chunks of ceil(T / 4) from 64).
+TEST(Llama, ChunkedCausalAttentionEqualsSdpa) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 2e-5 : 3e-2;
+    for (const std::int64_t kv_heads : {4, 2}) {
+      for (const std::int64_t t : {1, 63, 64, 65, 127, 130, 257, 512}) {
+        SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " kv_heads " << kv_heads << " T " << t);
+        torch::manual_seed(t);
+        const auto options = torch::TensorOptions().dtype(dtype);
+        const torch::Tensor q0 = torch::randn({2, 4, t, 16}, options), k0 = torch::randn({2, kv_heads, t, 16}, options),
+                            v0 = torch::randn({2, kv_heads, t, 16}, options), g = torch::randn({2, 4, t, 16}, options);
+        auto run = [&](bool ours) {
+          const torch::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(),
+                              v = v0.clone().requires_grad_();
+          const torch::Tensor out =
+              ours ? causal_attention(q, k, v)
+                   : at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, kv_heads != 4);
+          out.backward(g);
+          return std::vector<torch::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
+        };
+        const auto ours = run(true), reference = run(false);
+        const char* names[] = {"output", "dq", "dk", "dv"};
+        for (std::size_t i = 0; i < ours.size(); ++i) {
+          const double scale = 1 + reference[i].abs().max().item<double>();
+          EXPECT_LT((ours[i] - reference[i]).abs().max().item<double>(), tol * scale) << names[i];
+        }
+      }
+    }
+  }
+}
+
 // --padding none: sequences packed into one row (positions restarting, attention within each)
 // give each sequence the hidden states and LoRA gradients it has right-padded in a batch -- fp64,
 // grouped-query attention, lengths 1 to 17, with and without activation checkpointing.
