@@ -70,7 +70,9 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const bool gqa = q.size(1) != k.size(1);
   const std::int64_t t = q.size(2);
-  constexpr std::int64_t kChunks = 4, kShortest = 64;  // below: one call (the chunks' overhead wins)
+  // Below 512 keys, chunked calls measured no faster on 2 threads (each call parallelises over fewer
+  // blocks; docs/benchmarks.md): one call.
+  constexpr std::int64_t kChunks = 4, kShortest = 512;
   if (q.is_cuda() || t < kShortest) {
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, gqa);
