@@ -107,6 +107,12 @@ bool is_completed(const results::RunRecord& run) {
   return run.status == "completed" && std::isfinite(run.summary.total_s);
 }
 
+// --padding of a text run; runs written before the option existed were padded.
+std::string padding_of(const results::RunRecord& run) {
+  const std::string padding = run.display("padding");
+  return padding.empty() ? "pad" : padding;
+}
+
 bool is_llm_run(const results::RunRecord& run) { return run.display("task").rfind("llm", 0) == 0; }
 
 bool is_comm_run(const results::RunRecord& run) { return run.display("task") == "comm"; }
@@ -189,6 +195,9 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
        [](const LlmRow& w) { return number(w.run->summary.s_per_it, 4); }},
       {"tokens/s", "", 10, "tokens_per_s", [](const LlmRow& w) { return number(w.run->summary.tokens_per_s, 0); },
        [](const LlmRow& w) { return number(w.run->summary.tokens_per_s, 1); }},
+      {"padded/s", "", 10, "padded_tokens_per_s",
+       [](const LlmRow& w) { return number(w.run->summary.padded_tokens_per_s, 0); },
+       [](const LlmRow& w) { return number(w.run->summary.padded_tokens_per_s, 1); }},
       {"eff_1rank", "(%)", 9, "efficiency_vs_1_rank_pct", [](const LlmRow& w) { return percent(w.efficiency); }},
       {"MFU", "(%)", 6, "mfu_pct", [](const LlmRow& w) { return number(w.run->summary.mfu * 100.0, 1); },
        [](const LlmRow& w) { return number(w.run->summary.mfu * 100.0, 2); }},
@@ -201,6 +210,7 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
       {"", "", 0, "resumes", [](const LlmRow& w) { return std::to_string(resumes(*w.run)); }},
       {"recipe", "", -8, "recipe", [](const LlmRow& w) { return recipe_of(*w.run); }},
       {"shard", "", -5, "sharding", [](const LlmRow& w) { return w.run->display("sharding"); }},
+      {"pad", "", -4, "padding", [](const LlmRow& w) { return padding_of(*w.run); }},
       {"peak mem", "(MiB)", 8, "peak_memory_mib", [](const LlmRow& w) { return number(peak_memory_mib(*w.run), 0); }},
       {"state", "(MiB/rk)", 9, "model_state_mib_per_rank", [&](const LlmRow& w) { return number(state_mib(w), 0); },
        [&](const LlmRow& w) { return number(state_mib(w), 1); }},
@@ -213,7 +223,7 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   const bool csv = format == Format::kCsv;
   if (!csv) {
     out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
-           "(real tokens); eff_1rank = per-rank tokens/s vs 1 rank; state = parameters + gradients + optimizer "
+           "(real tokens), padded/s with the padding computed (equal with --padding none); eff_1rank = per-rank tokens/s vs 1 rank; state = parameters + gradients + optimizer "
            "states one rank holds (fsdp: its shards and the units gathered at the peak)\n";
   }
   write_table(out, columns, rows, csv);

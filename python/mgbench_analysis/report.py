@@ -31,8 +31,8 @@ CSV_COLUMNS = {
               "batch_size", "total_s", "test_accuracy_pct", "img_per_s", "efficiency_vs_1_rank_pct",
               "efficiency_vs_fp64_pct", "resumes"],
     "llm": ["file", "run_id", "status", "task", "ranks", "nodes", "device", "gpu_model", "nccl_transports", "model", "dataset", "precision", "batch_size", "grad_accum",
-            "s_per_it", "tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct", "loss", "resumes", "recipe",
-            "sharding", "peak_memory_mib", "model_state_mib_per_rank", "parameter_bytes_per_rank",
+            "s_per_it", "tokens_per_s", "padded_tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct", "loss",
+            "resumes", "recipe", "sharding", "padding", "peak_memory_mib", "model_state_mib_per_rank", "parameter_bytes_per_rank",
             "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank", "weight_bytes_per_param"],
     "dpo": ["file", "run_id", "status", "ranks", "model", "dataset", "precision", "batch_size", "grad_accum",
             "s_per_it", "tokens_per_s", "padded_tokens_per_s", "peak_memory_mib", "loss", "reward_accuracy_pct",
@@ -230,6 +230,8 @@ def report_table(frame: pd.DataFrame, table: str = "image") -> pd.DataFrame:
             out[column] = rows[column[: -len("_pct")]] * 100.0
         elif column == "loss" and table == "dpo":
             out[column] = rows["final_loss"]
+        elif column == "padding":  # runs written before --padding existed were padded
+            out[column] = rows[column].fillna("pad") if column in rows else "pad"
         else:
             out[column] = rows[column] if column in rows else math.nan
     return out.reset_index(drop=True)

@@ -244,6 +244,13 @@ def test_unpadded_batches_train_as_padded_ones(tmp_path, recipe):
             (run,) = f["runs"].values()
             assert run.attrs["padding"] == padding
             steps[padding] = [run[f"rank_{r}"]["steps"][:] for r in (0, 1)]
+    # The report's LLM table says which, with both throughputs (equal when nothing is padded).
+    import csv
+    rows = {row["padding"]: row for row in csv.DictReader(
+        mgbench("report", "--csv", tmp_path / "pad.h5", tmp_path / "none.h5", check=True).stdout.splitlines())
+        if row.get("padding")}
+    assert rows["none"]["padded_tokens_per_s"] == rows["none"]["tokens_per_s"]
+    assert float(rows["pad"]["padded_tokens_per_s"]) > float(rows["pad"]["tokens_per_s"])
     for pad, none in zip(steps["pad"], steps["none"]):
         assert len(pad) == len(none) == 2
         np.testing.assert_allclose(none["loss"], pad["loss"], rtol=1e-5)
