@@ -21,6 +21,7 @@ step left out, as mgbench's summary.
 import argparse
 import json
 import math
+import sys
 import time
 
 import peft
@@ -57,6 +58,9 @@ def main():
     p.add_argument("--lora-alpha", type=float, default=16)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--pad-id", type=int, required=True)
+    p.add_argument("--profile", action="store_true",
+                   help="run the steps under torch.profiler and print the attention kernels' share of the CPU "
+                        "time (slows the steps: its tokens/s is not a measurement)")
     a = p.parse_args()
     defaults = DEFAULTS[a.recipe]
     if a.threads:
@@ -82,6 +86,9 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
     data = [json.loads(line) for line in open(a.rows)]
     tokens_done, start = 0, None
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if a.profile else None
+    if profiler:
+        profiler.__enter__()
     for step in range(a.steps):
         if step == 1:
             start = time.perf_counter()  # the first step (lazy initialisation) is left out, as warm-up
@@ -110,6 +117,14 @@ def main():
         if step >= 1:
             tokens_done += sum(len(t) for t, _ in rows)
     train_s = time.perf_counter() - start
+    if profiler:
+        profiler.__exit__(None, None, None)
+        events = profiler.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
+        attention = sum(e.self_cpu_time_total for e in events if "scaled_dot_product" in e.key)
+        print(json.dumps({"attention_share": attention / total,
+                          "top": [(e.key, round(e.self_cpu_time_total / total, 4)) for e in
+                                  sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]]}), file=sys.stderr)
     print(json.dumps({"tokens_per_s": tokens_done / train_s, "s_per_it": train_s / (a.steps - 1),
                       "train_s": train_s, "tokens": tokens_done}), flush=True)
 
