@@ -223,7 +223,8 @@ void print_llm(std::ostream& out, const std::vector<results::RunRecord>& runs, F
   const bool csv = format == Format::kCsv;
   if (!csv) {
     out << "# LLM runs (Lawenda et al. 2025, Table 5 / Fig. 4): s/it per optimizer step; tokens/s of all ranks "
-           "(real tokens), padded/s with the padding computed (equal with --padding none); eff_1rank = per-rank tokens/s vs 1 rank; state = parameters + gradients + optimizer "
+           "(real tokens), padded/s with the padding computed (equal with --padding none); eff_1rank = per-rank "
+           "tokens/s vs 1 rank; state = parameters + gradients + optimizer "
            "states one rank holds (fsdp: its shards and the units gathered at the peak)\n";
   }
   write_table(out, columns, rows, csv);
