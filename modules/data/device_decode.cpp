@@ -65,28 +65,11 @@ bool starts_with_jpeg(std::span<const std::uint8_t> file) {
 }
 
 // A float [3, h, w] image's crop (a row of assemble_encoded_bytes' crops): the box resized to S x S
-// (antialiased bilinear, as the host's resized_crop) and flipped; or, for a centre row, Resize(S) of
-// the shorter side and CenterCrop(S).
+// and flipped, or, for a centre row, Resize(S) of the shorter side and CenterCrop(S) -- the host
+// path's transforms, in floating point on the device.
 torch::Tensor crop_on_device(const torch::Tensor& chw, const std::int64_t* crop, std::int64_t size) {
-  namespace F = torch::nn::functional;
-  auto resize = [](const torch::Tensor& x, std::int64_t h, std::int64_t w) {
-    if (x.size(1) == h && x.size(2) == w) return x;
-    return F::interpolate(x.unsqueeze(0), F::InterpolateFuncOptions()
-                                              .size(std::vector<std::int64_t>{h, w})
-                                              .mode(torch::kBilinear)
-                                              .align_corners(false)
-                                              .antialias(true))
-        .squeeze(0);
-  };
-  if (crop[7] != 0) {
-    const auto [h, w] = shorter_side_size(chw.size(1), chw.size(2), size);
-    const torch::Tensor resized = resize(chw, h, w);
-    const CropBox box = center_crop_box(h, w, size);
-    return resized.slice(1, box.top, box.top + size).slice(2, box.left, box.left + size);
-  }
-  const torch::Tensor box = chw.slice(1, crop[0], crop[0] + crop[2]).slice(2, crop[1], crop[1] + crop[3]);
-  const torch::Tensor out = resize(box, size, size);
-  return crop[4] != 0 ? out.flip({2}) : out;
+  if (crop[7] != 0) return resize_and_center_crop(chw, size);
+  return resized_crop(chw, {crop[0], crop[1], crop[2], crop[3]}, size, size, crop[4] != 0);
 }
 
 // The host decode of a file nvJPEG leaves: uint8 [h, w, 3] on the host.
@@ -292,11 +275,10 @@ torch::Tensor decode_one(Decoder& d, const EncodedBatch& in, std::int64_t k, con
 #endif
 
 NvjpegBackend resolve_nvjpeg_backend(NvjpegBackend backend, const torch::Device& device) {
+  MGBENCH_REQUIRE(device.is_cuda(), ConfigError, "--decode device needs a GPU (this rank runs on {})", device.str());
   MGBENCH_REQUIRE(nvjpeg_available(), ConfigError,
                   "--decode device: this mgbench was built without nvJPEG (pip install nvidia-nvjpeg beside torch, or "
                   "-DMGBENCH_NVJPEG_ROOT=...; see docs/datasets.md)");
-  MGBENCH_REQUIRE(device.is_cuda(), ConfigError, "--decode device needs a CUDA device (this rank has {})",
-                  device.str());
 #ifndef MGBENCH_HAVE_NVJPEG
   return backend;
 #else

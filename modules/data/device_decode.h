@@ -48,8 +48,8 @@ bool nvjpeg_available();
 
 /// The back-end backend stands for on device's GPU: kAuto becomes kHardware where nvJPEG can open the
 /// JPEG engines (nvjpegCreateEx), else kGpuHybrid; the others are returned as they are, after
-/// checking that they open. Logs the choice once per back-end. Throws ConfigError when the build has
-/// no nvJPEG, device is not a CUDA device or kHardware was asked for on a GPU without JPEG engines;
+/// checking that they open. Logs the choice once per back-end. Throws ConfigError when device is not
+/// a CUDA device, the build has no nvJPEG or kHardware was asked for on a GPU without JPEG engines;
 /// std::runtime_error when nvJPEG cannot be initialised otherwise.
 NvjpegBackend resolve_nvjpeg_backend(NvjpegBackend backend, const torch::Device& device);
 

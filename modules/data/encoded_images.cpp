@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "core/error.h"
@@ -38,11 +39,16 @@ void walk_sorted(const fs::path& dir, std::vector<std::string>& files) {
   for (const auto& p : all) files.push_back(p.string());
 }
 
-std::vector<std::uint8_t> read_record(const ImageRecord& r) {
-  // A size far beyond any image (a mislabelled file): refused before it is read whole.
+// r's size in bytes; a size far beyond any image (a mislabelled file) is refused before anything
+// is allocated for it.
+std::size_t record_bytes(const ImageRecord& r) {
   MGBENCH_REQUIRE(r.size <= (std::int64_t{1} << 30), DataError, "{}: {} bytes, not an image file of 1 GiB or less",
                   r.name, r.size);
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(r.size));  // before open: nothing to close on bad_alloc
+  return static_cast<std::size_t>(r.size);
+}
+
+// Reads record r into bytes (record_bytes(r) of them; allocated before: nothing to close on bad_alloc).
+void read_record_into(const ImageRecord& r, std::span<std::uint8_t> bytes) {
   const int fd = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
   MGBENCH_REQUIRE(fd >= 0, DataError, "{}: cannot open ({})", r.name, std::strerror(errno));
   std::size_t done = 0;
@@ -57,6 +63,11 @@ std::vector<std::uint8_t> read_record(const ImageRecord& r) {
     done += static_cast<std::size_t>(n);
   }
   ::close(fd);
+}
+
+std::vector<std::uint8_t> read_record(const ImageRecord& r) {
+  std::vector<std::uint8_t> bytes(record_bytes(r));
+  read_record_into(r, bytes);
   return bytes;
 }
 
@@ -213,18 +224,23 @@ EncodedImages scan_webdataset(const std::string& dir, std::int64_t limit) {
 
 Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform) {
   const auto b = static_cast<std::int64_t>(plan.indices.size());
-  std::vector<std::vector<std::uint8_t>> files(static_cast<std::size_t>(b));
+  const auto record = [&](std::int64_t k) -> const ImageRecord& {
+    return images.records[static_cast<std::size_t>(plan.indices[static_cast<std::size_t>(k)])];
+  };
   torch::Tensor labels = torch::empty({b}, torch::kInt64);
   torch::Tensor offsets = torch::empty({b + 1}, torch::kInt64);
   torch::Tensor crops = torch::empty({b, 8}, torch::kInt64);
   auto* offset = offsets.data_ptr<std::int64_t>();
   auto* crop = crops.data_ptr<std::int64_t>();
   offset[0] = 0;
+  for (std::int64_t k = 0; k < b; ++k) offset[k + 1] = offset[k] + static_cast<std::int64_t>(record_bytes(record(k)));
+  torch::Tensor all = torch::empty({offset[b]}, torch::kUInt8);  // the files read straight into it
   for (std::int64_t k = 0; k < b; ++k) {
     const std::int64_t index = plan.indices[static_cast<std::size_t>(k)];
-    const ImageRecord& r = images.records[static_cast<std::size_t>(index)];
-    auto& bytes = files[static_cast<std::size_t>(k)];
-    bytes = read_record(r);
+    const ImageRecord& r = record(k);
+    const std::span<std::uint8_t> bytes(all.data_ptr<std::uint8_t>() + offset[k],
+                                        static_cast<std::size_t>(offset[k + 1] - offset[k]));
+    read_record_into(r, bytes);
     const ImageInfo info = read_image_info(bytes, r.name);
     // kCenter: the whole image (the device resizes the shorter side, then crops the centre).
     SampleCrop c{{0, 0, info.height, info.width}, false};
@@ -234,20 +250,13 @@ Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& pl
         c.flip ? 1 : 0, info.height, info.width,   transform.kind == ImageTransform::Kind::kCenter ? 1 : 0};
     std::copy_n(row, 8, crop + 8 * k);
     labels.data_ptr<std::int64_t>()[k] = r.label;
-    offset[k + 1] = offset[k] + static_cast<std::int64_t>(bytes.size());
-  }
-  torch::Tensor all = torch::empty({offset[b]}, torch::kUInt8);
-  for (std::int64_t k = 0; k < b; ++k) {
-    const auto& bytes = files[static_cast<std::size_t>(k)];
-    std::copy(bytes.begin(), bytes.end(), all.data_ptr<std::uint8_t>() + offset[k]);
   }
   Batch batch;
   batch.plan = plan;
   batch.samples = b;
   batch.tensors = {std::move(labels)};
   batch.host_tensors = {std::move(all), std::move(offsets), std::move(crops)};
-  for (const std::int64_t index : plan.indices)
-    batch.sample_names.push_back(images.records[static_cast<std::size_t>(index)].name);
+  for (std::int64_t k = 0; k < b; ++k) batch.sample_names.push_back(record(k).name);
   return batch;
 }
 

@@ -84,26 +84,28 @@ std::pair<std::int64_t, std::int64_t> shorter_side_size(std::int64_t height, std
 
 torch::Tensor resized_crop(const torch::Tensor& image, const CropBox& box, std::int64_t out_height,
                            std::int64_t out_width, bool flip) {
-  if (image.dim() != 3 || image.size(0) != 3 || image.scalar_type() != torch::kUInt8) {
-    throw std::invalid_argument("resized_crop expects uint8 [3, H, W]");
+  const bool uint8 = image.scalar_type() == torch::kUInt8;
+  if (image.dim() != 3 || image.size(0) != 3 || !(uint8 || image.is_floating_point())) {
+    throw std::invalid_argument("resized_crop expects uint8 or floating-point [3, H, W]");
   }
   torch::Tensor crop = image.slice(1, box.top, box.top + box.height).slice(2, box.left, box.left + box.width);
   if (box.height != out_height || box.width != out_width) {
     namespace F = torch::nn::functional;
     // torchvision's resize_image: uint8 through LibTorch's uint8 kernel where the CPU has AVX2 or
-    // AVX-512, else through float32 and round() (_do_native_uint8_resize_on_cpu).
+    // AVX-512, else through float32 and round() (_do_native_uint8_resize_on_cpu); floating point as it is.
     static const bool native_uint8 = [] {
       const std::string capability = at::get_cpu_capability();
       return capability == "AVX2" || capability == "AVX512";
     }();
-    const torch::Tensor input = native_uint8 ? crop.unsqueeze(0) : crop.unsqueeze(0).to(torch::kFloat32);
+    const bool through_float = uint8 && !native_uint8;
+    const torch::Tensor input = through_float ? crop.unsqueeze(0).to(torch::kFloat32) : crop.unsqueeze(0);
     torch::Tensor resized = F::interpolate(input, F::InterpolateFuncOptions()
                                                       .size(std::vector<std::int64_t>{out_height, out_width})
                                                       .mode(torch::kBilinear)
                                                       .align_corners(false)
                                                       .antialias(true))
                                 .squeeze(0);
-    crop = native_uint8 ? resized : resized.round_().to(torch::kUInt8);
+    crop = through_float ? resized.round_().to(torch::kUInt8) : resized;
   }
   return flip ? crop.flip({2}) : crop;
 }

@@ -47,14 +47,16 @@ CropBox center_crop_box(std::int64_t height, std::int64_t width, std::int64_t si
 /// int(size * long / short). Returns {height, width}.
 std::pair<std::int64_t, std::int64_t> shorter_side_size(std::int64_t height, std::int64_t width, std::int64_t size);
 
-/// image: uint8 [3, H, W] (any strides; a decoded HWC buffer viewed as CHW is channels-last).
-/// Returns uint8 [3, out_height, out_width] of box resized with antialiased bilinear interpolation
-/// (align_corners false), flipped left-right when flip; box as it is when it already has that size.
+/// image: uint8 or floating-point [3, H, W] on any device (any strides; a decoded HWC buffer viewed as
+/// CHW is channels-last). Returns [3, out_height, out_width] of image's dtype: box resized with
+/// antialiased bilinear interpolation (align_corners false; uint8 as torchvision resizes it, floating
+/// point without rounding), flipped left-right when flip; box as it is when it already has that size.
+/// Throws std::invalid_argument for another shape or dtype.
 torch::Tensor resized_crop(const torch::Tensor& image, const CropBox& box, std::int64_t out_height,
                            std::int64_t out_width, bool flip = false);
 
-/// The evaluation transform: Resize(size) of the shorter side, then CenterCrop(size). uint8 [3, H, W]
-/// -> [3, size, size].
+/// The evaluation transform: Resize(size) of the shorter side, then CenterCrop(size). [3, H, W] ->
+/// [3, size, size], as resized_crop takes and gives.
 torch::Tensor resize_and_center_crop(const torch::Tensor& image, std::int64_t size);
 
 }  // namespace mgbench::data

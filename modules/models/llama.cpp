@@ -67,7 +67,17 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 }  // namespace
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               c10::IntArrayRef lengths) {
+  if (!lengths.empty()) {  // packed sequences: each attends to itself only
+    std::vector<torch::Tensor> parts;
+    std::int64_t start = 0;
+    for (const std::int64_t n : lengths) {
+      parts.push_back(causal_attention(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
+      start += n;
+    }
+    return parts.size() == 1 ? parts.front() : torch::cat(parts, 2);
+  }
   const bool gqa = q.size(1) != k.size(1);
   const std::int64_t t = q.size(2);
   // Below 512 keys, chunked calls measured no faster on 2 threads (each call parallelises over fewer
@@ -137,18 +147,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   const torch::Tensor v = heads(v_proj(x), kv_heads_);
   q = q * cos + rotate_half(q) * sin;  // cos, sin broadcast over [B, H]
   k = k * cos + rotate_half(k) * sin;
-  torch::Tensor out;
-  if (lengths.empty()) {
-    out = causal_attention(q, k, v);
-  } else {  // packed sequences: each attends to itself only
-    std::vector<torch::Tensor> parts;
-    std::int64_t start = 0;
-    for (const std::int64_t n : lengths) {
-      parts.push_back(causal_attention(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
-      start += n;
-    }
-    out = parts.size() == 1 ? parts.front() : torch::cat(parts, 2);
-  }
+  const torch::Tensor out = causal_attention(q, k, v, lengths);
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 

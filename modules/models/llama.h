@@ -36,9 +36,11 @@ struct SequencePacking {
 /// whose flash kernel computes every key block a query block meets (blocks of up to 512 keys),
 /// sequences of 512 tokens or more go as four query chunks, each against only the keys up to its
 /// last position with the diagonal block masked: ~5/8 of the square's work, forward and backward
-/// (shorter ones in one call: chunks measured no faster there on 2 threads).
+/// (shorter ones in one call: chunks measured no faster there on 2 threads). lengths (packed
+/// sequences, SequencePacking): T is runs of lengths[i] positions, each attending within itself only.
 /// Throws what scaled_dot_product_attention throws.
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               c10::IntArrayRef lengths = {});
 
 /// Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, times weight, in x's dtype.
 class LlamaRMSNormImpl : public torch::nn::Module {

@@ -298,7 +298,13 @@ TEST(ImageTransforms, ResizeAndCenterCropEqualTorchvisionBitwise) {
     // The same from a contiguous CHW source: the layout does not change the values.
     expect_equal(data::resized_crop(source.contiguous(), {0, 0, 77, 131}, r["height"], r["width"]).contiguous(),
                  r["file"]);
+    // Floating point (--decode device's dtype) stays so, unrounded, within a level of torchvision's uint8.
+    const torch::Tensor floating =
+        data::resized_crop(source.to(torch::kFloat32), {0, 0, 77, 131}, r["height"], r["width"]);
+    EXPECT_EQ(floating.scalar_type(), torch::kFloat32);
+    EXPECT_LE((floating - ours.to(torch::kFloat32)).abs().max().item<double>(), 1.0) << r["file"];
   }
+  EXPECT_THROW(data::resized_crop(source.to(torch::kInt32), {0, 0, 77, 131}, 8, 8), std::invalid_argument);
   expect_equal(data::resize_and_center_crop(source, oracle["short_center"]["size"]).contiguous(),
                oracle["short_center"]["file"]);
 }

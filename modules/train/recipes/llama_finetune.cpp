@@ -336,6 +336,7 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
   torch::Tensor lengths = packed ? torch::empty({rows}, torch::kInt64) : torch::Tensor();
   std::vector<std::int64_t> positions, targets, owners;
   auto* token_data = tokens.data_ptr<std::int64_t>();
+  auto* position_data = packed ? position_ids.data_ptr<std::int64_t>() : nullptr;
   std::int64_t start = 0;  // the sequence's first index in tokens' grid
   data::Batch batch;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -343,7 +344,7 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
     const auto n = static_cast<std::int64_t>(s.tokens.size());
     for (std::int64_t k = 0; k < n; ++k) {
       token_data[start + k] = s.tokens[static_cast<std::size_t>(k)];
-      if (packed) position_ids.data_ptr<std::int64_t>()[start + k] = k;
+      if (packed) position_data[start + k] = k;
       // Position k - 1 predicts token k, where its label is not masked.
       if (k > 0 && s.labels[static_cast<std::size_t>(k)] != text::kIgnoreIndex) {
         positions.push_back(start + k - 1);
@@ -371,15 +372,22 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
   return batch;
 }
 
+namespace {
+
+// Batches collated with Padding::kNone carry a fifth tensor, the position ids (collate_sequences).
+bool is_packed(const data::Batch& batch) { return batch.tensors.size() == 5; }
+
+}  // namespace
+
 std::optional<models::SequencePacking> packing_of(const data::Batch& batch) {
-  if (batch.tensors.size() < 5) return std::nullopt;
+  if (!is_packed(batch)) return std::nullopt;
   const torch::Tensor& lengths = batch.host_tensors.at(0);
   const auto* n = lengths.data_ptr<std::int64_t>();
   return models::SequencePacking{batch.tensors[4], std::vector<std::int64_t>(n, n + lengths.numel())};
 }
 
 std::int64_t sequences_of(const data::Batch& batch) {
-  return batch.tensors.size() < 5 ? batch.tensors[0].size(0) : batch.host_tensors.at(0).numel();
+  return is_packed(batch) ? batch.host_tensors.at(0).numel() : batch.tensors[0].size(0);
 }
 
 torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs) {
