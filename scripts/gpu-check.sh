@@ -365,6 +365,12 @@ if bench_set llm; then
   "$BUILD/app/mgbench" llm --model llama3-8b --init random --tokenizer "$SHARED_DATA/llama3/tokenizer.model" \
     --dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 20 \
     --precision bf16 --results "$OUT/llm.h5" --run-name llama3-8b --progress-interval 5 2>&1 | tail -5 || true
+  # Issue 33: the same rows unpadded -- packed, one varlen flash-attention call per layer, fused RMSNorm.
+  stage "benchmark: the same with --padding none (packed sequences; the report's tokens/s vs padded/s)"
+  "$BUILD/app/mgbench" llm --model llama3-8b --init random --tokenizer "$SHARED_DATA/llama3/tokenizer.model" \
+    --dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --batch-size 2 --max-steps 20 \
+    --precision bf16 --padding none --results "$OUT/llm.h5" --run-name llama3-8b-unpadded --progress-interval 5 \
+    2>&1 | tail -5 || true
   "$BUILD/app/mgbench" report --phases "$OUT/llm.h5" | tee "$OUT/llm-report.txt" || true
   stage "benchmark: mgbench llm --recipe dpo, llama3.1-8b shape, random init, bf16, batch 4 pairs, stack_exchange_paired"
   "$BUILD/app/mgbench" llm --recipe dpo --model llama3.1-8b --init random \

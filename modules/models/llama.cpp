@@ -1,6 +1,9 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include <ATen/SDPBackend.h>
 
 #include <fmt/format.h>
 
@@ -67,8 +70,41 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 }  // namespace
 
+bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  if (!q.is_cuda()) return false;
+  const std::int64_t choice = at::_fused_sdp_choice(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                    /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
+  return choice == static_cast<std::int64_t>(at::SDPBackend::flash_attention);
+}
+
+torch::Tensor flash_varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                            c10::IntArrayRef lengths) {
+  MGBENCH_REQUIRE(q.dim() == 4 && q.size(0) == 1 && k.size(0) == 1 && v.size(0) == 1 && !lengths.empty(),
+                  std::invalid_argument,
+                  "flash_varlen_causal_attention: packed q, k, v [1, H, S, D] and sequence lengths; got q {}, "
+                  "k {}, {} lengths",
+                  shape_text(q.sizes()), shape_text(k.sizes()), lengths.size());
+  // Flash attention's varlen layout: [S, H, D] (token-major), cumulative sequence starts int32 [N + 1].
+  std::vector<std::int32_t> starts{0};
+  std::int64_t longest = 0;
+  for (const std::int64_t n : lengths) {
+    starts.push_back(starts.back() + static_cast<std::int32_t>(n));
+    longest = std::max(longest, n);
+  }
+  MGBENCH_REQUIRE(starts.back() == q.size(2), std::invalid_argument,
+                  "flash_varlen_causal_attention: lengths sum to {}, q holds {} positions", starts.back(), q.size(2));
+  const torch::Tensor cu_seqlens =
+      torch::tensor(starts, torch::TensorOptions().dtype(torch::kInt32)).to(q.device(), /*non_blocking=*/true);
+  const auto token_major = [](const torch::Tensor& x) { return x.squeeze(0).transpose(0, 1).contiguous(); };
+  const auto outputs =
+      at::_flash_attention_forward(token_major(q), token_major(k), token_major(v), cu_seqlens, cu_seqlens, longest,
+                                   longest, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);
+  return std::get<0>(outputs).transpose(0, 1).unsqueeze(0);  // [S, H, D] -> [1, H, S, D]
+}
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                c10::IntArrayRef lengths) {
+  if (lengths.size() > 1 && flash_varlen_applies(q, k, v)) return flash_varlen_causal_attention(q, k, v, lengths);
   if (!lengths.empty()) {  // packed sequences: each attends to itself only
     std::vector<torch::Tensor> parts;
     std::int64_t start = 0;
@@ -124,6 +160,9 @@ LlamaRMSNormImpl::LlamaRMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor LlamaRMSNormImpl::forward(const torch::Tensor& x) {
+  if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) {
+    return at::rms_norm(x, {weight.size(0)}, weight, eps_);  // one fused kernel each way (_fused_rms_norm)
+  }
   const torch::Tensor h = x.to(torch::kFloat32);
   const torch::Tensor normed = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight * normed.to(x.scalar_type());

@@ -37,12 +37,32 @@ struct SequencePacking {
 /// sequences of 512 tokens or more go as four query chunks, each against only the keys up to its
 /// last position with the diagonal block masked: ~5/8 of the square's work, forward and backward
 /// (shorter ones in one call: chunks measured no faster there on 2 threads). lengths (packed
-/// sequences, SequencePacking): T is runs of lengths[i] positions, each attending within itself only.
-/// Throws what scaled_dot_product_attention throws.
+/// sequences, SequencePacking): T is runs of lengths[i] positions, each attending within itself only
+/// -- on a GPU where flash attention applies (flash_varlen_applies) one varlen call for them all,
+/// else one call per sequence. Throws what scaled_dot_product_attention throws.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                c10::IntArrayRef lengths = {});
 
-/// Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, times weight, in x's dtype.
+/// Whether scaled_dot_product_attention would run q [B, H, T, D], k, v [B, H_kv, T, D] causally on
+/// its flash kernel (torch's own backend selection: a CUDA device of the architectures the kernel
+/// supports, fp16 / bf16, the head dimension, the flash flag on): then the same kernel's varlen
+/// entry takes packed sequences in one call. False on the CPU.
+bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+/// Causal attention within each of the packed sequences q [1, H, S, D], k, v [1, H_kv, S, D] (runs of
+/// lengths[i] positions, summing to S) in one flash-attention call: at::_flash_attention_forward
+/// with cumulative sequence lengths (torch.nn.attention.varlen's varlen_attn; flash-attn's
+/// flash_attn_varlen_func), GQA by the kernel itself; autograd through its backward. Returns
+/// [1, H, S, D]. Only where flash_varlen_applies. Throws std::invalid_argument when the shapes or the
+/// lengths disagree, c10::Error from the kernel.
+torch::Tensor flash_varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                            c10::IntArrayRef lengths);
+
+/// Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, times weight, in x's dtype
+/// (transformers' LlamaRMSNorm: the normalised value rounded to x's dtype, then times the weight).
+/// On a GPU, weight and x of one dtype: at::rms_norm, one fused kernel forward and one backward
+/// (torch's _fused_rms_norm), which multiplies by the weight in fp32 and rounds once -- equal in
+/// fp32 up to summation order, within one rounding of a 16-bit dtype otherwise.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
   LlamaRMSNormImpl(std::int64_t dim, double eps);

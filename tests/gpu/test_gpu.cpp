@@ -26,6 +26,7 @@
 #include "data/encoded_images.h"
 #include "data/mnist.h"
 #include "data/transforms.h"
+#include "models/llama.h"
 #include "mpi_support.h"
 #include "profile/cupti_collector.h"
 #include "results/reader.h"
@@ -365,6 +366,96 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/// The largest absolute difference of a and b (compared in fp64 on the CPU).
+double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.cpu().to(torch::kFloat64) - b.cpu().to(torch::kFloat64)).abs().max().item<double>();
+}
+
+TEST(AttentionOnGpu, PackedSequencesInOneFlashCallEqualPerSequenceAttention) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu = train::to_torch_device(my_gpu());
+  const std::vector<std::int64_t> lengths{1, 17, 128, 300, 64, 255};  // around the kernel's 128-row blocks
+  const std::int64_t total = 765;
+  torch::manual_seed(0);
+  const torch::Tensor q64 = torch::randn({1, 8, total, 64}, torch::kFloat64);
+  const torch::Tensor k64 = torch::randn({1, 4, total, 64}, torch::kFloat64);  // GQA: 2 query heads per K/V head
+  const torch::Tensor v64 = torch::randn({1, 4, total, 64}, torch::kFloat64);
+  const torch::Tensor grad64 = torch::randn({1, 8, total, 64}, torch::kFloat64);
+  // The oracle: per-sequence SDPA in fp64 on the CPU.
+  const auto run = [&](const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0,
+                       const torch::Tensor& g, bool packed) {
+    const torch::Tensor q = q0.detach().requires_grad_(true), k = k0.detach().requires_grad_(true),
+                        v = v0.detach().requires_grad_(true);
+    torch::Tensor out;
+    if (packed) {
+      out = models::causal_attention(q, k, v, lengths);
+    } else {
+      std::vector<torch::Tensor> parts;
+      std::int64_t start = 0;
+      for (const std::int64_t n : lengths) {
+        parts.push_back(models::causal_attention(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
+        start += n;
+      }
+      out = torch::cat(parts, 2);
+    }
+    out.backward(g);
+    return std::vector<torch::Tensor>{out, q.grad(), k.grad(), v.grad()};
+  };
+  const auto oracle = run(q64, k64, v64, grad64, false);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+    const auto on_gpu = [&](const torch::Tensor& t) { return t.to(gpu, dtype); };
+    ASSERT_TRUE(models::flash_varlen_applies(on_gpu(q64), on_gpu(k64), on_gpu(v64)))
+        << c10::toString(dtype) << ": SDPA chose another kernel than flash on this GPU";
+    const auto packed = run(on_gpu(q64), on_gpu(k64), on_gpu(v64), on_gpu(grad64), true);
+    const auto each = run(on_gpu(q64), on_gpu(k64), on_gpu(v64), on_gpu(grad64), false);
+    const char* names[] = {"output", "dq", "dk", "dv"};
+    for (std::size_t i = 0; i < oracle.size(); ++i) {
+      // One call is as close to fp64 as one call per sequence (both flash; the dtype's rounding).
+      const double one_call = max_difference(packed[i], oracle[i]);
+      const double per_sequence = max_difference(each[i], oracle[i]);
+      EXPECT_LE(one_call, 2 * per_sequence + 1e-3) << c10::toString(dtype) << " " << names[i];
+      EXPECT_LT(one_call, 0.1) << c10::toString(dtype) << " " << names[i];
+    }
+  }
+  // fp32: no flash kernel; the per-sequence calls stay.
+  EXPECT_FALSE(models::flash_varlen_applies(q64.to(gpu, torch::kFloat32), k64.to(gpu, torch::kFloat32),
+                                            v64.to(gpu, torch::kFloat32)));
+  EXPECT_FALSE(models::flash_varlen_applies(q64, k64, v64));
+}
+
+TEST(AttentionOnGpu, FusedRmsNormEqualsTheComposite) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu = train::to_torch_device(my_gpu());
+  torch::manual_seed(0);
+  const torch::Tensor x = torch::randn({2, 33, 256}, torch::kFloat64) * 3;
+  const torch::Tensor grad = torch::randn({2, 33, 256}, torch::kFloat64);
+  const torch::Tensor w = 1 + 0.1 * torch::randn({256}, torch::kFloat64);
+  const auto run = [&](torch::Device device, torch::Dtype dtype) {
+    models::LlamaRMSNorm norm(256, 1e-5);
+    norm->to(device, dtype);
+    {
+      torch::NoGradGuard no_grad;
+      norm->weight.copy_(w);
+    }
+    const torch::Tensor in = x.to(device, dtype).requires_grad_(true);
+    const torch::Tensor out = norm(in);
+    out.backward(grad.to(device, dtype));
+    return std::vector<torch::Tensor>{out, in.grad(), norm->weight.grad()};
+  };
+  const auto oracle = run(torch::kCPU, torch::kFloat64);  // the composite (HF's steps)
+  for (const auto& [dtype, tolerance] : {std::pair{torch::kFloat32, 1e-4}, std::pair{torch::kBFloat16, 0.1}}) {
+    const auto fused = run(gpu, dtype);
+    const auto composite = run(torch::kCPU, dtype);
+    for (std::size_t i = 0; i < oracle.size(); ++i) {
+      const double scale = oracle[i].abs().max().item<double>();
+      // Within one rounding of the dtype of what the composite gets (bf16: 2^-8 relative).
+      EXPECT_LE(max_difference(fused[i], oracle[i]), 2 * max_difference(composite[i], oracle[i]) + 1e-6 * scale)
+          << c10::toString(dtype) << " tensor " << i;
+      EXPECT_LT(max_difference(fused[i], oracle[i]), tolerance * scale) << c10::toString(dtype) << " tensor " << i;
+    }
+  }
+}
+
 TEST(LlmOnGpu, EvalLossEqualsCpu) {
   SKIP_WITHOUT_GPU();
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
@@ -383,6 +474,33 @@ TEST(LlmOnGpu, EvalLossEqualsCpu) {
     const double gpu = eval_on(placement);
     // fp32 on both; cuBLAS / SDPA kernels vs CPU kernels differ in summation order only (TF32 off).
     EXPECT_NEAR(gpu, cpu, 1e-4 * std::abs(cpu));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(LlmOnGpu, UnpaddedEvalLossEqualsPadded) {
+  SKIP_WITHOUT_GPU();
+  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  SharedDir dir;
+  const auto placement = my_gpu();
+  if (world_rank() == 0) {
+    runtime::MpiCommunicator self(MPI_COMM_SELF);
+    // amp-bf16: q, k, v in bf16, so the packed sequences take flash attention's varlen call.
+    auto eval_with = [&](const std::string& padding) {
+      auto c = lora_config(model, 4, dir.file("eval-" + padding + ".h5"),
+                           {{"limit", "16"},
+                            {"eval-only", "true"},
+                            {"device", "cuda"},
+                            {"precision", "amp-bf16"},
+                            {"padding", padding}});
+      c->validate();
+      train::TrainingLoop loop(c->train, *c->recipe, self, placement, 1);
+      return loop.evaluate().loss;
+    };
+    const double padded = eval_with("pad");
+    // bf16 matrix multiplies of other shapes ([B * T] rows vs [S]): their rounding, not the attention.
+    EXPECT_NEAR(eval_with("none"), padded, 1e-2 * std::abs(padded));
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
