@@ -75,7 +75,8 @@ torch::Tensor LoraLinearImpl::base_weight() const {
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor out = is_nf4() ? linear_nf4(x, nf4) : torch::nn::functional::linear(base_input(x), base_weight());
-  if (has_lora() && adapter_enabled) out = out + lora_b(lora_a(dropout(x))) * scaling;
+  // The scaling on the rank-r activations ([N, r], not [N, out]): one small multiply each way.
+  if (has_lora() && adapter_enabled) out = out + lora_b(lora_a(dropout(x)) * scaling);
   return out;
 }
 

@@ -36,7 +36,11 @@ enum class BaseWeights {
 /// names), hold its base weight in NF4, and fake-quantise its input and weight (8da4w QAT,
 /// models/fake_quant.h). TorchTune's LoRALinear, FrozenNF4Linear and QATLoRALinear, and torchao's
 /// Int8DynActInt4WeightQATLinear, as one layer:
-///   y = base(x) + (alpha / rank) B A dropout(x)   (the adapter's term while enabled),
+///   y = base(x) + B ((alpha / rank) A dropout(x))  (the adapter's term while enabled; the scaling
+///                                                  on the [N, rank] activations, not the [N, out]
+///                                                  product as TorchTune and PEFT do: bitwise the
+///                                                  same when alpha / rank is a power of two, as
+///                                                  the defaults', else within one rounding),
 ///   base(x) = linear_nf4(x, W)                    (NF4),
 ///           = linear(fq_a(x), fq_w(W))            (fake quantisation on),
 ///           = linear(x, W)                        (otherwise).
