@@ -29,9 +29,15 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) {
   return loss * scale_.to(loss.device(), /*non_blocking=*/true);
 }
 
-void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
-  if (!options_.enabled) return;
-  if (unscaled_) throw std::logic_error("GradScaler::unscale: already called for this step; call update() first");
+torch::Tensor GradScaler::unscale(torch::optim::Optimizer& optimizer) { return find_non_finite(optimizer, true); }
+
+torch::Tensor GradScaler::check(torch::optim::Optimizer& optimizer) { return find_non_finite(optimizer, false); }
+
+torch::Tensor GradScaler::find_non_finite(torch::optim::Optimizer& optimizer, bool divide) {
+  if (!options_.enabled) return {};
+  if (unscaled_) {
+    throw std::logic_error("GradScaler::unscale / check: already called for this step; call update() first");
+  }
   // Gradients grouped by (device, dtype): the fused kernel takes one list per group.
   std::map<std::pair<std::string, int>, std::vector<torch::Tensor>> groups;
   for (auto& group : optimizer.param_groups()) {
@@ -46,7 +52,7 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
   }
   if (groups.empty() && comm_ == nullptr) {
     unscaled_ = true;
-    return;
+    return {};
   }
   // Sharded: a rank without gradients still takes part in the agreement.
   torch::Device device(torch::kCPU);
@@ -57,20 +63,22 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
   }
   lazy_init(device);
   found_inf_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-  // 1/S computed in double then rounded, as PyTorch does.
-  const torch::Tensor inv_scale = scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32);
+  // 1/S computed in double then rounded, as PyTorch does; 1 for the check alone (torch's dummy).
+  const torch::Tensor inv_scale =
+      divide ? scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32) : torch::ones({}, found_inf_.options());
   for (auto& [key, grads] : groups) {
     const torch::Device d(key.first);
     if (d == device) {
       at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
-    } else {  // gradients on another device (DP replicas): check there, combine here
+    } else {  // gradients on another device (DP replicas): check there, combine here (a flag: at most 1)
       torch::Tensor found = torch::zeros({}, found_inf_.options().device(d));
       at::_amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale.to(d));
-      found_inf_.add_(found.to(device));
+      found_inf_ = torch::maximum(found_inf_, found.to(device));
     }
   }
   if (comm_ != nullptr) comm_->all_reduce(found_inf_, runtime::ReduceOp::kMax)->wait();
   unscaled_ = true;
+  return found_inf_;
 }
 
 bool GradScaler::step(torch::optim::Optimizer& optimizer) {

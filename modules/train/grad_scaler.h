@@ -6,6 +6,8 @@
 //   scale(loss)      loss * S                                   (S starts at init_scale)
 //   unscale(opt)     grads *= 1/S in place, found_inf = any grad non-finite
 //                    (the fused ATen kernel _amp_foreach_non_finite_check_and_unscale_)
+//   check(opt)       found_inf alone, the gradients left scaled (for an optimizer that divides by
+//                    S itself and skips on found_inf: torch's fused AdamW, FusedAdamW::step_scaled)
 //   step(opt)        unscale if not yet done, then opt.step() unless found_inf
 //   update()         found_inf: S *= backoff_factor, streak reset; else after growth_interval
 //                    finite steps in a row S *= growth_factor (ATen _amp_update_scale_)
@@ -42,9 +44,14 @@ class GradScaler {
   /// loss (any floating dtype, any device) times the current scale.
   torch::Tensor scale(const torch::Tensor& loss);
   /// Divides the gradients of every parameter of optimizer by the scale, in place, and records
-  /// whether any was inf or NaN (on any rank of comm: collective then). Throws std::logic_error when called twice
-  /// before update(), and std::invalid_argument for fp16 gradients (the master weights must be fp32, as in PyTorch).
-  void unscale(torch::optim::Optimizer& optimizer);
+  /// whether any was inf or NaN (on any rank of comm: collective then). Returns that flag, float32
+  /// [] on the gradients' device, 1 or 0 (undefined when disabled), without a host sync. Throws
+  /// std::logic_error when called twice before update(), and std::invalid_argument for fp16
+  /// gradients (the master weights must be fp32, as in PyTorch).
+  torch::Tensor unscale(torch::optim::Optimizer& optimizer);
+  /// unscale() without the division: only the flag (torch's GradScaler._check_inf_per_device, for
+  /// an optimizer that divides by the scale itself: FusedAdamW::step_scaled). Same errors.
+  torch::Tensor check(torch::optim::Optimizer& optimizer);
   /// Unscales if needed, then steps the optimizer unless a gradient was non-finite.
   /// Returns true when the optimizer stepped. Synchronises the host with the device once.
   bool step(torch::optim::Optimizer& optimizer);
@@ -65,6 +72,8 @@ class GradScaler {
 
  private:
   void lazy_init(const torch::Device& device);
+  /// unscale() (divide true) or check().
+  torch::Tensor find_non_finite(torch::optim::Optimizer& optimizer, bool divide);
 
   GradScalerOptions options_;
   runtime::Communicator* comm_ = nullptr;

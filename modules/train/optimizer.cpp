@@ -1,6 +1,8 @@
 #include "train/optimizer.h"
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
 #include <utility>
 
 namespace mgbench::train {
@@ -24,7 +26,27 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     const torch::AutoGradMode enable_grad(true);
     loss = closure();
   }
+  run({}, {});
+  return loss;
+}
+
+void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf) {
+  run(grad_divisor, found_inf);
+}
+
+void FusedAdamW::undo_step() {
+  if (last_stepped_.empty()) throw std::logic_error("FusedAdamW::undo_step: no step to undo");
+  for (void* key : last_stepped_) {
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*state().at(key));
+    s.step(s.step() - 1);
+    device_steps_.at(key).host -= 1;  // the device's count was given back with found_inf
+  }
+  last_stepped_.clear();
+}
+
+void FusedAdamW::run(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf) {
   const torch::NoGradGuard no_grad;
+  last_stepped_.clear();
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     // One list each per (device, dtype): the fused kernel's unit, as torch groups them.
@@ -63,6 +85,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       s.step(s.step() + 1);
       d.host += 1;  // the _foreach_add_ below
+      last_stepped_.push_back(key);
       auto it = std::find_if(lists.begin(), lists.end(),
                              [&](const Lists& l) { return l.device == p.device() && l.dtype == p.scalar_type(); });
       if (it == lists.end()) it = lists.insert(lists.end(), Lists{p.device(), p.scalar_type(), {}, {}, {}, {}, {}, {}});
@@ -75,12 +98,18 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     }
     const auto [beta1, beta2] = o.betas();
     for (auto& l : lists) {
+      const auto on = [&l](const torch::Tensor& t) -> std::optional<torch::Tensor> {
+        if (!t.defined()) return std::nullopt;
+        return t.to(l.device, torch::kFloat32, /*non_blocking=*/true);
+      };
+      const std::optional<torch::Tensor> divisor = on(grad_divisor), skip = on(found_inf);
       at::_foreach_add_(l.steps, 1.0);
       at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, o.lr(), beta1, beta2,
-                        o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
+                        o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false, divisor, skip);
+      // A skipped step's counts given back on the device, as torch's _fused_adamw does.
+      if (skip) at::_foreach_sub_(l.steps, std::vector<torch::Tensor>(l.steps.size(), *skip));
     }
   }
-  return loss;
 }
 
 std::int64_t optimizer_states_per_element(const TrainOptions& o) {

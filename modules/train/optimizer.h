@@ -30,13 +30,26 @@ class FusedAdamW final : public torch::optim::AdamW {
  public:
   using AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  /// One step as torch's fused AdamW takes it under a GradScaler (its grad_scale and found_inf),
+  /// without a host sync: every gradient divided by grad_divisor inside the kernel (float32 [],
+  /// on any device; undefined: as they are; the divided gradient stays in .grad(), as torch's), and
+  /// no parameter or moment changed where found_inf (float32 [] on the parameters' device, exactly
+  /// 1 or 0; undefined: 0) is 1 -- the device step counts then given back on the device. The host's
+  /// counts (the state's step) advance regardless: the caller, once it has read found_inf, calls
+  /// undo_step() for a skipped step.
+  void step_scaled(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf);
+  /// The state's step counts of the last step's parameters back by one (a step_scaled that
+  /// found_inf skipped). Throws std::logic_error when no step was taken since the last undo.
+  void undo_step();
 
  private:
   struct DeviceStep {
     torch::Tensor value;    // fp32 [] on the parameter's device
     std::int64_t host = 0;  // what value holds
   };
+  void run(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf);
   std::unordered_map<const void*, DeviceStep> device_steps_;
+  std::vector<void*> last_stepped_;  // the parameters (their TensorImpl) of the last step
 };
 
 /// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq (2), SGD's momentum buffer

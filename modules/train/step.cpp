@@ -81,28 +81,51 @@ std::optional<double> gradient_scale(LoopParts& p, const StepOutcome& out, Phase
   return static_cast<double>(p.comm.world_size()) / all_targets;
 }
 
-/// The gradients scaled, clipped, and the optimizer step (the GradScaler's with loss scaling). False
-/// when the scaler skipped the step (non-finite gradients).
-bool optimizer_step(LoopParts& p, double scale) {
+/// The gradients scaled by `scale` (the loss normalisation), clipped, and the optimizer step (the
+/// GradScaler's with loss scaling). Returns the step's skip flag for the step's one host sync: a
+/// float [] tensor, 1 where the scaler skipped the step (non-finite gradients), 0 or undefined where
+/// it stepped. The fused AdamW without clipping takes the scaling (and the loss scale's division)
+/// inside its kernel, and the skip too: no pass over the gradients and no sync of its own, torch's
+/// fused path under GradScaler; clipping needs the true gradients first.
+torch::Tensor optimizer_step(LoopParts& p, double scale) {
+  auto* fused = dynamic_cast<FusedAdamW*>(p.optimizer.get());
+  const double max_norm = p.train.clip_grad_norm;
+  if (fused != nullptr && max_norm <= 0) {
+    torch::Tensor divisor, found_inf;
+    if (p.scaler) {
+      found_inf = p.scaler->check(*p.optimizer);
+      divisor = p.scaler->scale_tensor() / scale;
+    } else if (scale != 1.0) {
+      divisor = torch::full({}, 1.0 / scale, torch::TensorOptions(torch::kFloat32).device(p.device));
+    }
+    fused->step_scaled(divisor, found_inf);
+    if (p.scaler) p.scaler->update();
+    return found_inf;
+  }
   if (scale != 1.0) {
     torch::NoGradGuard no_grad;
     for (auto& t : p.trainable) {
       if (t.grad().defined()) t.mutable_grad().mul_(scale);
     }
   }
-  const double max_norm = p.train.clip_grad_norm;
   if (p.scaler) {
+    torch::Tensor found_inf;
     if (max_norm > 0) {
-      p.scaler->unscale(*p.optimizer);
+      found_inf = p.scaler->unscale(*p.optimizer);
       clip_grad_norm(p.trainable, max_norm, p.fsdp ? &p.comm : nullptr);
+    }
+    if (fused != nullptr) {  // clipped: the fused kernel skips on the flag, no sync
+      fused->step_scaled({}, found_inf);
+      p.scaler->update();
+      return found_inf;
     }
     const bool stepped = p.scaler->step(*p.optimizer);
     p.scaler->update();
-    return stepped;
+    return torch::full({}, stepped ? 0.0 : 1.0);
   }
   if (max_norm > 0) clip_grad_norm(p.trainable, max_norm, p.fsdp ? &p.comm : nullptr);
   p.optimizer->step();
-  return true;
+  return {};
 }
 
 }  // namespace
@@ -144,17 +167,22 @@ StepOutcome train_step(LoopParts& p, DeviceFeeder& feeder, PhaseClock& clock, do
 
   const std::optional<double> scale = gradient_scale(p, out, clock);
   clock.enter(results::Phase::kOptimizer);
-  const bool stepped = scale.has_value() && optimizer_step(p, *scale);
+  const torch::Tensor skipped = scale.has_value() ? optimizer_step(p, *scale) : torch::Tensor();
   // This rank's loss per target (per sample for a mean loss), the recipe's metrics and the loss
   // scale: the step's one host sync.
   const std::int64_t metric_count = p.metric_count;
   torch::Tensor on_device = metric_count > 0 ? torch::cat({sums.loss, sums.metrics}) : sums.loss;
-  if (sums.loss_scale.defined()) {
-    on_device = torch::cat({on_device, sums.loss_scale.to(sums.loss.device()).to(torch::kFloat64).reshape({1})});
+  for (const torch::Tensor& more : {sums.loss_scale, skipped}) {
+    if (more.defined()) on_device = torch::cat({on_device, more.to(sums.loss.device(), torch::kFloat64).reshape({1})});
   }
   const torch::Tensor values = on_device.cpu();
   step.loss = out.normalizer > 0 ? values[0].item<double>() / out.normalizer : results::kNaN;
-  if (sums.loss_scale.defined()) step.loss_scale = values[values.numel() - 1].item<double>();
+  std::int64_t last = values.numel() - 1;
+  const bool stepped = scale.has_value() && !(skipped.defined() && values[last--].item<double>() != 0.0);
+  if (sums.loss_scale.defined()) step.loss_scale = values[last].item<double>();
+  if (scale.has_value() && !stepped) {
+    if (auto* fused = dynamic_cast<FusedAdamW*>(p.optimizer.get())) fused->undo_step();
+  }
   for (std::int64_t k = 0; k < metric_count; ++k) {
     out.metrics.push_back(values[k + 1].item<double>() / static_cast<double>(out.micro_batches));
   }

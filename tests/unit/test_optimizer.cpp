@@ -1,11 +1,14 @@
 // train/optimizer: FusedAdamW (torch.optim.AdamW(fused=True) through at::_fused_adamw_) against
-// LibTorch's own AdamW, an independent implementation of the same update (a chain of per-tensor ops).
+// LibTorch's own AdamW, an independent implementation of the same update (a chain of per-tensor ops),
+// and its scaled step against the GradScaler's unscale-then-step.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <sstream>
 #include <vector>
 
+#include "train/grad_scaler.h"
 #include "train/optimizer.h"
 
 namespace mgbench::train {
@@ -117,6 +120,66 @@ TEST(FusedAdamW, AGradientUnlikeItsParameterIsRefused) {
   FusedAdamW optimizer(params, options());
   params[2].mutable_grad() = torch::zeros({16, 32}, torch::kFloat64);
   EXPECT_THROW(optimizer.step(), c10::Error);
+}
+
+/// The state's step count of parameter p.
+std::int64_t step_of(const FusedAdamW& optimizer, const torch::Tensor& p) {
+  return static_cast<const torch::optim::AdamWParamState&>(*optimizer.state().at(p.unsafeGetTensorImpl())).step();
+}
+
+// The loop's fused path under loss scaling (torch's GradScaler with a fused optimizer): the
+// scaler's check alone, the normalisation and the loss scale divided inside the kernel, a skipped
+// step decided on the device and its host counts given back afterwards -- against the unscale +
+// synchronised step on the same gradients. Steps 2 and 5 have a non-finite gradient (skipped by
+// both, the scale backs off).
+TEST(FusedAdamW, ScaledStepsEqualUnscaleThenStepWithoutASync) {
+  for (const double normalisation : {0.25, 1.0 / 3.0}) {  // exact in binary, and not
+    auto synced_params = parameters(torch::kFloat32);
+    auto fused_params = clones(synced_params, torch::kFloat32);
+    FusedAdamW synced(synced_params, options()), fused(fused_params, options());
+    GradScaler synced_scaler({1024.0, 2.0, 0.5, 3, true}), fused_scaler({1024.0, 2.0, 0.5, 3, true});
+    torch::manual_seed(2);
+    int skipped = 0;
+    for (int s = 0; s < 8; ++s) {
+      SCOPED_TRACE(testing::Message() << "normalisation " << normalisation << ", step " << s);
+      const double loss_scale = synced_scaler.get_scale();
+      ASSERT_EQ(loss_scale, fused_scaler.get_scale());
+      synced_scaler.scale(torch::ones({}));  // the scale on the device, as after a scaled loss
+      fused_scaler.scale(torch::ones({}));
+      for (std::size_t i = 0; i < synced_params.size(); ++i) {
+        torch::Tensor g = torch::randn(synced_params[i].sizes()) * loss_scale;  // what a scaled backward leaves
+        if ((s == 2 || s == 5) && i == 2) g[0][1] = std::numeric_limits<float>::infinity();
+        synced_params[i].mutable_grad() = g.clone();
+        fused_params[i].mutable_grad() = g.clone();
+      }
+      // The loop's old path: the normalisation as a pass over the gradients, unscale, a host sync.
+      for (auto& p : synced_params) p.mutable_grad().mul_(normalisation);
+      const bool stepped = synced_scaler.step(synced);
+      synced_scaler.update();
+      // The fused path.
+      const torch::Tensor found_inf = fused_scaler.check(fused);
+      fused.step_scaled(fused_scaler.scale_tensor() / normalisation, found_inf);
+      fused_scaler.update();
+      EXPECT_EQ(found_inf.item<float>() == 0.0F, stepped);
+      if (!stepped) {
+        fused.undo_step();
+        EXPECT_THROW(fused.undo_step(), std::logic_error);  // one undo per step
+        ++skipped;
+      }
+      for (std::size_t i = 0; i < synced_params.size(); ++i) {
+        if (normalisation == 0.25) {
+          EXPECT_TRUE(torch::equal(fused_params[i], synced_params[i])) << "parameter " << i;
+        } else {  // g / (S / n) vs (g n) / S: an ulp apart, not more
+          EXPECT_TRUE(torch::allclose(fused_params[i], synced_params[i], 1e-6, 1e-7)) << "parameter " << i;
+        }
+        EXPECT_EQ(step_of(fused, fused_params[i]), step_of(synced, synced_params[i])) << "parameter " << i;
+      }
+    }
+    EXPECT_EQ(skipped, 2);
+    EXPECT_EQ(step_of(fused, fused_params[0]), 6);
+    // The parameters moved.
+    EXPECT_FALSE(torch::allclose(fused_params[2], parameters(torch::kFloat32)[2], 1e-3, 1e-3));
+  }
 }
 
 }  // namespace
