@@ -1,5 +1,6 @@
 #include "train/step.h"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
@@ -86,11 +87,14 @@ std::optional<double> gradient_scale(LoopParts& p, const StepOutcome& out, Phase
 /// float [] tensor, 1 where the scaler skipped the step (non-finite gradients), 0 or undefined where
 /// it stepped. The fused AdamW without clipping takes the scaling (and the loss scale's division)
 /// inside its kernel, and the skip too: no pass over the gradients and no sync of its own, torch's
-/// fused path under GradScaler; clipping needs the true gradients first.
+/// fused path under GradScaler; clipping needs the true gradients first, and fp64 parameters a
+/// divisor of their precision (the kernel's is float32).
 torch::Tensor optimizer_step(LoopParts& p, double scale) {
   auto* fused = dynamic_cast<FusedAdamW*>(p.optimizer.get());
   const double max_norm = p.train.clip_grad_norm;
-  if (fused != nullptr && max_norm <= 0) {
+  const bool fp64 = std::any_of(p.trainable.begin(), p.trainable.end(),
+                                [](const torch::Tensor& t) { return t.scalar_type() == torch::kFloat64; });
+  if (fused != nullptr && max_norm <= 0 && !fp64) {
     torch::Tensor divisor, found_inf;
     if (p.scaler) {
       found_inf = p.scaler->check(*p.optimizer);
