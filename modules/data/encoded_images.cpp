@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -222,7 +223,35 @@ EncodedImages scan_webdataset(const std::string& dir, std::int64_t limit) {
   return set;
 }
 
-Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform) {
+namespace {
+
+/// Runs sample(k) for k = 0 .. b - 1 on `threads` threads (at most b; the calling thread is one):
+/// samples k = w, w + T, w + 2T, ... on thread w. Returns each sample's exception, null where it
+/// succeeded.
+std::vector<std::exception_ptr> for_each_sample(std::int64_t b, int threads,
+                                                const std::function<void(std::int64_t)>& sample) {
+  const auto workers = std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(b, 1));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(b));
+  auto work = [&](std::int64_t w) {
+    for (std::int64_t k = w; k < b; k += workers) {
+      try {
+        sample(k);
+      } catch (...) {
+        errors[static_cast<std::size_t>(k)] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::jthread> pool;
+  for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  work(0);
+  pool.clear();  // joined
+  return errors;
+}
+
+}  // namespace
+
+Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
+                             int threads) {
   const auto b = static_cast<std::int64_t>(plan.indices.size());
   const auto record = [&](std::int64_t k) -> const ImageRecord& {
     return images.records[static_cast<std::size_t>(plan.indices[static_cast<std::size_t>(k)])];
@@ -235,7 +264,7 @@ Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& pl
   offset[0] = 0;
   for (std::int64_t k = 0; k < b; ++k) offset[k + 1] = offset[k] + static_cast<std::int64_t>(record_bytes(record(k)));
   torch::Tensor all = torch::empty({offset[b]}, torch::kUInt8);  // the files read straight into it
-  for (std::int64_t k = 0; k < b; ++k) {
+  const auto errors = for_each_sample(b, threads, [&](std::int64_t k) {
     const std::int64_t index = plan.indices[static_cast<std::size_t>(k)];
     const ImageRecord& r = record(k);
     const std::span<std::uint8_t> bytes(all.data_ptr<std::uint8_t>() + offset[k],
@@ -250,6 +279,9 @@ Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& pl
         c.flip ? 1 : 0, info.height, info.width,   transform.kind == ImageTransform::Kind::kCenter ? 1 : 0};
     std::copy_n(row, 8, crop + 8 * k);
     labels.data_ptr<std::int64_t>()[k] = r.label;
+  });
+  for (const auto& error : errors) {  // the first in sample order
+    if (error) std::rethrow_exception(error);
   }
   Batch batch;
   batch.plan = plan;
@@ -280,23 +312,9 @@ Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& pl
   for (std::int64_t k = 0; k < b; ++k) {
     labels.data_ptr<std::int64_t>()[k] = images.records[static_cast<std::size_t>(plan.indices[k])].label;
   }
-  // Samples k = w, w + T, w + 2T, ... on thread w; the first error (in sample order) is rethrown.
-  const auto workers = static_cast<std::int64_t>(std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(b, 1)));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(b));
-  auto work = [&](std::int64_t w) {
-    for (std::int64_t k = w; k < b; k += workers) {
-      try {
-        load_sample(images, plan.indices[static_cast<std::size_t>(k)], plan.epoch, transform, out + k * slot);
-      } catch (...) {
-        errors[static_cast<std::size_t>(k)] = std::current_exception();
-      }
-    }
-  };
-  {
-    std::vector<std::jthread> pool;
-    for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
-    work(0);
-  }
+  const auto errors = for_each_sample(b, threads, [&](std::int64_t k) {
+    load_sample(images, plan.indices[static_cast<std::size_t>(k)], plan.epoch, transform, out + k * slot);
+  });
   Batch batch;
   batch.plan = plan;
   batch.samples = b;

@@ -82,9 +82,11 @@ Batch assemble_encoded_batch(const EncodedImages& images, const PlannedBatch& pl
 /// int64 [B]} and whose host_tensors are {bytes uint8 [total], offsets int64 [B + 1] (sample k:
 /// bytes[offsets[k], offsets[k + 1])), crops int64 [B, 8] (top, left, height, width, flip, image
 /// height, image width, 1 for kCenter: the whole image, resized and centre-cropped)};
-/// decode_and_crop_on_device (data/device_decode.h) finishes it. Throws
-/// DataError naming a file that cannot be read or whose header is corrupt.
-Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform);
+/// decode_and_crop_on_device (data/device_decode.h) finishes it. The files are read and their headers
+/// parsed on `threads` threads (>= 1; --loader-threads). Throws DataError naming the file of the
+/// first sample (in batch order) that cannot be read or whose header is corrupt.
+Batch assemble_encoded_bytes(const EncodedImages& images, const PlannedBatch& plan, const ImageTransform& transform,
+                             int threads = 1);
 
 /// The generator seed of sample `index` in `epoch` (a SplitMix64 mix of the three).
 std::uint64_t sample_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t index);

@@ -43,7 +43,7 @@ class EncodedDataset final : public ImageDataset {
   std::int64_t num_classes() const override { return static_cast<std::int64_t>(images_.classes.size()); }
   std::int64_t image_size() const override { return transform_.size; }
   Batch assemble(const PlannedBatch& plan, bool pin_memory) const override {
-    if (device_decode_) return assemble_encoded_bytes(images_, plan, transform_);
+    if (device_decode_) return assemble_encoded_bytes(images_, plan, transform_, threads_);
     return assemble_encoded_batch(images_, plan, transform_, threads_, pin_memory, skip_bad_);
   }
   torch::Tensor decode_on_device(const Batch& batch, const torch::Device& device,

@@ -164,30 +164,39 @@ TEST(ImageFolder, BytesForTheDeviceCarryTheHostPathsCrops) {
   const data::EncodedImages set = data::scan_image_folder(images_dir() + "/folder");
   const data::ImageTransform random{data::ImageTransform::Kind::kRandomResizedCrop, 3, 42};
   const data::PlannedBatch plan{0, {4, 0, 2}, true, 5};
-  const data::Batch bytes = data::assemble_encoded_bytes(set, plan, random);
-  ASSERT_EQ(bytes.host_tensors.size(), 3u);
-  EXPECT_TRUE(torch::equal(bytes.tensors[0], torch::tensor({1, 0, 1}, torch::kInt64)));
-  const auto* offsets = bytes.host_tensors[1].data_ptr<std::int64_t>();
-  const auto* crops = bytes.host_tensors[2].data_ptr<std::int64_t>();
-  for (std::int64_t k = 0; k < 3; ++k) {
-    const auto& record = set.records[static_cast<std::size_t>(plan.indices[static_cast<std::size_t>(k)])];
-    const auto file = read_bytes(record.path);
-    ASSERT_EQ(offsets[k + 1] - offsets[k], static_cast<std::int64_t>(file.size()));
-    EXPECT_TRUE(std::equal(file.begin(), file.end(), bytes.host_tensors[0].data_ptr<std::uint8_t>() + offsets[k]));
-    // The draws of sample `index` in epoch 5, as assemble_encoded_batch makes them.
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(data::sample_seed(42, 5, plan.indices[k]));
-    const data::CropBox box = data::random_resized_crop_box(4, 4, gen);
-    const std::vector<std::int64_t> row(crops + 8 * k, crops + 8 * k + 8);
-    EXPECT_EQ(row,
-              (std::vector<std::int64_t>{box.top, box.left, box.height, box.width, data::random_flip(gen), 4, 4, 0}));
+  for (const int threads : {3, 1}) {  // read on loader threads, or on one: the same batch
+    SCOPED_TRACE(testing::Message() << threads << " thread(s)");
+    const data::Batch bytes = data::assemble_encoded_bytes(set, plan, random, threads);
+    ASSERT_EQ(bytes.host_tensors.size(), 3u);
+    EXPECT_TRUE(torch::equal(bytes.tensors[0], torch::tensor({1, 0, 1}, torch::kInt64)));
+    const auto* offsets = bytes.host_tensors[1].data_ptr<std::int64_t>();
+    const auto* crops = bytes.host_tensors[2].data_ptr<std::int64_t>();
+    for (std::int64_t k = 0; k < 3; ++k) {
+      const auto& record = set.records[static_cast<std::size_t>(plan.indices[static_cast<std::size_t>(k)])];
+      const auto file = read_bytes(record.path);
+      ASSERT_EQ(offsets[k + 1] - offsets[k], static_cast<std::int64_t>(file.size()));
+      EXPECT_TRUE(std::equal(file.begin(), file.end(), bytes.host_tensors[0].data_ptr<std::uint8_t>() + offsets[k]));
+      // The draws of sample `index` in epoch 5, as assemble_encoded_batch makes them.
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(data::sample_seed(42, 5, plan.indices[k]));
+      const data::CropBox box = data::random_resized_crop_box(4, 4, gen);
+      const std::vector<std::int64_t> row(crops + 8 * k, crops + 8 * k + 8);
+      EXPECT_EQ(row,
+                (std::vector<std::int64_t>{box.top, box.left, box.height, box.width, data::random_flip(gen), 4, 4, 0}));
+    }
+    // Without a GPU (or nvJPEG): a ConfigError saying so, never a crash.
+    test::expect_error<ConfigError>(
+        [&] {
+          data::decode_and_crop_on_device(bytes, data::NvjpegBackend::kAuto, 3, torch::kCPU, torch::kFloat32,
+                                          data::kImageNetMean, data::kImageNetStd);
+        },
+        {"--decode device"});
   }
-  // Without a GPU (or nvJPEG): a ConfigError saying so, never a crash.
-  test::expect_error<ConfigError>(
+  // A file that is no JPEG or PNG is named, whichever thread read it.
+  test::expect_error<DataError>(
       [&] {
-        data::decode_and_crop_on_device(bytes, data::NvjpegBackend::kAuto, 3, torch::kCPU, torch::kFloat32,
-                                        data::kImageNetMean, data::kImageNetStd);
+        data::assemble_encoded_bytes(set, {0, {4, 6, 0}, true, 0}, random, 3);
       },
-      {"--decode device"});
+      {"1.webp"});
 }
 
 // webdataset's key rule (base_plus_ext): "._k0.jpg" and ".DS_Store" belong to no sample, a dotted
