@@ -12,6 +12,7 @@
 //
 // No Boost here: app/ turns a table into Boost.Program_options descriptions and hands the parsed
 // text back through set().
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -140,6 +141,7 @@ struct Option {
   std::function<void(const std::string&)> parse;   // text -> field; throws ConfigError naming the option
   std::function<void(const std::string&)> append;  // one more item of a list (positional or repeatable ones)
   std::vector<std::function<void()>> checks;       // bounds; each throws ConfigError naming the option
+  std::string named;                               // the named value given (Declared::named_value), if any
 };
 
 /// What OptionTable::add returns: bounds and properties of the option just declared.
@@ -163,6 +165,28 @@ class Declared {
   }
   /// Any predicate, with what the option expects: .check(valid_window, "START:DURATION or all").
   Declared& check(std::function<bool(const T&)> ok, std::string expected) { return bound(std::move(ok), expected); }
+  /// A word the option takes besides its type's values, standing for `value` (outside the bounds):
+  /// `--image-size native` is 0 until the recipe resolves it. Parsed, shown and recorded as the word
+  /// while the field holds `value`.
+  Declared& named_value(std::string word, T value) {
+    option_.value_name += "|" + word;
+    option_.parse = [parse = std::move(option_.parse), word, value, &field = field_,
+                     &o = option_](const std::string& text) {
+      if (text == word) {
+        field = value;
+        o.named = word;
+      } else {
+        o.named.clear();
+        parse(text);  // the value itself, typed as a number, is bounded as any other
+      }
+    };
+    const auto holds_word = [word, value, &field = field_, &o = option_] { return o.named == word && field == value; };
+    option_.text = [text = std::move(option_.text), word, holds_word] { return holds_word() ? word : text(); };
+    option_.value = [typed = std::move(option_.value), word, holds_word] {
+      return holds_word() ? Value(word) : typed();
+    };
+    return *this;
+  }
   /// A setting that does not change results (not in the checkpoint identity).
   Declared& no_effect() {
     option_.effect = Effect::kNone;
@@ -198,7 +222,7 @@ class Declared {
  private:
   Declared& bound(std::function<bool(const T&)> ok, std::string expected) {
     option_.checks.push_back([ok = std::move(ok), expected = std::move(expected), &field = field_, &o = option_] {
-      if (ok(field)) return;
+      if (ok(field) || (!o.named.empty() && o.text() == o.named)) return;
       if (o.positional != 0) fail_operand(o.value_name, o.text(), expected);
       fail(o.name, o.text(), expected);
     });

@@ -223,6 +223,13 @@ EncodedImages scan_webdataset(const std::string& dir, std::int64_t limit) {
   return set;
 }
 
+std::int64_t first_image_size(const EncodedImages& images) {
+  MGBENCH_REQUIRE(!images.records.empty(), DataError, "{}: no image to take the native size from", images.root);
+  const ImageRecord& first = images.records.front();
+  const ImageInfo info = read_image_info(read_record(first), first.name);
+  return std::min(info.height, info.width);
+}
+
 namespace {
 
 /// Runs sample(k) for k = 0 .. b - 1 on `threads` threads (at most b; the calling thread is one):

@@ -55,6 +55,11 @@ EncodedImages scan_image_folder(const std::string& dir, std::int64_t limit = 0);
 /// shards, a corrupt archive, a sample without an image or a .cls, or a .cls that is no integer.
 EncodedImages scan_webdataset(const std::string& dir, std::int64_t limit = 0);
 
+/// The shorter side of the first image of `images` [px] (its header parsed): the native size of a
+/// dataset whose files share one (`--image-size native`). Throws DataError naming the file when it
+/// cannot be read or is no JPEG or PNG, or when `images` is empty.
+std::int64_t first_image_size(const EncodedImages& images);
+
 /// What the host does to each decoded image before it is batched.
 struct ImageTransform {
   enum class Kind {

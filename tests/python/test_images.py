@@ -97,6 +97,25 @@ def test_image_folder_trains_and_labels_follow_the_folders(folder, tmp_path):
         assert run["summary"][0]["test_accuracy"] > 0.5
 
 
+def test_native_size_is_the_files_own(folder, tmp_path):
+    """--image-size native: the model sees the files at their own 300 px (centre crop of a square file:
+    no resize), recorded as the run's image size; MNIST's native size is 28."""
+    results = tmp_path / "native.h5"
+    proc = mgbench("image", "--dataset", "imagefolder", "--data", folder, "--image-size", "native", "--crop", "center",
+                   "--limit-train", 40, "--limit-test", 20, "--batch-size", 10, "--epochs", 1, "--loader-threads", 2,
+                   "--threads", 2, "--device", "cpu", "--results", results, "--progress-interval", 1000, check=True)
+    assert "--image-size native: 300 px" in proc.stderr + proc.stdout
+    from conftest import MNIST
+    mgbench("image", "--data", MNIST, "--image-size", "native", "--limit-train", 64, "--limit-test", 32,
+            "--batch-size", 32, "--epochs", 1, "--device", "cpu", "--results", results, "--progress-interval", 1000,
+            check=True)
+    with h5py.File(results) as f:
+        folder_run, mnist_run = f["runs"].values()
+        assert folder_run.attrs["image_size"] == 300 and mnist_run.attrs["image_size"] == 28
+    proc = mgbench("image", "--data", MNIST, "--image-size", "0", "--device", "cpu", "--results", results)
+    assert proc.returncode != 0 and "--image-size '0': expected >= 1" in proc.stderr
+
+
 def test_bad_files_are_named(folder, tmp_path):
     bad = tmp_path / "bad"
     for split in ("train", "val"):

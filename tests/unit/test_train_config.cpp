@@ -267,6 +267,22 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   EXPECT_FALSE(t.find("name")->is_switch);
   EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),
             (std::vector<std::string>{"--a: 1 -> (none)", "--b: 2 -> 3", "--c: (none) -> 4"}));
+  // A named value (--image-size native): the word stands for a value outside the bounds, until resolved.
+  std::int64_t size = 100;
+  t.add("size", size, "a size").at_least(1).named_value("native", 0);
+  EXPECT_EQ(t.find("size")->value_name, "N|native");
+  t.set("size", "native");
+  EXPECT_EQ(size, 0);
+  EXPECT_NO_THROW(t.validate());
+  EXPECT_NE(t.identity().find("size = native\n"), std::string::npos);
+  EXPECT_EQ(std::get<std::string>(t.attributes().back().second), "native");
+  size = 300;  // resolved: the value from then on
+  EXPECT_EQ(std::get<std::int64_t>(t.attributes().back().second), 300);
+  t.set("size", "0");  // the number itself is bounded as any other
+  test::expect_error<ConfigError>([&] { t.validate(); }, {"--size '0': expected >= 1"});
+  t.set("size", "native");
+  t.set("size", "7");
+  EXPECT_EQ(t.find("size")->text(), "7");
 }
 
 TEST(LrSchedule, WarmupThenCosine) {

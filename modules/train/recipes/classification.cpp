@@ -71,6 +71,9 @@ constexpr options::Choice<data::ImageTransform::Kind> kCrops[] = {
      "Resize(S) of the shorter side + CenterCrop(S): files already S x S pass unchanged (native size)"},
 };
 
+/// --image-size native, until the dataset gives the size.
+constexpr std::int64_t kNativeImageSize = 0;
+
 struct ImageOptions {
   DatasetKind dataset = DatasetKind::kMnist;
   std::string data_dir = "inputs/mnist";
@@ -79,7 +82,7 @@ struct ImageOptions {
   bool skip_bad_images = false;
   Decode decode = Decode::kHost;
   data::NvjpegBackend nvjpeg_backend = data::NvjpegBackend::kAuto;
-  std::int64_t image_size = 100;  // px, square; the paper used 100-700
+  std::int64_t image_size = 100;  // px, square; the paper used 100-700; kNativeImageSize until resolved
   std::int64_t limit_train = 0;   // 0: all training samples
   std::int64_t limit_test = 0;    // 0: all test samples
   Upscale upscale = Upscale::kDevice;
@@ -99,9 +102,12 @@ class ClassificationRecipe final : public Recipe {
     t.add("data", o.data_dir,
           "mnist: directory with IDX files (train-images-idx3-ubyte[.gz], t10k-...); imagefolder: directory with "
           "train/ and val/ class folders; webdataset: directory with train/ and val/ tar shards");
-    t.add("image-size", o.image_size, "side of the square images the model sees [px] (the papers: 100-700)")
+    t.add("image-size", o.image_size,
+          "side of the square images the model sees [px] (the papers: 100-700); native: the files' own size (the "
+          "shorter side of the first training image; MNIST 28), every image resized and cropped to it as --crop says")
         .at_least(1)
-        .at_most(4096);
+        .at_most(4096)
+        .named_value("native", kNativeImageSize);
     t.add("limit-train", o.limit_train, "use the first N training images (0: all)").at_least(0);
     t.add("limit-test", o.limit_test, "use the first N test images (0: all)").at_least(0);
     t.add("upscale", o.upscale, std::span<const options::Choice<Upscale>>(kUpscales),
@@ -247,6 +253,7 @@ class ClassificationRecipe final : public Recipe {
                       "the training images ({}) are {}x{} but the test images ({}) are {}x{}: one model cannot take "
                       "both",
                       train.images_path, train.rows, train.cols, test.images_path, test.rows, test.cols);
+      if (o.image_size == kNativeImageSize) resolve_native_size(train.rows, train.images_path);
       train_set_ = data::make_mnist_dataset(std::move(train));
       test_set_ = data::make_mnist_dataset(std::move(test));
       return;
@@ -262,12 +269,20 @@ class ClassificationRecipe final : public Recipe {
     MGBENCH_REQUIRE(train.classes == val.classes, DataError,
                     "{}: train/ has {} class folders and val/ {}, or their names differ: the labels would not agree",
                     o.data_dir, train.classes.size(), val.classes.size());
+    if (o.image_size == kNativeImageSize) resolve_native_size(data::first_image_size(train), train.records[0].name);
     const auto on_device =
         o.decode == Decode::kDevice ? std::optional<data::NvjpegBackend>(o.nvjpeg_backend) : std::nullopt;
     train_set_ = data::make_encoded_dataset(std::move(train), {o.crop, o.image_size, seed}, o.loader_threads,
                                             o.skip_bad_images, on_device);
     test_set_ = data::make_encoded_dataset(std::move(val), {data::ImageTransform::Kind::kCenter, o.image_size, seed},
                                            o.loader_threads, o.skip_bad_images, on_device);
+  }
+
+  /// --image-size native: the size the files have, from now on the run's image size (its attribute).
+  void resolve_native_size(std::int64_t px, const std::string& from) {
+    MGBENCH_REQUIRE(px >= 1 && px <= 4096, DataError, "--image-size native: {} is {} px; expected 1-4096", from, px);
+    options_.image_size = px;
+    log::info("--image-size native: {} px (the shorter side of {})", px, from);
   }
 
   /// uint8 [B, C, h, w] -> normalised [B, C, S, S] in the model's dtype (MNIST's upscaled).
