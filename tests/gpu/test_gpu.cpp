@@ -371,7 +371,7 @@ double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.cpu().to(torch::kFloat64) - b.cpu().to(torch::kFloat64)).abs().max().item<double>();
 }
 
-TEST(AttentionOnGpu, PackedSequencesInOneFlashCallEqualPerSequenceAttention) {
+TEST(LlamaOnGpu, PackedSequencesInOneFlashCallEqualPerSequenceAttention) {
   SKIP_WITHOUT_GPU();
   const torch::Device gpu = train::to_torch_device(my_gpu());
   const std::vector<std::int64_t> lengths{1, 17, 128, 300, 64, 255};  // around the kernel's 128-row blocks
@@ -423,7 +423,7 @@ TEST(AttentionOnGpu, PackedSequencesInOneFlashCallEqualPerSequenceAttention) {
   EXPECT_FALSE(models::flash_varlen_applies(q64, k64, v64));
 }
 
-TEST(AttentionOnGpu, FusedRmsNormEqualsTheComposite) {
+TEST(LlamaOnGpu, FusedRmsNormEqualsTheComposite) {
   SKIP_WITHOUT_GPU();
   const torch::Device gpu = train::to_torch_device(my_gpu());
   torch::manual_seed(0);
@@ -456,51 +456,39 @@ TEST(AttentionOnGpu, FusedRmsNormEqualsTheComposite) {
   }
 }
 
-TEST(LlmOnGpu, EvalLossEqualsCpu) {
-  SKIP_WITHOUT_GPU();
-  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
-  SharedDir dir;
-  const auto placement = my_gpu();
-  if (world_rank() == 0) {
-    runtime::MpiCommunicator self(MPI_COMM_SELF);
-    auto eval_on = [&](runtime::DevicePlacement p) {
-      auto c = lora_config(model, 4, dir.file("eval.h5"), {{"limit", "16"}, {"eval-only", "true"}});
-      c->validate();
-      train::TrainingLoop loop(c->train, *c->recipe, self, p, 1);
-      return loop.evaluate().loss;
-    };
-    const double cpu = eval_on({});
-    const double gpu = eval_on(placement);
-    // fp32 on both; cuBLAS / SDPA kernels vs CPU kernels differ in summation order only (TF32 off).
-    EXPECT_NEAR(gpu, cpu, 1e-4 * std::abs(cpu));
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+/// The tiny Llama oracle's evaluation loss over 16 rows of the LoRA job, on one rank (MPI_COMM_SELF)
+/// placed on `placement`, with `more` settings.
+double tiny_llama_eval_loss(const std::string& model, const std::string& results, runtime::DevicePlacement placement,
+                            Settings more = {}) {
+  runtime::MpiCommunicator self(MPI_COMM_SELF);
+  more.insert(more.begin(), {{"limit", "16"}, {"eval-only", "true"}});
+  auto c = lora_config(model, 4, results, more);
+  c->validate();
+  train::TrainingLoop loop(c->train, *c->recipe, self, placement, 1);
+  return loop.evaluate().loss;
 }
 
-TEST(LlmOnGpu, UnpaddedEvalLossEqualsPadded) {
+TEST(LlmOnGpu, EvalLossEqualsCpuAndUnpaddedEqualsPadded) {
   SKIP_WITHOUT_GPU();
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
   SharedDir dir;
   const auto placement = my_gpu();
   if (world_rank() == 0) {
-    runtime::MpiCommunicator self(MPI_COMM_SELF);
-    // amp-bf16: q, k, v in bf16, so the packed sequences take flash attention's varlen call.
-    auto eval_with = [&](const std::string& padding) {
-      auto c = lora_config(model, 4, dir.file("eval-" + padding + ".h5"),
-                           {{"limit", "16"},
-                            {"eval-only", "true"},
-                            {"device", "cuda"},
-                            {"precision", "amp-bf16"},
-                            {"padding", padding}});
-      c->validate();
-      train::TrainingLoop loop(c->train, *c->recipe, self, placement, 1);
-      return loop.evaluate().loss;
+    const double cpu = tiny_llama_eval_loss(model, dir.file("eval.h5"), {});
+    const double gpu = tiny_llama_eval_loss(model, dir.file("eval.h5"), placement);
+    // fp32 on both; cuBLAS / SDPA kernels vs CPU kernels differ in summation order only (TF32 off).
+    EXPECT_NEAR(gpu, cpu, 1e-4 * std::abs(cpu));
+    // amp-bf16: q, k, v in bf16, so unpadded (packed) sequences take flash attention's varlen call.
+    const Settings bf16{{"device", "cuda"}, {"precision", "amp-bf16"}};
+    auto with = [&](const std::string& padding) {
+      Settings more = bf16;
+      more.emplace_back("padding", padding);
+      return tiny_llama_eval_loss(model, dir.file("eval-" + padding + ".h5"), placement, more);
     };
-    const double padded = eval_with("pad");
+    const double padded = with("pad");
     // bf16 matrix multiplies of other shapes ([B * T] rows vs [S]): their rounding, not the attention.
-    EXPECT_NEAR(eval_with("none"), padded, 1e-2 * std::abs(padded));
+    EXPECT_NEAR(with("none"), padded, 1e-2 * std::abs(padded));
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
