@@ -35,7 +35,8 @@ void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Ten
 }
 
 void FusedAdamW::undo_step() {
-  if (last_stepped_.empty()) throw std::logic_error("FusedAdamW::undo_step: no step to undo");
+  if (!undoable_) throw std::logic_error("FusedAdamW::undo_step: no step to undo");
+  undoable_ = false;
   for (void* key : last_stepped_) {
     auto& s = static_cast<torch::optim::AdamWParamState&>(*state().at(key));
     s.step(s.step() - 1);
@@ -47,6 +48,7 @@ void FusedAdamW::undo_step() {
 void FusedAdamW::run(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf) {
   const torch::NoGradGuard no_grad;
   last_stepped_.clear();
+  undoable_ = true;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     // One list each per (device, dtype): the fused kernel's unit, as torch groups them.

@@ -39,7 +39,8 @@ class FusedAdamW final : public torch::optim::AdamW {
   /// undo_step() for a skipped step.
   void step_scaled(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf);
   /// The state's step counts of the last step's parameters back by one (a step_scaled that
-  /// found_inf skipped). Throws std::logic_error when no step was taken since the last undo.
+  /// found_inf skipped; a rank whose shards had no gradient has none to give back). Throws
+  /// std::logic_error when no step was taken since the last undo.
   void undo_step();
 
  private:
@@ -50,6 +51,7 @@ class FusedAdamW final : public torch::optim::AdamW {
   void run(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf);
   std::unordered_map<const void*, DeviceStep> device_steps_;
   std::vector<void*> last_stepped_;  // the parameters (their TensorImpl) of the last step
+  bool undoable_ = false;            // a step taken since the last undo_step
 };
 
 /// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq (2), SGD's momentum buffer

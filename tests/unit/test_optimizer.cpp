@@ -180,6 +180,11 @@ TEST(FusedAdamW, ScaledStepsEqualUnscaleThenStepWithoutASync) {
     // The parameters moved.
     EXPECT_FALSE(torch::allclose(fused_params[2], parameters(torch::kFloat32)[2], 1e-3, 1e-3));
   }
+  // A rank whose shards have no gradient still follows the others' skip: nothing to give back.
+  FusedAdamW idle({torch::zeros({2}).requires_grad_(true)}, options());
+  idle.step_scaled({}, torch::ones({}));
+  EXPECT_NO_THROW(idle.undo_step());
+  EXPECT_THROW(idle.undo_step(), std::logic_error);
 }
 
 }  // namespace
