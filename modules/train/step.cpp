@@ -113,17 +113,14 @@ torch::Tensor optimizer_step(LoopParts& p, double scale) {
     }
   }
   if (p.scaler) {
-    torch::Tensor found_inf;
-    if (max_norm > 0) {
-      found_inf = p.scaler->unscale(*p.optimizer);
-      clip_grad_norm(p.trainable, max_norm, p.fsdp ? &p.comm : nullptr);
-    }
-    if (fused != nullptr) {  // clipped: the fused kernel skips on the flag, no sync
+    const torch::Tensor found_inf = p.scaler->unscale(*p.optimizer);  // the true gradients, for clipping
+    if (max_norm > 0) clip_grad_norm(p.trainable, max_norm, p.fsdp ? &p.comm : nullptr);
+    if (fused != nullptr) {  // the fused kernel skips on the flag: no sync
       fused->step_scaled({}, found_inf);
       p.scaler->update();
       return found_inf;
     }
-    const bool stepped = p.scaler->step(*p.optimizer);
+    const bool stepped = p.scaler->step(*p.optimizer);  // unscaled already: its sync and the step
     p.scaler->update();
     return torch::full({}, stepped ? 0.0 : 1.0);
   }
