@@ -12,7 +12,6 @@
 //
 // No Boost here: app/ turns a table into Boost.Program_options descriptions and hands the parsed
 // text back through set().
-#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>

@@ -26,12 +26,8 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     const torch::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  run({}, {});
+  step_scaled({}, {});
   return loss;
-}
-
-void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf) {
-  run(grad_divisor, found_inf);
 }
 
 void FusedAdamW::undo_step() {
@@ -45,7 +41,7 @@ void FusedAdamW::undo_step() {
   last_stepped_.clear();
 }
 
-void FusedAdamW::run(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf) {
+void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf) {
   const torch::NoGradGuard no_grad;
   last_stepped_.clear();
   undoable_ = true;

@@ -48,7 +48,6 @@ class FusedAdamW final : public torch::optim::AdamW {
     torch::Tensor value;    // fp32 [] on the parameter's device
     std::int64_t host = 0;  // what value holds
   };
-  void run(const torch::Tensor& grad_divisor, const torch::Tensor& found_inf);
   std::unordered_map<const void*, DeviceStep> device_steps_;
   std::vector<void*> last_stepped_;  // the parameters (their TensorImpl) of the last step
   bool undoable_ = false;            // a step taken since the last undo_step
