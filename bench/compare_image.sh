@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # mgbench image vs its Python torch peer (bench/peer_image.py) on the same machine, in one run:
 # same model (MobileNetV2, width 1.0), image size, per-rank batch, precision, ranks, samples,
-# threads per rank. Three peers: as the paper's users write it (default memory layout), tuned
+# threads per rank. mgbench in both memory layouts (NHWC, its default, and NCHW: --channels-last
+# false); three peers: as the paper's users write it (default memory layout, NCHW), tuned
 # (channels_last, as mgbench), and tuned with mgbench's host malloc settings (--malloc-reuse, given
 # to Python through GLIBC_TUNABLES: the same glibc thresholds). Prints img/s and the ratios
-# mgbench / peer (> 1: mgbench faster). mgbench runs with --cupti false, as the peer is untraced; on
+# mgbench / peer (> 1: mgbench faster): NHWC vs the plain peer, NHWC vs NHWC, NCHW vs NCHW. mgbench runs with --cupti false, as the peer is untraced; on
 # a GPU a second mgbench run with CUPTI (its default there) gives CUPTI's own cost as a ratio.
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
@@ -46,28 +47,29 @@ echo "# mgbench image vs Python torch peer (torchvision $MODEL + $DATASET DataLo
 [[ $DEVICE == cuda ]] && echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), pin_memory $PIN"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# ranks $NP, batch $BATCH per rank, $TRAIN training images, $EPOCHS epoch(s), $PRECISION, $THREADS thread(s) per rank, first $WARMUP step(s) not timed"
-printf "# %-4s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "size" "mgbench" "peer" "peer-nhwc" "nhwc+malloc" "ratio" \
-  "ratio" "ratio" "mgbench" "cupti"
-printf "# %-4s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" "(peer)" \
-  "(nhwc)" "(+malloc)" "+cupti" "(ratio)"
+printf "# %-4s %12s %12s %12s %12s %12s %8s %8s %8s %8s %12s %8s\n" "size" "mgbench" "mgbench-nchw" "peer" "peer-nhwc" \
+  "nhwc+malloc" "ratio" "ratio" "ratio" "ratio" "mgbench" "cupti"
+printf "# %-4s %12s %12s %12s %12s %12s %8s %8s %8s %8s %12s %8s\n" "(px)" "(img/s)" "(img/s)" "(img/s)" "(img/s)" \
+  "(img/s)" "(peer)" "(nhwc)" "(nchw)" "(+malloc)" "+cupti" "(ratio)"
 for size in $SIZES; do
-  mgbench_img_per_s() {  # CUPTI on or off; the run's img/s
+  mgbench_img_per_s() {  # CUPTI on or off, the memory layout (--channels-last); the run's img/s
     mpirun -np "$NP" --oversubscribe --bind-to none "$MGBENCH" image --data "$DATA" --image-size "$size" \
       --batch-size "$BATCH" --limit-train "$TRAIN" --limit-test 64 --epochs "$EPOCHS" --precision "$PRECISION" \
       "${MGBENCH_ARGS[@]}" --warmup-steps-excluded "$WARMUP" --threads "$THREADS" --device "$DEVICE" \
-      --pin-memory "$PIN" --cupti "$1" \
-      --results "$OUT/mgbench.h5" --run-name "s$size-cupti-$1" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 ||
-      { echo "mgbench failed (--cupti $1):" >&2; grep -v "^#" "$OUT/mgbench.log" | tail -15 >&2; exit 1; }
-    "$PY" - "$OUT/mgbench.h5" "s$size-cupti-$1" <<'PY'
+      --pin-memory "$PIN" --cupti "$1" --channels-last "$2" \
+      --results "$OUT/mgbench.h5" --run-name "s$size-cupti-$1-nhwc-$2" --progress-interval 1000 >"$OUT/mgbench.log" 2>&1 ||
+      { echo "mgbench failed (--cupti $1 --channels-last $2):" >&2; grep -v "^#" "$OUT/mgbench.log" | tail -15 >&2; exit 1; }
+    "$PY" - "$OUT/mgbench.h5" "s$size-cupti-$1-nhwc-$2" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     run = [f["runs"][k] for k in f["runs"] if k.endswith("_" + sys.argv[2])][-1]
     print(f'{run["summary"][0]["samples_per_s"]:.2f}')
 PY
   }
-  ours=$(mgbench_img_per_s false)
+  ours=$(mgbench_img_per_s false true)
+  ours_nchw=$(mgbench_img_per_s false false)
   traced=-
-  [[ $DEVICE == cuda && ${QUICK:-0} != 1 ]] && traced=$(mgbench_img_per_s true)
+  [[ $DEVICE == cuda && ${QUICK:-0} != 1 ]] && traced=$(mgbench_img_per_s true true)
   peer_failed() {  # the rank's own traceback, not only torchrun's summary of it
     echo "peer failed:" >&2
     grep -m1 -A25 "^Traceback\|Error" "$OUT/peer.err" >&2 || tail -20 "$OUT/peer.err" >&2
@@ -85,7 +87,8 @@ PY
   if [[ ${QUICK:-0} != 1 ]] && ! reuse=$(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647 \
       peer --channels-last); then peer_failed; fi
   ratio() { "$PY" -c "print(f'{$1 / $2:.2f}')"; }
-  printf "%-6s %12s %12s %12s %12s %8s %8s %8s %12s %8s\n" "$size" "$ours" "$plain" "$nhwc" "$reuse" \
-    "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$([[ $reuse == - ]] && echo - || ratio "$ours" "$reuse")" "$traced" \
+  printf "%-6s %12s %12s %12s %12s %12s %8s %8s %8s %8s %12s %8s\n" "$size" "$ours" "$ours_nchw" "$plain" "$nhwc" \
+    "$reuse" "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$(ratio "$ours_nchw" "$plain")" \
+    "$([[ $reuse == - ]] && echo - || ratio "$ours" "$reuse")" "$traced" \
     "$([[ $traced == - ]] && echo - || ratio "$traced" "$ours")"
 done

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
-#include <ATen/SDPBackend.h>
-
 #include <fmt/format.h>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "models/state_dict.h"
+
+#ifdef MGBENCH_HAVE_CUDA
+#include <ATen/native/transformers/cuda/sdp_utils.h>
+#endif
 
 namespace mgbench::models {
 namespace {
@@ -72,9 +75,20 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   if (!q.is_cuda()) return false;
-  const std::int64_t choice = at::_fused_sdp_choice(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                                    /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
-  return choice == static_cast<std::int64_t>(at::SDPBackend::flash_attention);
+#ifdef MGBENCH_HAVE_CUDA
+  // Flash's own admission test, not SDPA's first choice: torch 2.11 with cuDNN > 9.15 ranks cuDNN
+  // attention first on sm90 / sm100 (H100, H200, B200), where _fused_sdp_choice never says flash.
+  const sdp::sdp_params params{q,
+                               k,
+                               v,
+                               /*attn_mask=*/std::nullopt,
+                               /*dropout=*/0.0,
+                               /*is_causal=*/true,
+                               /*enable_gqa=*/q.size(1) != k.size(1)};
+  return sdp::can_use_flash_attention(params, /*debug=*/false);
+#else
+  return false;
+#endif
 }
 
 torch::Tensor flash_varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -43,10 +43,12 @@ struct SequencePacking {
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                c10::IntArrayRef lengths = {});
 
-/// Whether scaled_dot_product_attention would run q [B, H, T, D], k, v [B, H_kv, T, D] causally on
-/// its flash kernel (torch's own backend selection: a CUDA device of the architectures the kernel
-/// supports, fp16 / bf16, the head dimension, the flash flag on): then the same kernel's varlen
-/// entry takes packed sequences in one call. False on the CPU.
+/// Whether torch's flash-attention kernel can run q [B, H, T, D], k, v [B, H_kv, T, D] causally
+/// (sdp::can_use_flash_attention, the test scaled_dot_product_attention applies to its flash
+/// backend: a CUDA device of the architectures the kernel supports, fp16 / bf16, the head dimension,
+/// the flash flag on), whichever backend SDPA itself would pick first (cuDNN on H100 / H200 with
+/// torch 2.11): then the kernel's varlen entry takes packed sequences in one call. False on the CPU
+/// and in builds without CUDA.
 bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 /// Causal attention within each of the packed sequences q [1, H, S, D], k, v [1, H_kv, S, D] (runs of

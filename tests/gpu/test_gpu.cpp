@@ -437,7 +437,8 @@ TEST(LlamaOnGpu, FusedRmsNormEqualsTheComposite) {
       torch::NoGradGuard no_grad;
       norm->weight.copy_(w);
     }
-    const torch::Tensor in = x.to(device, dtype).requires_grad_(true);
+    // A leaf of its own: x.to(kCPU, kFloat64) is x itself, which must not carry one run's graph into the next.
+    const torch::Tensor in = x.to(device, dtype).detach().requires_grad_(true);
     const torch::Tensor out = norm(in);
     out.backward(grad.to(device, dtype));
     return std::vector<torch::Tensor>{out, in.grad(), norm->weight.grad()};
@@ -479,8 +480,9 @@ TEST(LlmOnGpu, EvalLossEqualsCpuAndUnpaddedEqualsPadded) {
     const double gpu = tiny_llama_eval_loss(model, dir.file("eval.h5"), placement);
     // fp32 on both; cuBLAS / SDPA kernels vs CPU kernels differ in summation order only (TF32 off).
     EXPECT_NEAR(gpu, cpu, 1e-4 * std::abs(cpu));
-    // amp-bf16: q, k, v in bf16, so unpadded (packed) sequences take flash attention's varlen call.
-    const Settings bf16{{"device", "cuda"}, {"precision", "amp-bf16"}};
+    // bf16 (the recipe's whole model): q, k, v in bf16, so unpadded (packed) sequences take flash
+    // attention's varlen call.
+    const Settings bf16{{"device", "cuda"}, {"precision", "bf16"}};
     auto with = [&](const std::string& padding) {
       Settings more = bf16;
       more.emplace_back("padding", padding);

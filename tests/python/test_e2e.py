@@ -108,6 +108,30 @@ def test_amp_fp16_records_the_loss_scale(tmp_path, mnist):
         assert not skipped.all()
 
 
+def test_amp_fp16_adamw_folds_the_unscale_into_its_step(tmp_path, mnist):
+    # Without clipping, the fused AdamW takes the loss normalisation and GradScaler's division inside
+    # its kernel and skips on the scaler's flag (step.cpp); a clip norm no step reaches takes the other
+    # path: unscale the gradients first (torch's GradScaler.unscale_), then step. Both must train alike:
+    # the same skipped steps (each halving the scale) and the same losses up to float rounding. (A
+    # loss scale left in the gradients fails it; the normalisation alone would not -- Adam is blind to
+    # a constant factor up to eps -- which test_optimizer's step_scaled case checks on the kernel.)
+    results = tmp_path / "fold.h5"
+    for name, clip in (("folded", "0"), ("unscaled", "1e30")):
+        mgbench("image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "64", "--epochs", "1",
+                "--batch-size", "16", "--precision", "amp-fp16", "--optimizer", "adamw", "--lr", "1e-3",
+                "--clip-grad-norm", clip, "--seed", "3", "--results", results, "--run-name", name, np=2, check=True)
+    with h5py.File(results, "r") as f:
+        runs = {f["runs"][k].attrs["run_name"]: f["runs"][k] for k in f["runs"]}
+        for rank in ("rank_0", "rank_1"):
+            folded, unscaled = runs["folded"][rank]["steps"][:], runs["unscaled"][rank]["steps"][:]
+            assert len(folded) == len(unscaled) == 16
+            np.testing.assert_array_equal(folded["skipped"], unscaled["skipped"])
+            np.testing.assert_array_equal(folded["loss_scale"], unscaled["loss_scale"])
+            assert folded["skipped"].any() and not folded["skipped"].all()  # both branches of the kernel ran
+            np.testing.assert_allclose(folded["loss"], unscaled["loss"], rtol=1e-3)
+            assert folded["loss"][-1] != folded["loss"][0]
+
+
 def torch_distributed_sampler(n, world, rank, seed, epoch):
     torch = pytest.importorskip("torch")
     from torch.utils.data import DistributedSampler
