@@ -329,16 +329,18 @@ if bench_set images; then
           { tail -5 "$OUT/decode-$model-$size-$decode.log"; echo "gpu-check.sh: --decode $decode failed; going on"; }
         grep -h "decode device: nvJPEG" "$OUT/decode-$model-$size-$decode.log" || true
       done
-      # The shares of the step: waiting for the loader (data) and decoding + cropping on the device
-      # (transform), over the epochs after the first (whose time is mostly cuDNN's autotuning).
+      # The shares of the step, over the epochs after the first (whose time is mostly cuDNN's
+      # autotuning): waiting for the loader (data), for the batch's copies and its device decoding
+      # (h2d: nvJPEG runs behind the copies on the copy stream), the host's part of the decoding (transform).
       "$PYTHON" -c "import h5py, sys
 for run in h5py.File(sys.argv[1])['runs'].values():
     if not run.attrs['run_name'].startswith(sys.argv[2]): continue
     s, epochs = run['summary'][0], run['rank_0/epochs'][:]
     e = epochs[1:] if len(epochs) > 1 else epochs
     share = lambda phase: 100 * e[phase].sum() / e['train_s'].sum()
-    print('decode', run.attrs['run_name'], 'img/s %.1f' % s['samples_per_s'], 'data %.1f %%, transform %.1f %%' %
-          (share('data_s'), share('transform_s')), 'of epochs 2-%d' % len(epochs) if len(epochs) > 1 else 'of epoch 1')
+    print('decode', run.attrs['run_name'], 'img/s %.1f' % s['samples_per_s'], 'data %.1f %%, h2d %.1f %%, transform %.1f %%'
+          % (share('data_s'), share('h2d_s'), share('transform_s')),
+          'of epochs 2-%d' % len(epochs) if len(epochs) > 1 else 'of epoch 1')
 " "$OUT/decode.h5" "$model-$size-" | tee -a "$OUT/bench.txt" || true
     done
   done

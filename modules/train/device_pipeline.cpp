@@ -96,6 +96,14 @@ struct DeviceFeeder::Impl {
   bool async = false;
   std::size_t depth = 1;
   bool exhausted = false;
+  std::function<data::Batch(data::Batch)> prepare;
+  data::Batch prepared(data::Batch batch, PhaseClock& clock, Phase after) {
+    if (!prepare || !batch.plan.compute) return batch;
+    clock.enter(Phase::kTransform);
+    data::Batch out = prepare(std::move(batch));
+    clock.enter(after);
+    return out;
+  }
 #ifdef MGBENCH_HAVE_CUDA
   struct InFlight {
     data::Batch batch;
@@ -107,9 +115,11 @@ struct DeviceFeeder::Impl {
   Impl(data::BatchLoader& l, const torch::Device& d) : loader(l), device(d) {}
 };
 
-DeviceFeeder::DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth)
+DeviceFeeder::DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth,
+                           std::function<data::Batch(data::Batch)> prepare)
     : impl_(std::make_unique<Impl>(loader, device)) {
   impl_->depth = static_cast<std::size_t>(std::max(depth, 1));
+  impl_->prepare = std::move(prepare);
 #ifdef MGBENCH_HAVE_CUDA
   impl_->async = async && device.is_cuda();
   if (impl_->async) impl_->copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
@@ -132,9 +142,10 @@ std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
   if (!m.async) {
     clock.enter(Phase::kData);
     std::optional<data::Batch> host = m.loader.next();
-    if (!host || m.device.is_cpu()) return host;  // the CPU computes on the host batch: no copy
+    if (!host) return host;
+    if (m.device.is_cpu()) return m.prepared(std::move(*host), clock, Phase::kData);  // used in place: no copy
     clock.enter(Phase::kH2d);
-    return to_device(std::move(*host), m.device, profile::CopyPurpose::kTrainBatch);
+    return m.prepared(to_device(std::move(*host), m.device, profile::CopyPurpose::kTrainBatch), clock, Phase::kH2d);
   }
 #ifdef MGBENCH_HAVE_CUDA
   // Keep `depth` batches copying on the copy stream.
@@ -150,6 +161,7 @@ std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
       const c10::cuda::CUDAStreamGuard guard(*m.copy_stream);
       const profile::CopyScope training_batch(profile::CopyPurpose::kTrainBatch);
       for (auto& t : host->tensors) t = t.to(m.device, /*non_blocking=*/true);
+      *host = m.prepared(std::move(*host), clock, Phase::kH2d);  // on the copy stream, behind the copies
       m.inflight.push_back({std::move(*host), at::cuda::CUDAEvent()});
       m.inflight.back().copied.record(*m.copy_stream);
     }

@@ -11,7 +11,10 @@
 //    event per batch (no host sync) and the caching allocator is told the batch is used on the
 //    compute stream. Without it, the copy is a plain synchronous copy from pageable memory
 //    (PyTorch with pin_memory=False). On the CPU there is nothing to copy: batches are used in
-//    place and no h2d time is recorded.
+//    place and no h2d time is recorded. The recipe's device-side preparation (Recipe::
+//    prepare_on_device: nvJPEG decoding) runs on each batch right after its copies, on the copy
+//    stream where there is one: ahead of the step, overlapping the steps before it, as DALI's
+//    prefetching pipeline does.
 // Follows the prefetching pattern of NVIDIA Apex / PyTorch's DataLoader(pin_memory=True) + .to(non_blocking=True).
 #include <deque>
 #include <functional>
@@ -47,8 +50,11 @@ class PhaseClock {
 class DeviceFeeder {
  public:
   /// async: pinned batches, copy stream and `depth` (>= 1) batches in flight; needs a CUDA device
-  /// (ignored on the CPU, where batches are used in place).
-  DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth);
+  /// (ignored on the CPU, where batches are used in place). prepare (may be empty): called on each
+  /// batch this rank computes on (plan.compute), once its tensors are on the device, with the copy
+  /// stream current where there is one; its host time goes to the transform phase.
+  DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth,
+               std::function<data::Batch(data::Batch)> prepare = {});
   ~DeviceFeeder();
   /// The next batch with its tensors on the device, or nullopt at the end of the epoch. Time
   /// waiting for the loader goes to the data phase, copies to h2d (none on the CPU).

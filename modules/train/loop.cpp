@@ -301,8 +301,8 @@ EvalResult TrainingLoop::evaluate() {
     for (std::int64_t i = start; i < std::min(end, start + b); ++i) indices.push_back(i);
     const bool filler = indices.empty();
     if (filler) indices.push_back(std::min(begin, n - 1));
-    const data::Batch batch =
-        s.recipe.transform(to_device(s.recipe.assemble_eval(indices), s.device, profile::CopyPurpose::kEvalBatch));
+    const data::Batch batch = s.recipe.transform(s.recipe.prepare_on_device(
+        to_device(s.recipe.assemble_eval(indices), s.device, profile::CopyPurpose::kEvalBatch)));
     const AutocastScope autocast(s.precision, s.device.type());
     const torch::Tensor batch_sums = s.recipe.eval_sums(batch);
     if (!filler) sums += batch_sums;
@@ -416,7 +416,8 @@ bool train_epoch(LoopParts& s, const TrainingLoop& loop, PhaseClock& clock, cons
       std::move(plan),
       [&recipe = s.recipe](const data::PlannedBatch& p, bool pinned) { return recipe.assemble(p, pinned); }, t.prefetch,
       pin);
-  DeviceFeeder feeder(loader, s.device, /*async=*/pin, /*depth=*/std::max(2, t.prefetch));
+  DeviceFeeder feeder(loader, s.device, /*async=*/pin, /*depth=*/std::max(2, t.prefetch),
+                      [&recipe = s.recipe](data::Batch b) { return recipe.prepare_on_device(std::move(b)); });
   const std::int64_t total_steps = s.steps_per_epoch * t.epochs;
   const bool cosine = t.lr_schedule == LrSchedule::kCosine;
   while (true) {

@@ -130,6 +130,12 @@ class Recipe {
   /// Before optimizer step global_step (0-based, counted over epochs; called on a resume too):
   /// for what a recipe switches by step (fake quantisation after N steps, say). Nothing by default.
   virtual void begin_step(std::int64_t global_step) {}
+  /// Device-side work on a batch just copied to the device that needs neither the model nor the step
+  /// (the image recipe's --decode device: nvJPEG decoding, crops, normalisation): the DeviceFeeder runs
+  /// it as it copies the batch, ahead of the step, on its copy stream where it has one (so it overlaps
+  /// the compute of the steps before, as DALI's prefetching does); evaluation runs it before
+  /// transform. The default keeps the batch as it is.
+  virtual data::Batch prepare_on_device(data::Batch batch) { return batch; }
   /// Turns a batch on the device into the model's input (cast, normalise, upscale, memory layout):
   /// the transform phase, outside autocast. The default keeps the batch as it is.
   virtual data::Batch transform(data::Batch batch) { return batch; }

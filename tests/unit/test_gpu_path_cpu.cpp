@@ -1,5 +1,6 @@
 // The GPU path's logic that runs without a GPU: rank placement, backend choice, the GPU-sharing
 // rule, the profile window, CUDA activity aggregation, the CPU phase clock, host upscaling.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -267,7 +268,7 @@ TEST(PhaseClock, CpuLapsAddUpToTheWallTime) {
   train::PhaseClock clock(torch::kCPU);
   const auto start = std::chrono::steady_clock::now();
   clock.enter(results::Phase::kData);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   clock.enter(results::Phase::kForward);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   clock.enter(results::Phase::kData);  // a phase entered twice accumulates
@@ -347,6 +348,35 @@ TEST(DeviceFeeder, OnTheCpuTheBatchIsUsedInPlaceAndNoCopyIsTimed) {
   EXPECT_GT(t.data_s, 0.0);
   EXPECT_EQ(t.h2d_s, 0.0);  // nothing crosses a bus on the CPU: the schema's h2d_s is exactly 0
   EXPECT_FALSE(feeder.next(clock));
+}
+
+TEST(DeviceFeeder, PreparesTheBatchesThisRankComputesOnAndTimesItAsTransform) {
+  data::MnistSplit split;
+  split.rows = 28;
+  split.cols = 28;
+  split.images.assign(3 * 784, 9);
+  split.labels = {1, 2, 3};
+  std::vector<data::PlannedBatch> plan(3);
+  for (std::int64_t i = 0; i < 3; ++i) plan[static_cast<std::size_t>(i)].indices = {i};
+  plan[1].compute = false;  // ddp-rr: another rank computes it; nothing to prepare
+  data::BatchLoader loader(
+      plan, [&](const data::PlannedBatch& p, bool pin) { return data::assemble_mnist_batch(split, p.indices, pin); }, 1,
+      false);
+  std::vector<std::int64_t> prepared;
+  train::DeviceFeeder feeder(loader, torch::kCPU, /*async=*/false, /*depth=*/2, [&](data::Batch b) {
+    prepared.push_back(b.plan.indices.front());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    b.tensors.push_back(torch::full({1}, 7));
+    return b;
+  });
+  train::PhaseClock clock(torch::kCPU);
+  std::vector<std::size_t> tensors;
+  while (const auto batch = feeder.next(clock)) tensors.push_back(batch->tensors.size());
+  EXPECT_EQ(prepared, (std::vector<std::int64_t>{0, 2}));
+  EXPECT_EQ(tensors, (std::vector<std::size_t>{3, 2, 3}));  // images, labels (+ what prepare added)
+  const results::PhaseTimes t = clock.take();
+  EXPECT_GE(t.transform_s, 0.1);  // prepare's time is the transform phase's, not the loader's
+  EXPECT_LT(t.data_s, 0.1);
 }
 
 /// Stands in for a CUDA event: counts the live ones.

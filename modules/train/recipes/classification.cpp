@@ -195,12 +195,16 @@ class ClassificationRecipe final : public Recipe {
 
   LossNormalization loss_normalization() const override { return LossNormalization::kMeanPerMicroBatch; }
 
+  data::Batch prepare_on_device(data::Batch batch) override {
+    if (options_.decode != Decode::kDevice) return batch;
+    // The files' bytes: decoded, cropped and normalised on the current stream (the feeder's copy stream).
+    batch.tensors.insert(batch.tensors.begin(), train_set_->decode_on_device(batch, device_, dtype_));
+    batch.host_tensors.clear();
+    return batch;
+  }
+
   data::Batch transform(data::Batch batch) override {
-    if (options_.decode == Decode::kDevice) {  // the files' bytes: decoded, cropped and normalised here
-      batch.tensors.insert(batch.tensors.begin(), train_set_->decode_on_device(batch, device_, dtype_));
-      batch.host_tensors.clear();
-      return batch;  // channels-last already
-    }
+    if (options_.decode == Decode::kDevice) return batch;  // prepare_on_device made the input, channels-last
     torch::Tensor x = options_.upscale == Upscale::kHost ? batch.tensors[0] : upscale(batch.tensors[0]);
     batch.tensors[0] = options_.channels_last ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x;
     return batch;
