@@ -98,7 +98,8 @@ nvjpegBackend_t to_nvjpeg(NvjpegBackend backend) {
 // nvjpegDecodeBatchedSupported) and the event of their last batch: nvJPEG stages a batch's
 // bitstreams in the state's pinned buffers, which the previous batch's copies to the device may
 // still be reading, so a batch starts after the last one's decode has run (as NVIDIA's nvImageCodec
-// waits); the last batch's bytes are kept alive until then too.
+// waits); the last batch's bytes are kept alive until then too. The per-image one's event: its last
+// call's per-image decodes, which its next call waits for before reusing the state's buffers.
 struct Decoder {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t state = nullptr;
@@ -338,17 +339,26 @@ torch::Tensor decode_and_crop_on_device(const Batch& batch, NvjpegBackend backen
   }
   std::vector<torch::Tensor> hwc(static_cast<std::size_t>(b));
   if (!batched.empty()) decode_batched(opened(backend), in, batched, device, stream, hwc);
+  // The per-image state's buffers: used once the last call's per-image kernels are done, which may
+  // have run on another stream (training decodes on the feeder's copy stream, evaluation on the
+  // compute stream).
+  bool per_image = false;
   torch::Tensor out = torch::empty({b, 3, size, size}, torch::TensorOptions().dtype(dtype).device(device),
                                    torch::MemoryFormat::ChannelsLast);
   for (std::int64_t k = 0; k < b; ++k) {
     torch::Tensor& image = hwc[static_cast<std::size_t>(k)];
-    if (!image.defined() && jpeg[static_cast<std::size_t>(k)]) image = decode_one(single, in, k, device, stream);
+    if (!image.defined() && jpeg[static_cast<std::size_t>(k)]) {
+      if (!per_image) single.done.synchronize();
+      per_image = true;
+      image = decode_one(single, in, k, device, stream);
+    }
     if (!image.defined()) {
       image = decode_on_host(in.file(k), in.name(k)).to(device);
       ++decoded_host;
     }
     out[k].copy_(crop_on_device(image.permute({2, 0, 1}).to(torch::kFloat32), in.crop(k), size));
   }
+  if (per_image) single.done.record(stream);
   normalize_(out, mean, std);
   return out;
 #endif

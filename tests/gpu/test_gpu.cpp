@@ -118,15 +118,14 @@ TEST(CheckpointOnGpu, ModelOptimizerAndCudaRngRoundTripContinueIdentically) {
 // rounds to uint8 -- so a tolerance in 8-bit levels, printed per file. The
 // files repeated to a batch of 56: nvJPEG's GPU Huffman decoding starts above 50. The CMYK JPEG and
 // the PNG go through the host fallback (nvJPEG decodes neither); the counts say which path each took.
-TEST(DeviceDecode, NvjpegCropsMatchTheHostPathWithinAFewLevels) {
-  SKIP_WITHOUT_GPU();
-  const torch::Device gpu = train::to_torch_device(my_gpu());
-  if (!data::nvjpeg_available()) GTEST_SKIP() << "this build has no nvJPEG";
-  const auto manifest = test::load_oracle_json("images/manifest.json");
-  if (manifest.is_null()) GTEST_SKIP() << "no image oracles (tests/python/image_oracles.py)";
+/// The image oracles' JPEGs and one PNG (tests/python/image_oracles.py) as a one-class set; on_host:
+/// how many of them nvJPEG does not decode (the PNG, the CMYK JPEG). Empty without the oracles.
+data::EncodedImages oracle_image_set(std::int64_t& on_host) {
   data::EncodedImages set;
   set.classes = {"0"};
-  std::int64_t on_host = 0;  // files nvJPEG does not decode
+  on_host = 0;
+  const auto manifest = test::load_oracle_json("images/manifest.json");
+  if (manifest.is_null()) return set;
   for (const auto& entry : manifest) {
     if (entry.contains("error")) continue;
     const std::string file = entry["file"].get<std::string>();
@@ -136,6 +135,16 @@ TEST(DeviceDecode, NvjpegCropsMatchTheHostPathWithinAFewLevels) {
       on_host += file == "gen_rgb.png" || file == "gen_cmyk.jpg" ? 1 : 0;
     }
   }
+  return set;
+}
+
+TEST(DeviceDecode, NvjpegCropsMatchTheHostPathWithinAFewLevels) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu = train::to_torch_device(my_gpu());
+  if (!data::nvjpeg_available()) GTEST_SKIP() << "this build has no nvJPEG";
+  std::int64_t on_host = 0;  // files nvJPEG does not decode
+  const data::EncodedImages set = oracle_image_set(on_host);
+  if (set.size() == 0) GTEST_SKIP() << "no image oracles (tests/python/image_oracles.py)";
   ASSERT_GE(set.size(), 5);
   constexpr std::int64_t kRepeats = 8;
   data::PlannedBatch plan{0, {}, true, 3};
@@ -367,6 +376,64 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
 }
 
 /// The largest absolute difference of a and b (compared in fp64 on the CPU).
+// --decode device as the training loop runs it: DeviceFeeder decodes each batch behind its copies on
+// the copy stream, batches ahead, while the compute stream is kept busy. Each batch must equal the
+// same decode run alone on the compute stream (the same kernels on the same inputs: bitwise), so the
+// copy stream's order (labels, nvJPEG's staging, the crops) and the compute stream's wait hold.
+TEST(DeviceDecode, BehindTheFeedersCopiesEqualsDecodingAlone) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu = train::to_torch_device(my_gpu());
+  if (!data::nvjpeg_available()) GTEST_SKIP() << "this build has no nvJPEG";
+  std::int64_t on_host = 0;
+  const data::EncodedImages set = oracle_image_set(on_host);
+  if (set.size() == 0) GTEST_SKIP() << "no image oracles (tests/python/image_oracles.py)";
+  const data::ImageTransform t{data::ImageTransform::Kind::kRandomResizedCrop, 64, 42};
+  std::vector<data::PlannedBatch> plan;
+  for (std::int64_t k = 0; k < 6; ++k) {     // batches of 56 (nvJPEG's batched Huffman path), other epochs' crops
+    data::PlannedBatch p{k, {}, k != 2, k};  // batch 2: ddp-rr's, computed elsewhere, not decoded
+    for (std::int64_t i = 0; i < 56; ++i) p.indices.push_back((i + k) % set.size());
+    plan.push_back(std::move(p));
+  }
+  const auto decode = [&](const data::Batch& b) {
+    return data::decode_and_crop_on_device(b, data::NvjpegBackend::kAuto, 64, gpu, torch::kFloat32, data::kImageNetMean,
+                                           data::kImageNetStd);
+  };
+  // The references first, on the compute stream, as evaluation decodes after an epoch.
+  std::vector<torch::Tensor> alone;
+  for (const auto& p : plan) alone.push_back(decode(data::assemble_encoded_bytes(set, p, t, 2)));
+  torch::cuda::synchronize();
+  data::BatchLoader loader(
+      plan, [&](const data::PlannedBatch& p, bool) { return data::assemble_encoded_bytes(set, p, t, 2); }, 2,
+      /*pin_memory=*/true);
+  train::DeviceFeeder feeder(loader, gpu, /*async=*/true, /*depth=*/3, [&](data::Batch b) {
+    b.tensors.insert(b.tensors.begin(), decode(b));
+    b.host_tensors.clear();
+    return b;
+  });
+  train::PhaseClock clock(gpu);
+  const torch::Tensor busy = torch::randn({4096, 4096}, torch::TensorOptions().device(gpu));
+  std::int64_t k = 0;
+  while (const auto batch = feeder.next(clock)) {
+    torch::Tensor sink = busy;
+    for (int i = 0; i < 8; ++i) sink = sink.mm(busy).tanh();  // the compute stream busy while the next decode
+    const data::PlannedBatch& p = plan[static_cast<std::size_t>(k)];
+    ASSERT_EQ(batch->plan.batch_index, k);
+    if (!p.compute) {
+      EXPECT_EQ(batch->tensors.size(), 1u) << "batch " << k << ": decoded though another rank computes it";
+    } else {
+      ASSERT_EQ(batch->tensors.size(), 2u) << "batch " << k;
+      const torch::Tensor& expected = alone[static_cast<std::size_t>(k)];
+      EXPECT_TRUE(batch->tensors[0].equal(expected)) << "batch " << k << ": differs from its decode alone by up to "
+                                                     << (batch->tensors[0] - expected).abs().max().item<double>();
+      EXPECT_TRUE(batch->tensors[1].cpu().equal(torch::zeros({56}, torch::kInt64))) << "batch " << k << " labels";
+    }
+    ++k;
+    (void)sink.sum().item<float>();
+  }
+  EXPECT_EQ(k, 6);
+  EXPECT_GT(clock.take().transform_s, 0.0);
+}
+
 double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.cpu().to(torch::kFloat64) - b.cpu().to(torch::kFloat64)).abs().max().item<double>();
 }
