@@ -5,8 +5,9 @@
 # false); three peers: as the paper's users write it (default memory layout, NCHW), tuned
 # (channels_last, as mgbench), and tuned with mgbench's host malloc settings (--malloc-reuse, given
 # to Python through GLIBC_TUNABLES: the same glibc thresholds). Prints img/s and the ratios
-# mgbench / peer (> 1: mgbench faster): NHWC vs the plain peer, NHWC vs NHWC, NCHW vs NCHW. mgbench runs with --cupti false, as the peer is untraced; on
-# a GPU a second mgbench run with CUPTI (its default there) gives CUPTI's own cost as a ratio.
+# mgbench / peer (> 1: mgbench faster): NHWC vs the plain peer, NHWC vs NHWC, NCHW vs NCHW. mgbench
+# runs with --cupti false, as the peer is untraced; on a GPU a second mgbench run with CUPTI (its
+# default there) gives CUPTI's own cost as a ratio.
 #   bench/compare_image.sh [DATA_DIR]
 # Environment: SIZES ("32 64"), NP (2), BATCH (32), TRAIN (2048), EPOCHS (1), PRECISION (fp32),
 #   THREADS (1 per rank), DEVICE (cpu | cuda), PIN (false), MGBENCH (build/app/mgbench), WARMUP (0: the

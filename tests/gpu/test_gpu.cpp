@@ -375,7 +375,6 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/// The largest absolute difference of a and b (compared in fp64 on the CPU).
 // --decode device as the training loop runs it: DeviceFeeder decodes each batch behind its copies on
 // the copy stream, batches ahead, while the compute stream is kept busy. Each batch must equal the
 // same decode run alone on the compute stream (the same kernels on the same inputs: bitwise), so the
@@ -434,6 +433,7 @@ TEST(DeviceDecode, BehindTheFeedersCopiesEqualsDecodingAlone) {
   EXPECT_GT(clock.take().transform_s, 0.0);
 }
 
+/// The largest absolute difference of a and b (compared in fp64 on the CPU).
 double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.cpu().to(torch::kFloat64) - b.cpu().to(torch::kFloat64)).abs().max().item<double>();
 }

@@ -268,7 +268,7 @@ TEST(PhaseClock, CpuLapsAddUpToTheWallTime) {
   train::PhaseClock clock(torch::kCPU);
   const auto start = std::chrono::steady_clock::now();
   clock.enter(results::Phase::kData);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   clock.enter(results::Phase::kForward);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   clock.enter(results::Phase::kData);  // a phase entered twice accumulates
