@@ -330,8 +330,9 @@ if bench_set images; then
         grep -h "decode device: nvJPEG" "$OUT/decode-$model-$size-$decode.log" || true
       done
       # The shares of the step, over the epochs after the first (whose time is mostly cuDNN's
-      # autotuning): waiting for the loader (data), for the batch's copies and its device decoding
-      # (h2d: nvJPEG runs behind the copies on the copy stream), the host's part of the decoding (transform).
+      # autotuning): waiting for the input pipeline (data: the loader, and with --decode device the
+      # feeder's thread, which runs nvJPEG behind the copies on the copy stream), for the batch's copies
+      # and decoding still on the GPU (h2d), the step's own transform (upscaling; no decoding).
       "$PYTHON" -c "import h5py, sys
 for run in h5py.File(sys.argv[1])['runs'].values():
     if not run.attrs['run_name'].startswith(sys.argv[2]): continue

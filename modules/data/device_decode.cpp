@@ -303,7 +303,7 @@ NvjpegBackend resolve_nvjpeg_backend(NvjpegBackend backend, const torch::Device&
     log::info("--decode device: nvJPEG {} ({}); PNG and CMYK files on the host{}", nvjpeg_backend_name(backend),
               backend == NvjpegBackend::kHardware    ? "batches on the GPU's JPEG engines, progressive JPEGs per image"
               : backend == NvjpegBackend::kGpuHybrid ? "batches with Huffman decoding on the GPU"
-                                                     : "per image, Huffman decoding on the training thread",
+                                                     : "per image, Huffman decoding on the host",
               why);
   });
   return backend;

@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mgbench::data {
@@ -27,57 +28,19 @@ Batch assemble_mnist_batch(const MnistSplit& dataset, const std::vector<std::int
 BatchLoader::BatchLoader(std::vector<PlannedBatch> plan, AssembleBatch assemble, int prefetch, bool pin_memory)
     : plan_(std::move(plan)),
       assemble_(std::move(assemble)),
-      capacity_(static_cast<std::size_t>(std::max(prefetch, 1))),
       pin_memory_(pin_memory),
-      worker_([this] { run(); }) {}
+      batches_([this] { return assemble_next(); }, static_cast<std::size_t>(std::max(prefetch, 1))) {}
 
-BatchLoader::~BatchLoader() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
-}
-
-void BatchLoader::run() {
-  try {
-    for (auto& planned : plan_) {
-      {
-        std::unique_lock lock(mutex_);
-        cv_.wait(lock, [this] { return stop_ || ready_.size() < capacity_; });
-        if (stop_) return;
-      }
-      Batch batch = assemble_(planned, pin_memory_);
-      if (pin_memory_) {
-        for (auto& t : batch.tensors) {
-          if (!t.is_pinned()) t = t.pin_memory();
-        }
-      }
-      batch.plan = std::move(planned);
-      {
-        std::lock_guard lock(mutex_);
-        ready_.push_back(std::move(batch));
-      }
-      cv_.notify_all();
+std::optional<Batch> BatchLoader::assemble_next() {
+  if (assembled_ == plan_.size()) return std::nullopt;
+  PlannedBatch& planned = plan_[assembled_++];
+  Batch batch = assemble_(planned, pin_memory_);
+  if (pin_memory_) {
+    for (auto& t : batch.tensors) {
+      if (!t.is_pinned()) t = t.pin_memory();
     }
-  } catch (...) {
-    std::lock_guard lock(mutex_);
-    error_ = std::current_exception();
   }
-  cv_.notify_all();
-}
-
-std::optional<Batch> BatchLoader::next() {
-  std::unique_lock lock(mutex_);
-  if (delivered_ == plan_.size()) return std::nullopt;
-  cv_.wait(lock, [this] { return !ready_.empty() || error_ != nullptr; });
-  if (ready_.empty() && error_) std::rethrow_exception(error_);
-  Batch batch = std::move(ready_.front());
-  ready_.pop_front();
-  ++delivered_;
-  lock.unlock();
-  cv_.notify_all();
+  batch.plan = std::move(planned);
   return batch;
 }
 

@@ -2,21 +2,18 @@
 // BatchLoader: assembles a recipe's batches on a background thread, ahead of the training loop
 // (the role of torch.utils.data.DataLoader with a prefetch queue and pin_memory). What a batch
 // holds is the recipe's business (uint8 images and labels; token ids and loss targets); the
-// loader only runs the recipe's assembly in plan order, `prefetch` batches ahead, and makes every
-// tensor of a batch page-locked when asked, so that the copy to the GPU can be asynchronous.
-#include <condition_variable>
+// loader only runs the recipe's assembly in plan order, `prefetch` batches ahead (a Prefetcher),
+// and makes every tensor of a batch page-locked when asked, so that the copy to the GPU can be
+// asynchronous.
 #include <cstdint>
-#include <deque>
-#include <exception>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "core/prefetcher.h"
 #include "data/mnist.h"
 #include "data/sampler.h"
 
@@ -47,28 +44,19 @@ class BatchLoader {
   /// Starts the worker thread over plan. prefetch: batches assembled ahead (>= 1). pin_memory:
   /// every tensor of a batch page-locked (needs a CUDA build and device).
   BatchLoader(std::vector<PlannedBatch> plan, AssembleBatch assemble, int prefetch, bool pin_memory);
-  ~BatchLoader();
-  BatchLoader(const BatchLoader&) = delete;
-  BatchLoader& operator=(const BatchLoader&) = delete;
 
   /// The next batch in plan order, or nullopt at the end. Rethrows an exception of the worker
-  /// (a DataError of the assembly, say) on the caller's thread.
-  std::optional<Batch> next();
+  /// (a DataError of the assembly, say) on the caller's thread, after the batches before it.
+  std::optional<Batch> next() { return batches_.next(); }
 
  private:
-  void run();
+  std::optional<Batch> assemble_next();
 
   std::vector<PlannedBatch> plan_;
   AssembleBatch assemble_;
-  std::size_t capacity_;
   bool pin_memory_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Batch> ready_;
-  std::size_t delivered_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
-  std::thread worker_;
+  std::size_t assembled_ = 0;
+  Prefetcher<Batch> batches_;  // last: its thread reads the members above
 };
 
 /// The images [B, 1, rows, cols] (uint8) and labels [B] (int64) of dataset's samples `indices`,

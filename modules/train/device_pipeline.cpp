@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include "core/config.h"
+#include "core/prefetcher.h"
 #include "core/timer.h"
 #include "profile/cupti_collector.h"
 #include "profile/nvtx.h"
@@ -93,10 +94,10 @@ results::PhaseTimes PhaseClock::take() {
 struct DeviceFeeder::Impl {
   data::BatchLoader& loader;
   torch::Device device;
-  bool async = false;
-  std::size_t depth = 1;
-  bool exhausted = false;
   std::function<data::Batch(data::Batch)> prepare;
+  Impl(data::BatchLoader& l, const torch::Device& d, std::function<data::Batch(data::Batch)> p)
+      : loader(l), device(d), prepare(std::move(p)) {}
+  /// The synchronous path's preparation, on the training thread: its host time is the transform phase.
   data::Batch prepared(data::Batch batch, PhaseClock& clock, Phase after) {
     if (!prepare || !batch.plan.compute) return batch;
     clock.enter(Phase::kTransform);
@@ -105,26 +106,41 @@ struct DeviceFeeder::Impl {
     return out;
   }
 #ifdef MGBENCH_HAVE_CUDA
-  struct InFlight {
+  struct Staged {
     data::Batch batch;
-    at::cuda::CUDAEvent copied;
+    at::cuda::CUDAEvent ready;  // on the copy stream, after the batch's copies and preparation
   };
   std::optional<c10::cuda::CUDAStream> copy_stream;
-  std::deque<InFlight> inflight;
+  /// On the feeder's thread: the loader's next batch copied on the copy stream (pinned, non-blocking)
+  /// and prepared behind its copies, on that stream too.
+  std::optional<Staged> stage_next() {
+    std::optional<data::Batch> host = loader.next();
+    if (!host) return std::nullopt;
+    const profile::NvtxRange range("feeder: h2d + prepare");
+    const c10::cuda::CUDAStreamGuard on_copy_stream(*copy_stream);  // and the rank's device
+    const torch::NoGradGuard no_grad;
+    const profile::CopyScope training_batch(profile::CopyPurpose::kTrainBatch);
+    for (auto& t : host->tensors) t = t.to(device, /*non_blocking=*/true);
+    if (prepare && host->plan.compute) *host = prepare(std::move(*host));
+    Staged staged{std::move(*host), at::cuda::CUDAEvent()};
+    staged.ready.record(*copy_stream);
+    return staged;
+  }
+  std::optional<Prefetcher<Staged>> staged;  // last: its thread reads the members above
 #endif
-  Impl(data::BatchLoader& l, const torch::Device& d) : loader(l), device(d) {}
 };
 
 DeviceFeeder::DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth,
                            std::function<data::Batch(data::Batch)> prepare)
-    : impl_(std::make_unique<Impl>(loader, device)) {
-  impl_->depth = static_cast<std::size_t>(std::max(depth, 1));
-  impl_->prepare = std::move(prepare);
+    : impl_(std::make_unique<Impl>(loader, device, std::move(prepare))) {
 #ifdef MGBENCH_HAVE_CUDA
-  impl_->async = async && device.is_cuda();
-  if (impl_->async) impl_->copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  if (async && device.is_cuda()) {
+    auto& m = *impl_;
+    m.copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    m.staged.emplace([&m] { return m.stage_next(); }, static_cast<std::size_t>(std::max(depth, 1)));
+  }
 #else
-  (void)async;
+  (void)async, (void)depth;
 #endif
 }
 
@@ -139,49 +155,28 @@ data::Batch to_device(data::Batch batch, const torch::Device& device, profile::C
 
 std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
   auto& m = *impl_;
-  if (!m.async) {
-    clock.enter(Phase::kData);
-    std::optional<data::Batch> host = m.loader.next();
-    if (!host) return host;
-    if (m.device.is_cpu()) return m.prepared(std::move(*host), clock, Phase::kData);  // used in place: no copy
-    clock.enter(Phase::kH2d);
-    return m.prepared(to_device(std::move(*host), m.device, profile::CopyPurpose::kTrainBatch), clock, Phase::kH2d);
-  }
 #ifdef MGBENCH_HAVE_CUDA
-  // Keep `depth` batches copying on the copy stream.
-  clock.enter(Phase::kData);
-  while (!m.exhausted && m.inflight.size() < m.depth) {
-    std::optional<data::Batch> host = m.loader.next();
-    if (!host) {
-      m.exhausted = true;
-      break;
+  if (m.staged) {
+    clock.enter(Phase::kData);  // waiting for the feeder's thread: the loader, the copies, the preparation
+    std::optional<Impl::Staged> front = m.staged->next();
+    if (!front) return std::nullopt;
+    clock.enter(Phase::kH2d);  // the compute stream waiting for the copies and preparation still running
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(m.device.index());
+    front->ready.block(compute);
+    // Allocated on the copy stream, used on the compute stream: the allocator must not recycle
+    // the memory before the compute stream is done with it.
+    for (const auto& t : front->batch.tensors) {
+      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute);
     }
-    clock.enter(Phase::kH2d);
-    {
-      const c10::cuda::CUDAStreamGuard guard(*m.copy_stream);
-      const profile::CopyScope training_batch(profile::CopyPurpose::kTrainBatch);
-      for (auto& t : host->tensors) t = t.to(m.device, /*non_blocking=*/true);
-      *host = m.prepared(std::move(*host), clock, Phase::kH2d);  // on the copy stream, behind the copies
-      m.inflight.push_back({std::move(*host), at::cuda::CUDAEvent()});
-      m.inflight.back().copied.record(*m.copy_stream);
-    }
-    clock.enter(Phase::kData);
+    return std::move(front->batch);
   }
-  if (m.inflight.empty()) return std::nullopt;
-  clock.enter(Phase::kH2d);
-  const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(m.device.index());
-  Impl::InFlight front = std::move(m.inflight.front());
-  m.inflight.pop_front();
-  front.copied.block(compute);
-  // Allocated on the copy stream, used on the compute stream: the allocator must not recycle
-  // the memory before the compute stream is done with it.
-  for (const auto& t : front.batch.tensors) {
-    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute);
-  }
-  return std::move(front.batch);
-#else
-  return std::nullopt;
 #endif
+  clock.enter(Phase::kData);
+  std::optional<data::Batch> host = m.loader.next();
+  if (!host) return host;
+  if (m.device.is_cpu()) return m.prepared(std::move(*host), clock, Phase::kData);  // used in place: no copy
+  clock.enter(Phase::kH2d);
+  return m.prepared(to_device(std::move(*host), m.device, profile::CopyPurpose::kTrainBatch), clock, Phase::kH2d);
 }
 
 // ---------------------------------------------------------------- backward marks

@@ -6,17 +6,18 @@
 //    GPU timeline between its boundaries (the work it queued, or the GPU idling while the host
 //    prepared it). Each phase is also an NVTX range (Nsight Systems shows the same phases).
 //  - DeviceFeeder: a recipe's host batches from the BatchLoader to the device, every tensor of
-//    the batch. With pin_memory on a GPU, page-locked batches are copied with non_blocking
-//    copies on a dedicated copy stream, `depth` batches ahead; the compute stream waits on an
-//    event per batch (no host sync) and the caching allocator is told the batch is used on the
-//    compute stream. Without it, the copy is a plain synchronous copy from pageable memory
-//    (PyTorch with pin_memory=False). On the CPU there is nothing to copy: batches are used in
-//    place and no h2d time is recorded. The recipe's device-side preparation (Recipe::
-//    prepare_on_device: nvJPEG decoding) runs on each batch right after its copies, on the copy
-//    stream where there is one: ahead of the step, overlapping the steps before it, as DALI's
-//    prefetching pipeline does.
+//    the batch. With pin_memory on a GPU, a thread of its own (a Prefetcher) takes the loader's
+//    page-locked batches, copies them with non_blocking copies on a dedicated copy stream and runs
+//    the recipe's device-side preparation (Recipe::prepare_on_device: nvJPEG decoding) behind the
+//    copies on that stream, `depth` batches ahead of the step: neither the copies nor the
+//    preparation's host work (nvJPEG's parsing, the per-image crop launches) lands on the training
+//    thread, and their GPU work overlaps the steps before, as DALI's prefetching pipeline does. The
+//    compute stream waits on an event per batch (no host sync) and the caching allocator is told the
+//    batch is used on the compute stream. Without pin_memory, the copy is a plain synchronous copy
+//    from pageable memory (PyTorch with pin_memory=False) and the preparation follows it on the
+//    training thread. On the CPU there is nothing to copy: batches are used in place and no h2d time
+//    is recorded.
 // Follows the prefetching pattern of NVIDIA Apex / PyTorch's DataLoader(pin_memory=True) + .to(non_blocking=True).
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -49,15 +50,18 @@ class PhaseClock {
 
 class DeviceFeeder {
  public:
-  /// async: pinned batches, copy stream and `depth` (>= 1) batches in flight; needs a CUDA device
-  /// (ignored on the CPU, where batches are used in place). prepare (may be empty): called on each
-  /// batch this rank computes on (plan.compute), once its tensors are on the device, with the copy
-  /// stream current where there is one; its host time goes to the transform phase.
+  /// async: pinned batches, the feeder's thread and copy stream, `depth` (>= 1) batches ahead;
+  /// needs a CUDA device (ignored on the CPU, where batches are used in place). prepare (may be
+  /// empty): called on each batch this rank computes on (plan.compute), once its tensors are on the
+  /// device -- with async on the feeder's thread with the copy stream current, else on the calling
+  /// thread, its host time the transform phase. What it throws, as the loader's errors, next()
+  /// rethrows in the batch's turn.
   DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth,
                std::function<data::Batch(data::Batch)> prepare = {});
   ~DeviceFeeder();
   /// The next batch with its tensors on the device, or nullopt at the end of the epoch. Time
-  /// waiting for the loader goes to the data phase, copies to h2d (none on the CPU).
+  /// waiting for the loader (async: for the feeder's thread) goes to the data phase, copies to h2d
+  /// (async: the compute stream's wait for the batch's copies and preparation; none on the CPU).
   std::optional<data::Batch> next(PhaseClock& clock);
 
  private:

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/option_table.h"
+#include "core/prefetcher.h"
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "profile/cuda_activity.h"
@@ -283,6 +286,57 @@ TEST(PhaseClock, CpuLapsAddUpToTheWallTime) {
   EXPECT_EQ(clock.take().data_s, 0.0);  // take() resets
 }
 
+TEST(Prefetcher, HandsOverInOrderAtMostCapacityAheadAndRethrowsInTheFailingItemsTurn) {
+  std::mutex mutex;
+  int made = 0;  // items produce() has returned
+  std::set<std::thread::id> producers;
+  const auto counting = [&](int last, bool fail) {
+    return [&, last, fail]() -> std::optional<std::unique_ptr<int>> {  // move-only items
+      const std::lock_guard lock(mutex);
+      producers.insert(std::this_thread::get_id());
+      if (made == last) {
+        if (fail) throw DataError("item " + std::to_string(last) + " is broken");
+        return std::nullopt;
+      }
+      return std::make_unique<int>(made++);
+    };
+  };
+  {
+    Prefetcher<std::unique_ptr<int>> items(counting(5, false), 2);
+    // Nothing taken: the producer stops at `capacity` items and waits for room.
+    const auto made_now = [&] {
+      const std::lock_guard lock(mutex);
+      return made;
+    };
+    for (int waited_ms = 0; made_now() < 2 && waited_ms < 5000; waited_ms += 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(made_now(), 2);
+    for (int expected = 0; expected < 5; ++expected) {
+      const auto item = items.next();
+      ASSERT_TRUE(item);
+      EXPECT_EQ(**item, expected);
+    }
+    EXPECT_FALSE(items.next());
+    EXPECT_FALSE(items.next());
+  }
+  EXPECT_EQ(producers.size(), 1u);
+  EXPECT_EQ(producers.count(std::this_thread::get_id()), 0u);
+
+  made = 0;
+  Prefetcher<std::unique_ptr<int>> failing(counting(2, true), 4);
+  EXPECT_EQ(**failing.next(), 0);  // the items made before the failure first
+  EXPECT_EQ(**failing.next(), 1);
+  test::expect_error<DataError>([&] { failing.next(); }, {"item 2 is broken"});
+  test::expect_error<DataError>([&] { failing.next(); }, {"item 2 is broken"});  // and every call after
+
+  // Destroyed with its producer waiting for room and the consumer gone: stops and joins, no hang.
+  made = 0;
+  { Prefetcher<std::unique_ptr<int>> abandoned(counting(1000, false), 1); }
+  EXPECT_LE(made, 1);
+}
+
 TEST(BatchLoader, AssemblesInPlanOrderOnItsThreadAndRethrowsItsErrors) {
   data::MnistSplit split;
   split.rows = 28;
@@ -396,10 +450,10 @@ TEST(EventPool, AThousandCollectivesCreateOnlyTheEventsInFlightAtOnce) {
   auto pool = fake_pool();
   // The NCCL backend's pattern: a ready event released at once, start and done held by the
   // collective's Work; at most two collectives in flight (bucket k waited on while k+1 runs).
-  std::vector<std::shared_ptr<FakeEvent> > previous;
+  std::vector<std::shared_ptr<FakeEvent>> previous;
   for (int collective = 0; collective < 1000; ++collective) {
     { const auto ready = pool.acquire(); }
-    std::vector<std::shared_ptr<FakeEvent> > held = {pool.acquire(), pool.acquire()};
+    std::vector<std::shared_ptr<FakeEvent>> held = {pool.acquire(), pool.acquire()};
     previous = std::move(held);  // the collective before this one completes
   }
   EXPECT_EQ(pool.created(), 4u);  // two collectives x {start, done}; the ready event reuses one
@@ -410,7 +464,7 @@ TEST(EventPool, AThousandCollectivesCreateOnlyTheEventsInFlightAtOnce) {
 
 TEST(EventPool, EventsInUseAreNeverHandedOutTwice) {
   auto pool = fake_pool();
-  std::vector<std::shared_ptr<FakeEvent> > held;
+  std::vector<std::shared_ptr<FakeEvent>> held;
   std::set<FakeEvent*> distinct;
   for (int i = 0; i < 8; ++i) {
     held.push_back(pool.acquire());

@@ -52,7 +52,7 @@ constexpr options::Choice<data::NvjpegBackend> kNvjpegBackends[] = {
     {"hardware", data::NvjpegBackend::kHardware,
      "batches on the GPU's JPEG engines (DALI's default there); progressive JPEGs per image"},
     {"gpu-hybrid", data::NvjpegBackend::kGpuHybrid, "batches, Huffman decoding on the GPU's SMs"},
-    {"hybrid", data::NvjpegBackend::kHybrid, "per image, Huffman decoding on the training thread's CPU core"},
+    {"hybrid", data::NvjpegBackend::kHybrid, "per image, Huffman decoding on a CPU core (the feeder's thread)"},
 };
 
 constexpr options::Choice<DatasetKind> kDatasets[] = {
