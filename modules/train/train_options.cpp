@@ -63,7 +63,11 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("backend", backend, runtime::backend_choices(), "the gradient all-reduce's communication library");
   t.add("precision", precision, axes::precision_choices(), "numeric precision (axes/precision.h)");
   t.add("pin-memory", pin_memory, "page-locked host batches, copied on a copy stream ahead of compute (GPU only)");
-  t.add("prefetch", prefetch, "batches the loader thread assembles ahead").at_least(1).at_most(64);
+  t.add("prefetch", prefetch,
+        "batches the loader thread assembles ahead; with --pin-memory on a GPU also the batches (at least 2) the "
+        "feeder thread copies, and decodes with --decode device, ahead of the step")
+      .at_least(1)
+      .at_most(64);
   // More threads than the machine has cores only oversubscribe them (100000 of them took 7 GB
   // before doing anything); the rank's own CPU affinity is checked when it starts (the loop).
   t.add("threads", threads,
