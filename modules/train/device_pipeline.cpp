@@ -97,9 +97,11 @@ struct DeviceFeeder::Impl {
   std::function<data::Batch(data::Batch)> prepare;
   Impl(data::BatchLoader& l, const torch::Device& d, std::function<data::Batch(data::Batch)> p)
       : loader(l), device(d), prepare(std::move(p)) {}
+  /// Whether the recipe prepares batch: one this rank computes on (ddp-rr's others pass as loaded).
+  bool prepares(const data::Batch& batch) const { return prepare && batch.plan.compute; }
   /// The synchronous path's preparation, on the training thread: its host time is the transform phase.
   data::Batch prepared(data::Batch batch, PhaseClock& clock, Phase after) {
-    if (!prepare || !batch.plan.compute) return batch;
+    if (!prepares(batch)) return batch;
     clock.enter(Phase::kTransform);
     data::Batch out = prepare(std::move(batch));
     clock.enter(after);
@@ -121,7 +123,7 @@ struct DeviceFeeder::Impl {
     const torch::NoGradGuard no_grad;
     const profile::CopyScope training_batch(profile::CopyPurpose::kTrainBatch);
     for (auto& t : host->tensors) t = t.to(device, /*non_blocking=*/true);
-    if (prepare && host->plan.compute) *host = prepare(std::move(*host));
+    if (prepares(*host)) *host = prepare(std::move(*host));
     Staged staged{std::move(*host), at::cuda::CUDAEvent()};
     staged.ready.record(*copy_stream);
     return staged;
