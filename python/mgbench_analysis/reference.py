@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from . import workload
-from .report import display, is_llm, recipe_of
+from .attributes import display, is_llm, recipe_of
 from .results import Run, as_runs
 
 #: The columns of ``mgbench report --reference --csv``, in its order.

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import workload
+from .attributes import display, is_llm, recipe_of
 from .results import Run, as_runs
 
 MIB = 1024.0 * 1024.0
@@ -38,26 +39,6 @@ CSV_COLUMNS = {
             "s_per_it", "tokens_per_s", "padded_tokens_per_s", "peak_memory_mib", "loss", "reward_accuracy_pct",
             "reward_margin", "resumes"],
 }
-
-
-def display(value) -> str:
-    """An attribute as `mgbench report` shows it (and compares workloads by): text as is, integers in
-    decimal, numbers as printf's %g; "" when absent."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:g}"
-    return str(value)
-
-
-def is_llm(run: Run) -> bool:
-    return str(run.attributes.get("task", "")).startswith("llm")
-
-
-def recipe_of(run: Run) -> str:
-    """The run's recipe; runs written before recipes were recorded ran the only recipe of their job then."""
-    recipe = display(run.attributes.get("recipe"))
-    return recipe if recipe else ("lora" if is_llm(run) else "classification")
 
 
 def _usable(run: Run) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import List, Tuple
 
+from .attributes import display, recipe_of
 from .results import Run
 
 
@@ -23,8 +24,6 @@ ATTRIBUTES: Tuple[str, ...] = _read_attributes()
 def value(run: Run, attribute: str) -> str:
     """A run's value of an identity attribute as `mgbench report` shows it: "" where the run lacks it,
     and for ``recipe`` the job's only recipe of the time for runs written before recipes were recorded."""
-    from .report import display, recipe_of  # report uses this module: imported on use
-
     return recipe_of(run) if attribute == "recipe" else display(run.attributes.get(attribute))
 
 
@@ -53,8 +52,6 @@ def describe(diffs: List[Tuple[str, str, str]], limit: int = 3) -> str:
 
 def hardware(run: Run) -> str:
     """Where a run ran: the GPU model where recorded, else the device kind, else "-"."""
-    from .report import display
-
     gpu = display(run.attributes.get("gpu_model"))
     device = display(run.attributes.get("device"))
     return gpu or device or "-"

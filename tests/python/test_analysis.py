@@ -602,3 +602,47 @@ def test_scaling_figures_show_the_spread_of_repeated_runs(matrix):
     assert x0 == x1 == 2 and math.isclose(low, point["total_s"].min()) and math.isclose(high, point["total_s"].max())
     median = dict(lines(fig.axes[0])["ddp-ds"])[2]
     assert math.isclose(median, point["total_s"].median())
+
+
+def _package_imports():
+    """Each module of mgbench_analysis and the package's modules it imports, at module level or inside
+    a function (a lazy import hides a cycle from Python, not from this graph)."""
+    import ast
+    package = Path(mga.__file__).resolve().parent
+    names = {p.stem for p in package.glob("*.py")}
+    graph = {}
+    for path in package.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    imported.add(node.module.split(".")[0])
+                else:  # from . import a, b
+                    imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mgbench_analysis."):
+                imported.add(node.module.split(".")[1])
+        graph[path.stem] = {m for m in imported if m in names and m != path.stem}
+    return graph
+
+
+def test_the_package_has_no_import_cycle():
+    graph = _package_imports()
+    assert "attributes" in graph["report"] and "attributes" in graph["workload"]  # the graph sees imports
+    # Depth-first search for a back edge; the cycle named if found.
+    state, stack = {}, []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for dependency in sorted(graph[module]):
+            if state.get(dependency) == "open":
+                cycle = stack[stack.index(dependency):] + [dependency]
+                pytest.fail("import cycle in mgbench_analysis: " + " -> ".join(cycle))
+            if dependency not in state:
+                visit(dependency)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
