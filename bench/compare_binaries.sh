@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two mgbench binaries (a commit before a change and after it) on the same commands: do they compute
 # the same? Each runs, on 2 CPU ranks: image fp32, amp-fp16 and ddp-rr with --grad-accum 2 and
-# clipping, a 1-rank image run, LoRA (grad-accum 1 and 2) and DPO for 4 steps, `mgbench comm` over
-# every collective, `mgbench predict`; then both reports read both results files. Compared bitwise:
+# clipping, a 1-rank image run, an image run with --sharding fsdp, LoRA (FSDP, the LLM recipes'
+# default; grad-accum 1, and 2 with activation checkpointing) and DPO for 4 steps, `mgbench comm`
+# over every collective, `mgbench predict`; then both reports read both results files. Compared bitwise:
 # the step losses, learning rates, loss scales, batch indices and test accuracy, DPO's metrics, the
 # adapters' tensors (tests/python/equivalence_dump.py), the comm #wrong columns, the predictions
 # (the old binary's predictor on both files' runs), and `mgbench report --csv` of each file by both
@@ -32,9 +33,10 @@ run_all() {  # run_all BIN DIR
     mpirun -np 2 "$bin" image "${image[@]}" --precision amp-fp16 --run-name img-amp
     mpirun -np 2 "$bin" image "${image[@]}" --strategy ddp-rr --grad-accum 2 --clip-grad-norm 1 --run-name img-rr
     mpirun -np 1 "$bin" image "${image[@]}" --precision fp32 --run-name img-1r
+    mpirun -np 2 "$bin" image "${image[@]}" --sharding fsdp --run-name img-fsdp
     mpirun -np 2 "$bin" llm --recipe lora "${llm[@]}" "${alpaca[@]}" --output-dir "$dir/lora" --run-name lora
-    mpirun -np 2 "$bin" llm --recipe lora "${llm[@]}" "${alpaca[@]}" --grad-accum 2 --output-dir "$dir/lora2" \
-      --run-name lora2
+    mpirun -np 2 "$bin" llm --recipe lora "${llm[@]}" "${alpaca[@]}" --grad-accum 2 --activation-checkpointing true \
+      --output-dir "$dir/lora2" --run-name lora2
     mpirun -np 2 "$bin" llm --recipe dpo "${llm[@]}" --grad-accum 1 --dataset hh_rlhf \
       --data "$SHARED/text/dpo/hh_rlhf_harmless_base_test.jsonl.gz" --limit 32 --max-seq-len 0 \
       --activation-checkpointing false --output-dir "$dir/dpo" --run-name dpo

@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "train/optimizer.h"
+#include "train/optim/optimizer.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 //   fp16, bf16   the whole model and its data in that dtype (the paper's "half": model.half();
 //                TorchTune's dtype), no loss scaling, no fp32 master weights.
 //   amp-fp16,    fp32 master weights, forward under autocast to that dtype (torch.autocast);
-//   amp-bf16     amp-fp16 adds dynamic loss scaling (GradScaler, train/grad_scaler.h).
+//   amp-bf16     amp-fp16 adds dynamic loss scaling (GradScaler, train/optim/grad_scaler.h).
 // Follows torch.autocast / torch.amp (PyTorch 2.x) and torch.backends.{cuda.matmul,cudnn}.allow_tf32.
 // The gradients are in the parameters' dtype: what the all-reduce moves (the run attribute
 // gradient_dtype; `mgbench predict` prices the all-reduce of that dtype).

@@ -194,7 +194,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   /// recomputes the layer in backward (a custom autograd function: LibTorch has no
   /// torch.utils.checkpoint), trading one extra forward for the layers' activations. Used in
   /// training mode with grad enabled; the gradients are unchanged (LoRA dropout replays its RNG).
-  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
 
   const LlamaConfig& config() const { return config_; }
   BaseWeights base_weights() const { return base_; }

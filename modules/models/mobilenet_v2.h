@@ -81,7 +81,7 @@ class MobileNetV2Impl : public torch::nn::Cloneable<MobileNetV2Impl>, public Sha
 
   const MobileNetV2Options& options() const { return options_; }
 
-  /// FSDP units (train/sharding.h), as FSDP2 wraps a CNN block by block: 0 the root -- the stem
+  /// FSDP units (train/parallel/fsdp.h), as FSDP2 wraps a CNN block by block: 0 the root -- the stem
   /// (features.0), the last 1x1 convolution (features.18) and the classifier, gathered before the
   /// stem and kept through backward (FSDP2 does not reshard the root after forward) -- then 1..17
   /// the inverted-residual blocks features.1..17. BatchNorm's buffers are not sharded.

@@ -1,11 +1,12 @@
 #pragma once
-// A model's parameters grouped into the units fully sharded data parallelism (train/sharding.h)
+// A model's parameters grouped into the units fully sharded data parallelism (train/parallel/fsdp.h)
 // gathers and reshards together -- FSDP2's `fully_shard` groups, as TorchTune's `shard_model` makes
 // them: each decoder layer a unit, the token embedding and the output head units of their own
 // (`custom_sharded_layers: ['tok_embeddings', 'output']`), the rest (the final norm) the root -- and
 // the hooks the model calls around each unit's forward, where FSDP2 registers its pre- and
 // post-forward hooks (`FSDPState._pre_forward` / `_post_forward`).
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ class UnitHooks {
   virtual torch::Tensor after_forward(int unit, const torch::Tensor& output) = 0;
 };
 
-/// A model that FSDP can shard: its units, and where it calls the hooks.
+/// A model the parallelisms of train/parallel/parallelize.h apply to: its units, which FSDP shards
+/// and activation checkpointing recomputes, and where it calls the hooks.
 class ShardableModel {
  public:
   virtual ~ShardableModel() = default;
@@ -57,6 +59,13 @@ class ShardableModel {
   virtual std::vector<ParameterUnit> parameter_units() = 0;
   /// hooks: called around each unit's forward from now on (nullptr: none). Not owned.
   virtual void set_unit_hooks(UnitHooks* hooks) = 0;
+  /// on: each unit's forward recomputed in backward instead of keeping its activations (torch's
+  /// checkpoint_wrapper around each block, as torchtitan's apply_ac and TorchTune's
+  /// enable_activation_checkpointing). Throws std::logic_error for on with a model that cannot
+  /// (the default): only a recipe whose model can declares the option.
+  virtual void set_activation_checkpointing(bool on) {
+    if (on) throw std::logic_error("this model has no activation checkpointing");
+  }
 };
 
 }  // namespace mgbench::models

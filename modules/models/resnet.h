@@ -80,7 +80,7 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl>, public ShardableMode
 
   const ResNetOptions& options() const { return options_; }
 
-  /// FSDP units (train/sharding.h), as FSDP2 wraps a CNN block by block: 0 the root -- the stem
+  /// FSDP units (train/parallel/fsdp.h), as FSDP2 wraps a CNN block by block: 0 the root -- the stem
   /// (conv1, bn1) and fc, gathered before the stem and kept through backward (FSDP2 does not
   /// reshard the root after forward) -- then one unit per Bottleneck block in forward order
   /// (layer1.0 .. layer4.2: 16 for ResNet-50). BatchNorm's buffers are not sharded.

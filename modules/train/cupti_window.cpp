@@ -1,19 +1,20 @@
+#include "train/cupti_window.h"
+
 #include <cmath>
 #include <string>
 
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/device_pipeline.h"
-#include "train/loop_parts.h"
 
 namespace mgbench::train {
 
-/// CUPTI's collector for a GPU run with --cupti, unless another profiler (nsys) holds CUPTI.
-std::unique_ptr<profile::CuptiCollector> make_cupti(const LoopParts& s) {
-  if (!s.device.is_cuda() || !s.train.cupti) return nullptr;
+std::unique_ptr<profile::CuptiCollector> make_cupti(const torch::Device& device, bool enabled,
+                                                    const runtime::Communicator& comm) {
+  if (!device.is_cuda() || !enabled) return nullptr;
   // CUPTI has one activity client: under nsys (or another injected tool) mgbench stands aside.
   if (const std::string other = profile::external_cuda_profiler(); !other.empty()) {
-    if (s.comm.rank() == 0) {
+    if (comm.rank() == 0) {
       log::warn("--cupti: {} holds CUPTI; mgbench's CUDA metrics are off for this run (the profiler records them)",
                 other);
     }

@@ -51,13 +51,20 @@ struct JobRun {
   RunControl control;
 };
 
+/// What a run is created with in the results file: its attributes, its ranks', its tables' sizes.
+struct RunRecordShape {
+  const h5::Attributes& run_attributes;
+  h5::Attributes rank_attributes;
+  results::RankLayout layout;
+};
+
 /// Starts recording the run, as agreed stages: continues `from` (a checkpoint of this
-/// configuration, found before the set-up) in its own results file, or creates a new run.
-/// nullptr when a stage failed (logged once; every rank returns).
+/// configuration, found before the set-up) in its own results file, or creates a new run of
+/// `shape`. nullptr when a stage failed (logged once; every rank returns).
 std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const TrainOptions& train,
                                   std::unique_ptr<Checkpointer> checkpointer,
-                                  const std::optional<CheckpointManifest>& from, const h5::Attributes& run_attributes,
-                                  const h5::Attributes& rank_attributes, const results::RankLayout& layout) {
+                                  const std::optional<CheckpointManifest>& from, const RunRecordShape& shape) {
+  const results::RankLayout& layout = shape.layout;
   auto job = std::make_unique<JobRun>();
   job->checkpointer = std::move(checkpointer);
   if (from) {
@@ -78,7 +85,8 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const TrainOptio
     log::info("results: {} run {} resumed from {} (global step {})", from->results, from->run_id, from->path,
               from->global_step);
   } else {
-    job->writer = session::open_run(env, train.results, train.run_name, run_attributes, rank_attributes, layout);
+    job->writer =
+        session::open_run(env, train.results, train.run_name, shape.run_attributes, shape.rank_attributes, layout);
     if (!job->writer) return nullptr;
   }
   job->stop = std::make_unique<runtime::StopAgreement>(env.world());
@@ -137,7 +145,7 @@ int run_once(const JobContext& c, std::unique_ptr<Checkpointer> checkpointer,
   }
   runtime::defer_stops_to_step_boundaries();
   const auto job =
-      start_run(env, train, std::move(checkpointer), from, attributes, loop->rank_attributes(), loop->layout());
+      start_run(env, train, std::move(checkpointer), from, {attributes, loop->rank_attributes(), loop->layout()});
   if (!job) return 1;
   results::ResultsWriter& writer = *job->writer;
   Progress progress(env.rank() == 0, loop->throughput_unit(), config.train.progress_interval_s);

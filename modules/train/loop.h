@@ -1,9 +1,11 @@
 #pragma once
-// The training loop: written once, for every recipe (recipe.h). Its lifecycle, as run() reads:
-// where the run starts (a checkpoint's state, or afresh), epochs of optimizer steps (step.h: the
-// micro-batches, gradient sync, normalisation, clipping, the optimizer), each step followed by the
-// step boundary (the agreed stop, the checkpoint due); the epoch's end (its records, the evaluation
-// when due, progress); the run's end (CUDA metrics, the totals of all ranks, the summary, the final
+// The training loop: written once, for every recipe (recipe.h). Its lifecycle, in named stages: the
+// set-up (the constructor: the recipe's data and model, the run's parallel plan applied to the model
+// by train/parallel/parallelize.h, the optimizer); where the run starts (a checkpoint's state, or
+// afresh); epochs (epoch.h) of optimizer steps (step.h: the micro-batches, gradient sync,
+// normalisation, clipping, the optimizer), each step followed by the step boundary (the agreed stop,
+// the checkpoint due), and the epoch's end (its records, the evaluation when due, progress); the
+// run's end (run_summary.h: CUDA metrics, the totals of all ranks, the summary, the final
 // checkpoint). Phase times come from a PhaseClock (CUDA events on a GPU); steps, epochs and the
 // summary go to the ResultsWriter.
 //
@@ -26,12 +28,13 @@
 
 namespace mgbench::train {
 
-struct LoopParts;
+struct LoopState;
 
 class TrainingLoop {
  public:
   /// Sets the rank up for the run: process-wide device and math settings, the recipe (its data
-  /// and model: Recipe::setup), the optimizer, loss scaling, the epoch plan, CUPTI on a GPU.
+  /// and model: Recipe::setup), the parallel plan applied to the model (activation checkpointing,
+  /// FSDP), the optimizer, loss scaling, the epoch plan, CUPTI on a GPU.
   /// Collective-free. local_size: ranks on this node (for the default thread count).
   /// Throws ConfigError (a single-process strategy with several ranks, an epoch without an
   /// optimizer step, ...) and whatever the recipe's set-up throws.
@@ -81,7 +84,7 @@ class TrainingLoop {
   const char* throughput_unit() const;
 
  private:
-  std::unique_ptr<LoopParts> parts_;
+  std::unique_ptr<LoopState> state_;
 };
 
 }  // namespace mgbench::train

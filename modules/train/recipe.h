@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include "axes/parallel_plan.h"
 #include "core/option_table.h"
 #include "data/loader.h"
 #include "models/parameter_units.h"
@@ -38,7 +39,9 @@ struct RecipeContext {
   runtime::DevicePlacement placement;
   const axes::PrecisionInfo& precision;  // of --precision
   int rank = 0;
-  int world_size = 1;
+  /// How the model will be laid out over the ranks (the world size in it): the loop applies it
+  /// after setup (train/parallel/parallelize.h); a recipe reads it, never re-decides it.
+  const axes::ParallelPlan& plan;
 };
 
 /// How the loop turns the micro-batch losses of an optimizer step into gradients.
@@ -118,9 +121,12 @@ class Recipe {
   /// What a checkpoint keeps of the model, by name ("model/<name>"): everything that changes in
   /// training (all parameters and buffers, or the adapters of a frozen base rebuilt from the options).
   virtual std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() = 0;
-  /// The model as FSDP shards it (--sharding fsdp: its units and forward hooks); nullptr: this
-  /// recipe's model cannot be sharded.
+  /// The model as the run's parallel plan transforms it (its units and forward hooks: FSDP,
+  /// activation checkpointing); nullptr: this recipe's model has no units.
   virtual models::ShardableModel* shardable_model() { return nullptr; }
+  /// The recipe's --activation-checkpointing, for the run's parallel plan (the loop applies it to
+  /// shardable_model()); false for a recipe without the option.
+  virtual bool activation_checkpointing() const { return false; }
   /// Buffers every rank takes from rank 0 before each forward and evaluation (DDP's
   /// broadcast_buffers: BatchNorm statistics); empty: none.
   virtual std::vector<torch::Tensor> shared_buffers() { return {}; }

@@ -14,7 +14,7 @@
 
 #include "results/schema.h"
 #include "train/device_pipeline.h"
-#include "train/loop_parts.h"
+#include "train/loop_state.h"
 
 namespace mgbench::train {
 
@@ -35,9 +35,17 @@ struct StepOutcome {
   std::vector<std::int64_t> indices;  // --record-indices: the samples computed on, in order
 };
 
-/// Runs one optimizer step at learning rate lr, the run's step global_step (0-based). Throws
-/// std::logic_error when an epoch plan ends inside a step or a recipe returns other metrics than it
-/// names (defects), and whatever the recipe throws.
-StepOutcome train_step(LoopParts& parts, DeviceFeeder& feeder, PhaseClock& clock, double lr, std::int64_t global_step);
+/// Where a step takes its micro-batches from (the epoch's feeder) and the clock its phases are timed on.
+struct StepSource {
+  DeviceFeeder& feeder;
+  PhaseClock& clock;
+};
+
+/// Runs one optimizer step at learning rate lr, the run's step global_step (0-based), updating
+/// training (gradients, optimizer, loss scale). Throws std::logic_error when an epoch plan ends
+/// inside a step or a recipe returns other metrics than it names (defects), and whatever the
+/// recipe throws.
+StepOutcome train_step(const RunSetup& setup, TrainingState& training, StepSource source, double lr,
+                       std::int64_t global_step);
 
 }  // namespace mgbench::train

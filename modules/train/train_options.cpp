@@ -9,25 +9,6 @@ namespace mgbench::train {
 
 namespace {
 
-using options::Choice;
-
-constexpr Choice<OptimizerKind> kOptimizers[] = {
-    {"sgd", OptimizerKind::kSgd, "SGD, Nesterov momentum when --momentum > 0 (torch.optim.SGD)"},
-    {"adamw", OptimizerKind::kAdamW, "AdamW (torch.optim.AdamW; TorchTune's LoRA recipes)"},
-};
-
-constexpr Choice<LrSchedule> kLrSchedules[] = {
-    {"cosine", LrSchedule::kCosine, "cosine decay to 0 at the last step (TorchTune's get_cosine_schedule_with_warmup)"},
-    {"constant", LrSchedule::kConstant, "the peak --lr throughout"},
-};
-
-constexpr Choice<Sharding> kShardings[] = {
-    {"none", Sharding::kNone, "a whole replica per rank, gradients all-reduced in buckets (DDP)"},
-    {"fsdp", Sharding::kFsdp,
-     "parameters, gradients and optimizer state sharded over the ranks, units gathered for their forward and "
-     "backward (FSDP2's fully_shard, as TorchTune's distributed recipes)"},
-};
-
 bool valid_profile_window(const std::string& text) {
   try {
     profile::parse_profile_window(text);
@@ -39,10 +20,6 @@ bool valid_profile_window(const std::string& text) {
 
 }  // namespace
 
-std::span<const Choice<OptimizerKind>> optimizer_choices() { return kOptimizers; }
-std::span<const Choice<LrSchedule>> lr_schedule_choices() { return kLrSchedules; }
-std::span<const Choice<Sharding>> sharding_choices() { return kShardings; }
-
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
   t.add("strategy", strategy, axes::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)");
@@ -53,7 +30,7 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("shuffle", shuffle, "reshuffle every epoch (seed + epoch)");
   t.add("drop-last", drop_last, "drop the last incomplete batch");
   t.add("seed", seed, "seed of the weights, dropout and shuffling");
-  t.add("sharding", sharding, sharding_choices(), "how the ranks hold the model (one rank: the same as none)");
+  t.add("sharding", sharding, axes::sharding_choices(), "how the ranks hold the model (one rank: the same as none)");
   t.add("reshard-after-forward", reshard_after_forward,
         "fsdp: free each unit's gathered parameters after its forward and gather them again for backward "
         "(false: keep them to the end of backward; more memory, one all-gather less per unit)");
@@ -86,13 +63,7 @@ void TrainOptions::declare(options::OptionTable& t) {
       .at_least(0);
 
   t.section("Optimisation");
-  t.add("optimizer", optimizer, optimizer_choices(), "the optimizer of the trainable parameters");
-  t.add("lr", lr, "peak learning rate").above(0);
-  t.add("momentum", momentum, "SGD momentum").at_least(0).below(1);
-  t.add("weight-decay", weight_decay, "weight decay").at_least(0);
-  t.add("lr-schedule", lr_schedule, lr_schedule_choices(), "learning rate after the warm-up");
-  t.add("warmup-steps", warmup_steps, "linear warm-up from 0 over this many optimizer steps").at_least(0);
-  t.add("clip-grad-norm", clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)").at_least(0);
+  optim.declare(t);
   // At least one byte: smaller sizes are not sizes (1e-300 MiB failed in training, not here).
   constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
   t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)").at_least(kOneByteMiB);
@@ -137,7 +108,7 @@ void TrainOptions::validate() const {
                   "--repeat {} with --checkpoint-dir: a repeated job cannot be resumed; run the command {} times "
                   "instead (each may checkpoint), or leave out --checkpoint-dir",
                   repeat, repeat);
-  if (sharding != Sharding::kFsdp) return;
+  if (sharding != axes::Sharding::kFsdp) return;
   const axes::StrategyInfo& s = axes::strategy_info(strategy);
   MGBENCH_REQUIRE(!s.single_process, ConfigError,
                   "--sharding fsdp with --strategy '{}': FSDP shards the model over one rank per device, and {} is "

@@ -7,26 +7,15 @@
 #include <span>
 #include <string>
 
+#include "axes/parallel_plan.h"
 #include "axes/precision.h"
 #include "axes/strategy.h"
 #include "core/option_table.h"
 #include "runtime/device.h"
 #include "train/checkpoint/checkpoint_options.h"
+#include "train/optim/optim_options.h"
 
 namespace mgbench::train {
-
-enum class OptimizerKind { kSgd, kAdamW };
-/// sgd (Nesterov momentum when --momentum > 0; torch.optim.SGD) | adamw (torch.optim.AdamW).
-std::span<const options::Choice<OptimizerKind>> optimizer_choices();
-
-enum class LrSchedule { kCosine, kConstant };
-/// cosine (TorchTune's get_cosine_schedule_with_warmup) | constant, both after the linear warm-up.
-std::span<const options::Choice<LrSchedule>> lr_schedule_choices();
-
-enum class Sharding { kNone, kFsdp };
-/// none (a whole replica per rank, gradients all-reduced: DDP) | fsdp (parameters, gradients and
-/// optimizer state sharded: FSDP2's fully_shard, train/sharding.h).
-std::span<const options::Choice<Sharding>> sharding_choices();
 
 struct TrainOptions {
   // workload distribution
@@ -38,7 +27,7 @@ struct TrainOptions {
   bool shuffle = true;
   bool drop_last = false;
   std::uint64_t seed = 42;
-  Sharding sharding = Sharding::kNone;
+  axes::Sharding sharding = axes::Sharding::kNone;
   bool reshard_after_forward = true;  // FSDP2's reshard_after_forward (TorchTune's default True)
   // compute
   runtime::DeviceRequest device = runtime::DeviceRequest::kAuto;
@@ -51,14 +40,7 @@ struct TrainOptions {
   bool malloc_reuse = true;     // keep freed host memory for the next step (core/host_memory.h)
   double comm_timeout_s = 600;  // a collective in flight longer than this aborts the job (both backends)
   double peak_tflops = 0;       // device peak for MFU; 0: the datasheet value of known GPUs
-  // optimisation
-  OptimizerKind optimizer = OptimizerKind::kAdamW;
-  double lr = 1e-3;
-  double momentum = 0.9;  // sgd
-  double weight_decay = 0;
-  LrSchedule lr_schedule = LrSchedule::kCosine;
-  std::int64_t warmup_steps = 0;
-  double clip_grad_norm = 0;  // 0: no clipping
+  OptimizerOptions optim;  // optimisation: optimizer, lr, schedule, clipping (optim/optim_options.h)
   // gradient synchronisation (DDP's bucket_cap_mb and first bucket)
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
@@ -78,6 +60,11 @@ struct TrainOptions {
 
   /// Declares every option above into table (the current values are the defaults).
   void declare(options::OptionTable& table);
+  /// How this run lays its model out over world_size ranks (axes/parallel_plan.h): --sharding and
+  /// --reshard-after-forward with the recipe's activation checkpointing.
+  axes::ParallelPlan parallel_plan(int world_size, bool activation_checkpointing) const {
+    return {world_size, sharding, reshard_after_forward, activation_checkpointing};
+  }
   /// The rules between options (each option's own bounds are the table's): --sharding fsdp with
   /// a single-process strategy or with loss scaling (amp-fp16) is refused, and --repeat above 1 with
   /// checkpoints (a repeated job is not resumable). Throws ConfigError.

@@ -1,4 +1,4 @@
-// Fully sharded data parallelism (train/sharding.h) under mpirun: the shards' gradients against a
+// Fully sharded data parallelism (train/parallel/fsdp.h) under mpirun: the shards' gradients against a
 // replicated model's averaged gradients, and whole recipes trained with --sharding fsdp against
 // the same recipes with --sharding none at the same world size.
 #include <gtest/gtest.h>
@@ -17,8 +17,8 @@
 #include "models/llama.h"
 #include "mpi_support.h"
 #include "runtime/mpi_communicator.h"
-#include "train/grad_scaler.h"
-#include "train/sharding.h"
+#include "train/optim/grad_scaler.h"
+#include "train/parallel/fsdp.h"
 
 namespace mgbench {
 namespace {

@@ -12,7 +12,7 @@
 #include "models/state_dict.h"
 #include "test_support.h"
 #include "train/recipes/dpo_loss.h"
-#include "train/recipes/llama_finetune.h"
+#include "train/recipes/llama_batches.h"
 
 namespace mgbench {
 namespace {
@@ -25,7 +25,7 @@ TEST(DpoLoss, EqualsTorchTunesDPOLoss) {
   ASSERT_EQ(cases.size(), 4u);
   for (const auto& c : cases) {
     const auto& in = c["inputs"];
-    const train::DpoLoss d = train::dpo_loss(vec(in[0]), vec(in[1]), vec(in[2]), vec(in[3]), c["beta"].get<double>(),
+    const train::DpoLoss d = train::dpo_loss({vec(in[0]), vec(in[1])}, {vec(in[2]), vec(in[3])}, c["beta"].get<double>(),
                                              c["label_smoothing"].get<double>());
     EXPECT_LT((d.losses - vec(c["losses"])).abs().max().item<double>(), 1e-12) << c["beta"] << c["label_smoothing"];
     EXPECT_LT((d.chosen_rewards - vec(c["chosen_rewards"])).abs().max().item<double>(), 1e-12);
@@ -36,18 +36,18 @@ TEST(DpoLoss, EqualsTorchTunesDPOLoss) {
 TEST(DpoLoss, TorchTunesLiteralCaseAndTheStartingPoint) {
   // TorchTune's test: policy and reference margins 0, 10, 20 apart at beta 0.1: -logsigmoid(0, 1, 2).
   const auto t = [](std::vector<double> v) { return torch::tensor(v, torch::kFloat64); };
-  const train::DpoLoss d = train::dpo_loss(t({-0.5, -10.0, -1.0}), t({-0.1, -30.0, -21.0}), t({-0.5, -10.1, -0.1}),
-                                           t({-0.1, -20.1, -0.1}), 0.1, 0.0);
+  const train::DpoLoss d = train::dpo_loss({t({-0.5, -10.0, -1.0}), t({-0.1, -30.0, -21.0})},
+                                           {t({-0.5, -10.1, -0.1}), t({-0.1, -20.1, -0.1})}, 0.1, 0.0);
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(d.losses[i].item<double>(), std::log1p(std::exp(-static_cast<double>(i))), 1e-12) << i;
   }
   // Policy = reference (LoRA's B = 0 at the start): loss ln 2, rewards 0, whatever the log-probs.
   const torch::Tensor same = t({-3.0, -40.0});
-  const train::DpoLoss start = train::dpo_loss(same, same * 2, same, same * 2, 0.1, 0.0);
+  const train::DpoLoss start = train::dpo_loss({same, same * 2}, {same, same * 2}, 0.1, 0.0);
   EXPECT_NEAR(start.losses.mean().item<double>(), std::log(2.0), 1e-15);
   EXPECT_EQ(start.chosen_rewards.abs().max().item<double>(), 0.0);
   EXPECT_FALSE(start.chosen_rewards.gt(start.rejected_rewards).any().item<bool>());  // accuracy 0: strict
-  EXPECT_THROW(train::dpo_loss(same, t({1.0}), same, same, 0.1, 0.0), std::invalid_argument);
+  EXPECT_THROW(train::dpo_loss({same, t({1.0})}, {same, same}, 0.1, 0.0), std::invalid_argument);
 }
 
 TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {

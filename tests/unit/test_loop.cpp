@@ -72,10 +72,10 @@ Result train(LossNormalization normalization, std::int64_t batch_size, std::int6
              const std::string& results) {
   train::TrainOptions t;
   t.device = runtime::DeviceRequest::kCpu;
-  t.optimizer = train::OptimizerKind::kSgd;
-  t.momentum = 0;
-  t.lr = 0.1;
-  t.lr_schedule = train::LrSchedule::kConstant;
+  t.optim.optimizer = train::OptimizerKind::kSgd;
+  t.optim.momentum = 0;
+  t.optim.lr = 0.1;
+  t.optim.lr_schedule = train::LrSchedule::kConstant;
   t.epochs = 2;
   t.batch_size = batch_size;
   t.grad_accum = grad_accum;

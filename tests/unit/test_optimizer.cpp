@@ -8,8 +8,8 @@
 #include <sstream>
 #include <vector>
 
-#include "train/grad_scaler.h"
-#include "train/optimizer.h"
+#include "train/optim/grad_scaler.h"
+#include "train/optim/optimizer.h"
 
 namespace mgbench::train {
 namespace {

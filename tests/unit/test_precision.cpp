@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "core/option_table.h"
 #include "test_support.h"
-#include "train/grad_scaler.h"
-#include "train/optimizer.h"
+#include "train/optim/grad_scaler.h"
+#include "train/optim/optimizer.h"
 #include "train/precision.h"
 
 namespace mgbench::train {

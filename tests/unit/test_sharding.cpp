@@ -1,8 +1,15 @@
-// FSDP's shard layout against torch.chunk (what FSDP2's _chunk_with_empty calls).
+// FSDP's shard layout against torch.chunk (what FSDP2's _chunk_with_empty calls); the parallel plan
+// and parallelize's transforms of a model.
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <torch/torch.h>
 
-#include "train/sharding.h"
+#include "axes/parallel_plan.h"
+#include "core/error.h"
+#include "models/mobilenet_v2.h"
+#include "runtime/mpi_communicator.h"
+#include "train/parallel/fsdp.h"
+#include "train/parallel/parallelize.h"
 
 namespace mgbench {
 namespace {
@@ -50,6 +57,56 @@ TEST(MicroBatchCollectives, LoraGathersTheFrozenBaseAndReduceScattersTheAdapters
   EXPECT_EQ(train::micro_batch_collectives(units, 3, 4, false).all_gather_bytes.size(), units.size());
   // One rank: the units' own bytes.
   EXPECT_EQ(train::micro_batch_collectives(units, 1, 4, true).all_gather_bytes.front(), 10 * 4 * 4);
+}
+
+TEST(ParallelPlan, ShardsOnlyOverSeveralRanks) {
+  const axes::ParallelPlan fsdp{1, axes::Sharding::kFsdp, true, false};
+  EXPECT_FALSE(fsdp.fully_sharded());  // one rank: --sharding none's run
+  EXPECT_FALSE(fsdp.replicated());
+  EXPECT_EQ(fsdp.shard_world(), 1);
+  const axes::ParallelPlan four = fsdp.at(4);
+  EXPECT_TRUE(four.fully_sharded());
+  EXPECT_FALSE(four.replicated());
+  EXPECT_EQ(four.shard_world(), 4);
+  EXPECT_EQ(four.sharding, axes::Sharding::kFsdp);
+  const axes::ParallelPlan ddp{4, axes::Sharding::kNone, true, false};
+  EXPECT_TRUE(ddp.replicated());
+  EXPECT_FALSE(ddp.fully_sharded());
+  EXPECT_EQ(ddp.shard_world(), 1);
+  EXPECT_FALSE(ddp.at(1).replicated());
+  // The option's rows are the enum's, in order.
+  ASSERT_EQ(axes::sharding_choices().size(), 2u);
+  EXPECT_EQ(axes::sharding_choices()[0].name, "none");
+  EXPECT_EQ(axes::sharding_choices()[1].value, axes::Sharding::kFsdp);
+}
+
+TEST(Parallelize, AppliesThePlansTransformsOrRefusesAModelWithoutUnits) {
+  runtime::MpiCommunicator comm(MPI_COMM_SELF);
+  torch::manual_seed(0);
+  models::MobileNetV2 net(models::MobileNetV2Options{10, 0.25, 0.0});
+  const axes::ParallelPlan none{1, axes::Sharding::kNone, true, false};
+  // Replicas: nothing applied, nothing recorded.
+  train::ParallelizedModel replica = train::parallelize(net.get(), none, comm);
+  EXPECT_EQ(replica.fsdp, nullptr);
+  EXPECT_TRUE(replica.fsdp_collectives.all_gather_bytes.empty());
+  // FSDP on one rank: nothing sharded, but a micro-batch's collectives recorded as one unsharded
+  // rank would issue them (what `mgbench predict` prices an FSDP step from).
+  axes::ParallelPlan fsdp = none;
+  fsdp.sharding = axes::Sharding::kFsdp;
+  const train::ParallelizedModel one_rank = train::parallelize(net.get(), fsdp, comm);
+  EXPECT_EQ(one_rank.fsdp, nullptr);
+  const train::MicroBatchCollectives expected =
+      train::micro_batch_collectives(train::unit_shapes(net->parameter_units()), 1, 4, true);
+  EXPECT_EQ(one_rank.fsdp_collectives.all_gather_bytes, expected.all_gather_bytes);
+  EXPECT_EQ(one_rank.fsdp_collectives.reduce_scatter_bytes, expected.reduce_scatter_bytes);
+  EXPECT_FALSE(expected.all_gather_bytes.empty());
+  // A recipe whose model has no units cannot be sharded; a model without activation checkpointing
+  // refuses it (only a recipe whose model has it declares the option).
+  EXPECT_THROW(train::parallelize(nullptr, fsdp, comm), ConfigError);
+  axes::ParallelPlan checkpointing = none;
+  checkpointing.activation_checkpointing = true;
+  EXPECT_THROW(train::parallelize(nullptr, checkpointing, comm), ConfigError);
+  EXPECT_THROW(train::parallelize(net.get(), checkpointing, comm), std::logic_error);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "runtime/peak_flops.h"
 #include "test_support.h"
 #include "train/job_config.h"
-#include "train/lr_schedule.h"
+#include "train/optim/lr_schedule.h"
 
 namespace mgbench {
 namespace {
@@ -90,9 +90,9 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
   auto llm = train::configure("llm");
   // Each recipe's defaults of the loop's options: the paper's image job, TorchTune's llama3 8B LoRA.
   EXPECT_EQ(image->train.epochs, 20);
-  EXPECT_EQ(image->train.optimizer, train::OptimizerKind::kSgd);
+  EXPECT_EQ(image->train.optim.optimizer, train::OptimizerKind::kSgd);
   EXPECT_EQ(llm->train.batch_size, 2);
-  EXPECT_EQ(llm->train.warmup_steps, 100);
+  EXPECT_EQ(llm->train.optim.warmup_steps, 100);
   EXPECT_EQ(llm->train.precision, axes::Precision::kBf16);
   // Values are parsed once into typed fields.
   image->set("strategy", "ddp-rr");
@@ -101,7 +101,7 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
   image->set("record-indices", "true");
   EXPECT_EQ(image->train.strategy, axes::Strategy::kDdpRr);
   EXPECT_EQ(image->train.precision, axes::Precision::kAmpBf16);
-  EXPECT_DOUBLE_EQ(image->train.lr, 0.1);
+  EXPECT_DOUBLE_EQ(image->train.optim.lr, 0.1);
   EXPECT_TRUE(image->train.record_indices);
   // The resolved configuration, read back into a fresh configuration, is the same configuration.
   auto again = train::configure("image");
@@ -121,20 +121,20 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
 TEST(JobConfig, ModelDefaultsFillOnlyWhatIsNotGiven) {
   auto mobilenet = train::configure("image");
   mobilenet->validate();
-  EXPECT_DOUBLE_EQ(mobilenet->train.lr, 0.05);
-  EXPECT_DOUBLE_EQ(mobilenet->train.weight_decay, 4e-5);
+  EXPECT_DOUBLE_EQ(mobilenet->train.optim.lr, 0.05);
+  EXPECT_DOUBLE_EQ(mobilenet->train.optim.weight_decay, 4e-5);
   auto resnet = train::configure("image");
   resnet->set("model", "resnet50");
   resnet->validate();
-  EXPECT_DOUBLE_EQ(resnet->train.lr, 0.1);
-  EXPECT_DOUBLE_EQ(resnet->train.weight_decay, 1e-4);
+  EXPECT_DOUBLE_EQ(resnet->train.optim.lr, 0.1);
+  EXPECT_DOUBLE_EQ(resnet->train.optim.weight_decay, 1e-4);
   EXPECT_NE(resnet->ini().find("lr = 0.1\n"), std::string::npos);  // in the identity and the results
   auto given = train::configure("image");
   given->set("model", "resnet50");
   given->set("lr", "0.02");
   given->validate();
-  EXPECT_DOUBLE_EQ(given->train.lr, 0.02);
-  EXPECT_DOUBLE_EQ(given->train.weight_decay, 1e-4);
+  EXPECT_DOUBLE_EQ(given->train.optim.lr, 0.02);
+  EXPECT_DOUBLE_EQ(given->train.optim.weight_decay, 1e-4);
 }
 
 TEST(JobConfig, QuantisedRecipesTakeTorchTunesDefaultsAndRefuseWhatDoesNotCombine) {

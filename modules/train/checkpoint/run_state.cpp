@@ -75,14 +75,13 @@ void RunProgress::next_epoch() {
   metric_rows.clear();
 }
 
-bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
-                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict) {
+bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed, const CheckpointSource& source) {
   if (control.checkpointer == nullptr || !control.checkpointer->enabled()) return true;
   CheckpointState state;
-  state_dict(state);
+  source.state_dict(state);
   CheckpointManifest m = control.checkpointer->manifest(progress.global_step, progress.epoch, completed);
-  m.results = writer.path();
-  m.run_id = writer.run_id();
+  m.results = source.writer.path();
+  m.run_id = source.writer.run_id();
   if (control.stop != nullptr && control.stop->agreed_signal() != 0) {
     m.stop_signal = runtime::stop_signal_name(control.stop->agreed_signal());
   }
@@ -91,8 +90,8 @@ bool save_checkpoint(RunControl& control, const RunProgress& progress, bool comp
   return false;
 }
 
-bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
-                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict) {
+bool at_step_boundary(RunControl& control, RunProgress& progress, const CheckpointSource& source, double run_elapsed_s,
+                      double epoch_clock_s) {
   const bool stop = control.stop != nullptr && control.stop->poll();
   bool saved = true;
   if (stop || (control.checkpointer != nullptr && control.checkpointer->due(progress.global_step))) {
@@ -100,7 +99,7 @@ bool at_step_boundary(RunControl& control, RunProgress& progress, double run_ela
     const Stopwatch checkpoint_clock;
     progress.elapsed_s = run_elapsed_s;
     progress.epoch_elapsed_s = epoch_elapsed_before + epoch_clock_s;
-    saved = save_checkpoint(control, progress, /*completed=*/false, writer, state_dict);
+    saved = save_checkpoint(control, progress, /*completed=*/false, source);
     progress.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
   }
   if (!stop) return false;
@@ -120,7 +119,7 @@ bool at_step_boundary(RunControl& control, RunProgress& progress, double run_ela
   // The stop's checkpoint failed (a full disk, a quota): --resume continues from the latest one
   // written before, if this run has one; else nothing can be continued and the job must not say so.
   const std::optional<CheckpointManifest> earlier = control.checkpointer->latest();
-  if (earlier && earlier->run_id == writer.run_id() && earlier->results == writer.path()) {
+  if (earlier && earlier->run_id == source.writer.run_id() && earlier->results == source.writer.path()) {
     log::warn(
         "{}; its checkpoint could not be written: {} continues from the earlier checkpoint at global step {} "
         "({}), repeating the steps since",

@@ -64,22 +64,29 @@ struct RunProgress {
   void next_epoch();
 };
 
-/// Writes a checkpoint of what `state_dict` puts into a CheckpointState (the training loop's
-/// TrainingLoop::state_dict: model, optimizer, loss scale, RNGs and `progress`) when control has a
-/// checkpointer; the manifest records progress's position, the writer's results file and run and the
-/// agreed stop signal. Collective. A failed save is logged and training
-/// goes on (the previous checkpoint stays the latest). False, on every rank, when a save failed.
-bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed,
-                     const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict);
+/// What a checkpoint is written from besides the RunProgress: the state (model, optimizer, loss
+/// scale, RNGs: what the training loop's TrainingLoop::state_dict puts into a CheckpointState) and
+/// the run's results (its file and run, recorded in the manifest).
+struct CheckpointSource {
+  const results::ResultsWriter& writer;
+  std::function<void(CheckpointState&)> state_dict;
+};
+
+/// Writes a checkpoint of source and `progress` when control has a checkpointer; the manifest
+/// records progress's position, the writer's results file and run and the agreed stop signal.
+/// Collective. A failed save is logged and training goes on (the previous checkpoint stays the
+/// latest). False, on every rank, when a save failed.
+bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed, const CheckpointSource& source);
 
 /// The step boundary, after each optimizer step on every rank: polls the agreed stop and writes a
 /// checkpoint when one is due (--checkpoint-every) or the run stops. progress.elapsed_s and
 /// epoch_elapsed_s are updated for the checkpoint; writing it is not counted as training time
-/// (epoch_elapsed_s is lowered by its duration). epoch_clock_s: time since this process began the
-/// epoch. Returns true when the job agreed to stop (control.preempted is then set and the stop is
-/// logged). When the stop's checkpoint could not be written, the latest earlier checkpoint of the
-/// run is where --resume continues (said so); with none, control.not_resumable says why.
-bool at_step_boundary(RunControl& control, RunProgress& progress, double run_elapsed_s, double epoch_clock_s,
-                      const results::ResultsWriter& writer, const std::function<void(CheckpointState&)>& state_dict);
+/// (epoch_elapsed_s is lowered by its duration). run_elapsed_s: the run's time so far;
+/// epoch_clock_s: time since this process began the epoch. Returns true when the job agreed to stop
+/// (control.preempted is then set and the stop is logged). When the stop's checkpoint could not be
+/// written, the latest earlier checkpoint of the run is where --resume continues (said so); with
+/// none, control.not_resumable says why.
+bool at_step_boundary(RunControl& control, RunProgress& progress, const CheckpointSource& source, double run_elapsed_s,
+                      double epoch_clock_s);
 
 }  // namespace mgbench::train

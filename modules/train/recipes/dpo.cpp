@@ -20,7 +20,7 @@
 #include "models/llama.h"
 #include "train/recipe.h"
 #include "train/recipes/dpo_loss.h"
-#include "train/recipes/llama_finetune.h"
+#include "train/recipes/llama_recipe.h"
 
 namespace mgbench::train {
 namespace {
@@ -79,7 +79,7 @@ class DpoRecipe final : public LlamaRecipe {
       ref = sequence_log_probs(batch, llama_.target_log_probs(batch).log_probs);
     }
     const torch::Tensor pi_chosen = pi.narrow(0, 0, pairs), pi_rejected = pi.narrow(0, pairs, pairs);
-    const DpoLoss d = dpo_loss(pi_chosen, pi_rejected, ref.narrow(0, 0, pairs), ref.narrow(0, pairs, pairs),
+    const DpoLoss d = dpo_loss({pi_chosen, pi_rejected}, {ref.narrow(0, 0, pairs), ref.narrow(0, pairs, pairs)},
                                options_.beta, options_.label_smoothing);
     torch::Tensor logits_chosen, logits_rejected;
     {

@@ -4,9 +4,11 @@
 
 namespace mgbench::train {
 
-DpoLoss dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
-                 const torch::Tensor& reference_chosen, const torch::Tensor& reference_rejected, double beta,
-                 double label_smoothing) {
+DpoLoss dpo_loss(const PairLogProbs& policy, const PairLogProbs& reference, double beta, double label_smoothing) {
+  const torch::Tensor& policy_chosen = policy.chosen;
+  const torch::Tensor& policy_rejected = policy.rejected;
+  const torch::Tensor& reference_chosen = reference.chosen;
+  const torch::Tensor& reference_rejected = reference.rejected;
   for (const auto* t : {&policy_rejected, &reference_chosen, &reference_rejected}) {
     if (t->sizes() != policy_chosen.sizes() || policy_chosen.dim() != 1) {
       throw std::invalid_argument("dpo_loss: expected four [B] tensors");

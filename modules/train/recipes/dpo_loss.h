@@ -15,9 +15,15 @@ struct DpoLoss {
   torch::Tensor rejected_rewards;  // [B], no graph
 };
 
-/// All inputs [B], float, on one device. Throws std::invalid_argument for other shapes.
-DpoLoss dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
-                 const torch::Tensor& reference_chosen, const torch::Tensor& reference_rejected, double beta,
-                 double label_smoothing);
+/// A model's summed log-probs of the pairs' chosen and rejected responses, each [B].
+struct PairLogProbs {
+  torch::Tensor chosen;
+  torch::Tensor rejected;
+};
+
+/// policy and reference: four [B] float tensors on one device (TorchTune's DPOLoss.forward's
+/// policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps).
+/// Throws std::invalid_argument for other shapes.
+DpoLoss dpo_loss(const PairLogProbs& policy, const PairLogProbs& reference, double beta, double label_smoothing);
 
 }  // namespace mgbench::train

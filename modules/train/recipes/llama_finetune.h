@@ -2,15 +2,17 @@
 // The Llama 3 model the LLM recipes fine-tune (recipes/sft.cpp, recipes/dpo.cpp): its options, the
 // tokenizer, the model built in the run's dtype, loaded, and what is trained -- LoRA adapters over
 // a frozen base (dense, or NF4: QLoRA) or every parameter (full fine-tuning) -- optionally with
-// 8da4w fake quantisation (QAT); batches of token sequences, the log-probabilities of their
-// target tokens, FLOPs, and the result's export (adapters in PEFT's format, or a Hugging Face
-// checkpoint). TorchTune's llama3 builders (lora_llama3_8b, qlora_llama3_8b, llama3_8b) and its
-// recipes' model set-up (lora_finetune_distributed, full_finetune_distributed, qat_distributed,
-// qat_lora_finetune_distributed).
+// 8da4w fake quantisation (QAT); the log-probabilities of a batch's target tokens, FLOPs, and the
+// result's export (adapters in PEFT's format, or a Hugging Face checkpoint). TorchTune's llama3
+// builders (lora_llama3_8b, qlora_llama3_8b, llama3_8b) and its recipes' model set-up
+// (lora_finetune_distributed, full_finetune_distributed, qat_distributed,
+// qat_lora_finetune_distributed). By concern: llama_finetune.cpp (options, tokenizer, the model
+// built and loaded, log-probs, FLOPs), llama_memory.cpp (the memory plan and the checks against the
+// device's memory), llama_export.cpp (adapters in and out, the exports); the batches are
+// llama_batches.h's, the recipes' shared base llama_recipe.h's.
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,42 +20,18 @@
 
 #include <torch/torch.h>
 
-#include "core/error.h"
 #include "core/option_table.h"
 #include "data/loader.h"
 #include "data/text/llama3_tokenizer.h"
 #include "data/text/sft.h"
 #include "models/llama.h"
 #include "results/hdf5.h"
+#include "train/parallel/shard_layout.h"
 #include "train/recipe.h"
-#include "train/sharding.h"
+#include "train/recipes/llama_batches.h"
 #include "train/train_options.h"
 
 namespace mgbench::train {
-
-/// How a micro-batch's sequences are laid out (--padding).
-enum class Padding {
-  kPad,   ///< right-padded to the longest: tokens [R, T] (TorchTune's padded collates; the papers' workload)
-  kNone,  ///< packed one after another without padding: tokens [1, S] (models::SequencePacking)
-};
-
-/// Sequences as one batch, as TorchTune's padded_collate_sft / padded_collate_dpo with the targets
-/// found here (on the loader thread) instead of in the loss. tensors: tokens int64 [R, T]
-/// right-padded with pad_id to the longest (kPad) or [1, S] packed (kNone, S the real tokens); the
-/// flat indices, in tokens' grid, of the positions whose next label is not masked, int64 [N]; those
-/// labels, int64 [N]; each target's sequence, int64 [N]; with kNone, each token's position in its
-/// sequence, int64 [S], and host_tensors {the sequences' lengths, int64 [R]}. samples = R; tokens:
-/// real tokens; padded_tokens = R x T (kPad) or S (kNone); loss_targets = N.
-data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
-                              Padding padding, bool pin_memory);
-/// The packing of a batch collated with Padding::kNone (its tensors possibly on the device), or
-/// nullopt for a padded one.
-std::optional<models::SequencePacking> packing_of(const data::Batch& batch);
-/// The sequences of a collated batch (R).
-std::int64_t sequences_of(const data::Batch& batch);
-/// Per sequence of a collated batch, the sum of its targets' log-probabilities (log_probs: [N], one
-/// per target position): float32 [R], differentiable. TorchTune's get_batch_log_probs.
-torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs);
 
 /// What a fine-tuning run trains.
 enum class Finetune {
@@ -86,7 +64,7 @@ class LlamaFinetune {
   void load_tokenizer();
   const text::Llama3Tokenizer& tokenizer() const { return *tokenizer_; }
   /// What a rank holds of the model at each of world_sizes ranks (TrainOptions' sharding, precision and
-  /// optimizer; FSDP's arithmetic, train/sharding.h's sharded_memory), for `--dry-run`: what runs of
+  /// optimizer; FSDP's arithmetic, train/parallel/fsdp.h's sharded_memory), for `--dry-run`: what runs of
   /// those sizes record as their memory attributes. NF4 projections (QLoRA) are not parameters and
   /// not counted (weight_bytes). Reads only config.json or the preset. Throws ConfigError (an
   /// unknown preset) or DataError naming config.json.
@@ -112,6 +90,9 @@ class LlamaFinetune {
   const std::vector<torch::Tensor>& trainable() const { return trainable_; }
   /// The trained tensors by name (a frozen base is rebuilt from --model and --seed on a resume).
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() const;
+  /// --activation-checkpointing: each decoder layer recomputed in backward (applied by the loop's
+  /// parallel plan, train/parallel/parallelize.h).
+  bool activation_checkpointing() const { return activation_checkpointing_; }
   /// Before optimizer step `global_step` (0-based, on a resume too): fake quantisation is off for
   /// the first --fake-quant-after-steps steps (TorchTune's fake_quant_after_n_steps).
   void begin_step(std::int64_t global_step);
@@ -177,69 +158,6 @@ class LlamaFinetune {
   models::LlamaForCausalLM model_{nullptr};
   std::vector<torch::Tensor> trainable_;
   std::vector<std::string> fake_quantized_;  // names of the fake-quantised linears
-};
-
-/// The data options of the LLM recipes (section "Data"), but --dataset, whose table is each recipe's.
-struct LlamaDataOptions {
-  std::string data;              // local file (.json, .jsonl, .csv, .tsv[.gz])
-  std::int64_t max_seq_len = 0;  // 0: no truncation (TorchTune's default)
-  bool train_on_input = false;   // the prompt's tokens carry loss too
-  std::int64_t limit = 0;        // use the first N rows (0: all)
-  Padding padding = Padding::kPad;
-
-  /// Declares --data, --max-seq-len, --train-on-input, --limit and --padding. rows: what a row of the file is
-  /// ("samples", "preference rows: chosen and rejected"), for the help.
-  void declare(options::OptionTable& table, const std::string& rows);
-};
-
-/// A recipe on the Llama component (sft.cpp, dpo.cpp): the Recipe members that are the component's
-/// own -- the model, what is trained and checkpointed, the step hook that switches fake
-/// quantisation on, token counting -- and the data options and set-up both share. A recipe adds its
-/// dataset table, loss, evaluation and records.
-class LlamaRecipe : public Recipe {
- public:
-  torch::nn::Module& model() override { return llama_.model(); }
-  models::ShardableModel* shardable_model() override { return &llama_.model(); }
-  std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train,
-                                         const std::vector<int>& world_sizes) const override {
-    return llama_.memory_plan(train, world_sizes);
-  }
-  std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
-  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
-    return llama_.checkpoint_tensors();
-  }
-  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
-  bool counts_tokens() const override { return true; }
-
- protected:
-  /// Declares the model's options (LlamaFinetune::declare), then section "Data": --dataset, a name of
-  /// `rows` (the recipe's templates or formats), and the LlamaDataOptions (file_rows: what a row of
-  /// the file is, for the help).
-  template <typename Row>
-  void declare_model_and_data(options::OptionTable& t, options::ValueOf<Row>& dataset, std::span<const Row> rows,
-                              const std::string& dataset_help, const std::string& file_rows) {
-    llama_.declare(t);
-    t.section("Data");
-    t.add("dataset", dataset, rows, dataset_help);
-    data_.declare(t, file_rows);
-  }
-
-  /// The set-up of an LLM recipe: the tokenizer, the rows `load(tokenizer)` reads from --data (the
-  /// first --limit of them), then the model (LlamaFinetune::build). Throws DataError naming the
-  /// file when no row is left, and what loading and building throw.
-  template <typename Rows, typename Load>
-  void setup_rows(const RecipeContext& ctx, Rows& rows, Load&& load) {
-    llama_.load_tokenizer();
-    rows = load(llama_.tokenizer());
-    if (data_.limit > 0 && static_cast<std::int64_t>(rows.size()) > data_.limit) {
-      rows.resize(static_cast<std::size_t>(data_.limit));
-    }
-    MGBENCH_REQUIRE(!rows.empty(), DataError, "dataset '{}': no rows", data_.data);
-    llama_.build(ctx);
-  }
-
-  LlamaFinetune llama_;
-  LlamaDataOptions data_;
 };
 
 }  // namespace mgbench::train

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "data/text/sft.h"
 #include "train/recipe.h"
-#include "train/recipes/llama_finetune.h"
+#include "train/recipes/llama_recipe.h"
 
 namespace mgbench::train {
 namespace {

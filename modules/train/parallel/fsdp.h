@@ -36,7 +36,7 @@
 
 #include "models/parameter_units.h"
 #include "runtime/communicator.h"
-#include "train/shard_layout.h"
+#include "train/parallel/shard_layout.h"
 
 namespace mgbench::train {
 

@@ -1,22 +1,13 @@
 #pragma once
-// The optimizer of the trainable parameters, as --optimizer and its options say (the learning
-// rate is set by the loop at every step from the schedule, lr_schedule.h).
+// torch.optim.AdamW(fused=True) for LibTorch: the optimizer make_optimizer (optimizer.h) builds for
+// --optimizer adamw, with the GradScaler-folded step the training step takes (train/step.cpp).
 #include <cstdint>
-#include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include <torch/torch.h>
 
-#include "runtime/communicator.h"
-#include "train/train_options.h"
-
 namespace mgbench::train {
-
-/// sgd: torch.optim.SGD(lr, momentum, weight_decay, nesterov = momentum > 0); adamw:
-/// torch.optim.AdamW(lr, weight_decay, fused=True) with PyTorch's betas and eps (FusedAdamW below;
-/// TorchTune's LoRA / full configs ask fused=True too).
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& options, std::vector<torch::Tensor> params);
 
 /// torch.optim.AdamW(fused=True): each step one ATen kernel (at::_fused_adamw_, CPU and CUDA) per
 /// device and dtype of the parameters, instead of LibTorch's AdamW's eight per-tensor ops per
@@ -52,24 +43,5 @@ class FusedAdamW final : public torch::optim::AdamW {
   std::vector<void*> last_stepped_;  // the parameters (their TensorImpl) of the last step
   bool undoable_ = false;            // a step taken since the last undo_step
 };
-
-/// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq (2), SGD's momentum buffer
-/// (1 with --momentum > 0, else 0). For memory accounting.
-std::int64_t optimizer_states_per_element(const TrainOptions& options);
-
-/// Sets the learning rate of every parameter group.
-void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
-
-/// torch.nn.utils.clip_grad_norm_ (PyTorch 2.x, foreach path) without a host sync: the total L2
-/// norm over the gradients of params (those without one are skipped), coef = min(max_norm /
-/// (norm + 1e-6), 1), every gradient multiplied by coef in place. Returns the total norm, a
-/// float [] tensor on the gradients' device (LibTorch's clip_grad_norm_ returns it as a double,
-/// synchronising the host every step). sharded_over: params are this rank's shards of parameters
-/// sharded over that communicator's ranks (FSDP): the norm is the whole parameters', as torch's
-/// clip_grad_norm_ takes it of DTensors -- the norm of this rank's shards, squared, summed over the
-/// ranks in one all-reduce (float32, or float64 for float64 gradients), its square root; collective
-/// then, on every rank alike. Throws std::invalid_argument for max_norm <= 0.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                             runtime::Communicator* sharded_over = nullptr);
 
 }  // namespace mgbench::train

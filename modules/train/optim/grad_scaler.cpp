@@ -1,4 +1,4 @@
-#include "train/grad_scaler.h"
+#include "train/optim/grad_scaler.h"
 
 #include <map>
 #include <stdexcept>

@@ -1,7 +1,7 @@
 #pragma once
 // FSDP's arithmetic, without collectives: how a parameter is sharded on dim 0 (FSDP2's
 // _chunk_with_empty and padding), what a rank then holds of a model, and which collectives a
-// micro-batch issues. Shared by FullyShardedUnits (train/sharding.h), `mgbench llm --dry-run`'s
+// micro-batch issues. Shared by FullyShardedUnits (train/parallel/fsdp.h), `mgbench llm --dry-run`'s
 // memory plan and the run attributes `mgbench predict` reads.
 #include <cstdint>
 #include <vector>

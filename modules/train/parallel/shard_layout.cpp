@@ -1,4 +1,4 @@
-#include "train/shard_layout.h"
+#include "train/parallel/shard_layout.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,0 +1,51 @@
+#pragma once
+// CUPTI collecting while --profile-window is open, checked at step boundaries (GPU runs with
+// --cupti). Times are seconds into the run.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "profile/cupti_collector.h"
+#include "profile/profile_window.h"
+#include "runtime/communicator.h"
+
+namespace mgbench::train {
+
+class CuptiWindow {
+ public:
+  void set(std::unique_ptr<profile::CuptiCollector> cupti, profile::ProfileWindow window) {
+    cupti_ = std::move(cupti);
+    window_ = window;
+  }
+  profile::CuptiCollector* collector() const { return cupti_.get(); }
+  /// Whether the window holds a step that starts elapsed_s into the run, at global step `step`.
+  bool contains(double elapsed_s, std::int64_t step) const { return window_.contains(elapsed_s, step); }
+  /// Before global step `step`, starting elapsed_s into the run that started at run_start_s: opens
+  /// or closes the window (once closed, it stays closed).
+  void update(double elapsed_s, std::int64_t step, const torch::Device& device, double run_start_s);
+  /// At the end of the run: closes the window if still open.
+  void close(const torch::Device& device, double run_start_s);
+  /// Counts a step's samples when it started inside the window (the samples the CUDA metrics cover).
+  void count(double start_s, std::int64_t step, std::int64_t samples) {
+    if (contains(start_s, step)) samples_ += samples;
+  }
+  double opened_s() const { return opened_s_; }  // NaN: never opened
+  double closed_s() const { return closed_s_; }  // NaN: never closed
+  std::int64_t samples() const { return samples_; }
+
+ private:
+  std::unique_ptr<profile::CuptiCollector> cupti_;
+  profile::ProfileWindow window_;
+  double opened_s_ = NAN;
+  double closed_s_ = NAN;
+  std::int64_t samples_ = 0;  // of this process's steps (not carried over a resume)
+};
+
+/// CUPTI's collector for a run on `device` with --cupti (`enabled`), unless another profiler (nsys)
+/// holds CUPTI (then nullptr, with a warning from rank 0); nullptr on the CPU and without --cupti.
+std::unique_ptr<profile::CuptiCollector> make_cupti(const torch::Device& device, bool enabled,
+                                                    const runtime::Communicator& comm);
+
+}  // namespace mgbench::train

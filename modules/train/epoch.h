@@ -1,0 +1,65 @@
+#pragma once
+// The training loop's epoch stage (loop.h): the epoch's optimizer steps (step.h) from its plan, each
+// recorded and followed by the step boundary (the agreed stop, the checkpoint due), then the
+// epoch's end -- its record, the evaluation when due, its rows written, progress. Internal to the loop.
+#include <cstdint>
+#include <vector>
+
+#include "core/progress.h"
+#include "core/timer.h"
+#include "data/sampler.h"
+#include "results/writer.h"
+#include "train/checkpoint/run_state.h"
+#include "train/device_pipeline.h"
+#include "train/loop_state.h"
+#include "train/step.h"
+
+namespace mgbench::train {
+
+class TrainingLoop;
+
+/// The epoch's plan cut after its last optimizer step's last micro-batch: steps_per_epoch steps
+/// of grad_accum computed batches each (micro_batches in all; a --max-steps limit, or computed
+/// batches short of a whole step, leave a tail that is not loaded). Without a cut, loads after the
+/// last computed batch stay (ddp-rr: another rank computes them).
+std::vector<data::PlannedBatch> cut_plan(std::vector<data::PlannedBatch> plan, std::int64_t micro_batches);
+
+/// Where the run's epochs report to, for the whole run.
+struct RunSinks {
+  results::ResultsWriter& writer;  // steps, epochs, metrics, indices (and rank 0 the summary)
+  Progress& progress;              // rank 0's progress lines
+  RunControl& control;             // the stop agreement and checkpoints
+  double run_start_s = 0;          // the run's start on now_s()'s clock (earlier by the time before a resume)
+};
+
+/// One epoch of the run, from where its progress stands (a resumed epoch continues at its position).
+class EpochStage {
+ public:
+  /// loop: for its state_dict (checkpoints) and evaluate(). clock: the run's phase clock.
+  EpochStage(LoopState& state, TrainingLoop& loop, PhaseClock& clock, const RunSinks& sinks)
+      : state_(state), loop_(loop), clock_(clock), sinks_(sinks) {}
+
+  /// The epoch's steps, each followed by the step boundary. False when the job agreed to stop: the
+  /// epoch's steps so far are written (its row is written when it ends, after a resume). Throws
+  /// DataError for a checkpoint position outside the epoch, Error when the loss diverges.
+  bool train();
+  /// The epoch's end: its record, the evaluation when due, its rows written, progress; the run's
+  /// progress then stands at the next epoch.
+  void end();
+
+ private:
+  /// A step's outcome into the run's records; throws Error when the loss diverged.
+  void record_step(StepOutcome& out, double step_start);
+  /// --warmup-steps-excluded: the run's totals when the warm-up's last step ended, taken once.
+  void take_warmup_when_over();
+  /// Progress after a step (the rate, the time left).
+  void report_step(const StepOutcome& out);
+
+  LoopState& state_;
+  TrainingLoop& loop_;
+  PhaseClock& clock_;
+  const RunSinks& sinks_;
+  const Stopwatch epoch_clock_;  // since this process began the epoch
+};
+
+}  // namespace mgbench::train

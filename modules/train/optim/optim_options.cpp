@@ -1,0 +1,33 @@
+#include "train/optim/optim_options.h"
+
+namespace mgbench::train {
+namespace {
+
+using options::Choice;
+
+constexpr Choice<OptimizerKind> kOptimizers[] = {
+    {"sgd", OptimizerKind::kSgd, "SGD, Nesterov momentum when --momentum > 0 (torch.optim.SGD)"},
+    {"adamw", OptimizerKind::kAdamW, "AdamW (torch.optim.AdamW; TorchTune's LoRA recipes)"},
+};
+
+constexpr Choice<LrSchedule> kLrSchedules[] = {
+    {"cosine", LrSchedule::kCosine, "cosine decay to 0 at the last step (TorchTune's get_cosine_schedule_with_warmup)"},
+    {"constant", LrSchedule::kConstant, "the peak --lr throughout"},
+};
+
+}  // namespace
+
+std::span<const Choice<OptimizerKind>> optimizer_choices() { return kOptimizers; }
+std::span<const Choice<LrSchedule>> lr_schedule_choices() { return kLrSchedules; }
+
+void OptimizerOptions::declare(options::OptionTable& t) {
+  t.add("optimizer", optimizer, optimizer_choices(), "the optimizer of the trainable parameters");
+  t.add("lr", lr, "peak learning rate").above(0);
+  t.add("momentum", momentum, "SGD momentum").at_least(0).below(1);
+  t.add("weight-decay", weight_decay, "weight decay").at_least(0);
+  t.add("lr-schedule", lr_schedule, lr_schedule_choices(), "learning rate after the warm-up");
+  t.add("warmup-steps", warmup_steps, "linear warm-up from 0 over this many optimizer steps").at_least(0);
+  t.add("clip-grad-norm", clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)").at_least(0);
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,62 @@
+#include "train/optim/optimizer.h"
+
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+namespace mgbench::train {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& o, std::vector<torch::Tensor> params) {
+  switch (o.optimizer) {
+    case OptimizerKind::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          std::move(params),
+          torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay).nesterov(o.momentum > 0));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<FusedAdamW>(std::move(params),
+                                          torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  }
+  throw std::logic_error("optimizer missing from make_optimizer");
+}
+
+std::int64_t optimizer_states_per_element(const OptimizerOptions& o) {
+  if (o.optimizer == OptimizerKind::kAdamW) return 2;
+  return o.momentum > 0 ? 1 : 0;
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                             runtime::Communicator* sharded_over) {
+  if (!(max_norm > 0)) throw std::invalid_argument("clip_grad_norm: max_norm must be > 0");
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  torch::NoGradGuard no_grad;
+  torch::Tensor total;
+  if (!grads.empty()) {
+    const torch::Device device = grads.front().device();
+    std::vector<torch::Tensor> norms;
+    for (const auto& n : at::_foreach_norm(grads, 2)) norms.push_back(n.to(device, /*non_blocking=*/true));
+    total = torch::linalg_vector_norm(torch::stack(norms), 2, std::nullopt, false, std::nullopt);
+  }
+  if (sharded_over != nullptr) {
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+    const bool fp64 = total.defined() && total.scalar_type() == torch::kFloat64;
+    torch::Tensor squares = total.defined() ? total.to(fp64 ? torch::kFloat64 : torch::kFloat32).square()
+                                            : torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(device));
+    squares = squares.reshape({1}).contiguous();
+    sharded_over->all_reduce(squares, runtime::ReduceOp::kSum)->wait();
+    total = squares.sqrt().reshape({});
+    if (!grads.empty()) total = total.to(grads.front().scalar_type());
+  }
+  if (grads.empty()) return total.defined() ? total : torch::zeros({});
+  const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  for (auto& g : grads) g.mul_(coef.to(g.device(), /*non_blocking=*/true));
+  return total;
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,233 @@
+#include "train/parallel/fsdp.h"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "train/parallel/fsdp_units.h"
+
+namespace mgbench::train {
+namespace {
+
+using fsdp::BlockCache;
+using fsdp::PackedPart;
+using fsdp::Param;
+using fsdp::Unit;
+using fsdp::UnitState;
+
+/// Makes `full` own its whole storage, so that it can be freed and re-allocated in place: a view, an
+/// offset or an overlapping layout is replaced by a copy (set_data: modules and optimizers keep the
+/// tensor). A dense non-contiguous layout (a channels_last weight) is kept.
+void own_whole_storage(torch::Tensor& full) {
+  if (full.storage_offset() != 0 || !full.is_non_overlapping_and_dense() || full.storage().nbytes() != full.nbytes()) {
+    full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
+  }
+}
+
+/// The autograd node FSDP attaches in forward, the identity on its tensor; its backward calls into
+/// the State: kPre on a unit's output (FSDP2's pre-backward hook: regather the unit), kPost on its
+/// input (FSDP2's RegisterPostBackwardFunction: its gradients are complete).
+class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
+ public:
+  enum Kind : std::int64_t { kPre, kPost };
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, std::int64_t state,
+                               std::int64_t unit, std::int64_t kind) {
+    ctx->saved_data["state"] = state;
+    ctx->saved_data["unit"] = unit;
+    ctx->saved_data["kind"] = kind;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* s = reinterpret_cast<FullyShardedUnits::State*>(ctx->saved_data["state"].toInt());
+    const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
+    if (ctx->saved_data["kind"].toInt() == kPre) {
+      s->wait_gather(s->units[static_cast<std::size_t>(unit)]);
+    } else {
+      s->post_backward(s->units[static_cast<std::size_t>(unit)]);
+    }
+    s->prefetch_backward_before(unit);
+    return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm,
+                                     bool reshard_after_forward)
+    : state_(
+          std::make_unique<State>(State{comm, reshard_after_forward, {}, {}, std::nullopt, BlockCache(false), {}, {}})),
+      model_(model) {
+  const int world = comm.world_size();
+  const int rank = comm.rank();
+  torch::NoGradGuard no_grad;
+  for (models::ParameterUnit& spec : model.parameter_units()) {
+    Unit u;
+    u.name = spec.name;
+    u.reshard_after_forward = spec.reshard_after_forward;
+    for (std::size_t k = 0; k < spec.parameters.size(); ++k) {
+      torch::Tensor& full = spec.parameters[k];
+      if (k == 0) u.options = full.options().requires_grad(false);
+      if (full.scalar_type() != u.options.dtype().toScalarType() || full.device() != u.options.device()) {
+        throw std::logic_error(fmt::format("FSDP unit {}: {} is {} on {}, the unit's first parameter {} on {}", u.name,
+                                           spec.names[k], c10::toString(full.scalar_type()), full.device().str(),
+                                           c10::toString(u.options.dtype().toScalarType()), u.options.device().str()));
+      }
+      if (state_->shard_by_param.count(full.unsafeGetTensorImpl()) != 0) {
+        throw std::logic_error(fmt::format("FSDP: parameter {} is in two units", spec.names[k]));
+      }
+      // Its memory format stays (a channels_last convolution weight keeps its strides): shards hold
+      // rows in their logical order, copied through strided views.
+      own_whole_storage(full);
+      Param p;
+      p.full = full;
+      p.layout = ShardLayout::of(full.sizes(), world);
+      p.full_nbytes = full.nbytes();
+      p.offset = u.flat_numel;
+      u.flat_numel += p.layout.shard_numel();
+      p.shard = torch::zeros(p.layout.shard_sizes(), u.options);
+      const std::int64_t rows = p.layout.valid_rows(rank);
+      if (rows > 0) {
+        p.shard.view({p.layout.chunk_rows, p.layout.row_numel})
+            .narrow(0, 0, rows)
+            .copy_(
+                full.detach().reshape({p.layout.rows, p.layout.row_numel}).narrow(0, p.layout.first_row(rank), rows));
+      }
+      p.shard.set_requires_grad(full.requires_grad());
+      u.trainable = u.trainable || full.requires_grad();
+      state_->shard_by_param.emplace(full.unsafeGetTensorImpl(), p.shard);
+      state_->cache.resize_storage(full, 0);
+      u.params.push_back(std::move(p));
+    }
+    for (models::PackedWeight& w : spec.packed) {
+      MGBENCH_REQUIRE(
+          w.blocks % world == 0, ConfigError,
+          "--sharding fsdp over {} ranks: {} [{}] is packed in {} quantisation blocks (NF4), which {} ranks "
+          "cannot split evenly (as torchao's NF4Tensor, each rank holds whole blocks, as many as every "
+          "other): use a rank count that divides {}, or --sharding none",
+          world, w.name, fmt::join(w.shape, ", "), w.blocks, world, w.blocks);
+      for (torch::Tensor& full : w.parts) {
+        own_whole_storage(full);  // 1-D: contiguous
+        PackedPart p;
+        p.full = full;
+        p.full_nbytes = full.nbytes();
+        const auto shard_bytes = static_cast<std::int64_t>(p.full_nbytes) / world;
+        p.shard = full.detach().view({-1}).view(torch::kUInt8).narrow(0, rank * shard_bytes, shard_bytes).clone();
+        p.offset = u.packed_bytes;
+        u.packed_bytes += shard_bytes;
+        state_->cache.resize_storage(full, 0);
+        u.packed.push_back(std::move(p));
+      }
+    }
+    state_->units.push_back(std::move(u));
+  }
+  // From here on gathered memory is reused (set up after the sharding: the whole parameters' memory
+  // is freed, not kept).
+  if (!state_->units.empty()) state_->cache = BlockCache(state_->units.front().options.device().is_cpu());
+  model_.set_unit_hooks(this);
+}
+
+FullyShardedUnits::~FullyShardedUnits() { model_.set_unit_hooks(nullptr); }
+
+std::vector<torch::Tensor> FullyShardedUnits::trainable_shards() const {
+  std::vector<torch::Tensor> out;
+  for (const Unit& u : state_->units) {
+    for (const Param& p : u.params) {
+      if (p.shard.requires_grad()) out.push_back(p.shard);
+    }
+  }
+  return out;
+}
+
+torch::Tensor FullyShardedUnits::shard_of(const torch::Tensor& parameter) const {
+  const auto it = state_->shard_by_param.find(parameter.unsafeGetTensorImpl());
+  return it == state_->shard_by_param.end() ? torch::Tensor() : it->second;
+}
+
+torch::Tensor FullyShardedUnits::before_forward(int unit, const torch::Tensor& input) {
+  State& s = *state_;
+  Unit& u = s.units.at(static_cast<std::size_t>(unit));
+  const bool was_gathered = u.state == UnitState::kGathered;
+  s.wait_gather(u);
+  // Forward prefetch: the next unit's gather runs while this one computes. Not on a second entry
+  // of a gathered unit (a tied head): the next unit's forward has already been.
+  if (!was_gathered && static_cast<std::size_t>(unit) + 1 < s.units.size()) {
+    s.issue_gather(s.units[static_cast<std::size_t>(unit) + 1]);
+  }
+  if (!torch::GradMode::is_enabled() || u.entered_with_grad) return input;
+  u.entered_with_grad = true;
+  // The unit's gradients are complete when its input's is (autograd accumulates parameter
+  // gradients first): then they are reduce-scattered. An input without a gradient (token ids):
+  // finish_backward does it.
+  if (!u.trainable || !input.requires_grad()) return input;
+  return UnitBoundary::apply(input, reinterpret_cast<std::int64_t>(&s), unit, UnitBoundary::kPost);
+}
+
+torch::Tensor FullyShardedUnits::after_forward(int unit, const torch::Tensor& output) {
+  State& s = *state_;
+  Unit& u = s.units.at(static_cast<std::size_t>(unit));
+  if (!s.reshard_after_forward || !u.reshard_after_forward) return output;
+  s.reshard(u);
+  if (!torch::GradMode::is_enabled() || !output.requires_grad()) return output;
+  u.pre_backward_attached = true;
+  return UnitBoundary::apply(output, reinterpret_cast<std::int64_t>(&s), unit, UnitBoundary::kPre);
+}
+
+void FullyShardedUnits::finish_backward() {
+  State& s = *state_;
+  for (auto it = s.units.rbegin(); it != s.units.rend(); ++it) {
+    if (it->entered_with_grad) s.post_backward(*it);
+  }
+  s.finish_reduce();
+  reshard_all();
+  for (Unit& u : s.units) {
+    u.entered_with_grad = false;
+    u.pre_backward_attached = false;
+    u.post_backward_done = false;
+  }
+}
+
+void FullyShardedUnits::gather_all() {
+  for (Unit& u : state_->units) state_->issue_gather(u);
+  for (Unit& u : state_->units) state_->wait_gather(u);
+}
+
+void FullyShardedUnits::reshard_all() {
+  for (Unit& u : state_->units) state_->reshard(u);
+}
+
+CollectiveTotals FullyShardedUnits::take_collectives() {
+  const auto total = [](std::vector<std::unique_ptr<runtime::Work>>& works) {
+    double seconds = 0;
+    for (const auto& w : works) seconds += w->seconds_since_start_of(*w);
+    works.clear();
+    return seconds;
+  };
+  State& s = *state_;
+  CollectiveTotals t{total(s.done_gathers), total(s.done_reduces), s.gathered_bytes, s.reduced_bytes};
+  s.gathered_bytes = 0;
+  s.reduced_bytes = 0;
+  return t;
+}
+
+std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int64_t>(state_->units.size()); }
+
+ShardedMemory FullyShardedUnits::memory() const {
+  std::vector<UnitShape> shapes;
+  for (const Unit& u : state_->units) {
+    UnitShape shape{{}, {}, u.reshard_after_forward, u.packed_bytes * state_->world()};
+    for (const Param& p : u.params) {
+      shape.sizes.push_back(p.layout.sizes);
+      shape.trainable.push_back(p.shard.requires_grad());
+    }
+    shapes.push_back(std::move(shape));
+  }
+  const std::int64_t element = state_->units.empty() ? 0 : state_->units.front().options.dtype().itemsize();
+  return sharded_memory(shapes, state_->world(), element, state_->reshard_after_forward);
+}
+
+}  // namespace mgbench::train

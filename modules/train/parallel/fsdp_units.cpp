@@ -1,0 +1,203 @@
+#include <cmath>
+#include <utility>
+
+#include "profile/nvtx.h"
+#include "train/parallel/fsdp_units.h"
+
+namespace mgbench::train {
+namespace {
+
+using fsdp::Param;
+using fsdp::PackedPart;
+using fsdp::PendingReduce;
+using fsdp::Unit;
+using fsdp::UnitState;
+
+/// FSDP2's divide for the mean over `world` ranks (_get_gradient_divide_factors): fp32 and bf16
+/// sum and divide after (NCCL's AVG); other dtypes (fp16, fp64) divide by a power of two before
+/// the sum, against overflow, and by the rest after.
+std::pair<double, double> divide_factors(torch::ScalarType dtype, int world) {
+  if (dtype == torch::kFloat32 || dtype == torch::kBFloat16) return {1.0, static_cast<double>(world)};
+  double pre = 1;
+  const double factor = world;
+  while (std::fmod(factor, pre) == 0 && factor / pre > pre) pre *= 2;
+  return {pre, factor / pre};
+}
+
+}  // namespace
+
+void FullyShardedUnits::State::issue_gather(Unit& u) {
+  if (u.state != UnitState::kSharded) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flats;
+  flats.reserve(u.params.size());
+  for (const Param& p : u.params) flats.push_back(p.shard.detach().reshape({-1}));
+  u.gather_input = cache.empty(u.flat_numel, u.options);
+  torch::cat_out(u.gather_input, flats);
+  u.gather_output = cache.empty(world() * u.flat_numel, u.options);
+  u.gather = comm.all_gather(u.gather_input, u.gather_output);
+  if (u.packed_bytes > 0) {
+    const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).device(u.packed.front().shard.device());
+    std::vector<torch::Tensor> shards;
+    shards.reserve(u.packed.size());
+    for (const PackedPart& p : u.packed) shards.push_back(p.shard);
+    u.packed_input = cache.empty(u.packed_bytes, bytes);
+    torch::cat_out(u.packed_input, shards);
+    u.packed_output = cache.empty(world() * u.packed_bytes, bytes);
+    u.packed_gather = comm.all_gather(u.packed_input, u.packed_output);
+  }
+  u.state = UnitState::kGathering;
+}
+
+void FullyShardedUnits::State::wait_gather(Unit& u) {
+  if (u.state == UnitState::kGathered) return;
+  issue_gather(u);
+  // Nsight Systems' timeline names FSDP's collectives by these ranges (the kernels are NCCL's own).
+  const profile::NvtxRange range("fsdp all-gather");
+  u.gather->wait();
+  torch::NoGradGuard no_grad;
+  const int n = world();
+  // The gathered buffer is rank-major: [rank 0's shards][rank 1's shards]...; each parameter's rows
+  // are copied out of every rank's piece (FSDP2's foreach_all_gather_copy_out). Written through
+  // variable_data(): autograd's version counter stays as forward saved it.
+  {
+    const torch::Tensor by_rank = u.gather_output.view({n, u.flat_numel});
+    for (Param& p : u.params) {
+      cache.resize_storage(p.full, p.full_nbytes);
+      const ShardLayout& l = p.layout;
+      const torch::Tensor full = p.full.variable_data();
+      if (!full.is_contiguous()) {
+        // Another memory format (channels_last): rank r's rows into their strided rows.
+        std::vector<std::int64_t> rows_shape = l.shard_sizes();
+        for (int r = 0; r < n; ++r) {
+          rows_shape[0] = l.valid_rows(r);
+          if (rows_shape[0] == 0) continue;
+          full.narrow(0, l.first_row(r), rows_shape[0])
+              .copy_(by_rank[r].narrow(0, p.offset, rows_shape[0] * l.row_numel).view(rows_shape));
+        }
+        continue;
+      }
+      torch::Tensor flat = full.view({-1});
+      if (l.chunk_rows * n == l.rows) {
+        flat.view({n, l.shard_numel()}).copy_(by_rank.narrow(1, p.offset, l.shard_numel()));
+        continue;
+      }
+      for (int r = 0; r < n; ++r) {
+        const std::int64_t rows = l.valid_rows(r);
+        if (rows == 0) continue;
+        flat.narrow(0, l.first_row(r) * l.row_numel, rows * l.row_numel)
+            .copy_(by_rank[r].narrow(0, p.offset, rows * l.row_numel));
+      }
+    }
+  }
+  done_gathers.push_back(std::move(u.gather));
+  gathered_bytes += static_cast<std::int64_t>(u.gather_output.nbytes());
+  cache.release(u.gather_input);
+  cache.release(u.gather_output);
+  if (u.packed_gather) {
+    u.packed_gather->wait();
+    // Rank-major as the parameters': each part's bytes from every rank's piece, in rank order.
+    const torch::Tensor by_rank = u.packed_output.view({n, u.packed_bytes});
+    for (PackedPart& p : u.packed) {
+      cache.resize_storage(p.full, p.full_nbytes);
+      const auto shard_bytes = static_cast<std::int64_t>(p.full_nbytes) / n;
+      p.full.variable_data()
+          .view({-1})
+          .view(torch::kUInt8)
+          .view({n, shard_bytes})
+          .copy_(by_rank.narrow(1, p.offset, shard_bytes));
+    }
+    done_gathers.push_back(std::move(u.packed_gather));
+    gathered_bytes += static_cast<std::int64_t>(u.packed_output.nbytes());
+    cache.release(u.packed_input);
+    cache.release(u.packed_output);
+  }
+  u.state = UnitState::kGathered;
+}
+
+void FullyShardedUnits::State::reshard(Unit& u) {
+  if (u.state == UnitState::kGathering) wait_gather(u);  // a prefetch nobody used: the collective still ends
+  if (u.state != UnitState::kGathered) return;
+  for (Param& p : u.params) cache.resize_storage(p.full, 0);
+  for (PackedPart& p : u.packed) cache.resize_storage(p.full, 0);
+  u.state = UnitState::kSharded;
+}
+
+void FullyShardedUnits::State::prefetch_backward_before(int unit) {
+  for (int j = unit - 1; j >= 0; --j) {
+    Unit& u = units[static_cast<std::size_t>(j)];
+    if (u.pre_backward_attached) {
+      issue_gather(u);
+      return;
+    }
+  }
+}
+
+void FullyShardedUnits::State::finish_reduce() {
+  if (!reduce) return;
+  PendingReduce r = std::move(*reduce);
+  reduce.reset();
+  const profile::NvtxRange range("fsdp reduce-scatter");
+  r.work->wait();
+  torch::NoGradGuard no_grad;
+  if (r.post_divide != 1) r.output.div_(r.post_divide);
+  std::int64_t offset = 0;
+  for (Param& p : r.unit->params) {
+    if (!p.shard.requires_grad()) continue;
+    const torch::Tensor g = r.output.narrow(0, offset, p.layout.shard_numel()).view(p.layout.shard_sizes());
+    offset += p.layout.shard_numel();
+    if (p.shard.grad().defined()) {
+      p.shard.mutable_grad().add_(g);
+    } else {
+      // Its own memory: the optimizer's zero_grad detaches gradients in place, which a view refuses.
+      p.shard.mutable_grad() = g.clone();
+    }
+  }
+  done_reduces.push_back(std::move(r.work));
+  reduced_bytes += static_cast<std::int64_t>(r.input.nbytes());
+  cache.release(r.input);
+  cache.release(r.output);
+}
+
+void FullyShardedUnits::State::post_backward(Unit& u) {
+  if (u.post_backward_done) return;
+  u.post_backward_done = true;
+  if (u.trainable) {
+    torch::NoGradGuard no_grad;
+    const int n = world();
+    // The input [rank 0's rows of every gradient][rank 1's]... (FSDP2's foreach_reduce_scatter_copy_in):
+    // each gradient's rows copied straight into their places, padding rows zero, a parameter
+    // autograd gave no gradient zeros; each whole gradient freed as soon as it is copied.
+    std::int64_t numel = 0;
+    for (const Param& p : u.params) numel += p.shard.requires_grad() ? p.layout.shard_numel() : 0;
+    torch::Tensor input = cache.empty(n * numel, u.options).view({n, numel});
+    std::int64_t offset = 0;
+    for (Param& p : u.params) {
+      if (!p.shard.requires_grad()) continue;
+      const ShardLayout& l = p.layout;
+      const torch::Tensor grad = p.full.grad().defined() ? p.full.grad().reshape({-1}) : torch::Tensor();
+      for (int r = 0; r < n; ++r) {
+        const std::int64_t valid = grad.defined() ? l.valid_rows(r) * l.row_numel : 0;
+        torch::Tensor slot = input[r].narrow(0, offset, l.shard_numel());
+        if (valid > 0) slot.narrow(0, 0, valid).copy_(grad.narrow(0, l.first_row(r) * l.row_numel, valid));
+        if (valid < l.shard_numel()) slot.narrow(0, valid, l.shard_numel() - valid).zero_();
+      }
+      p.full.mutable_grad() = torch::Tensor();
+      offset += l.shard_numel();
+    }
+    input = input.view({-1});
+    const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), n);
+    if (pre != 1) input.div_(pre);
+    finish_reduce();  // one reduce-scatter in flight
+    PendingReduce r;
+    r.unit = &u;
+    r.input = input;
+    r.output = cache.empty(input.numel() / n, u.options);
+    r.post_divide = post;
+    r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
+    reduce = std::move(r);
+  }
+  reshard(u);
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,155 @@
+#pragma once
+// What FullyShardedUnits (fsdp.h) keeps per unit and per collective, and the operations on it:
+// gathering a unit's shards (all-gather through a flat buffer), freeing them again (reshard), and
+// reduce-scattering its gradients after backward (one in flight). Internal to fsdp.cpp and
+// fsdp_units.cpp.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/communicator.h"
+#include "train/parallel/fsdp.h"
+#include "train/parallel/shard_layout.h"
+
+namespace mgbench::train {
+namespace fsdp {
+
+/// Memory of gathered parameters and of the collectives' flat buffers, on the CPU kept for the next
+/// unit of the same size instead of freed: with glibc's malloc, the activations allocated between a
+/// unit's frees and the next unit's allocations split the freed chunks, and every gather grew the
+/// heap (33 MiB a layer of a 146M-parameter model, measured). On a GPU the CUDA caching allocator
+/// does this already (FSDP2 relies on it), and blocks go back to it.
+class BlockCache {
+ public:
+  explicit BlockCache(bool enabled) : enabled_(enabled) {}
+
+  /// A block of nbytes: a cached one of that size, else a new one from allocator.
+  at::DataPtr take(c10::Allocator* allocator, std::size_t nbytes) {
+    if (enabled_) {
+      auto it = free_.find(nbytes);
+      if (it != free_.end() && !it->second.empty()) {
+        at::DataPtr block = std::move(it->second.back());
+        it->second.pop_back();
+        return block;
+      }
+    }
+    return allocator->allocate(nbytes);
+  }
+  /// Takes block back (kept when caching, freed otherwise).
+  void give(std::size_t nbytes, at::DataPtr block) {
+    if (enabled_ && block.get() != nullptr) free_[nbytes].push_back(std::move(block));
+  }
+
+  /// A flat tensor of numel elements in a block (uninitialised).
+  torch::Tensor empty(std::int64_t numel, const torch::TensorOptions& options) {
+    if (!enabled_) return torch::empty({numel}, options);
+    const std::size_t nbytes = static_cast<std::size_t>(numel) * options.dtype().itemsize();
+    c10::Allocator* allocator = c10::GetAllocator(options.device().type());
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, take(allocator, nbytes), allocator,
+                         /*resizable=*/false);
+    return torch::empty({0}, options).set_(storage, 0, {numel}, {1});
+  }
+  /// t's block back into the cache; t is undefined afterwards. Only once nothing reads or writes
+  /// it any more (the collective that used it waited for: the communicator's own reference to it,
+  /// which it may drop later, then holds an empty storage).
+  void release(torch::Tensor& t) {
+    if (enabled_ && t.defined()) {
+      c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+      const std::size_t nbytes = storage->nbytes();
+      give(nbytes, storage->set_data_ptr(at::DataPtr(nullptr, t.device())));
+      storage->set_nbytes(0);
+    }
+    t = torch::Tensor();
+  }
+
+  /// Frees (nbytes 0) or re-allocates a tensor's whole storage in place, as FSDP2's
+  /// storage().resize_(): the tensor, its views and autograd's saved references keep pointing at it.
+  void resize_storage(const torch::Tensor& t, std::size_t nbytes) {
+    c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    const std::size_t old = storage->nbytes();
+    if (old == nbytes) return;
+    give(old, storage->set_data_ptr(take(storage->allocator(), nbytes)));
+    storage->set_nbytes(nbytes);
+  }
+
+ private:
+  bool enabled_;
+  std::unordered_map<std::size_t, std::vector<at::DataPtr>> free_;
+};
+
+struct Param {
+  torch::Tensor full;   // the module's parameter; storage freed while sharded
+  torch::Tensor shard;  // [chunk_rows, ...]: this rank's rows, padded
+  ShardLayout layout;
+  std::int64_t offset = 0;  // in the unit's flat shard
+  std::size_t full_nbytes = 0;
+};
+
+/// A part of a frozen packed weight (models::PackedWeight): sharded evenly, as bytes.
+struct PackedPart {
+  torch::Tensor full;       // the module's tensor; storage freed while sharded
+  torch::Tensor shard;      // uint8 [full_nbytes / world]: this rank's bytes
+  std::int64_t offset = 0;  // in the unit's packed shard
+  std::size_t full_nbytes = 0;
+};
+
+enum class UnitState { kSharded, kGathering, kGathered };
+
+struct Unit {
+  std::string name;
+  std::vector<Param> params;
+  bool reshard_after_forward = true;
+  std::int64_t flat_numel = 0;  // sum of the shards' numel
+  torch::TensorOptions options;
+  bool trainable = false;  // some parameter requires grad
+  UnitState state = UnitState::kSharded;
+  std::unique_ptr<runtime::Work> gather;
+  torch::Tensor gather_input, gather_output;
+  std::vector<PackedPart> packed;  // frozen packed weights' parts, gathered as bytes beside the parameters
+  std::int64_t packed_bytes = 0;   // this rank's packed shard bytes
+  std::unique_ptr<runtime::Work> packed_gather;
+  torch::Tensor packed_input, packed_output;
+  // Per micro-batch (reset by finish_backward):
+  bool entered_with_grad = false;      // its post-backward is attached (or left to finish_backward)
+  bool pre_backward_attached = false;  // it is regathered in backward
+  bool post_backward_done = false;
+};
+
+/// A reduce-scatter in flight: its unit's trainable parameters and where their sums land.
+struct PendingReduce {
+  Unit* unit = nullptr;
+  std::unique_ptr<runtime::Work> work;
+  torch::Tensor input, output;
+  double post_divide = 1;
+};
+
+}  // namespace fsdp
+
+struct FullyShardedUnits::State {
+  runtime::Communicator& comm;
+  bool reshard_after_forward;
+  std::vector<fsdp::Unit> units;
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> shard_by_param;
+  std::optional<fsdp::PendingReduce> reduce;
+  fsdp::BlockCache cache;
+  std::vector<std::unique_ptr<runtime::Work>> done_gathers, done_reduces;  // since take_collectives
+  std::int64_t gathered_bytes = 0, reduced_bytes = 0;                      // since take_collectives
+
+  int rank() const { return comm.rank(); }
+  int world() const { return comm.world_size(); }
+
+  void issue_gather(fsdp::Unit& u);
+  void wait_gather(fsdp::Unit& u);
+  void reshard(fsdp::Unit& u);
+  void post_backward(fsdp::Unit& u);
+  void finish_reduce();
+  void prefetch_backward_before(int unit);
+};
+
+}  // namespace mgbench::train

@@ -1,0 +1,96 @@
+#include "train/recipes/llama_batches.h"
+
+#include <algorithm>
+#include <span>
+
+namespace mgbench::train {
+
+void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows) {
+  t.add("data", data, "dataset file of " + rows + ": .json (array), .jsonl, .csv, .tsv, optionally .gz").required();
+  t.add("max-seq-len", max_seq_len, "truncate each sequence to this many tokens (0: no truncation)").at_least(0);
+  t.add("train-on-input", train_on_input, "the prompt's tokens carry loss too (TorchTune's train_on_input)")
+      .as_switch();
+  t.add("limit", limit, "use the first N rows (0: all)").at_least(0);
+  static constexpr options::Choice<Padding> kPaddings[] = {
+      {"pad", Padding::kPad, "each micro-batch right-padded to its longest sequence (TorchTune, Hugging Face)"},
+      {"none", Padding::kNone,
+       "each micro-batch's sequences packed without padding, attention within each sequence: the same losses "
+       "and gradients, computed on the real tokens only"},
+  };
+  t.add("padding", padding, std::span<const options::Choice<Padding>>(kPaddings), "how sequences form a micro-batch");
+}
+
+data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
+                              Padding padding, bool pin_memory) {
+  std::int64_t longest = 0, total = 0;
+  for (const auto* s : sequences) {
+    longest = std::max(longest, static_cast<std::int64_t>(s->tokens.size()));
+    total += static_cast<std::int64_t>(s->tokens.size());
+  }
+  const auto rows = static_cast<std::int64_t>(sequences.size());
+  const bool packed = padding == Padding::kNone;
+  const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pin_memory);
+  torch::Tensor tokens = packed ? torch::empty({1, total}, options) : torch::full({rows, longest}, pad_id, options);
+  torch::Tensor position_ids = packed ? torch::empty({total}, options) : torch::Tensor();
+  torch::Tensor lengths = packed ? torch::empty({rows}, torch::kInt64) : torch::Tensor();
+  std::vector<std::int64_t> positions, targets, owners;
+  auto* token_data = tokens.data_ptr<std::int64_t>();
+  auto* position_data = packed ? position_ids.data_ptr<std::int64_t>() : nullptr;
+  std::int64_t start = 0;  // the sequence's first index in tokens' grid
+  data::Batch batch;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto& s = *sequences[static_cast<std::size_t>(r)];
+    const auto n = static_cast<std::int64_t>(s.tokens.size());
+    for (std::int64_t k = 0; k < n; ++k) {
+      token_data[start + k] = s.tokens[static_cast<std::size_t>(k)];
+      if (packed) position_data[start + k] = k;
+      // Position k - 1 predicts token k, where its label is not masked.
+      if (k > 0 && s.labels[static_cast<std::size_t>(k)] != text::kIgnoreIndex) {
+        positions.push_back(start + k - 1);
+        targets.push_back(s.labels[static_cast<std::size_t>(k)]);
+        owners.push_back(r);
+      }
+    }
+    if (packed) lengths.data_ptr<std::int64_t>()[r] = n;
+    start += packed ? n : longest;
+    batch.tokens += n;
+  }
+  auto to_tensor = [&](const std::vector<std::int64_t>& values) {
+    torch::Tensor t = torch::empty({static_cast<std::int64_t>(values.size())}, options);
+    std::copy(values.begin(), values.end(), t.data_ptr<std::int64_t>());
+    return t;
+  };
+  batch.tensors = {std::move(tokens), to_tensor(positions), to_tensor(targets), to_tensor(owners)};
+  if (packed) {
+    batch.tensors.push_back(std::move(position_ids));
+    batch.host_tensors = {std::move(lengths)};
+  }
+  batch.samples = rows;
+  batch.padded_tokens = packed ? total : rows * longest;
+  batch.loss_targets = static_cast<std::int64_t>(positions.size());
+  return batch;
+}
+
+namespace {
+
+// Batches collated with Padding::kNone carry a fifth tensor, the position ids (collate_sequences).
+bool is_packed(const data::Batch& batch) { return batch.tensors.size() == 5; }
+
+}  // namespace
+
+std::optional<models::SequencePacking> packing_of(const data::Batch& batch) {
+  if (!is_packed(batch)) return std::nullopt;
+  const torch::Tensor& lengths = batch.host_tensors.at(0);
+  const auto* n = lengths.data_ptr<std::int64_t>();
+  return models::SequencePacking{batch.tensors[4], std::vector<std::int64_t>(n, n + lengths.numel())};
+}
+
+std::int64_t sequences_of(const data::Batch& batch) {
+  return is_packed(batch) ? batch.host_tensors.at(0).numel() : batch.tensors[0].size(0);
+}
+
+torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs) {
+  return torch::zeros({sequences_of(batch)}, log_probs.options()).index_add(0, batch.tensors[3], log_probs);
+}
+
+}  // namespace mgbench::train

@@ -1,0 +1,136 @@
+// The Llama component's memory plan (`mgbench llm --dry-run`) and its checks of the model against
+// the device's memory before anything is allocated.
+#include "train/recipes/llama_finetune.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "runtime/device.h"
+#include "train/optim/optimizer.h"
+#include "train/parallel/shard_layout.h"
+
+namespace mgbench::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+}  // namespace
+
+std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, std::int64_t element_bytes) const {
+  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const std::int64_t f = c.intermediate_size;
+  const bool full = finetune_ == Finetune::kFull;
+  const bool nf4 = base_ == models::BaseWeights::kNf4;
+  std::vector<std::string> targets;
+  if (!full) targets = lora_.hf_targets();
+  const auto dense = [full](UnitShape& u, std::vector<std::int64_t> sizes) {
+    u.sizes.push_back(std::move(sizes));
+    u.trainable.push_back(full);
+  };
+  // A projection [out, in]: its dense weight (NF4: packed, not a parameter) and LoRA's A, B.
+  const auto projection = [&](UnitShape& u, const std::string& name, std::int64_t out, std::int64_t in) {
+    if (nf4) {
+      u.packed_bytes += models::Nf4Weight::sharded_nbytes(out * in, element_bytes);
+    } else {
+      dense(u, {out, in});
+    }
+    if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
+      u.sizes.push_back({lora_.rank, in});
+      u.sizes.push_back({out, lora_.rank});
+      u.trainable.insert(u.trainable.end(), {true, true});
+    }
+  };
+  std::vector<UnitShape> units;
+  UnitShape embedding{{}, {}, !c.tie_word_embeddings};
+  dense(embedding, {c.vocab_size, h});
+  units.push_back(embedding);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    UnitShape layer;
+    dense(layer, {h});
+    projection(layer, "q_proj", q, h);
+    projection(layer, "k_proj", kv, h);
+    projection(layer, "v_proj", kv, h);
+    projection(layer, "o_proj", h, q);
+    dense(layer, {h});
+    projection(layer, "gate_proj", f, h);
+    projection(layer, "up_proj", f, h);
+    projection(layer, "down_proj", h, f);
+    units.push_back(std::move(layer));
+  }
+  UnitShape root{{}, {}, false};
+  dense(root, {h});
+  units.push_back(root);
+  if (!c.tie_word_embeddings) {
+    UnitShape head{{}, {}, false};
+    dense(head, {c.vocab_size, h});
+    units.push_back(head);
+  }
+  return units;
+}
+
+std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train,
+                                                      const std::vector<int>& world_sizes) const {
+  const models::LlamaConfig c = read_config();
+  const auto element =
+      static_cast<std::int64_t>(axes::dtype_info(axes::precision_info(train.precision).param_dtype).bytes);
+  const std::vector<UnitShape> units = unit_shapes(c, element);
+  const std::int64_t states = optimizer_states_per_element(train.optim);
+  std::vector<MemoryPlanRow> rows;
+  for (const int world : world_sizes) {
+    const axes::ParallelPlan plan = train.parallel_plan(world, activation_checkpointing_);
+    const bool sharded = plan.fully_sharded();
+    const ShardedMemory m = sharded_memory(units, plan.shard_world(), element, plan.reshard_after_forward);
+    MemoryPlanRow row{world, sharded, sharded ? m.shard_bytes + m.gathered_peak_bytes : m.shard_bytes,
+                      m.trainable_shard_bytes, states * m.trainable_shard_bytes};
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+void LlamaFinetune::refuse_if_weights_do_not_fit(const RecipeContext& ctx) const {
+  // The weights alone (NF4 projections at their lower bound of half a byte a parameter), against
+  // the device's memory: a config.json with absurd sizes is refused here, not minutes into allocating.
+  const double parameters = static_cast<double>(config_->num_parameters());
+  const double bytes = parameters * (base_ == models::BaseWeights::kNf4
+                                         ? 0.5
+                                         : static_cast<double>(axes::dtype_info(ctx.precision.param_dtype).bytes));
+  const double memory = ctx.placement.is_cuda()
+                            ? static_cast<double>(runtime::cuda_total_memory(ctx.placement.index))
+                            : static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const fs::path where = fs::is_directory(model_name_) ? fs::path(model_name_) / "config.json" : fs::path(model_name_);
+  MGBENCH_REQUIRE(memory <= 0 || bytes <= memory, DataError,
+                  "model '{}' (hidden_size {}, intermediate_size {}, num_hidden_layers {}, vocab_size {}): {:.3g} "
+                  "parameters need at least {:.1f} GiB for the weights alone, and this rank's {} has {:.1f} GiB",
+                  where.string(), config_->hidden_size, config_->intermediate_size, config_->num_hidden_layers,
+                  config_->vocab_size, parameters, bytes / (1 << 30), ctx.placement.is_cuda() ? "GPU" : "host memory",
+                  memory / (1 << 30));
+}
+
+void LlamaFinetune::warn_if_full_replica_does_not_fit(const RecipeContext& ctx) const {
+  if (!ctx.placement.is_cuda()) return;
+  // Weights, gradients and AdamW's two states in the run's dtype: 4 copies, each rank a whole one
+  // (DDP: 5, with the gradients' buckets), or 1/N of them under FSDP -- where the whole model is
+  // still built on every rank before it is sharded. Activations and gathered units come on top.
+  const double element = static_cast<double>(axes::dtype_info(ctx.precision.param_dtype).bytes);
+  const double parameters = static_cast<double>(model_->config().num_parameters());
+  const bool sharded = ctx.plan.fully_sharded();
+  const double copies = sharded ? std::max(1.0, 4.0 / ctx.plan.world) : 5.0;
+  const double needed = copies * element * parameters;
+  const double device = static_cast<double>(runtime::cuda_total_memory(ctx.placement.index));
+  if (device > 0 && needed > 0.9 * device) {
+    log::warn(
+        "--finetune full of {:.2f}B parameters needs about {:.0f} GiB per rank for weights, gradients and AdamW's "
+        "states ({:.2f} x {} bytes per parameter{}) before activations, and this GPU has {:.0f} GiB: it will not "
+        "fit; {}",
+        parameters / 1e9, needed / (1 << 30), copies, element, sharded ? ", sharded over the ranks" : ", a replica",
+        device / (1 << 30),
+        sharded ? "use more ranks or a smaller model"
+                : "use --sharding fsdp over several GPUs, a smaller model or LoRA");
+  }
+}
+
+}  // namespace mgbench::train

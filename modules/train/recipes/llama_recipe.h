@@ -1,0 +1,71 @@
+#pragma once
+// The base of the recipes on the Llama component (recipes/sft.cpp, recipes/dpo.cpp): the Recipe
+// members that are the component's own (llama_finetune.h) and the data options and set-up both share.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "core/option_table.h"
+#include "train/recipe.h"
+#include "train/recipes/llama_batches.h"
+#include "train/recipes/llama_finetune.h"
+
+namespace mgbench::train {
+
+/// A recipe on the Llama component (sft.cpp, dpo.cpp): the Recipe members that are the component's
+/// own -- the model, what is trained and checkpointed, the step hook that switches fake
+/// quantisation on, token counting -- and the data options and set-up both share. A recipe adds its
+/// dataset table, loss, evaluation and records.
+class LlamaRecipe : public Recipe {
+ public:
+  torch::nn::Module& model() override { return llama_.model(); }
+  models::ShardableModel* shardable_model() override { return &llama_.model(); }
+  std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train,
+                                         const std::vector<int>& world_sizes) const override {
+    return llama_.memory_plan(train, world_sizes);
+  }
+  std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
+  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
+    return llama_.checkpoint_tensors();
+  }
+  bool activation_checkpointing() const override { return llama_.activation_checkpointing(); }
+  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
+  bool counts_tokens() const override { return true; }
+
+ protected:
+  /// Declares the model's options (LlamaFinetune::declare), then section "Data": --dataset, a name of
+  /// `rows` (the recipe's templates or formats), and the LlamaDataOptions (file_rows: what a row of
+  /// the file is, for the help).
+  template <typename Row>
+  void declare_model_and_data(options::OptionTable& t, options::ValueOf<Row>& dataset, std::span<const Row> rows,
+                              const std::string& dataset_help, const std::string& file_rows) {
+    llama_.declare(t);
+    t.section("Data");
+    t.add("dataset", dataset, rows, dataset_help);
+    data_.declare(t, file_rows);
+  }
+
+  /// The set-up of an LLM recipe: the tokenizer, the rows `load(tokenizer)` reads from --data (the
+  /// first --limit of them), then the model (LlamaFinetune::build). Throws DataError naming the
+  /// file when no row is left, and what loading and building throw.
+  template <typename Rows, typename Load>
+  void setup_rows(const RecipeContext& ctx, Rows& rows, Load&& load) {
+    llama_.load_tokenizer();
+    rows = load(llama_.tokenizer());
+    if (data_.limit > 0 && static_cast<std::int64_t>(rows.size()) > data_.limit) {
+      rows.resize(static_cast<std::size_t>(data_.limit));
+    }
+    MGBENCH_REQUIRE(!rows.empty(), DataError, "dataset '{}': no rows", data_.data);
+    llama_.build(ctx);
+  }
+
+  LlamaFinetune llama_;
+  LlamaDataOptions data_;
+};
+
+}  // namespace mgbench::train
