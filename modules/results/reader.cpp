@@ -103,8 +103,11 @@ std::string RunRecord::display(const std::string& name) const {
   return {};
 }
 
-std::vector<RunRecord> read_runs(const std::string& path) {
-  h5::silence_error_stack();
+namespace {
+
+/// The results file at path, opened read-only. Throws ResultsError naming the file when it is missing,
+/// not HDF5, or not an mgbench results file.
+h5::Handle open_to_read(const std::string& path) {
   MGBENCH_REQUIRE(access(path.c_str(), R_OK) == 0, ResultsError, "results file '{}' does not exist or is not readable",
                   path);
   require_regular_file(path, "results file");  // a FIFO would block H5Fis_hdf5's open
@@ -115,6 +118,111 @@ std::vector<RunRecord> read_runs(const std::string& path) {
   h5::Handle file = h5::wrap_file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), fmt::format("open '{}'", path));
   MGBENCH_REQUIRE(h5::link_exists(file, "runs"), ResultsError, "'{}' is not an mgbench results file (no /runs group)",
                   path);
+  return file;
+}
+
+/// A rank's CUDA tables (rank_<r>/cuda_summary, cuda_api, cuda_kernels) appended to the run's, their
+/// unwritten rows left out.
+void read_cuda_tables(hid_t rank_group, const std::string& rank_where, RunRecord& run) {
+  auto summary = read_table<CudaSummaryRecord>(rank_group, "cuda_summary", cuda_summary_type(), rank_where);
+  auto api = read_table<CudaApiRecord>(rank_group, "cuda_api", cuda_api_type(), rank_where);
+  auto kernels = read_table<CudaKernelRecord>(rank_group, "cuda_kernels", cuda_kernel_type(), rank_where);
+  std::erase_if(api, [](const CudaApiRecord& a) { return a.name[0] == '\0'; });
+  std::erase_if(kernels, [](const CudaKernelRecord& k) { return k.name[0] == '\0'; });
+  run.cuda.push_back(summary.empty() ? CudaSummaryRecord{} : summary.front());
+  run.cuda_api.push_back(std::move(api));
+  run.cuda_kernels.push_back(std::move(kernels));
+}
+
+/// A rank's per-step recipe metrics (rank_<r>/metrics, `what` its path) appended to the run's: the
+/// rows written, and the column names where the run has none yet.
+void read_metrics(hid_t rank_group, const std::string& what, RunRecord& run) {
+  h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "metrics", H5P_DEFAULT), "open " + what);
+  h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + what);
+  hsize_t dims[2] = {0, 0};
+  MGBENCH_REQUIRE(H5Sget_simple_extent_ndims(space) == 2, ResultsError, "{}: expected a 2-D table", what);
+  H5Sget_simple_extent_dims(space, dims, nullptr);
+  std::vector<double> values(static_cast<std::size_t>(dims[0] * dims[1]));
+  if (!values.empty()) {
+    check_status(H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "read " + what);
+  }
+  if (run.metric_names.empty()) {
+    for (const auto& [name, value] : h5::read_attributes(ds)) {
+      if (name != "columns" || !std::holds_alternative<std::string>(value)) continue;
+      std::stringstream columns(std::get<std::string>(value));
+      for (std::string column; std::getline(columns, column, ',');) run.metric_names.push_back(column);
+    }
+  }
+  std::vector<std::vector<double>> rows;
+  for (hsize_t i = 0; i < dims[0]; ++i) {
+    std::vector<double> row(values.begin() + static_cast<std::ptrdiff_t>(i * dims[1]),
+                            values.begin() + static_cast<std::ptrdiff_t>((i + 1) * dims[1]));
+    // Unwritten rows keep their NaN fill.
+    if (std::any_of(row.begin(), row.end(), [](double v) { return std::isfinite(v); })) rows.push_back(row);
+  }
+  run.metrics.push_back(std::move(rows));
+}
+
+/// Every rank_<r> group of a run (`where` its path), r = 0, 1, ... while there is one: its attributes
+/// and tables appended to the run's, their unwritten rows left out.
+void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunRecord& run) {
+  for (int r = 0;; ++r) {
+    const std::string rank_name = fmt::format("rank_{}", r);
+    if (!h5::link_exists(group, rank_name)) break;
+    h5::Handle rank_group =
+        h5::wrap_group(H5Gopen2(group, rank_name.c_str(), H5P_DEFAULT), "open " + where + "/" + rank_name);
+    run.rank_attributes.push_back(h5::read_attributes(rank_group));
+    auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
+    std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
+    run.epochs.push_back(std::move(epochs));
+    if (h5::link_exists(rank_group, "cuda_summary")) read_cuda_tables(rank_group, where + "/" + rank_name, run);
+    if (h5::link_exists(rank_group, "comm")) {
+      auto rows = read_table<CommRecord>(rank_group, "comm", comm_record_type(), where + "/" + rank_name);
+      std::erase_if(rows, [](const CommRecord& c) { return c.bytes < 0; });
+      run.comm.push_back(std::move(rows));
+    }
+    if (h5::link_exists(rank_group, "metrics")) read_metrics(rank_group, where + "/" + rank_name + "/metrics", run);
+  }
+}
+
+/// The run /runs/<id> of the file at path. `written`: a job holds the file, so a run stored
+/// "running" is running (else it was aborted). Throws ResultsError for a run of a newer schema.
+RunRecord read_run(hid_t runs, const std::string& path, const std::string& id, bool written, hid_t epoch_type,
+                   hid_t summary_type) {
+  const std::string where = fmt::format("'{}' /runs/{}", path, id);
+  h5::Handle group = h5::wrap_group(H5Gopen2(runs, id.c_str(), H5P_DEFAULT), "open " + where);
+  RunRecord run;
+  run.file = path;
+  run.run_id = id;
+  run.attributes = h5::read_attributes(group);
+  // A newer mgbench's layout read with this one's would show wrong or empty columns: refuse it.
+  if (const auto version = run.integer("schema_version"); version && *version > kSchemaVersion) {
+    throw ResultsError(
+        fmt::format("{} was written with results schema version {}; this mgbench reads versions up "
+                    "to {} (docs/results-schema.md): use the mgbench that wrote it, or a newer one",
+                    where, *version, kSchemaVersion));
+  }
+  run.status = read_fixed_string(group, "status", kStatusBytes, where);
+  run.error = read_fixed_string(group, "error", kErrorBytes, where);
+  if (run.status == kStatusRunning && !written) {
+    run.status = kStatusAborted;
+    if (run.error.empty()) {
+      run.error =
+          "the job ended without closing the run (its ranks killed, or a node or link lost): nothing "
+          "recorded why";
+    }
+  }
+  const auto summary = read_table<RunSummary>(group, "summary", summary_type, where);
+  if (!summary.empty()) run.summary = summary.front();
+  read_ranks(group, where, epoch_type, run);
+  return run;
+}
+
+}  // namespace
+
+std::vector<RunRecord> read_runs(const std::string& path) {
+  h5::silence_error_stack();
+  h5::Handle file = open_to_read(path);
   h5::Handle runs = h5::wrap_group(H5Gopen2(file, "runs", H5P_DEFAULT), fmt::format("open /runs in '{}'", path));
 
   const h5::Handle epoch_type = epoch_record_type();
@@ -122,85 +230,7 @@ std::vector<RunRecord> read_runs(const std::string& path) {
   std::vector<RunRecord> out;
   const bool written = being_written(path);  // a job holds the file: its "running" run is running
   for (const std::string& id : child_names(runs, "/runs")) {
-    const std::string where = fmt::format("'{}' /runs/{}", path, id);
-    h5::Handle group = h5::wrap_group(H5Gopen2(runs, id.c_str(), H5P_DEFAULT), "open " + where);
-    RunRecord run;
-    run.file = path;
-    run.run_id = id;
-    run.attributes = h5::read_attributes(group);
-    // A newer mgbench's layout read with this one's would show wrong or empty columns: refuse it.
-    if (const auto version = run.integer("schema_version"); version && *version > kSchemaVersion) {
-      throw ResultsError(
-          fmt::format("{} was written with results schema version {}; this mgbench reads versions up "
-                      "to {} (docs/results-schema.md): use the mgbench that wrote it, or a newer one",
-                      where, *version, kSchemaVersion));
-    }
-    run.status = read_fixed_string(group, "status", kStatusBytes, where);
-    run.error = read_fixed_string(group, "error", kErrorBytes, where);
-    if (run.status == kStatusRunning && !written) {
-      run.status = kStatusAborted;
-      if (run.error.empty()) {
-        run.error =
-            "the job ended without closing the run (its ranks killed, or a node or link lost): nothing "
-            "recorded why";
-      }
-    }
-    const auto summary = read_table<RunSummary>(group, "summary", summary_type, where);
-    if (!summary.empty()) run.summary = summary.front();
-    for (int r = 0;; ++r) {
-      const std::string rank_name = fmt::format("rank_{}", r);
-      if (!h5::link_exists(group, rank_name)) break;
-      h5::Handle rank_group =
-          h5::wrap_group(H5Gopen2(group, rank_name.c_str(), H5P_DEFAULT), "open " + where + "/" + rank_name);
-      run.rank_attributes.push_back(h5::read_attributes(rank_group));
-      auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
-      std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
-      run.epochs.push_back(std::move(epochs));
-      if (h5::link_exists(rank_group, "cuda_summary")) {
-        const std::string rank_where = where + "/" + rank_name;
-        auto summary = read_table<CudaSummaryRecord>(rank_group, "cuda_summary", cuda_summary_type(), rank_where);
-        auto api = read_table<CudaApiRecord>(rank_group, "cuda_api", cuda_api_type(), rank_where);
-        auto kernels = read_table<CudaKernelRecord>(rank_group, "cuda_kernels", cuda_kernel_type(), rank_where);
-        std::erase_if(api, [](const CudaApiRecord& a) { return a.name[0] == '\0'; });
-        std::erase_if(kernels, [](const CudaKernelRecord& k) { return k.name[0] == '\0'; });
-        run.cuda.push_back(summary.empty() ? CudaSummaryRecord{} : summary.front());
-        run.cuda_api.push_back(std::move(api));
-        run.cuda_kernels.push_back(std::move(kernels));
-      }
-      if (h5::link_exists(rank_group, "comm")) {
-        auto rows = read_table<CommRecord>(rank_group, "comm", comm_record_type(), where + "/" + rank_name);
-        std::erase_if(rows, [](const CommRecord& c) { return c.bytes < 0; });
-        run.comm.push_back(std::move(rows));
-      }
-      if (h5::link_exists(rank_group, "metrics")) {
-        const std::string what = where + "/" + rank_name + "/metrics";
-        h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "metrics", H5P_DEFAULT), "open " + what);
-        h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + what);
-        hsize_t dims[2] = {0, 0};
-        MGBENCH_REQUIRE(H5Sget_simple_extent_ndims(space) == 2, ResultsError, "{}: expected a 2-D table", what);
-        H5Sget_simple_extent_dims(space, dims, nullptr);
-        std::vector<double> values(static_cast<std::size_t>(dims[0] * dims[1]));
-        if (!values.empty()) {
-          check_status(H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "read " + what);
-        }
-        if (run.metric_names.empty()) {
-          for (const auto& [name, value] : h5::read_attributes(ds)) {
-            if (name != "columns" || !std::holds_alternative<std::string>(value)) continue;
-            std::stringstream columns(std::get<std::string>(value));
-            for (std::string column; std::getline(columns, column, ',');) run.metric_names.push_back(column);
-          }
-        }
-        std::vector<std::vector<double>> rows;
-        for (hsize_t i = 0; i < dims[0]; ++i) {
-          std::vector<double> row(values.begin() + static_cast<std::ptrdiff_t>(i * dims[1]),
-                                  values.begin() + static_cast<std::ptrdiff_t>((i + 1) * dims[1]));
-          // Unwritten rows keep their NaN fill.
-          if (std::any_of(row.begin(), row.end(), [](double v) { return std::isfinite(v); })) rows.push_back(row);
-        }
-        run.metrics.push_back(std::move(rows));
-      }
-    }
-    out.push_back(std::move(run));
+    out.push_back(read_run(runs, path, id, written, epoch_type, summary_type));
   }
   return out;
 }

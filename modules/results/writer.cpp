@@ -1,13 +1,10 @@
+// The ResultsWriter's run from creation to close: each rank's layout and attributes gathered, the
+// run's groups and tables created collectively (every stage agreed by every rank), the abort recorder
+// armed, and finish(), mark_failed() or a failing job's destructor. Opening the file: writer_file.cpp;
+// resuming a run: writer_resume.cpp; the rows written while it runs: writer_rows.cpp.
 #include "results/writer.h"
 
-#include <fcntl.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-
 #include <array>
-#include <cerrno>
-#include <cstring>
-#include <ctime>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -78,43 +75,7 @@ std::string hdf5_version() {
   return fmt::format("{}.{}.{}", major, minor, release);
 }
 
-std::string mib(std::uint64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
-
-/// "" when the file system of path has room for `needed` more bytes, else the problem.
-std::string check_free_space(const std::string& path, std::uint64_t needed) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  struct statvfs fs {};
-  if (statvfs(dir.c_str(), &fs) != 0) return "";  // cannot tell: the writes will say
-  const std::uint64_t free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
-  if (free_bytes >= needed) return "";
-  return fmt::format(
-      "results file '{}': its file system has {} free, the run needs about {} (its tables are allocated when the "
-      "run starts); free some space or choose another --results path. Nothing was written",
-      path, mib(free_bytes), mib(needed));
-}
-
 }  // namespace
-
-std::uint64_t run_bytes_upper_bound(std::span<const RankLayout> layouts, std::uint64_t attribute_bytes) {
-  // Per object (group or dataset): its header, fill-value and layout messages, small attributes.
-  constexpr std::uint64_t kObjectBytes = 4096;
-  constexpr std::uint64_t kFileBytes = 64 * 1024;  // superblock, root group, heaps, the run's own datasets
-  auto rows = [](std::int64_t n) { return static_cast<std::uint64_t>(std::max<std::int64_t>(n, 0)); };
-  std::uint64_t bytes = kFileBytes + 2 * attribute_bytes + 4 * kObjectBytes + sizeof(RunSummary);
-  for (const RankLayout& l : layouts) {
-    const std::uint64_t steps = rows(l.epochs) * rows(l.steps_per_epoch);
-    bytes += 3 * kObjectBytes + steps * sizeof(StepRecord) + rows(l.epochs) * sizeof(EpochRecord);
-    if (l.indices_per_epoch > 0) bytes += kObjectBytes + rows(l.epochs) * rows(l.indices_per_epoch) * 8;
-    if (l.cuda_metrics) {
-      bytes += 3 * kObjectBytes + sizeof(CudaSummaryRecord) + kCudaApiRows * sizeof(CudaApiRecord) +
-               kCudaKernelRows * sizeof(CudaKernelRecord);
-    }
-    if (!l.metrics.empty()) bytes += kObjectBytes + steps * l.metrics.size() * 8;
-    if (l.comm_rows > 0) bytes += kObjectBytes + rows(l.comm_rows) * sizeof(CommRecord);
-  }
-  return bytes + bytes / 4;
-}
 
 std::string sanitize_run_name(const std::string& name) {
   std::string out = name;
@@ -124,58 +85,6 @@ std::string sanitize_run_name(const std::string& name) {
     if (!ok) c = '_';
   }
   return out;
-}
-
-void ResultsWriter::open_file(bool create, std::uint64_t needed_bytes) {
-  // Rank 0 inspects the path so that every rank fails, or proceeds, together.
-  std::string problem;
-  bool exists = false;
-  if (rank_ == 0) {
-    problem = lock_for_writing(path_, lock_.fd);
-    exists = access(path_.c_str(), F_OK) == 0;
-    if (!problem.empty()) {
-      // another job writes the file: touch nothing
-    } else if (std::string full = check_free_space(path_, needed_bytes); !full.empty()) {
-      problem = std::move(full);
-    } else if (!exists && !create) {
-      problem = fmt::format("results file '{}' of the run to resume does not exist (moved or deleted?)", path_);
-    } else if (exists && H5Fis_hdf5(path_.c_str()) <= 0) {
-      problem = fmt::format(
-          "results file '{}' exists and is not an HDF5 file; refusing to touch it "
-          "(choose another --results path)",
-          path_);
-    }
-  }
-  problem = broadcast_string(comm_, problem);
-  if (!problem.empty()) throw ResultsError(problem);
-  exists = broadcast_string(comm_, exists ? "1" : "0") == "1";
-
-  const std::string open_what = fmt::format("{} results file '{}'", exists ? "open" : "create", path_);
-  h5::Handle fapl = h5::wrap_plist(H5Pcreate(H5P_FILE_ACCESS), open_what);
-  check_status(H5Pset_fapl_mpio(fapl, comm_, MPI_INFO_NULL), open_what);
-  check_status(H5Pset_all_coll_metadata_ops(fapl, true), open_what);
-  check_status(H5Pset_coll_metadata_write(fapl, true), open_what);
-  if (exists) {
-    file_ = h5::wrap_file(H5Fopen(path_.c_str(), H5F_ACC_RDWR, fapl), open_what);
-    const h5::Attributes root = h5::read_attributes(file_);
-    bool is_mgbench = false;
-    for (const auto& [name, value] : root) {
-      if (name == "schema" && std::holds_alternative<std::string>(value)) {
-        is_mgbench = std::get<std::string>(value) == kSchemaName;
-      }
-    }
-    if (!is_mgbench || !h5::link_exists(file_, "runs")) {
-      throw ResultsError(
-          fmt::format("'{}' is an HDF5 file but not an mgbench results file (no schema=\"{}\" "
-                      "attribute or /runs group); choose another --results path",
-                      path_, kSchemaName));
-    }
-  } else {
-    created_ = true;  // from here on a failed creation removes the file (abandon_creation)
-    file_ = h5::wrap_file(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
-    h5::write_attributes(file_, {{"schema", std::string(kSchemaName)}, {"schema_version", kSchemaVersion}});
-    h5::wrap_group(H5Gcreate2(file_, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create /runs");
-  }
 }
 
 ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_name,
@@ -336,20 +245,6 @@ void ResultsWriter::remove_created_file() noexcept {
   if (std::filesystem::remove(path_, ignored)) log::warn("removed the half-made results file '{}'", path_);
 }
 
-ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::string& run_id,
-                             const RankLayout& layout)
-    : path_(path), run_id_(run_id), layout_(layout) {
-  h5::silence_error_stack();
-  MGBENCH_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
-  MGBENCH_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
-  MGBENCH_CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
-  const watchdog::Deadline deadline(fmt::format("reopening run {} in results file '{}'", run_id_, path_));
-  // A resumed run's tables exist: only its attributes grow.
-  open_file(/*create=*/false, run_bytes_upper_bound({}, 0));
-  agree_on(fmt::format("reopen run {} in results file '{}'", run_id_, path_), [&] { reopen_run(); });
-  arm_abort_recorder();
-}
-
 void ResultsWriter::arm_abort_recorder() {
   register_writer(path_);
   registered_ = true;
@@ -363,83 +258,6 @@ void ResultsWriter::arm_abort_recorder() {
     }
     mark_failed(message);
   });
-}
-
-void ResultsWriter::reopen_run() {
-  const std::string run_path = "runs/" + run_id_;
-  if (!h5::link_exists(file_, run_path)) {
-    throw ResultsError(fmt::format("results file '{}' has no run '{}' to resume", path_, run_id_));
-  }
-  run_group_ = h5::wrap_group(H5Gopen2(file_, run_path.c_str(), H5P_DEFAULT), "open group /" + run_path);
-  std::int64_t stored_world = -1;
-  std::int64_t resumes = 0;
-  for (const auto& [name, value] : h5::read_attributes(run_group_)) {
-    if (name == "world_size" && std::holds_alternative<std::int64_t>(value)) {
-      stored_world = std::get<std::int64_t>(value);
-    }
-    if (name == "resumes" && std::holds_alternative<std::int64_t>(value)) resumes = std::get<std::int64_t>(value);
-  }
-  MGBENCH_REQUIRE(stored_world == world_size_, ResultsError,
-                  "run '{}' in '{}' was started by {} rank(s); resume it with the same number, not {}", run_id_, path_,
-                  stored_world, world_size_);
-  status_ = h5::wrap_dataset(H5Dopen2(run_group_, "status", H5P_DEFAULT), "open /" + run_path + "/status");
-  error_ = h5::wrap_dataset(H5Dopen2(run_group_, "error", H5P_DEFAULT), "open /" + run_path + "/error");
-  summary_ = h5::wrap_dataset(H5Dopen2(run_group_, "summary", H5P_DEFAULT), "open /" + run_path + "/summary");
-  summary_type_ = run_summary_type();
-  step_type_ = step_record_type();
-  epoch_type_ = epoch_record_type();
-  open_own_tables();
-  h5::write_attribute(run_group_, "resumes", resumes + 1);
-  h5::write_attribute(run_group_, "resumed_utc", broadcast_string(comm_, rank_ == 0 ? utc_now_iso8601() : ""));
-  if (rank_ == 0) write_status(kStatusRunning, "");
-  check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
-}
-
-void ResultsWriter::open_own_tables() {
-  // With collective metadata operations every open is collective: every rank opens every rank's
-  // tables in the same order and keeps its own.
-  for (int r = 0; r < world_size_; ++r) {
-    const std::string group_path = fmt::format("runs/{}/rank_{}", run_id_, r);
-    auto open = [&](const char* name, bool required) {
-      const std::string path = group_path + "/" + name;
-      if (!required && !h5::link_exists(file_, path)) return h5::Handle();
-      return h5::wrap_dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), "open /" + path);
-    };
-    h5::Handle steps = open("steps", true);
-    h5::Handle epochs = open("epochs", true);
-    h5::Handle indices = open("indices", false);
-    h5::Handle cuda_summary = open("cuda_summary", false);
-    h5::Handle cuda_api = open("cuda_api", false);
-    h5::Handle cuda_kernels = open("cuda_kernels", false);
-    h5::Handle metrics = open("metrics", false);
-    h5::Handle comm_rows = open("comm", false);
-    if (r == rank_) {
-      own_ = {std::move(steps),    std::move(epochs),       std::move(indices), std::move(cuda_summary),
-              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics), std::move(comm_rows)};
-    }
-  }
-  auto rows = [&](hid_t dataset) {
-    h5::Handle space = h5::wrap_space(H5Dget_space(dataset), fmt::format("dataspace of rank {}'s table", rank_));
-    hsize_t dims[2] = {0, 0};
-    H5Sget_simple_extent_dims(space, dims, nullptr);
-    return std::array<std::int64_t, 2>{static_cast<std::int64_t>(dims[0]), static_cast<std::int64_t>(dims[1])};
-  };
-  const bool same =
-      rows(own_.steps)[0] == layout_.epochs * layout_.steps_per_epoch && rows(own_.epochs)[0] == layout_.epochs &&
-      (layout_.indices_per_epoch == 0) == !own_.indices.valid() &&
-      (!own_.indices.valid() || rows(own_.indices)[1] == layout_.indices_per_epoch) &&
-      layout_.cuda_metrics == own_.cuda_summary.valid() && layout_.metrics.empty() == !own_.metrics.valid() &&
-      (!own_.metrics.valid() || rows(own_.metrics)[1] == static_cast<std::int64_t>(layout_.metrics.size()));
-  // Within agree_on: a mismatch on one rank fails every rank alike.
-  MGBENCH_REQUIRE(same, ResultsError,
-                  "run '{}' in '{}' has tables of another shape than this job's (epochs, steps per epoch, indices, "
-                  "CUDA or recipe metrics differ): it is not the same configuration",
-                  run_id_, path_);
-}
-
-void ResultsWriter::LockFile::close() noexcept {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
 }
 
 ResultsWriter::~ResultsWriter() {
@@ -456,94 +274,6 @@ ResultsWriter::~ResultsWriter() {
     }
   }
   if (comm_ != MPI_COMM_NULL && finished_) MPI_Comm_free(&comm_);
-}
-
-void ResultsWriter::write_rows(hid_t dataset, hid_t type, std::int64_t first_row, std::int64_t n_rows, const void* rows,
-                               const char* what) {
-  const std::string context = fmt::format("write {} of rank {} in '{}' run {}", what, rank_, path_, run_id_);
-  h5::Handle file_space = h5::wrap_space(H5Dget_space(dataset), context);
-  const int ndims = H5Sget_simple_extent_ndims(file_space);
-  std::array<hsize_t, 2> dims{};
-  H5Sget_simple_extent_dims(file_space, dims.data(), nullptr);
-  const hsize_t row_size = ndims == 2 ? dims[1] : 1;
-  MGBENCH_REQUIRE(first_row >= 0 && static_cast<hsize_t>(first_row + n_rows) <= dims[0], ResultsError,
-                  "{}: rows [{}, {}) outside the table's {} rows", context, first_row, first_row + n_rows, dims[0]);
-  const std::array<hsize_t, 2> start{static_cast<hsize_t>(first_row), 0};
-  const std::array<hsize_t, 2> count{static_cast<hsize_t>(n_rows), row_size};
-  check_status(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), context);
-  h5::Handle mem_space = h5::wrap_space(H5Screate_simple(ndims, count.data(), nullptr), context);
-  check_status(H5Dwrite(dataset, type, mem_space, file_space, H5P_DEFAULT, rows), context);
-}
-
-void ResultsWriter::write_steps(std::int64_t epoch, std::span<const StepRecord> steps) {
-  MGBENCH_REQUIRE(static_cast<std::int64_t>(steps.size()) <= layout_.steps_per_epoch, ResultsError,
-                  "rank {} has {} steps in epoch {}, more than the {} the results layout reserved", rank_, steps.size(),
-                  epoch, layout_.steps_per_epoch);
-  if (steps.empty()) return;
-  write_rows(own_.steps, step_type_, epoch * layout_.steps_per_epoch, static_cast<std::int64_t>(steps.size()),
-             steps.data(), "steps");
-}
-
-void ResultsWriter::write_comm(std::int64_t first, std::span<const CommRecord> rows) {
-  MGBENCH_REQUIRE(own_.comm.valid(), ResultsError, "write_comm: the run was created without a comm table");
-  if (rows.empty()) return;
-  write_rows(own_.comm, comm_record_type(), first, static_cast<std::int64_t>(rows.size()), rows.data(), "comm");
-}
-
-void ResultsWriter::write_epoch(const EpochRecord& record) {
-  write_rows(own_.epochs, epoch_type_, record.epoch, 1, &record, "epochs");
-}
-
-void ResultsWriter::write_cuda_metrics(const CudaSummaryRecord& summary, std::span<const CudaApiRecord> api,
-                                       std::span<const CudaKernelRecord> kernels) {
-  MGBENCH_REQUIRE(own_.cuda_summary.valid(), ResultsError,
-                  "write_cuda_metrics: the run was created without CUDA tables");
-  MGBENCH_REQUIRE(static_cast<std::int64_t>(api.size()) <= kCudaApiRows &&
-                      static_cast<std::int64_t>(kernels.size()) <= kCudaKernelRows,
-                  ResultsError, "write_cuda_metrics: {} API rows / {} kernel rows exceed {} / {}", api.size(),
-                  kernels.size(), kCudaApiRows, kCudaKernelRows);
-  write_rows(own_.cuda_summary, cuda_summary_type(), 0, 1, &summary, "cuda_summary");
-  if (!api.empty()) {
-    write_rows(own_.cuda_api, cuda_api_type(), 0, static_cast<std::int64_t>(api.size()), api.data(), "cuda_api");
-  }
-  if (!kernels.empty()) {
-    write_rows(own_.cuda_kernels, cuda_kernel_type(), 0, static_cast<std::int64_t>(kernels.size()), kernels.data(),
-               "cuda_kernels");
-  }
-}
-
-void ResultsWriter::write_metrics(std::int64_t epoch, std::span<const double> rows) {
-  const auto columns = static_cast<std::int64_t>(layout_.metrics.size());
-  MGBENCH_REQUIRE(own_.metrics.valid() && static_cast<std::int64_t>(rows.size()) % columns == 0 &&
-                      static_cast<std::int64_t>(rows.size()) / columns <= layout_.steps_per_epoch,
-                  ResultsError, "rank {}: {} metric values for epoch {}, the results layout reserved {} x {}", rank_,
-                  rows.size(), epoch, layout_.steps_per_epoch, columns);
-  if (rows.empty()) return;
-  write_rows(own_.metrics, H5T_NATIVE_DOUBLE, epoch * layout_.steps_per_epoch,
-             static_cast<std::int64_t>(rows.size()) / columns, rows.data(), "metrics");
-}
-
-void ResultsWriter::write_indices(std::int64_t epoch, std::span<const std::int64_t> indices) {
-  MGBENCH_REQUIRE(own_.indices.valid() && static_cast<std::int64_t>(indices.size()) == layout_.indices_per_epoch,
-                  ResultsError, "rank {}: {} indices for epoch {}, the results layout reserved {}", rank_,
-                  indices.size(), epoch, layout_.indices_per_epoch);
-  write_rows(own_.indices, H5T_NATIVE_INT64, epoch, 1, indices.data(), "indices");
-}
-
-void ResultsWriter::write_summary(const RunSummary& summary) {
-  write_rows(summary_, summary_type_, 0, 1, &summary, "summary");
-}
-
-void ResultsWriter::write_status(std::string_view status, const std::string& message) {
-  std::array<char, kStatusBytes> s{};
-  std::memcpy(s.data(), status.data(), std::min(status.size(), s.size()));
-  h5::Handle status_type = h5::fixed_string_type(kStatusBytes);
-  write_rows(status_, status_type, 0, 1, s.data(), "status");
-  if (message.empty()) return;  // keep a failure message already recorded
-  std::array<char, kErrorBytes> e{};
-  std::memcpy(e.data(), message.data(), std::min(message.size(), e.size()));
-  h5::Handle error_type = h5::fixed_string_type(kErrorBytes);
-  write_rows(error_, error_type, 0, 1, e.data(), "error");
 }
 
 void ResultsWriter::finish(std::string_view status, const std::string& error) {

@@ -38,117 +38,22 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions)
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
 #include "core/log.h"
 #include "core/timer.h"
 #include "runtime/event_pool.h"
-#include "runtime/nccl_transports.h"
+#include "runtime/nccl_calls.h"
+#include "runtime/nccl_log.h"
 
 namespace mgbench::runtime {
 namespace {
-
-/// Where this process's NCCL INFO log goes: NCCL reads NCCL_DEBUG* once, at its first
-/// initialisation, so the first communicator routes it for all (a file in the temporary directory,
-/// removed at exit, holding the connection lines of the P2P, SHM and NET subsystems: setup-time
-/// lines only, nothing per collective). A user's own NCCL_DEBUG / NCCL_DEBUG_FILE is left alone.
-struct NcclLog {
-  std::string path;    // "" when not routed
-  std::string unread;  // why not: an "unread: ..." sentence
-};
-
-const NcclLog& nccl_log() {
-  static const NcclLog log = [] {
-    NcclLog l;
-    if (std::getenv("NCCL_DEBUG") != nullptr || std::getenv("NCCL_DEBUG_FILE") != nullptr) {
-      l.unread = "unread: NCCL_DEBUG or NCCL_DEBUG_FILE set outside mgbench (NCCL's log left as set there)";
-      return l;
-    }
-    std::error_code ec;
-    const auto dir = std::filesystem::temp_directory_path(ec);
-    if (ec) {
-      l.unread = "unread: no temporary directory for NCCL's log";
-      return l;
-    }
-    l.path = (dir / fmt::format("mgbench-nccl-{}.log", ::getpid())).string();
-    ::setenv("NCCL_DEBUG_FILE", l.path.c_str(), 1);
-    ::setenv("NCCL_DEBUG", "INFO", 1);
-    ::setenv("NCCL_DEBUG_SUBSYS", "P2P,SHM,NET", 0);
-    static std::string remove_at_exit;
-    remove_at_exit = l.path;
-    std::atexit([] { ::unlink(remove_at_exit.c_str()); });
-    return l;
-  }();
-  return log;
-}
-
-std::uintmax_t file_size_or_zero(const std::string& path) {
-  std::error_code ec;
-  const auto n = std::filesystem::file_size(path, ec);
-  return ec ? 0 : n;
-}
-
-#define MGBENCH_CHECK_NCCL(call)                                                                      \
-  do {                                                                                                \
-    const ncclResult_t rc_ = (call);                                                                  \
-    if (rc_ != ncclSuccess) {                                                                         \
-      throw CommError(fmt::format("NCCL: {} failed: {} ({}) [{}:{}]", #call, ncclGetErrorString(rc_), \
-                                  ncclGetLastError(nullptr), __FILE__, __LINE__));                    \
-    }                                                                                                 \
-  } while (0)
-
-// An enqueue on a non-blocking communicator: ncclInProgress is not an error (settle() waits for it).
-#define MGBENCH_CHECK_NCCL_ENQUEUE(call)                                                              \
-  do {                                                                                                \
-    const ncclResult_t rc_ = (call);                                                                  \
-    if (rc_ != ncclSuccess && rc_ != ncclInProgress) {                                                \
-      throw CommError(fmt::format("NCCL: {} failed: {} ({}) [{}:{}]", #call, ncclGetErrorString(rc_), \
-                                  ncclGetLastError(nullptr), __FILE__, __LINE__));                    \
-    }                                                                                                 \
-  } while (0)
-
-ncclDataType_t nccl_type(torch::ScalarType t) {
-  switch (t) {
-    case torch::kFloat32:
-      return ncclFloat32;
-    case torch::kFloat64:
-      return ncclFloat64;
-    case torch::kHalf:
-      return ncclFloat16;
-    case torch::kBFloat16:
-      return ncclBfloat16;
-    case torch::kInt32:
-      return ncclInt32;
-    case torch::kInt64:
-      return ncclInt64;
-    case torch::kUInt8:
-      return ncclUint8;
-    default:
-      throw CommError(fmt::format("NCCL backend: dtype {} is not supported", c10::toString(t)));
-  }
-}
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kMax:
-      return ncclMax;
-    case ReduceOp::kMin:
-      return ncclMin;
-  }
-  return ncclSum;
-}
 
 /// What rank 0 broadcasts before the communicator exists.
 struct Bootstrap {
@@ -191,7 +96,7 @@ class NcclCommunicator final : public Communicator {
       : device_(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)),
         options_(options),
         log_(nccl_log()),
-        log_offset_(log_.path.empty() ? 0 : file_size_or_zero(log_.path)),
+        log_offset_(nccl_log_size(log_)),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index())) {
     MGBENCH_CHECK_MPI(MPI_Comm_rank(mpi_comm, &rank_));
     MGBENCH_CHECK_MPI(MPI_Comm_size(mpi_comm, &world_size_));
@@ -273,13 +178,7 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "nccl"; }
 
-  std::string transports() const override {
-    if (!log_.unread.empty()) return log_.unread;
-    std::ifstream in(log_.path);
-    if (!in) return "unread: NCCL wrote no log (initialised in this process before mgbench routed it)";
-    in.seekg(static_cast<std::streamoff>(log_offset_));
-    return format_transports(parse_nccl_transports(in));
-  }
+  std::string transports() const override { return nccl_log_transports(log_, log_offset_); }
 
   using Communicator::all_reduce;
   using Communicator::broadcast;

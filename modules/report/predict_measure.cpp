@@ -1,0 +1,163 @@
+// What `mgbench predict` reads from measured runs: a 1-rank run's time per optimizer step by phase
+// and the bytes its collectives move (MeasuredStep), and from multi-rank runs of the workload the
+// share of the all-reduce hidden behind backward, the straggler spread and FSDP's hidden share.
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "report/predict.h"
+#include "report/report.h"
+
+namespace mgbench::report {
+
+const axes::PrecisionInfo& precision_of(const results::RunRecord& r) {
+  const std::string name = r.display("precision");
+  try {
+    return axes::find_precision("precision", name);
+  } catch (const ConfigError&) {
+    throw ResultsError(fmt::format("run {} ({}): precision '{}' is not one this mgbench knows ({})", r.run_id, r.file,
+                                   name, options::join_names(options::names_of(axes::precision_choices()))));
+  }
+}
+
+namespace {
+
+/// A comma-separated list of byte counts (the fsdp_*_bytes attributes); "" is none. Throws
+/// ResultsError naming the run and the attribute when it is missing or not such a list.
+std::vector<double> byte_list(const results::RunRecord& r, const std::string& name) {
+  const auto it =
+      std::find_if(r.attributes.begin(), r.attributes.end(), [&](const auto& a) { return a.first == name; });
+  const std::string* text = it == r.attributes.end() ? nullptr : std::get_if<std::string>(&it->second);
+  MGBENCH_REQUIRE(text != nullptr, ResultsError,
+                  "run {} ({}) has --sharding fsdp but no {} (written by an mgbench before FSDP steps were predicted)",
+                  r.run_id, r.file, name);
+  std::vector<double> out;
+  std::size_t start = 0;
+  while (start < text->size()) {
+    const std::size_t end = std::min(text->find(',', start), text->size());
+    const std::string item = text->substr(start, end - start);
+    std::size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MGBENCH_REQUIRE(used == item.size() && !item.empty() && value >= 0, ResultsError,
+                    "run {} ({}): {} '{}': expected comma-separated byte counts", r.run_id, r.file, name, *text);
+    out.push_back(static_cast<double>(value));
+    start = end + 1;
+  }
+  return out;
+}
+
+/// byte_list, or none where the run does not record `name` (an mgbench before schema 6).
+std::vector<double> recorded_byte_list(const results::RunRecord& r, const std::string& name) {
+  const bool recorded =
+      std::any_of(r.attributes.begin(), r.attributes.end(), [&](const auto& a) { return a.first == name; });
+  return recorded ? byte_list(r, name) : std::vector<double>{};
+}
+
+}  // namespace
+
+MeasuredStep measure_step(const results::RunRecord& r) {
+  MGBENCH_REQUIRE(!r.epochs.empty() && !r.epochs.front().empty(), ResultsError,
+                  "run {} ({}) has no completed epoch to measure", r.run_id, r.file);
+  MGBENCH_REQUIRE(r.integer("trainable_parameters").has_value(), ResultsError,
+                  "run {} ({}) does not record trainable_parameters (written by an mgbench before schema 3)", r.run_id,
+                  r.file);
+  MeasuredStep m;
+  double train_s = 0, eval_s = 0;
+  std::int64_t steps = 0;
+  for (const auto& e : r.epochs.front()) {  // rank 0
+    m.data_s += e.phases.data_s;
+    m.h2d_s += e.phases.h2d_s;
+    m.transform_s += e.phases.transform_s;
+    m.forward_s += e.phases.forward_s;
+    m.backward_s += e.phases.backward_s;
+    m.optimizer_s += e.phases.optimizer_s;
+    train_s += e.train_s;
+    steps += e.steps;
+    if (std::isfinite(e.eval_s)) {
+      eval_s += e.eval_s;
+      ++m.evaluated_epochs;
+    }
+  }
+  MGBENCH_REQUIRE(steps > 0, ResultsError, "run {} ({}) took no optimizer step", r.run_id, r.file);
+  const double n = static_cast<double>(steps);
+  const double phases = m.data_s + m.h2d_s + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s;
+  m.other_s = std::max(0.0, train_s - phases) / n;
+  for (double* v : {&m.data_s, &m.h2d_s, &m.transform_s, &m.forward_s, &m.backward_s, &m.optimizer_s}) *v /= n;
+  m.eval_s = m.evaluated_epochs > 0 ? eval_s / static_cast<double>(m.evaluated_epochs) : 0;
+  const double summary_eval = std::isfinite(r.summary.eval_s) ? r.summary.eval_s : 0;
+  m.startup_s = std::max(0.0, r.summary.total_s - r.summary.train_s - summary_eval);
+  m.gradient_bytes = static_cast<double>(*r.integer("trainable_parameters")) *
+                     axes::dtype_info(precision_of(r).gradient_dtype()).bytes;
+  m.buffer_broadcast_bytes = recorded_byte_list(r, "buffer_broadcast_bytes");
+  m.loss_allreduce_bytes = static_cast<double>(r.integer("loss_allreduce_bytes").value_or(0));
+  m.fsdp = r.display("sharding") == "fsdp";
+  if (m.fsdp) {
+    m.allgather_bytes = byte_list(r, "fsdp_allgather_bytes");
+    m.reducescatter_bytes = byte_list(r, "fsdp_reducescatter_bytes");
+    MGBENCH_REQUIRE(!m.allgather_bytes.empty(), ResultsError, "run {} ({}): fsdp_allgather_bytes is empty", r.run_id,
+                    r.file);
+  }
+  return m;
+}
+
+MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& multi_rank) {
+  MeasuredScaling s;
+  double window = 0, exposed = 0, spread = 0;
+  std::int64_t spreads = 0;
+  for (const auto* r : multi_rank) {
+    s.sources.push_back(r->run_id);
+    const AllReduceTimes t = all_reduce_times(*r);
+    window += t.window_s;
+    exposed += t.exposed_s;
+    // Synchronous ranks end their epochs together; where they differ is the time outside the
+    // collectives (the faster rank waits in them): compare that.
+    const std::size_t epochs = r->epochs.empty() ? 0 : r->epochs.front().size();
+    for (std::size_t k = 0; k < epochs; ++k) {
+      double sum = 0, slowest = 0;
+      std::size_t n = 0;
+      for (const auto& rank : r->epochs) {
+        if (k >= rank.size()) continue;
+        const double own = rank[k].train_s - results::collective_s(rank[k].phases);
+        sum += own;
+        slowest = std::max(slowest, own);
+        ++n;
+      }
+      if (n > 1 && sum > 0) {
+        spread += slowest / (sum / static_cast<double>(n));
+        ++spreads;
+      }
+    }
+  }
+  if (window > 0) s.overlap = std::clamp(1.0 - exposed / window, 0.0, 1.0);
+  if (spreads > 0) s.spread = spread / static_cast<double>(spreads);
+  return s;
+}
+
+double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
+  double window = 0, exposed = 0;
+  for (const auto* r : multi_rank) {
+    if (r->display("sharding") != "fsdp") continue;
+    for (const auto& rank : r->epochs) {
+      for (const auto& e : rank) {
+        if (e.steps <= 0) continue;
+        const double steps = static_cast<double>(e.steps);
+        window += e.allgather_s + e.reducescatter_s;
+        exposed += std::max(0.0, e.phases.forward_s + e.phases.backward_s - steps * (base.forward_s + base.backward_s));
+      }
+    }
+  }
+  return window > 0 ? std::clamp(1.0 - exposed / window, 0.0, 1.0) : 0.0;
+}
+
+}  // namespace mgbench::report

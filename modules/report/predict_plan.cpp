@@ -1,0 +1,200 @@
+// `mgbench predict` as a command: its options, the plan that predicts every workload of the files
+// (each from its latest completed 1-rank run, its collectives priced by the comm runs among them),
+// and the predictions appended to a results file as runs of task `prediction`.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <iterator>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "report/predict.h"
+#include "report/report.h"
+#include "results/writer.h"
+
+namespace mgbench::report {
+
+void PredictOptions::declare(options::OptionTable& t) {
+  t.add("files", files, "results files with the measured runs (files, directories, quoted patterns)")
+      .positional()
+      .required()
+      .value_name("FILE...");
+  t.add("comm", comm_files, "results files with `mgbench comm` runs (comm runs among FILE... are used too)")
+      .repeatable()
+      .value_name("FILE");
+  constexpr std::int64_t kMaxRanks = 1 << 20;
+  t.add("ranks", ranks, "rank counts to predict, comma-separated")
+      .check(
+          [](const std::vector<std::int64_t>& v) {
+            return !v.empty() &&
+                   std::all_of(v.begin(), v.end(), [](std::int64_t n) { return n >= 1 && n <= kMaxRanks; });
+          },
+          fmt::format("comma-separated rank counts from 1 to {} (1,2,4)", kMaxRanks));
+  // The strategies of several ranks: a single-process one (dp) has no other rank counts.
+  static const std::vector<axes::StrategyInfo> multi_rank = [] {
+    std::vector<axes::StrategyInfo> rows;
+    for (const auto& row : axes::strategy_choices()) {
+      if (!row.single_process) rows.push_back(row);
+    }
+    return rows;
+  }();
+  t.add("ranks-per-node", ranks_per_node,
+        "ranks on each node: n ranks spread over ceil(n / this) nodes, their collectives priced from a comm run "
+        "on as many nodes; 0: every rank count on one node")
+      .at_least(0);
+  t.add("strategies", strategies, std::span<const axes::StrategyInfo>(multi_rank), "strategies to predict");
+  t.add("link", link,
+        "where no comm run was measured at a rank count, assume this link (labelled as an assumption): " + link_names())
+      .check([](const std::string& name) { return name.empty() || find_link(name) != nullptr; }, link_names());
+  t.add("results", results, "results file the predictions are appended to")
+      .check([](const std::string& path) { return !path.empty(); }, "a file path");
+}
+
+namespace {
+
+/// A measured training run (not a comm run, a prediction or an evaluation).
+bool usable(const results::RunRecord& r) {
+  return is_completed(r) && !is_prediction_run(r) && !is_comm_run(r) && r.display("task") != "llm-eval";
+}
+
+/// The predictions of one workload at every strategy asked: each from the latest completed 1-rank
+/// run of that strategy, else the latest of any.
+std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& runs,
+                                         const std::vector<const results::RunRecord*>& one_rank,
+                                         const std::vector<const results::RunRecord*>& multi_rank,
+                                         const PredictOptions& o, const LinkAssumption* link,
+                                         std::vector<std::string>& notes) {
+  std::vector<Prediction> out;
+  for (const axes::Strategy strategy : o.strategies) {
+    const results::RunRecord* base = one_rank.back();
+    for (const auto* r : one_rank) {
+      if (r->display("strategy") == axes::strategy_info(strategy).name) base = r;
+    }
+    // The collectives move the gradients (FSDP: and the parameters, of the same dtype): priced in
+    // their dtype, by the precision's row.
+    const std::string dtype(axes::dtype_info(precision_of(*base).gradient_dtype()).name);
+    const std::string device = base->display("device");
+    const auto costs_of = [&](const std::string& collective) {
+      auto costs = collective_costs(runs, collective, dtype, device);
+      if (costs.empty() && dtype != "fp32") {
+        costs = collective_costs(runs, collective, "fp32", device);
+        if (!costs.empty())
+          notes.push_back(fmt::format("no {} {} measured: fp32 rows used by size", dtype, collective));
+      }
+      return costs;
+    };
+    const CommCosts costs{costs_of("all-reduce"), costs_of("all-gather"), costs_of("reduce-scatter"),
+                          costs_of("broadcast")};
+    if (costs.all_reduce.empty() && costs.all_gather.empty() && costs.reduce_scatter.empty() &&
+        costs.broadcast.empty()) {
+      notes.push_back(
+          fmt::format("no completed comm run on {} among the files (mpirun -np N mgbench comm --device {}): only "
+                      "--link can stand in",
+                      device, device));
+    }
+    auto p = predict(*base, multi_rank, costs, link, o.ranks, o.ranks_per_node, {strategy}, notes);
+    out.insert(out.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
+  }
+  return out;
+}
+
+/// A prediction as a run: the base's attributes, then what was predicted and from what.
+h5::Attributes prediction_attributes(const Prediction& p, const std::string& command_line) {
+  h5::Attributes a = p.base->attributes;
+  h5::merge_attributes(
+      a, {{"task", std::string("prediction")},
+          {"predicted_task", p.base->display("task")},
+          {"strategy", std::string(p.strategy->name)},
+          {"world_size", static_cast<std::int64_t>(p.ranks)},
+          {"nodes", static_cast<std::int64_t>(p.nodes)},
+          {"hosts", std::string()},
+          {"slurm_job_id", std::string()},
+          {"started_utc", utc_now_iso8601()},
+          {"command_line", command_line},
+          {"prediction_of", p.base->run_id},
+          {"prediction_of_file", p.base->file},
+          {"prediction_comm", p.comm_source},
+          {"prediction_overlap", p.scaling.overlap},
+          {"prediction_spread", p.scaling.spread},
+          {"prediction_scaling_runs", fmt::format("{}", fmt::join(p.scaling.sources, ","))},
+          {"prediction_steps_per_epoch", p.steps},
+          {"prediction_compute_s_per_step", p.compute_s},
+          {"prediction_data_s_per_step", p.data_s},
+          {"prediction_allreduce_s_per_step", p.allreduce_s},
+          {"prediction_allgather_s_per_step", p.allgather_s},
+          {"prediction_reducescatter_s_per_step", p.reducescatter_s},
+          {"prediction_fsdp_overlap", p.fsdp_overlap},
+          {"prediction_buffer_broadcast_s_per_step", p.buffer_broadcast_s},
+          {"prediction_loss_reduce_s_per_step", p.loss_reduce_s},
+          {"prediction_limiting_phase", p.limiting},
+          {"prediction_speedup", p.speedup},
+          {"prediction_model", std::string("mgbench predict v2 (docs/design.md, The scaling predictor)")}});
+  // What belonged to the measured run's own history.
+  std::erase_if(a, [](const auto& attr) { return attr.first == "resumes" || attr.first == "resumed_utc"; });
+  return a;
+}
+
+}  // namespace
+
+PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& o) {
+  PredictionPlan plan;
+  if (!o.link.empty()) plan.link = &link_assumption(o.link);
+  // Per workload, in the files' order: its 1-rank runs (the bases) and its multi-rank runs.
+  std::map<std::string, std::vector<const results::RunRecord*>> one_rank, multi_rank;
+  std::vector<std::string> workloads;
+  for (const auto& r : runs) {
+    if (!usable(r)) continue;
+    const std::string w = workload_of(r);
+    if (r.integer("world_size").value_or(1) == 1) {
+      if (one_rank.find(w) == one_rank.end()) workloads.push_back(w);
+      one_rank[w].push_back(&r);
+    } else {
+      multi_rank[w].push_back(&r);
+    }
+  }
+  MGBENCH_REQUIRE(!workloads.empty(), ResultsError,
+                  "no completed 1-rank run of `mgbench image` or `mgbench llm` among the files: measure the workload "
+                  "on 1 rank first");
+  for (const auto& w : workloads) {
+    try {
+      plan.workloads.push_back(predict_workload(runs, one_rank[w], multi_rank[w], o, plan.link, plan.notes));
+    } catch (const Error& e) {
+      // One workload that cannot be predicted (a run of an older mgbench) leaves the others.
+      plan.notes.push_back(fmt::format("workload of {} not predicted: {}", one_rank[w].back()->run_id, e.what()));
+    }
+  }
+  std::sort(plan.notes.begin(), plan.notes.end());
+  plan.notes.erase(std::unique(plan.notes.begin(), plan.notes.end()), plan.notes.end());
+  return plan;
+}
+
+void write_predictions(const std::string& path, const PredictionPlan& plan, const std::string& command_line) {
+  for (const auto& predictions : plan.workloads) {
+    for (const auto& p : predictions) {
+      // Named after what it predicts: <strategy>-<n>r-of-<the 1-rank run measured>.
+      results::ResultsWriter writer(path, MPI_COMM_SELF,
+                                    fmt::format("predicted-{}-{}r{}-of-{}", p.strategy->name, p.ranks,
+                                                p.nodes > 1 ? fmt::format("{}n", p.nodes) : "", p.base->run_id),
+                                    prediction_attributes(p, command_line), {{"rank", std::int64_t{0}}}, {});
+      const std::int64_t epochs = p.base->integer("epochs").value_or(1);
+      results::RunSummary s;
+      s.total_s = p.total_s;
+      s.train_s = p.epoch_s * static_cast<double>(epochs);
+      s.eval_s = p.eval_s * static_cast<double>(p.evaluated_epochs);  // as a measured run's: the sum
+      s.s_per_it = p.steps > 0 ? p.epoch_s / static_cast<double>(p.steps) : NAN;
+      s.epochs_completed = epochs;
+      s.finished_unix_s = static_cast<double>(std::time(nullptr));
+      writer.write_summary(s);
+      writer.finish(results::kStatusCompleted);
+    }
+  }
+}
+
+}  // namespace mgbench::report

@@ -1,0 +1,39 @@
+#include "report/run_cells.h"
+
+#include <fmt/format.h>
+
+namespace mgbench::report {
+
+std::string percent(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v * 100.0) : "-"; }
+
+double peak_memory_mib(const results::RunRecord& r) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return r.summary.peak_memory_bytes >= 0 ? static_cast<double>(r.summary.peak_memory_bytes) / kMiB : results::kNaN;
+}
+
+std::string short_model(const results::RunRecord& r) {
+  std::string model = r.display("model");
+  return model.size() > 16 ? "..." + model.substr(model.size() - 13) : model;
+}
+
+std::string batch_x_accum(const results::RunRecord& r) {
+  return fmt::format("{}x{}", r.display("batch_size"), r.display("grad_accum"));
+}
+
+std::int64_t resumes(const results::RunRecord& r) { return r.integer("resumes").value_or(0); }
+
+void print_notes(std::ostream& out, const results::RunRecord& r) {
+  if ((r.status == results::kStatusFailed || r.status == results::kStatusAborted) && !r.error.empty()) {
+    out << fmt::format("# {} {}: {}\n", r.run_id, r.status, r.error);
+  } else if (r.status == "preempted") {
+    out << fmt::format("# {} preempted: it continues with the same options plus --resume --checkpoint-dir\n", r.run_id);
+  }
+  if (resumes(r) > 0) {
+    out << fmt::format(
+        "# {} resumed {} time(s) from a checkpoint: its times leave out the time away and the "
+        "checkpoint writing, and include each restart's warm-up\n",
+        r.run_id, resumes(r));
+  }
+}
+
+}  // namespace mgbench::report

@@ -1,0 +1,31 @@
+#pragma once
+// The cells and '#' notes of a run that several of the report's tables show alike (the image, LLM,
+// DPO and comm tables): one definition, so the tables cannot drift apart. Internal to report/.
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "results/reader.h"
+
+namespace mgbench::report {
+
+/// A fraction as a percentage with 2 decimals ("93.50" for 0.935); "-" without one.
+std::string percent(const std::optional<double>& v);
+
+/// Rank 0's peak memory in MiB (GPU: the caching allocator's peak; CPU: peak resident set); NaN unrecorded.
+double peak_memory_mib(const results::RunRecord& r);
+
+/// A model path cut to its last 13 characters for a 16-character column.
+std::string short_model(const results::RunRecord& r);
+
+/// "<batch>x<grad-accum>".
+std::string batch_x_accum(const results::RunRecord& r);
+
+/// How often a run was resumed from a checkpoint (`mgbench ... --resume`); 0 when never.
+std::int64_t resumes(const results::RunRecord& r);
+
+/// '#' lines under a table: why a run failed, which runs were preempted or resumed.
+void print_notes(std::ostream& out, const results::RunRecord& r);
+
+}  // namespace mgbench::report
