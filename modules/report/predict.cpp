@@ -60,17 +60,18 @@ struct StepCollectives {
 StepCollectives step_collectives(const MeasuredStep& m, const CommCosts& costs, int n, int nodes,
                                  const LinkAssumption* link, std::vector<std::string>& notes) {
   StepCollectives c;
+  const bool fsdp = m.plan.at(n).fully_sharded();
   const auto need = [&](std::optional<CollectiveCost>& cost, const std::vector<CollectiveCost>& measured,
                         const char* name) {
     cost = cost_at(measured, name, n, nodes, link);
     if (!cost && c.missing == nullptr) c.missing = name;
   };
-  if (m.fsdp) {
+  if (fsdp) {
     need(c.all_gather, costs.all_gather, "all-gather");
     need(c.reduce_scatter, costs.reduce_scatter, "reduce-scatter");
   }
-  if (!m.fsdp) need(c.all_reduce, costs.all_reduce, "all-reduce");
-  if (m.fsdp && m.loss_allreduce_bytes > 0) c.all_reduce = cost_at(costs.all_reduce, "all-reduce", n, nodes, link);
+  if (!fsdp) need(c.all_reduce, costs.all_reduce, "all-reduce");
+  if (fsdp && m.loss_allreduce_bytes > 0) c.all_reduce = cost_at(costs.all_reduce, "all-reduce", n, nodes, link);
   if (!m.buffer_broadcast_bytes.empty()) c.broadcast = cost_at(costs.broadcast, "broadcast", n, nodes, link);
   // The step's small extras: left out where unmeasured, saying so.
   const auto unpriced = [&](const char* what, const char* collective) {
@@ -139,7 +140,8 @@ std::optional<StepCollectives> priced_collectives(const MeasuredStep& m, const C
                                   c.missing, placement(n, nodes), comm_command(n, nodes, c.missing)));
       return std::nullopt;
     }
-    if (nodes > 1 && link != nullptr && (m.fsdp ? c.all_gather : c.all_reduce)->source().rfind("assumed", 0) == 0) {
+    const bool fsdp = m.plan.at(n).fully_sharded();
+    if (nodes > 1 && link != nullptr && (fsdp ? c.all_gather : c.all_reduce)->source().rfind("assumed", 0) == 0) {
       notes.push_back(fmt::format("{}: the assumed link {} priced the collectives across nodes too",
                                   placement(n, nodes), link->name));
     }
@@ -162,25 +164,26 @@ double exposed_s(const std::optional<CollectiveCost>& cost, const std::vector<do
 /// times and the limiting phase.
 void price(Prediction& p, const MeasuredStep& m, const BaseShape& shape, const StepCollectives& c) {
   const int n = p.ranks;
+  const axes::ParallelPlan plan = m.plan.at(n);
   const axes::StrategyInfo& strategy = *p.strategy;
   const auto& [all_reduce, all_gather, reduce_scatter, broadcast, missing] = c;
-  p.comm_source =
-      n == 1   ? "none (1 rank)"
-      : m.fsdp ? fmt::format("all-gather: {}; reduce-scatter: {}", all_gather->source(), reduce_scatter->source())
-               : all_reduce->source();
+  p.comm_source = n == 1                 ? "none (1 rank)"
+                  : plan.fully_sharded() ? fmt::format("all-gather: {}; reduce-scatter: {}", all_gather->source(),
+                                                       reduce_scatter->source())
+                                         : all_reduce->source();
   if (broadcast && broadcast->source() != p.comm_source) p.comm_source += "; broadcast: " + broadcast->source();
   p.steps = shape.steps_at(strategy, n);
   // ddp-rr: every rank loads and copies every batch (the loop charges them to its next step).
   const double loads = strategy.loads_every_batch ? n : 1;
   // FSDP's optimizer updates this rank's shards: 1/n of the parameters.
-  const double optimizer_s = m.fsdp ? m.optimizer_s / n : m.optimizer_s;
+  const double optimizer_s = m.optimizer_s / plan.shard_world();
   p.compute_s = m.h2d_s * loads + m.transform_s + m.forward_s + m.backward_s + optimizer_s + m.other_s;
   p.data_s = m.data_s * loads;
   // FSDP's per micro-batch, grad_accum of them a step.
   const double micro_batches = static_cast<double>(shape.grad_accum);
   p.allgather_s = micro_batches * exposed_s(all_gather, m.allgather_bytes, p.fsdp_overlap);
   p.reducescatter_s = micro_batches * exposed_s(reduce_scatter, m.reducescatter_bytes, p.fsdp_overlap);
-  p.allreduce_s = m.fsdp ? 0.0 : exposed_s(all_reduce, shape.buckets, p.scaling.overlap);
+  p.allreduce_s = plan.fully_sharded() ? 0.0 : exposed_s(all_reduce, shape.buckets, p.scaling.overlap);
   // Neither overlaps compute: the forward waits for the buffers, the optimizer for the normaliser.
   p.buffer_broadcast_s = micro_batches * exposed_s(broadcast, m.buffer_broadcast_bytes, 0.0);
   p.loss_reduce_s = m.loss_allreduce_bytes > 0 ? exposed_s(all_reduce, {m.loss_allreduce_bytes}, 0.0) : 0.0;
@@ -221,8 +224,9 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       if (r->display("strategy") == strategy.name) same_strategy.push_back(r);
     }
     const MeasuredScaling scaling = measure_scaling(same_strategy.empty() ? multi_rank : same_strategy);
-    const double fsdp_overlap =
-        m.fsdp ? measure_fsdp_overlap(m, same_strategy.empty() ? multi_rank : same_strategy) : 0;
+    const double fsdp_overlap = m.plan.sharding == axes::Sharding::kFsdp
+                                    ? measure_fsdp_overlap(m, same_strategy.empty() ? multi_rank : same_strategy)
+                                    : 0;
     double one_rank_total = NAN;
     for (const std::int64_t ranks_n : ranks) {
       const int n = static_cast<int>(ranks_n);

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "axes/parallel_plan.h"
 #include "axes/precision.h"
 #include "axes/strategy.h"
 #include "core/option_table.h"
@@ -54,14 +55,19 @@ std::vector<double> gradient_buckets(double gradient_bytes, double first_bucket_
 /// value when this mgbench does not know it (a run of a newer mgbench, a damaged file).
 const axes::PrecisionInfo& precision_of(const results::RunRecord& run);
 
+/// The parallel plan a run ran with (axes/parallel_plan.h): its world_size, `sharding` (absent: none,
+/// runs before FSDP) and `reshard_after_forward` (absent: true). Throws ResultsError naming the run
+/// and the value for a sharding this mgbench does not know.
+axes::ParallelPlan parallel_plan_of(const results::RunRecord& run);
+
 /// What a 1-rank run says about its workload, per optimizer step (averages over all its steps).
 struct MeasuredStep {
   double data_s = 0, h2d_s = 0, transform_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, other_s = 0;
   double eval_s = 0;     // per evaluated epoch
   double startup_s = 0;  // total_s - train_s - eval_s
   std::int64_t evaluated_epochs = 0;
-  double gradient_bytes = 0;                // trainable parameters x the bytes of the gradients' dtype
-  bool fsdp = false;                        // --sharding fsdp: the collectives below instead of the all-reduce
+  double gradient_bytes = 0;  // trainable parameters x the bytes of the gradients' dtype
+  axes::ParallelPlan plan;    // the run's (1 rank); plan.at(n) at n ranks: FSDP's collectives or the all-reduce
   std::vector<double> allgather_bytes;      // fsdp: a micro-batch's all-gathers (fsdp_allgather_bytes)
   std::vector<double> reducescatter_bytes;  // fsdp: a micro-batch's reduce-scatters
   std::vector<double>

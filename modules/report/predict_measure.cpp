@@ -26,6 +26,21 @@ const axes::PrecisionInfo& precision_of(const results::RunRecord& r) {
   }
 }
 
+axes::ParallelPlan parallel_plan_of(const results::RunRecord& r) {
+  axes::ParallelPlan plan;
+  plan.world = static_cast<int>(r.integer("world_size").value_or(1));
+  const std::string sharding = r.display("sharding");
+  if (!sharding.empty()) {
+    const auto rows = axes::sharding_choices();
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& c) { return c.name == sharding; });
+    MGBENCH_REQUIRE(row != rows.end(), ResultsError, "run {} ({}): sharding '{}' is not one this mgbench knows ({})",
+                    r.run_id, r.file, sharding, options::join_names(options::names_of(rows)));
+    plan.sharding = row->value;
+  }
+  plan.reshard_after_forward = r.display("reshard_after_forward") != "false";
+  return plan;
+}
+
 namespace {
 
 /// A comma-separated list of byte counts (the fsdp_*_bytes attributes); "" is none. Throws
@@ -101,8 +116,8 @@ MeasuredStep measure_step(const results::RunRecord& r) {
                      axes::dtype_info(precision_of(r).gradient_dtype()).bytes;
   m.buffer_broadcast_bytes = recorded_byte_list(r, "buffer_broadcast_bytes");
   m.loss_allreduce_bytes = static_cast<double>(r.integer("loss_allreduce_bytes").value_or(0));
-  m.fsdp = r.display("sharding") == "fsdp";
-  if (m.fsdp) {
+  m.plan = parallel_plan_of(r);
+  if (m.plan.sharding == axes::Sharding::kFsdp) {
     m.allgather_bytes = byte_list(r, "fsdp_allgather_bytes");
     m.reducescatter_bytes = byte_list(r, "fsdp_reducescatter_bytes");
     MGBENCH_REQUIRE(!m.allgather_bytes.empty(), ResultsError, "run {} ({}): fsdp_allgather_bytes is empty", r.run_id,
@@ -147,7 +162,7 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
 double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
   double window = 0, exposed = 0;
   for (const auto* r : multi_rank) {
-    if (r->display("sharding") != "fsdp") continue;
+    if (parallel_plan_of(*r).sharding != axes::Sharding::kFsdp) continue;
     for (const auto& rank : r->epochs) {
       for (const auto& e : rank) {
         if (e.steps <= 0) continue;

@@ -48,7 +48,7 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
   };
   write_table(out, columns, predictions, /*csv=*/false);
   for (const auto& p : predictions) {
-    if (p.ranks > 1 && p.base->display("sharding") == "fsdp") {
+    if (parallel_plan_of(*p.base).at(p.ranks).fully_sharded()) {
       const MeasuredStep m = measure_step(*p.base);
       out << fmt::format(
           "# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as the base recorded them; "

@@ -301,6 +301,24 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   EXPECT_NEAR(p[0].epoch_s, 10 * (0.2 + 0.0015) * 1.2, 1e-12);
 }
 
+// The plan a run ran with, as the predictor reads it: its sharding and reshard_after_forward, FSDP
+// only from 2 ranks on; a sharding this mgbench does not know is refused, naming the run.
+TEST(Predict, ReadsTheRunsParallelPlan) {
+  results::RunRecord run = hand_made_run();
+  EXPECT_EQ(report::parallel_plan_of(run).sharding, axes::Sharding::kNone);  // before --sharding: none
+  h5::merge_attributes(run.attributes,
+                       {{"sharding", std::string("fsdp")}, {"reshard_after_forward", std::string("false")}});
+  const axes::ParallelPlan plan = report::parallel_plan_of(run);
+  EXPECT_EQ(plan.sharding, axes::Sharding::kFsdp);
+  EXPECT_FALSE(plan.reshard_after_forward);
+  EXPECT_FALSE(plan.fully_sharded());  // the 1-rank base
+  EXPECT_TRUE(plan.at(2).fully_sharded());
+  h5::merge_attributes(run.attributes, {{"sharding", std::string("zero3")}});
+  test::expect_error<ResultsError>(
+      [&] { report::parallel_plan_of(run); },
+      {"run base (hand.h5)", "sharding 'zero3' is not one this mgbench knows (none or fsdp)"});
+}
+
 // --sharding fsdp: per micro-batch the all-gathers and reduce-scatters the run recorded, each at
 // the measured (or assumed) cost of its size at n ranks, instead of the all-reduce; the optimizer on
 // 1/n of the parameters; the share hidden from a measured multi-rank FSDP run's forward + backward.
