@@ -3,8 +3,8 @@
 namespace mgbench::models {
 
 // The models' factories, each in its model's file.
-ImageClassifier make_mobilenet_v2(const ImageModelOptions& options);  // mobilenet_v2.cpp
-ImageClassifier make_resnet50(const ImageModelOptions& options);      // resnet.cpp
+std::shared_ptr<ImageClassifier> make_mobilenet_v2(const ImageModelOptions& options);  // mobilenet_v2.cpp
+std::shared_ptr<ImageClassifier> make_resnet50(const ImageModelOptions& options);      // resnet.cpp
 
 namespace {
 

@@ -16,9 +16,21 @@ namespace nn = torch::nn;
 constexpr std::int64_t kSettings[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
                                           {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
 
-// A contiguous [N, 1, H, W] tensor viewed with channels_last strides (H*W, 1, W, 1): the same bytes.
-torch::Tensor single_channel_as_channels_last(const torch::Tensor& t) {
-  return t.as_strided(t.sizes(), {t.size(2) * t.size(3), 1, t.size(3), 1});
+void init_weights(nn::Module& model) {
+  // torchvision's initialisation. Not part of reset(): a clone overwrites the values anyway.
+  torch::NoGradGuard no_grad;
+  for (auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* conv = m->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut);
+      if (conv->bias.defined()) nn::init::zeros_(conv->bias);
+    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    } else if (auto* linear = m->as<nn::Linear>()) {
+      nn::init::normal_(linear->weight, 0.0, 0.01);
+      nn::init::zeros_(linear->bias);
+    }
+  }
 }
 
 }  // namespace
@@ -67,16 +79,16 @@ torch::Tensor InvertedResidualImpl::forward(const torch::Tensor& x) {
   return residual ? x + conv_->forward(x) : conv_->forward(x);
 }
 
-MobileNetV2Impl::MobileNetV2Impl(const MobileNetV2Options& options) : options_(options) {
+MobileNetV2Impl::MobileNetV2Impl(const MobileNetV2Options& options) : ImageClassifierImpl(options) {
   if (!(options.width_mult > 0) || options.num_classes < 1 || options.dropout < 0 || options.dropout >= 1) {
     throw std::invalid_argument("MobileNetV2: width_mult > 0, num_classes >= 1 and dropout in [0, 1) required");
   }
   reset();
-  init_weights();
+  init_weights(*this);
 }
 
 void MobileNetV2Impl::reset() {
-  const auto& options = options_;
+  const auto& options = this->options();
   std::int64_t input_channel = make_divisible(32 * options.width_mult, options.round_nearest);
   const std::int64_t last_channel = make_divisible(1280 * std::max(1.0, options.width_mult), options.round_nearest);
 
@@ -96,42 +108,12 @@ void MobileNetV2Impl::reset() {
   register_module("classifier", classifier_);
 }
 
-void MobileNetV2Impl::init_weights() {
-  // torchvision's initialisation. Not part of reset(): a clone overwrites the values anyway.
-  torch::NoGradGuard no_grad;
-  for (auto& m : modules(/*include_self=*/false)) {
-    if (auto* conv = m->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut);
-      if (conv->bias.defined()) nn::init::zeros_(conv->bias);
-    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    } else if (auto* linear = m->as<nn::Linear>()) {
-      nn::init::normal_(linear->weight, 0.0, 0.01);
-      nn::init::zeros_(linear->bias);
-    }
-  }
-}
-
 torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& input_images) {
   const torch::Tensor x = enter(0, input_images);  // the root: stem, last convolution, classifier
   torch::Tensor h;
   auto& stem = *(*features_)[0]->as<ConvBNReLU6Impl>();
   if (x.size(1) == 1) {
-    const auto* stem_conv = stem.conv.get();
-    const auto& o = stem_conv->options;
-    torch::Tensor input = x;
-    torch::Tensor weight = stem_conv->weight.sum(1, /*keepdim=*/true);
-    // A 1-channel tensor is contiguous in both layouts, and PyTorch reads NCHW strides as NCHW: the
-    // convolution then runs oneDNN's im2col + GEMM path and returns NCHW. In a channels_last model,
-    // give input and weight channels_last strides (the same bytes): oneDNN's direct NHWC kernel,
-    // 4x faster at 64 px (forward + backward), and an NHWC output for the later convolutions.
-    if (!stem_conv->weight.is_contiguous() && stem_conv->weight.is_contiguous(torch::MemoryFormat::ChannelsLast)) {
-      input = single_channel_as_channels_last(x.contiguous());
-      weight = single_channel_as_channels_last(weight.contiguous());
-    }
-    h = torch::conv2d(input, weight, /*bias=*/{}, o.stride(), std::get<torch::ExpandingArray<2>>(o.padding()));
-    h = stem.relu(stem.bn(h));
+    h = stem.relu(stem.bn(stem_convolution(x, *stem.conv)));
   } else {
     h = stem.forward(x);
   }
@@ -145,46 +127,23 @@ torch::Tensor MobileNetV2Impl::forward(const torch::Tensor& input_images) {
 
 std::vector<ParameterUnit> MobileNetV2Impl::parameter_units() {
   std::vector<ParameterUnit> units;
-  const auto add = [](ParameterUnit& unit, const torch::nn::Module& module, const std::string& prefix) {
-    for (const auto& item : module.named_parameters()) {
-      unit.names.push_back(prefix + item.key());
-      unit.parameters.push_back(item.value());
-    }
-  };
   const std::size_t last = features_->size() - 1;
   ParameterUnit root{"root", {}, {}, {}, /*reshard_after_forward=*/false};
-  add(root, *(*features_)[0], "features.0.");
-  add(root, *(*features_)[last], fmt::format("features.{}.", last));
-  add(root, *classifier_, "classifier.");
+  add_parameters(root, *(*features_)[0], "features.0.");
+  add_parameters(root, *(*features_)[last], fmt::format("features.{}.", last));
+  add_parameters(root, *classifier_, "classifier.");
   units.push_back(std::move(root));
   for (std::size_t i = 1; i < last; ++i) {
     ParameterUnit block{fmt::format("features.{}", i), {}, {}, {}, true};
-    add(block, *(*features_)[i], fmt::format("features.{}.", i));
+    add_parameters(block, *(*features_)[i], fmt::format("features.{}.", i));
     units.push_back(std::move(block));
   }
   return units;
 }
 
-void MobileNetV2Impl::set_batchnorm_frozen(bool frozen) {
-  batchnorm_frozen_ = frozen;
-  train(is_training());
-}
-
-void MobileNetV2Impl::train(bool on) {
-  nn::Module::train(on);
-  if (on && batchnorm_frozen_) {
-    for (auto& m : modules(/*include_self=*/false)) {
-      if (m->as<nn::BatchNorm2d>() != nullptr) m->eval();
-    }
-  }
-}
-
-ImageClassifier make_mobilenet_v2(const ImageModelOptions& o) {
-  MobileNetV2 net(MobileNetV2Options{o.num_classes, o.width_mult, o.dropout});
-  net->set_batchnorm_frozen(o.freeze_batchnorm);
-  return {net.ptr(),
-          [](torch::nn::Module& m, const torch::Tensor& x) { return static_cast<MobileNetV2Impl&>(m).forward(x); },
-          net.get()};
+std::shared_ptr<ImageClassifier> make_mobilenet_v2(const ImageModelOptions& o) {
+  return make_image_classifier<MobileNetV2Impl>(MobileNetV2Options{o.num_classes, o.width_mult, o.dropout},
+                                                o.freeze_batchnorm);
 }
 
 }  // namespace mgbench::models

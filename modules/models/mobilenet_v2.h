@@ -4,15 +4,13 @@
 //   features.0 = Conv-BN-ReLU6 stem (3 -> 32 * width, stride 2), features.1..17 = inverted
 //   residual blocks (features.i.conv.*), features.18 = 1x1 Conv-BN-ReLU6 to 1280 * max(1, width),
 //   classifier.0 = Dropout, classifier.1 = Linear.
-//
-// Grayscale input: the stem keeps torchvision's 3 input channels. A 1-channel image x enters as
-// if replicated into 3 channels: conv(repeat(x, 3), W) = conv(x, sum_c W[:, c]), which the stem
-// computes directly (a third of the stem's input traffic and FLOPs, same result and gradients).
+// An ImageClassifier (models/image_classifier.h): grayscale input through the stem's summed weight,
+// frozen BatchNorm, FSDP unit hooks and channels-last come from there.
 #include <cstdint>
 
 #include <torch/torch.h>
 
-#include "models/parameter_units.h"
+#include "models/image_classifier.h"
 
 namespace mgbench::models {
 
@@ -61,45 +59,23 @@ class InvertedResidualImpl : public torch::nn::Cloneable<InvertedResidualImpl> {
 };
 TORCH_MODULE(InvertedResidual);
 
-class MobileNetV2Impl : public torch::nn::Cloneable<MobileNetV2Impl>, public ShardableModel {
+class MobileNetV2Impl : public ImageClassifierImpl<MobileNetV2Impl, MobileNetV2Options> {
  public:
   /// Throws std::invalid_argument for width_mult <= 0, num_classes < 1 or dropout outside [0, 1).
   explicit MobileNetV2Impl(const MobileNetV2Options& options = {});
-  /// Builds the layers (Cloneable's contract); the constructor then applies torchvision's initialisation.
-  void reset() override;
+  void reset() override;  // builds features (stem, inverted-residual blocks, last 1x1 convolution), classifier
+  torch::Tensor forward(const torch::Tensor& x) override;
 
-  /// x: [B, 1 or 3, H, W] (any H, W >= 1; the network downsamples by 32 before global pooling),
-  /// dtype of the parameters. Returns logits [B, num_classes]. Activations follow the layout of
-  /// the weights (see to_channels_last in state_dict.h).
-  torch::Tensor forward(const torch::Tensor& x);
-
-  /// Keeps the BatchNorm layers in eval mode (running statistics fixed, no batch statistics)
-  /// even in train(): per-sample computation then no longer depends on the batch, which
-  /// makes distributed runs comparable to single-rank runs exactly.
-  void set_batchnorm_frozen(bool frozen);
-  void train(bool on = true) override;
-
-  const MobileNetV2Options& options() const { return options_; }
-
-  /// FSDP units (train/parallel/fsdp.h), as FSDP2 wraps a CNN block by block: 0 the root -- the stem
-  /// (features.0), the last 1x1 convolution (features.18) and the classifier, gathered before the
-  /// stem and kept through backward (FSDP2 does not reshard the root after forward) -- then 1..17
-  /// the inverted-residual blocks features.1..17. BatchNorm's buffers are not sharded.
+  /// FSDP units (train/parallel/fsdp.h), as ImageClassifier says: 0 the root -- the stem (features.0),
+  /// the last 1x1 convolution (features.18) and the classifier -- then 1..17 the inverted-residual
+  /// blocks features.1..17.
   std::vector<ParameterUnit> parameter_units() override;
-  void set_unit_hooks(UnitHooks* hooks) override { hooks_ = hooks; }
 
  private:
-  void init_weights();
-
-  MobileNetV2Options options_;
-  UnitHooks* hooks_ = nullptr;  // not owned; copied by clone(), which --strategy dp (never sharded) uses
-  torch::Tensor enter(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->before_forward(unit, x) : x; }
-  torch::Tensor leave(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->after_forward(unit, x) : x; }
   // Layers are always reached through these registered children (never cached pointers into
   // them): cloning replaces the children's contents.
   torch::nn::Sequential features_{nullptr};    // 0: stem (conv_bn_relu6), 1..N-2: blocks, N-1: head
   torch::nn::Sequential classifier_{nullptr};  // 0: Dropout, 1: Linear
-  bool batchnorm_frozen_ = false;
 };
 TORCH_MODULE(MobileNetV2);
 

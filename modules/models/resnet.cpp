@@ -21,9 +21,18 @@ nn::Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int
   return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
 }
 
-// A contiguous [N, 1, H, W] tensor viewed with channels_last strides (H*W, 1, W, 1): the same bytes.
-torch::Tensor single_channel_as_channels_last(const torch::Tensor& t) {
-  return t.as_strided(t.sizes(), {t.size(2) * t.size(3), 1, t.size(3), 1});
+void init_weights(nn::Module& model) {
+  // torchvision's initialisation, over modules() in registration order as torchvision's loop; the
+  // Linear keeps its default initialisation. Not part of reset(): a clone overwrites the values anyway.
+  torch::NoGradGuard no_grad;
+  for (auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* c = m->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, /*a=*/0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
 }
 
 }  // namespace
@@ -56,13 +65,13 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   return torch::relu_(out);
 }
 
-ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
+ResNetImpl::ResNetImpl(const ResNetOptions& options) : ImageClassifierImpl(options) {
   const bool empty_stage = std::any_of(options.blocks.begin(), options.blocks.end(), [](auto n) { return n < 1; });
   if (options.num_classes < 1 || empty_stage) {
     throw std::invalid_argument("ResNet: num_classes >= 1 and at least one block per stage required");
   }
   reset();
-  init_weights();
+  init_weights(*this);
 }
 
 void ResNetImpl::reset() {
@@ -73,48 +82,18 @@ void ResNetImpl::reset() {
   for (std::size_t stage = 0; stage < layers_.size(); ++stage) {
     const std::int64_t planes = kStagePlanes[stage];
     layers_[stage] = nn::Sequential();
-    for (std::int64_t i = 0; i < options_.blocks[stage]; ++i) {
+    for (std::int64_t i = 0; i < options().blocks[stage]; ++i) {
       const std::int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
       layers_[stage]->push_back(Bottleneck(channels, planes, stride));
       channels = planes * BottleneckImpl::kExpansion;
     }
     register_module(fmt::format("layer{}", stage + 1), layers_[stage]);
   }
-  fc_ = register_module("fc", nn::Linear(channels, options_.num_classes));
-}
-
-void ResNetImpl::init_weights() {
-  // torchvision's initialisation, over modules() in registration order as torchvision's loop; the
-  // Linear keeps its default initialisation. Not part of reset(): a clone overwrites the values anyway.
-  torch::NoGradGuard no_grad;
-  for (auto& m : modules(/*include_self=*/false)) {
-    if (auto* c = m->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(c->weight, /*a=*/0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(bn->weight);
-      nn::init::zeros_(bn->bias);
-    }
-  }
+  fc_ = register_module("fc", nn::Linear(channels, options().num_classes));
 }
 
 torch::Tensor ResNetImpl::stem(const torch::Tensor& x) {
-  torch::Tensor input = x;
-  torch::Tensor weight = conv1_->weight;
-  if (x.size(1) == 1) {
-    weight = weight.sum(1, /*keepdim=*/true);
-    // A 1-channel tensor is contiguous in both layouts, and PyTorch reads it as NCHW: in a
-    // channels_last model give input and summed weight channels_last strides (the same bytes), so
-    // oneDNN runs its NHWC kernel and the later convolutions get an NHWC input (mobilenet_v2.cpp).
-    const torch::Tensor& w = conv1_->weight;
-    if (!w.is_contiguous() && w.is_contiguous(torch::MemoryFormat::ChannelsLast)) {
-      input = single_channel_as_channels_last(x.contiguous());
-      weight = single_channel_as_channels_last(weight.contiguous());
-    }
-  }
-  const auto& o = conv1_->options;
-  torch::Tensor h =
-      torch::conv2d(input, weight, /*bias=*/{}, o.stride(), std::get<torch::ExpandingArray<2>>(o.padding()));
-  h = bn1_(h).relu_();
+  torch::Tensor h = bn1_(stem_convolution(x, *conv1_)).relu_();
   return torch::max_pool2d(h, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
 }
 
@@ -133,53 +112,29 @@ torch::Tensor ResNetImpl::forward(const torch::Tensor& input_images) {
 
 std::vector<ParameterUnit> ResNetImpl::parameter_units() {
   std::vector<ParameterUnit> units;
-  const auto add = [](ParameterUnit& unit, const torch::nn::Module& module, const std::string& prefix) {
-    for (const auto& item : module.named_parameters()) {
-      unit.names.push_back(prefix + item.key());
-      unit.parameters.push_back(item.value());
-    }
-  };
   ParameterUnit root{"root", {}, {}, {}, /*reshard_after_forward=*/false};
-  add(root, *conv1_, "conv1.");
-  add(root, *bn1_, "bn1.");
-  add(root, *fc_, "fc.");
+  add_parameters(root, *conv1_, "conv1.");
+  add_parameters(root, *bn1_, "bn1.");
+  add_parameters(root, *fc_, "fc.");
   units.push_back(std::move(root));
   for (std::size_t stage = 0; stage < layers_.size(); ++stage) {
     for (std::size_t i = 0; i < layers_[stage]->size(); ++i) {
       const std::string name = fmt::format("layer{}.{}", stage + 1, i);
       ParameterUnit block{name, {}, {}, {}, true};
-      add(block, *(*layers_[stage])[i], name + ".");
+      add_parameters(block, *(*layers_[stage])[i], name + ".");
       units.push_back(std::move(block));
     }
   }
   return units;
 }
 
-void ResNetImpl::set_batchnorm_frozen(bool frozen) {
-  batchnorm_frozen_ = frozen;
-  train(is_training());
-}
-
-void ResNetImpl::train(bool on) {
-  nn::Module::train(on);
-  if (on && batchnorm_frozen_) {
-    for (auto& m : modules(/*include_self=*/false)) {
-      if (m->as<nn::BatchNorm2d>() != nullptr) m->eval();
-    }
-  }
-}
-
-ImageClassifier make_resnet50(const ImageModelOptions& o) {
+std::shared_ptr<ImageClassifier> make_resnet50(const ImageModelOptions& o) {
   if (o.width_mult != 1.0) {
     throw std::invalid_argument(
         fmt::format("--width-mult {}: resnet50 has torchvision's fixed widths; only 1 is accepted", o.width_mult));
   }
   // o.dropout is ignored: torchvision's ResNet has no dropout (the image recipe always passes one).
-  ResNet net(ResNetOptions{o.num_classes});
-  net->set_batchnorm_frozen(o.freeze_batchnorm);
-  return {net.ptr(),
-          [](torch::nn::Module& m, const torch::Tensor& x) { return static_cast<ResNetImpl&>(m).forward(x); },
-          net.get()};
+  return make_image_classifier<ResNetImpl>(ResNetOptions{o.num_classes}, o.freeze_batchnorm);
 }
 
 }  // namespace mgbench::models

@@ -14,10 +14,8 @@
 // drawn in torchvision's order, so the same seed gives torchvision's weights bit for bit (tested).
 // Every BatchNorm2d has its num_batches_tracked buffer (int64), as in torchvision's state dict.
 // 25,557,032 parameters with 1000 classes; 23,528,522 with 10.
-//
-// Grayscale input: the stem keeps torchvision's 3 input channels. A 1-channel image x enters as
-// if replicated into 3 channels: conv(repeat(x, 3), W) = conv(x, sum_c W[:, c]), which the stem
-// computes directly, as MobileNetV2's stem does (models/mobilenet_v2.h).
+// An ImageClassifier (models/image_classifier.h): grayscale input through the stem's summed weight,
+// frozen BatchNorm, FSDP unit hooks and channels-last come from there, as for MobileNetV2.
 //
 // ResNet-50 has no dropout and no width multiplier: its factory (`--model resnet50`) ignores
 // --dropout and refuses --width-mult other than 1.
@@ -26,7 +24,7 @@
 
 #include <torch/torch.h>
 
-#include "models/parameter_units.h"
+#include "models/image_classifier.h"
 
 namespace mgbench::models {
 
@@ -61,47 +59,27 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
 };
 TORCH_MODULE(Bottleneck);
 
-class ResNetImpl : public torch::nn::Cloneable<ResNetImpl>, public ShardableModel {
+class ResNetImpl : public ImageClassifierImpl<ResNetImpl, ResNetOptions> {
  public:
   /// Throws std::invalid_argument for num_classes < 1 or a stage without blocks.
   explicit ResNetImpl(const ResNetOptions& options = {});
-  /// Builds the layers (Cloneable's contract); the constructor then applies torchvision's initialisation.
-  void reset() override;
+  void reset() override;  // builds conv1, bn1, layer1..4 and fc, in torchvision's order
+  torch::Tensor forward(const torch::Tensor& x) override;
 
-  /// x: [B, 1 or 3, H, W] (any H, W >= 1; the network downsamples by 32 before global pooling),
-  /// dtype of the parameters. Returns logits [B, num_classes]. Activations follow the layout of
-  /// the weights (see to_channels_last in state_dict.h).
-  torch::Tensor forward(const torch::Tensor& x);
-
-  /// Keeps the BatchNorm layers in eval mode (running statistics fixed, no batch statistics)
-  /// even in train(): per-sample computation then no longer depends on the batch.
-  void set_batchnorm_frozen(bool frozen);
-  void train(bool on = true) override;
-
-  const ResNetOptions& options() const { return options_; }
-
-  /// FSDP units (train/parallel/fsdp.h), as FSDP2 wraps a CNN block by block: 0 the root -- the stem
-  /// (conv1, bn1) and fc, gathered before the stem and kept through backward (FSDP2 does not
-  /// reshard the root after forward) -- then one unit per Bottleneck block in forward order
-  /// (layer1.0 .. layer4.2: 16 for ResNet-50). BatchNorm's buffers are not sharded.
+  /// FSDP units (train/parallel/fsdp.h), as ImageClassifier says: 0 the root -- the stem (conv1, bn1)
+  /// and fc -- then one unit per Bottleneck block in forward order (layer1.0 .. layer4.2: 16 for
+  /// ResNet-50).
   std::vector<ParameterUnit> parameter_units() override;
-  void set_unit_hooks(UnitHooks* hooks) override { hooks_ = hooks; }
 
  private:
-  void init_weights();
   torch::Tensor stem(const torch::Tensor& x);
 
-  ResNetOptions options_;
-  UnitHooks* hooks_ = nullptr;  // not owned; copied by clone(), which --strategy dp (never sharded) uses
-  torch::Tensor enter(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->before_forward(unit, x) : x; }
-  torch::Tensor leave(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->after_forward(unit, x) : x; }
   // Layers are always reached through these registered children (never cached pointers into
   // their elements): cloning replaces the children's contents.
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::BatchNorm2d bn1_{nullptr};
   std::array<torch::nn::Sequential, 4> layers_{nullptr, nullptr, nullptr, nullptr};  // "layer1".."layer4"
   torch::nn::Linear fc_{nullptr};
-  bool batchnorm_frozen_ = false;
 };
 TORCH_MODULE(ResNet);
 

@@ -8,6 +8,7 @@
 #include <thread>
 #include <tuple>
 
+#include "models/image_classifier.h"
 #include "models/image_models.h"
 #include "models/mobilenet_v2.h"
 #include "train/precision.h"
@@ -23,12 +24,23 @@ models::MobileNetV2 small_model() {
   return m;
 }
 
-/// The model as the image recipe hands it to DataParallel (models/image_models.h).
-models::ImageClassifier classifier(const models::MobileNetV2& m) {
-  return {m.ptr(), [](torch::nn::Module& net, const torch::Tensor& x) {
-            return static_cast<models::MobileNetV2Impl&>(net).forward(x);
-          }};
-}
+/// The model as the image recipe hands it to DataParallel (models/image_classifier.h).
+std::shared_ptr<models::ImageClassifier> classifier(const models::MobileNetV2& m) { return m.ptr(); }
+
+/// Records, on entering the first block (once a forward), the autocast state, grad mode and thread.
+struct RecordingHooks : models::UnitHooks {
+  std::mutex mutex;
+  std::vector<std::tuple<bool, bool, std::thread::id>> seen;
+  torch::Tensor before_forward(int unit, const torch::Tensor& input) override {
+    if (unit == 1) {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.emplace_back(at::autocast::is_autocast_enabled(torch::kCPU), torch::GradMode::is_enabled(),
+                        std::this_thread::get_id());
+    }
+    return input;
+  }
+  torch::Tensor after_forward(int, const torch::Tensor& output) override { return output; }
+};
 
 TEST(MobileNetV2, CloneIsADeepCopyWithTheSameFunction) {
   models::MobileNetV2 m = small_model();
@@ -102,24 +114,18 @@ TEST(DataParallel, EveryReplicaRunsUnderTheCallersAutocast) {
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(torch::equal(out.narrow(0, 2, 2), expected));  // the replica computed in bf16 as the model does
   EXPECT_EQ(dp.forward(x).scalar_type(), torch::kFloat32);   // and outside autocast in fp32
-  // Each replica sees the caller's autocast state and grad mode, on a thread of its own.
-  std::mutex mutex;
-  std::vector<std::tuple<bool, bool, std::thread::id>> seen;
-  models::ImageClassifier recording = classifier(model);
-  recording.forward = [&](torch::nn::Module& net, const torch::Tensor& in) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      seen.emplace_back(at::autocast::is_autocast_enabled(torch::kCPU), torch::GradMode::is_enabled(),
-                        std::this_thread::get_id());
-    }
-    return static_cast<models::MobileNetV2Impl&>(net).forward(in);
-  };
-  train::DataParallel recorded(recording, {torch::kCPU, torch::kCPU, torch::kCPU});
+  // Each replica sees the caller's autocast state and grad mode, on a thread of its own: the unit
+  // hooks record them, and the replicas share them (clone copies the pointer).
+  RecordingHooks hooks;
+  model->set_unit_hooks(&hooks);
+  train::DataParallel recorded(classifier(model), {torch::kCPU, torch::kCPU, torch::kCPU});
   {
     const train::AutocastScope autocast(axes::precision_info(axes::Precision::kAmpBf16), torch::kCPU);
     torch::NoGradGuard no_grad;
     recorded.forward(torch::rand({3, 1, 32, 32}));
   }
+  model->set_unit_hooks(nullptr);
+  const auto& seen = hooks.seen;
   ASSERT_EQ(seen.size(), 3u);
   for (const auto& [autocast, grad, thread] : seen) {
     EXPECT_TRUE(autocast);
@@ -171,23 +177,28 @@ TEST(ImageModels, TheTableBuildsEveryModelWithItsOptions) {
     torch::manual_seed(0);
     // resnet50 has torchvision's fixed widths (it refuses any other --width-mult).
     const double width_mult = row.name == "resnet50" ? 1.0 : 0.25;
-    const models::ImageClassifier c = row.value({/*num_classes=*/7, width_mult, /*dropout=*/0.0});
-    ASSERT_NE(c.module, nullptr) << row.name;
-    c.module->eval();
-    const torch::Tensor logits = c.forward(*c.module, torch::rand({2, 1, 32, 32}));
+    const std::shared_ptr<models::ImageClassifier> c = row.value({/*num_classes=*/7, width_mult, /*dropout=*/0.0});
+    ASSERT_NE(c, nullptr) << row.name;
+    c->module().eval();
+    const torch::Tensor logits = c->forward(torch::rand({2, 1, 32, 32}));
     EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{2, 7})) << row.name;
-    auto clone = c.module->clone();  // Cloneable: --strategy dp replicates it
-    EXPECT_TRUE(torch::equal(c.forward(*clone, torch::ones({1, 1, 32, 32})),
-                             c.forward(*c.module, torch::ones({1, 1, 32, 32}))));
+    auto clone = c->clone_classifier();  // Cloneable: --strategy dp replicates it
+    const torch::Tensor ones = torch::ones({1, 1, 32, 32});
+    EXPECT_TRUE(torch::equal(clone->forward(ones), c->forward(ones)));
+    // --channels-last: every convolution weight NHWC, the same logits to rounding.
+    clone->to_channels_last();
+    for (const auto& p : clone->module().parameters()) {
+      EXPECT_TRUE(p.dim() != 4 || p.is_contiguous(torch::MemoryFormat::ChannelsLast)) << row.name;
+    }
+    EXPECT_TRUE(torch::allclose(clone->forward(ones), c->forward(ones), 1e-4, 1e-5)) << row.name;
     // --freeze-batchnorm: in train() BatchNorm uses its running statistics and leaves them as they are,
     // so a sample's logits do not depend on the rest of its batch.
-    const models::ImageClassifier frozen = row.value({7, width_mult, 0.0, /*freeze_batchnorm=*/true});
-    frozen.module->train();
+    const auto frozen = row.value({7, width_mult, 0.0, /*freeze_batchnorm=*/true});
+    frozen->module().train();
     const torch::Tensor x = torch::rand({4, 1, 32, 32});
-    const torch::Tensor all = frozen.forward(*frozen.module, x);
-    EXPECT_TRUE(torch::allclose(all.narrow(0, 0, 1), frozen.forward(*frozen.module, x.narrow(0, 0, 1)), 1e-5, 1e-6))
-        << row.name;
-    for (const auto& b : frozen.module->named_buffers()) {
+    const torch::Tensor all = frozen->forward(x);
+    EXPECT_TRUE(torch::allclose(all.narrow(0, 0, 1), frozen->forward(x.narrow(0, 0, 1)), 1e-5, 1e-6)) << row.name;
+    for (const auto& b : frozen->module().named_buffers()) {
       if (b.key().ends_with("running_mean")) {
         EXPECT_EQ(b.value().abs().sum().item<double>(), 0.0) << row.name << " " << b.key();
       }

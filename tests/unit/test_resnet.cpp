@@ -250,20 +250,20 @@ TEST(ResNet, TheTableRowTakesTheRecipesOptionsAndRefusesAWidth) {
   EXPECT_THROW({ ResNet empty_stage(ResNetOptions{10, {3, 0, 6, 3}}); }, std::invalid_argument);
   // The recipe's defaults: dropout 0.2 (ResNet has none: ignored); BatchNorm frozen on request.
   torch::manual_seed(0);
-  const ImageClassifier c = row.value({/*num_classes=*/7, /*width_mult=*/1.0, /*dropout=*/0.2, /*freeze=*/true});
-  ASSERT_NE(c.shardable, nullptr);
-  c.module->train();
-  for (const auto& m : c.module->modules(false)) {
+  const std::shared_ptr<ImageClassifier> c =
+      row.value({/*num_classes=*/7, /*width_mult=*/1.0, /*dropout=*/0.2, /*freeze=*/true});
+  c->module().train();
+  for (const auto& m : c->module().modules(false)) {
     if (m->as<torch::nn::BatchNorm2d>() != nullptr) {
       EXPECT_FALSE(m->is_training()) << "BatchNorm not frozen";
     }
   }
-  c.module->eval();
+  c->module().eval();
   const torch::Tensor x = torch::rand({2, 1, 32, 32});
-  const torch::Tensor logits = c.forward(*c.module, x);
+  const torch::Tensor logits = c->forward(x);
   EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{2, 7}));
-  auto clone = c.module->clone();  // Cloneable: --strategy dp replicates it
-  EXPECT_TRUE(torch::equal(c.forward(*clone, x), logits));
+  auto clone = c->clone_classifier();  // Cloneable: --strategy dp replicates it
+  EXPECT_TRUE(torch::equal(clone->forward(x), logits));
 }
 
 }  // namespace

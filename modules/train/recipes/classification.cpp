@@ -154,8 +154,8 @@ class ClassificationRecipe final : public Recipe {
     }
     load_datasets(ctx.train.seed);
     model_ = o.model({train_set_->num_classes(), o.width_mult, o.dropout, o.freeze_batchnorm});
-    models::to_device(*model_.module, ctx.device, dtype_);
-    if (o.channels_last) models::to_channels_last(*model_.module);
+    models::to_device(model_->module(), ctx.device, dtype_);
+    if (o.channels_last) model_->to_channels_last();
     if (ctx.train.strategy == axes::Strategy::kDp) {
       // One process over every visible GPU of the node, the model on the rank's GPU first.
       std::vector<torch::Device> devices{ctx.device};
@@ -179,18 +179,18 @@ class ClassificationRecipe final : public Recipe {
     return batch;
   }
 
-  torch::nn::Module& model() override { return *model_.module; }
-  models::ShardableModel* shardable_model() override { return model_.shardable; }
-  std::vector<torch::Tensor> trainable_parameters() override { return model_.module->parameters(); }
+  torch::nn::Module& model() override { return model_->module(); }
+  models::ShardableModel* shardable_model() override { return model_.get(); }
+  std::vector<torch::Tensor> trainable_parameters() override { return model_->module().parameters(); }
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
     std::vector<std::pair<std::string, torch::Tensor>> all;
-    for (const auto& p : model_.module->named_parameters()) all.emplace_back(p.key(), p.value());
-    for (const auto& b : model_.module->named_buffers()) all.emplace_back(b.key(), b.value());
+    for (const auto& p : model_->module().named_parameters()) all.emplace_back(p.key(), p.value());
+    for (const auto& b : model_->module().named_buffers()) all.emplace_back(b.key(), b.value());
     return all;
   }
   std::vector<torch::Tensor> shared_buffers() override {
     if (options_.freeze_batchnorm) return {};  // never updated: identical on every rank from the seed
-    return model_.module->buffers();
+    return model_->module().buffers();
   }
 
   LossNormalization loss_normalization() const override { return LossNormalization::kMeanPerMicroBatch; }
@@ -211,8 +211,7 @@ class ClassificationRecipe final : public Recipe {
   }
 
   MicroBatchLoss forward(const data::Batch& batch) override {
-    const torch::Tensor logits =
-        dp_ ? dp_->forward(batch.tensors[0]) : model_.forward(*model_.module, batch.tensors[0]);
+    const torch::Tensor logits = dp_ ? dp_->forward(batch.tensors[0]) : model_->forward(batch.tensors[0]);
     return {torch::nn::functional::cross_entropy(logits, batch.tensors[1]), 1.0, {}};
   }
 
@@ -224,7 +223,7 @@ class ClassificationRecipe final : public Recipe {
   }
   std::int64_t eval_terms() const override { return 2; }
   torch::Tensor eval_sums(const data::Batch& batch) override {
-    const torch::Tensor predicted = model_.forward(*model_.module, batch.tensors[0]).argmax(1);
+    const torch::Tensor predicted = model_->forward(batch.tensors[0]).argmax(1);
     const torch::Tensor correct = predicted.eq(batch.tensors[1]).sum().to(torch::kFloat64);
     return torch::stack({correct, torch::full({}, static_cast<double>(batch.samples), correct.options())});
   }
@@ -238,7 +237,7 @@ class ClassificationRecipe final : public Recipe {
 
   h5::Attributes attributes() const override {
     std::int64_t parameters = 0;
-    for (const auto& p : model_.module->parameters()) parameters += p.numel();
+    for (const auto& p : model_->module().parameters()) parameters += p.numel();
     return {{"model_parameters", parameters},
             {"train_samples", train_set_->size()},
             {"test_samples", test_set_->size()},
@@ -299,7 +298,7 @@ class ClassificationRecipe final : public Recipe {
   torch::Device device_ = torch::kCPU;
   std::unique_ptr<data::ImageDataset> train_set_;
   std::unique_ptr<data::ImageDataset> test_set_;
-  models::ImageClassifier model_;
+  std::shared_ptr<models::ImageClassifier> model_;
   std::optional<DataParallel> dp_;
 };
 

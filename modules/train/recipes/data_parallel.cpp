@@ -16,10 +16,10 @@
 
 namespace mgbench::train {
 
-DataParallel::DataParallel(models::ImageClassifier model, std::vector<torch::Device> devices)
+DataParallel::DataParallel(std::shared_ptr<models::ImageClassifier> model, std::vector<torch::Device> devices)
     : model_(std::move(model)), devices_(std::move(devices)) {
   if (devices_.empty()) throw std::invalid_argument("DataParallel: no devices");
-  const auto params = model_.module->parameters();
+  const auto params = model_->module().parameters();
   if (!params.empty() && params.front().device() != devices_.front()) {
     throw std::invalid_argument("DataParallel: the module must be on devices[0] (" + devices_.front().str() +
                                 "), not " + params.front().device().str());
@@ -31,7 +31,7 @@ DataParallel::DataParallel(models::ImageClassifier model, std::vector<torch::Dev
     std::lock_guard<std::mutex> lock(cpu.mutex());
     return cpu.get_state();
   }();
-  for (std::size_t i = 1; i < devices_.size(); ++i) replicas_.push_back(model_.module->clone(devices_[i]));
+  for (std::size_t i = 1; i < devices_.size(); ++i) replicas_.push_back(model_->clone_classifier(devices_[i]));
   std::lock_guard<std::mutex> lock(cpu.mutex());
   cpu.set_state(rng);
 }
@@ -39,11 +39,12 @@ DataParallel::DataParallel(models::ImageClassifier model, std::vector<torch::Dev
 void DataParallel::refresh(std::size_t used) {
   {
     torch::NoGradGuard no_grad;
-    const auto params = model_.module->parameters();
-    const auto buffers = model_.module->buffers();
-    const auto modules = model_.module->modules();
+    torch::nn::Module& model = model_->module();
+    const auto params = model.parameters();
+    const auto buffers = model.buffers();
+    const auto modules = model.modules();
     for (std::size_t r = 0; r < used; ++r) {
-      auto& replica = *replicas_[r];
+      torch::nn::Module& replica = replicas_[r]->module();
       const auto replica_params = replica.parameters();
       const auto replica_buffers = replica.buffers();
       for (std::size_t i = 0; i < params.size(); ++i) replica_params[i].copy_(params[i], /*non_blocking=*/true);
@@ -53,15 +54,15 @@ void DataParallel::refresh(std::size_t used) {
       for (std::size_t i = 0; i < modules.size(); ++i) replica_modules[i]->train(modules[i]->is_training());
     }
   }
-  const std::vector<std::shared_ptr<torch::nn::Module>> active(replicas_.begin(),
-                                                               replicas_.begin() + static_cast<std::ptrdiff_t>(used));
+  std::vector<std::shared_ptr<torch::nn::Module>> active;
+  for (std::size_t r = 0; r < used; ++r) active.push_back(replicas_[r]->module().shared_from_this());
   const std::vector<torch::Device> where(devices_.begin() + 1,
                                          devices_.begin() + 1 + static_cast<std::ptrdiff_t>(used));
-  torch::nn::replicate_grad_edges(model_.module, active, where);
+  torch::nn::replicate_grad_edges(model_->module().shared_from_this(), active, where);
 }
 
 torch::Tensor DataParallel::forward(const torch::Tensor& x) {
-  if (devices_.size() == 1) return model_.forward(*model_.module, x);
+  if (devices_.size() == 1) return model_->forward(x);
   const std::vector<torch::Tensor> chunks = x.chunk(static_cast<std::int64_t>(devices_.size()), 0);
   const std::size_t used = chunks.size() - 1;  // replicas this batch needs
   refresh(used);
@@ -86,14 +87,14 @@ torch::Tensor DataParallel::forward(const torch::Tensor& x) {
           device_guard.reset_device(device);
           stream_guard.reset_stream(*stream);
         }
-        outputs[r + 1] = model_.forward(*replicas_[r], chunks[r + 1].to(device, /*non_blocking=*/true));
+        outputs[r + 1] = replicas_[r]->forward(chunks[r + 1].to(device, /*non_blocking=*/true));
       } catch (...) {
         errors[r + 1] = std::current_exception();
       }
     });
   }
   try {
-    outputs[0] = model_.forward(*model_.module, chunks[0]);
+    outputs[0] = model_->forward(chunks[0]);
   } catch (...) {
     errors[0] = std::current_exception();
   }

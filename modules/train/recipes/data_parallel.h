@@ -14,16 +14,16 @@
 
 #include <torch/torch.h>
 
-#include "models/image_models.h"
+#include "models/image_classifier.h"
 
 namespace mgbench::train {
 
 class DataParallel {
  public:
-  /// model: on devices[0], Cloneable. devices: where replicas run (CPU devices are accepted, for
-  /// tests); one device: forward is the model's own. Clones the replicas. Throws std::invalid_argument for no devices
-  /// or a model not on devices[0].
-  DataParallel(models::ImageClassifier model, std::vector<torch::Device> devices);
+  /// model: on devices[0]. devices: where replicas run (CPU devices are accepted, for tests); one
+  /// device: forward is the model's own. Clones the replicas (ImageClassifier::clone_classifier).
+  /// Throws std::invalid_argument for no devices or a model not on devices[0].
+  DataParallel(std::shared_ptr<models::ImageClassifier> model, std::vector<torch::Device> devices);
 
   /// x: [B, C, H, W] on devices[0]. Returns logits [B, classes] on devices[0], in the dtype the
   /// model computes under the caller's autocast (every replica runs under it). With B smaller
@@ -39,9 +39,9 @@ class DataParallel {
   /// gradient edges back to the model's parameters.
   void refresh(std::size_t used);
 
-  models::ImageClassifier model_;
+  std::shared_ptr<models::ImageClassifier> model_;
   std::vector<torch::Device> devices_;
-  std::vector<std::shared_ptr<torch::nn::Module>> replicas_;  // [i] runs on devices_[i + 1]
+  std::vector<std::shared_ptr<models::ImageClassifier>> replicas_;  // [i] runs on devices_[i + 1]
 };
 
 }  // namespace mgbench::train
