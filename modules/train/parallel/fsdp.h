@@ -92,7 +92,7 @@ class FullyShardedUnits final : public models::UnitHooks {
   std::int64_t num_units() const;
   ShardedMemory memory() const;
 
-  struct State;  // the units and their collectives (sharding.cpp)
+  struct State;  // the units and their collectives (fsdp_units.h)
 
  private:
   std::unique_ptr<State> state_;
