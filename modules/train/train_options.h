@@ -10,6 +10,7 @@
 #include "axes/precision.h"
 #include "axes/strategy.h"
 #include "core/option_table.h"
+#include "runtime/backend.h"
 #include "runtime/device.h"
 #include "train/checkpoint/checkpoint_options.h"
 
