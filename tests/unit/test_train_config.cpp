@@ -264,6 +264,8 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   EXPECT_FALSE(t.find("m")->given);
   test::expect_error<ConfigError>([&] { t.set_defaults("m = many\n"); }, {"--m 'many'"});
   EXPECT_THROW(t.set_defaults("m=3\n"), std::logic_error);  // a recipe's defaults are --config lines
+  t.set_defaults("# a header, as recipe files have = not a setting\nm = 4\n");  // comments as in --config files
+  EXPECT_EQ(m, 4);
   EXPECT_FALSE(t.find("name")->is_switch);
   EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),
             (std::vector<std::string>{"--a: 1 -> (none)", "--b: 2 -> 3", "--c: (none) -> 4"}));
