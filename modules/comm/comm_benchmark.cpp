@@ -17,7 +17,6 @@
 #include "core/timer.h"
 #include "results/writer.h"
 #include "runtime/communicator.h"
-#include "runtime/nccl_communicator.h"
 #include "runtime/scalar_type.h"
 #include "session/session.h"
 
@@ -205,6 +204,14 @@ void CommOptions::declare(options::OptionTable& t) {
 }
 
 void CommOptions::validate() {
+  // A backend's row says whether this benchmark measures it (auto takes rows that it does).
+  if (!runtime::backend_info(backend).in_comm && backend != runtime::Backend::kAuto) {
+    std::vector<std::string_view> measured;
+    for (const auto& b : runtime::backend_choices()) {
+      if (b.in_comm || b.value == runtime::Backend::kAuto) measured.push_back(b.name);
+    }
+    options::fail("backend", runtime::backend_name(backend), options::join_names(measured));
+  }
   resolved_collectives.clear();
   for (const std::string& name : collectives) {
     if (name == "all") {
@@ -326,10 +333,8 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
 
   const std::string hosts = env.all_hosts();
   if (root_prints) {
-    std::cout << fmt::format(
-        "# mgbench comm: {} rank(s) on {}, backend {} ({}), device {}\n", env.world_size(), hosts, backend,
-        connection.backend == runtime::Backend::kNccl ? "NCCL " + runtime::nccl_version() : env.library_version(),
-        device);
+    std::cout << fmt::format("# mgbench comm: {} rank(s) on {}, backend {} ({}), device {}\n", env.world_size(), hosts,
+                             backend, runtime::backend_info(connection.backend).version(), device);
     std::cout << fmt::format(
         "# dtype {}, op {}, root {}, sizes {} .. {} x{}, warm-up {}, iterations {}, check {}; results {} run {}\n",
         axes::dtype_info(o.dtype).name, options::name_of(reduce_op_choices(), o.op), o.root, o.sizes.front(),

@@ -15,6 +15,7 @@
 #include "axes/precision.h"
 #include "comm/collectives.h"
 #include "core/option_table.h"
+#include "runtime/backend.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/mpi_env.h"
@@ -57,7 +58,8 @@ struct CommOptions {
 
   /// Declares every option above into table.
   void declare(options::OptionTable& table);
-  /// Parses the sizes and collectives and checks the rules between options. Throws ConfigError.
+  /// Parses the sizes and collectives and checks the rules between options, and that --backend is one
+  /// `mgbench comm` measures (its row's in_comm). Throws ConfigError.
   void validate();
 
   // Resolved by validate().

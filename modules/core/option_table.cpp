@@ -182,12 +182,15 @@ void OptionTable::append(std::string_view name, const std::string& item) {
 
 void OptionTable::set_defaults(std::string_view ini) {
   std::istringstream lines{std::string(ini)};
+  std::string settings;
   for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with('#')) continue;  // a comment, as in --config files (Boost's parse_config_file)
     if (!line.empty() && line.find(" = ") == std::string::npos) {
       throw std::logic_error("defaults: '" + line + "' is not a `name = value` line");
     }
+    settings += line + "\n";
   }
-  for (const auto& [name, text] : ini_lines(std::string(ini))) {
+  for (const auto& [name, text] : ini_lines(settings)) {
     Option* o = find(name);
     if (o == nullptr) throw std::out_of_range("undeclared option --" + name);
     if (!o->given) o->parse(text);

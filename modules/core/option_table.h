@@ -319,8 +319,9 @@ class OptionTable {
   /// default. Other options: as set(). Throws as set().
   void append(std::string_view name, const std::string& item);
   /// Sets the defaults of several options from "name = value" lines (--config's format): those not
-  /// given (on the command line or in a config file) take these values. Throws as set(), and
-  /// std::logic_error for a line that is not "name = value".
+  /// given (on the command line or in a config file) take these values; lines starting with '#'
+  /// are comments, as in --config files. Throws as set(), and std::logic_error for another line
+  /// that is not "name = value".
   void set_defaults(std::string_view ini);
   /// Checks every option: given where required, within its bounds. Throws ConfigError naming
   /// the first invalid option and what it expects.

@@ -2,7 +2,8 @@
 // The Communicator: collectives over the ranks of a job, on tensors.
 //
 // Backends: MpiCommunicator (mpi_communicator.h; CPU tensors, CUDA tensors staged through host
-// memory) and NcclCommunicator (nccl_communicator.h; CUDA tensors, bootstrapped over MPI).
+// memory) and NcclCommunicator (nccl_communicator.h; CUDA tensors, bootstrapped over MPI), each
+// created through its row of the backend table (backend.h).
 // Every collective is asynchronous and returns a Work
 // handle, so gradient buckets can be reduced while backward still runs:
 //  - MPI: the operation is an MPI non-blocking collective; Work::wait() blocks the host.

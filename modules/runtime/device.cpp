@@ -5,10 +5,8 @@
 #include <thread>
 
 #include <algorithm>
-#include <map>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -36,17 +34,9 @@ constexpr options::Choice<DeviceRequest> kDevices[] = {
     {"cpu", DeviceRequest::kCpu, "the CPU"},
 };
 
-constexpr options::Choice<Backend> kBackends[] = {
-    {"auto", Backend::kAuto, "nccl on GPUs, mpi on the CPU"},
-    {"nccl", Backend::kNccl, "NCCL, bootstrapped over MPI (one GPU per rank)"},
-    {"mpi", Backend::kMpi, "MPI; GPU tensors are staged through host memory (ranks may share a GPU)"},
-};
-
 }  // namespace
 
 std::span<const options::Choice<DeviceRequest>> device_choices() { return kDevices; }
-std::span<const options::Choice<Backend>> backend_choices() { return kBackends; }
-std::string_view backend_name(Backend backend) { return options::name_of(backend_choices(), backend); }
 
 std::string DevicePlacement::str() const { return is_cuda() ? fmt::format("cuda:{}", index) : "cpu"; }
 
@@ -60,16 +50,6 @@ DevicePlacement place_rank(DeviceRequest requested, int visible_gpus, int local_
   return {DeviceKind::kCuda, local_rank % visible_gpus};
 }
 
-Backend resolve_backend(Backend requested, const DevicePlacement& device, bool nccl_built) {
-  if (requested == Backend::kAuto) return device.is_cuda() && nccl_built ? Backend::kNccl : Backend::kMpi;
-  if (requested == Backend::kNccl) {
-    MGBENCH_REQUIRE(nccl_built, ConfigError, "--backend nccl: this mgbench was built without CUDA/NCCL");
-    MGBENCH_REQUIRE(device.is_cuda(), ConfigError,
-                    "--backend nccl needs GPUs, but this rank runs on the CPU (--device); use --backend mpi");
-  }
-  return requested;
-}
-
 std::string single_device_warning(const std::vector<int>& visible, const std::string& hostname) {
   if (visible.size() < 2 || std::any_of(visible.begin(), visible.end(), [](int n) { return n != 1; })) return {};
   return fmt::format(
@@ -78,22 +58,6 @@ std::string single_device_warning(const std::vector<int>& visible, const std::st
       "between them (NVIDIA/nccl#1066) and may take slower paths; allocate the node's GPUs to all its tasks "
       "(--gpus-per-node) and let each rank pick its GPU by local rank",
       visible.size(), hostname);
-}
-
-int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, Backend backend,
-                      const std::string& hostname) {
-  std::map<std::string, std::vector<int>> ranks_of;
-  for (std::size_t r = 0; r < gpu_ids.size(); ++r) ranks_of[gpu_ids[r]].push_back(static_cast<int>(r));
-  if (backend == Backend::kNccl) {
-    for (const auto& [id, ranks] : ranks_of) {
-      MGBENCH_REQUIRE(ranks.size() == 1, ConfigError,
-                      "{} ranks on node {} but only {} GPU(s): local ranks {} would share GPU {}, which NCCL does "
-                      "not allow. Start at most one rank per GPU (srun --ntasks-per-node / --gpus-per-task=1, mpirun "
-                      "-npernode), or use --backend mpi to share a GPU (for tests; it stages through host memory)",
-                      gpu_ids.size(), hostname, ranks_of.size(), fmt::join(ranks, ", "), id);
-    }
-  }
-  return static_cast<int>(ranks_of[gpu_ids.at(static_cast<std::size_t>(local_rank))].size());
 }
 
 #ifdef MGBENCH_HAVE_CUDA

@@ -1,7 +1,7 @@
 #pragma once
 // Rank -> device binding: one MPI rank per GPU, chosen by local rank (the rank's index among
-// the ranks of its node, from MPI_Comm_split_type), and the communication backend that goes
-// with the device. No LibTorch here.
+// the ranks of its node, from MPI_Comm_split_type). The communication backend that goes with the
+// device: runtime/backend.h. No LibTorch here.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -15,12 +15,6 @@ namespace mgbench::runtime {
 /// --device: where a rank computes.
 enum class DeviceRequest { kAuto, kCuda, kCpu };
 std::span<const options::Choice<DeviceRequest>> device_choices();
-
-/// --backend: the communication library of the collectives. After resolve_backend: kNccl or kMpi.
-enum class Backend { kAuto, kNccl, kMpi };
-std::span<const options::Choice<Backend>> backend_choices();
-/// "auto", "nccl", "mpi".
-std::string_view backend_name(Backend backend);
 
 enum class DeviceKind { kCpu, kCuda };
 
@@ -36,20 +30,8 @@ struct DevicePlacement {
 /// Chooses this rank's device (auto = cuda when a GPU is visible). visible_gpus: CUDA devices visible to this process
 /// (after CUDA_VISIBLE_DEVICES; 1 per rank under `srun --gpus-per-task=1`). A GPU rank takes visible device local_rank
 /// % visible_gpus: with per-node visibility that is local_rank; whether two ranks of a node ended up on one physical
-/// GPU is decided by check_gpu_sharing. Throws ConfigError for --device cuda without a visible GPU.
+/// GPU is decided by check_gpu_sharing (runtime/backend.h). Throws ConfigError for --device cuda without a visible GPU.
 DevicePlacement place_rank(DeviceRequest requested, int visible_gpus, int local_rank);
-
-/// Resolves --backend for a device: auto = nccl on GPUs (when built with NCCL), mpi on the CPU.
-/// Returns kNccl or kMpi. Throws ConfigError for nccl on the CPU, or nccl in a build without NCCL.
-Backend resolve_backend(Backend requested, const DevicePlacement& device, bool nccl_built);
-
-/// gpu_ids: the physical id (PCI bus id) of each local rank's GPU, in local-rank order, as
-/// gathered over the node (MpiEnvironment::node_allgather). NCCL cannot place two ranks of one communicator on one GPU:
-/// with backend "nccl" a repeated id throws ConfigError naming the ranks, the GPU, the number of GPUs and the way out
-/// (fewer ranks per node, or --backend mpi). With kMpi sharing is allowed. Returns the number of local ranks sharing
-/// this rank's GPU (1 = exclusive).
-int check_gpu_sharing(const std::vector<std::string>& gpu_ids, int local_rank, Backend backend,
-                      const std::string& hostname);
 
 /// visible: the CUDA devices each local rank of a node sees, in local-rank order (gathered over the
 /// node). Where two or more ranks each see one device -- a site confining each task's devices

@@ -84,7 +84,7 @@ std::vector<std::string> MpiEnvironment::node_allgather(const std::string& value
   return allgather_strings(node_, value);  // under a watchdog deadline (core/mpi_strings.h)
 }
 
-std::string MpiEnvironment::library_version() const {
+std::string mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
   MPI_Get_library_version(text, &length);
@@ -92,6 +92,8 @@ std::string MpiEnvironment::library_version() const {
   if (const auto nl = s.find_first_of(",\n"); nl != std::string::npos) s.resize(nl);
   return s;
 }
+
+std::string MpiEnvironment::library_version() const { return mpi_library_version(); }
 
 std::string MpiEnvironment::all_hosts() const {
   constexpr int kLen = 256;

@@ -14,6 +14,10 @@ namespace mgbench::runtime {
 /// collectives start on autograd's thread, the watchdog calls MPI_Abort from its own.
 void require_thread_multiple(int provided, const std::string& library);
 
+/// "Open MPI v4.1.4" (MPI_Get_library_version up to its first comma or line break); callable
+/// before MPI_Init.
+std::string mpi_library_version();
+
 class MpiEnvironment {
  public:
   /// MPI_Init_thread (MPI_THREAD_MULTIPLE requested: gradient hooks may run on autograd threads),
@@ -32,7 +36,7 @@ class MpiEnvironment {
   int local_size() const { return local_size_; }
   const std::string& hostname() const { return hostname_; }
   MPI_Comm world() const { return MPI_COMM_WORLD; }
-  /// "Open MPI v4.1.4, ..." (first line of MPI_Get_library_version).
+  /// mpi_library_version().
   std::string library_version() const;
   /// Host names of all ranks, comma-separated in rank order, duplicates removed. Collective.
   std::string all_hosts() const;

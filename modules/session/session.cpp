@@ -16,7 +16,6 @@
 #include "core/timer.h"
 #include "core/watchdog.h"
 #include "runtime/agreement.h"
-#include "runtime/mpi_communicator.h"
 #include "runtime/nccl_communicator.h"
 #include "session/platform.h"
 
@@ -62,10 +61,10 @@ Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, 
   Connection c;
   runtime::Backend& backend = c.backend;
   // Every rank picks its GPU by local rank, then the node checks that no two ranks share one
-  // (NCCL's rule) from the GPUs' PCI bus ids.
+  // (NCCL's rule; the backend's row says) from the GPUs' PCI bus ids.
   if (!runtime::all_succeed(env, "device placement", [&] {
         c.placement = runtime::place_rank(device, runtime::visible_cuda_devices(), env.local_rank());
-        backend = runtime::resolve_backend(requested, c.placement, runtime::nccl_built());
+        backend = runtime::resolve_backend(requested, c.placement);
       })) {
     return c;
   }
@@ -83,8 +82,8 @@ Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, 
         if (!c.placement.is_cuda()) return;
         const int sharing = runtime::check_gpu_sharing(node_gpus, env.local_rank(), backend, env.hostname());
         if (sharing > 1 && env.local_rank() == 0) {
-          log::warn("{} ranks share each GPU on {} (--backend mpi): timings are not per-GPU figures", sharing,
-                    env.hostname());
+          log::warn("{} ranks share each GPU on {} (--backend {}): timings are not per-GPU figures", sharing,
+                    env.hostname(), runtime::backend_name(backend));
         }
       })) {
     return c;
@@ -98,11 +97,7 @@ Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, 
   if (!runtime::all_succeed(env, "initialising the device", [&] { initialise(c.placement); })) return c;
   std::unique_ptr<runtime::Communicator> comm;
   if (!runtime::all_succeed(env, "creating the communicator", [&] {
-        if (backend == runtime::Backend::kNccl) {
-          comm = runtime::make_nccl_communicator(env.world(), c.placement.index, {timeout_s});
-        } else {
-          comm = std::make_unique<runtime::MpiCommunicator>(env.world(), timeout_s);
-        }
+        comm = runtime::backend_info(backend).make(env.world(), c.placement.index, timeout_s);
       })) {
     return c;
   }

@@ -10,6 +10,7 @@
 
 #include "core/option_table.h"
 #include "results/writer.h"
+#include "runtime/backend.h"
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/mpi_env.h"
@@ -25,7 +26,7 @@ void declare_results(options::OptionTable& table, std::string& results, std::str
 /// Where this rank runs and how it talks to the others.
 struct Connection {
   runtime::DevicePlacement placement;
-  runtime::Backend backend = runtime::Backend::kMpi;  // resolved: kNccl or kMpi
+  runtime::Backend backend = runtime::Backend::kMpi;  // resolved: never kAuto
   std::unique_ptr<runtime::Communicator> comm;        // nullptr: a stage failed (logged)
 };
 

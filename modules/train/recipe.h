@@ -190,7 +190,8 @@ struct RecipeInfo {
   std::string_view task;  // the command that runs it: image | llm
   std::string_view help;
   /// The recipe's defaults of the loop's options (epochs, batch size, optimizer, lr, precision,
-  /// ...) as "name = value" lines, the format of --config.
+  /// ...) as "name = value" lines, the format of --config: inputs/configs/recipes/<name>.ini, built
+  /// into the binary, its first line a '#' comment saying where the values come from.
   std::string_view defaults;
   std::unique_ptr<Recipe> (*make)();
 };

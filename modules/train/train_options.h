@@ -11,6 +11,7 @@
 #include "axes/precision.h"
 #include "axes/strategy.h"
 #include "core/option_table.h"
+#include "runtime/backend.h"
 #include "runtime/device.h"
 #include "train/checkpoint/checkpoint_options.h"
 #include "train/optim/optim_options.h"

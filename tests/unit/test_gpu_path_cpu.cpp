@@ -1,5 +1,5 @@
-// The GPU path's logic that runs without a GPU: rank placement, backend choice, the GPU-sharing
-// rule, the profile window, CUDA activity aggregation, the CPU phase clock, host upscaling.
+// The GPU path's logic that runs without a GPU: rank placement, the backend table (choice, the
+// GPU-sharing rule), the profile window, CUDA activity aggregation, the CPU phase clock, host upscaling.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -21,6 +22,7 @@
 #include "profile/cuda_activity.h"
 #include "profile/cupti_collector.h"
 #include "profile/profile_window.h"
+#include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/event_pool.h"
 #include "runtime/nccl_communicator.h"
@@ -48,19 +50,73 @@ TEST(Placement, LocalRankPicksTheGpu) {
                                   {"--device 'gpu': expected auto, cuda or cpu"});
 }
 
+/// The backend table of a build with every backend, or without `missing`: resolution reads `built`.
+std::vector<runtime::BackendInfo> backends_built_without(std::optional<Backend> missing = std::nullopt) {
+  std::vector<runtime::BackendInfo> rows(runtime::backend_choices().begin(), runtime::backend_choices().end());
+  for (runtime::BackendInfo& r : rows) r.built = r.value == missing ? +[] { return false; } : +[] { return true; };
+  return rows;
+}
+
 TEST(Placement, BackendFollowsTheDevice) {
   const runtime::DevicePlacement cpu;
   const runtime::DevicePlacement gpu{DeviceKind::kCuda, 0};
-  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, cpu, true), Backend::kMpi);
-  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, gpu, true), Backend::kNccl);
-  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, gpu, false), Backend::kMpi);
-  EXPECT_EQ(runtime::resolve_backend(Backend::kMpi, gpu, true), Backend::kMpi);
+  const auto all = backends_built_without();
+  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, cpu, all), Backend::kMpi);
+  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, gpu, all), Backend::kNccl);
+  EXPECT_EQ(runtime::resolve_backend(Backend::kAuto, gpu, backends_built_without(Backend::kNccl)), Backend::kMpi);
+  EXPECT_EQ(runtime::resolve_backend(Backend::kMpi, gpu, all), Backend::kMpi);
   EXPECT_EQ(runtime::backend_name(Backend::kNccl), "nccl");
-  test::expect_error<ConfigError>([&] { runtime::resolve_backend(Backend::kNccl, cpu, true); },
-                                  {"--backend nccl", "CPU"});
-  test::expect_error<ConfigError>([&] { runtime::resolve_backend(Backend::kNccl, gpu, false); }, {"without CUDA/NCCL"});
+  test::expect_error<ConfigError>(
+      [&] { runtime::resolve_backend(Backend::kNccl, cpu, all); },
+      {"--backend nccl needs GPUs, but this rank runs on the CPU (--device); use --backend mpi"});
+  test::expect_error<ConfigError>(
+      [&] { runtime::resolve_backend(Backend::kNccl, gpu, backends_built_without(Backend::kNccl)); },
+      {"--backend nccl: this mgbench was built without CUDA/NCCL"});
   test::expect_error<ConfigError>([&] { options::parse_choice(runtime::backend_choices(), "backend", "gloo"); },
-                                  {"--backend 'gloo'"});
+                                  {"--backend 'gloo': expected auto, nccl or mpi"});
+}
+
+// Every row of the backend table: its name parses, it resolves where it can run and is refused,
+// with the message, where it cannot (a CPU rank, a build without it), its GPU-sharing rule holds,
+// and what `auto` takes on either device is a backend `mgbench comm` measures.
+TEST(Placement, EveryBackendRowResolvesOrIsRefused) {
+  const runtime::DevicePlacement cpu;
+  const runtime::DevicePlacement gpu{DeviceKind::kCuda, 0};
+  const auto all = backends_built_without();
+  const std::vector<std::string> shared{"0000:1b:00.0", "0000:1b:00.0"};
+  const std::string_view on_cpu = runtime::backend_name(runtime::resolve_backend(Backend::kAuto, cpu, all));
+  for (const runtime::BackendInfo& b : runtime::backend_choices()) {
+    SCOPED_TRACE(std::string(b.name));
+    EXPECT_EQ(options::parse_choice(runtime::backend_choices(), "backend", b.name), b.value);
+    EXPECT_EQ(runtime::backend_name(b.value), b.name);
+    if (b.value == Backend::kAuto) {
+      EXPECT_EQ(b.make, nullptr);
+      continue;
+    }
+    ASSERT_TRUE(b.make != nullptr && b.built != nullptr && b.version != nullptr);
+    EXPECT_FALSE(b.library.empty() || b.build_needs.empty());
+    EXPECT_EQ(runtime::resolve_backend(b.value, gpu, all), b.value);
+    if (b.needs_cuda) {
+      test::expect_error<ConfigError>(
+          [&] { runtime::resolve_backend(b.value, cpu, all); },
+          {fmt::format("--backend {} needs GPUs, but this rank runs on the CPU (--device); use --backend {}", b.name,
+                       on_cpu)});
+    } else {
+      EXPECT_EQ(runtime::resolve_backend(b.value, cpu, all), b.value);
+    }
+    test::expect_error<ConfigError>(
+        [&] { runtime::resolve_backend(b.value, gpu, backends_built_without(b.value)); },
+        {fmt::format("--backend {}: this mgbench was built without {}", b.name, b.build_needs)});
+    if (b.shares_gpu) {
+      EXPECT_EQ(runtime::check_gpu_sharing(shared, 0, b.value, "node7"), 2);
+    } else {
+      test::expect_error<ConfigError>([&] { runtime::check_gpu_sharing(shared, 0, b.value, "node7"); },
+                                      {fmt::format("which {} does not allow", b.library)});
+    }
+  }
+  for (const runtime::DevicePlacement& device : {cpu, gpu}) {
+    EXPECT_TRUE(runtime::backend_info(runtime::resolve_backend(Backend::kAuto, device, all)).in_comm) << device.str();
+  }
 }
 
 TEST(Placement, NcclRefusesTwoRanksOnOneGpu) {

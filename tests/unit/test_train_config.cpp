@@ -1,10 +1,15 @@
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/option_table.h"
@@ -12,9 +17,11 @@
 #include "runtime/mpi_communicator.h"
 #include "runtime/mpi_env.h"
 #include "runtime/peak_flops.h"
+#include "test_paths.h"
 #include "test_support.h"
 #include "train/job_config.h"
 #include "train/optim/lr_schedule.h"
+#include "train/recipe.h"
 
 namespace mgbench {
 namespace {
@@ -114,6 +121,30 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
   EXPECT_NE(again->ini(), train::configure("image")->ini());
   EXPECT_NE(image->ini().find("strategy = ddp-rr\n"), std::string::npos);
   EXPECT_NE(image->ini().find("lr = 0.1\n"), std::string::npos);  // shortest exact text, not 0.10000000000000001
+}
+
+// Every file of inputs/configs/recipes/ is a recipe's defaults as the binary has them built in, byte for
+// byte, its first line the command that runs the recipe (tests/python/test_cli.py runs each so);
+// every recipe has its file.
+TEST(JobConfig, EveryRecipeConfigFileIsBuiltIn) {
+  const std::filesystem::path folder = std::filesystem::path(MGBENCH_SOURCE_DIR) / "inputs" / "configs" / "recipes";
+  std::set<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    const std::string name = entry.path().stem().string();
+    ASSERT_EQ(entry.path().extension(), ".ini") << entry.path();
+    files.insert(name);
+    const auto& rows = train::recipes();
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.name == name; });
+    ASSERT_NE(row, rows.end()) << entry.path() << " is no recipe's defaults";
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(row->defaults, text.str()) << entry.path() << ": rebuild (cmake/EmbedText.cmake embeds it)";
+    EXPECT_TRUE(text.str().starts_with(fmt::format("# mgbench {} --recipe {}:", row->task, name))) << entry.path();
+  }
+  for (const auto& r : train::recipes()) {
+    EXPECT_EQ(files.count(std::string(r.name)), 1u) << "no inputs/configs/recipes/" << r.name << ".ini";
+  }
 }
 
 // A model's own training defaults (ResNet-50: torchvision's reference lr and weight decay) apply to
@@ -264,6 +295,8 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   EXPECT_FALSE(t.find("m")->given);
   test::expect_error<ConfigError>([&] { t.set_defaults("m = many\n"); }, {"--m 'many'"});
   EXPECT_THROW(t.set_defaults("m=3\n"), std::logic_error);  // a recipe's defaults are --config lines
+  t.set_defaults("# a header, as recipe files have = not a setting\nm = 4\n");  // comments as in --config files
+  EXPECT_EQ(m, 4);
   EXPECT_FALSE(t.find("name")->is_switch);
   EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),
             (std::vector<std::string>{"--a: 1 -> (none)", "--b: 2 -> 3", "--c: (none) -> 4"}));

@@ -1,9 +1,10 @@
 // The recipe table: one row per recipe (recipe.h). Adding a recipe: its .cpp file with a factory,
-// declared and listed here.
+// declared and listed here, and its defaults in inputs/configs/recipes/<recipe>.ini.
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "train/recipe.h"
+#include "train/recipe_configs.h"  // generated from inputs/configs/recipes/*.ini (cmake/EmbedText.cmake)
 
 namespace mgbench::train {
 
@@ -13,57 +14,44 @@ std::unique_ptr<Recipe> make_dpo_recipe();             // dpo.cpp
 
 namespace {
 
+/// The recipe's defaults: inputs/configs/recipes/<recipe>.ini as built in. A recipe without its file
+/// does not compile (the throw is not a constant expression).
+consteval std::string_view config_file(std::string_view recipe) {
+  for (const auto& file : recipe_configs::kFiles) {
+    if (file.name == recipe) return file.text;
+  }
+  throw "no inputs/configs/recipes/<recipe>.ini";
+}
+
+// Where each recipe's defaults come from: the first line of its file.
 constexpr RecipeInfo kRecipes[] = {
     {"classification", "image",
      "image classification: an image model (MobileNetV2) on MNIST-format data upscaled to --image-size "
      "(Lawenda et al. 2025, sec. 3)",
-     // The paper's training of MobileNetV2 (its PyTorch peer: bench/peer_image.py).
-     "epochs = 20\nbatch-size = 64\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nweight-decay = 4e-5\nprecision = "
-     "fp32\n",
-     &make_classification_recipe},
+     config_file("classification"), &make_classification_recipe},
     {"lora", "llm",
      "LoRA fine-tuning of Llama 3 on instruction data (TorchTune's lora_finetune_distributed; Lawenda et al. "
      "2025, sec. 4)",
-     // TorchTune's llama3/8B_lora config and the paper's settings (batch 2, 1 epoch).
-     "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\nwarmup-steps = 100\n"
-     "precision = bf16\nsharding = fsdp\n",
-     &make_sft_recipe},
+     config_file("lora"), &make_sft_recipe},
     {"qlora", "llm",
      "QLoRA: LoRA over a frozen base whose projections are NF4 (TorchTune's qlora_llama3_8b with "
      "lora_finetune_distributed)",
-     // TorchTune's llama3/8B_qlora_single_device config.
-     "epochs = 1\nbatch-size = 2\ngrad-accum = 8\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\n"
-     "warmup-steps = 100\nprecision = bf16\nactivation-checkpointing = true\nquantize-base = nf4\nsharding = fsdp\n",
-     &make_sft_recipe},
+     config_file("qlora"), &make_sft_recipe},
     {"dpo", "llm",
      "DPO preference fine-tuning of Llama 3 with LoRA, the reference the model without its adapters (TorchTune's "
      "lora_dpo_distributed)",
-     // TorchTune's llama3_1/8B_lora_dpo config (its DistributedSampler seed 0, drop_last).
-     "epochs = 1\nbatch-size = 4\ngrad-accum = 8\nmax-steps = 1000\noptimizer = adamw\nlr = 5e-4\n"
-     "weight-decay = 0.05\nwarmup-steps = 100\nprecision = bf16\nseed = 0\ndrop-last = true\nmax-seq-len = 1024\n"
-     "activation-checkpointing = true\nsharding = fsdp\n",
-     &make_dpo_recipe},
+     config_file("dpo"), &make_dpo_recipe},
     {"full", "llm",
      "full fine-tuning: every parameter, sharded over the ranks with FSDP (TorchTune's full_finetune_distributed); "
      "QAT's baseline",
-     // TorchTune's llama3/8B_full config (AdamW's default weight decay, no schedule).
-     "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 2e-5\nweight-decay = 0.01\nlr-schedule = constant\n"
-     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\nsharding = fsdp\n",
-     &make_sft_recipe},
+     config_file("full"), &make_sft_recipe},
     {"qat", "llm",
      "quantisation-aware full fine-tuning, 8da4w fake quantisation of every linear (TorchTune's qat_distributed "
      "with Int8DynActInt4WeightQATQuantizer); `mgbench quantize` converts the result",
-     // TorchTune's llama3/8B_qat_full config.
-     "epochs = 1\nbatch-size = 2\noptimizer = adamw\nlr = 2e-5\nweight-decay = 0.01\nlr-schedule = constant\n"
-     "precision = bf16\nactivation-checkpointing = true\nfinetune = full\nfake-quant = 8da4w\nqat-group-size = "
-     "256\nsharding = fsdp\n",
-     &make_sft_recipe},
+     config_file("qat"), &make_sft_recipe},
     {"qat-lora", "llm",
      "LoRA with 8da4w fake quantisation of the adapted linears (TorchTune's qat_lora_finetune_distributed)",
-     // TorchTune's llama3/8B_qat_lora config.
-     "epochs = 1\nbatch-size = 2\ngrad-accum = 8\noptimizer = adamw\nlr = 3e-4\nweight-decay = 0.01\n"
-     "warmup-steps = 100\nprecision = bf16\nfake-quant = 8da4w\nqat-group-size = 256\nsharding = fsdp\n",
-     &make_sft_recipe},
+     config_file("qat-lora"), &make_sft_recipe},
 };
 
 }  // namespace
