@@ -110,8 +110,7 @@ bool EpochStage::train() {
   while (true) {
     const double step_start = now_s();
     state_.cupti.update(step_start - sinks_.run_start_s, run.global_step, setup.device, sinks_.run_start_s);
-    const double lr =
-        lr_at_step(options.optim.lr, run.global_step, options.optim.warmup_steps, total_steps, cosine);
+    const double lr = lr_at_step(options.optim.lr, run.global_step, options.optim.warmup_steps, total_steps, cosine);
     StepOutcome out = train_step(setup, state_.training, {feeder, clock_}, lr, run.global_step);
     run.position += out.loaded_batches;
     run.epoch_record.loaded_samples += out.loaded_samples;
@@ -174,10 +173,10 @@ void EpochStage::end() {
   } else if (std::isfinite(e.eval_loss)) {
     evaluated = fmt::format(" | eval loss {:.4f}", e.eval_loss);
   }
-  sinks_.progress.message(fmt::format(
-      "epoch {}/{}: loss {:.4f} | {:.1f} {} per rank | {:.3f} s/it | train {:.1f} s{}", run.epoch + 1, options.epochs,
-      e.loss_mean, rate, loop_.throughput_unit(),
-      e.train_s / static_cast<double>(std::max<std::size_t>(run.steps.size(), 1)), e.train_s, evaluated));
+  sinks_.progress.message(fmt::format("epoch {}/{}: loss {:.4f} | {:.1f} {} per rank | {:.3f} s/it | train {:.1f} s{}",
+                                      run.epoch + 1, options.epochs, e.loss_mean, rate, loop_.throughput_unit(),
+                                      e.train_s / static_cast<double>(std::max<std::size_t>(run.steps.size(), 1)),
+                                      e.train_s, evaluated));
   run.next_epoch();
 }
 

@@ -91,12 +91,13 @@ void plan_epochs(RunSetup& setup) {
   const TrainOptions& options = setup.options;
   const Recipe& recipe = setup.recipe;
   setup.metric_count = static_cast<std::int64_t>(recipe.metric_names().size());
-  setup.epoch_plan = {options.strategy, recipe.train_size(), options.batch_size, setup.world_size(),
-                  setup.rank(),     options.seed,        options.shuffle,    options.drop_last,
-                  recipe.train_shard_sizes()};
+  setup.epoch_plan = {options.strategy,   recipe.train_size(), options.batch_size,
+                      setup.world_size(), setup.rank(),        options.seed,
+                      options.shuffle,    options.drop_last,   recipe.train_shard_sizes()};
   if (recipe.eval_only()) return;
-  setup.steps_per_epoch = axes::steps_per_epoch(axes::strategy_info(options.strategy),
-                                                data::epoch_shape(setup.epoch_plan), options.grad_accum, options.max_steps);
+  setup.steps_per_epoch =
+      axes::steps_per_epoch(axes::strategy_info(options.strategy), data::epoch_shape(setup.epoch_plan),
+                            options.grad_accum, options.max_steps);
   MGBENCH_REQUIRE(setup.steps_per_epoch > 0, ConfigError,
                   "{} samples over {} rank(s) at --batch-size {} x --grad-accum {} make no optimizer step",
                   recipe.train_size(), setup.world_size(), options.batch_size, options.grad_accum);
@@ -124,9 +125,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
 
 TrainingLoop::~TrainingLoop() = default;
 
-const char* TrainingLoop::throughput_unit() const {
-  return state_->setup.recipe.counts_tokens() ? "tok/s" : "img/s";
-}
+const char* TrainingLoop::throughput_unit() const { return state_->setup.recipe.counts_tokens() ? "tok/s" : "img/s"; }
 
 results::RankLayout TrainingLoop::layout() const {
   const RunSetup& setup = state_->setup;
@@ -236,7 +235,8 @@ void TrainingLoop::load_state_dict(const CheckpointState& state) {
   RunProgress& progress = state_->progress;
   load_tensors(state, "model/", state_->checkpoint_tensors());
   load_optimizer(state, "optimizer", *training.optimizer);
-  if (training.scaler) training.scaler->load_state(state.number("scaler.scale"), state.integer("scaler.growth_tracker"));
+  if (training.scaler)
+    training.scaler->load_state(state.number("scaler.scale"), state.integer("scaler.growth_tracker"));
   load_rng(state, state_->setup.device);
   progress.load(state);
   MGBENCH_REQUIRE(progress.epoch <= state_->setup.options.epochs, DataError,

@@ -43,11 +43,11 @@ struct RunSetup {
   runtime::DevicePlacement placement;
   torch::Device device = torch::kCPU;
   const axes::PrecisionInfo& precision;
-  axes::ParallelPlan plan;           // how the model is laid out over the ranks
-  int threads = 1;                   // intra-op CPU threads
+  axes::ParallelPlan plan;            // how the model is laid out over the ranks
+  int threads = 1;                    // intra-op CPU threads
   data::EpochPlanOptions epoch_plan;  // what data::plan_epoch plans each epoch from
-  std::int64_t steps_per_epoch = 0;  // optimizer steps
-  std::int64_t metric_count = 0;     // the recipe's per-step metrics (Recipe::metric_names)
+  std::int64_t steps_per_epoch = 0;   // optimizer steps
+  std::int64_t metric_count = 0;      // the recipe's per-step metrics (Recipe::metric_names)
 
   int rank() const { return comm.rank(); }
   int world_size() const { return comm.world_size(); }
@@ -55,12 +55,12 @@ struct RunSetup {
 
 /// What the optimizer steps update, and how the ranks keep it in agreement.
 struct TrainingState {
-  std::vector<torch::Tensor> trainable;   // what the optimizer updates: the parameters, or their shards (fsdp)
-  std::int64_t trainable_numel = 0;       // of the whole trainable parameters
-  ParallelizedModel parallel;             // the plan applied: FSDP's units (fully sharded) and collectives
+  std::vector<torch::Tensor> trainable;  // what the optimizer updates: the parameters, or their shards (fsdp)
+  std::int64_t trainable_numel = 0;      // of the whole trainable parameters
+  ParallelizedModel parallel;            // the plan applied: FSDP's units (fully sharded) and collectives
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::unique_ptr<GradScaler> scaler;     // amp-fp16
-  runtime::GradSyncOptions sync_options;  // DDP's buckets
+  std::unique_ptr<GradScaler> scaler;            // amp-fp16
+  runtime::GradSyncOptions sync_options;         // DDP's buckets
   std::unique_ptr<runtime::GradSync> grad_sync;  // replicas on several ranks; made when the run starts
   std::vector<torch::Tensor> shared_buffers;     // DDP's broadcast_buffers, before each forward and evaluation
 

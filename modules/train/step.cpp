@@ -123,8 +123,7 @@ std::optional<double> OptimizerStep::gradient_scale() {
 }
 
 void OptimizerStep::clip() const {
-  clip_grad_norm(training_.trainable, setup_.options.optim.clip_grad_norm,
-                 training_.fsdp() ? &setup_.comm : nullptr);
+  clip_grad_norm(training_.trainable, setup_.options.optim.clip_grad_norm, training_.fsdp() ? &setup_.comm : nullptr);
 }
 
 torch::Tensor OptimizerStep::fused_step(FusedAdamW& fused, double scale) {
@@ -153,7 +152,8 @@ torch::Tensor OptimizerStep::optimizer_step(double scale) {
     }
   }
   if (training_.scaler) {
-    const torch::Tensor found_inf = training_.scaler->unscale(*training_.optimizer);  // the true gradients, for clipping
+    const torch::Tensor found_inf =
+        training_.scaler->unscale(*training_.optimizer);  // the true gradients, for clipping
     if (clipping) clip();
     if (fused != nullptr) {  // the fused kernel skips on the flag: no sync
       fused->step_scaled({}, found_inf);

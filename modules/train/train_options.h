@@ -41,7 +41,7 @@ struct TrainOptions {
   bool malloc_reuse = true;     // keep freed host memory for the next step (core/host_memory.h)
   double comm_timeout_s = 600;  // a collective in flight longer than this aborts the job (both backends)
   double peak_tflops = 0;       // device peak for MFU; 0: the datasheet value of known GPUs
-  OptimizerOptions optim;  // optimisation: optimizer, lr, schedule, clipping (optim/optim_options.h)
+  OptimizerOptions optim;       // optimisation: optimizer, lr, schedule, clipping (optim/optim_options.h)
   // gradient synchronisation (DDP's bucket_cap_mb and first bucket)
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;

@@ -25,8 +25,8 @@ TEST(DpoLoss, EqualsTorchTunesDPOLoss) {
   ASSERT_EQ(cases.size(), 4u);
   for (const auto& c : cases) {
     const auto& in = c["inputs"];
-    const train::DpoLoss d = train::dpo_loss({vec(in[0]), vec(in[1])}, {vec(in[2]), vec(in[3])}, c["beta"].get<double>(),
-                                             c["label_smoothing"].get<double>());
+    const train::DpoLoss d = train::dpo_loss({vec(in[0]), vec(in[1])}, {vec(in[2]), vec(in[3])},
+                                             c["beta"].get<double>(), c["label_smoothing"].get<double>());
     EXPECT_LT((d.losses - vec(c["losses"])).abs().max().item<double>(), 1e-12) << c["beta"] << c["label_smoothing"];
     EXPECT_LT((d.chosen_rewards - vec(c["chosen_rewards"])).abs().max().item<double>(), 1e-12);
     EXPECT_LT((d.rejected_rewards - vec(c["rejected_rewards"])).abs().max().item<double>(), 1e-12);

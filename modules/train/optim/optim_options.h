@@ -20,7 +20,7 @@ std::span<const options::Choice<LrSchedule>> lr_schedule_choices();
 
 struct OptimizerOptions {
   OptimizerKind optimizer = OptimizerKind::kAdamW;
-  double lr = 1e-3;  // the peak learning rate
+  double lr = 1e-3;       // the peak learning rate
   double momentum = 0.9;  // sgd
   double weight_decay = 0;
   LrSchedule lr_schedule = LrSchedule::kCosine;

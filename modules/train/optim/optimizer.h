@@ -16,7 +16,8 @@ namespace mgbench::train {
 /// sgd: torch.optim.SGD(lr, momentum, weight_decay, nesterov = momentum > 0); adamw:
 /// torch.optim.AdamW(lr, weight_decay, fused=True) with PyTorch's betas and eps (fused_adamw.h;
 /// TorchTune's LoRA / full configs ask fused=True too).
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options, std::vector<torch::Tensor> params);
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        std::vector<torch::Tensor> params);
 
 /// Optimizer states per trained element: AdamW's exp_avg and exp_avg_sq (2), SGD's momentum buffer
 /// (1 with --momentum > 0, else 0). For memory accounting.

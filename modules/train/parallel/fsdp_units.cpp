@@ -7,8 +7,8 @@
 namespace mgbench::train {
 namespace {
 
-using fsdp::Param;
 using fsdp::PackedPart;
+using fsdp::Param;
 using fsdp::PendingReduce;
 using fsdp::Unit;
 using fsdp::UnitState;

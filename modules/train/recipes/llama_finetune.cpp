@@ -240,5 +240,4 @@ h5::Attributes LlamaFinetune::attributes() const {
           {"fake_quantized_linears", static_cast<std::int64_t>(fake_quantized_.size())}};
 }
 
-
 }  // namespace mgbench::train
