@@ -1,9 +1,15 @@
 """`mgbench report --reference` and `mgbench_analysis.compare` on real runs (issue 29): a reference of
-two repeats; a run of the same configuration, which holds; one made slower by how it ran -- its one
-core shared with three busy loops, a quarter of it -- which regresses; and bad input, exit 2. The
-table, the exit status and the frame agree."""
+two repeats; a run of the same configuration, which holds; that run made ten times slower -- its
+summary record rewritten, img/s / 10 and its time x 10 -- which regresses; and bad input, exit 2. The
+table, the exit status and the frame agree.
+
+The slow run is rewritten, not run slowly: a run slowed by busy loops on its core is slowed by as much
+as the scheduler gives them, and CI runs another test beside this one on the same two cores (it came
+out 1.79x once, under the 1.8x the tolerance allows). A known factor is an oracle; a loaded machine
+is not."""
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,18 +21,32 @@ import pytest
 from conftest import BIN, ENV, SMALL, mgbench
 
 pd = pytest.importorskip("pandas")
-pytest.importorskip("h5py")
+h5py = pytest.importorskip("h5py")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import mgbench_analysis as mga  # noqa: E402
 
-CORE = "1"  # every run on the same core, so the busy loops below share it
+SLOWER = 10.0  # the slow run's factor: img/s / 10, time x 10
 
 
 def run_image(mnist, results, name):
-    cmd = ["taskset", "-c", CORE, BIN, "image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "64",
+    cmd = [BIN, "image", "--data", mnist, *SMALL, "--limit-train", "512", "--limit-test", "64",
            "--epochs", "1", "--batch-size", "32", "--results", results, "--run-name", name]
     proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600, env=ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def slowed(run, out, factor):
+    """A copy of the results file `run` whose one run's summary says `factor` times slower: samples_per_s
+    / factor, total_s and train_s x factor (the fields `report --reference` reads for img/s and s/epoch);
+    peak memory unchanged."""
+    shutil.copyfile(run, out)
+    with h5py.File(out, "r+") as f:
+        (group,) = f["runs"].values()
+        row = group["summary"][0]
+        row["samples_per_s"] /= factor
+        row["total_s"] *= factor
+        row["train_s"] *= factor
+        group["summary"][0] = row
 
 
 def table_rows(stdout):
@@ -40,25 +60,20 @@ def test_a_slower_configuration_regresses_and_the_same_one_holds(tmp_path, mnist
     run_image(mnist, reference, "reference-0")
     run_image(mnist, same, "same")
     run_image(mnist, reference, "reference-1")
-    busy = [subprocess.Popen(["taskset", "-c", CORE, sys.executable, "-c", "while True: pass"]) for _ in range(3)]
-    try:
-        run_image(mnist, slow, "slow")
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
+    slowed(same, slow, SLOWER)
     # A generous tolerance (times up to 1.8x, throughput down to 0.2x): CI shares this machine's two
-    # cores with another test; the busy loops cost about 4x in time.
+    # cores with another test, so the same configuration may run apart from its reference by that much.
     holds = mgbench("report", "--reference", reference, "--tolerance", "80", same)
     assert holds.returncode == 0, holds.stdout + holds.stderr
-    rows = table_rows(holds.stdout)
-    assert [r[4] for r in rows] == ["img/s", "s/epoch", "peak_MiB"] and all(r[-1] == "holds" for r in rows), holds.stdout
-    assert all(r[-2] == "2/1" for r in rows)  # the median of two reference repeats, one run
+    rows_same = table_rows(holds.stdout)
+    assert [r[4] for r in rows_same] == ["img/s", "s/epoch", "peak_MiB"], holds.stdout
+    assert all(r[-1] == "holds" for r in rows_same), holds.stdout
+    assert all(r[-2] == "2/1" for r in rows_same)  # the median of two reference repeats, one run
     assert holds.stdout.rstrip().endswith("PASS")
     regressed = mgbench("report", "--reference", reference, "--tolerance", "80", slow)
     assert regressed.returncode == 1, regressed.stdout + regressed.stderr
-    verdicts = {r[4]: r[-1] for r in table_rows(regressed.stdout)}
-    assert verdicts["s/epoch"] == "REGRESSED" and verdicts["peak_MiB"] == "holds", regressed.stdout
+    rows = {r[4]: r for r in table_rows(regressed.stdout)}
+    assert [rows[m][-1] for m in ("img/s", "s/epoch", "peak_MiB")] == ["REGRESSED", "REGRESSED", "holds"], regressed.stdout
     assert regressed.stdout.rstrip().endswith("FAIL")
     # The frame: the report's CSV, and the same verdicts.
     csv = pd.read_csv(StringIO(mgbench("report", "--reference", reference, "--tolerance", "80", "--csv", slow).stdout),
@@ -69,7 +84,12 @@ def test_a_slower_configuration_regresses_and_the_same_one_holds(tmp_path, mnist
     for column in ("reference", "measured", "ratio"):
         # The CSV's digits: 6 decimals for the values, 5 for the ratio.
         assert (abs(frame[column] - csv[column].astype(float)) <= 1e-5 * frame[column].abs() + 1e-5).all(), column
-    assert mga.passed(mga.compare(reference, same, tolerance=0.8))
+    same_frame = mga.compare(reference, same, tolerance=0.8)
+    assert mga.passed(same_frame)
+    # Each ratio is the same run's times the factor: the comparison divides what the files say.
+    factors = {"img/s": 1 / SLOWER, "s/epoch": SLOWER, "peak_MiB": 1.0}
+    expected = [r * factors[m] for m, r in zip(same_frame["metric"], same_frame["ratio"])]
+    assert list(frame["ratio"]) == pytest.approx(expected, rel=1e-9), (list(frame["ratio"]), expected)
 
 
 def test_bad_input_and_nothing_to_compare_exit_2(tmp_path, mnist):

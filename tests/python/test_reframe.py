@@ -1,6 +1,8 @@
 """The ReFrame checks (reframe/): under the local launcher and under the test SLURM cluster
-(tests/slurm/cluster.sh), the nightly checks pass against this machine's references and the check
-with an unreachable reference fails, as a centre's regression run must (issue 29)."""
+(tests/slurm/cluster.sh), a night without references records its values and passes; references made
+from it by reframe/make_references.py hold on a second night; references no machine reaches fail, on
+every metric; a malformed references file fails the run, never passes as "no bounds" (issue 29)."""
+import json
 import os
 import re
 import subprocess
@@ -14,25 +16,67 @@ from test_slurm import slurm  # noqa: F401 (the fixture: a one-node SLURM)
 
 ROOT = Path(__file__).resolve().parents[2]
 REFRAME = Path(sys.executable).parent / "reframe"  # reframe-hpc beside this interpreter (the venv)
+MAKE_REFERENCES = ROOT / "reframe" / "make_references.py"
 MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
+METRICS = {"MgbenchImage": {"img_per_s_per_rank", "s_per_epoch"}, "MgbenchLora": {"tokens_per_s"},
+           "MgbenchComm": {"busbw"}}
+TOLERANCE = 0.7  # CI runs another test beside this one on the machine's two cores
 
 
-def reframe(config, tags, prefix, env, cwd):
+def reframe(config, prefix, env, references=None, report=None):
     cmd = [str(REFRAME), "-C", str(ROOT / "reframe" / "config" / config), "-c", str(ROOT / "reframe" / "checks"),
-           "-r", "-t", tags, "--prefix", str(prefix), "--nocolor"]
+           "-r", "-t", "nightly", "--prefix", str(prefix), "--nocolor"]
+    if report:
+        cmd += ["--report-file", str(report)]
     env = dict(env, MGBENCH=BIN, MGBENCH_SHARED_DATA=str(SHARED), MGBENCH_LLM_MODEL=str(MODEL))
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    env.pop("MGBENCH_REFERENCES", None)
+    if references:
+        env["MGBENCH_REFERENCES"] = str(references)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=prefix.parent, timeout=900)
 
 
-def check_both_ways(config, env, tmp_path):
-    nightly = reframe(config, "nightly", tmp_path / "nightly", env, tmp_path)
-    assert nightly.returncode == 0, nightly.stdout[-4000:] + nightly.stderr[-2000:]
-    assert re.search(r"PASSED .*Ran 3/3 test case\(s\) from 3 check\(s\) \(0 failure", nightly.stdout), nightly.stdout
+def make_references(*args):
+    return subprocess.run([sys.executable, str(MAKE_REFERENCES), *map(str, args)], capture_output=True, text=True)
+
+
+def passed(proc):
+    return proc.returncode == 0 and re.search(r"PASSED .*Ran 3/3 test case\(s\) from 3 check\(s\) \(0 failure",
+                                              proc.stdout)
+
+
+def check_nights(config, env, tmp_path):
+    night = tmp_path / "night.json"
+    recorded = reframe(config, tmp_path / "recorded", env, report=night)
+    assert passed(recorded), recorded.stdout[-4000:] + recorded.stderr[-2000:]
     for name in ("img_per_s_per_rank", "s_per_epoch", "tokens_per_s", "busbw"):
-        assert re.search(rf"P: {name}: [\d.]+ ", nightly.stdout), (name, nightly.stdout[-3000:])
-    unreachable = reframe(config, "unreachable", tmp_path / "unreachable", env, tmp_path)
-    assert unreachable.returncode != 0, unreachable.stdout[-3000:]
-    assert "failed to meet reference(s): img_per_s_per_rank=" in unreachable.stdout, unreachable.stdout[-3000:]
+        assert re.search(rf"P: {name}: [\d.]+ \S+\n", recorded.stdout)  # no reference, (name, recorded.stdout)
+    references = tmp_path / "references.json"
+    made = make_references(night, "--tolerance", TOLERANCE, "-o", references)
+    assert made.returncode == 0, made.stderr
+    doc = json.loads(references.read_text())
+    (partition,) = doc
+    assert {check: set(metrics) for check, metrics in doc[partition].items()} == METRICS, doc
+    # A second night against the first's references: holds, and says what it was held to.
+    held = reframe(config, tmp_path / "held", env, references=references)
+    assert passed(held), held.stdout[-4000:] + held.stderr[-2000:]
+    image = doc[partition]["MgbenchImage"]["img_per_s_per_rank"]
+    assert f"(r:{image[0]}, l:{-TOLERANCE}, u:None)" in held.stdout, held.stdout[-3000:]
+    # References a thousand times out of reach: every metric fails.
+    for metrics in doc[partition].values():
+        for t in metrics.values():
+            t[0] = t[0] * 1000 if t[1] is not None else t[0] / 1000
+    unreachable = tmp_path / "unreachable.json"
+    unreachable.write_text(json.dumps(doc))
+    failed = reframe(config, tmp_path / "unreachable", env, references=unreachable)
+    assert failed.returncode != 0 and failed.stdout.count("failed to meet reference(s):") == 3, failed.stdout[-3000:]
+    for name in ("img_per_s_per_rank", "s_per_epoch", "tokens_per_s", "busbw"):
+        assert re.search(rf"(reference\(s\): |^\s+){name}=[\d.]+ \S+, expected ", failed.stdout, re.M), (name, failed.stdout[-3000:])
+    # A malformed file (a metric missing) fails the run, naming the file.
+    del doc[partition]["MgbenchComm"]["busbw"]
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text(json.dumps(doc))
+    bad = reframe(config, tmp_path / "malformed", env, references=malformed)
+    assert bad.returncode != 0 and "malformed.json" in bad.stdout + bad.stderr, bad.stdout[-3000:]
 
 
 @pytest.fixture
@@ -44,8 +88,40 @@ def requirements(mnist):
 
 
 def test_checks_under_the_local_launcher(tmp_path, requirements):
-    check_both_ways("local.py", ENV, tmp_path)
+    check_nights("local.py", ENV, tmp_path)
 
 
 def test_checks_under_slurm(tmp_path, requirements, slurm):  # noqa: F811
-    check_both_ways("slurm.py", slurm, tmp_path)
+    check_nights("slurm.py", slurm, tmp_path)
+
+
+def report(*cases):
+    """A ReFrame run report (the fields make_references.py reads) of `cases`: (name, result, {metric:
+    (value, unit)}) on mgbench-test:test."""
+    return {"runs": [{"testcases": [
+        {"name": name, "system": "mgbench-test", "partition": "test", "result": result,
+         "perfvalues": {f"mgbench-test:test:{m}": [v, 0, None, None, unit, "pass"] for m, (v, unit) in pv.items()}}
+        for name, result, pv in cases]}]}
+
+
+def test_make_references_takes_the_median_of_passed_nights_with_bounds_by_direction(tmp_path):
+    nights = []
+    for i, (rate, seconds) in enumerate(((100.0, 2.0), (300.0, 1.0), (200.0, 4.0))):
+        path = tmp_path / f"night{i}.json"
+        path.write_text(json.dumps(report(("MgbenchImage", "pass", {"img_per_s_per_rank": (rate, "img/s"),
+                                                                         "s_per_epoch": (seconds, "s")}),
+                                          ("MgbenchComm", "fail", {"busbw": (9.0, "GB/s")}))))
+        nights.append(path)
+    made = make_references(*nights, "--tolerance", "0.2")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout) == {"mgbench-test:test": {"MgbenchImage": {
+        "img_per_s_per_rank": [200.0, -0.2, None, "img/s"], "s_per_epoch": [2.0, None, pytest.approx(0.25), "s"]}}}
+    assert made.stderr.count("MgbenchComm on mgbench-test:test fail: left out") == 3
+    # Bad input: exit 2 naming what is wrong.
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(report(("MgbenchImage", "pass", {"x": (1.0, "furlongs")}))))
+    assert "furlongs" in make_references(odd, "--tolerance", "0.2").stderr
+    assert make_references(odd, "--tolerance", "0.2").returncode == 2
+    assert make_references(nights[0], "--tolerance", "1.5").returncode == 2
+    missing = make_references(tmp_path / "none.json", "--tolerance", "0.2")
+    assert missing.returncode == 2 and "none.json: not a ReFrame run report" in missing.stderr
