@@ -6,11 +6,12 @@
     MGBENCH_REFERENCES=references.json reframe -C reframe/config/slurm.py -c reframe/checks -r -t nightly
 
 Each value is the median over the reports of a check's metric on one system:partition (only checks
-that passed count). A tolerance t is one slowdown allowed both ways: a rate (a unit per second:
-img/s, tokens/s, GB/s) may fall to (1 - t) of its value, a time (s) or a size (MiB) may grow to
-1 / (1 - t) of it -- ReFrame's bounds (-t, None) and (None, t / (1 - t)). The output is the JSON
+that passed count). A tolerance t is the slowdown allowed, by the rule of `mgbench report --reference`:
+a time (s) or a size (MiB) may grow to (1 + t) x its value, a rate (a unit per second: img/s,
+tokens/s, GB/s) fall to 1 / (1 + t) of it -- ReFrame's bounds (None, t) and (-t / (1 + t), None). The
+output is the JSON
 MGBENCH_REFERENCES reads: {"system:partition": {"Check": {"metric": [value, lower, upper, unit]}}}.
-Bad input (an unreadable report, a unit with no known direction, a tolerance outside (0, 1)) exits 2
+Bad input (an unreadable report, a unit with no known direction, a tolerance not above 0) exits 2
 with a message naming it.
 """
 import argparse
@@ -26,9 +27,9 @@ def bounds(unit, tolerance):
     """ReFrame's (lower, upper) fractions for a metric in `unit`. Raises ValueError for a unit that is
     neither a rate nor one of LOWER_IS_BETTER."""
     if unit.endswith("/s"):
-        return -tolerance, None
+        return -tolerance / (1.0 + tolerance), None
     if unit in LOWER_IS_BETTER:
-        return None, tolerance / (1.0 - tolerance)
+        return None, tolerance
     raise ValueError(f"unit {unit!r}: neither a rate (.../s) nor one of {sorted(LOWER_IS_BETTER)}")
 
 
@@ -69,11 +70,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", help="ReFrame run reports (reframe --report-file)")
     parser.add_argument("--tolerance", type=float, required=True,
-                        help="the slowdown allowed, a fraction in (0, 1): 0.2 lets a rate fall to 0.8x")
+                        help="the slowdown allowed, a fraction above 0: 0.2 lets a time grow to 1.2x, a rate "
+                             "fall to 1/1.2")
     parser.add_argument("-o", "--output", help="the references file to write (default: stdout)")
     args = parser.parse_args(argv)
-    if not 0.0 < args.tolerance < 1.0:
-        print(f"make_references: --tolerance {args.tolerance}: expected a fraction in (0, 1)", file=sys.stderr)
+    if not args.tolerance > 0.0:
+        print(f"make_references: --tolerance {args.tolerance}: expected a fraction above 0", file=sys.stderr)
         return 2
     try:
         doc = references(args.reports, args.tolerance)

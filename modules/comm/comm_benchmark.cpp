@@ -185,22 +185,23 @@ void CommOptions::declare(options::OptionTable& t) {
   t.add("min-bytes", min_bytes, "smallest message [bytes; suffixes K, M, G: powers of 1024] (-b)");
   t.add("max-bytes", max_bytes, "largest message [bytes; K, M, G] (-e)");
   t.add("step-factor", step_factor, "size multiplier from one row to the next (-f)").at_least(2);
-  t.add("warmup-iters", warmup_iters, "untimed launches before each size's timing (-w)").at_least(0);
-  t.add("iters", iters, "timed launches per size and placement (-n)").at_least(1);
-  t.add("check", check, "check each size's result against the expected values: the #wrong column (-c)");
+  t.add("warmup-iters", warmup_iters, "untimed launches before each size's timing (-w)").at_least(0).same_workload();
+  t.add("iters", iters, "timed launches per size and placement (-n)").at_least(1).same_workload();
+  t.add("check", check, "check each size's result against the expected values: the #wrong column (-c)").same_workload();
   t.add("dtype", dtype, axes::dtype_choices(), "element type (-d)");
   t.add("op", op, reduce_op_choices(), "reduction of all-reduce and reduce-scatter (-o)");
   t.add("root", root, "root rank of broadcast (-r)").at_least(0);
   t.section("Devices");
   t.add("device", device, runtime::device_choices(), "where each rank's buffers live");
-  t.add("backend", backend, runtime::backend_choices(), "the communication library measured");
+  t.add("backend", backend, runtime::backend_choices(), "the communication library measured").same_workload();
   session::declare_comm_timeout(t, comm_timeout_s);
   t.section("Results");
   session::declare_results(t, results, run_name);
   t.add("check-perturb-rank", perturb_rank,
         "testing: this rank's input gets one wrong element (100; -100 with --op min) before each check, which must "
         "then report it (-1: none; with broadcast, only the root)")
-      .at_least(-1);
+      .at_least(-1)
+      .same_workload();
 }
 
 void CommOptions::validate() {

@@ -39,6 +39,12 @@ std::vector<std::pair<std::string, std::string>> ini_lines(const std::string& te
   return out;
 }
 
+// The run attribute of an option: its name with '-' as '_'.
+std::string attribute_name(std::string option) {
+  std::replace(option.begin(), option.end(), '-', '_');
+  return option;
+}
+
 }  // namespace
 
 std::string join_names(const std::vector<std::string_view>& names) {
@@ -218,17 +224,21 @@ std::string OptionTable::ini() const {
 std::string OptionTable::identity() const {
   std::string out;
   for (const auto& o : options_) {
-    if (o.effect == Effect::kResult) out += o.name + " = " + o.text() + "\n";
+    if (o.effect != Effect::kNone) out += o.name + " = " + o.text() + "\n";
   }
   return out;
 }
 
 std::vector<std::pair<std::string, Value>> OptionTable::attributes() const {
   std::vector<std::pair<std::string, Value>> out;
+  for (const auto& o : options_) out.emplace_back(attribute_name(o.name), o.value());
+  return out;
+}
+
+std::vector<std::string> OptionTable::workload_attributes() const {
+  std::vector<std::string> out;
   for (const auto& o : options_) {
-    std::string name = o.name;
-    std::replace(name.begin(), name.end(), '-', '_');
-    out.emplace_back(std::move(name), o.value());
+    if (o.effect == Effect::kWorkload) out.push_back(attribute_name(o.name));
   }
   return out;
 }

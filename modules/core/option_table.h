@@ -78,10 +78,18 @@ ValueOf<Row> parse_choice(std::span<const Row> rows, std::string_view option, st
   fail(option, text, join_names(names_of(rows)));
 }
 
-/// Whether a setting changes what a run computes or measures. Those that do not -- where results
-/// and checkpoints go, how often progress is printed or checkpoints written, the watchdog, the
-/// profiling switches -- stay out of the checkpoint identity: a run may be resumed with other values.
-enum class Effect { kResult, kNone };
+/// What a setting changes, the fact that places it in the two identities:
+/// - kWorkload: what is computed and on what it runs (the model, its shape, precision, batch, data
+///   layout and decoding, the device): part of the workload identity -- the run attributes by which
+///   `report`, `--reference`, `predict` and mgbench_analysis pair runs as one workload -- and of the
+///   checkpoint identity. Every option is this unless its row says otherwise, so an option added and
+///   not thought about splits workloads rather than pairing unlike runs (and shows in the generated
+///   list, python/mgbench_analysis/workload_identity.txt, whose test then fails until regenerated).
+/// - kResult: the numbers or the measurement, not the work (the seed, the learning rate, thread and
+///   bucket counts, the strategy and backend the reports compare along): the checkpoint identity only.
+/// - kNone: neither -- where results and checkpoints go, how often progress is printed or
+///   checkpoints written, the watchdog, the profiling switches: a run may be resumed with other values.
+enum class Effect { kWorkload, kResult, kNone };
 
 /// A typed value (run attributes): text, a 64-bit integer or a double.
 using Value = std::variant<std::string, std::int64_t, double>;
@@ -133,7 +141,7 @@ struct Option {
   int positional = 0;       // given without its name, as the command's operands: at most this many
                             // (-1: all the remaining); 0: by name only
   bool repeatable = false;  // a list whose name may be given several times, one item each (--comm A --comm B)
-  Effect effect = Effect::kResult;
+  Effect effect = Effect::kWorkload;
   bool given = false;                              // set from the command line or a config file
   std::function<std::string()> text;               // the current value, exact
   std::function<Value()> value;                    // the current value, typed
@@ -186,9 +194,22 @@ class Declared {
     };
     return *this;
   }
-  /// A setting that does not change results (not in the checkpoint identity).
+  /// A unit the value may be written with, dropped before parsing: `--tolerance 10%` reads as 10.
+  Declared& accepts_suffix(std::string suffix) {
+    option_.parse = [parse = std::move(option_.parse), suffix = std::move(suffix)](const std::string& text) {
+      parse(text.size() > suffix.size() && text.ends_with(suffix) ? text.substr(0, text.size() - suffix.size()) : text);
+    };
+    return *this;
+  }
+  /// A setting that does not change results (in neither identity): Effect::kNone.
   Declared& no_effect() {
     option_.effect = Effect::kNone;
+    return *this;
+  }
+  /// A setting that changes the numbers or the measurement but not the workload (in the checkpoint
+  /// identity, not the workload identity): Effect::kResult.
+  Declared& same_workload() {
+    option_.effect = Effect::kResult;
     return *this;
   }
   /// Given without a value (bool fields only): --resume.
@@ -330,9 +351,12 @@ class OptionTable {
   /// "name = value" lines of every option, in declaration order: the resolved configuration,
   /// readable with --config.
   std::string ini() const;
-  /// ini() of the options that change results (Effect::kResult): what identifies a run's results
-  /// (config_id names it).
+  /// ini() of the options that change results (Effect::kWorkload and kResult): what identifies a
+  /// run's results (config_id names it).
   std::string identity() const;
+  /// The run attribute names (attributes()) of the options in the workload identity
+  /// (Effect::kWorkload), in declaration order.
+  std::vector<std::string> workload_attributes() const;
   /// Every option as a run attribute: name with '-' as '_', the typed value.
   std::vector<std::pair<std::string, Value>> attributes() const;
 

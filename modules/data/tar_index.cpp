@@ -91,9 +91,14 @@ std::vector<TarMember> list_tar_members(const TarRead& read, std::int64_t archiv
   std::array<std::uint8_t, kBlock> header{};
   std::string next_path;        // from a pax 'x' or GNU 'L' header, for the next member
   std::int64_t next_size = -1;  // from a pax 'x' header
-  for (std::int64_t at = 0; at + kBlock <= archive_bytes;) {
+  std::int64_t at = 0;
+  bool ended = false;  // by the end-of-archive block, as a writer that finished leaves it
+  while (at + kBlock <= archive_bytes) {
     MGBENCH_REQUIRE(read(at, header) == header.size(), DataError, "{}: cannot read the header at byte {}", name, at);
-    if (std::all_of(header.begin(), header.end(), [](std::uint8_t b) { return b == 0; })) break;  // the end
+    if (std::all_of(header.begin(), header.end(), [](std::uint8_t b) { return b == 0; })) {
+      ended = true;
+      break;
+    }
     MGBENCH_REQUIRE(checksum_matches(header.data()), DataError,
                     "{}: not a tar archive, or corrupt: a header checksum mismatch at byte {}", name, at);
     std::int64_t size = 0;
@@ -136,6 +141,9 @@ std::vector<TarMember> list_tar_members(const TarRead& read, std::int64_t archiv
     if (regular) members.push_back({std::move(path), data_at, size});
     at = data_at + round_up(size);
   }
+  MGBENCH_REQUIRE(ended, DataError, "{}: truncated: {} at byte {} (the file ends at byte {}; {} member(s) before it)",
+                  name, at < archive_bytes ? "a header cut off" : "no end-of-archive block", at, archive_bytes,
+                  members.size());
   return members;
 }
 

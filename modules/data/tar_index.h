@@ -26,7 +26,9 @@ using TarRead = std::function<std::size_t(std::int64_t offset, std::span<std::ui
 
 /// The regular files of an archive of `archive_bytes` bytes read through read, in archive order.
 /// Throws DataError naming `name` and the header's offset for a header whose checksum is wrong, a
-/// size field that is not a number, or a member that runs past the end of the archive.
+/// size field that is not a number, a member that runs past the end of the archive, a header cut
+/// off by the end, or an archive without its end-of-archive (zero) block: cut short at a member's
+/// boundary, where Python's tarfile and webdataset read on silently with the members before it.
 std::vector<TarMember> list_tar_members(const TarRead& read, std::int64_t archive_bytes, std::string_view name);
 
 /// list_tar_members of the file at path. Throws DataError naming it when it cannot be read.

@@ -32,6 +32,9 @@ struct ImageModelInfo {
   /// The training options this model trains with unless given ("name = value" lines; empty: the
   /// image recipe's, which are MobileNetV2's).
   std::string_view defaults = {};
+  /// How much smaller the last feature map is than the input: five stride-2 stages (both models,
+  /// as torchvision builds them), a side of s px ending as ceil(s / 32).
+  std::int64_t output_stride = 32;
 };
 
 /// Every image model; the first is the default.

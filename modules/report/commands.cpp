@@ -33,12 +33,14 @@ void ReportOptions::declare(options::OptionTable& t) {
       .value_name("DIR");
   t.add("reference", reference,
         "compare FILES with the runs of these results files (comma-separated; directories and patterns as FILES) "
-        "instead: per workload and metric the medians, their ratio and a verdict; exit 0 all hold, 1 a regression "
-        "or failed run, 2 bad input (a nightly regression check)")
+        "instead: per workload and metric the medians, their ratio and a verdict; exit 0 all hold, 1 a regression, "
+        "2 a run of either side that did not complete, or bad input (a nightly regression check)")
       .value_name("REF[,REF...]");
-  t.add("tolerance", tolerance_pct, "with --reference: how much worse than the reference a metric may be [%]")
+  t.add("tolerance", tolerance_pct,
+        "with --reference: how much slower than the reference a run may be [%] (10 or 10%): a time or size may "
+        "grow to (1 + PCT/100) x the reference's, a rate fall to 1 / (1 + PCT/100) of it")
       .above(0.0)
-      .below(100.0)
+      .accepts_suffix("%")
       .value_name("PCT");
 }
 
@@ -63,7 +65,7 @@ int run_reference(const ReportOptions& o, std::ostream& out, std::ostream& err) 
     return kBadInput;
   }
   print_reference(out, check, fmt::format("{}", fmt::join(o.reference, " ")), tolerance, o.csv);
-  return check.any_regressed() ? 1 : 0;
+  return check.exit_status();
 }
 
 }  // namespace

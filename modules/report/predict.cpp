@@ -252,16 +252,6 @@ std::vector<Prediction> predict(const results::RunRecord& base,
   return out;
 }
 
-std::string workload_of(const results::RunRecord& r) {
-  std::string task = r.display("task");
-  if (task == "prediction") task = r.display("predicted_task");
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", task, r.display("recipe"), r.display("device"),
-                     r.display("precision"), r.display("pin_memory"), r.display("image_size"), r.display("width_mult"),
-                     r.display("model"), r.display("dataset"), r.display("epochs"), r.display("batch_size"),
-                     r.display("grad_accum"), r.display("train_samples"), r.display("max_steps"),
-                     r.display("sharding"));
-}
-
 bool is_prediction_run(const results::RunRecord& run) { return run.display("task") == "prediction"; }
 
 }  // namespace mgbench::report

@@ -183,11 +183,6 @@ void write_predictions(const std::string& path, const PredictionPlan& plan, cons
 /// and strategy, with the inputs as '#' lines.
 void print_predictions(std::ostream& out, const std::vector<Prediction>& predictions);
 
-/// What makes runs of one workload comparable whatever their strategy and rank count (task, recipe,
-/// device, precision, pin_memory, image size and width or model and dataset, epochs, batch,
-/// grad-accum, samples, max_steps, sharding).
-std::string workload_of(const results::RunRecord& run);
-
 /// `mgbench report`: predicted runs (task `prediction`) beside the measured run of the same workload,
 /// strategy and rank count when there is one, with the error of the predicted total time.
 void print_prediction_check(std::ostream& out, const std::vector<results::RunRecord>& runs, bool csv);

@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "report/predict.h"
 #include "report/report.h"
+#include "report/workload.h"
 #include "results/writer.h"
 
 namespace mgbench::report {
@@ -151,7 +152,7 @@ PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, con
   std::vector<std::string> workloads;
   for (const auto& r : runs) {
     if (!usable(r)) continue;
-    const std::string w = workload_of(r);
+    const std::string w = workload_identity(r);
     if (r.integer("world_size").value_or(1) == 1) {
       if (one_rank.find(w) == one_rank.end()) workloads.push_back(w);
       one_rank[w].push_back(&r);

@@ -8,6 +8,7 @@
 #include "report/predict.h"
 #include "report/report.h"
 #include "report/table.h"
+#include "report/workload.h"
 
 namespace mgbench::report {
 
@@ -24,8 +25,8 @@ void print_prediction_check(std::ostream& out, const std::vector<results::RunRec
     const results::RunRecord* measured = nullptr;
     for (const auto& m : runs) {
       if (is_prediction_run(m) || m.display("task") == "comm" || !is_completed(m)) continue;
-      if (workload_of(m) == workload_of(p) && m.display("strategy") == p.display("strategy") &&
-          m.integer("world_size") == p.integer("world_size") &&
+      if (workload_identity(m) == workload_identity(p, {{"task", p.display("predicted_task")}}) &&
+          m.display("strategy") == p.display("strategy") && m.integer("world_size") == p.integer("world_size") &&
           m.integer("nodes").value_or(1) == p.integer("nodes").value_or(1)) {
         measured = &m;  // the latest
       }

@@ -75,10 +75,31 @@ double median(std::vector<double> v) {
 
 namespace {
 
+// One rule for every metric (reference.h): the slowdown, ratio or its inverse, against 1 + tolerance.
 Verdict judge(double ratio, bool higher_is_better, double tolerance) {
-  if (higher_is_better ? ratio < 1.0 - tolerance : ratio > 1.0 + tolerance) return Verdict::kRegressed;
-  if (higher_is_better ? ratio > 1.0 + tolerance : ratio < 1.0 - tolerance) return Verdict::kImproved;
+  const double slowdown = higher_is_better ? 1.0 / ratio : ratio;
+  if (slowdown > 1.0 + tolerance) return Verdict::kRegressed;
+  if (slowdown < 1.0 / (1.0 + tolerance)) return Verdict::kImproved;
   return Verdict::kHolds;
+}
+
+// The row of a run that did not complete (either side): nothing of it can be judged.
+ReferenceRow status_row(const results::RunRecord& r, const std::string& reference_run) {
+  ReferenceRow row;
+  row.run = r.run_id;
+  row.workload = short_workload(r);
+  row.reference_run = reference_run;
+  row.ranks = r.integer("world_size").value_or(0);
+  row.hardware = hardware_cell(r);
+  row.metric = "status";
+  row.measured = row.reference = row.ratio = results::kNaN;
+  row.verdict = Verdict::kFailed;
+  return row;
+}
+
+std::string status_note(const results::RunRecord& r, std::string_view side) {
+  return r.error.empty() ? fmt::format("{}{} {}", side, r.run_id, r.status)
+                         : fmt::format("{}{} {}: {}", side, r.run_id, r.status, r.error);
 }
 
 /// The reference run of the same task nearest to `run`, and where their identities differ.
@@ -120,39 +141,38 @@ const char* to_string(Verdict verdict) {
 }
 
 bool ReferenceCheck::any_regressed() const {
-  return std::any_of(rows.begin(), rows.end(), [](const ReferenceRow& r) {
-    return r.verdict == Verdict::kRegressed || r.verdict == Verdict::kFailed;
-  });
+  return std::any_of(rows.begin(), rows.end(), [](const ReferenceRow& r) { return r.verdict == Verdict::kRegressed; });
+}
+
+bool ReferenceCheck::any_failed() const {
+  return std::any_of(rows.begin(), rows.end(), [](const ReferenceRow& r) { return r.verdict == Verdict::kFailed; });
+}
+
+int ReferenceCheck::exit_status() const {
+  if (any_failed()) return 2;
+  return any_regressed() ? 1 : 0;
 }
 
 ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& reference,
                                     const std::vector<results::RunRecord>& runs, double tolerance) {
+  ReferenceCheck check;
   std::map<std::string, std::vector<const results::RunRecord*>> references;
   for (const auto& r : reference) {
-    if (is_completed(r)) references[comparison_group(r)].push_back(&r);
+    if (is_completed(r)) {
+      references[comparison_group(r)].push_back(&r);
+    } else {
+      check.rows.push_back(status_row(r, r.run_id));
+      check.notes.push_back(status_note(r, "reference run "));
+    }
   }
-  ReferenceCheck check;
   std::vector<std::string> order;
   std::map<std::string, std::vector<const results::RunRecord*>> measured;
   for (const auto& r : runs) {
     const std::string group = comparison_group(r);
     const auto ref = references.find(group);
-    if (r.status == "failed") {
-      ReferenceRow row;
-      row.run = r.run_id;
-      row.workload = short_workload(r);
-      row.reference_run = ref != references.end() ? ref->second.back()->run_id : "-";
-      row.ranks = r.integer("world_size").value_or(0);
-      row.hardware = hardware_cell(r);
-      row.metric = "status";
-      row.measured = row.reference = row.ratio = results::kNaN;
-      row.verdict = Verdict::kFailed;
-      check.rows.push_back(row);
-      check.notes.push_back(fmt::format("{} failed: {}", r.run_id, r.error));
-      continue;
-    }
     if (!is_completed(r)) {
-      check.notes.push_back(fmt::format("{}: {}, not compared", r.run_id, r.status));
+      check.rows.push_back(status_row(r, ref != references.end() ? ref->second.back()->run_id : "-"));
+      check.notes.push_back(status_note(r, ""));
       continue;
     }
     if (ref == references.end()) {
@@ -234,6 +254,7 @@ void print_reference(std::ostream& out, const ReferenceCheck& check, const std::
     for (const auto& r : check.rows) bad += r.verdict == Verdict::kRegressed || r.verdict == Verdict::kFailed;
     out << fmt::format("# {} metric(s) compared, {} regressed or failed: {}\n", check.rows.size(), bad,
                        bad == 0 ? "PASS" : "FAIL");
+    if (check.any_failed()) out << "# a run did not complete: nothing of it can be judged (exit 2)\n";
   }
 }
 

@@ -35,8 +35,12 @@ struct ReferenceRow {
 
 struct ReferenceCheck {
   std::vector<ReferenceRow> rows;
-  std::vector<std::string> notes;  // runs of FILES with no reference of their workload, and why
-  bool any_regressed() const;      // a row regressed or failed
+  std::vector<std::string> notes;  // runs with no reference of their workload, runs that did not complete
+  bool any_regressed() const;      // a row kRegressed
+  bool any_failed() const;         // a row kFailed: a run of either side that did not complete
+  /// `report --reference`'s exit status: 2 a run did not complete (nothing of it can be judged), 1 a
+  /// metric regressed, 0 every metric holds or improved.
+  int exit_status() const;
 };
 
 /// One metric of a completed run.
@@ -63,12 +67,14 @@ std::string short_workload(const results::RunRecord& run);
 /// The median of a non-empty list.
 double median(std::vector<double> values);
 
-/// Compares `runs` (FILES) with `reference` (REF). A metric regresses when it is worse than the
-/// reference by more than `tolerance` (a fraction: 0.1 = 10 %): a higher-is-better metric below
-/// (1 - tolerance) x reference, a lower-is-better one above (1 + tolerance) x reference; improved
-/// likewise the other way. A run of FILES that did not complete, with a reference of its workload,
-/// is a row of its own with verdict kFailed. Metrics: run_metrics(), where both sides have them (a
-/// comm run's largest size must be the reference's).
+/// Compares `runs` (FILES) with `reference` (REF). One rule for every metric: its slowdown -- the
+/// ratio measured / reference of a lower-is-better metric (s/epoch, s/it, peak MiB), the inverse of a
+/// higher-is-better one (img/s, tokens/s, busbw) -- regresses above 1 + `tolerance` (a fraction: 0.1
+/// = 10 % slower, so img/s below reference / 1.1, s/epoch above 1.1 x reference) and improves below
+/// 1 / (1 + tolerance). A run of either side that did not complete (failed, aborted, preempted,
+/// running) is a row of its own, metric "status", verdict kFailed, and a note with its error.
+/// Metrics: run_metrics(), where both sides have them (a comm run's largest size must be the
+/// reference's).
 ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& reference,
                                     const std::vector<results::RunRecord>& runs, double tolerance);
 

@@ -86,7 +86,31 @@ void set_up_training(const RunSetup& setup, TrainingState& training) {
   training.shared_buffers = recipe.shared_buffers();
 }
 
-/// The epochs' plan and the optimizer steps each holds. Throws ConfigError for an epoch without one.
+/// Refuses an epoch plan in which a rank computes a micro-batch smaller than the recipe takes
+/// (Recipe::min_batch_per_rank: BatchNorm's 2 at a 1 x 1 feature map). Every rank checks every rank's plan (indices
+/// only, no data), so all reach the same verdict. The sizes do not depend on the epoch's shuffle.
+void refuse_small_batches(const RunSetup& setup) {
+  const BatchFloor floor = setup.recipe.min_batch_per_rank();
+  const std::int64_t least = floor.samples;
+  if (least <= 1) return;
+  const TrainOptions& options = setup.options;
+  for (int rank = 0; rank < setup.world_size(); ++rank) {
+    data::EpochPlanOptions plan = setup.epoch_plan;
+    plan.rank = rank;
+    for (const auto& b : cut_plan(data::plan_epoch(plan, 0), setup.steps_per_epoch * options.grad_accum)) {
+      const auto n = static_cast<std::int64_t>(b.indices.size());
+      MGBENCH_REQUIRE(
+          !b.compute || n >= least, ConfigError,
+          "--batch-size {}: rank {} computes a batch of {} sample(s) at the end of each epoch ({} samples over {} "
+          "rank(s)), and this training needs at least {} per rank ({}): give --drop-last true, or another "
+          "--batch-size or --limit-train",
+          options.batch_size, rank, n, setup.recipe.train_size(), setup.world_size(), least, floor.why);
+    }
+  }
+}
+
+/// The epochs' plan and the optimizer steps each holds. Throws ConfigError for an epoch without one,
+/// or with a batch the recipe cannot train on (refuse_small_batches).
 void plan_epochs(RunSetup& setup) {
   const TrainOptions& options = setup.options;
   const Recipe& recipe = setup.recipe;
@@ -101,6 +125,7 @@ void plan_epochs(RunSetup& setup) {
   MGBENCH_REQUIRE(setup.steps_per_epoch > 0, ConfigError,
                   "{} samples over {} rank(s) at --batch-size {} x --grad-accum {} make no optimizer step",
                   recipe.train_size(), setup.world_size(), options.batch_size, options.grad_accum);
+  refuse_small_batches(setup);
 }
 
 }  // namespace

@@ -87,6 +87,12 @@ struct EvalResult {
   double loss = results::kNaN;  // mean loss per target
 };
 
+/// The fewest samples a recipe trains on per rank and micro-batch (Recipe::min_batch_per_rank).
+struct BatchFloor {
+  std::int64_t samples = 1;
+  std::string why;  // what refuses fewer, for the error message
+};
+
 class Recipe {
  public:
   virtual ~Recipe() = default;
@@ -112,6 +118,10 @@ class Recipe {
   /// Samples per shard of a training set in tar shards (ddp-ds then distributes whole shards:
   /// data::shard_sampler_indices); empty: the sampler distributes samples.
   virtual std::vector<std::int64_t> train_shard_sizes() const { return {}; }
+  /// The fewest samples a training micro-batch may hold on a rank, and why (BatchNorm training at a
+  /// 1 x 1 feature map: 2, as PyTorch refuses one value per channel). The loop refuses, before
+  /// training, an epoch plan whose last batch holds fewer (--drop-last true drops it).
+  virtual BatchFloor min_batch_per_rank() const { return {}; }
   /// The host batch of plan's samples; runs on the loader thread, concurrently with forward.
   virtual data::Batch assemble(const data::PlannedBatch& plan, bool pin_memory) const = 0;
   /// The model (train / eval mode, checkpoint tensors).

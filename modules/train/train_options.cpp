@@ -22,37 +22,42 @@ bool valid_profile_window(const std::string& text) {
 
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
-  t.add("strategy", strategy, axes::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)");
+  t.add("strategy", strategy, axes::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)")
+      .same_workload();
   t.add("epochs", epochs, "training epochs").at_least(1);
   t.add("batch-size", batch_size, "samples per micro-batch per rank").at_least(1);
   t.add("grad-accum", grad_accum, "micro-batches per optimizer step (gradient accumulation)").at_least(1);
   t.add("max-steps", max_steps, "optimizer steps per epoch (0: the whole epoch)").at_least(0);
-  t.add("shuffle", shuffle, "reshuffle every epoch (seed + epoch)");
+  t.add("shuffle", shuffle, "reshuffle every epoch (seed + epoch)").same_workload();
   t.add("drop-last", drop_last, "drop the last incomplete batch");
-  t.add("seed", seed, "seed of the weights, dropout and shuffling");
+  t.add("seed", seed, "seed of the weights, dropout and shuffling").same_workload();
   t.add("sharding", sharding, axes::sharding_choices(), "how the ranks hold the model (one rank: the same as none)");
   t.add("reshard-after-forward", reshard_after_forward,
         "fsdp: free each unit's gathered parameters after its forward and gather them again for backward "
-        "(false: keep them to the end of backward; more memory, one all-gather less per unit)");
+        "(false: keep them to the end of backward; more memory, one all-gather less per unit)")
+      .same_workload();
 
   t.section("Compute");
   t.add("device", device, runtime::device_choices(), "where each rank computes");
-  t.add("backend", backend, runtime::backend_choices(), "the gradient all-reduce's communication library");
+  t.add("backend", backend, runtime::backend_choices(), "the gradient all-reduce's communication library")
+      .same_workload();
   t.add("precision", precision, axes::precision_choices(), "numeric precision (axes/precision.h)");
   t.add("pin-memory", pin_memory, "page-locked host batches, copied on a copy stream ahead of compute (GPU only)");
   t.add("prefetch", prefetch,
         "batches the loader thread assembles ahead; with --pin-memory on a GPU also the batches (at least 2) the "
         "feeder thread copies, and decodes with --decode device, ahead of the step")
       .at_least(1)
-      .at_most(64);
+      .at_most(64)
+      .same_workload();
   // More threads than the machine has cores only oversubscribe them (100000 of them took 7 GB
   // before doing anything); the rank's own CPU affinity is checked when it starts (the loop).
   t.add("threads", threads,
         "intra-op CPU threads per rank (0: the cores this rank may run on, at most the node's cores / ranks on the "
         "node)")
       .at_least(0)
-      .at_most(runtime::machine_cores());
-  t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)");
+      .at_most(runtime::machine_cores())
+      .same_workload();
+  t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)").same_workload();
   t.add("malloc-reuse", malloc_reuse,
         "keep host memory freed by a step for the next (glibc malloc: mmap threshold 32 MiB, no trimming; "
         "GLIBC_TUNABLES or a preloaded jemalloc / TCMalloc take precedence); false: glibc's defaults")
@@ -60,15 +65,19 @@ void TrainOptions::declare(options::OptionTable& t) {
   session::declare_comm_timeout(t, comm_timeout_s);
   t.add("peak-tflops", peak_tflops,
         "device peak TFLOP/s for MFU (0: the datasheet value of the GPU model, runtime/peak_flops.cpp)")
-      .at_least(0);
+      .at_least(0)
+      .same_workload();
 
   t.section("Optimisation");
   optim.declare(t);
   // At least one byte: smaller sizes are not sizes (1e-300 MiB failed in training, not here).
   constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
-  t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)").at_least(kOneByteMiB);
+  t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)")
+      .at_least(kOneByteMiB)
+      .same_workload();
   t.add("first-bucket-mb", first_bucket_mb, "first bucket's size [MiB] (small, so communication starts early)")
-      .at_least(kOneByteMiB);
+      .at_least(kOneByteMiB)
+      .same_workload();
 
   t.section("Evaluation and results");
   t.add("eval-every", eval_every, "evaluate every N epochs (and after the last)").at_least(1);
@@ -84,7 +93,9 @@ void TrainOptions::declare(options::OptionTable& t) {
         "throughput, s/it and MFU; the per-step and per-epoch records keep them")
       .at_least(0)
       .no_effect();
-  t.add("record-indices", record_indices, "store the sample indices each rank computed on, per epoch").as_switch();
+  t.add("record-indices", record_indices, "store the sample indices each rank computed on, per epoch")
+      .as_switch()
+      .same_workload();
   t.add("progress-interval", progress_interval_s, "seconds between progress lines when stderr is not a terminal [s]")
       .above(0)
       .no_effect();

@@ -2,7 +2,10 @@
 as a frame: each workload of the runs beside the reference's of the same workload identity
 (``workload.py``) and the same ranks, nodes, strategy, backend and warm-up steps excluded; per metric the medians over the
 runs of each side, their ratio (measured / reference) and a verdict -- ``holds``, ``improved``,
-``REGRESSED`` (worse than the reference by more than the tolerance) or ``FAILED`` (a run that failed).
+``REGRESSED`` (slower than the reference by more than the tolerance) or ``FAILED`` (a run of either
+side that did not complete). One rule for every metric: its slowdown, the ratio of a lower-is-better
+metric or the inverse of a higher-is-better one, regresses above 1 + tolerance and improves below
+1 / (1 + tolerance). :func:`exit_status` is the report's exit status.
 """
 from __future__ import annotations
 
@@ -79,11 +82,19 @@ def _short(run: Run) -> str:
 
 
 def _verdict(ratio: float, higher: bool, tolerance: float) -> str:
-    if (ratio < 1.0 - tolerance) if higher else (ratio > 1.0 + tolerance):
+    slowdown = 1.0 / ratio if higher else ratio
+    if slowdown > 1.0 + tolerance:
         return "REGRESSED"
-    if (ratio > 1.0 + tolerance) if higher else (ratio < 1.0 - tolerance):
+    if slowdown < 1.0 / (1.0 + tolerance):
         return "improved"
     return "holds"
+
+
+def _status_row(run: Run, reference_run_id: str) -> dict:
+    """The row of a run that did not complete (either side): nothing of it can be judged."""
+    return dict(run_id=run.run_id, workload=_short(run), ranks=run.world_size, device=workload.hardware_cell(run),
+                metric="status", better="higher", reference=math.nan, measured=math.nan, ratio=math.nan,
+                reference_runs=0, measured_runs=0, verdict="FAILED", reference_run_id=reference_run_id)
 
 
 def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
@@ -92,19 +103,18 @@ def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
     fraction (0.1 = 10 %). Runs without a reference of their workload are left out (the report's
     notes); ``passed(frame)`` is the report's exit status 0."""
     refs: Dict[str, List[Run]] = {}
+    rows, measured = [], {}
     for run in as_runs(reference):
         if _completed(run):
             refs.setdefault(_group(run), []).append(run)
-    rows, measured = [], {}
+        else:
+            rows.append(_status_row(run, run.run_id))
     for run in as_runs(source):
         group = _group(run)
-        if run.status == "failed":
+        if not _completed(run):
             ref = refs.get(group)
-            rows.append(dict(run_id=run.run_id, workload=_short(run), ranks=run.world_size, device=workload.hardware_cell(run),
-                             metric="status", better="higher", reference=math.nan, measured=math.nan, ratio=math.nan,
-                             reference_runs=0, measured_runs=0, verdict="FAILED",
-                             reference_run_id=ref[-1].run_id if ref else "-"))
-        elif _completed(run) and group in refs:
+            rows.append(_status_row(run, ref[-1].run_id if ref else "-"))
+        elif group in refs:
             measured.setdefault(group, []).append(run)
     for group, mine in measured.items():
         theirs = refs[group]
@@ -153,3 +163,11 @@ def repeats(source) -> pd.DataFrame:
 def passed(frame: pd.DataFrame) -> bool:
     """True when no row of a :func:`compare` frame regressed or failed."""
     return not frame["verdict"].isin(["REGRESSED", "FAILED"]).any()
+
+
+def exit_status(frame: pd.DataFrame) -> int:
+    """`mgbench report --reference`'s exit status for a :func:`compare` frame: 2 a run did not complete
+    (a FAILED row), 1 a metric regressed, 0 every metric holds or improved."""
+    if (frame["verdict"] == "FAILED").any():
+        return 2
+    return 1 if (frame["verdict"] == "REGRESSED").any() else 0

@@ -197,3 +197,58 @@ def test_real_photos_train_resnet50_at_300_px_as_folders_and_shards(photos, tmp_
             (run,) = f["runs"].values()
             status = run["status"][()].ravel()[0]
             assert status in (b"completed", "completed") and run["rank_0/epochs"][0]["skipped_images"] == 0
+
+
+def test_a_remainder_batch_batchnorm_cannot_train_on_is_refused_before_training(tmp_path):
+    """One rule for the last batch of an epoch (issue 50): where BatchNorm would normalise one value per
+    channel -- one image whose last feature map is 1 x 1, i.e. images of at most 32 px -- the run is
+    refused before training, naming the fixes. 17 images on 2 ranks at batch 4 leave each rank 4, 4
+    and 1 (DistributedSampler pads 17 to 18); LibTorch ended that job with "Expected more than 1 value
+    per channel" and a backtrace. A remainder of 2 (20 images) trains, as do --drop-last true (8 per
+    rank), --freeze-batchnorm true (running statistics) and 64 px images (a 2 x 2 map)."""
+    from conftest import MNIST
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {MNIST}")
+
+    def run(limit, *extra, size=32):
+        return mgbench("image", "--data", MNIST, "--image-size", size, "--width-mult", 0.25, "--threads", 1,
+                       "--progress-interval", 1000, "--device", "cpu", "--limit-train", limit, "--limit-test", 16,
+                       "--epochs", 1, "--batch-size", 4, "--results", tmp_path / f"r{limit}-{size}-{len(extra)}.h5",
+                       *extra, np=2)
+
+    refused = run(17)
+    assert refused.returncode != 0, refused.stderr[-3000:]
+    assert ("--batch-size 4: rank 0 computes a batch of 1 sample(s) at the end of each epoch (17 samples over 2 "
+            "rank(s)), and this training needs at least 2 per rank (BatchNorm normalises 32 px images' last 1 x 1 "
+            "feature map") in refused.stderr, refused.stderr[-3000:]
+    assert "--drop-last true" in refused.stderr and "--freeze-batchnorm true" in refused.stderr
+    assert "Expected more than 1 value" not in refused.stderr
+    for limit, extra, size in ((20, (), 32), (17, ("--drop-last", "true"), 32), (17, ("--freeze-batchnorm", "true"), 32),
+                               (17, (), 64)):
+        trained = run(limit, *extra, size=size)
+        assert trained.returncode == 0, (limit, extra, size, trained.stderr[-3000:])
+
+
+def test_a_truncated_shard_is_refused_naming_it_and_the_byte(folder, tmp_path):
+    """A webdataset shard cut short where Python's tarfile (and so webdataset) reads on silently -- at
+    a member's boundary, or inside the next header -- is refused naming the shard and the byte, not
+    trained on with the members before the cut (issue 50)."""
+    import tarfile
+    shards = tmp_path / "wds"
+    write_shards(folder, "val", shards / "train", maxcount=100)  # 2 shards of 100 samples
+    write_shards(folder, "val", shards / "val", maxcount=100)
+    shard = shards / "train" / "shard-000001.tar"
+    with tarfile.open(shard) as tar:
+        members = tar.getmembers()
+    boundary = members[10].offset  # the header (pax) of the 11th member
+    data = shard.read_bytes()
+    for cut, what in ((boundary, f"no end-of-archive block at byte {boundary}"),
+                      (boundary + 100, f"a header cut off at byte {boundary}")):
+        shard.write_bytes(data[:cut])
+        with tarfile.open(shard) as tar:  # what tarfile makes of it: the members before the cut, no error
+            assert len(tar.getmembers()) == 10
+        proc = mgbench("image", "--dataset", "webdataset", "--data", shards, "--image-size", 32, "--crop", "center",
+                       "--batch-size", 50, "--epochs", 1, "--threads", 1, "--device", "cpu",
+                       "--results", tmp_path / "cut.h5", np=1)
+        assert proc.returncode != 0, proc.stderr[-2000:]
+        assert f"{shard}: truncated: {what}" in proc.stderr + proc.stdout, proc.stderr[-2000:]

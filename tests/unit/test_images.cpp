@@ -267,6 +267,23 @@ TEST(TarIndex, MembersAsPythonsTarfileListsThem) {
     test::expect_error<DataError>(
         [&] { data::list_tar_members(read_from(cut), static_cast<std::int64_t>(cut.size()), "cut.tar"); },
         {"cut.tar", "truncated"});
+    // Cut where tarfile and webdataset read on silently: at the boundary after the first member (its
+    // padded data's end), inside the next header, and before the end-of-archive blocks.
+    const auto member_end = [&](std::size_t i) {
+      const std::int64_t end =
+          archive["members"][i][1].get<std::int64_t>() + archive["members"][i][2].get<std::int64_t>();
+      return static_cast<std::size_t>((end + 511) / 512 * 512);
+    };
+    const std::size_t last = archive["members"].size() - 1;
+    for (const auto& [at, what] : std::vector<std::pair<std::size_t, std::string>>{
+             {member_end(0), "no end-of-archive block at byte " + std::to_string(member_end(0))},
+             {member_end(0) + 100, "a header cut off at byte " + std::to_string(member_end(0))},
+             {member_end(last), "no end-of-archive block"}}) {
+      const std::vector<std::uint8_t> short_by(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(at));
+      test::expect_error<DataError>(
+          [&] { data::list_tar_members(read_from(short_by), static_cast<std::int64_t>(at), "short.tar"); },
+          {"short.tar: truncated", what});
+    }
     std::vector<std::uint8_t> flipped = bytes;
     flipped[3] ^= 0x20;
     test::expect_error<DataError>(

@@ -326,18 +326,47 @@ TEST(Report, ReferenceComparesMediansMetricByMetricWithinTheTolerance) {
   EXPECT_EQ(check.rows[0].verdict, report::Verdict::kImproved);
   EXPECT_EQ(check.rows[1].verdict, report::Verdict::kImproved);
   EXPECT_FALSE(check.any_regressed());
-  // A failed run of a reference workload fails the check.
+  EXPECT_EQ(check.exit_status(), 0);
+  // One rule for rates and times: a slowdown above 1 + tolerance. At 25 %: 790 img/s is 1000/790 =
+  // 1.27x slower and 25.5 s (12.75 s/epoch) 1.275x, both regressed; 810 img/s (1.23x) and 24.6 s
+  // (1.23x) both hold. (The old rule let img/s fall to 0.75x, i.e. 1.33x slower, while s/epoch
+  // regressed at 1.25x.)
+  check = report::compare_to_reference(reference, {image("slow", 790, 25.5)}, 0.25);
+  EXPECT_EQ(check.rows[0].verdict, report::Verdict::kRegressed);
+  EXPECT_EQ(check.rows[1].verdict, report::Verdict::kRegressed);
+  EXPECT_EQ(check.exit_status(), 1);
+  check = report::compare_to_reference(reference, {image("slightly", 810, 24.6)}, 0.25);
+  EXPECT_EQ(check.rows[0].verdict, report::Verdict::kHolds);
+  EXPECT_EQ(check.rows[1].verdict, report::Verdict::kHolds);
+  // A run that did not complete, of either side, is a FAILED row and exit 2: nothing of it can be
+  // judged, and a note says why.
   RunRecord failed = image("crashed", std::nan(""), std::nan(""));
   failed.status = "failed";
   failed.error = "rank 1: NCCL timeout";
-  check = report::compare_to_reference(reference, {failed}, 0.10);
-  ASSERT_EQ(check.rows.size(), 1u);
+  RunRecord aborted = image("cut", std::nan(""), std::nan(""));
+  aborted.status = "aborted";
+  aborted.error = "rank 1 lost";
+  check = report::compare_to_reference(reference, {failed, aborted, image("new-a", 920, 21)}, 0.10);
+  ASSERT_EQ(check.rows.size(), 5u);  // two status rows, then the completed run's three metrics
   EXPECT_EQ(check.rows[0].verdict, report::Verdict::kFailed);
-  EXPECT_TRUE(check.any_regressed());
+  EXPECT_EQ(check.rows[1].run, "cut");
+  EXPECT_EQ(check.rows[1].verdict, report::Verdict::kFailed);
+  EXPECT_TRUE(check.any_failed());
+  EXPECT_FALSE(check.any_regressed());
+  EXPECT_EQ(check.exit_status(), 2);
   std::ostringstream table;
   report::print_reference(table, check, "ref.h5", 0.10, false);
   EXPECT_NE(table.str().find("# crashed failed: rank 1: NCCL timeout"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("# cut aborted: rank 1 lost"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("FAIL\n"), std::string::npos) << table.str();
+  std::vector<RunRecord> with_aborted_reference = reference;
+  with_aborted_reference.push_back(aborted);
+  check = report::compare_to_reference(with_aborted_reference, {image("new-a", 920, 21)}, 0.10);
+  EXPECT_EQ(check.rows[0].run, "cut");
+  EXPECT_EQ(check.rows[0].verdict, report::Verdict::kFailed);
+  EXPECT_EQ(check.exit_status(), 2);
+  ASSERT_FALSE(check.notes.empty());
+  EXPECT_EQ(check.notes[0], "reference run cut aborted: rank 1 lost");
 }
 
 // Repeats: one group per workload, ranks, ...; median, min, max and the sample coefficient of variation.

@@ -316,6 +316,22 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   t.set("size", "native");
   t.set("size", "7");
   EXPECT_EQ(t.find("size")->text(), "7");
+  // A unit the value may carry (--tolerance 10%): dropped before parsing; alone, it is no number.
+  double pct = 1;
+  t.add("pct", pct, "a percentage").above(0).accepts_suffix("%");
+  t.set("pct", "10%");
+  EXPECT_DOUBLE_EQ(pct, 10);
+  t.set("pct", "12.5");
+  EXPECT_DOUBLE_EQ(pct, 12.5);
+  test::expect_error<ConfigError>([&] { t.set("pct", "%"); }, {"--pct '%': expected a finite number"});
+  // The three effects: kWorkload (the default) in both identities, kResult in the checkpoint's only.
+  options::OptionTable w;
+  std::int64_t work = 1, numbers = 2, none = 3;
+  w.add("work", work, "the workload");
+  w.add("numbers", numbers, "a seed").same_workload();
+  w.add("none", none, "a path").no_effect();
+  EXPECT_EQ(w.identity(), "work = 1\nnumbers = 2\n");
+  EXPECT_EQ(w.workload_attributes(), (std::vector<std::string>{"work"}));
 }
 
 TEST(LrSchedule, WarmupThenCosine) {

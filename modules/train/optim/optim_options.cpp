@@ -22,12 +22,16 @@ std::span<const Choice<LrSchedule>> lr_schedule_choices() { return kLrSchedules;
 
 void OptimizerOptions::declare(options::OptionTable& t) {
   t.add("optimizer", optimizer, optimizer_choices(), "the optimizer of the trainable parameters");
-  t.add("lr", lr, "peak learning rate").above(0);
-  t.add("momentum", momentum, "SGD momentum").at_least(0).below(1);
-  t.add("weight-decay", weight_decay, "weight decay").at_least(0);
-  t.add("lr-schedule", lr_schedule, lr_schedule_choices(), "learning rate after the warm-up");
-  t.add("warmup-steps", warmup_steps, "linear warm-up from 0 over this many optimizer steps").at_least(0);
-  t.add("clip-grad-norm", clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)").at_least(0);
+  t.add("lr", lr, "peak learning rate").above(0).same_workload();
+  t.add("momentum", momentum, "SGD momentum").at_least(0).below(1).same_workload();
+  t.add("weight-decay", weight_decay, "weight decay").at_least(0).same_workload();
+  t.add("lr-schedule", lr_schedule, lr_schedule_choices(), "learning rate after the warm-up").same_workload();
+  t.add("warmup-steps", warmup_steps, "linear warm-up from 0 over this many optimizer steps")
+      .at_least(0)
+      .same_workload();
+  t.add("clip-grad-norm", clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)")
+      .at_least(0)
+      .same_workload();
 }
 
 }  // namespace mgbench::train

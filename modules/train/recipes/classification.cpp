@@ -101,7 +101,8 @@ class ClassificationRecipe final : public Recipe {
     t.add("dataset", o.dataset, std::span<const options::Choice<DatasetKind>>(kDatasets), "the dataset's format");
     t.add("data", o.data_dir,
           "mnist: directory with IDX files (train-images-idx3-ubyte[.gz], t10k-...); imagefolder: directory with "
-          "train/ and val/ class folders; webdataset: directory with train/ and val/ tar shards");
+          "train/ and val/ class folders; webdataset: directory with train/ and val/ tar shards")
+        .same_workload();
     t.add("image-size", o.image_size,
           "side of the square images the model sees [px] (the papers: 100-700); native: the files' own size (the "
           "shorter side of the first training image; MNIST 28), every image resized and cropped to it as --crop says")
@@ -116,20 +117,23 @@ class ClassificationRecipe final : public Recipe {
           "imagefolder, webdataset: the training crop on the host (evaluation: Resize(S) + CenterCrop(S))");
     t.add("loader-threads", o.loader_threads, "imagefolder, webdataset: threads per rank decoding and cropping a batch")
         .at_least(1)
-        .at_most(256);
+        .at_most(256)
+        .same_workload();
     t.add("decode", o.decode, std::span<const options::Choice<Decode>>(kDecodes),
           "imagefolder, webdataset: where JPEG files are decoded (PNG and CMYK JPEG: always on the host)");
     t.add("nvjpeg-backend", o.nvjpeg_backend, std::span<const options::Choice<data::NvjpegBackend>>(kNvjpegBackends),
           "--decode device: how nvJPEG decodes");
     t.add("skip-bad-images", o.skip_bad_images,
           "imagefolder, webdataset: a file that cannot be decoded is named in a warning and replaced by another "
-          "image of its batch, counted in the epochs' skipped_images (default: the job stops, naming it)");
+          "image of its batch, counted in the epochs' skipped_images (default: the job stops, naming it)")
+        .same_workload();
     t.section("Model");
     t.add("model", o.model, models::image_models(), "the image classifier");
     t.add("width-mult", o.width_mult, "channel width multiplier").above(0).at_most(4);
-    t.add("dropout", o.dropout, "dropout before the classifier").at_least(0).below(1);
+    t.add("dropout", o.dropout, "dropout before the classifier").at_least(0).below(1).same_workload();
     t.add("freeze-batchnorm", o.freeze_batchnorm,
-          "keep BatchNorm in eval mode while training (per-sample maths independent of the batch)");
+          "keep BatchNorm in eval mode while training (per-sample maths independent of the batch)")
+        .same_workload();
     t.add("channels-last", o.channels_last, "NHWC memory layout of activations and conv weights");
   }
 
@@ -233,6 +237,19 @@ class ClassificationRecipe final : public Recipe {
     r.samples = static_cast<std::int64_t>(sums[1].item<double>());
     r.accuracy = static_cast<double>(r.correct) / static_cast<double>(std::max<std::int64_t>(r.samples, 1));
     return r;
+  }
+
+  // Both image models (MobileNetV2, ResNet-50) have BatchNorm layers. Training, they normalise by
+  // the batch's statistics, which PyTorch refuses to take from one value per channel: one image at a
+  // last feature map of 1 x 1, i.e. an image of at most the model's output stride (32 px). Frozen,
+  // they use running statistics and take any batch.
+  BatchFloor min_batch_per_rank() const override {
+    const std::int64_t stride = options::row_of(models::image_models(), options_.model).output_stride;
+    const std::int64_t last_map = (options_.image_size + stride - 1) / stride;
+    if (options_.freeze_batchnorm || last_map > 1) return {};
+    return {2, fmt::format("BatchNorm normalises {} px images' last 1 x 1 feature map over the batch, and PyTorch "
+                           "refuses one value per channel; or --freeze-batchnorm true",
+                           options_.image_size)};
   }
 
   h5::Attributes attributes() const override {

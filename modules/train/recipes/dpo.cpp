@@ -38,10 +38,11 @@ class DpoRecipe final : public LlamaRecipe {
     declare_model_and_data(t, o.dataset, text::preference_choices(), "the preference data's format",
                            "preference rows (chosen and rejected sequences)");
     t.section("DPO");
-    t.add("dpo-beta", o.beta, "DPO's beta: the strength of the reference's regularisation").above(0);
+    t.add("dpo-beta", o.beta, "DPO's beta: the strength of the reference's regularisation").above(0).same_workload();
     t.add("label-smoothing", o.label_smoothing, "conservative DPO's label smoothing (0: plain DPO)")
         .at_least(0)
-        .below(0.5);
+        .below(0.5)
+        .same_workload();
   }
 
   void validate(const TrainOptions& train) const override { llama_.validate(train, "dpo", /*needs_adapters=*/true); }

@@ -6,10 +6,13 @@
 namespace mgbench::train {
 
 void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows) {
-  t.add("data", data, "dataset file of " + rows + ": .json (array), .jsonl, .csv, .tsv, optionally .gz").required();
+  t.add("data", data, "dataset file of " + rows + ": .json (array), .jsonl, .csv, .tsv, optionally .gz")
+      .required()
+      .same_workload();
   t.add("max-seq-len", max_seq_len, "truncate each sequence to this many tokens (0: no truncation)").at_least(0);
   t.add("train-on-input", train_on_input, "the prompt's tokens carry loss too (TorchTune's train_on_input)")
-      .as_switch();
+      .as_switch()
+      .same_workload();
   t.add("limit", limit, "use the first N rows (0: all)").at_least(0);
   static constexpr options::Choice<Padding> kPaddings[] = {
       {"pad", Padding::kPad, "each micro-batch right-padded to its longest sequence (TorchTune, Hugging Face)"},

@@ -51,9 +51,10 @@ void LlamaFinetune::declare(options::OptionTable& t) {
         "preset (" + models::llama_preset_names() +
             ") or a Hugging Face checkpoint directory (config.json + model.safetensors or "
             "model.safetensors.index.json)");
-  t.add("init", init_, std::span<const options::Choice<Init>>(kInits), "the base model's weights");
+  t.add("init", init_, std::span<const options::Choice<Init>>(kInits), "the base model's weights").same_workload();
   t.add("tokenizer", tokenizer_path_,
-        "Llama 3 tokenizer.model (default: <model>/original/tokenizer.model or <model>/tokenizer.model)");
+        "Llama 3 tokenizer.model (default: <model>/original/tokenizer.model or <model>/tokenizer.model)")
+      .same_workload();
   t.add("activation-checkpointing", activation_checkpointing_,
         "recompute each decoder layer in backward instead of keeping its activations");
   t.add("quantize-base", base_, std::span<const options::Choice<models::BaseWeights>>(kBases),
@@ -67,7 +68,7 @@ void LlamaFinetune::declare(options::OptionTable& t) {
   t.section("LoRA");
   t.add("lora-rank", lora_.rank, "LoRA rank").at_least(1);
   t.add("lora-alpha", lora_.alpha, "LoRA alpha (the adapter is scaled by alpha / rank)").above(0);
-  t.add("lora-dropout", lora_.dropout, "dropout before LoRA's A").at_least(0).below(1);
+  t.add("lora-dropout", lora_.dropout, "dropout before LoRA's A").at_least(0).below(1).same_workload();
   t.add("lora-targets", lora_.targets,
         "comma-separated: q_proj, k_proj, v_proj, output_proj, mlp (or gate_proj, up_proj, down_proj)");
   t.section("QAT");
