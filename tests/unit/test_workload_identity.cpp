@@ -107,8 +107,11 @@ TEST(WorkloadIdentity, TheCommittedListIsTheTablesAndTheReportCompiledItIn) {
 TEST(WorkloadIdentity, RunsDifferingInPaddingOrDecodingAreNeverOneWorkload) {
   auto run = [](std::vector<std::pair<std::string, std::string>> extra) {
     results::RunRecord r;
-    r.attributes = {{"task", std::string("llm")}, {"recipe", std::string("lora")}, {"padding", std::string("longest")},
-                    {"decode", std::string("host")}, {"seed", std::int64_t{1}}};
+    r.attributes = {{"task", std::string("llm")},
+                    {"recipe", std::string("lora")},
+                    {"padding", std::string("longest")},
+                    {"decode", std::string("host")},
+                    {"seed", std::int64_t{1}}};
     for (auto& [name, value] : extra) h5::merge_attributes(r.attributes, {{name, value}});
     return r;
   };
