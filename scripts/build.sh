@@ -6,8 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
 BUILD_DIR=${BUILD_DIR:-build}
-# ccache: hash paths relative to the checkout, so fresh clones hit the cache; accept the PCH.
+# ccache: hash paths relative to the checkout, so fresh clones hit the cache; accept the PCH. Without
+# NOHASHDIR a -g build (RelWithDebInfo) hashes the build directory too, so a clone elsewhere (CI's)
+# missed every object and rebuilt for ~30 minutes; a hit's debug info names the first build's directory.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
