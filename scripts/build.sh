@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds mgbench in BUILD_DIR (default: build) against the venv's LibTorch.
-#   scripts/build.sh [extra cmake -D options]
+#   scripts/build.sh [extra cmake -D options]      MGBENCH_TARGETS="mgbench ...": only those targets
 # MGBENCH_WERROR=ON|OFF (scripts/test.sh, i.e. CI: ON): warnings in mgbench's own code are errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +21,7 @@ fi
 if [[ -n ${MGBENCH_WERROR:-} ]] && ! grep -q "^MGBENCH_WERROR:BOOL=$MGBENCH_WERROR\$" "$BUILD_DIR/CMakeCache.txt"; then
   cmake -S . -B "$BUILD_DIR" -DMGBENCH_WERROR="$MGBENCH_WERROR" >/dev/null
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# MGBENCH_TARGETS: only these targets (scripts/demo.sh builds the binary, not the tests and benchmarks).
+targets=()
+[[ -n ${MGBENCH_TARGETS:-} ]] && read -r -a targets <<<"$MGBENCH_TARGETS"
+cmake --build "$BUILD_DIR" -j "$(nproc)" ${targets[@]+--target "${targets[@]}"}
