@@ -505,8 +505,16 @@ def phase_breakdown(data: Data, overlay: bool) -> Optional[Figure]:
     if ep.empty:
         return None
     fields = [f for _, f in PHASES]
-    # Per run: each phase summed over epochs, then the mean over ranks; "other" is the rest of train_s.
+    # Per run: each phase summed over epochs and divided by the rank's optimizer steps, then the mean
+    # over ranks, in ms; "other" is the rest of train_s. Per step, not per run: a 10-epoch run and a
+    # 1-epoch one share the axis (in seconds the short runs' bars were slivers beside the long one's).
     per_rank = ep.groupby(["file", "run_id", "rank"])[fields + ["train_s"]].sum()
+    if data.steps.empty:
+        return None
+    steps = data.steps.groupby(["file", "run_id", "rank"]).size()
+    per_rank = per_rank.join(steps.rename("steps"), how="inner")
+    per_rank = per_rank[per_rank["steps"] > 0]
+    per_rank[fields + ["train_s"]] = per_rank[fields + ["train_s"]].div(per_rank["steps"], axis=0) * 1e3
     per_run = per_rank.groupby(["file", "run_id"]).mean().reset_index()
     per_run = per_run.merge(data.runs[["file", "run_id", "label"]], on=["file", "run_id"]).tail(30)
     if per_run.empty:
@@ -518,12 +526,12 @@ def phase_breakdown(data: Data, overlay: bool) -> Optional[Figure]:
     for name, f in list(PHASES) + [("other", "other_s")]:
         ax.barh(per_run["label"], per_run[f], left=left, label=name)
         left += per_run[f].to_numpy()
-    ax.set(xlabel="training time, mean over ranks (s)")
+    ax.set(xlabel="time per optimizer step, mean over ranks (ms)")
     ax.invert_yaxis()
     # Above the axes, not inside: the bars of runs of similar length leave no corner free, and the
     # default place ("best") covered some. tight_layout (in _finish) makes room for it in the figure.
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=5, fontsize="small")
-    return _finish(fig, "Where the training time goes: phases per run")
+    return _finish(fig, "Where a training step's time goes: phases per run")
 
 
 def llm_recipes(data: Data, overlay: bool) -> Optional[Figure]:

@@ -296,14 +296,16 @@ def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_p
     assert math.isclose(got["ranks 2"][0], lora[(lora["dataset"] == "alpaca") & (lora["ranks"] == 2)]["s_per_it"].mean())
     assert math.isclose(got["ranks 1"][1], lora[(lora["dataset"] == "samsum") & (lora["ranks"] == 1)]["s_per_it"].mean())
 
-    # Phases: each bar segment is the phase summed over epochs, mean over ranks.
+    # Phases: each bar segment is the phase summed over epochs per optimizer step of the rank, mean over
+    # ranks, in ms.
     phases = figs.draw("phase_breakdown", data)
     ep = data.epochs
     ax = phases.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     row = runs.iloc[0]
     mine = ep[(ep["file"] == row["file"]) & (ep["run_id"] == row["run_id"])]
-    backward = mine.groupby("rank")["backward_s"].sum().mean()
+    my_steps = data.steps[(data.steps["file"] == row["file"]) & (data.steps["run_id"] == row["run_id"])]
+    backward = (mine.groupby("rank")["backward_s"].sum() / my_steps.groupby("rank").size()).mean() * 1e3
     (container,) = [c for c in ax.containers if c.get_label() == "backward"]
     assert math.isclose(container.patches[labels.index(row["label"])].get_width(), backward)
 
@@ -646,3 +648,16 @@ def test_the_package_has_no_import_cycle():
     for module in sorted(graph):
         if module not in state:
             visit(module)
+
+
+def test_phase_breakdown_puts_runs_of_any_length_on_one_axis():
+    """Per optimizer step (issue 50): a 10-epoch run and a 1-epoch run of the same steps draw bars of
+    the same length (in seconds, the 1-epoch bars were a tenth of the other and unreadable)."""
+    fig = figs.draw("phase_breakdown", figs.Data([synthetic_run("long", epochs=10), synthetic_run("short", epochs=1)]))
+    (ax,) = fig.axes
+    totals = np.zeros(2)
+    for container in ax.containers:
+        totals += [p.get_width() for p in container.patches]
+    # Each step 0.5 s of train_s (synthetic_run), every phase and "other" included: 500 ms a step.
+    assert totals == pytest.approx([500.0, 500.0]), totals
+    assert ax.get_xlabel() == "time per optimizer step, mean over ranks (ms)"
