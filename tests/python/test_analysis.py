@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ENV, SHARED, mgbench, preempt
+from conftest import ENV, SHARED, mgbench, not_here, preempt
 
 h5py = pytest.importorskip("h5py")
 pd = pytest.importorskip("pandas")
@@ -549,7 +549,7 @@ def test_get_mnist_prefers_the_shared_copy_and_refuses_a_wrong_checksum(tmp_path
                           env=dict(ENV, MGBENCH_SHARED_MNIST=str(MNIST), MGBENCH_DATA_CACHE=str(tmp_path / "cache")))
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == str(MNIST.resolve()), proc.stderr
     if not Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists():
-        pytest.skip("Debian's dataset-fashion-mnist is not installed (the fallback would install it)")
+        not_here("Debian's dataset-fashion-mnist is not installed (the fallback would install it)")
     # A mirror that serves files of the right names and the wrong content: each is refused, then the
     # script falls back to Debian's Fashion-MNIST and says so.
     mirror = tmp_path / "mirror"

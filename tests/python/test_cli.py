@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import BIN, ENV, SMALL, mgbench, run_with_rusage
+from conftest import BIN, ENV, SMALL, mgbench, not_here, run_with_rusage
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -149,7 +149,7 @@ def test_report_names_the_object_at_fault(tmp_path):
 def test_report_names_an_unreadable_directory(tmp_path):
     import os
     if os.geteuid() == 0:
-        pytest.skip("root reads every directory: permissions cannot make one unreadable")
+        not_here("root reads every directory: permissions cannot make one unreadable")
     locked = tmp_path / "runs" / "locked"
     locked.mkdir(parents=True)
     (locked / "r.h5").write_text("x")

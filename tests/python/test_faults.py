@@ -14,7 +14,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import (EXIT_PREEMPTED, MNIST, SHARED, SMALL, catches, mgbench, rank_pids, run_with_rusage, start,
+from conftest import (EXIT_PREEMPTED, MNIST, SHARED, SMALL, catches, mgbench, not_here, rank_pids, run_with_rusage, start,
                       wait_for, wait_for_checkpoint)
 
 IMAGE = ["image", *SMALL, "--data", MNIST, "--limit-train", "512", "--limit-test", "64", "--batch-size", "32",
@@ -36,7 +36,7 @@ def small_fs(tmp_path):
         proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+            not_here(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
         mounted.append(where)
         return where
 
