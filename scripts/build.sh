@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
 BUILD_DIR=${BUILD_DIR:-build}
-# ccache: hash paths relative to the checkout, so fresh clones hit the cache; accept the PCH. Without
-# NOHASHDIR a -g build (RelWithDebInfo) hashes the build directory too, so a clone elsewhere (CI's)
-# missed every object and rebuilt for ~30 minutes; a hit's debug info names the first build's directory.
+# ccache: hash paths relative to the checkout, and (NOHASHDIR) not the build directory a -g build
+# (RelWithDebInfo) would add, so that a clone elsewhere can hit the cache; a hit's debug info names the
+# first build's directory. Not yet enough: the precompiled LibTorch header is rebuilt in each clone and
+# differs byte for byte, so every torch object of a fresh clone (CI's) misses (~30 min on 2 cores).
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
