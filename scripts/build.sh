@@ -8,8 +8,8 @@ MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
 BUILD_DIR=${BUILD_DIR:-build}
 # ccache: hash paths relative to the checkout, and (NOHASHDIR) not the build directory a -g build
 # (RelWithDebInfo) would add, so that a clone elsewhere can hit the cache; a hit's debug info names the
-# first build's directory. Not yet enough, most likely: the precompiled LibTorch header is rebuilt per clone and
-# differs byte for byte, so every torch object of a fresh clone (CI's) misses (~30 min on 2 cores).
+# first build's directory. Not yet enough, most likely: the precompiled LibTorch header is rebuilt per
+# clone and differs byte for byte, so every torch object of a fresh clone (CI's) misses (~30 min).
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
