@@ -8,16 +8,19 @@ MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
 BUILD_DIR=${BUILD_DIR:-build}
 # ccache: hash paths relative to the checkout, and (NOHASHDIR) not the build directory a -g build
 # (RelWithDebInfo) would add, so that a clone elsewhere can hit the cache; a hit's debug info names the
-# first build's directory. Not yet enough, most likely: the precompiled LibTorch header is rebuilt per
-# clone and differs byte for byte, so every torch object of a fresh clone (CI's) misses (~30 min).
+# first build's directory. With the precompiled LibTorch header that is not enough: see MGBENCH_USE_PCH.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
+# MGBENCH_USE_PCH=OFF (.ci/run): no precompiled LibTorch header, whose bytes differ per clone and made
+# every torch object of CI's fresh clone miss ccache; without it a fresh clone hits (a first configure only).
+pch=()
+[[ -n ${MGBENCH_USE_PCH:-} ]] && pch=(-DMGBENCH_USE_PCH="$MGBENCH_USE_PCH")
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DMGBENCH_PYTHON="$MGBENCH_VENV/bin/python" "$@"
+    -DMGBENCH_PYTHON="$MGBENCH_VENV/bin/python" ${pch[@]+"${pch[@]}"} "$@"
 fi
 if [[ -n ${MGBENCH_WERROR:-} ]] && ! grep -q "^MGBENCH_WERROR:BOOL=$MGBENCH_WERROR\$" "$BUILD_DIR/CMakeCache.txt"; then
   cmake -S . -B "$BUILD_DIR" -DMGBENCH_WERROR="$MGBENCH_WERROR" >/dev/null
