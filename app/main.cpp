@@ -1,6 +1,7 @@
 // mgbench: how machine-learning jobs use multi-GPU nodes. One row per command below: its name, what
 // it does (the usage text is made of these rows) and its function: the MPI commands' in files of
 // their own (cmd_*.cpp), the others' a call of their module on its parsed options (options.h).
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include "models/qat_convert.h"
 #include "options.h"
 #include "report/commands.h"
+#include "runtime/stop_request.h"
 
 namespace {
 
@@ -22,6 +24,9 @@ struct Command {
   std::string_view name;
   std::string_view help;
   int (*main)(int argc, char** argv);
+  /// Its ranks stop at a step boundary on SIGTERM / SIGUSR1 (runtime/stop_request.h), with the
+  /// handlers installed before anything else runs (below).
+  bool stops_on_signals = false;
 };
 
 constexpr Command kCommands[] = {
@@ -29,11 +34,11 @@ constexpr Command kCommands[] = {
      "image classification across MPI ranks: MobileNetV2 / ResNet-50 on MNIST upscaled to --image-size px\n"
      "or on JPEG / PNG files (--dataset imagefolder)\n"
      "(strategies ddp, ddp-rr, ddp-ds, dp; fp64 ... amp-bf16); per-rank timings into HDF5",
-     &mgbench::app::image_main},
+     &mgbench::app::image_main, true},
     {"llm",
      "LLM fine-tuning across MPI ranks: Llama 3 with TorchTune's recipe semantics (--recipe lora,\n"
      "qlora, dpo, full, qat, qat-lora), --eval-only for a loss",
-     &mgbench::app::llm_main},
+     &mgbench::app::llm_main, true},
     {"comm",
      "collective benchmark in nccl-tests' manner (all-reduce, all-gather, reduce-scatter,\n"
      "broadcast) over the Communicator training uses: MPI on CPUs, NCCL on GPUs",
@@ -91,6 +96,24 @@ std::string usage() {
          "launch: mpirun -np N mgbench image --data DIR ...   (one rank per GPU, or per CPU slot;\n"
          "        SLURM: slurm/image.sbatch, slurm/llm.sbatch)\n";
 }
+
+/// Called from the executable's .preinit_array, before any shared library's initialisers (LibTorch's
+/// take ~0.4 s of a rank's start, during which a stop signal would kill the rank by its default
+/// action, exit 138, nothing said): SLURM's or an operator's SIGUSR1 / SIGTERM sent to mpirun right
+/// after launch reaches the ranks as a stop during set-up (exit 75 with a message). Only the dynamic
+/// loader's mapping (~10 ms) comes before it.
+void install_stop_handlers_first(int argc, char** argv, char** /*envp*/) {
+  if (argc < 2) return;
+  for (const auto& c : kCommands) {
+    if (c.stops_on_signals && std::strncmp(argv[1], c.name.data(), c.name.size()) == 0 &&
+        argv[1][c.name.size()] == '\0') {
+      runtime::install_stop_handlers();
+    }
+  }
+}
+
+[[gnu::used, gnu::section(".preinit_array")]] void (*const kInstallStopHandlersFirst)(int, char**, char**) =
+    &install_stop_handlers_first;
 
 }  // namespace
 

@@ -57,7 +57,13 @@ extern "C" void on_stop_signal(int signal_number) {
 }  // namespace
 
 void install_stop_handlers() {
-  if (g_term_length == 0) format_messages(fmt::format("pid {}", ::getpid()));
+  if (g_term_length == 0) {
+    // snprintf, not fmt: this may run from the executable's .preinit_array (app/main.cpp), before the
+    // C++ libraries' initialisers.
+    char who[32];
+    std::snprintf(who, sizeof who, "pid %d", static_cast<int>(::getpid()));
+    format_messages(who);
+  }
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);

@@ -26,6 +26,8 @@ inline constexpr int kExitStopped = 75;
 /// options, loading the model and data), which no step boundary interrupts and which may block (a
 /// hung file system): a stop signal then ends the process at once, saying so on stderr, with exit
 /// status kExitStopped -- nothing was trained and no results run exists yet, so nothing is lost.
+/// Safe before the C++ libraries' static initialisers have run (the executable calls it from its
+/// .preinit_array: a signal sent right after launch must find it).
 void install_stop_handlers();
 
 /// Names this process in the set-up stop message ("rank 3 on node12"). Call once the rank is known.
