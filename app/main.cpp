@@ -112,8 +112,9 @@ void install_stop_handlers_first(int argc, char** argv, char** /*envp*/) {
   }
 }
 
-[[gnu::used, gnu::section(".preinit_array")]] void (*const kInstallStopHandlersFirst)(int, char**, char**) =
-    &install_stop_handlers_first;
+[[gnu::used,
+  gnu::section(".preinit_array")]] void (*const kInstallStopHandlersFirst)(int, char**,
+                                                                           char**) = &install_stop_handlers_first;
 
 }  // namespace
 
