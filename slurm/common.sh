@@ -59,12 +59,15 @@ mgbench_run() {
     # Open MPI reads the allocation from SLURM; one rank per task, bound to its cores. A node lost
     # while its daemon's connection is idle is noticed within ~90 s (oob TCP keepalive: 60 s idle, 3
     # probes 10 s apart; Open MPI's default waits 300 s + 9 x 20 s); mgbench's own watchdog ends every
-    # rank within --comm-timeout + 18 s (docs/cluster.md).
+    # rank within --comm-timeout + 18 s, and the aborting rank's launcher guard ends an mpirun still
+    # waiting for a lost daemon 15 s later (docs/cluster.md).
     export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-60}
     export OMPI_MCA_oob_tcp_keepalive_intvl=${OMPI_MCA_oob_tcp_keepalive_intvl:-10}
     export OMPI_MCA_oob_tcp_keepalive_probes=${OMPI_MCA_oob_tcp_keepalive_probes:-3}
     launcher=(mpirun --map-by "ppr:${SLURM_NTASKS_PER_NODE:-1}:node:PE=${SLURM_CPUS_PER_TASK:-1}" --bind-to core)
   else
+    # A rank's MPI_Abort reaches srun through PMIx and ends the step on every node; srun gives up on
+    # an unreachable node after KillWait (docs/cluster.md).
     launcher=(srun --mpi=pmix --cpu-bind=cores)
   fi
   local wrapper=()

@@ -10,11 +10,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/launcher_guard.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -45,6 +47,7 @@ struct State {
   std::atomic<bool> running{false};
   std::atomic<double> default_timeout_s{0.0};
   std::once_flag expired;  // one expiry per process: the job is going down
+  std::optional<launcher_guard::Launcher> launcher;  // found by start(): this rank's Open MPI launcher
 };
 
 State& state() {
@@ -149,16 +152,7 @@ void record(const std::string& message) {
       what, timeout_s, ranks.empty() ? "" : "; the ranks: " + ranks);
   log::error("rank {}: {}", world_rank(), message);
   record(message);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  // MPI_Abort asks the launcher to end every rank; it cannot return while the launcher's daemon is
-  // unreachable: then this rank ends itself.
-  std::thread([] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(kAbortWindowS));
-    std::_Exit(1);
-  }).detach();
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  abort_job(1);
 }
 
 }  // namespace
@@ -201,6 +195,7 @@ void start() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.running) return;
+  s.launcher = launcher_guard::find_launcher();
   s.stopping = false;
   s.thread = std::thread(run);
   s.running = true;
@@ -234,6 +229,20 @@ Deadline::~Deadline() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.entries.erase(id_);
+}
+
+void abort_job(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int rank = world_rank();
+  if (const auto& launcher = state().launcher) launcher_guard::arm(*launcher, launcher_guard::kGraceS, rank);
+  // MPI_Abort cannot return while the launcher's daemon is unreachable: then this rank ends itself.
+  std::thread([exit_code] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kAbortWindowS));
+    std::_Exit(exit_code);
+  }).detach();
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
 }
 
 std::string census(double window_s) {

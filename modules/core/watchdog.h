@@ -50,7 +50,7 @@ class Deadline {
 };
 
 /// What records an expiry where the run's results say it (the results writer: the run's status
-/// "failed" and the message), called on the watchdog's thread before MPI_Abort with
+/// "aborted" and the message), called on the watchdog's thread before MPI_Abort with
 /// "<what> did not complete in N s ...; the ranks: <census>". Up to kRecordWindowS is given to it.
 /// Set by the results writer once its run exists, cleared (an empty function) when it closes.
 using AbortRecorder = std::function<void(const std::string& message)>;
@@ -61,6 +61,13 @@ void set_abort_recorder(AbortRecorder recorder);
 /// (a cut link, a lost node), and the rank must go all the same [s].
 inline constexpr double kRecordWindowS = 5.0;
 inline constexpr double kAbortWindowS = 10.0;
+
+/// Ends the whole job from this rank, as every abort of mgbench does (a watchdog expiry, a failing
+/// rank, NCCL's error): stdout / stderr flushed, the launcher guard armed when an Open MPI launcher
+/// started this rank (core/launcher_guard.h: the job ends even when a lost node's daemon never
+/// answers), then MPI_Abort(exit_code); the process ends itself after kAbortWindowS if MPI_Abort has
+/// not. Record the cause first: nothing is written here. Any thread.
+[[noreturn]] void abort_job(int exit_code);
 
 /// Asks every other rank where it is and waits up to window_s for the answers, answering other
 /// ranks' requests meanwhile. "rank 1: no answer in 3 s (stopped, or hung outside mgbench); rank 2:

@@ -22,8 +22,10 @@ inline constexpr std::string_view kStatusRunning = "running";
 inline constexpr std::string_view kStatusCompleted = "completed";
 inline constexpr std::string_view kStatusFailed = "failed";
 inline constexpr std::string_view kStatusPreempted = "preempted";
-/// Not stored: what the readers show for a run stored as "running" whose file no job holds (its
-/// write lock is free): the job ended without closing it -- killed, or its node or link lost.
+/// The job was ended from outside the run's computation: stored by a watchdog expiry (a peer rank or
+/// node lost, hung or stopped; the error holds the census), and shown by the readers for a run
+/// stored as "running" whose file no job holds (its write lock is free): the job ended without
+/// closing it -- killed, or its node or link lost before anything could record why.
 inline constexpr std::string_view kStatusAborted = "aborted";
 inline constexpr std::size_t kStatusBytes = 16;
 inline constexpr std::size_t kErrorBytes = 1024;

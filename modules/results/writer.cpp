@@ -256,7 +256,7 @@ void ResultsWriter::arm_abort_recorder() {
       log::error("rank {}: the hung stage is the results file's own: its run is left 'running'", rank_);
       return;
     }
-    mark_failed(message);
+    mark_aborted(message);
   });
 }
 
@@ -298,10 +298,14 @@ void ResultsWriter::unregister() noexcept {
   registered_ = false;
 }
 
-void ResultsWriter::mark_failed(const std::string& message) noexcept {
+void ResultsWriter::mark_failed(const std::string& message) noexcept { mark(kStatusFailed, message); }
+
+void ResultsWriter::mark_aborted(const std::string& message) noexcept { mark(kStatusAborted, message); }
+
+void ResultsWriter::mark(std::string_view status, const std::string& message) noexcept {
   if (finished_ || !status_.valid()) return;
   try {
-    write_status(kStatusFailed, fmt::format("rank {}: {}", rank_, message));
+    write_status(status, fmt::format("rank {}: {}", rank_, message));
   } catch (...) {
     // Nothing more can be done: the job is going down and the status stays "running".
   }

@@ -11,8 +11,9 @@
 // space allocated) is created collectively when the run starts and flushed at once. From then on
 // ranks only overwrite raw data in place, which never touches HDF5 metadata, so a SIGKILL at any
 // later moment leaves the file, earlier runs included, readable. A rank that fails writes
-// "failed" and its message into the run's raw `status` / `error` datasets on its own, without
-// any collective, before the job is aborted.
+// "failed" (its own error) or "aborted" (a watchdog expiry: a peer lost) and its message into the
+// run's raw `status` / `error` datasets on its own, without any collective, before the job is
+// aborted.
 #include <mpi.h>
 
 #include <atomic>
@@ -84,10 +85,13 @@ class ResultsWriter {
   /// Collective: records the final status ("completed", "preempted", or "failed" with `error`: a run
   /// that ended without a crash but whose results are wrong), flushes and closes.
   void finish(std::string_view status, const std::string& error = "");
-  /// Any single rank, no collective, never throws: records "failed" and message in the run.
-  /// The caller then aborts the job; the file is left consistent. Once the run is open, a watchdog
-  /// expiry (core/watchdog.h) calls it with the census.
+  /// Any single rank, no collective, never throws: records "failed" and message in the run (this
+  /// rank's own error: an exception). The caller then aborts the job; the file is left consistent.
   void mark_failed(const std::string& message) noexcept;
+  /// As mark_failed, with "aborted": the job ended from outside this rank's computation. Once the
+  /// run is open, a watchdog expiry (core/watchdog.h: a peer rank or node lost, hung or stopped)
+  /// calls it with the census.
+  void mark_aborted(const std::string& message) noexcept;
 
  private:
   /// Opens (or, when create is true and it does not exist, creates) path_ collectively, after
@@ -98,6 +102,8 @@ class ResultsWriter {
                   const std::vector<std::string>& rank_attrs, const std::vector<RankLayout>& layouts,
                   const std::string& metric_columns);
   void reopen_run();
+  /// mark_failed / mark_aborted.
+  void mark(std::string_view status, const std::string& message) noexcept;
   /// Opens every rank's tables of the run (collectively), keeps this rank's and checks their
   /// sizes against layout_ (throws on a mismatch: run within agree_on).
   void open_own_tables();

@@ -131,11 +131,6 @@ std::int64_t MpiEnvironment::sum(std::int64_t value) const {
   return value;
 }
 
-void MpiEnvironment::abort(int exit_code) const {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, exit_code);
-  std::_Exit(exit_code);  // MPI_Abort should not return; make sure of it.
-}
+void MpiEnvironment::abort(int exit_code) const { watchdog::abort_job(exit_code); }
 
 }  // namespace mgbench::runtime

@@ -48,6 +48,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions)
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 #include "runtime/event_pool.h"
 #include "runtime/nccl_calls.h"
 #include "runtime/nccl_log.h"
@@ -331,12 +332,12 @@ class NcclCommunicator final : public Communicator {
       log::error("rank {}: ncclCommAbort did not return in {:.0f} s; going on without it", rank_, kAbortWait_s);
   }
 
-  /// Ends the job: the reason logged, the communicator aborted (bounded), then MPI_Abort.
+  /// Ends the job: the reason logged, the communicator aborted (bounded), then the job
+  /// (watchdog::abort_job).
   [[noreturn]] void fail(const std::string& why) {
     log::error("rank {}: {}; aborting the NCCL communicator and the job", rank_, why);
     if (ncclComm_t comm = comm_; comm != nullptr) abort_bounded(comm);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::abort();
+    watchdog::abort_job(1);
   }
 
   void stop_watchdog() {

@@ -2,7 +2,7 @@
 (namespaces as nodes) with SLURM on it (tests/slurm/cluster.sh start DIR NODES: slurmctld on node1,
 one slurmd per node). One job spans both nodes under either launcher; a stop signal requeues a
 two-node job that resumes; a node lost mid-job (its slurmd and every process of it killed) ends the
-job, the run recorded as failed with the watchdog's census.
+job, the run recorded as aborted with the watchdog's census.
 
 Skipped, with the reason, where namespaces or a SLURM cannot be made (not root, packages absent)."""
 import glob
@@ -127,7 +127,7 @@ def test_a_stop_signal_requeues_a_two_node_job_that_resumes(nodes, tmp_path):
             assert (run[f"rank_{r}"]["steps"][:]["step_s"] > 0).all()  # every step of both epochs, once
 
 
-def test_a_lost_node_ends_the_job_and_the_run_reads_failed(nodes, tmp_path):
+def test_a_lost_node_ends_the_job_and_the_run_reads_aborted(nodes, tmp_path):
     """Every process of node2 -- its slurmd, the step's slurmstepd, its rank -- SIGKILLed mid-job, as a
     node that powers off: node1's rank times out in its collective (--comm-timeout 5), records the
     census as the run's error, and the job ends. Runs last: node2 has no slurmd afterwards."""
@@ -166,6 +166,6 @@ def test_a_lost_node_ends_the_job_and_the_run_reads_failed(nodes, tmp_path):
     f, run = only_run(results)
     with f:
         status, error = run["status"][0].decode(), run["error"][0].decode()
-    assert status == "failed", (status, error, logs(tmp_path))
+    assert status == "aborted", (status, error, logs(tmp_path))
     assert "did not complete in 5 s" in error and "the ranks: rank " in error, error
     print(f"node2 lost: job {state} after {ended_s:.1f} s")
