@@ -86,10 +86,14 @@ int arm(const Launcher& launcher, double grace_s, int rank) noexcept {
         "mgbench: {} (pid {}) still runs {:.0f} s after rank {} aborted the job: a node it waits for is lost "
         "or hung; ending it (SIGKILL)",
         launcher.name, launcher.pid, grace_s, rank);
-    std::array<char*, 9> argv{const_cast<char*>("sh"),          const_cast<char*>("-c"),
-                              const_cast<char*>(kScript),       const_cast<char*>("mgbench-launcher-guard"),
-                              const_cast<char*>(grace.c_str()), const_cast<char*>(pid.c_str()),
-                              const_cast<char*>(start.c_str()), const_cast<char*>(message.c_str()),
+    std::array<char*, 9> argv{const_cast<char*>("sh"),
+                              const_cast<char*>("-c"),
+                              const_cast<char*>(kScript),
+                              const_cast<char*>("mgbench-launcher-guard"),
+                              const_cast<char*>(grace.c_str()),
+                              const_cast<char*>(pid.c_str()),
+                              const_cast<char*>(start.c_str()),
+                              const_cast<char*>(message.c_str()),
                               nullptr};
     posix_spawnattr_t attr;
     posix_spawn_file_actions_t files;

@@ -31,9 +31,9 @@ inline constexpr double kGraceS = 15.0;
 
 /// What /proc/<pid>/stat says of a process (proc(5)).
 struct ProcStat {
-  std::string comm;              // field 2, the executable's name (up to 15 characters)
-  int ppid = 0;                  // field 4
-  std::uint64_t start_ticks = 0; // field 22: start time after boot [clock ticks]
+  std::string comm;               // field 2, the executable's name (up to 15 characters)
+  int ppid = 0;                   // field 4
+  std::uint64_t start_ticks = 0;  // field 22: start time after boot [clock ticks]
 };
 
 /// Parses one /proc/<pid>/stat line; nullopt when it is not one. The name may hold spaces and

@@ -46,7 +46,7 @@ struct State {
   std::thread thread;
   std::atomic<bool> running{false};
   std::atomic<double> default_timeout_s{0.0};
-  std::once_flag expired;  // one expiry per process: the job is going down
+  std::once_flag expired;                            // one expiry per process: the job is going down
   std::optional<launcher_guard::Launcher> launcher;  // found by start(): this rank's Open MPI launcher
 };
 

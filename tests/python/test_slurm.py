@@ -214,3 +214,55 @@ def test_image_script_with_open_mpi_mpirun_inside_the_allocation(slurm, tmp_path
     f, run = only_run(tmp_path / "out" / job / "results.h5")
     with f:
         assert run["status"][0] == b"completed" and run.attrs["world_size"] == 2
+
+
+def stand_in_ranks(tmp_path):
+    """An executable that stands for mgbench: each rank writes what SLURM gave it (task, local id,
+    CUDA_VISIBLE_DEVICES) to <dir>/rank<id>. Where the GPUs are stand-ins (tests/slurm/cluster.sh's
+    GRES), this is what a GPU rank would see."""
+    script = tmp_path / "ranks.sh"
+    script.write_text('#!/bin/sh\necho "$SLURM_PROCID $SLURM_LOCALID ${CUDA_VISIBLE_DEVICES-unset}" '
+                      f'> "{tmp_path}/rank$SLURM_PROCID"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def ranks_saw(tmp_path, n):
+    seen = {}
+    for r in range(n):
+        procid, localid, visible = (tmp_path / f"rank{r}").read_text().split()
+        seen[int(procid)] = (int(localid), visible)
+    return seen
+
+
+@pytest.mark.parametrize("allocation,visible", [
+    (["--gpus-per-node=2"], ["0,1", "0,1"]),
+    (["--gpus-per-node=0", "--gpus-per-task=1"], ["0", "1"]),
+], ids=["per-node", "per-task"])
+def test_gpus_as_gres_reach_the_ranks_as_the_scripts_ask(slurm, tmp_path, allocation, visible):
+    """Two ranks on a node with two (stand-in) GPUs: --gpus-per-node (the scripts' way) lets every
+    rank see both GPUs, so NCCL can find the peer-to-peer paths between them; --gpus-per-task gives
+    each rank its own (runtime/device.h: the rank then takes its one visible device and warns)."""
+    env = dict(slurm, MGBENCH=stand_in_ranks(tmp_path), MGBENCH_OUTPUTS=str(tmp_path / "out"))
+    proc = sbatch(env, *allocation, "--cpus-per-task=1", "--time=10", "--ntasks-per-node=2",
+                  f"--output={tmp_path}/%j.out", "slurm/image.sbatch")
+    completed_job(proc, tmp_path)
+    assert ranks_saw(tmp_path, 2) == {0: (0, visible[0]), 1: (1, visible[1])}
+
+
+@pytest.mark.parametrize("tasks", [["--ntasks-per-node=2"], ["--ntasks=2", "--nodes=1"]],
+                         ids=["ntasks-per-node", "ntasks-only"])
+def test_fewer_gpus_per_node_than_ranks_is_refused_before_launch(slurm, tmp_path, tasks):
+    """Two ranks on a node given one GPU would share it (NCCL refuses two ranks on one device): the
+    scripts' guard (slurm/common.sh) ends the job before launching anything, naming the fix -- from
+    the tasks SLURM placed (SLURM_TASKS_PER_NODE), with or without --ntasks-per-node (a job script
+    of the user's that sources common.sh and asks only --ntasks)."""
+    job_script = tmp_path / "job.sbatch"
+    job_script.write_text("#!/bin/bash\n#SBATCH --time=10\nset -euo pipefail\nMGBENCH_SCRIPT=job.sbatch\n"
+                          f"source {ROOT}/slurm/common.sh\nmgbench_setup\nmgbench_run image\n")
+    env = dict(slurm, MGBENCH=stand_in_ranks(tmp_path), MGBENCH_OUTPUTS=str(tmp_path / "out"))
+    proc = sbatch(env, "--gpus-per-node=1", "--cpus-per-task=1", *tasks, f"--output={tmp_path}/%j.out", job_script)
+    log = "\n".join(Path(p).read_text() for p in glob.glob(f"{tmp_path}/*.out"))
+    assert proc.returncode != 0, log
+    assert "2 rank(s) on a node" in log and "one rank per GPU (pass --gpus-per-node=2" in log, log
+    assert not list(tmp_path.glob("rank[0-9]*")), "a rank was launched"

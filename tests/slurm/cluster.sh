@@ -58,12 +58,22 @@ slurm_cluster_start() {
   SLURM_CLUSTER_PIDS+=("$(cat "$dir/munge/munged.pid")")
   echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
 
+  # Two stand-in GPUs per node as GRES, so that --gpus-per-node / --gpus-per-task are allocated and
+  # set CUDA_VISIBLE_DEVICES as on a GPU cluster: character devices (/dev/null's numbers) that
+  # nothing opens, one gres.conf line for every node.
+  mkdir -p "$dir/dev"
+  local g
+  for g in 0 1; do
+    [[ -e "$dir/dev/gpu$g" ]] || mknod "$dir/dev/gpu$g" c 1 3 ||
+      { slurm_cluster_skip "cannot make stand-in GPU devices (mknod) in $dir/dev"; return; }
+  done
+  echo "Name=gpu File=$dir/dev/gpu[0-1]" >"$dir/gres.conf"
   local controller=$host node_lines
-  node_lines="NodeName=$host CPUs=$(nproc) State=UNKNOWN
+  node_lines="NodeName=$host CPUs=$(nproc) Gres=gpu:2 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE"
   if ((n_nodes > 0)); then
     controller="node1(10.77.0.1)"
-    node_lines="NodeName=node[1-$n_nodes] NodeAddr=10.77.0.[1-$n_nodes] CPUs=$(nproc) State=UNKNOWN
+    node_lines="NodeName=node[1-$n_nodes] NodeAddr=10.77.0.[1-$n_nodes] CPUs=$(nproc) Gres=gpu:2 State=UNKNOWN
 PartitionName=test Nodes=node[1-$n_nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE"
   fi
   mkdir -p "$dir/spool"
@@ -93,6 +103,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
 KillWait=10
+GresTypes=gpu
 $node_lines
 CONF
   # PMIx's per-step directories have the same names on every node: in a directory each node's
