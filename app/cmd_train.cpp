@@ -69,7 +69,7 @@ int train_command(const std::string& task, int argc, char** argv) {
     if (!speak) return 0;
     try {
       for (const std::string& line :
-           train::format_memory_plan(config->recipe->memory_plan(config->train, {1, 2, 4, 8}))) {
+           train::format_memory_plan(config->recipe->memory_plan(config->train, flags.plan_ranks))) {
         std::cout << "# " << line << "\n";
       }
     } catch (const ConfigError& e) {

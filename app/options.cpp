@@ -152,6 +152,26 @@ bool wants_help(int argc, char** argv) {
   return false;
 }
 
+/// --ranks "8" or "1,2,4,8": increasing positive rank counts. Throws ConfigError naming the option.
+std::vector<int> parse_rank_counts(const std::string& text) {
+  std::vector<int> counts;
+  std::istringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    std::size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MGBENCH_REQUIRE(used == item.size() && n > 0 && (counts.empty() || n > counts.back()), ConfigError,
+                    "--ranks '{}': expected increasing positive rank counts, e.g. 8 or 1,2,4,8", text);
+    counts.push_back(n);
+  }
+  MGBENCH_REQUIRE(!counts.empty(), ConfigError, "--ranks '{}': expected increasing positive rank counts", text);
+  return counts;
+}
+
 }  // namespace
 
 bool declare_options(const std::string& command, const std::function<void()>& declare, bool speak) {
@@ -177,7 +197,11 @@ std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& 
       general.add_options()("config", po::value<std::string>()->value_name("FILE"),
                             "INI file of `option = value` lines; the command line overrides it");
     }
-    if (spec.dry_run) general.add_options()("dry-run", "validate the configuration, print it and exit");
+    if (spec.dry_run) {
+      general.add_options()("dry-run", "validate the configuration, print it and exit");
+      general.add_options()("ranks", po::value<std::string>()->value_name("N[,N...]"),
+                            "with --dry-run: the rank counts of the memory plan (default 1,2,4,8)");
+    }
     if (spec.verbose) general.add_options()("verbose", "log at debug level on every rank");
     general.add_options()("help,h", "show this help");
     visible.add(general);
@@ -190,6 +214,11 @@ std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& 
     po::variables_map vm;
     parse(argc, argv, all, vm, positional);
     flags.dry_run = vm.count("dry-run") != 0;
+    if (spec.dry_run && vm.count("ranks") != 0) {
+      MGBENCH_REQUIRE(flags.dry_run, ConfigError,
+                      "--ranks: only with --dry-run (a run's ranks are the launcher's: mpirun -np N, srun -n N)");
+      flags.plan_ranks = parse_rank_counts(vm["ranks"].as<std::string>());
+    }
     flags.verbose = vm.count("verbose") != 0;
     apply_values(vm, table);
     table.validate();

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 
@@ -33,6 +34,7 @@ struct CommandSpec {
 struct GeneralFlags {
   bool dry_run = false;
   bool verbose = false;
+  std::vector<int> plan_ranks{1, 2, 4, 8};  // --ranks N[,N...] (with --dry-run): the memory plan's rank counts
 };
 
 /// Reads argv (argv[0]: the command's name) into table: the options by name, the table's

@@ -139,14 +139,31 @@ std::string LlamaConfig::to_hf_json(c10::ScalarType dtype) const {
 
 namespace {
 
-// Meta's configurations (config.json of meta-llama/Meta-Llama-3-8B, Llama-3.1-8B, Llama-3.2-1B) and a
-// tiny one for tests and CPU demos; what a preset does not name is Meta-Llama-3-8B's (LlamaConfig's
-// defaults).
+/// Meta-Llama-3-70B's sizes (the rest: LlamaConfig's defaults, Meta-Llama-3-8B's).
+LlamaConfig llama3_70b() {
+  LlamaConfig c;
+  c.hidden_size = 8192;
+  c.intermediate_size = 28672;
+  c.num_hidden_layers = 80;
+  c.num_attention_heads = 64;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  return c;
+}
+
+/// Llama 3.1's 128k context: llama3 rope scaling (factor 8) and 131,072 positions.
+LlamaConfig with_128k_context(LlamaConfig c) {
+  c.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 8192};
+  c.max_position_embeddings = 131072;
+  return c;
+}
+
+// Meta's configurations (config.json of meta-llama/Meta-Llama-3-8B, Llama-3.1-8B, Llama-3.2-1B,
+// Llama-3.2-3B, Meta-Llama-3-70B, Llama-3.1-70B, Llama-3.3-70B-Instruct) and a tiny one for tests and
+// CPU demos; what a preset does not name is Meta-Llama-3-8B's (LlamaConfig's defaults).
 const LlamaPreset kPresets[] = {
     {"llama3-8b", "Meta-Llama-3-8B", {}},
-    {"llama3.1-8b",
-     "Llama-3.1-8B (llama3 rope scaling, 128k context)",
-     {.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 8192}, .max_position_embeddings = 131072}},
+    {"llama3.1-8b", "Llama-3.1-8B (llama3 rope scaling, 128k context)", with_128k_context({})},
     {"llama3.2-1b",
      "Llama-3.2-1B (tied embeddings)",
      {.hidden_size = 2048,
@@ -158,6 +175,20 @@ const LlamaPreset kPresets[] = {
       .rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192},
       .max_position_embeddings = 131072,
       .tie_word_embeddings = true}},
+    {"llama3.2-3b",
+     "Llama-3.2-3B (tied embeddings)",
+     {.hidden_size = 3072,
+      .intermediate_size = 8192,
+      .num_hidden_layers = 28,
+      .num_attention_heads = 24,
+      .num_key_value_heads = 8,
+      .head_dim = 128,
+      .rope_scaling = Llama3RopeScaling{32.0, 1.0, 4.0, 8192},
+      .max_position_embeddings = 131072,
+      .tie_word_embeddings = true}},
+    {"llama3-70b", "Meta-Llama-3-70B", llama3_70b()},
+    {"llama3.1-70b", "Llama-3.1-70B (llama3 rope scaling, 128k context)", with_128k_context(llama3_70b())},
+    {"llama3.3-70b", "Llama-3.3-70B-Instruct (Llama-3.1-70B's shape)", with_128k_context(llama3_70b())},
     {"tiny",
      "2 layers, hidden 64: tests and CPU demos",
      {.hidden_size = 64,

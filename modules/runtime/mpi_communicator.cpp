@@ -196,6 +196,10 @@ class MpiWork final : public Work {
       const profile::CopyScope staging(profile::CopyPurpose::kCollectiveStaging);
       op_->staged.output.copy_(op_->staged.recv);
     }
+    // MPI is done with the buffers: the host copies (fp32 staging of bf16/fp16, CUDA tensors) and the
+    // references to the caller's tensors go now, not when the Work does (FSDP keeps its Works, for
+    // their seconds, to the end of the step: every unit's staged gather and reduce-scatter alive at once).
+    op_->staged = {};
   }
 
   MpiCommunicator::Worker& worker_;

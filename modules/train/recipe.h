@@ -9,8 +9,11 @@
 //
 // Adding a recipe: one .cpp file with a Recipe subclass and its factory, and one row in
 // recipes/table.cpp; CMake finds the file (docs/design.md, "How to add ...").
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,17 +69,30 @@ struct MicroBatchLoss {
 
 /// What one rank holds of the model at a world size, in bytes: the run attributes
 /// parameter_bytes_per_rank, gradient_bytes_per_rank and optimizer_state_bytes_per_rank a run of
-/// that size records (activations not counted).
+/// that size records, and the recipe's estimate of one micro-batch's activations (-1: none).
 struct MemoryPlanRow {
   int world_size = 1;
   bool sharded = false;  // fsdp over several ranks
   std::int64_t parameter_bytes = 0;
   std::int64_t gradient_bytes = 0;
   std::int64_t optimizer_state_bytes = 0;
+  std::int64_t activation_bytes = -1;
+  /// Parameters, gradients, optimizer states and the activations where estimated [bytes].
+  std::int64_t total_bytes() const {
+    return parameter_bytes + gradient_bytes + optimizer_state_bytes + std::max<std::int64_t>(activation_bytes, 0);
+  }
 };
 
-/// The rows as `--dry-run` prints them: a heading, then a line per row with GiB and the share of an
-/// 80 GiB H100.
+/// The fewest ranks, from `from` doubling up to 4096, whose plan (plan_at(world): one row) totals
+/// at most memory_bytes; nullopt when none does.
+std::optional<int> fewest_ranks_that_fit(const std::function<MemoryPlanRow(int world)>& plan_at, int from,
+                                         double memory_bytes);
+
+/// The GPU memories `--dry-run` measures a plan against [GiB]: an H100's 80 and an H200's 141.
+inline constexpr double kPlannedGpuGiB[] = {80.0, 141.0};
+
+/// The rows as `--dry-run` prints them: a heading, a line per row in GiB with the total's share of
+/// each of kPlannedGpuGiB, then per GPU memory the fewest planned ranks whose total fits it.
 std::vector<std::string> format_memory_plan(const std::vector<MemoryPlanRow>& rows);
 
 /// An evaluation's outcome over all ranks (NaN / -1: not measured by the recipe).

@@ -94,6 +94,32 @@ TEST(Communicator, GatherScatterAndOutOfPlaceCollectives) {
   }
 }
 
+// A Work that completed holds none of the collective's buffers: FSDP keeps its Works to the end of
+// the step (for their seconds), and with them every unit's float32 staging of a bf16 gather and
+// reduce-scatter stayed alive at once (issue 48: fsdp bf16 1.36x the replicated run's peak RSS).
+TEST(Communicator, ACompletedWorkHoldsNoBuffers) {
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  const int n = comm.world_size();
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const torch::Tensor mine = torch::ones({1024}, dtype);
+    torch::Tensor gathered = torch::empty({1024 * n}, dtype);
+    const auto gather = comm.all_gather(mine, gathered);
+    gather->wait();
+    const torch::Tensor whole = torch::ones({1024 * n}, dtype);
+    torch::Tensor part = torch::empty({1024}, dtype);
+    const auto reduce = comm.reduce_scatter(whole, part, runtime::ReduceOp::kSum);
+    reduce->wait();
+    // The Works are alive; only the caller refers to its tensors.
+    EXPECT_EQ(gathered.use_count(), 1);
+    EXPECT_EQ(mine.use_count(), 1);
+    EXPECT_EQ(part.use_count(), 1);
+    EXPECT_EQ(whole.use_count(), 1);
+    EXPECT_TRUE(torch::all(part == static_cast<float>(n)).item<bool>());
+    EXPECT_GE(reduce->seconds_since_start_of(*gather), 0.0);  // and still answer for their times
+  }
+}
+
 TEST(GradSync, AveragesGradientsOverRanks) {
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   torch::manual_seed(0);  // same weights everywhere

@@ -3,6 +3,7 @@ exports; the memory of full fine-tuning per rank falls as FSDP's arithmetic says
 named."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -130,39 +131,64 @@ def test_image_recipe_shards_mobilenet_v2(tmp_path):
             assert abs(fsdp["summary"][0][field] - none["summary"][0][field]) < 1e-9, field
 
 
-def test_full_finetuning_memory_per_rank_falls(tmp_path):
-    """Full fine-tuning of a ~155M-parameter Llama (24 layers, fp32, AdamW) at 2 ranks: rank 0's peak
-    resident memory with FSDP is at most 0.65 of the replicated run's (weights, gradients and AdamW's two
-    states: 4 x 618 MB per rank replicated; sharded, half of that plus the units gathered at once)."""
-    need(SMALL_TOKENIZER)
+def full_finetuning_peaks(tmp_path, config, tokenizer, precision):
+    """Rank 0's peak resident memory and the memory attributes of 2-rank full fine-tuning (AdamW, 2
+    steps of 1 x 48 tokens, no activation checkpointing) of the Llama `config` (config.json's fields),
+    replicated and sharded: ({sharding: bytes}, {sharding: {attribute: bytes}})."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768,
-        "intermediate_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 12, "num_key_value_heads": 4,
-        "head_dim": 64, "vocab_size": 2256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-        "max_position_embeddings": 1024, "tie_word_embeddings": False, "torch_dtype": "float32"}))
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "max_position_embeddings": 1024, "tie_word_embeddings": False, "torch_dtype": "float32", **config}))
     peaks, attrs = {}, {}
+    h5py = pytest.importorskip("h5py")
     for sharding in ("none", "fsdp"):
         results = tmp_path / f"{sharding}.h5"
-        mgbench("llm", "--recipe", "full", "--model", model, "--init", "random", "--tokenizer", SMALL_TOKENIZER,
+        mgbench("llm", "--recipe", "full", "--model", model, "--init", "random", "--tokenizer", tokenizer,
                 "--dataset", "alpaca", "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "2",
-                "--max-seq-len", "48", "--precision", "fp32", "--optimizer", "adamw",
+                "--max-seq-len", "48", "--precision", precision, "--optimizer", "adamw",
                 "--activation-checkpointing", "false", "--threads", "1", "--device", "cpu", "--sharding", sharding,
                 "--results", results, np=2, check=True, timeout=900)
-        h5py = pytest.importorskip("h5py")
         with h5py.File(results, "r") as f:
             (run,) = f["runs"].values()
             peaks[sharding] = int(run["summary"][0]["peak_memory_bytes"])
             attrs[sharding] = {k: int(run.attrs[k]) for k in
                                ("parameter_bytes_per_rank", "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank")}
+    print(f"{precision}: peak RSS rank 0: none {peaks['none'] / 2**20:.0f} MiB, fsdp {peaks['fsdp'] / 2**20:.0f} MiB, "
+          f"ratio {peaks['fsdp'] / peaks['none']:.3f}")
+    return peaks, attrs
+
+
+def test_full_finetuning_memory_per_rank_falls(tmp_path):
+    """Full fine-tuning of a ~155M-parameter Llama (24 layers, fp32, AdamW) at 2 ranks: rank 0's peak
+    resident memory with FSDP is at most 0.65 of the replicated run's (weights, gradients and AdamW's two
+    states: 4 x 618 MB per rank replicated; sharded, half of that plus the units gathered at once)."""
+    need(SMALL_TOKENIZER)
+    peaks, attrs = full_finetuning_peaks(tmp_path, {
+        "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 12,
+        "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 2256}, SMALL_TOKENIZER, "fp32")
     parameters = 154_000_000
     assert attrs["none"]["parameter_bytes_per_rank"] > 4 * parameters  # the whole model in fp32
     assert attrs["fsdp"]["gradient_bytes_per_rank"] * 2 <= attrs["none"]["gradient_bytes_per_rank"] + 2 * 1024 ** 2
-    ratio = peaks["fsdp"] / peaks["none"]
-    print(f"peak RSS rank 0: none {peaks['none'] / 2**20:.0f} MiB, fsdp {peaks['fsdp'] / 2**20:.0f} MiB, "
-          f"ratio {ratio:.3f}")
-    assert ratio <= 0.65, (peaks, attrs)
+    assert peaks["fsdp"] / peaks["none"] <= 0.65, (peaks, attrs)
+
+
+def test_full_finetuning_memory_per_rank_falls_in_bf16(tmp_path):
+    """The same in bf16, the LLM recipes' default, on the shape issue 48 measured: Llama 3's 128,256-token
+    vocabulary and tokenizer, hidden 512, 4 layers (142.6M parameters, the embedding and head most of
+    them). MPI has no bf16: the communicator stages each bf16 collective through fp32 host copies, and
+    a completed Work kept them while FSDP kept its Works to the end of the step -- every unit's staged
+    gathers and reduce-scatters alive at once, fsdp's peak 1.36x the replicated run's (GNU time, 64
+    tokens). The Work now drops its buffers when it completes: 0.74 by GNU time, 0.83 by the run's own
+    peak here. Not yet fp32's 0.65 (issue 48 stays open for it): Open MPI's non-blocking
+    reduce-scatter keeps a temporary of about twice its fp32 input."""
+    tokenizer = os.path.join(SHARED, "llama3", "tokenizer.model")
+    need(tokenizer)
+    peaks, attrs = full_finetuning_peaks(tmp_path, {
+        "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 128256}, tokenizer, "bf16")
+    assert attrs["fsdp"]["optimizer_state_bytes_per_rank"] * 2 <= attrs["none"]["optimizer_state_bytes_per_rank"] + 2**21
+    assert peaks["fsdp"] / peaks["none"] <= 0.9, (peaks, attrs)
 
 
 def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
@@ -213,24 +239,68 @@ def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
     assert worst <= 2e-5 and moved > 100 * worst, (worst, moved)
 
 
+PLAN_ROW = re.compile(r"^#\s+(\d+)\s+(none|fsdp)\s+([\d.]+) GiB\s+([\d.]+) GiB\s+([\d.]+) GiB\s+(-|[\d.]+ GiB)"
+                      r"\s+([\d.]+) GiB\s+(\d+) %\s+(\d+) %$")
+
+
+def memory_plan(*args):
+    """`mgbench llm ... --dry-run`'s plan: {ranks: (sharding, parameters, gradients, optimizer, activations or
+    None, total) in GiB} and its closing lines."""
+    proc = mgbench("llm", "--init", "random", "--data", "x.json", "--tokenizer", "x", *args, "--dry-run", check=True)
+    rows = {}
+    for line in proc.stdout.splitlines():
+        m = PLAN_ROW.match(line)
+        if m:
+            act = None if m[6] == "-" else float(m[6].split()[0])
+            rows[int(m[1])] = (m[2], float(m[3]), float(m[4]), float(m[5]), act, float(m[7]))
+    return rows, [l.lstrip("# ") for l in proc.stdout.splitlines() if "GiB GPUs:" in l], proc.stdout
+
+
 def test_dry_run_plans_the_memory_per_rank_of_llama3_8b():
     """`--dry-run` of full fine-tuning of Llama 3 8B (bf16, AdamW) from its preset alone: at 1 rank
     weights, gradients and AdamW's two states are 4 x 2 bytes x 8,030,261,248 parameters (59.83 GiB);
-    FSDP divides gradients and states by the ranks."""
-    proc = mgbench("llm", "--recipe", "full", "--model", "llama3-8b", "--init", "random", "--data", "x.json",
-                   "--tokenizer", "x", "--dry-run", check=True)
-    rows = {int(line.split()[1]): line.split() for line in proc.stdout.splitlines()
-            if line.startswith("#") and len(line.split()) > 2 and line.split()[1].isdigit()}
-    assert sorted(rows) == [1, 2, 4, 8], proc.stdout
-    assert rows[1][2] == "none" and rows[1][9] == f"{4 * 2 * 8030261248 / 2**30:.2f}", rows[1]
+    FSDP divides gradients and states by the ranks. --max-seq-len 0 (unbounded): activations not
+    estimated."""
+    rows, fits, out = memory_plan("--recipe", "full", "--model", "llama3-8b")
+    assert sorted(rows) == [1, 2, 4, 8], out
+    assert rows[1][0] == "none" and f"{rows[1][5]:.2f}" == f"{4 * 2 * 8030261248 / 2**30:.2f}", rows[1]
+    assert all(r[4] is None for r in rows.values()), out
     for n in (2, 4, 8):
-        assert rows[n][2] == "fsdp"
-        assert abs(float(rows[n][5]) - float(rows[1][5]) / n) < 0.01, (n, rows[n])   # gradients
-        assert abs(float(rows[n][7]) - float(rows[1][7]) / n) < 0.01, (n, rows[n])   # optimizer states
-    replicated = mgbench("llm", "--recipe", "full", "--model", "llama3-8b", "--init", "random", "--data", "x.json",
-                         "--tokenizer", "x", "--sharding", "none", "--dry-run", check=True).stdout
-    plan = [line.split() for line in replicated.split("memory per rank")[1].splitlines()[2:]]
-    assert [row[2] for row in plan] == ["none"] * 4 and len({row[9] for row in plan}) == 1, plan
+        assert rows[n][0] == "fsdp"
+        assert abs(rows[n][2] - rows[1][2] / n) < 0.01, (n, rows[n])   # gradients
+        assert abs(rows[n][3] - rows[1][3] / n) < 0.01, (n, rows[n])   # optimizer states
+    assert fits == ["80 GiB GPUs: fits from 1 rank(s) of those planned",
+                    "141 GiB GPUs: fits from 1 rank(s) of those planned"], out
+    replicated, _, out = memory_plan("--recipe", "full", "--model", "llama3-8b", "--sharding", "none")
+    assert [r[0] for r in replicated.values()] == ["none"] * 4 and len({r[5] for r in replicated.values()}) == 1, out
+
+
+def test_dry_run_plans_llama3_70b_on_the_ranks_asked():
+    """Llama 3.1 70B (70,553,706,496 parameters, Meta's count) in bf16: LoRA on 8 ranks holds an eighth of
+    the weights plus the units gathered at the peak -- the head (kept from forward to backward), the
+    embedding and a decoder layer (the two largest others: [128256, 8192] and 855,654,400 parameters)
+    -- and fits an 80 GiB GPU with its activations (--max-seq-len 2048, checkpointed); full
+    fine-tuning on 1 or 2 ranks fits neither GPU (4 x 2 bytes a parameter: 526 GiB, 263 GiB).
+    --ranks without --dry-run, or not increasing, exits 2 naming it."""
+    shard = 70553706496 * 2 / 8 / 2**30
+    gathered = (2 * 128256 * 8192 + 855654400) * 2 / 2**30
+    rows, fits, out = memory_plan("--recipe", "lora", "--model", "llama3.1-70b", "--max-seq-len", "2048",
+                                  "--batch-size", "2", "--activation-checkpointing", "true", "--ranks", "8")
+    assert list(rows) == [8] and rows[8][0] == "fsdp", out
+    assert abs(rows[8][1] - (shard + gathered)) < 0.1, (rows[8], shard + gathered)  # + LoRA's A, B and padding
+    assert rows[8][4] is not None and 0 < rows[8][4] < 16, rows[8]
+    assert fits == ["80 GiB GPUs: fits from 8 rank(s) of those planned",
+                    "141 GiB GPUs: fits from 8 rank(s) of those planned"], out
+    rows, fits, out = memory_plan("--recipe", "full", "--model", "llama3-70b", "--ranks", "1,2")
+    assert f"{rows[1][5]:.1f}" == f"{4 * 2 * 70553706496 / 2**30:.1f}", rows[1]
+    assert all("no planned rank count fits" in line for line in fits) and len(fits) == 2, out
+    for bad, needle in ((["--ranks", "8"], "--ranks: only with --dry-run"),):
+        proc = mgbench("llm", "--model", "llama3-70b", "--init", "random", "--data", "x.json", *bad)
+        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    proc = mgbench("llm", "--model", "llama3-70b", "--init", "random", "--data", "x.json", "--tokenizer", "x",
+                   "--dry-run", "--ranks", "4,2")
+    assert proc.returncode == 2 and "--ranks '4,2': expected increasing positive rank counts" in proc.stderr, \
+        proc.stderr
 
 
 @pytest.mark.parametrize("args, needle", [

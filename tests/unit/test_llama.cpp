@@ -95,6 +95,10 @@ TEST(Safetensors, CorruptFilesNameTheProblem) {
 TEST(LlamaConfig, PresetsHaveThePublishedParameterCounts) {
   EXPECT_EQ(LlamaConfig::preset("llama3-8b").num_parameters(), 8030261248);    // Meta-Llama-3-8B
   EXPECT_EQ(LlamaConfig::preset("llama3.2-1b").num_parameters(), 1235814400);  // Llama-3.2-1B
+  EXPECT_EQ(LlamaConfig::preset("llama3.2-3b").num_parameters(), 3212749824);  // Llama-3.2-3B
+  for (const char* name : {"llama3-70b", "llama3.1-70b", "llama3.3-70b"}) {
+    EXPECT_EQ(LlamaConfig::preset(name).num_parameters(), 70553706496) << name;  // Meta-Llama-3-70B's count
+  }
   test::expect_error<ConfigError>([] { LlamaConfig::preset("gpt2"); }, {"'gpt2'", "llama3-8b"});
 }
 

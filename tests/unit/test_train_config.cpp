@@ -469,3 +469,36 @@ TEST(GradSync, ReportsTheAllReduceWindow) {
 
 }  // namespace
 }  // namespace mgbench
+
+namespace mgbench::train {
+namespace {
+
+TEST(MemoryPlan, TheFewestRanksThatFitDoubleFromTheFirstAsked) {
+  // A plan whose state divides by the ranks: 100 GiB over `world` ranks, plus 1 GiB gathered.
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+  const auto plan = [](int world) { return MemoryPlanRow{world, world > 1, 100 * kGiB / world + kGiB, 0, 0, -1}; };
+  EXPECT_EQ(fewest_ranks_that_fit(plan, 1, 80.0 * kGiB), 2);            // 51 GiB at 2 ranks
+  EXPECT_EQ(fewest_ranks_that_fit(plan, 1, 30.0 * kGiB), 4);            // 26 GiB at 4
+  EXPECT_EQ(fewest_ranks_that_fit(plan, 8, 200.0 * kGiB), 8);           // never below `from`
+  EXPECT_EQ(fewest_ranks_that_fit(plan, 2, 1.0 * kGiB), std::nullopt);  // the gathered unit alone
+  EXPECT_EQ(fewest_ranks_that_fit([](int w) { return MemoryPlanRow{w, false, 1, 0, 0, 5}; }, 1, 5.0), std::nullopt)
+      << "activations count in the total";
+}
+
+TEST(MemoryPlan, ThePrintedPlanSaysWhichGpuMemoryFitsFromWhichRankCount) {
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+  const std::vector<std::string> lines = format_memory_plan({{1, false, 100 * kGiB, 50 * kGiB, 0, -1},
+                                                             {2, true, 60 * kGiB, 25 * kGiB, 0, 10 * kGiB},
+                                                             {4, true, 30 * kGiB, 12 * kGiB, 0, 10 * kGiB}});
+  ASSERT_EQ(lines.size(), 2U + 3U + 2U);
+  EXPECT_NE(lines[2].find("150.00 GiB"), std::string::npos) << lines[2];  // 1 rank: no activations ('-')
+  EXPECT_NE(lines[2].find(" - "), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("95.00 GiB"), std::string::npos) << lines[3];  // 60 + 25 + 10
+  EXPECT_EQ(lines[5], "80 GiB GPUs: fits from 4 rank(s) of those planned");
+  EXPECT_EQ(lines[6], "141 GiB GPUs: fits from 2 rank(s) of those planned");
+  EXPECT_NE(format_memory_plan({{1, false, 200 * kGiB, 0, 0, -1}})[3].find("no planned rank count fits"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mgbench::train

@@ -33,6 +33,7 @@ struct DpoOptions {
 
 class DpoRecipe final : public LlamaRecipe {
  public:
+  std::int64_t sequences_per_row() const override { return 2; }  // chosen and rejected
   void declare(options::OptionTable& t) override {
     auto& o = options_;
     declare_model_and_data(t, o.dataset, text::preference_choices(), "the preference data's format",

@@ -146,6 +146,7 @@ void LlamaFinetune::load_tokenizer() {
 
 void LlamaFinetune::build(const RecipeContext& ctx) {
   refuse_if_weights_do_not_fit(ctx);
+  refuse_if_plan_does_not_fit(ctx);
   {
     // Built in the run's dtype, one unit at a time, each moved to the device and drawn there before
     // the next exists: the host holds one decoder layer (8B, bf16: 0.44 GB; the embedding 1.05 GB),
@@ -168,7 +169,6 @@ void LlamaFinetune::build(const RecipeContext& ctx) {
   } else {
     trainable_ = model_->parameters();
     for (auto& p : trainable_) p.set_requires_grad(true);
-    warn_if_full_replica_does_not_fit(ctx);
   }
   if (fake_quant_ == FakeQuant::k8da4w) {
     std::vector<std::string> skipped;

@@ -44,6 +44,12 @@ enum class FakeQuant {
   k8da4w,  // int8 dynamic per-token activations, int4 per-group weights (models/fake_quant.h)
 };
 
+/// A micro-batch's shape for the memory plan: sequences [B] of up to `tokens` tokens [T] each.
+struct MicroBatchShape {
+  std::int64_t sequences = 1;
+  std::int64_t tokens = 0;  // 0: unbounded
+};
+
 class LlamaFinetune {
  public:
   /// Declares the model's options (section "Model": --model, --init, --tokenizer,
@@ -67,8 +73,18 @@ class LlamaFinetune {
   /// optimizer; FSDP's arithmetic, train/parallel/fsdp.h's sharded_memory), for `--dry-run`: what runs of
   /// those sizes record as their memory attributes. NF4 projections (QLoRA) are not parameters and
   /// not counted (weight_bytes). Reads only config.json or the preset. Throws ConfigError (an
-  /// unknown preset) or DataError naming config.json.
-  std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes) const;
+  /// unknown preset) or DataError naming config.json. `micro_batch`: the sequences of a micro-batch
+  /// and their tokens (0: unbounded, activations not estimated), for activation_bytes.
+  std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes,
+                                         const MicroBatchShape& micro_batch) const;
+  /// What autograd keeps for one micro-batch [bytes], estimated from the shapes (not measured): per
+  /// decoder layer and token 4h + 2q + 2kv + 4f elements of the compute dtype (each RMSNorm's input
+  /// and output, q / k / v after RoPE, the attention's output, gate, up, SiLU(gate) and their product;
+  /// h hidden, q / kv the heads' widths, f intermediate), for every layer without activation
+  /// checkpointing, else each layer's input [B, T, h] plus one layer's set recomputed in backward;
+  /// plus the head's chunk of fp32 logits and softmax (models/log_probs.h: at most 2^26 elements
+  /// each) and the final hidden states [B, T, h]. -1 when the tokens are unbounded (--max-seq-len 0).
+  std::int64_t activation_bytes(const MicroBatchShape& micro_batch, std::int64_t element_bytes) const;
   /// Builds the model on ctx.device in the precision's dtype (random, or the checkpoint's weights;
   /// NF4 projections quantised one at a time on the device), adds the adapters or unfreezes
   /// everything, and turns on fake quantisation. Throws DataError naming the file (a checkpoint
@@ -136,11 +152,15 @@ class LlamaFinetune {
   /// order and rules), with the LoRA adapters this run adds; NF4 projections as packed bytes
   /// (element_bytes: the parameters' dtype, that of the NF4 factors).
   std::vector<UnitShape> unit_shapes(const models::LlamaConfig& c, std::int64_t element_bytes) const;
-  /// A warning when full fine-tuning's per-rank state alone exceeds the GPU (a replica of Llama 3 8B on 80 GB).
   /// Throws DataError naming config.json, its sizes and the memory, when the weights alone exceed
-  /// the device's memory (before anything is allocated).
+  /// the device's memory (before anything is allocated: today every rank builds the whole model
+  /// before FSDP shards it).
   void refuse_if_weights_do_not_fit(const RecipeContext& ctx) const;
-  void warn_if_full_replica_does_not_fit(const RecipeContext& ctx) const;
+  /// On a GPU: throws ConfigError naming the bytes per rank (parameters, gradients, optimizer states:
+  /// the memory plan at this world size) and the rank count that would fit under fsdp, when they
+  /// exceed the device's memory (a replica of Llama 3 8B's full fine-tuning on 80 GB), before anything
+  /// is allocated.
+  void refuse_if_plan_does_not_fit(const RecipeContext& ctx) const;
   std::string model_name_ = "llama3-8b";  // preset name or a directory with config.json + safetensors
   Init init_ = Init::kCheckpoint;
   std::string tokenizer_path_;  // tiktoken file; default: the checkpoint's

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -72,20 +73,42 @@ std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, 
   return units;
 }
 
-std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train,
-                                                      const std::vector<int>& world_sizes) const {
+std::int64_t LlamaFinetune::activation_bytes(const MicroBatchShape& micro_batch, std::int64_t element_bytes) const {
+  if (micro_batch.tokens <= 0) return -1;
+  const models::LlamaConfig c = read_config();
+  const std::int64_t positions = micro_batch.sequences * micro_batch.tokens;  // B x T
+  const std::int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const std::int64_t layer = positions * (4 * c.hidden_size + 2 * q + 2 * kv + 4 * c.intermediate_size) * element_bytes;
+  const std::int64_t layer_input = positions * c.hidden_size * element_bytes;
+  const std::int64_t layers =
+      activation_checkpointing_ ? c.num_hidden_layers * layer_input + layer : c.num_hidden_layers * layer;
+  constexpr std::int64_t kHeadChunkElements = std::int64_t{1} << 26;  // models::target_log_probs' default
+  const std::int64_t head = 2 * 4 * std::min(positions * c.vocab_size, kHeadChunkElements) + layer_input;
+  return layers + head;
+}
+
+std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes,
+                                                      const MicroBatchShape& micro_batch) const {
   const models::LlamaConfig c = read_config();
   const auto element =
       static_cast<std::int64_t>(axes::dtype_info(axes::precision_info(train.precision).param_dtype).bytes);
   const std::vector<UnitShape> units = unit_shapes(c, element);
+  const axes::PrecisionInfo& precision = axes::precision_info(train.precision);
+  const std::int64_t activations = activation_bytes(
+      micro_batch, static_cast<std::int64_t>(
+                       axes::dtype_info(precision.autocast ? precision.autocast_dtype : precision.param_dtype).bytes));
   const std::int64_t states = optimizer_states_per_element(train.optim);
   std::vector<MemoryPlanRow> rows;
   for (const int world : world_sizes) {
     const axes::ParallelPlan plan = train.parallel_plan(world, activation_checkpointing_);
     const bool sharded = plan.fully_sharded();
     const ShardedMemory m = sharded_memory(units, plan.shard_world(), element, plan.reshard_after_forward);
-    MemoryPlanRow row{world, sharded, sharded ? m.shard_bytes + m.gathered_peak_bytes : m.shard_bytes,
-                      m.trainable_shard_bytes, states * m.trainable_shard_bytes};
+    MemoryPlanRow row{world,
+                      sharded,
+                      sharded ? m.shard_bytes + m.gathered_peak_bytes : m.shard_bytes,
+                      m.trainable_shard_bytes,
+                      states * m.trainable_shard_bytes,
+                      activations};
     rows.push_back(row);
   }
   return rows;
@@ -110,27 +133,31 @@ void LlamaFinetune::refuse_if_weights_do_not_fit(const RecipeContext& ctx) const
                   memory / (1 << 30));
 }
 
-void LlamaFinetune::warn_if_full_replica_does_not_fit(const RecipeContext& ctx) const {
+void LlamaFinetune::refuse_if_plan_does_not_fit(const RecipeContext& ctx) const {
   if (!ctx.placement.is_cuda()) return;
-  // Weights, gradients and AdamW's two states in the run's dtype: 4 copies, each rank a whole one
-  // (DDP: 5, with the gradients' buckets), or 1/N of them under FSDP -- where the whole model is
-  // still built on every rank before it is sharded. Activations and gathered units come on top.
-  const double element = static_cast<double>(axes::dtype_info(ctx.precision.param_dtype).bytes);
-  const double parameters = static_cast<double>(model_->config().num_parameters());
-  const bool sharded = ctx.plan.fully_sharded();
-  const double copies = sharded ? std::max(1.0, 4.0 / ctx.plan.world) : 5.0;
-  const double needed = copies * element * parameters;
   const double device = static_cast<double>(runtime::cuda_total_memory(ctx.placement.index));
-  if (device > 0 && needed > 0.9 * device) {
-    log::warn(
-        "--finetune full of {:.2f}B parameters needs about {:.0f} GiB per rank for weights, gradients and AdamW's "
-        "states ({:.2f} x {} bytes per parameter{}) before activations, and this GPU has {:.0f} GiB: it will not "
-        "fit; {}",
-        parameters / 1e9, needed / (1 << 30), copies, element, sharded ? ", sharded over the ranks" : ", a replica",
-        device / (1 << 30),
-        sharded ? "use more ranks or a smaller model"
-                : "use --sharding fsdp over several GPUs, a smaller model or LoRA");
-  }
+  if (device <= 0) return;
+  // The model's state alone at this world size -- weights (under fsdp the shards and the units
+  // gathered at once), gradients and optimizer states, as the run's attributes will record them;
+  // activations come on top and are not counted here (an estimate, `--dry-run` prints it).
+  const MemoryPlanRow row = memory_plan(ctx.train, {ctx.plan.world}, {})[0];
+  if (static_cast<double>(row.total_bytes()) <= device) return;
+  TrainOptions sharded = ctx.train;
+  sharded.sharding = axes::Sharding::kFsdp;
+  const std::optional<int> fits = fewest_ranks_that_fit([&](int world) { return memory_plan(sharded, {world}, {})[0]; },
+                                                        std::max(2, ctx.plan.world * 2), device);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  throw ConfigError(fmt::format(
+      "{} ({:.2f}B parameters, --precision {}): at {} rank(s) ({}) each rank holds {:.1f} GiB for parameters "
+      "{:.1f}, gradients {:.1f} and optimizer states {:.1f} GiB before activations, and this GPU has {:.1f} GiB; {} "
+      "(mgbench llm --dry-run --ranks N prints the plan)",
+      model_name_, static_cast<double>(config_->num_parameters()) / 1e9, axes::precision_info(ctx.train.precision).name,
+      ctx.plan.world, ctx.plan.fully_sharded() ? "fsdp" : "each a replica",
+      static_cast<double>(row.total_bytes()) / kGiB, static_cast<double>(row.parameter_bytes) / kGiB,
+      static_cast<double>(row.gradient_bytes) / kGiB, static_cast<double>(row.optimizer_state_bytes) / kGiB,
+      device / kGiB,
+      fits ? fmt::format("with --sharding fsdp it fits from {} ranks", *fits)
+           : std::string("no rank count up to 4096 fits: LoRA or QLoRA, or a smaller model")));
 }
 
 }  // namespace mgbench::train

@@ -27,7 +27,7 @@ class LlamaRecipe : public Recipe {
   models::ShardableModel* shardable_model() override { return &llama_.model(); }
   std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train,
                                          const std::vector<int>& world_sizes) const override {
-    return llama_.memory_plan(train, world_sizes);
+    return llama_.memory_plan(train, world_sizes, {train.batch_size * sequences_per_row(), data_.max_seq_len});
   }
   std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
@@ -63,6 +63,9 @@ class LlamaRecipe : public Recipe {
     MGBENCH_REQUIRE(!rows.empty(), DataError, "dataset '{}': no rows", data_.data);
     llama_.build(ctx);
   }
+
+  /// Sequences a row of the dataset makes in a batch: 1 (a sample), 2 for a preference pair.
+  virtual std::int64_t sequences_per_row() const { return 1; }
 
   LlamaFinetune llama_;
   LlamaDataOptions data_;

@@ -1,5 +1,7 @@
 // The recipe table: one row per recipe (recipe.h). Adding a recipe: its .cpp file with a factory,
 // declared and listed here, and its defaults in inputs/configs/recipes/<recipe>.ini.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -61,21 +63,39 @@ std::span<const RecipeInfo> recipes() { return kRecipes; }
 std::vector<std::string> format_memory_plan(const std::vector<MemoryPlanRow>& rows) {
   if (rows.empty()) return {};
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  constexpr double kH100GiB = 80.0;
+  const auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; };
   std::vector<std::string> lines{
-      "memory per rank: parameters (under fsdp the shards and the units gathered at once), gradients and optimizer "
-      "states; activations not counted",
-      fmt::format("{:>6} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10}", "ranks", "sharding", "parameters", "gradients",
-                  "optimizer", "total", "of 80 GiB")};
+      "memory per rank: parameters (under fsdp the shards and the units gathered at once), gradients, optimizer "
+      "states and one micro-batch's activations (estimated from the shapes; '-': not estimated)",
+      fmt::format("{:>6} {:>9} {:>12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}", "ranks", "sharding", "parameters",
+                  "gradients", "optimizer", "activations", "total", "of 80 GiB", "of 141")};
   for (const MemoryPlanRow& r : rows) {
-    const std::int64_t total = r.parameter_bytes + r.gradient_bytes + r.optimizer_state_bytes;
-    const auto gib = [kGiB](std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; };
-    lines.push_back(fmt::format("{:>6} {:>9} {:>8.2f} GiB {:>8.2f} GiB {:>8.2f} GiB {:>8.2f} GiB {:>8.0f} %",
-                                r.world_size, r.sharded ? "fsdp" : "none", gib(r.parameter_bytes),
-                                gib(r.gradient_bytes), gib(r.optimizer_state_bytes), gib(total),
-                                100.0 * gib(total) / kH100GiB));
+    const std::string activations =
+        r.activation_bytes < 0 ? std::string("-") : fmt::format("{:.2f} GiB", gib(r.activation_bytes));
+    lines.push_back(fmt::format(
+        "{:>6} {:>9} {:>8.2f} GiB {:>8.2f} GiB {:>8.2f} GiB {:>12} {:>8.2f} GiB {:>7.0f} % {:>7.0f} %", r.world_size,
+        r.sharded ? "fsdp" : "none", gib(r.parameter_bytes), gib(r.gradient_bytes), gib(r.optimizer_state_bytes),
+        activations, gib(r.total_bytes()), 100.0 * gib(r.total_bytes()) / kPlannedGpuGiB[0],
+        100.0 * gib(r.total_bytes()) / kPlannedGpuGiB[1]));
+  }
+  for (const double memory : kPlannedGpuGiB) {
+    const auto fits =
+        std::find_if(rows.begin(), rows.end(), [&](const MemoryPlanRow& r) { return gib(r.total_bytes()) <= memory; });
+    lines.push_back(
+        fits == rows.end()
+            ? fmt::format("{:.0f} GiB GPUs: no planned rank count fits (plan more ranks: --ranks)", memory)
+            : fmt::format("{:.0f} GiB GPUs: fits from {} rank(s) of those planned", memory, fits->world_size));
   }
   return lines;
+}
+
+std::optional<int> fewest_ranks_that_fit(const std::function<MemoryPlanRow(int world)>& plan_at, int from,
+                                         double memory_bytes) {
+  constexpr int kMostRanks = 4096;
+  for (int world = std::max(1, from); world <= kMostRanks; world *= 2) {
+    if (static_cast<double>(plan_at(world).total_bytes()) <= memory_bytes) return world;
+  }
+  return std::nullopt;
 }
 
 const RecipeInfo& find_recipe(std::string_view task, std::string_view name) {
