@@ -1,7 +1,6 @@
 // mgbench: how machine-learning jobs use multi-GPU nodes. One row per command below: its name, what
 // it does (the usage text is made of these rows) and its function: the MPI commands' in files of
 // their own (cmd_*.cpp), the others' a call of their module on its parsed options (options.h).
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -105,10 +104,7 @@ std::string usage() {
 void install_stop_handlers_first(int argc, char** argv, char** /*envp*/) {
   if (argc < 2) return;
   for (const auto& c : kCommands) {
-    if (c.stops_on_signals && std::strncmp(argv[1], c.name.data(), c.name.size()) == 0 &&
-        argv[1][c.name.size()] == '\0') {
-      runtime::install_stop_handlers();
-    }
+    if (c.stops_on_signals && c.name == argv[1]) runtime::install_stop_handlers();
   }
 }
 

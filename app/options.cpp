@@ -152,24 +152,19 @@ bool wants_help(int argc, char** argv) {
   return false;
 }
 
-/// --ranks "8" or "1,2,4,8": increasing positive rank counts. Throws ConfigError naming the option.
+/// --ranks "8" or "1,2,4,8": increasing rank counts from 1 to 4096 (the option tables' list of
+/// integers, then its bounds). Throws ConfigError naming the option.
 std::vector<int> parse_rank_counts(const std::string& text) {
-  std::vector<int> counts;
-  std::istringstream items(text);
-  for (std::string item; std::getline(items, item, ',');) {
-    std::size_t used = 0;
-    int n = 0;
-    try {
-      n = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    MGBENCH_REQUIRE(used == item.size() && n > 0 && (counts.empty() || n > counts.back()), ConfigError,
-                    "--ranks '{}': expected increasing positive rank counts, e.g. 8 or 1,2,4,8", text);
-    counts.push_back(n);
+  constexpr std::int64_t kMostRanks = 4096;
+  std::vector<std::int64_t> counts;
+  options::from_text("ranks", text, counts);
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    MGBENCH_REQUIRE(counts[i] >= 1 && counts[i] <= kMostRanks && (i == 0 || counts[i] > counts[i - 1]), ConfigError,
+                    "--ranks '{}': expected increasing positive rank counts up to {}, e.g. 8 or 1,2,4,8", text,
+                    kMostRanks);
   }
   MGBENCH_REQUIRE(!counts.empty(), ConfigError, "--ranks '{}': expected increasing positive rank counts", text);
-  return counts;
+  return {counts.begin(), counts.end()};
 }
 
 }  // namespace

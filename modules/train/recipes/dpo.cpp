@@ -33,7 +33,6 @@ struct DpoOptions {
 
 class DpoRecipe final : public LlamaRecipe {
  public:
-  std::int64_t sequences_per_row() const override { return 2; }  // chosen and rejected
   void declare(options::OptionTable& t) override {
     auto& o = options_;
     declare_model_and_data(t, o.dataset, text::preference_choices(), "the preference data's format",
@@ -124,6 +123,8 @@ class DpoRecipe final : public LlamaRecipe {
   }
 
  private:
+  std::int64_t sequences_per_row() const override { return 2; }  // chosen and rejected
+
   /// The final hidden states [P, H] of the chosen (the first half of the sequences) and of the
   /// rejected sequences: every position of their rows when padded (TorchTune's mean is over the
   /// padded logits), their real tokens when packed.

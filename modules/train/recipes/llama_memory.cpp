@@ -90,10 +90,9 @@ std::int64_t LlamaFinetune::activation_bytes(const MicroBatchShape& micro_batch,
 std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes,
                                                       const MicroBatchShape& micro_batch) const {
   const models::LlamaConfig c = read_config();
-  const auto element =
-      static_cast<std::int64_t>(axes::dtype_info(axes::precision_info(train.precision).param_dtype).bytes);
-  const std::vector<UnitShape> units = unit_shapes(c, element);
   const axes::PrecisionInfo& precision = axes::precision_info(train.precision);
+  const auto element = static_cast<std::int64_t>(axes::dtype_info(precision.param_dtype).bytes);
+  const std::vector<UnitShape> units = unit_shapes(c, element);
   const std::int64_t activations = activation_bytes(
       micro_batch, static_cast<std::int64_t>(
                        axes::dtype_info(precision.autocast ? precision.autocast_dtype : precision.param_dtype).bytes));
