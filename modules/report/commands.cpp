@@ -27,6 +27,10 @@ void ReportOptions::declare(options::OptionTable& t) {
   t.add("cuda", cuda,
         "also show, per run, the CUDA metrics (CUPTI: HtoD copies, API calls, kernels, NCCL, peak memory)")
       .as_switch();
+  t.add("energy", energy,
+        "also show, per run, the energy (J/sample, J/token), power, SM clock, temperature and throttling "
+        "(runs with --telemetry)")
+      .as_switch();
   t.add("plot", plot,
         "also write every figure the runs support, and DIR/index.html with the figures and tables, into DIR "
         "(mgbench-plot, the Python package in python/)")
@@ -125,6 +129,10 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   if (o.cuda) {
     out << "\n";
     print_cuda(out, runs);
+  }
+  if (o.energy) {
+    out << "\n";
+    print_energy(out, runs, o.csv);
   }
   if (!o.plot.empty()) {
     out.flush();

@@ -108,4 +108,12 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
 /// GPU memory. Runs without CUDA metrics are listed as such.
 void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, std::size_t top_kernels = 10);
 
+/// Energy of runs recorded with --telemetry (rank_<r>/energy, profile/telemetry.h): per run its
+/// sources, span [s], energy [J] (each GPU once, each node's RAPL counter once: energy_j x node_share
+/// summed over ranks), J/sample and J/token (over the samples and tokens the ranks computed in the
+/// span), mean power [W] (energy / the longest span), the largest power [W] and temperature [C],
+/// the mean SM clock [MHz] and the most throttled rank's share of its span [%]. A run with a rank
+/// without a counter has no energy ("-") and says so; runs without telemetry are listed by name.
+void print_energy(std::ostream& out, const std::vector<results::RunRecord>& runs, bool csv);
+
 }  // namespace mgbench::report

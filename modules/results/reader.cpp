@@ -181,6 +181,14 @@ void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunReco
       std::erase_if(rows, [](const CommRecord& c) { return c.bytes < 0; });
       run.comm.push_back(std::move(rows));
     }
+    if (h5::link_exists(rank_group, "energy")) {
+      auto energy = read_table<EnergyRecord>(rank_group, "energy", energy_record_type(), where + "/" + rank_name);
+      auto readings =
+          read_table<TelemetryRecord>(rank_group, "telemetry", telemetry_record_type(), where + "/" + rank_name);
+      std::erase_if(readings, [](const TelemetryRecord& t) { return !std::isfinite(t.t_s); });
+      run.energy.push_back(energy.empty() ? EnergyRecord{} : energy.front());
+      run.telemetry.push_back(std::move(readings));
+    }
     if (h5::link_exists(rank_group, "metrics")) read_metrics(rank_group, where + "/" + rank_name + "/metrics", run);
   }
 }

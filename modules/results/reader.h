@@ -25,6 +25,8 @@ struct RunRecord {
   std::vector<std::string> metric_names;                    // columns of the recipe's per-step metrics
   std::vector<std::vector<std::vector<double>>> metrics;    // [rank][step row][column], written rows only
   std::vector<std::vector<CommRecord>> comm;                // [rank] rows of `mgbench comm` runs, written rows only
+  std::vector<EnergyRecord> energy;                         // [rank] runs with telemetry (empty otherwise)
+  std::vector<std::vector<TelemetryRecord>> telemetry;      // [rank] the readings written
 
   /// Attribute lookups; std::nullopt when absent or of another type.
   std::optional<std::string> text(const std::string& name) const;

@@ -158,6 +158,40 @@ h5::Handle comm_record_type() {
   return t;
 }
 
+h5::Handle energy_record_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(EnergyRecord)), "create energy record type");
+  insert(t, "source", offsetof(EnergyRecord, source), h5::fixed_string_type(sizeof(EnergyRecord::source)));
+#define MGBENCH_FIELD(name, type) insert(t, #name, offsetof(EnergyRecord, name), type)
+  MGBENCH_FIELD(node_share, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(span_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(energy_j, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(mean_power_w, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(max_power_w, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(mean_sm_clock_mhz, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(mean_mem_clock_mhz, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(max_temperature_c, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(throttled_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(readings, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(samples, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(tokens, H5T_NATIVE_INT64);
+#undef MGBENCH_FIELD
+  return t;
+}
+
+h5::Handle telemetry_record_type() {
+  auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(TelemetryRecord)), "create telemetry record type");
+#define MGBENCH_FIELD(name, type) insert(t, #name, offsetof(TelemetryRecord, name), type)
+  MGBENCH_FIELD(t_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(energy_j, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(power_w, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(sm_clock_mhz, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(mem_clock_mhz, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(temperature_c, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(throttle_reasons, H5T_NATIVE_UINT64);
+#undef MGBENCH_FIELD
+  return t;
+}
+
 void RunSummary::set_transports(std::string_view text) {
   nccl_transports.fill('\0');
   std::memcpy(nccl_transports.data(), text.data(), std::min(text.size(), kTransportsBytes - 1));

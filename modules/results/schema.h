@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 8;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 9;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -203,6 +203,40 @@ struct CommRecord {
   std::int64_t wrong = -1;   // elements of this rank's output that differ from the expected ones; -1: unchecked
 };
 
+/// rank_<r>/energy (one row, runs with --telemetry other than off): what this rank's energy source
+/// measured over the training loop's span (from the first step's start to the run's end: training,
+/// evaluations, checkpoints). NaN: not offered by the source; source "none": no energy counter.
+struct EnergyRecord {
+  char source[8] = {};         // nvml (the rank's GPU) | rapl (the node's CPU packages) | none
+  double node_share = 1;       // the share of the counter this rank accounts for: 1 for its GPU, 1 / ranks
+                               // on the node for the node's packages (a run's energy: sum of energy_j x share)
+  double span_s = kNaN;        // time between the first and the last reading [s]
+  double energy_j = kNaN;      // energy over the span [J]: the counter's difference, else power integrated
+  double mean_power_w = kNaN;  // energy_j / span_s [W]
+  double max_power_w = kNaN;   // the largest power reading [W]
+  double mean_sm_clock_mhz = kNaN;
+  double mean_mem_clock_mhz = kNaN;
+  double max_temperature_c = kNaN;
+  double throttled_s = kNaN;  // time with a power, thermal or hardware slowdown reason set (NVML) [s]
+  std::int64_t readings = 0;  // readings taken (every --telemetry-interval)
+  std::int64_t samples = 0;   // samples this rank computed during the span
+  std::int64_t tokens = 0;    // real tokens this rank computed during the span (text recipes; 0 otherwise)
+};
+
+/// A row of rank_<r>/telemetry: one reading. When a run has more readings than kTelemetryRows, every
+/// second row is dropped and the interval doubled, so that the rows span the whole run.
+struct TelemetryRecord {
+  double t_s = kNaN;       // seconds since the first reading; NaN: row not written
+  double energy_j = kNaN;  // energy since the first reading [J]
+  double power_w = kNaN;
+  double sm_clock_mhz = kNaN;
+  double mem_clock_mhz = kNaN;
+  double temperature_c = kNaN;
+  std::uint64_t throttle_reasons = 0;  // NVML's clocks event reasons (nvmlClocksEventReason*) bit mask
+};
+
+inline constexpr std::int64_t kTelemetryRows = 1024;
+
 /// /runs/<id>/summary, written by rank 0 when the run ends.
 struct RunSummary {
   double total_s = kNaN;        // wall time from the start of training to the end of the run
@@ -240,5 +274,7 @@ h5::Handle cuda_summary_type();
 h5::Handle cuda_api_type();
 h5::Handle cuda_kernel_type();
 h5::Handle comm_record_type();
+h5::Handle energy_record_type();
+h5::Handle telemetry_record_type();
 
 }  // namespace mgbench::results

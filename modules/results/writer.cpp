@@ -102,20 +102,22 @@ ResultsWriter::ResultsWriter(const std::string& path, MPI_Comm comm, const std::
 
   // Every rank creates every rank's group and tables (HDF5 metadata operations are collective),
   // so each rank needs all ranks' layouts and attributes: gathered before the file is touched.
-  constexpr int kLayoutFields = 6;
+  constexpr int kLayoutFields = 7;
   std::array<std::int64_t, kLayoutFields> mine{layout.epochs,
                                                layout.steps_per_epoch,
                                                layout.indices_per_epoch,
                                                layout.cuda_metrics ? 1 : 0,
                                                static_cast<std::int64_t>(layout.metrics.size()),
-                                               layout.comm_rows};
+                                               layout.comm_rows,
+                                               layout.telemetry ? 1 : 0};
   std::vector<std::int64_t> fields(kLayoutFields * static_cast<std::size_t>(world_size_));
   MGBENCH_CHECK_MPI(
       MPI_Allgather(mine.data(), kLayoutFields, MPI_INT64_T, fields.data(), kLayoutFields, MPI_INT64_T, comm_));
   std::vector<RankLayout> layouts(static_cast<std::size_t>(world_size_));
   for (std::size_t r = 0; r < layouts.size(); ++r) {
     const auto* l = &fields[kLayoutFields * r];
-    layouts[r] = {l[0], l[1], l[2], l[3] != 0, std::vector<std::string>(static_cast<std::size_t>(l[4])), l[5]};
+    layouts[r] = {l[0], l[1],     l[2], l[3] != 0, std::vector<std::string>(static_cast<std::size_t>(l[4])),
+                  l[5], l[6] != 0};
   }
   // The metrics' names, the same on every rank (one recipe): rank 0's, as an attribute of each table.
   std::string metric_columns;
@@ -207,9 +209,19 @@ void ResultsWriter::create_run(const std::string& run_name, const h5::Attributes
       const CommRecord empty_comm;
       comm_rows = create_table(group, "comm", comm_record_type(), comm_dims, &empty_comm, group_path);
     }
+    h5::Handle energy, telemetry;
+    if (l.telemetry) {
+      const hsize_t one[1] = {1};
+      const hsize_t reading_rows[1] = {static_cast<hsize_t>(kTelemetryRows)};
+      const EnergyRecord empty_energy;
+      const TelemetryRecord empty_reading;
+      energy = create_table(group, "energy", energy_record_type(), one, &empty_energy, group_path);
+      telemetry = create_table(group, "telemetry", telemetry_record_type(), reading_rows, &empty_reading, group_path);
+    }
     if (r == rank_) {
       own_ = {std::move(steps),    std::move(epochs),       std::move(indices), std::move(cuda_summary),
-              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics), std::move(comm_rows)};
+              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics), std::move(comm_rows),
+              std::move(energy),   std::move(telemetry)};
     }
   }
   if (rank_ == 0) write_status(kStatusRunning, "");
@@ -225,8 +237,9 @@ void ResultsWriter::agree_on(const std::string& what, const std::function<void()
 
 void ResultsWriter::abandon() noexcept {
   // Every rank is here (agreed): the closes, collective, match. Their errors change nothing now.
-  for (h5::Handle* h : {&own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary,
-                        &own_.indices, &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
+  for (h5::Handle* h : {&own_.telemetry, &own_.energy, &own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api,
+                        &own_.cuda_summary, &own_.indices, &own_.epochs, &own_.steps, &summary_, &error_, &status_,
+                        &run_group_, &file_}) {
     try {
       h->reset();
     } catch (...) {
@@ -267,9 +280,9 @@ ResultsWriter::~ResultsWriter() {
     // Closing a parallel file is collective; an unfinished writer belongs to a failing job whose
     // other ranks may be gone, so release the handles instead of waiting on them. Everything
     // written so far is already in the file (raw data goes straight to MPI-IO).
-    for (h5::Handle* h :
-         {&own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary, &own_.indices,
-          &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_, &file_}) {
+    for (h5::Handle* h : {&own_.telemetry, &own_.energy, &own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api,
+                          &own_.cuda_summary, &own_.indices, &own_.epochs, &own_.steps, &summary_, &error_, &status_,
+                          &run_group_, &file_}) {
       h->release();
     }
   }
@@ -281,8 +294,9 @@ void ResultsWriter::finish(std::string_view status, const std::string& error) {
   const watchdog::Deadline deadline(fmt::format("closing results file '{}'", path_));
   if (rank_ == 0) write_status(status, error);
   check_status(H5Fflush(file_, H5F_SCOPE_GLOBAL), fmt::format("flush '{}'", path_));
-  for (h5::Handle* h : {&own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api, &own_.cuda_summary,
-                        &own_.indices, &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_}) {
+  for (h5::Handle* h :
+       {&own_.telemetry, &own_.energy, &own_.comm, &own_.metrics, &own_.cuda_kernels, &own_.cuda_api,
+        &own_.cuda_summary, &own_.indices, &own_.epochs, &own_.steps, &summary_, &error_, &status_, &run_group_}) {
     h->reset();
   }
   file_.reset();

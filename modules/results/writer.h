@@ -36,6 +36,7 @@ struct RankLayout {
   bool cuda_metrics = false;           // rank_<r>/cuda_summary, cuda_api, cuda_kernels (GPU runs)
   std::vector<std::string> metrics;    // columns of rank_<r>/metrics (a recipe's per-step metrics); none: no table
   std::int64_t comm_rows = 0;          // rows of rank_<r>/comm (`mgbench comm`); 0: no table
+  bool telemetry = false;              // rank_<r>/energy and telemetry (--telemetry other than off)
 };
 
 class ResultsWriter {
@@ -79,6 +80,9 @@ class ResultsWriter {
                           std::span<const CudaKernelRecord> kernels);
   /// Writes this rank's rows of rank_<r>/comm from row `first` on (layout.comm_rows in all). Independent.
   void write_comm(std::int64_t first, std::span<const CommRecord> rows);
+  /// Writes this rank's energy row and its telemetry readings (layout.telemetry), at most
+  /// kTelemetryRows of them. Independent.
+  void write_telemetry(const EnergyRecord& energy, std::span<const TelemetryRecord> readings);
   /// Writes /runs/<id>/summary. Call on one rank (rank 0). Independent.
   void write_summary(const RunSummary& summary);
 
@@ -148,7 +152,7 @@ class ResultsWriter {
   h5::Handle summary_;
   /// This rank's tables (rank_<r>/...); indices and cuda_* only when the layout has them.
   struct RankTables {
-    h5::Handle steps, epochs, indices, cuda_summary, cuda_api, cuda_kernels, metrics, comm;
+    h5::Handle steps, epochs, indices, cuda_summary, cuda_api, cuda_kernels, metrics, comm, energy, telemetry;
   };
   RankTables own_;
   h5::Handle step_type_;

@@ -54,6 +54,7 @@ std::uint64_t run_bytes_upper_bound(std::span<const RankLayout> layouts, std::ui
     }
     if (!l.metrics.empty()) bytes += kObjectBytes + steps * l.metrics.size() * 8;
     if (l.comm_rows > 0) bytes += kObjectBytes + rows(l.comm_rows) * sizeof(CommRecord);
+    if (l.telemetry) bytes += 2 * kObjectBytes + sizeof(EnergyRecord) + kTelemetryRows * sizeof(TelemetryRecord);
   }
   return bytes + bytes / 4;
 }

@@ -80,9 +80,12 @@ void ResultsWriter::open_own_tables() {
     h5::Handle cuda_kernels = open("cuda_kernels", false);
     h5::Handle metrics = open("metrics", false);
     h5::Handle comm_rows = open("comm", false);
+    h5::Handle energy = open("energy", false);
+    h5::Handle telemetry = open("telemetry", false);
     if (r == rank_) {
       own_ = {std::move(steps),    std::move(epochs),       std::move(indices), std::move(cuda_summary),
-              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics), std::move(comm_rows)};
+              std::move(cuda_api), std::move(cuda_kernels), std::move(metrics), std::move(comm_rows),
+              std::move(energy),   std::move(telemetry)};
     }
   }
   auto rows = [&](hid_t dataset) {
@@ -96,11 +99,12 @@ void ResultsWriter::open_own_tables() {
       (layout_.indices_per_epoch == 0) == !own_.indices.valid() &&
       (!own_.indices.valid() || rows(own_.indices)[1] == layout_.indices_per_epoch) &&
       layout_.cuda_metrics == own_.cuda_summary.valid() && layout_.metrics.empty() == !own_.metrics.valid() &&
+      layout_.telemetry == own_.energy.valid() &&
       (!own_.metrics.valid() || rows(own_.metrics)[1] == static_cast<std::int64_t>(layout_.metrics.size()));
   // Within agree_on: a mismatch on one rank fails every rank alike.
   MGBENCH_REQUIRE(same, ResultsError,
                   "run '{}' in '{}' has tables of another shape than this job's (epochs, steps per epoch, indices, "
-                  "CUDA or recipe metrics differ): it is not the same configuration",
+                  "CUDA or recipe metrics, telemetry differ): it is not the same configuration",
                   run_id_, path_);
 }
 

@@ -71,6 +71,17 @@ void ResultsWriter::write_cuda_metrics(const CudaSummaryRecord& summary, std::sp
   }
 }
 
+void ResultsWriter::write_telemetry(const EnergyRecord& energy, std::span<const TelemetryRecord> readings) {
+  MGBENCH_REQUIRE(own_.energy.valid(), ResultsError, "write_telemetry: the run was created without telemetry tables");
+  MGBENCH_REQUIRE(static_cast<std::int64_t>(readings.size()) <= kTelemetryRows, ResultsError,
+                  "write_telemetry: {} readings exceed {}", readings.size(), kTelemetryRows);
+  write_rows(own_.energy, energy_record_type(), 0, 1, &energy, "energy");
+  if (!readings.empty()) {
+    write_rows(own_.telemetry, telemetry_record_type(), 0, static_cast<std::int64_t>(readings.size()), readings.data(),
+               "telemetry");
+  }
+}
+
 void ResultsWriter::write_metrics(std::int64_t epoch, std::span<const double> rows) {
   const auto columns = static_cast<std::int64_t>(layout_.metrics.size());
   MGBENCH_REQUIRE(own_.metrics.valid() && static_cast<std::int64_t>(rows.size()) % columns == 0 &&

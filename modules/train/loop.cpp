@@ -145,6 +145,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   recipe.setup({setup.options, setup.device, placement, setup.precision, comm.rank(), setup.plan});
   set_up_training(setup, state_->training);
   state_->cupti.set(make_cupti(setup.device, train.cupti, comm), profile::parse_profile_window(train.profile_window));
+  if (!recipe.eval_only()) state_->energy.open(train, placement, local_size, comm.rank() == 0);
   plan_epochs(setup);
 }
 
@@ -163,6 +164,7 @@ results::RankLayout TrainingLoop::layout() const {
   l.epochs = setup.options.epochs;
   l.steps_per_epoch = setup.steps_per_epoch;
   l.cuda_metrics = state_->cupti.collector() != nullptr;
+  l.telemetry = state_->energy.enabled();
   l.metrics = setup.recipe.metric_names();
   if (setup.options.record_indices) {
     const auto plan = cut_plan(data::plan_epoch(setup.epoch_plan, 0), setup.steps_per_epoch * setup.options.grad_accum);
@@ -382,6 +384,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
     log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.steps.size() + 1, run.global_step);
   }
   replicate(state.setup, state.training);
+  state.energy.start(run);
   const RunSinks sinks{writer, progress, control, now_s() - run.elapsed_s};
   state.setup.recipe.model().train();
   PhaseClock clock(state.setup.device);

@@ -23,6 +23,7 @@
 #include "train/optim/grad_scaler.h"
 #include "train/parallel/parallelize.h"
 #include "train/recipe.h"
+#include "train/telemetry_window.h"
 #include "train/train_options.h"
 
 namespace mgbench::train {
@@ -77,8 +78,9 @@ struct LoopState {
 
   RunSetup setup;
   TrainingState training;
-  CuptiWindow cupti;     // GPU runs with --cupti
-  RunProgress progress;  // where the run stands (what a checkpoint carries besides model and optimizer)
+  CuptiWindow cupti;       // GPU runs with --cupti
+  TelemetryWindow energy;  // --telemetry other than off
+  RunProgress progress;    // where the run stands (what a checkpoint carries besides model and optimizer)
 
   /// The recipe's checkpoint tensors, each sharded parameter replaced by this rank's shard.
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() const {

@@ -101,6 +101,7 @@ results::RunSummary finish_run(LoopState& state, const TrainingLoop& loop, const
   results::RunSummary& summary = run.summary;
   summary.total_s = now_s() - sinks.run_start_s;
   write_cuda_metrics(state, sinks);
+  state.energy.write(run, sinks.writer);
   summarise_all_ranks(state, summary);
   complete_summary(state.setup, summary, sinks.writer);
   run.elapsed_s = summary.total_s;

@@ -20,6 +20,29 @@ bool valid_profile_window(const std::string& text) {
 
 }  // namespace
 
+void TrainOptions::declare_profiling(options::OptionTable& t) {
+  t.section("Profiling (GPU runs)");
+  t.add("profile-window", profile_window,
+        "when CUPTI collects: START:DURATION [s] (the paper: 0:720), "
+        "steps:FIRST:COUNT, or all")
+      .check(valid_profile_window, "START:DURATION, steps:FIRST:COUNT or all")
+      .no_effect();
+  // Not .no_effect(): the CUDA tables are part of a run's layout, and collecting costs time.
+  t.add("cupti", cupti, "CUDA memcpy / API / kernel totals per rank into the results file");
+  t.add("nvtx", nvtx, "NVTX ranges around the phases (Nsight Systems)").no_effect();
+
+  t.section("Energy");
+  // Not in the workload: reading a counter does not change the work. But a checkpoint's run has its
+  // tables (a resume must ask for the same), so it is part of the checkpoint identity.
+  t.add("telemetry", telemetry, profile::telemetry_choices(),
+        "energy, power, clocks, temperature and throttling per rank into the results file (J/sample)")
+      .same_workload();
+  t.add("telemetry-interval", telemetry_interval_ms, "milliseconds between two readings of the energy counters [ms]")
+      .at_least(10)
+      .at_most(60000)
+      .no_effect();
+}
+
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
   t.add("strategy", strategy, axes::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)")
@@ -100,16 +123,7 @@ void TrainOptions::declare(options::OptionTable& t) {
       .above(0)
       .no_effect();
 
-  t.section("Profiling (GPU runs)");
-  t.add("profile-window", profile_window,
-        "when CUPTI collects: START:DURATION [s] (the paper: 0:720), "
-        "steps:FIRST:COUNT, or all")
-      .check(valid_profile_window, "START:DURATION, steps:FIRST:COUNT or all")
-      .no_effect();
-  // Not .no_effect(): the CUDA tables are part of a run's layout, and collecting costs time.
-  t.add("cupti", cupti, "CUDA memcpy / API / kernel totals per rank into the results file");
-  t.add("nvtx", nvtx, "NVTX ranges around the phases (Nsight Systems)").no_effect();
-
+  declare_profiling(t);
   checkpoint.declare(t);
 }
 

@@ -11,6 +11,7 @@
 #include "axes/precision.h"
 #include "axes/strategy.h"
 #include "core/option_table.h"
+#include "profile/telemetry.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
 #include "train/checkpoint/checkpoint_options.h"
@@ -57,10 +58,15 @@ struct TrainOptions {
   std::string profile_window = "all";  // START:DURATION [s] | steps:FIRST:COUNT | all
   bool cupti = true;
   bool nvtx = true;
+  // energy (profile/telemetry.h)
+  profile::TelemetryRequest telemetry = profile::TelemetryRequest::kAuto;
+  double telemetry_interval_ms = 100;
   CheckpointOptions checkpoint;  // train/checkpoint/checkpoint_options.h
 
   /// Declares every option above into table (the current values are the defaults).
   void declare(options::OptionTable& table);
+  /// The profiling and energy rows of declare().
+  void declare_profiling(options::OptionTable& table);
   /// How this run lays its model out over world_size ranks (axes/parallel_plan.h): --sharding and
   /// --reshard-after-forward with the recipe's activation checkpointing.
   axes::ParallelPlan parallel_plan(int world_size, bool activation_checkpointing) const {

@@ -11,9 +11,9 @@ Command line: ``mgbench-plot FILES... --out DIR [--html DIR] [--paper]``.
 from .reference import compare, exit_status, passed, repeats
 from .report import CSV_COLUMNS, report_table, runs
 from .stragglers import STRAGGLER_MARGIN, stragglers
-from .results import (PHASES, SCHEMA_NAME, SUPPORTED_SCHEMA_VERSIONS, ResultsError, Run, comm, cuda, epochs, expand,
+from .results import (PHASES, SCHEMA_NAME, SUPPORTED_SCHEMA_VERSIONS, ResultsError, Run, comm, cuda, energy, epochs, expand,
                       read, read_file, steps)
 
-__all__ = ["compare", "exit_status", "passed", "repeats", "runs", "steps", "epochs", "cuda", "comm", "stragglers", "STRAGGLER_MARGIN", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
+__all__ = ["compare", "exit_status", "passed", "repeats", "runs", "steps", "epochs", "cuda", "energy", "comm", "stragglers", "STRAGGLER_MARGIN", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
            "PHASES", "SCHEMA_NAME", "SUPPORTED_SCHEMA_VERSIONS", "CSV_COLUMNS"]
 __version__ = "0.4.4"

@@ -19,7 +19,7 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
 PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("buffer_broadcast", "buffer_broadcast_s"), ("transform", "transform_s"),
           ("forward", "forward_s"), ("backward", "backward_s"), ("allreduce", "allreduce_s"),
@@ -116,6 +116,8 @@ class Run:
     cuda_api: List[pd.DataFrame] = field(default_factory=list)  # [rank], used rows only
     cuda_kernels: List[pd.DataFrame] = field(default_factory=list)  # [rank], used rows only
     comm: List[pd.DataFrame] = field(default_factory=list)  # [rank] rows of `mgbench comm` runs, written rows only
+    energy: List[pd.DataFrame] = field(default_factory=list)  # [rank] one row, runs with --telemetry (schema 9)
+    telemetry: List[pd.DataFrame] = field(default_factory=list)  # [rank] the readings written
     metric_names: List[str] = field(default_factory=list)  # the recipe's per-step metrics (steps columns)
     rank_attributes: List[Dict[str, object]] = field(default_factory=list)  # [rank]: hostname, gpu_pci_bus_id, ...
 
@@ -207,6 +209,10 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
         if "comm" in rank_group:
             comm = _table(rank_group, "comm")
             run.comm.append(comm[comm["bytes"] >= 0].reset_index(drop=True))
+        if "energy" in rank_group:
+            readings = _table(rank_group, "telemetry")
+            run.energy.append(_table(rank_group, "energy"))
+            run.telemetry.append(readings[readings["t_s"].notna()].reset_index(drop=True))
         if "cuda_summary" in rank_group:
             run.cuda_summary.append(_table(rank_group, "cuda_summary"))
             api = _table(rank_group, "cuda_api")
@@ -264,6 +270,21 @@ def _per_rank(runs: Sequence[Run], tables) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["file", "run_id", "rank"])
     return pd.concat(frames, ignore_index=True)
+
+
+def energy(source, table: str = "energy") -> pd.DataFrame:
+    """The energy of runs recorded with ``--telemetry`` (schema 9): one row per rank (``energy``: source,
+    node_share, span_s, energy_j, samples, tokens, power, clocks, temperature, throttled_s) or per rank
+    and reading (``telemetry``), columns file, run_id, rank first. A run's energy is the sum over its
+    ranks of energy_j x node_share (a node's RAPL counter is shared by its ranks); J/sample divides it
+    by the samples summed over the ranks, as ``mgbench report --energy`` does.
+
+    Raises ValueError for another table name.
+    """
+    tables = {"energy": lambda run: run.energy, "telemetry": lambda run: run.telemetry}
+    if table not in tables:
+        raise ValueError(f"energy(table={table!r}): expected one of {', '.join(tables)}")
+    return _per_rank(as_runs(source), tables[table])
 
 
 def as_runs(source) -> List[Run]:

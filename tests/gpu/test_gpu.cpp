@@ -376,6 +376,42 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Energy through NVML on the rank's GPU (--telemetry nvml; the CPU tests drive the same path through
+// a stand-in libnvidia-ml): the counter rises through the run, every reading's energy is at least the
+// one before, and J/sample is positive.
+TEST(Telemetry, EnergyRisesThroughAGpuRunAndJoulesPerSampleArePositive) {
+  SKIP_WITHOUT_GPU();
+  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  SharedDir dir;
+  const auto gpu = my_gpu();
+  if (world_rank() == 0) {
+    auto config = small_config(
+        "ddp-ds", 16, {{"image-size", "64"}, {"device", "cuda"}, {"telemetry", "nvml"}, {"telemetry-interval", "20"}});
+    runtime::MpiCommunicator self(MPI_COMM_SELF);
+    train_run(self, MPI_COMM_SELF, *config, dir.file("energy.h5"), gpu);
+    const auto runs = results::read_runs(dir.file("energy.h5"));
+    ASSERT_EQ(runs.size(), 1u);
+    ASSERT_EQ(runs[0].energy.size(), 1u);
+    const results::EnergyRecord& e = runs[0].energy[0];
+    EXPECT_STREQ(e.source, "nvml");
+    EXPECT_GE(e.readings, 2);
+    EXPECT_GT(e.span_s, 0);
+    EXPECT_GT(e.energy_j, 0);
+    EXPECT_GT(e.max_power_w, 0);
+    EXPECT_GT(e.mean_sm_clock_mhz, 0);
+    ASSERT_GT(e.samples, 0);
+    EXPECT_GT(e.energy_j / static_cast<double>(e.samples), 0);
+    const auto& rows = runs[0].telemetry[0];
+    ASSERT_EQ(static_cast<std::int64_t>(rows.size()), std::min(e.readings, results::kTelemetryRows));
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+      EXPECT_GE(rows[i].energy_j, rows[i - 1].energy_j) << "reading " << i;
+      EXPECT_GT(rows[i].t_s, rows[i - 1].t_s) << "reading " << i;
+    }
+    EXPECT_GT(rows.back().energy_j, 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // --decode device as the training loop runs it: DeviceFeeder decodes each batch behind its copies on
 // the copy stream, batches ahead, while the compute stream is kept busy. Each batch must equal the
 // same decode run alone on the compute stream (the same kernels on the same inputs: bitwise), so the
