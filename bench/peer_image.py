@@ -5,7 +5,13 @@ Resize transform in a DataLoader, DistributedSampler, DistributedDataParallel (g
 on GPUs, one GPU per rank by LOCAL_RANK). Precisions as mgbench's --precision: fp16/bf16 = the
 model in that dtype (model.half()), amp-* = torch.autocast (+ torch.amp.GradScaler for amp-fp16).
 
+By default the paper's input pipeline: each 28 px digit resized on the host (PIL, in the loader). Tuned
+as a user who knows the GPU would write it: --workers 8 (the default with --device cuda),
+--channels-last, --gpu-resize (uint8 digits cross to the device and are resized there, as mgbench
+does), --compile (torch.compile of the model).
+
     torchrun --standalone --nproc_per_node 2 bench/peer_image.py --data DIR --image-size 64 ...
+    python bench/peer_image.py --data DIR ...      # one process, without torchrun
 
 Prints one JSON line on rank 0: {"img_per_s": ..., "train_s": ..., "samples": ...}, where
 img_per_s = samples computed by all ranks / the slowest rank's training-loop time (as mgbench's
@@ -25,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torchvision
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 from torchvision import transforms
 
 
@@ -45,6 +51,15 @@ def mnist_root(data_dir):
     return root
 
 
+def resize_on_device(digits, size, dtype):
+    """uint8 [B, 1, h, w] on the device -> normalised [B, 3, size, size] of dtype, as mgbench's device
+    upscaling (data/transforms.cpp: normalise, then bilinear without corner alignment). torchvision's
+    model wants 3 channels: the grey channel expanded (a view, no copy)."""
+    x = (digits.to(dtype) / 255.0 - 0.1307) / 0.3081
+    x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+    return x.expand(-1, 3, -1, -1)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True)
@@ -57,21 +72,36 @@ def main():
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--pin-memory", action="store_true")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--workers", type=int, default=None,
+                   help="DataLoader worker processes (default: 8 with --device cuda, else 0)")
     p.add_argument("--channels-last", action="store_true", help="tuned peer: NHWC model and inputs")
+    p.add_argument("--gpu-resize", action="store_true",
+                   help="mnist: uint8 digits to the device, normalised and resized there (bilinear, as mgbench's "
+                        "--upscale device), instead of torchvision's Resize on the host")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (its first steps compile: "
+                                                          "leave them out with --warmup-steps)")
     p.add_argument("--dataset", choices=["mnist", "imagefolder"], default="mnist")
     p.add_argument("--model", choices=["mobilenet_v2", "resnet50"], default="mobilenet_v2")
     p.add_argument("--warmup-steps", type=int, default=0,
                    help="leave the first K steps (cuDNN autotuning, allocator) out of img_per_s, as mgbench's "
                         "--warmup-steps-excluded")
     a = p.parse_args()
+    if a.gpu_resize and a.dataset != "mnist":
+        p.error("--gpu-resize: mnist only (imagefolder's crops are drawn per file on the host)")
 
     cuda = a.device == "cuda"
+    if a.workers is None:
+        a.workers = 8 if cuda else 0
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=5))
+    backend, timeout = "nccl" if cuda else "gloo", datetime.timedelta(minutes=5)
+    if "RANK" in os.environ:  # under torchrun
+        dist.init_process_group(backend, timeout=timeout)
+    else:  # started alone: a group of one, through a file (no port to pick)
+        store = os.path.join(tempfile.mkdtemp(prefix="peer-store-"), "store")
+        dist.init_process_group(backend, init_method=f"file://{store}", rank=0, world_size=1, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.set_num_threads(a.threads)
@@ -91,6 +121,10 @@ def main():
             transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
         ])
         train = torchvision.datasets.ImageFolder(os.path.join(a.data, "train"), transform=transform)
+    elif a.gpu_resize:  # batches of uint8 [B, 1, 28, 28]: 784 bytes a digit cross to the device
+        mnist = torchvision.datasets.MNIST(root_list[0], train=True, download=False)
+        train = TensorDataset(mnist.data.unsqueeze(1), mnist.targets)
+        train.classes = mnist.classes
     else:
         transform = transforms.Compose([
             transforms.Grayscale(num_output_channels=3),
@@ -110,6 +144,8 @@ def main():
     memory_format = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
     model = DDP(model, device_ids=[device.index] if cuda else None)
+    if a.compile:
+        model = torch.compile(model)  # the DDP module compiled: TorchDynamo splits at its buckets
     # mgbench's defaults per model: the image recipe's (MobileNetV2), ResNet-50's from torchvision's reference.
     lr, weight_decay = {"mobilenet_v2": (0.05, 4e-5), "resnet50": (0.1, 1e-4)}[a.model]
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
@@ -122,7 +158,9 @@ def main():
         sampler.set_epoch(epoch)
         start = time.perf_counter()
         for images, labels in loader:
-            images = images.to(device, non_blocking=a.pin_memory).to(dtype).contiguous(memory_format=memory_format)
+            images = images.to(device, non_blocking=a.pin_memory)
+            images = resize_on_device(images, a.image_size, dtype) if a.gpu_resize else images.to(dtype)
+            images = images.contiguous(memory_format=memory_format)
             labels = labels.to(device, non_blocking=a.pin_memory)
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(a.device, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
