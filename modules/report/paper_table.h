@@ -116,18 +116,19 @@ struct PaperRow {
   double ratio() const;
 };
 
-/// The rows of `cells` against `runs` (results::read_runs; measured runs and `mgbench predict`'s runs
-/// of task prediction), in the cells' order. A cell matches the completed runs whose attributes equal
-/// its setting: task (a prediction's predicted_task), world_size = gpus, the strategy with several
-/// GPUs, precision (paper_precision_runs()), pin_memory, and where stated image_size, batch_size,
-/// model (mobilenet_v2 at width 1; llama3-8b: 8.03e9 parameters +-1 %, or a Llama 3 8B name), recipe
-/// and dataset. The matching runs make one row per distinct mgbench precision, image size, batch,
+/// The rows of `cells` against `runs` (results::read_runs; measured runs and `mgbench predict`'s
+/// runs of task prediction), in the cells' order. A cell matches the completed runs on one node
+/// (not dp: one process over all GPUs) whose attributes equal its setting: task (a prediction's
+/// predicted_task), world_size = gpus, the strategy with several GPUs, precision
+/// (paper_precision_runs()), pin_memory, and where stated image_size, batch_size, model
+/// (mobilenet_v2 at width 1; llama3-8b: 8.03e9 parameters +-1 %, or a Llama 3 8B name), recipe and
+/// dataset. The matching runs make one row per distinct mgbench precision, image size, batch,
 /// gradient accumulation, upscale and card; a cell without any makes one `not run` row, one that
 /// mgbench cannot reproduce one `not reproducible` row. Per row: the measured runs' median (time
-/// metrics `projected` where a run had another epoch count or epoch size than the paper's:
-/// total_s / epochs x the paper's epochs x the paper's samples per epoch / the run's), else for time
-/// and s/it the predicted runs' median (`predicted`); ratio metrics pair it with the baseline's
-/// median of the same row kind (their kind the lesser of both: measured, projected, predicted).
+/// metrics `projected` where a run had another epoch count or epoch size than the paper's: total_s
+/// / epochs x the paper's epochs x the paper's samples per epoch / the run's), else for time and
+/// s/it the predicted runs' median (`predicted`); ratio metrics pair it with the baseline's median
+/// of the same row kind (their kind the lesser of both: measured, projected, predicted).
 std::vector<PaperRow> paper_rows(const std::vector<PaperCell>& cells, const std::vector<results::RunRecord>& runs);
 /// The rows point at the cells: not a temporary.
 std::vector<PaperRow> paper_rows(std::vector<PaperCell>&& cells, const std::vector<results::RunRecord>& runs) = delete;
