@@ -71,7 +71,7 @@ TEST(PaperValues, BuiltInCellsAsThePaperPrintsThem) {
 /// Each cell at its cited line of the paper's text: the line prints it (as_printed), starts with its
 /// GPU count, and lies in the table the cell names. Needs ../shared/papers.
 TEST(PaperValues, EveryCellAtItsCitedLineOfThePaper) {
-  const auto papers = std::filesystem::path(test::shared_data_dir()).parent_path() / "papers";
+  const auto papers = (std::filesystem::path(test::shared_data_dir()) / ".." / "papers").lexically_normal();
   if (test::shared_data_dir().empty() || !std::filesystem::is_directory(papers)) {
     GTEST_SKIP() << "no paper texts at " << papers.string();
   }
