@@ -22,7 +22,7 @@ set(header "#pragma once
 namespace ${NAMESPACE} {
 
 struct EmbeddedFile {
-  std::string_view name;  // the file's name without .ini
+  std::string_view name;  // the file's name without its extension
   std::string_view text;  // the file, byte for byte
 };
 
