@@ -548,14 +548,10 @@ paper_report() {  # $1: the set; "$@": report's options
   [[ $DRY_RUN == 1 || -f $OUT/$set.h5 ]] || return 0
   run_cmd "$MGBENCH" report "$@" "$OUT/$set.h5" || true
 }
-paper_table() {  # $1: the set; bench/paper_tables.py's table of it, beside the paper's numbers
-  [[ $DRY_RUN == 1 || -f $OUT/$1.h5 ]] || return 0
-  run_cmd "$PYTHON" bench/paper_tables.py "$1" "$OUT/$1.h5" || true
-}
 if bench_set table2; then
   # The paper's FP32 on an H100 is PyTorch's default, whose cuDNN convolutions may use TF32: fp32 (TF32
   # off) and tf32 (on) bracket it. 20 epochs of 60,000 images do not fit a call: TABLE2_EPOCHS short
-  # epochs run, all but the first (cuDNN's autotuning) are timed, and bench/paper_tables.py projects.
+  # epochs run, all but the first (cuDNN's autotuning) are timed, and `mgbench report --paper` projects.
   set_start "Table 2 (2503.15252): MobileNetV2, 1 GPU, 500 px, batch 64, pin_memory false, every precision"
   # fp16 first (the issue's goal), then the paper's other rows, then mgbench's own; what the budget skips
   # runs in a next call with TABLE2_PRECISIONS naming it.
@@ -563,8 +559,7 @@ if bench_set table2; then
     PAPER_TRAIN=${TABLE2_TRAIN:-2048} PAPER_EPOCHS=${TABLE2_EPOCHS:-3} \
       paper_image table2 "$precision" --precision "$precision"
   done
-  paper_report table2
-  paper_table table2
+  paper_report table2 --paper --energy
 fi
 if bench_set fig2; then
   set_start "Fig. 2 (2503.15252): fp64, DDP-DS, 1 GPU, 100-500 px, pin_memory false"
@@ -581,8 +576,7 @@ if bench_set table3; then
   for pin in false true; do
     paper_image table3 "pin-$pin" --precision fp32 --upscale host --pin-memory "$pin"
   done
-  paper_report table3
-  paper_table table3
+  paper_report table3 --paper --energy
 fi
 if bench_set cuda-metrics; then
   # Fig. 3: FP32, 100 and 500 px, pin_memory true / false, on 2 and 4 GPUs in the paper; here on the GPUs
@@ -627,8 +621,7 @@ if bench_set techniques; then
         --progress-interval 1000 || echo "gpu-check.sh: techniques $recipe on $model failed (above); going on"
     done
   done
-  paper_report techniques
-  paper_table techniques
+  paper_report techniques --cuda --energy  # s/it and peak memory (the LLM table), HtoD bytes, J/token
 fi
 if [[ ${SKIP_BENCH:-0} != 1 && $DRY_RUN != 1 ]] && command -v nsys >/dev/null; then
   # Issue 32 item 8: the GPU time under each NVTX range, projected from the thread that launched it

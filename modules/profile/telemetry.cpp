@@ -94,7 +94,10 @@ void TelemetrySampler::add(double t_s, const TelemetryReading& reading) {
     if ((readings_ - 1) % keep_every_ != 0) return;
   }
   const double counter = reading.energy_j - first_.energy_j;
-  rows_.push_back({t_s - first_t_, std::isfinite(counter) ? counter : power_integrable_ ? integrated_j_ : results::kNaN,
+  rows_.push_back({t_s - first_t_,
+                   std::isfinite(counter) ? counter
+                   : power_integrable_    ? integrated_j_
+                                          : results::kNaN,
                    reading.power_w, reading.sm_clock_mhz, reading.mem_clock_mhz, reading.temperature_c,
                    reading.throttle_reasons});
 }

@@ -19,21 +19,21 @@ namespace {
 // returns nvmlReturn_t, 0 = NVML_SUCCESS.
 using NvmlReturn = int;
 using NvmlDevice = struct NvmlDeviceOpaque*;
-constexpr unsigned kNvmlClockSm = 1;      // NVML_CLOCK_SM
-constexpr unsigned kNvmlClockMem = 2;     // NVML_CLOCK_MEM
+constexpr unsigned kNvmlClockSm = 1;         // NVML_CLOCK_SM
+constexpr unsigned kNvmlClockMem = 2;        // NVML_CLOCK_MEM
 constexpr unsigned kNvmlTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
 
 struct NvmlApi {
-  NvmlReturn (*init)() = nullptr;                                            // nvmlInit_v2
-  NvmlReturn (*shutdown)() = nullptr;                                        // nvmlShutdown
-  const char* (*error_string)(NvmlReturn) = nullptr;                         // nvmlErrorString
-  NvmlReturn (*handle_by_bus_id)(const char*, NvmlDevice*) = nullptr;        // nvmlDeviceGetHandleByPciBusId_v2
-  NvmlReturn (*total_energy)(NvmlDevice, unsigned long long*) = nullptr;     // nvmlDeviceGetTotalEnergyConsumption [mJ]
-  NvmlReturn (*power_usage)(NvmlDevice, unsigned*) = nullptr;                // nvmlDeviceGetPowerUsage [mW]
-  NvmlReturn (*clock_info)(NvmlDevice, unsigned, unsigned*) = nullptr;       // nvmlDeviceGetClockInfo [MHz]
-  NvmlReturn (*temperature)(NvmlDevice, unsigned, unsigned*) = nullptr;      // nvmlDeviceGetTemperature [C]
-  NvmlReturn (*clock_reasons)(NvmlDevice, unsigned long long*) = nullptr;    // ...ClocksEventReasons (R535+),
-                                                                             // else ...ClocksThrottleReasons
+  NvmlReturn (*init)() = nullptr;                                          // nvmlInit_v2
+  NvmlReturn (*shutdown)() = nullptr;                                      // nvmlShutdown
+  const char* (*error_string)(NvmlReturn) = nullptr;                       // nvmlErrorString
+  NvmlReturn (*handle_by_bus_id)(const char*, NvmlDevice*) = nullptr;      // nvmlDeviceGetHandleByPciBusId_v2
+  NvmlReturn (*total_energy)(NvmlDevice, unsigned long long*) = nullptr;   // nvmlDeviceGetTotalEnergyConsumption [mJ]
+  NvmlReturn (*power_usage)(NvmlDevice, unsigned*) = nullptr;              // nvmlDeviceGetPowerUsage [mW]
+  NvmlReturn (*clock_info)(NvmlDevice, unsigned, unsigned*) = nullptr;     // nvmlDeviceGetClockInfo [MHz]
+  NvmlReturn (*temperature)(NvmlDevice, unsigned, unsigned*) = nullptr;    // nvmlDeviceGetTemperature [C]
+  NvmlReturn (*clock_reasons)(NvmlDevice, unsigned long long*) = nullptr;  // ...ClocksEventReasons (R535+),
+                                                                           // else ...ClocksThrottleReasons
 };
 
 template <typename F>
@@ -51,7 +51,8 @@ class NvmlSource final : public TelemetrySource {
   TelemetryReading read() override {
     TelemetryReading r;
     unsigned long long energy_mj = 0;
-    if (api_.total_energy && api_.total_energy(device_, &energy_mj) == 0) r.energy_j = static_cast<double>(energy_mj) / 1e3;
+    if (api_.total_energy && api_.total_energy(device_, &energy_mj) == 0)
+      r.energy_j = static_cast<double>(energy_mj) / 1e3;
     unsigned value = 0;
     if (api_.power_usage(device_, &value) == 0) r.power_w = value / 1e3;
     if (api_.clock_info(device_, kNvmlClockSm, &value) == 0) r.sm_clock_mhz = value;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "report/figures.h"
+#include "report/paper_table.h"
 #include "report/reference.h"
 #include "report/repeats.h"
 #include "report/report.h"
@@ -30,6 +31,10 @@ void ReportOptions::declare(options::OptionTable& t) {
   t.add("energy", energy,
         "also show, per run, the energy (J/sample, J/token), power, SM clock, temperature and throttling "
         "(runs with --telemetry)")
+      .as_switch();
+  t.add("paper", paper,
+        "also show every cell of the papers' tables (2503.15252 Tables 2, 3, 5; 2505.22905's headline figures) beside "
+        "mgbench's median at the same setting, the ratio, the card, measured / projected / predicted / not run")
       .as_switch();
   t.add("plot", plot,
         "also write every figure the runs support, and DIR/index.html with the figures and tables, into DIR "
@@ -133,6 +138,10 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   if (o.energy) {
     out << "\n";
     print_energy(out, runs, o.csv);
+  }
+  if (o.paper) {
+    out << "\n";
+    print_paper(out, runs, o.csv);
   }
   if (!o.plot.empty()) {
     out.flush();

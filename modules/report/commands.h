@@ -17,7 +17,8 @@ struct ReportOptions {
   static constexpr const char* kUsage =
       "mgbench report: one row per run (ranks, strategy, precision, pin_memory, image size, total time,\n"
       "test accuracy, efficiency vs 1 rank and vs FP64); LLM, DPO, comm runs and predictions in tables of their "
-      "own.\nusage: mgbench report [--csv] [--phases] [--cuda] [--energy] [--plot DIR] FILE|DIR|'PATTERN'...\n"
+      "own.\nusage: mgbench report [--csv] [--phases] [--cuda] [--energy] [--paper] [--plot DIR] "
+      "FILE|DIR|'PATTERN'...\n"
       "       mgbench report --reference REF [--tolerance PCT] [--csv] FILE|DIR|'PATTERN'...   (exit 0: every metric "
       "holds, 1: one regressed or a run failed, 2: bad input or nothing to compare)\n"
       "  DIR: every *.h5 below it; PATTERN: a quoted shell glob (e.g. 'outputs/*/results.h5'), expanded here.";
@@ -27,6 +28,7 @@ struct ReportOptions {
   bool phases = false;
   bool cuda = false;
   bool energy = false;
+  bool paper = false;
   std::string plot;                    // directory for the figures and index.html; "": none
   std::vector<std::string> reference;  // --reference: results files of the reference runs; empty: none
   double tolerance_pct = 10.0;         // --tolerance [%]
@@ -38,7 +40,8 @@ struct ReportOptions {
 /// run of any kind), the LLM runs' (Table 5) with the DPO runs' beside it, the comm runs', the
 /// spread of repeated workloads (report/repeats.h; where a workload ran more than once), the
 /// predictions beside their measured runs, then with --phases the phase times, with --cuda the CUDA
-/// metrics, with --energy the energy table; with --plot the figures (figures.h). Returns the exit code: 0, or 1 with
+/// metrics, with --energy the energy table, with --paper the papers' cells
+/// (paper_table.h); with --plot the figures (figures.h). Returns the exit code: 0, or 1 with
 /// the message on err for an unreadable file or failed figures. With --reference, only the comparison with the
 /// reference runs (report/reference.h): exit 0 when every metric holds (or improved), 1 when one regressed or a run of
 /// FILES failed, 2 for an unreadable file or when no run of FILES has a reference run of its workload.

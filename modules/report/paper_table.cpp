@@ -161,10 +161,20 @@ RunValue run_value(const PaperCell& c, const results::RunRecord& r, PaperQuantit
     return {r.summary.test_accuracy * 100.0, false, other_epochs || other_size ? "after " + ran : ""};
   }
   if (epochs <= 0) return {};
-  double scale = static_cast<double>(c.epochs) / static_cast<double>(epochs);
+  const double epoch_scale = static_cast<double>(c.epochs) / static_cast<double>(epochs);
+  double scale = epoch_scale;
   if (other_size) scale *= static_cast<double>(c.train_samples) / static_cast<double>(samples);
   std::string note = other_epochs || other_size ? "projected from " + ran : "";
   if (c.train_samples > 0 && samples == 0) note += (note.empty() ? "" : " ") + std::string("(epoch size unrecorded)");
+  const double rate = r.summary.samples_per_s;
+  if ((other_epochs || other_size) && std::isfinite(rate) && rate > 0 && std::isfinite(r.summary.eval_s)) {
+    // A short run's total holds its warm-up (cuDNN's autotuning, the first steps), which scaling the
+    // total would multiply: the training is projected at the throughput after the warm-up
+    // (--warmup-steps-excluded), the evaluations scaled by the epochs.
+    const double target = static_cast<double>(c.train_samples > 0 ? c.train_samples : samples);
+    return {static_cast<double>(c.epochs) * target / rate + r.summary.eval_s * epoch_scale, true,
+            note + " at its throughput after the warm-up"};
+  }
   return {r.summary.total_s * scale, other_epochs || other_size, note};
 }
 
@@ -398,8 +408,9 @@ void print_paper_rows(std::ostream& out, const std::vector<PaperRow>& rows, bool
            "# setting: the paper's (several GPUs: ddp-ds); [...]: what mgbench ran where the paper leaves it open "
            "(image size, batch) or names it otherwise: the paper's FP32 is PyTorch's default (cuDNN convolutions on "
            "TF32), mgbench's strict fp32 and its tf32 each in rows of their own\n"
-           "# mgbench: the median over the n completed runs of the setting; projected: total_s scaled to the paper's "
-           "epochs and samples per epoch; predicted: mgbench predict's runs, for GPU counts not measured; "
+           "# mgbench: the median over the n completed runs of the setting; projected: to the paper's epochs and "
+           "samples per epoch, at the throughput after the warm-up where recorded (else total_s scaled); predicted: "
+           "mgbench predict's runs, for GPU counts not measured; "
            "ratio = mgbench / paper\n";
   }
   write_table(out, columns, rows, csv);

@@ -1,7 +1,7 @@
 #pragma once
 // `mgbench report --paper`: every cell of the papers' tables beside mgbench's value for the same
-// setting. The cells are inputs/papers/paper_values.csv (one row per printed number, with the line of
-// the paper's text that prints it; inputs/papers/README.md), built into the binary at build time
+// setting. The cells are python/mgbench_analysis/paper_values.csv (one row per printed number, with the line of
+// the paper's text that prints it; python/mgbench_analysis/paper_values.md), built into the binary at build time
 // (cmake/EmbedText.cmake, as the recipes' configurations are): Lawenda et al. 2025 (arXiv
 // 2503.15252), Tables 2 and 3 (MobileNetV2 on MNIST upscaled, 1-4 GPUs, FP64 / FP32 / FP16,
 // pin_memory) and Table 5 (Llama-3-8B LoRA, s/it, pin_memory), and the headline figures of
@@ -88,7 +88,7 @@ std::vector<std::string_view> paper_precision_runs(std::string_view paper_precis
 /// as seconds ("5:31:52" -> 19912). NaN for any other text.
 double paper_number(std::string_view as_printed);
 
-/// The cells of a CSV text in paper_values.csv's columns (inputs/papers/README.md; a header row, any
+/// The cells of a CSV text in paper_values.csv's columns (python/mgbench_analysis/paper_values.md; a header row, any
 /// column order, RFC 4180 quoting). `name` names the text in errors. Throws DataError naming it, the
 /// CSV line and the column for malformed CSV, a missing column, a row of another field count, a
 /// number that is not one, a task, precision, pin_memory or metric mgbench does not know (a metric
@@ -96,7 +96,7 @@ double paper_number(std::string_view as_printed);
 /// without GPUs or epochs, or a value that is not what as_printed reads (paper_number()).
 std::vector<PaperCell> parse_paper_values(std::string_view csv_text, std::string_view name);
 
-/// The built-in cells: inputs/papers/paper_values.csv as the build embedded it, parsed once. Throws
+/// The built-in cells: python/mgbench_analysis/paper_values.csv as the build embedded it, parsed once. Throws
 /// what parse_paper_values() throws (a test checks the shipped file).
 const std::vector<PaperCell>& paper_values();
 

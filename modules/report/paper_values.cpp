@@ -1,4 +1,4 @@
-// The papers' cells that `mgbench report --paper` compares with: inputs/papers/paper_values.csv as
+// The papers' cells that `mgbench report --paper` compares with: python/mgbench_analysis/paper_values.csv as
 // built into the binary (cmake/EmbedText.cmake), read with libcsv and checked field by field, and
 // the metrics mgbench can put beside them.
 #include <csv.h>
@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "report/paper_table.h"
-#include "report/paper_values.h"  // generated from inputs/papers/paper_values.csv (cmake/EmbedText.cmake)
+#include "report/paper_values.h"  // generated from python/mgbench_analysis/paper_values.csv (cmake/EmbedText.cmake)
 
 namespace mgbench::report {
 namespace {
@@ -240,9 +240,9 @@ std::vector<PaperCell> parse_paper_values(std::string_view csv_text, std::string
 const std::vector<PaperCell>& paper_values() {
   static const std::vector<PaperCell> cells = [] {
     for (const auto& file : paper_data::kFiles) {
-      if (file.name == "paper_values") return parse_paper_values(file.text, "inputs/papers/paper_values.csv");
+      if (file.name == "paper_values") return parse_paper_values(file.text, "python/mgbench_analysis/paper_values.csv");
     }
-    throw DataError("inputs/papers/paper_values.csv was not built in (modules/report/CMakeLists.txt)");
+    throw DataError("python/mgbench_analysis/paper_values.csv was not built in (modules/report/CMakeLists.txt)");
   }();
   return cells;
 }

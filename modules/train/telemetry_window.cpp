@@ -5,8 +5,8 @@
 
 namespace mgbench::train {
 
-void TelemetryWindow::open(const TrainOptions& options, const runtime::DevicePlacement& placement,
-                           int ranks_on_node, bool logs) {
+void TelemetryWindow::open(const TrainOptions& options, const runtime::DevicePlacement& placement, int ranks_on_node,
+                           bool logs) {
   using profile::TelemetryRequest;
   const TelemetryRequest request = options.telemetry;
   if (request == TelemetryRequest::kOff) return;

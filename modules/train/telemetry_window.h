@@ -20,8 +20,7 @@ class TelemetryWindow {
   /// without a readable counter records "none" (local rank 0 logs why). Throws ConfigError when
   /// nvml or rapl was asked for by name and cannot be read (naming --telemetry and the reason), or
   /// nvml on a CPU rank.
-  void open(const TrainOptions& options, const runtime::DevicePlacement& placement, int ranks_on_node,
-            bool logs);
+  void open(const TrainOptions& options, const runtime::DevicePlacement& placement, int ranks_on_node, bool logs);
   /// Whether the run has telemetry tables (results::RankLayout::telemetry).
   bool enabled() const { return sampler_ != nullptr; }
   /// Takes the first reading; `run` where the run stands (a resumed run counts from here).

@@ -2,35 +2,44 @@
 
 Lawenda et al. 2025, "Efficient allocation of image recognition and LLM tasks on multi-GPU system",
 arXiv 2503.15252: Table 2 (MobileNetV2 on upscaled MNIST, DDP-DS, pin_memory false), Table 3 (FP32,
-pin_memory false / true), Table 5 (Llama3-8B LoRA on alpaca-cleaned, FP32, batch size 2). Times in
-seconds, efficiencies as fractions (the paper prints percent).
+pin_memory false / true), Table 5 (Llama3-8B LoRA on alpaca-cleaned, FP32, batch size 2). Read from
+paper_values.csv beside this file, the cells `mgbench report --paper` compares with too (one row per
+number the paper prints, with its line: paper_values.md). Times in seconds, efficiencies as fractions
+(the paper prints percent).
 """
+from pathlib import Path
+
 import pandas as pd
 
 SOURCE = "Lawenda et al. 2025 (arXiv 2503.15252)"
+CELLS_FILE = Path(__file__).with_name("paper_values.csv")
+
+#: Every cell of paper_values.csv: paper, table, source, line, the setting, metric, value, unit, notes.
+CELLS = pd.read_csv(CELLS_FILE, dtype={"pin_memory": str}, keep_default_na=False)
+
+
+def _table(table: str, setting: str, metrics: dict) -> pd.DataFrame:
+    """One of the paper's tables as a frame: a row per (GPUs, setting), a column per metric (renamed by
+    `metrics`; percentages as fractions), in the paper's row order; missing cells NaN."""
+    cells = CELLS[(CELLS["paper"].astype(str) == "2503.15252") & (CELLS["table"] == table)].copy()
+    cells["ranks"] = cells["gpus"].astype(int)
+    cells[setting] = cells[setting].astype(str).str.lower()
+    cells["value"] = cells["value"].astype(float) / cells["unit"].map(lambda u: 100.0 if u == "%" else 1.0)
+    frame = cells.pivot_table(index=["ranks", setting], columns="metric", values="value", sort=False)
+    frame = frame.reindex(columns=list(metrics)).rename(columns=metrics).reset_index()
+    frame.columns.name = None
+    return frame
+
 
 #: Table 2: GPUs, precision, total time [s], test accuracy [fraction], efficiency vs 1 GPU, vs FP64.
-TABLE2 = pd.DataFrame(
-    [(1, "fp64", 6266, 0.9943, 1.0000, None), (1, "fp32", 3721, 0.9932, 1.0000, 1.6838),
-     (1, "fp16", 2477, 0.9957, 1.0000, 2.5293), (2, "fp64", 3339, 0.9920, 1.8766, None),
-     (2, "fp32", 2094, 0.9924, 1.7769, 1.5945), (2, "fp16", 1445, 0.9794, 1.7141, 2.3107),
-     (3, "fp64", 2318, 0.9870, 2.7031, None), (3, "fp32", 1483, 0.9903, 2.5091, 1.5630),
-     (3, "fp16", 1049, 0.9921, 2.3612, 2.2097), (4, "fp64", 1937, 0.9932, 3.2348, None),
-     (4, "fp32", 1256, 0.9888, 2.9625, 1.5421), (4, "fp16", 919, 0.9920, 2.6953, 2.1077)],
-    columns=["ranks", "precision", "total_s", "test_accuracy", "efficiency_vs_1_rank", "efficiency_vs_fp64"])
+TABLE2 = _table("Table 2", "precision", {"total_time_20_epochs_s": "total_s", "test_accuracy_pct": "test_accuracy",
+                                         "efficiency_vs_1_gpu_pct": "efficiency_vs_1_rank",
+                                         "efficiency_vs_fp64_pct": "efficiency_vs_fp64"})
 
 #: Table 3: GPUs, pin_memory, total time [s], test accuracy, efficiency vs 1 GPU, vs pin_memory false.
-TABLE3 = pd.DataFrame(
-    [(1, "false", 3792, 0.9930, 1.0000, None), (1, "true", 2921, 0.9941, 1.0000, 1.2978),
-     (2, "false", 2205, 0.9924, 1.7193, None), (2, "true", 1733, 0.9948, 1.6856, 1.2723),
-     (3, "false", 1579, 0.9930, 2.4001, None), (3, "true", 1283, 0.9870, 2.2757, 1.2305),
-     (4, "false", 1358, 0.9920, 2.7908, None), (4, "true", 1165, 0.9936, 2.5079, 1.1662)],
-    columns=["ranks", "pin_memory", "total_s", "test_accuracy", "efficiency_vs_1_rank", "efficiency_vs_pin_false"])
+TABLE3 = _table("Table 3", "pin_memory", {"total_time_20_epochs_s": "total_s", "test_accuracy_pct": "test_accuracy",
+                                          "efficiency_vs_1_gpu_pct": "efficiency_vs_1_rank",
+                                          "efficiency_vs_pin_false_pct": "efficiency_vs_pin_false"})
 
 #: Table 5: GPUs, pin_memory, s/it, total time [s] (the paper's h:mm:ss).
-TABLE5 = pd.DataFrame(
-    [(1, "false", 0.77, 5 * 3600 + 31 * 60 + 52), (1, "true", 0.77, 5 * 3600 + 31 * 60 + 44),
-     (2, "false", 0.93, 3 * 3600 + 20 * 60 + 30), (2, "true", 0.92, 3 * 3600 + 17 * 60 + 21),
-     (3, "false", 0.90, 2 * 3600 + 9 * 60 + 55), (3, "true", 0.90, 2 * 3600 + 9 * 60 + 57),
-     (4, "false", 0.94, 1 * 3600 + 41 * 60 + 32), (4, "true", 0.91, 1 * 3600 + 37 * 60 + 58)],
-    columns=["ranks", "pin_memory", "s_per_it", "total_s"])
+TABLE5 = _table("Table 5", "pin_memory", {"s_per_it": "s_per_it", "total_time_s": "total_s"})

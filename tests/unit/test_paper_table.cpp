@@ -293,6 +293,21 @@ TEST(PaperTable, MedianOfTheMatchingRunsProjectedToThePapersRun) {
   EXPECT_NE(fp32_vs_fp64[1]->note.find("no run of the baseline, FP64"), std::string::npos) << fp32_vs_fp64[1]->note;
 }
 
+// A short run's total holds its warm-up: with its throughput after the warm-up recorded
+// (--warmup-steps-excluded), the training is projected at that rate and the evaluations by the epochs,
+// not the total scaled (which would multiply cuDNN's autotuning of the first steps 195-fold here).
+TEST(PaperTable, AShortRunIsProjectedAtItsThroughputAfterTheWarmUp) {
+  RunRecord run = image_run("short", 1, "fp16", 100, 3, 2048);  // 3 epochs of 2,048 images in 100 s
+  run.summary.samples_per_s = 500;                              // after the warm-up
+  run.summary.eval_s = 3;                                       // 1 s per epoch's evaluation
+  const std::vector<PaperRow> rows = paper_rows(paper_values(), {run});
+  const auto fp16 = rows_of(rows, cell("Table 2", 1, "FP16", "false", "total_time_20_epochs_s"));
+  ASSERT_EQ(fp16.size(), 1u);
+  EXPECT_NEAR(fp16[0]->mgbench, 20.0 * 60000 / 500 + 3.0 * 20 / 3, 1e-9);  // 2,400 s training + 20 s evaluation
+  EXPECT_EQ(fp16[0]->kind, "projected");
+  EXPECT_EQ(fp16[0]->note, "projected from 3 epoch(s) x 2048 samples at its throughput after the warm-up");
+}
+
 TEST(PaperTable, PredictedWhereAGpuCountWasNotMeasuredAndNotRunWhereNothingWas) {
   const std::vector<RunRecord> runs = table2_runs();
   const std::vector<PaperRow> rows = paper_rows(paper_values(), runs);

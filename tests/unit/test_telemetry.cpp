@@ -151,7 +151,9 @@ TEST(Telemetry, RaplSumsThePackagesAndUndoesTheirWrap) {
   EXPECT_NE(why_not.find("no RAPL package domain"), std::string::npos) << why_not;
 }
 
-std::string fake_nvml() { return (std::filesystem::path(MGBENCH_TEST_BINARY_DIR) / "libmgbench_fake_nvml.so").string(); }
+std::string fake_nvml() {
+  return (std::filesystem::path(MGBENCH_TEST_BINARY_DIR) / "libmgbench_fake_nvml.so").string();
+}
 
 TEST(Telemetry, NvmlThroughDlopenReadsTheDeviceOfTheBusId) {
   const ScopedEnv env("MGBENCH_NVML_LIBRARY", fake_nvml());
