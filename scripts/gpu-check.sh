@@ -622,6 +622,12 @@ if bench_set techniques; then
     done
   done
   paper_report techniques --cuda --energy  # s/it and peak memory (the LLM table), HtoD bytes, J/token
+  # The inter-GPU traffic at 2 ranks from each run's own collective accounting (FSDP's gathers and
+  # reduce-scatters; predict's `link` column, MiB a rank's link carries per step), and its time on NVLink.
+  if [[ $DRY_RUN == 1 || -f $OUT/techniques.h5 ]]; then
+    run_cmd "$MGBENCH" predict "$OUT/techniques.h5" --ranks 1,2 --link h100-nvlink \
+      --results "$OUT/techniques-predicted.h5" || true
+  fi
 fi
 if [[ ${SKIP_BENCH:-0} != 1 && $DRY_RUN != 1 ]] && command -v nsys >/dev/null; then
   # Issue 32 item 8: the GPU time under each NVTX range, projected from the thread that launched it

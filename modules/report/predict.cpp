@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "axes/bus_bandwidth.h"
 
 namespace mgbench::report {
 
@@ -22,6 +25,22 @@ std::vector<double> gradient_buckets(double gradient_bytes, double first_bucket_
     cap = bucket_bytes;
   }
   return buckets;
+}
+
+double link_bytes_per_step(const MeasuredStep& m, const axes::ParallelPlan& plan, const std::vector<double>& buckets,
+                           std::int64_t micro_batches) {
+  const int n = plan.world;
+  if (n <= 1) return 0;
+  auto sum = [](const std::vector<double>& sizes) { return std::accumulate(sizes.begin(), sizes.end(), 0.0); };
+  const double micro = static_cast<double>(micro_batches);
+  double bytes = micro * sum(m.buffer_broadcast_bytes) * axes::broadcast_bus_factor(n) +
+                 m.loss_allreduce_bytes * axes::all_reduce_bus_factor(n);
+  if (plan.fully_sharded()) {
+    bytes += micro * (sum(m.allgather_bytes) + sum(m.reducescatter_bytes)) * axes::gather_scatter_bus_factor(n);
+  } else if (plan.replicated()) {
+    bytes += sum(buckets) * axes::all_reduce_bus_factor(n);
+  }
+  return bytes;
 }
 
 namespace {
@@ -187,6 +206,7 @@ void price(Prediction& p, const MeasuredStep& m, const BaseShape& shape, const S
   // Neither overlaps compute: the forward waits for the buffers, the optimizer for the normaliser.
   p.buffer_broadcast_s = micro_batches * exposed_s(broadcast, m.buffer_broadcast_bytes, 0.0);
   p.loss_reduce_s = m.loss_allreduce_bytes > 0 ? exposed_s(all_reduce, {m.loss_allreduce_bytes}, 0.0) : 0.0;
+  p.link_bytes = link_bytes_per_step(m, plan, shape.buckets, shape.grad_accum);
   p.epoch_s = static_cast<double>(p.steps) *
               (p.compute_s + p.data_s + p.allreduce_s + p.allgather_s + p.reducescatter_s + p.buffer_broadcast_s +
                p.loss_reduce_s) *

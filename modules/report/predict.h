@@ -84,6 +84,15 @@ MeasuredStep measure_step(const results::RunRecord& one_rank);
 /// runs and epochs of the slowest rank's time outside the collectives, train_s - allreduce_s - buffer_broadcast_s -
 /// loss_reduce_s, over
 /// the ranks' mean: synchronous ranks end each step together, the faster one waiting).
+/// The bytes one rank's link carries in an optimizer step's collectives at plan.world ranks: each
+/// message's bytes times its nccl-tests bus factor (axes/bus_bandwidth.h, ring algorithms) -- FSDP's
+/// all-gathers and reduce-scatters per micro-batch, or the gradient buckets' all-reduce once a step,
+/// and the buffers' broadcast per micro-batch and the loss normaliser's all-reduce. 0 at 1 rank. What
+/// 2505.22905 calls inter-GPU memory traffic, from the run's own collective accounting. `buckets`:
+/// the all-reduce's gradient buckets [bytes]; `micro_batches`: per step (grad_accum).
+double link_bytes_per_step(const MeasuredStep& m, const axes::ParallelPlan& plan, const std::vector<double>& buckets,
+                           std::int64_t micro_batches);
+
 struct MeasuredScaling {
   double overlap = 0;                // 0 when unmeasured
   double spread = 1;                 // 1 when unmeasured
@@ -107,11 +116,12 @@ struct Prediction {
   double allgather_s = 0, reducescatter_s = 0;        // per step, exposed (fsdp; 0 otherwise)
   double buffer_broadcast_s = 0, loss_reduce_s = 0;   // per step (none hidden)
   double fsdp_overlap = 0;                            // the share of FSDP's collectives hidden (measured)
-  double epoch_s = 0, eval_s = 0, total_s = 0;        // eval_s: per evaluated epoch
-  std::int64_t evaluated_epochs = 0;                  // of the measured run
-  double speedup = 1;                                 // T(1 rank) / T(n ranks), both predicted
-  std::string limiting;                               // the largest per-step phase
-  std::string comm_source;                            // comm run or link assumption used
+  double link_bytes = 0;  // per step: what one rank's link carries in the step's collectives (bus bytes)
+  double epoch_s = 0, eval_s = 0, total_s = 0;  // eval_s: per evaluated epoch
+  std::int64_t evaluated_epochs = 0;            // of the measured run
+  double speedup = 1;                           // T(1 rank) / T(n ranks), both predicted
+  std::string limiting;                         // the largest per-step phase
+  std::string comm_source;                      // comm run or link assumption used
   MeasuredScaling scaling;
 };
 

@@ -132,6 +132,7 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"prediction_allgather_s_per_step", p.allgather_s},
           {"prediction_reducescatter_s_per_step", p.reducescatter_s},
           {"prediction_fsdp_overlap", p.fsdp_overlap},
+          {"prediction_link_bytes_per_step", p.link_bytes},
           {"prediction_buffer_broadcast_s_per_step", p.buffer_broadcast_s},
           {"prediction_loss_reduce_s_per_step", p.loss_reduce_s},
           {"prediction_limiting_phase", p.limiting},

@@ -39,6 +39,7 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
       {"r-scatter", "(ms/step)", 10, "", ms(&P::reducescatter_s)},
       {"bcast+lred", "(ms/step)", 10, "",
        [](const P& p) { return number((p.buffer_broadcast_s + p.loss_reduce_s) * 1e3, 2); }},
+      {"link", "(MiB/step)", 10, "", [](const P& p) { return number(p.link_bytes / (1024.0 * 1024.0), 2); }},
       {"epoch", "(s)", 10, "", s(&P::epoch_s)},
       {"total", "(s)", 10, "", s(&P::total_s)},
       {"speedup", "(x)", 8, "", s(&P::speedup)},

@@ -130,6 +130,25 @@ TEST(Predict, GradientBucketsAsGradSyncFillsThem) {
   EXPECT_EQ(report::gradient_buckets(0.5 * kMiB, kMiB, 25 * kMiB), (std::vector<double>{0.5 * kMiB}));
 }
 
+// The inter-GPU traffic of a step (2505.22905's "inter-GPU memory traffic"), worked by hand with
+// nccl-tests' bus factors: what one rank's link carries.
+TEST(Predict, LinkBytesPerStepAreTheStepsMessagesTimesTheirBusFactors) {
+  report::MeasuredStep m;
+  m.allgather_bytes = {100, 200};
+  m.reducescatter_bytes = {300};
+  m.buffer_broadcast_bytes = {10};
+  m.loss_allreduce_bytes = 8;
+  const std::vector<double> buckets = {1000, 3000};
+  axes::ParallelPlan fsdp;
+  fsdp.sharding = axes::Sharding::kFsdp;
+  // 2 ranks, 2 micro-batches: broadcasts 2 x 10 x 1, the loss 8 x 2(1/2), gathers and scatters 2 x 600 x 1/2.
+  EXPECT_DOUBLE_EQ(report::link_bytes_per_step(m, fsdp.at(2), buckets, 2), 20 + 8 + 600);
+  EXPECT_DOUBLE_EQ(report::link_bytes_per_step(m, fsdp.at(1), buckets, 2), 0);  // one rank: no link
+  // Replicated at 4 ranks: the buckets' all-reduce once a step, 4000 x 2(3/4); no gathers.
+  axes::ParallelPlan ddp;
+  EXPECT_DOUBLE_EQ(report::link_bytes_per_step(m, ddp.at(4), buckets, 2), 20 + 8 * 1.5 + 4000 * 1.5);
+}
+
 TEST(Predict, CollectiveCostInterpolatesLogLog) {
   report::CollectiveCost cost("all-reduce", 2, {{1e5, 1e-2}, {1e3, 1e-4}}, "test");
   EXPECT_NEAR(cost.seconds(1e4), 1e-3, 1e-15);  // the log-log midpoint
