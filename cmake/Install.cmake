@@ -9,7 +9,7 @@
 configure_file("${PROJECT_SOURCE_DIR}/cmake/mgbench-plot.in" "${PROJECT_BINARY_DIR}/install/mgbench-plot" @ONLY)
 install(PROGRAMS "${PROJECT_BINARY_DIR}/install/mgbench-plot" DESTINATION bin)
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/mgbench_analysis" DESTINATION lib/mgbench/python
-        FILES_MATCHING PATTERN "*.py" PATTERN "*.txt" PATTERN "__pycache__" EXCLUDE)
+        FILES_MATCHING PATTERN "*.py" PATTERN "*.txt" PATTERN "*.csv" PATTERN "__pycache__" EXCLUDE)
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/slurm/" DESTINATION share/mgbench/slurm USE_SOURCE_PERMISSIONS)
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/inputs/" DESTINATION share/mgbench/inputs)
 install(FILES "${PROJECT_SOURCE_DIR}/README.md" DESTINATION share/doc/mgbench)
