@@ -16,7 +16,8 @@
 #   table3        Table 3: fp32, host-side upscaling (--upscale host, the paper's pipeline), pin_memory false vs true
 #   cuda-metrics  Figs. 3 and 5: CUPTI's API and kernel shares (cudaLaunchKernel, HtoD memcpy,
 #                 cudaStreamSynchronize, NCCL kernels) at 100 and 500 px, pin_memory false / true; LoRA fp32 (Fig. 5)
-#   techniques    full, lora, qlora, qat, dpo on llama3.2-3b, then llama3-8b: s/it, peak VRAM, HtoD bytes per step
+#   techniques    full, lora, qlora, qat, dpo on llama3.2-3b, then llama3-8b: s/it, peak VRAM, HtoD bytes per step,
+#                 J/token; `mgbench predict --ranks 1,2` of them: the inter-GPU bytes per step at 2 ranks
 # Their results files are $OUT/<set>.h5 (`mgbench report [--cuda] FILE` prints them again; the
 # figures stage draws them).
 #   DRY_RUN=1 BENCH_SETS="table2 fig2 table3 cuda-metrics techniques" scripts/gpu-check.sh

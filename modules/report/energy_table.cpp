@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "report/report.h"
 #include "report/table.h"
@@ -20,7 +19,7 @@ namespace {
 /// each of its ranks carrying its share.
 struct EnergyRow {
   std::string run;
-  std::string sources;  // the ranks' sources, distinct, in rank order ("nvml", "rapl", "none")
+  std::vector<std::string> sources;  // the ranks' sources, distinct, in rank order ("nvml", "rapl", "none")
   std::int64_t ranks = 0;
   double span_s = results::kNaN;  // the longest rank's
   double energy_j = results::kNaN;
@@ -47,7 +46,7 @@ EnergyRow energy_row(const results::RunRecord& run) {
   bool complete = !run.energy.empty();
   for (const results::EnergyRecord& e : run.energy) {
     const std::string source(e.source, ::strnlen(e.source, sizeof(e.source)));
-    if (row.sources.find(source) == std::string::npos) row.sources += (row.sources.empty() ? "" : ",") + source;
+    if (std::find(row.sources.begin(), row.sources.end(), source) == row.sources.end()) row.sources.push_back(source);
     complete = complete && std::isfinite(e.energy_j);
     energy += e.energy_j * e.node_share;
     row.samples += e.samples;
@@ -65,18 +64,13 @@ EnergyRow energy_row(const results::RunRecord& run) {
 }
 
 std::vector<Column<EnergyRow>> energy_columns() {
-  using Cell = std::function<std::string(const EnergyRow&)>;
-  // A column of a number: its table text with `digits` decimals, its CSV text in full.
-  auto value = [](double (*get)(const EnergyRow&), int digits) {
-    return std::pair<Cell, Cell>{[get, digits](const EnergyRow& r) { return number(get(r), digits); },
-                                 [get](const EnergyRow& r) { return fmt::format("{:.6g}", get(r)); }};
-  };
+  // The numeric columns: the table's text with `digits` decimals (scaled_number where -1), the CSV's in full.
   struct Numeric {
     std::string_view header, unit;
     int width;
     std::string_view csv;
     double (*get)(const EnergyRow&);
-    int digits;  // -1: scaled_number
+    int digits;
   };
   const Numeric numbers[] = {
       {"span", "(s)", 9, "span_s", [](const EnergyRow& r) { return r.span_s; }, 1},
@@ -92,13 +86,14 @@ std::vector<Column<EnergyRow>> energy_columns() {
   std::vector<Column<EnergyRow>> columns;
   columns.push_back({"run", "", -24, "run", [](const EnergyRow& r) { return r.run; }});
   columns.push_back({"ranks", "", 5, "ranks", [](const EnergyRow& r) { return std::to_string(r.ranks); }});
-  columns.push_back({"source", "", 10, "source", [](const EnergyRow& r) { return r.sources; }});
+  columns.push_back(
+      {"source", "", 10, "source", [](const EnergyRow& r) { return fmt::format("{}", fmt::join(r.sources, ",")); }});
   for (const Numeric& n : numbers) {
-    auto [cell, csv_cell] = value(n.get, n.digits);
-    if (n.digits < 0) {
-      cell = [get = n.get](const EnergyRow& r) { return scaled_number(get(r)); };
-    }
-    columns.push_back({n.header, n.unit, n.width, n.csv, cell, csv_cell});
+    columns.push_back({n.header, n.unit, n.width, n.csv,
+                       [get = n.get, digits = n.digits](const EnergyRow& r) {
+                         return digits < 0 ? scaled_number(get(r)) : number(get(r), digits);
+                       },
+                       [get = n.get](const EnergyRow& r) { return fmt::format("{:.6g}", get(r)); }});
   }
   return columns;
 }
@@ -119,7 +114,7 @@ void print_energy(std::ostream& out, const std::vector<results::RunRecord>& runs
   write_table(out, energy_columns(), rows, csv);
   if (csv) return;
   for (const EnergyRow& r : rows) {
-    if (r.sources.find("none") != std::string::npos) {
+    if (std::find(r.sources.begin(), r.sources.end(), "none") != r.sources.end()) {
       out << fmt::format("# {}: no energy counter on a rank's node (no NVML GPU, RAPL absent or root-only)\n", r.run);
     }
   }

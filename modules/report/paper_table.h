@@ -125,8 +125,10 @@ struct PaperRow {
 /// dataset. The matching runs make one row per distinct mgbench precision, image size, batch,
 /// gradient accumulation, upscale and card; a cell without any makes one `not run` row, one that
 /// mgbench cannot reproduce one `not reproducible` row. Per row: the measured runs' median (time
-/// metrics `projected` where a run had another epoch count or epoch size than the paper's: total_s
-/// / epochs x the paper's epochs x the paper's samples per epoch / the run's), else for time and
+/// metrics `projected` where a run had another epoch count or epoch size than the paper's: the
+/// paper's epochs x its samples per epoch / the run's throughput after its warm-up (samples_per_s,
+/// --warmup-steps-excluded) + the run's eval_s x the paper's epochs / the run's; without a
+/// throughput, total_s / epochs x the paper's epochs x the paper's samples per epoch / the run's), else for time and
 /// s/it the predicted runs' median (`predicted`); ratio metrics pair it with the baseline's median
 /// of the same row kind (their kind the lesser of both: measured, projected, predicted).
 std::vector<PaperRow> paper_rows(const std::vector<PaperCell>& cells, const std::vector<results::RunRecord>& runs);
