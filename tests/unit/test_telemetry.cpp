@@ -170,15 +170,16 @@ TEST(Telemetry, NvmlThroughDlopenReadsTheDeviceOfTheBusId) {
   EXPECT_EQ(r.throttle_reasons, 0x5u);
   EXPECT_GE(r.energy_j, 5000.0);
 
-  // The thread: the stand-in's counter grows at 300 W, so the summary reads 300 W (the counter's
-  // 1 mJ resolution over >= 0.2 s bounds the difference).
+  // The thread: the stand-in's counter grows at 300 W, so the summary reads 300 W. What separates
+  // them is the time between a reading's timestamp and the stand-in's clock read, at the first and
+  // the last reading (a thread descheduled there on a loaded machine): 1 % of a 1 s span allows 10 ms.
   TelemetrySampler sampler(std::move(nvml), 0.02);
   sampler.start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   sampler.stop();
   const results::EnergyRecord e = sampler.energy();
   EXPECT_GE(e.readings, 3);
-  EXPECT_GE(e.span_s, 0.2);
+  EXPECT_GE(e.span_s, 0.95);
   EXPECT_NEAR(e.mean_power_w, 300.0, 300.0 * 0.01);
   EXPECT_DOUBLE_EQ(e.throttled_s, e.span_s);  // the power cap, all along
   const auto rows = sampler.readings();
