@@ -16,9 +16,9 @@ std::string_view env(const char* name) {
   return value == nullptr ? std::string_view{} : std::string_view{value};
 }
 
-}  // namespace
-
-std::string keep_freed_memory_for_reuse() {
+/// Why malloc is left as the user set it (GLIBC_TUNABLES naming a glibc.malloc setting, another
+/// allocator preloaded), or empty.
+std::string users_allocator() {
   if (const std::string_view tunables = env("GLIBC_TUNABLES");
       tunables.find("glibc.malloc.") != std::string_view::npos) {
     return fmt::format("host memory: glibc malloc as GLIBC_TUNABLES sets it ({})", tunables);
@@ -27,6 +27,22 @@ std::string keep_freed_memory_for_reuse() {
       preload.find("jemalloc") != std::string_view::npos || preload.find("tcmalloc") != std::string_view::npos) {
     return fmt::format("host memory: the allocator LD_PRELOAD loads ({})", preload);
   }
+  return {};
+}
+
+}  // namespace
+
+std::string map_large_blocks_while_loading() {
+  if (std::string line = users_allocator(); !line.empty()) return line;
+  if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLoadingMmapThresholdBytes)) != 1) {
+    return "host memory: glibc refused mallopt (mmap threshold while loading): its defaults apply";
+  }
+  return fmt::format("host memory: blocks of {} MiB and more mmapped while the run sets up",
+                     kLoadingMmapThresholdBytes >> 20);
+}
+
+std::string keep_freed_memory_for_reuse() {
+  if (std::string line = users_allocator(); !line.empty()) return line;
   // Setting either disables glibc's dynamic thresholds; the trim threshold alone would leave the
   // mmap threshold at its 128 KiB start (measured: half the img/s), so both are set.
   const bool mmap_set = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThresholdBytes)) == 1;

@@ -343,35 +343,37 @@ std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::output_projection(
   return {lm_head->base_input(input), lm_head->base_weight()};
 }
 
+ParameterUnit LlamaForCausalLMImpl::part_unit(const std::string& name, const torch::nn::Module& part,
+                                              bool reshard_after_forward) {
+  const std::string prefix = name + ".";
+  ParameterUnit unit{name, {}, {}, {}, reshard_after_forward};
+  for (const auto& item : part.named_parameters()) {
+    unit.names.push_back(prefix + item.key());
+    unit.parameters.push_back(item.value());
+  }
+  // NF4 base weights (QLoRA): not parameters, sharded packed in whole quantisation-factor blocks.
+  for (const auto& item : part.named_modules()) {
+    const auto* layer = item.value()->as<LoraLinearImpl>();
+    if (layer == nullptr || !layer->is_nf4()) continue;
+    const Nf4Weight& w = layer->nf4;
+    unit.packed.push_back({prefix + (item.key().empty() ? "" : item.key() + ".") + "weight",
+                           w.shape(),
+                           {w.quantized_data(), w.quantized_scalers(), w.quantization_factor()},
+                           w.quantization_factor().numel()});
+  }
+  return unit;
+}
+
 std::vector<ParameterUnit> LlamaForCausalLMImpl::parameter_units() {
   const bool tied = config_.tie_word_embeddings;
   std::vector<ParameterUnit> units;
-  const auto add = [&units](std::string name, const torch::nn::Module& module, const std::string& prefix,
-                            bool reshard) {
-    ParameterUnit unit{std::move(name), {}, {}, {}, reshard};
-    for (const auto& item : module.named_parameters()) {
-      unit.names.push_back(prefix + item.key());
-      unit.parameters.push_back(item.value());
-    }
-    // NF4 base weights (QLoRA): not parameters, sharded packed in whole quantisation-factor blocks.
-    for (const auto& item : module.named_modules()) {
-      const auto* layer = item.value()->as<LoraLinearImpl>();
-      if (layer == nullptr || !layer->is_nf4()) continue;
-      const Nf4Weight& w = layer->nf4;
-      unit.packed.push_back({prefix + (item.key().empty() ? "" : item.key() + ".") + "weight",
-                             w.shape(),
-                             {w.quantized_data(), w.quantized_scalers(), w.quantization_factor()},
-                             w.quantization_factor().numel()});
-    }
-    units.push_back(std::move(unit));
-  };
-  add("model.embed_tokens", *model->embed_tokens, "model.embed_tokens.", /*reshard=*/!tied);
+  units.push_back(part_unit("model.embed_tokens", *model->embed_tokens, /*reshard_after_forward=*/!tied));
   for (std::size_t i = 0; i < model->layers->size(); ++i) {
-    const std::string name = fmt::format("model.layers.{}", i);
-    add(name, *model->layers[i], name + ".", true);
+    units.push_back(part_unit(fmt::format("model.layers.{}", i), *model->layers[i]));
   }
-  add("root", *model->norm, "model.norm.", false);
-  if (!tied) add("lm_head", *lm_head, "lm_head.", false);
+  units.push_back(part_unit("model.norm", *model->norm, false));
+  units.back().name = "root";
+  if (!tied) units.push_back(part_unit("lm_head", *lm_head, false));
   return units;
 }
 

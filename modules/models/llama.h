@@ -207,6 +207,12 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   /// layer's are its unit's packed weights (ParameterUnit::packed).
   std::vector<ParameterUnit> parameter_units() override;
   void set_unit_hooks(UnitHooks* hooks) override { hooks_ = hooks; }
+  /// The unit of a part as the constructor hands it to `placed` (its name there: "model.layers.3",
+  /// "model.embed_tokens", "model.norm", "lm_head"): the part's parameters under HF's names and its
+  /// NF4 weights packed, as parameter_units() lists them (the norm's unit is named "root" there).
+  /// What a sharded build cuts unit by unit (train/parallel/unit_sharder.h).
+  static ParameterUnit part_unit(const std::string& name, const torch::nn::Module& part,
+                                 bool reshard_after_forward = true);
 
  private:
   bool checkpointing_ = false;

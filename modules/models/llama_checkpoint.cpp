@@ -1,12 +1,13 @@
 // LlamaForCausalLM's Hugging Face checkpoints: loaded by name from safetensors (single or sharded),
 // NF4 projections quantised tensor by tensor; the dense weights under Hugging Face's names
 // (models/llama.h).
-#include <set>
+#include <algorithm>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "models/llama.h"
+#include "models/llama_checkpoint.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 
@@ -14,62 +15,86 @@ namespace mgbench::models {
 
 namespace {
 /// A base weight with NaN or Inf would evaluate to `eval loss: nan` and train nothing: refused at
-/// load, naming the tensor and its first bad element (one pass over the weights).
-void require_finite(const torch::Tensor& t, const std::string& dir, const std::string& name, const std::string& file) {
-  if (!t.is_floating_point() || torch::isfinite(t).all().item<bool>()) return;
-  const torch::Tensor bad = torch::nonzero(~torch::isfinite(t.reshape({-1})));
-  const std::int64_t first = bad[0][0].item<std::int64_t>();
-  throw DataError(
-      fmt::format("checkpoint '{}': tensor '{}' in {} holds {} non-finite value(s), the first {} at flat "
-                  "index {}",
-                  dir, name, file, bad.size(0), t.reshape({-1})[first].item<double>(), first));
+/// load, naming the tensor and its first bad element by its flat index in the whole tensor (t holds
+/// the elements from flat index `offset` on: a rank's rows). Checked in pieces of 4 Mi elements:
+/// isfinite's temporaries over a whole embedding were 2.5x its bytes (~330 MB for a 1536 x 128,256
+/// bf16 one), the peak of a sharded load.
+void require_finite(const torch::Tensor& t, std::int64_t offset, const std::string& dir, const std::string& name,
+                    const std::string& file) {
+  if (!t.is_floating_point()) return;
+  constexpr std::int64_t kPiece = std::int64_t{1} << 22;
+  const torch::Tensor flat = t.reshape({-1});
+  for (std::int64_t start = 0; start < flat.numel(); start += kPiece) {
+    const torch::Tensor piece = flat.narrow(0, start, std::min(kPiece, flat.numel() - start));
+    if (torch::isfinite(piece).all().item<bool>()) continue;
+    const torch::Tensor bad = torch::nonzero(~torch::isfinite(flat));
+    const std::int64_t first = bad[0][0].item<std::int64_t>();
+    throw DataError(
+        fmt::format("checkpoint '{}': tensor '{}' in {} holds {} non-finite value(s), the first {} at flat "
+                    "index {}",
+                    dir, name, file, bad.size(0), flat[first].item<double>(), offset + first));
+  }
 }
 }  // namespace
 
-void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
-  const SafetensorsCheckpoint checkpoint(dir);
-  std::set<std::string> unused;
-  for (const auto& name : checkpoint.names()) {
-    if (name.find("rotary_emb.inv_freq") == std::string::npos) unused.insert(name);
+LlamaCheckpointReader::LlamaCheckpointReader(const std::string& dir, bool tied) : dir_(dir), checkpoint_(dir) {
+  for (const auto& name : checkpoint_.names()) {
+    if (name.find("rotary_emb.inv_freq") == std::string::npos) unused_.insert(name);
   }
+  // A tied checkpoint may still carry lm_head.weight (equal to the embedding): accept it.
+  if (tied) unused_.erase("lm_head.weight");
+}
+
+void LlamaCheckpointReader::load_nf4(const std::string& prefix, torch::nn::Module& part) {
   torch::NoGradGuard no_grad;
-  // NF4 projections: each tensor quantised as it is read, so the dense model never exists whole.
-  for (const auto& item : named_modules("", /*include_self=*/false)) {
+  for (const auto& item : part.named_modules(prefix)) {
     auto* layer = item.value()->as<LoraLinearImpl>();
     if (layer == nullptr || !layer->is_nf4()) continue;
     const std::string name = item.key() + ".weight";
-    MGBENCH_REQUIRE(checkpoint.contains(name), DataError, "checkpoint '{}': tensor '{}' is missing", dir, name);
-    const torch::Tensor t = checkpoint.tensor(name);
+    MGBENCH_REQUIRE(checkpoint_.contains(name), DataError, "checkpoint '{}': tensor '{}' is missing", dir_, name);
+    const torch::Tensor t = checkpoint_.tensor(name);
     MGBENCH_REQUIRE(t.dim() == 2 && t.size(0) == layer->out_features && t.size(1) == layer->in_features, DataError,
-                    "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects [{}, {}]", dir,
-                    name, checkpoint.file_of(name), shape_text(t.sizes()), layer->out_features, layer->in_features);
-    require_finite(t, dir, name, checkpoint.file_of(name));
+                    "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects [{}, {}]", dir_,
+                    name, checkpoint_.file_of(name), shape_text(t.sizes()), layer->out_features, layer->in_features);
+    require_finite(t, 0, dir_, name, checkpoint_.file_of(name));
     try {
-      layer->quantize_base(t.to(device_));
+      layer->quantize_base(t.to(layer->nf4.device()));  // where the projection was built
     } catch (const std::invalid_argument& e) {
-      throw DataError(fmt::format("checkpoint '{}': tensor '{}': {}", dir, name, e.what()));
+      throw DataError(fmt::format("checkpoint '{}': tensor '{}': {}", dir_, name, e.what()));
     }
-    checkpoint.release(name);  // quantised: the file's pages need not stay resident
-    unused.erase(name);
+    unused_.erase(name);
   }
+}
+
+void LlamaCheckpointReader::read_rows(const std::string& name, c10::IntArrayRef sizes, std::int64_t first_row,
+                                      const torch::Tensor& rows) {
+  MGBENCH_REQUIRE(checkpoint_.contains(name), DataError, "checkpoint '{}': tensor '{}' is missing", dir_, name);
+  const std::vector<std::int64_t>& shape = checkpoint_.shape(name);
+  MGBENCH_REQUIRE(c10::IntArrayRef(shape) == sizes, DataError,
+                  "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects {}", dir_, name,
+                  checkpoint_.file_of(name), shape_text(shape), shape_text(sizes));
+  torch::NoGradGuard no_grad;
+  checkpoint_.read_rows(name, first_row, rows);
+  const std::int64_t row_numel = sizes.empty() ? 1 : c10::multiply_integers(sizes.begin() + 1, sizes.end());
+  require_finite(rows, first_row * row_numel, dir_, name, checkpoint_.file_of(name));
+  unused_.erase(name);
+}
+
+void LlamaCheckpointReader::finish() const {
+  MGBENCH_REQUIRE(unused_.empty(), DataError, "checkpoint '{}': tensor '{}' in {} is not part of the model", dir_,
+                  unused_.empty() ? std::string() : *unused_.begin(),
+                  unused_.empty() ? std::string() : checkpoint_.file_of(*unused_.begin()));
+}
+
+void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
+  LlamaCheckpointReader reader(dir, config_.tie_word_embeddings);
+  // NF4 projections: each tensor quantised as it is read, so the dense model never exists whole.
+  reader.load_nf4("", *this);
   for (auto& p : named_parameters()) {
-    const std::string& name = p.key();
-    if (name.find(".lora_") != std::string::npos) continue;  // adapters are not part of a base checkpoint
-    MGBENCH_REQUIRE(checkpoint.contains(name), DataError, "checkpoint '{}': tensor '{}' is missing", dir, name);
-    const torch::Tensor t = checkpoint.tensor(name);
-    MGBENCH_REQUIRE(t.sizes() == p.value().sizes(), DataError,
-                    "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects {}", dir, name,
-                    checkpoint.file_of(name), shape_text(t.sizes()), shape_text(p.value().sizes()));
-    require_finite(t, dir, name, checkpoint.file_of(name));
-    p.value().copy_(t);
-    checkpoint.release(name);  // copied: the file's pages need not stay resident
-    unused.erase(name);
+    if (p.key().find(".lora_") != std::string::npos) continue;  // adapters are not part of a base checkpoint
+    reader.read_rows(p.key(), p.value().sizes(), 0, p.value());
   }
-  // A tied checkpoint may still carry lm_head.weight (equal to the embedding): accept it.
-  if (config_.tie_word_embeddings) unused.erase("lm_head.weight");
-  MGBENCH_REQUIRE(unused.empty(), DataError, "checkpoint '{}': tensor '{}' in {} is not part of the model", dir,
-                  unused.empty() ? std::string() : *unused.begin(),
-                  unused.empty() ? std::string() : checkpoint.file_of(*unused.begin()));
+  reader.finish();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LlamaForCausalLMImpl::hf_state_dict() const {

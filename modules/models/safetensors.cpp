@@ -1,7 +1,6 @@
 #include "models/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,43 +43,39 @@ torch::ScalarType torch_dtype(const std::string& name) {
 
 }  // namespace
 
-struct SafetensorsFile::Mapping {
-  void* data = MAP_FAILED;
-  std::size_t size = 0;
-  ~Mapping() {
-    if (data != MAP_FAILED) munmap(data, size);
-  }
-  const char* bytes() const { return static_cast<const char*>(data); }
-};
-
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), mapping_(std::make_shared<Mapping>()) {
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   require_regular_file(path, "safetensors");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MGBENCH_REQUIRE(fd >= 0, DataError, "safetensors '{}': cannot open ({})", path, std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw DataError(fmt::format("safetensors '{}': cannot stat ({})", path, std::strerror(errno)));
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  MGBENCH_REQUIRE(fd_ >= 0, DataError, "safetensors '{}': cannot open ({})", path, std::strerror(errno));
+  try {
+    struct stat st {};
+    MGBENCH_REQUIRE(fstat(fd_, &st) == 0, DataError, "safetensors '{}': cannot stat ({})", path, std::strerror(errno));
+    const auto file_size = static_cast<std::uint64_t>(st.st_size);
+    // The length, then the JSON it announces (the parser bounds it by the file and 100 MiB).
+    std::string head(std::min<std::uint64_t>(file_size, 8), '\0');
+    read_bytes(0, head.size(), head.data(), "the header");
+    if (head.size() == 8) {
+      std::uint64_t header_bytes = 0;
+      std::memcpy(&header_bytes, head.data(), 8);
+      if (header_bytes <= file_size - 8 && header_bytes <= 100 * 1024 * 1024) {
+        head.resize(8 + header_bytes);
+        read_bytes(8, header_bytes, head.data() + 8, "the header");
+      }
+    }
+    const SafetensorsHeader header = parse_safetensors_header(head, file_size, path);
+    data_offset_ = header.data_offset;
+    metadata_ = header.metadata;
+    for (const auto& [name, e] : header.entries)
+      entries_.emplace(name, Entry{torch_dtype(e.dtype), e.shape, e.begin, e.end});
+  } catch (...) {
+    ::close(fd_);
+    throw;
   }
-  mapping_->size = static_cast<std::size_t>(st.st_size);
-  if (mapping_->size >= 8) {
-    // Copy-on-write: tensors are writable views, and writes never reach the file.
-    mapping_->data = mmap(nullptr, mapping_->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  }
-  ::close(fd);
-  MGBENCH_REQUIRE(mapping_->size >= 8, DataError, "safetensors '{}': {} bytes, shorter than the 8-byte header length",
-                  path, mapping_->size);
-  MGBENCH_REQUIRE(mapping_->data != MAP_FAILED, DataError, "safetensors '{}': mmap failed ({})", path,
-                  std::strerror(errno));
-
-  const SafetensorsHeader header = parse_safetensors_header({mapping_->bytes(), mapping_->size}, path);
-  data_offset_ = header.data_offset;
-  metadata_ = header.metadata;
-  for (const auto& [name, e] : header.entries)
-    entries_.emplace(name, Entry{torch_dtype(e.dtype), e.shape, e.begin, e.end});
 }
 
-SafetensorsFile::~SafetensorsFile() = default;
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 std::vector<std::string> SafetensorsFile::names() const {
   std::vector<std::pair<std::size_t, std::string>> order;
@@ -91,34 +86,59 @@ std::vector<std::string> SafetensorsFile::names() const {
   return out;
 }
 
-torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
   const auto it = entries_.find(name);
   MGBENCH_REQUIRE(it != entries_.end(), DataError, "safetensors '{}': no tensor '{}'", path_, name);
-  const Entry& e = it->second;
-  char* data = const_cast<char*>(mapping_->bytes()) + data_offset_ + e.begin;
-  const auto options = torch::TensorOptions().dtype(e.dtype);
-  if (reinterpret_cast<std::uintptr_t>(data) % c10::elementSize(e.dtype) != 0) {
-    // Unaligned data (allowed by the format, rare in practice): copy into aligned memory.
-    torch::Tensor t = torch::empty(e.shape, options);
-    std::memcpy(t.data_ptr(), data, e.end - e.begin);
-    return t;
-  }
-  std::shared_ptr<Mapping> keep = mapping_;
-  return torch::from_blob(
-      data, e.shape, [keep](void*) mutable { keep.reset(); }, options);
+  return it->second;
 }
 
-void SafetensorsFile::release(const std::string& name) const {
-  const auto it = entries_.find(name);
-  MGBENCH_REQUIRE(it != entries_.end(), DataError, "safetensors '{}': no tensor '{}'", path_, name);
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(mapping_->bytes() + data_offset_ + it->second.begin);
-  const auto end = reinterpret_cast<std::uintptr_t>(mapping_->bytes() + data_offset_ + it->second.end);
-  // Whole pages only: a page shared with a neighbouring tensor stays.
-  const std::uintptr_t first = (begin + page - 1) / page * page;
-  const std::uintptr_t last = end / page * page;
-  // Advice, not correctness: a kernel that refuses it leaves the pages resident.
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+const std::vector<std::int64_t>& SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
+
+torch::ScalarType SafetensorsFile::dtype(const std::string& name) const { return entry(name).dtype; }
+
+void SafetensorsFile::read_bytes(std::size_t offset, std::size_t bytes, void* dst, const std::string& name) const {
+  auto* out = static_cast<char*>(dst);
+  // Header reads (offset from the file's start) pass data_offset_ 0: it is set after them.
+  std::size_t at = data_offset_ + offset;
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd_, out, std::min<std::size_t>(bytes, std::size_t{1} << 30), static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    MGBENCH_REQUIRE(n > 0, DataError, "safetensors '{}': reading {} at byte {} failed ({})", path_, name, at,
+                    n == 0 ? "the file ends early: was it shortened after it was opened?" : std::strerror(errno));
+    out += n;
+    at += static_cast<std::size_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const Entry& e = entry(name);
+  torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+  read_bytes(e.begin, e.end - e.begin, t.data_ptr(), fmt::format("tensor '{}'", name));
+  return t;
+}
+
+void SafetensorsFile::read_rows(const std::string& name, std::int64_t first_row, const torch::Tensor& rows) const {
+  const Entry& e = entry(name);
+  const std::int64_t total = e.shape.empty() ? 1 : e.shape.front();
+  const std::int64_t count = rows.dim() == 0 ? 1 : rows.size(0);
+  const bool same_row_shape = rows.dim() == static_cast<std::int64_t>(e.shape.size()) &&
+                              std::equal(e.shape.begin() + (e.shape.empty() ? 0 : 1), e.shape.end(),
+                                         rows.sizes().begin() + (e.shape.empty() ? 0 : 1));
+  MGBENCH_REQUIRE(same_row_shape && first_row >= 0 && first_row + count <= total, DataError,
+                  "safetensors '{}': tensor '{}' is [{}]: rows {}..{} of shape [{}] do not fit it", path_, name,
+                  fmt::join(e.shape, ", "), first_row, first_row + count, fmt::join(rows.sizes(), ", "));
+  const std::size_t row_bytes = total == 0 ? 0 : (e.end - e.begin) / static_cast<std::size_t>(total);
+  const std::size_t offset = e.begin + static_cast<std::size_t>(first_row) * row_bytes;
+  const std::size_t bytes = static_cast<std::size_t>(count) * row_bytes;
+  const std::string what = fmt::format("rows {}..{} of tensor '{}'", first_row, first_row + count, name);
+  if (rows.device().is_cpu() && rows.scalar_type() == e.dtype && rows.is_contiguous()) {
+    read_bytes(offset, bytes, rows.data_ptr(), what);
+    return;
+  }
+  torch::Tensor staged = torch::empty(rows.sizes(), torch::TensorOptions().dtype(e.dtype));
+  read_bytes(offset, bytes, staged.data_ptr(), what);
+  rows.copy_(staged);
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {
@@ -158,23 +178,24 @@ std::vector<std::string> SafetensorsCheckpoint::names() const {
   return out;
 }
 
-torch::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const {
+const SafetensorsFile& SafetensorsCheckpoint::file(const std::string& name) const {
   const auto it = shard_of_.find(name);
   MGBENCH_REQUIRE(it != shard_of_.end(), DataError, "checkpoint '{}': no tensor '{}'", dir_, name);
-  return shards_[it->second]->tensor(name);
+  return *shards_[it->second];
 }
 
-void SafetensorsCheckpoint::release(const std::string& name) const {
-  const auto it = shard_of_.find(name);
-  MGBENCH_REQUIRE(it != shard_of_.end(), DataError, "checkpoint '{}': no tensor '{}'", dir_, name);
-  shards_[it->second]->release(name);
+torch::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const { return file(name).tensor(name); }
+
+const std::vector<std::int64_t>& SafetensorsCheckpoint::shape(const std::string& name) const {
+  return file(name).shape(name);
 }
 
-const std::string& SafetensorsCheckpoint::file_of(const std::string& name) const {
-  const auto it = shard_of_.find(name);
-  MGBENCH_REQUIRE(it != shard_of_.end(), DataError, "checkpoint '{}': no tensor '{}'", dir_, name);
-  return shards_[it->second]->path();
+void SafetensorsCheckpoint::read_rows(const std::string& name, std::int64_t first_row,
+                                      const torch::Tensor& rows) const {
+  file(name).read_rows(name, first_row, rows);
 }
+
+const std::string& SafetensorsCheckpoint::file_of(const std::string& name) const { return file(name).path(); }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {

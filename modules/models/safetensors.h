@@ -3,8 +3,9 @@
 // README): an 8-byte little-endian header length N, N bytes of JSON
 // {"<name>": {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
 // then the raw little-endian tensor bytes, offsets relative to the end of the header.
-// Files are memory-mapped; tensors are views of the mapping (copy-on-write, so an accidental write
-// never reaches the file) that keep it alive.
+// Files are read with pread into the caller's memory, not mapped: a tensor read is the caller's own
+// copy, and a rank of a sharded model reads only its rows of each tensor (read_rows), so no page
+// of the file stays resident in the process once its bytes were copied.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,7 +19,7 @@ namespace mgbench::models {
 
 class SafetensorsFile {
  public:
-  /// Maps path and validates the header: size, JSON, known dtypes (F64, F32, F16, BF16, I64, I32,
+  /// Opens path and validates the header: size, JSON, known dtypes (F64, F32, F16, BF16, I64, I32,
   /// I16, I8, U8, BOOL), shape x element size = byte length, offsets inside the data section.
   /// Throws DataError naming the file (and the tensor) for a missing, truncated or malformed file.
   explicit SafetensorsFile(const std::string& path);
@@ -30,15 +31,19 @@ class SafetensorsFile {
   /// Tensor names in file order of their data.
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
-  /// The tensor as a CPU view of the mapping (dtype and shape from the header). Throws DataError
-  /// for an unknown name.
+  /// The tensor's shape and dtype as the header gives them. Throw DataError for an unknown name.
+  const std::vector<std::int64_t>& shape(const std::string& name) const;
+  torch::ScalarType dtype(const std::string& name) const;
+  /// The whole tensor, read into a new contiguous CPU tensor (the header's dtype and shape). Throws
+  /// DataError for an unknown name or a failed read.
   torch::Tensor tensor(const std::string& name) const;
-  /// Gives the pages of name's data back to the kernel (madvise MADV_DONTNEED on the whole pages
-  /// inside its byte range): once a tensor was copied, converted or quantised, the file stops
-  /// counting in the process's resident memory. A view tensor() returned earlier reads the file
-  /// again if used; one written in place would lose the writes (copy-on-write pages are dropped):
-  /// call it only when no such view is used any more. Throws DataError for an unknown name.
-  void release(const std::string& name) const;
+  /// Reads rows [first_row, first_row + rows.size(0)) of the tensor's dim 0 into `rows` ([n, the
+  /// tensor's other dims], any device and floating dtype: converted as Tensor::copy_ converts).
+  /// Rows of a row-major tensor are one byte range: pread straight into `rows` when it is a
+  /// contiguous CPU tensor of the file's dtype, else through one host buffer of the range. Throws
+  /// DataError naming the file and tensor when the rows or the shape do not fit it, or the read
+  /// fails (a file shortened since it was opened).
+  void read_rows(const std::string& name, std::int64_t first_row, const torch::Tensor& rows) const;
   /// "__metadata__" (string -> string), empty when absent.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -49,9 +54,11 @@ class SafetensorsFile {
     std::size_t begin = 0;  // offset in the data section
     std::size_t end = 0;
   };
-  struct Mapping;
+  const Entry& entry(const std::string& name) const;
+  /// bytes bytes at offset `offset` of the data section into dst (pread, in pieces). Throws DataError.
+  void read_bytes(std::size_t offset, std::size_t bytes, void* dst, const std::string& name) const;
   std::string path_;
-  std::shared_ptr<Mapping> mapping_;
+  int fd_ = -1;
   std::size_t data_offset_ = 0;
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
@@ -65,10 +72,11 @@ class SafetensorsCheckpoint {
   explicit SafetensorsCheckpoint(const std::string& dir);
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return shard_of_.count(name) != 0; }
-  /// Throws DataError naming the checkpoint for an unknown name.
+  /// SafetensorsFile's tensor, shape and read_rows of the shard that holds name. Throw DataError
+  /// naming the checkpoint for an unknown name.
   torch::Tensor tensor(const std::string& name) const;
-  /// SafetensorsFile::release of name's shard: call once name's values live elsewhere.
-  void release(const std::string& name) const;
+  const std::vector<std::int64_t>& shape(const std::string& name) const;
+  void read_rows(const std::string& name, std::int64_t first_row, const torch::Tensor& rows) const;
   /// File that holds name (for error messages).
   const std::string& file_of(const std::string& name) const;
 
@@ -76,6 +84,7 @@ class SafetensorsCheckpoint {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::map<std::string, std::size_t> shard_of_;
+  const SafetensorsFile& file(const std::string& name) const;
 };
 
 /// Writes tensors (any device; contiguous copies are made on the CPU) to path in the

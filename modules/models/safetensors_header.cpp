@@ -29,20 +29,25 @@ std::size_t safetensors_element_bytes(std::string_view dtype) {
 }
 
 SafetensorsHeader parse_safetensors_header(std::string_view file, const std::string& path) {
+  return parse_safetensors_header(file, file.size(), path);
+}
+
+SafetensorsHeader parse_safetensors_header(std::string_view head, std::uint64_t file_size, const std::string& path) {
   SafetensorsHeader out;
-  MGBENCH_REQUIRE(file.size() >= 8, DataError, "safetensors '{}': {} bytes, shorter than the 8-byte header length",
-                  path, file.size());
+  MGBENCH_REQUIRE(file_size >= 8 && head.size() >= 8, DataError,
+                  "safetensors '{}': {} bytes, shorter than the 8-byte header length", path, file_size);
   std::uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, file.data(), 8);  // little-endian, as x86-64 and aarch64 are
-  MGBENCH_REQUIRE(header_bytes <= kMaxHeaderBytes && header_bytes <= file.size() - 8, DataError,
+  std::memcpy(&header_bytes, head.data(), 8);  // little-endian, as x86-64 and aarch64 are
+  MGBENCH_REQUIRE(header_bytes <= kMaxHeaderBytes && header_bytes <= file_size - 8 && header_bytes <= head.size() - 8,
+                  DataError,
                   "safetensors '{}': header length {} exceeds the file ({} bytes): truncated or not safetensors", path,
-                  header_bytes, file.size());
+                  header_bytes, file_size);
   out.data_offset = 8 + static_cast<std::size_t>(header_bytes);
-  const std::size_t data_bytes = file.size() - out.data_offset;
+  const std::size_t data_bytes = file_size - out.data_offset;
 
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(file.data() + 8, file.data() + out.data_offset);
+    header = nlohmann::json::parse(head.data() + 8, head.data() + out.data_offset);
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("safetensors '{}': header is not valid JSON: {}", path, e.what()));
   }

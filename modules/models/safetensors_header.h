@@ -34,5 +34,8 @@ std::size_t safetensors_element_bytes(std::string_view dtype);
 /// data_offsets span, offsets inside the data section, and tensors tiling the data section in
 /// order (no overlap, no hole). Throws DataError naming `path` (and the tensor).
 SafetensorsHeader parse_safetensors_header(std::string_view file, const std::string& path);
+/// The same for a file read in part: `head` holds at least its first 8 + N bytes (the length and
+/// the JSON; a shorter head is refused as a truncated header), file_size is the whole file's bytes.
+SafetensorsHeader parse_safetensors_header(std::string_view head, std::uint64_t file_size, const std::string& path);
 
 }  // namespace mgbench::models

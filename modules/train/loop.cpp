@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "train/epoch.h"
 #include "train/loop_state.h"
 #include "train/optim/optimizer.h"
+#include "train/parallel/unit_sharder.h"
 #include "train/precision.h"
 #include "train/run_summary.h"
 
@@ -56,22 +58,21 @@ void configure_process(const RunSetup& setup) {
   configure_device(setup.device, options.cudnn_benchmark);
   apply_math_mode(setup.precision);
   torch::set_num_threads(setup.threads);
-  // Before the recipe builds the model: from here on, every step reuses the memory the last freed.
-  if (options.malloc_reuse) {
-    const std::string line = host_memory::keep_freed_memory_for_reuse();
-    if (setup.rank() == 0) log::info("{}", line);
-  }
+  // While the recipe builds the model, large blocks go back to the kernel when freed; after it, every
+  // step reuses the memory the last freed (set_up below).
+  if (options.malloc_reuse) host_memory::map_large_blocks_while_loading();  // the line after set-up says what holds
   torch::manual_seed(options.seed);
 }
 
 /// The model's training state once the recipe built it: the plan applied (parallelize), what the
-/// optimizer trains (the shards under FSDP), the optimizer, loss scaling, DDP's buckets.
-void set_up_training(const RunSetup& setup, TrainingState& training) {
+/// optimizer trains (the shards under FSDP, those the recipe had cut at build taken as they are:
+/// cut_at_build), the optimizer, loss scaling, DDP's buckets.
+void set_up_training(const RunSetup& setup, TrainingState& training, UnitSharder* cut_at_build) {
   const TrainOptions& options = setup.options;
   Recipe& recipe = setup.recipe;
   training.trainable = recipe.trainable_parameters();
   for (const auto& p : training.trainable) training.trainable_numel += p.numel();
-  training.parallel = parallelize(recipe.shardable_model(), setup.plan, setup.comm);
+  training.parallel = parallelize(recipe.shardable_model(), setup.plan, setup.comm, cut_at_build);
   if (const FullyShardedUnits* fsdp = training.fsdp()) training.trainable = fsdp->trainable_shards();
   training.optimizer = make_optimizer(options.optim, training.trainable);
   // Under FSDP the ranks agree on a non-finite gradient shard (torch's ShardedGradScaler).
@@ -142,8 +143,21 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   setup.device = to_torch_device(placement);
   setup.plan = train.parallel_plan(comm.world_size(), recipe.activation_checkpointing());
   configure_process(setup);
-  recipe.setup({setup.options, setup.device, placement, setup.precision, comm.rank(), setup.plan});
-  set_up_training(setup, state_->training);
+  {
+    const Stopwatch clock;
+    // Fully sharded: the recipe may hand its units over to be cut as it builds them.
+    std::optional<UnitSharder> sharder;
+    if (setup.plan.fully_sharded()) sharder.emplace(comm.rank(), comm.world_size());
+    UnitSharder* cut_at_build = sharder ? &*sharder : nullptr;
+    recipe.setup({setup.options, setup.device, placement, setup.precision, comm.rank(), setup.plan, cut_at_build});
+    set_up_training(setup, state_->training, cut_at_build);
+    setup.setup_s = clock.elapsed();
+    setup.setup_peak_memory_bytes = peak_memory_bytes(setup.device);
+  }
+  if (train.malloc_reuse) {
+    const std::string line = host_memory::keep_freed_memory_for_reuse();
+    if (comm.rank() == 0) log::info("{}", line);
+  }
   state_->cupti.set(make_cupti(setup.device, train.cupti, comm), profile::parse_profile_window(train.profile_window));
   if (!recipe.eval_only()) state_->energy.open(train, placement, local_size, comm.rank() == 0);
   plan_epochs(setup);
@@ -240,7 +254,10 @@ h5::Attributes TrainingLoop::run_attributes() const {
 
 h5::Attributes TrainingLoop::rank_attributes() const {
   const RunSetup& setup = state_->setup;
-  h5::Attributes a{{"device", setup.device.str()}, {"threads", static_cast<std::int64_t>(setup.threads)}};
+  h5::Attributes a{{"device", setup.device.str()},
+                   {"threads", static_cast<std::int64_t>(setup.threads)},
+                   {"setup_s", setup.setup_s},
+                   {"setup_peak_memory_bytes", setup.setup_peak_memory_bytes}};
   h5::merge_attributes(a, session::gpu_attributes(setup.placement));
   return a;
 }

@@ -49,6 +49,12 @@ struct RunSetup {
   data::EpochPlanOptions epoch_plan;  // what data::plan_epoch plans each epoch from
   std::int64_t steps_per_epoch = 0;   // optimizer steps
   std::int64_t metric_count = 0;      // the recipe's per-step metrics (Recipe::metric_names)
+  /// The recipe's set-up (data read, model built or loaded) and the plan applied, on this rank: its
+  /// seconds, and the peak memory when it ended (peak_memory_bytes: the CUDA allocator's on a GPU,
+  /// the process's resident set on the CPU) -- what loading a model costs (rank attributes setup_s,
+  /// setup_peak_memory_bytes).
+  double setup_s = 0;
+  std::int64_t setup_peak_memory_bytes = -1;
 
   int rank() const { return comm.rank(); }
   int world_size() const { return comm.world_size(); }

@@ -35,6 +35,8 @@
 
 namespace mgbench::train {
 
+class UnitSharder;
+
 /// Where a recipe runs and with what: given to Recipe::setup.
 struct RecipeContext {
   const TrainOptions& train;
@@ -45,6 +47,11 @@ struct RecipeContext {
   /// How the model will be laid out over the ranks (the world size in it): the loop applies it
   /// after setup (train/parallel/parallelize.h); a recipe reads it, never re-decides it.
   const axes::ParallelPlan& plan;
+  /// A fully sharded plan's shards cut while the model is built (nullptr otherwise): a recipe that
+  /// builds its model a unit at a time hands each unit to it as soon as the unit exists (and reads
+  /// only this rank's rows of a checkpoint), so a rank never holds the whole model; one that does
+  /// not leaves it, and FSDP cuts the shards from the whole model after setup.
+  UnitSharder* sharder = nullptr;
 };
 
 /// How the loop turns the micro-batch losses of an optimizer step into gradients.

@@ -184,8 +184,8 @@ def test_absurd_model_sizes_are_refused_naming_config_json(tmp_path, sizes, need
 
 @pytest.mark.parametrize("recipe", ["lora", "qlora"])
 def test_loading_a_checkpoint_leaves_no_file_pages_resident(tmp_path, recipe):
-    """A Hugging Face checkpoint's tensors are copied (or quantised) out of the mapped safetensors file
-    and their pages given back: the run's peak memory is --init random's, not that plus the file
+    """A Hugging Face checkpoint's tensors are read into their destination (NF4 ones quantised and
+    dropped) and no file stays mapped: the run's peak memory is --init random's, not that plus the file
     (issue 32: +80 % of a 327 MB file before). A 79M-parameter fp32 Llama (316 MB), one step."""
     if not os.path.exists(SMALL_TOKENIZER):
         pytest.skip("no tiktoken_small.model")

@@ -40,6 +40,38 @@ TEST(Safetensors, WriteReadRoundTripAllDtypes) {
   test::expect_error<DataError>([&] { f.tensor("nope"); }, {"x.safetensors", "'nope'"});
 }
 
+TEST(Safetensors, ReadRowsReadsOneRangeOfDimZero) {
+  // What a rank of a sharded model reads of a tensor: its rows, into its own memory (the file's
+  // dtype: straight in; another dtype or a strided destination: converted through a host buffer).
+  test::TempDir dir;
+  const torch::Tensor t = torch::randn({7, 3, 5}).to(torch::kBFloat16);
+  write_safetensors(dir.file("x.safetensors"), {{"t", t}, {"s", torch::tensor(2.5)}});
+  const SafetensorsFile f(dir.file("x.safetensors"));
+  EXPECT_EQ(f.shape("t"), (std::vector<std::int64_t>{7, 3, 5}));
+  EXPECT_EQ(f.dtype("t"), torch::kBFloat16);
+  torch::Tensor same = torch::empty({3, 3, 5}, torch::kBFloat16);
+  f.read_rows("t", 2, same);
+  EXPECT_TRUE(torch::equal(same, t.narrow(0, 2, 3)));
+  torch::Tensor wider = torch::empty({4, 3, 5}, torch::kFloat32);
+  f.read_rows("t", 3, wider);
+  EXPECT_TRUE(torch::equal(wider, t.narrow(0, 3, 4).to(torch::kFloat32)));
+  torch::Tensor strided = torch::zeros({2, 5, 3}, torch::kBFloat16).transpose(1, 2);
+  f.read_rows("t", 5, strided);
+  EXPECT_TRUE(torch::equal(strided, t.narrow(0, 5, 2)));
+  torch::Tensor none = torch::empty({0, 3, 5}, torch::kBFloat16);
+  f.read_rows("t", 7, none);  // an empty chunk (a rank past the last row)
+  torch::Tensor scalar = torch::empty({}, torch::kFloat32);
+  f.read_rows("s", 0, scalar);
+  EXPECT_EQ(scalar.item<float>(), 2.5F);
+  test::expect_error<DataError>(
+      [&] {
+        f.read_rows("t", 5, torch::empty({3, 3, 5}));
+      },
+      {"x.safetensors", "'t'", "[7, 3, 5]", "rows 5..8"});
+  test::expect_error<DataError>([&] { f.read_rows("t", 0, torch::empty({1, 5, 3})); }, {"'t'", "[1, 5, 3]"});
+  test::expect_error<DataError>([&] { f.read_rows("nope", 0, same); }, {"'nope'"});
+}
+
 TEST(Safetensors, CorruptFilesNameTheProblem) {
   test::TempDir dir;
   write_safetensors(dir.file("ok.safetensors"), {{"a", torch::randn({64})}, {"b", torch::randn({64})}});

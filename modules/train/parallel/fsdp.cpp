@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "train/parallel/fsdp_units.h"
+#include "train/parallel/unit_sharder.h"
 
 namespace mgbench::train {
 namespace {
@@ -18,15 +19,6 @@ using fsdp::PackedPart;
 using fsdp::Param;
 using fsdp::Unit;
 using fsdp::UnitState;
-
-/// Makes `full` own its whole storage, so that it can be freed and re-allocated in place: a view, an
-/// offset or an overlapping layout is replaced by a copy (set_data: modules and optimizers keep the
-/// tensor). A dense non-contiguous layout (a channels_last weight) is kept.
-void own_whole_storage(torch::Tensor& full) {
-  if (full.storage_offset() != 0 || !full.is_non_overlapping_and_dense() || full.storage().nbytes() != full.nbytes()) {
-    full.set_data(full.detach().clone(torch::MemoryFormat::Contiguous));
-  }
-}
 
 /// The autograd node FSDP attaches in forward, the identity on its tensor; its backward calls into
 /// the State: kPre on a unit's output (FSDP2's pre-backward hook: regather the unit), kPost on its
@@ -58,12 +50,19 @@ class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
 }  // namespace
 
 FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm,
-                                     bool reshard_after_forward)
+                                     bool reshard_after_forward, UnitSharder* cut_at_build)
     : state_(
           std::make_unique<State>(State{comm, reshard_after_forward, {}, {}, std::nullopt, BlockCache(false), {}, {}})),
       model_(model) {
   const int world = comm.world_size();
   const int rank = comm.rank();
+  MGBENCH_REQUIRE(cut_at_build == nullptr || (cut_at_build->rank() == rank && cut_at_build->world_size() == world),
+                  std::logic_error, "FSDP: shards cut at build for rank {} of {}, this is rank {} of {}",
+                  cut_at_build->rank(), cut_at_build->world_size(), rank, world);
+  // A shard cut while the model was built (UnitSharder), else cut here from the whole tensor.
+  const auto cut_before = [&](const torch::Tensor& full) {
+    return cut_at_build != nullptr ? cut_at_build->take(full) : torch::Tensor();
+  };
   torch::NoGradGuard no_grad;
   for (models::ParameterUnit& spec : model.parameter_units()) {
     Unit u;
@@ -80,22 +79,18 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
       if (state_->shard_by_param.count(full.unsafeGetTensorImpl()) != 0) {
         throw std::logic_error(fmt::format("FSDP: parameter {} is in two units", spec.names[k]));
       }
-      // Its memory format stays (a channels_last convolution weight keeps its strides): shards hold
-      // rows in their logical order, copied through strided views.
-      own_whole_storage(full);
       Param p;
       p.full = full;
       p.layout = ShardLayout::of(full.sizes(), world);
       p.full_nbytes = full.nbytes();
       p.offset = u.flat_numel;
       u.flat_numel += p.layout.shard_numel();
-      p.shard = torch::zeros(p.layout.shard_sizes(), u.options);
-      const std::int64_t rows = p.layout.valid_rows(rank);
-      if (rows > 0) {
-        p.shard.view({p.layout.chunk_rows, p.layout.row_numel})
-            .narrow(0, 0, rows)
-            .copy_(
-                full.detach().reshape({p.layout.rows, p.layout.row_numel}).narrow(0, p.layout.first_row(rank), rows));
+      p.shard = cut_before(full);
+      if (!p.shard.defined()) {
+        // Its memory format stays (a channels_last convolution weight keeps its strides): shards
+        // hold rows in their logical order, copied through strided views.
+        own_whole_storage(full);
+        p.shard = cut_shard(full, spec.names[k], p.layout, rank);
       }
       p.shard.set_requires_grad(full.requires_grad());
       u.trainable = u.trainable || full.requires_grad();
@@ -104,27 +99,27 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
       u.params.push_back(std::move(p));
     }
     for (models::PackedWeight& w : spec.packed) {
-      MGBENCH_REQUIRE(
-          w.blocks % world == 0, ConfigError,
-          "--sharding fsdp over {} ranks: {} [{}] is packed in {} quantisation blocks (NF4), which {} ranks "
-          "cannot split evenly (as torchao's NF4Tensor, each rank holds whole blocks, as many as every "
-          "other): use a rank count that divides {}, or --sharding none",
-          world, w.name, fmt::join(w.shape, ", "), w.blocks, world, w.blocks);
+      require_packed_split(w, world);
       for (torch::Tensor& full : w.parts) {
-        own_whole_storage(full);  // 1-D: contiguous
         PackedPart p;
         p.full = full;
         p.full_nbytes = full.nbytes();
-        const auto shard_bytes = static_cast<std::int64_t>(p.full_nbytes) / world;
-        p.shard = full.detach().view({-1}).view(torch::kUInt8).narrow(0, rank * shard_bytes, shard_bytes).clone();
+        p.shard = cut_before(full);
+        if (!p.shard.defined()) {
+          own_whole_storage(full);  // 1-D: contiguous
+          p.shard = cut_packed_shard(full, rank, world);
+        }
         p.offset = u.packed_bytes;
-        u.packed_bytes += shard_bytes;
+        u.packed_bytes += static_cast<std::int64_t>(p.full_nbytes) / world;
         state_->cache.resize_storage(full, 0);
         u.packed.push_back(std::move(p));
       }
     }
     state_->units.push_back(std::move(u));
   }
+  MGBENCH_REQUIRE(cut_at_build == nullptr || cut_at_build->pending() == 0, std::logic_error,
+                  "FSDP: {} shard(s) cut at build belong to no parameter of the model's units",
+                  cut_at_build == nullptr ? 0 : cut_at_build->pending());
   // From here on gathered memory is reused (set up after the sharding: the whole parameters' memory
   // is freed, not kept).
   if (!state_->units.empty()) state_->cache = BlockCache(state_->units.front().options.device().is_cpu());

@@ -40,6 +40,8 @@
 
 namespace mgbench::train {
 
+class UnitSharder;
+
 /// FSDP's collectives completed since the last FullyShardedUnits::take_collectives().
 struct CollectiveTotals {
   double allgather_s = 0;                // each from its launch to its completion, summed
@@ -52,10 +54,14 @@ class FullyShardedUnits final : public models::UnitHooks {
  public:
   /// Shards model's units over comm's ranks (collective-free: each rank keeps its rows of its own
   /// copy, which must equal every other rank's) and installs itself as the model's hooks. Every
-  /// parameter is freed to its shard. Throws ConfigError for a packed weight whose blocks the world
+  /// parameter is freed to its shard. cut_at_build: the shards a UnitSharder cut while the model was
+  /// built (unit_sharder.h), taken for their tensors instead of cutting them here; every one of
+  /// them must belong to the model. Throws ConfigError for a packed weight whose blocks the world
   /// size does not divide (naming it, its blocks and the world size), std::logic_error for a unit
-  /// of mixed dtypes or devices, or a parameter that is not in exactly one unit's list.
-  FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm, bool reshard_after_forward);
+  /// of mixed dtypes or devices, a parameter that is not in exactly one unit's list, or shards cut
+  /// at build for another rank or left over.
+  FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm, bool reshard_after_forward,
+                    UnitSharder* cut_at_build = nullptr);
   /// Uninstalls the hooks (the parameters stay as they are: sharded, or gathered by gather_all).
   ~FullyShardedUnits() override;
   FullyShardedUnits(const FullyShardedUnits&) = delete;

@@ -5,7 +5,7 @@
 namespace mgbench::train {
 
 ParallelizedModel parallelize(models::ShardableModel* model, const axes::ParallelPlan& plan,
-                              runtime::Communicator& comm) {
+                              runtime::Communicator& comm, UnitSharder* cut_at_build) {
   ParallelizedModel out;
   if (plan.activation_checkpointing) {
     MGBENCH_REQUIRE(model != nullptr, ConfigError,
@@ -22,7 +22,8 @@ ParallelizedModel parallelize(models::ShardableModel* model, const axes::Paralle
       units.empty() || units.front().parameters.empty() ? 0 : units.front().parameters.front().element_size();
   out.fsdp_collectives = micro_batch_collectives(unit_shapes(units), 1, element, plan.reshard_after_forward);
   // One rank: nothing to shard, the run is --sharding none's.
-  if (plan.fully_sharded()) out.fsdp = std::make_unique<FullyShardedUnits>(*model, comm, plan.reshard_after_forward);
+  if (plan.fully_sharded())
+    out.fsdp = std::make_unique<FullyShardedUnits>(*model, comm, plan.reshard_after_forward, cut_at_build);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/communicator.h"
 #include "train/parallel/fsdp.h"
 #include "train/parallel/shard_layout.h"
+#include "train/parallel/unit_sharder.h"
 
 namespace mgbench::train {
 
@@ -27,9 +28,10 @@ struct ParallelizedModel {
 /// Applies plan to model (nullptr: a recipe whose model has no units): activation checkpointing
 /// (each unit recomputed in backward: models::ShardableModel::set_activation_checkpointing), then
 /// FSDP over comm's ranks for a fully sharded plan (FullyShardedUnits: every parameter freed to its
-/// shard, the unit hooks installed). Collective-free. Throws ConfigError for --sharding fsdp or
-/// activation checkpointing with a model that has no units, and what FullyShardedUnits throws.
+/// shard, the unit hooks installed; the shards `cut_at_build` cut while the recipe built the model
+/// taken as they are). Collective-free. Throws ConfigError for --sharding fsdp or activation
+/// checkpointing with a model that has no units, and what FullyShardedUnits throws.
 ParallelizedModel parallelize(models::ShardableModel* model, const axes::ParallelPlan& plan,
-                              runtime::Communicator& comm);
+                              runtime::Communicator& comm, UnitSharder* cut_at_build = nullptr);
 
 }  // namespace mgbench::train

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,12 +14,14 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/json_file.h"
+#include "models/llama_checkpoint.h"
 #include "models/log_probs.h"
 #include "models/safetensors.h"
 #include "runtime/device.h"
 #include "runtime/scalar_type.h"
 #include "train/optim/optimizer.h"
 #include "train/parallel/fsdp.h"
+#include "train/parallel/unit_sharder.h"
 
 namespace mgbench::train {
 namespace {
@@ -144,6 +147,25 @@ void LlamaFinetune::load_tokenizer() {
                   tokenizer_->vocab_size(), config_->vocab_size);
 }
 
+models::LlamaForCausalLM build_llama(const models::LlamaConfig& config, models::BaseWeights base, torch::Device device,
+                                     const std::string& checkpoint, UnitSharder* sharder) {
+  if (sharder == nullptr) {
+    models::LlamaForCausalLM model(config, base, device);
+    if (!checkpoint.empty()) model->load_hf_checkpoint(checkpoint);  // every tensor whole, one at a time
+    return model;
+  }
+  std::optional<models::LlamaCheckpointReader> reader;
+  if (!checkpoint.empty()) reader.emplace(checkpoint, config.tie_word_embeddings);
+  const RowSource rows = [&](const std::string& name, c10::IntArrayRef sizes, std::int64_t first_row,
+                             const torch::Tensor& out) { reader->read_rows(name, sizes, first_row, out); };
+  models::LlamaForCausalLM model(config, base, device, [&](const std::string& name, torch::nn::Module& part) {
+    if (reader) reader->load_nf4(name, part);
+    sharder->shard(models::LlamaForCausalLMImpl::part_unit(name, part), reader ? &rows : nullptr);
+  });
+  if (reader) reader->finish();
+  return model;
+}
+
 void LlamaFinetune::build(const RecipeContext& ctx) {
   refuse_if_weights_do_not_fit(ctx);
   refuse_if_plan_does_not_fit(ctx);
@@ -154,16 +176,14 @@ void LlamaFinetune::build(const RecipeContext& ctx) {
     const caffe2::TypeMeta previous = torch::get_default_dtype();
     torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(runtime::scalar_type(ctx.precision.param_dtype)));
     try {
-      model_ = models::LlamaForCausalLM(*config_, base_, ctx.device);
+      model_ = build_llama(*config_, base_, ctx.device, init_ == Init::kCheckpoint ? model_name_ : std::string(),
+                           ctx.sharder);
     } catch (...) {
       torch::set_default_dtype(previous);
       throw;
     }
     torch::set_default_dtype(previous);
   }
-  // A checkpoint's tensors are copied from the file's mapping into the weights on the device, one
-  // at a time, each tensor's pages released once copied (SafetensorsCheckpoint::release).
-  if (init_ == Init::kCheckpoint) model_->load_hf_checkpoint(model_name_);
   if (finetune_ == Finetune::kLora) {
     trainable_ = model_->apply_lora(lora_);
   } else {

@@ -116,20 +116,24 @@ std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train,
 void LlamaFinetune::refuse_if_weights_do_not_fit(const RecipeContext& ctx) const {
   // The weights alone (NF4 projections at their lower bound of half a byte a parameter), against
   // the device's memory: a config.json with absurd sizes is refused here, not minutes into allocating.
+  // Cut to shards as it is built (a fully sharded plan), a rank holds 1/N of them.
   const double parameters = static_cast<double>(config_->num_parameters());
-  const double bytes = parameters * (base_ == models::BaseWeights::kNf4
-                                         ? 0.5
-                                         : static_cast<double>(axes::dtype_info(ctx.precision.param_dtype).bytes));
+  const int shards = ctx.sharder != nullptr ? ctx.plan.shard_world() : 1;
+  const double bytes =
+      parameters / shards *
+      (base_ == models::BaseWeights::kNf4 ? 0.5
+                                          : static_cast<double>(axes::dtype_info(ctx.precision.param_dtype).bytes));
   const double memory = ctx.placement.is_cuda()
                             ? static_cast<double>(runtime::cuda_total_memory(ctx.placement.index))
                             : static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   const fs::path where = fs::is_directory(model_name_) ? fs::path(model_name_) / "config.json" : fs::path(model_name_);
   MGBENCH_REQUIRE(memory <= 0 || bytes <= memory, DataError,
                   "model '{}' (hidden_size {}, intermediate_size {}, num_hidden_layers {}, vocab_size {}): {:.3g} "
-                  "parameters need at least {:.1f} GiB for the weights alone, and this rank's {} has {:.1f} GiB",
+                  "parameters need at least {:.1f} GiB for the weights alone{}, and this rank's {} has {:.1f} GiB",
                   where.string(), config_->hidden_size, config_->intermediate_size, config_->num_hidden_layers,
-                  config_->vocab_size, parameters, bytes / (1 << 30), ctx.placement.is_cuda() ? "GPU" : "host memory",
-                  memory / (1 << 30));
+                  config_->vocab_size, parameters, bytes / (1 << 30),
+                  shards > 1 ? fmt::format(" (a 1/{} shard of them per rank)", shards) : std::string(),
+                  ctx.placement.is_cuda() ? "GPU" : "host memory", memory / (1 << 30));
 }
 
 void LlamaFinetune::refuse_if_plan_does_not_fit(const RecipeContext& ctx) const {
