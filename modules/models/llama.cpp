@@ -240,22 +240,27 @@ LlamaBodyImpl::LlamaBodyImpl(const LlamaConfig& c, BaseWeights base, const Place
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeights base, torch::Device device,
-                                           const LlamaBodyImpl::Place& placed)
+                                           const LlamaBodyImpl::Place& placed, bool draw)
     : config_(config), base_(base), device_(device) {
   config_.validate();
   torch::NoGradGuard no_grad;
   model = register_module("model", LlamaBody(config_, base_, [&](const std::string& name, nn::Module& part) {
-                            place(name, part, placed);
+                            place(name, part, placed, draw);
                           }));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module("lm_head", linear(config_.hidden_size, config_.vocab_size));
-    place("lm_head", *lm_head, placed);
+    place("lm_head", *lm_head, placed, draw);
   }
   inv_freq_ = llama_inv_freq(config_);
 }
 
-void LlamaForCausalLMImpl::place(const std::string& name, nn::Module& part, const LlamaBodyImpl::Place& placed) {
+void LlamaForCausalLMImpl::place(const std::string& name, nn::Module& part, const LlamaBodyImpl::Place& placed,
+                                 bool draw) {
   part.to(device_);
+  if (!draw) {
+    if (placed) placed(name, part);
+    return;
+  }
   // transformers' initializer_range, drawn part by part in registration order (the whole model's
   // order, as one loop over it drew them); NF4 projections quantised as they are drawn. RMSNorm
   // weights stay ones.

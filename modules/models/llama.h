@@ -138,8 +138,12 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   /// -- embeddings, norms and the output head stay dense, as TorchTune's qlora_llama3_8b. Throws
   /// ConfigError for an invalid config, or naming the projection whose numel NF4 cannot take.
   /// placed: called with each part once it is on the device and drawn, before the next is built.
+  /// draw false: the weights are left as allocated (uninitialised; NF4 projections not quantised)
+  /// for a caller that loads every one of them (a checkpoint: LlamaCheckpointReader), which saves
+  /// drawing the whole model only to overwrite it.
   explicit LlamaForCausalLMImpl(const LlamaConfig& config, BaseWeights base = BaseWeights::kDense,
-                                torch::Device device = torch::kCPU, const LlamaBodyImpl::Place& placed = {});
+                                torch::Device device = torch::kCPU, const LlamaBodyImpl::Place& placed = {},
+                                bool draw = true);
 
   /// tokens: int64 [B, T]. Returns logits [B, T, vocab_size] in the parameters' dtype.
   torch::Tensor forward(const torch::Tensor& tokens);
@@ -227,7 +231,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   LlamaConfig config_;
   BaseWeights base_;
   /// Moves a just-built part to device_ and draws its weights there (NF4 projections quantised).
-  void place(const std::string& name, torch::nn::Module& part, const LlamaBodyImpl::Place& placed);
+  void place(const std::string& name, torch::nn::Module& part, const LlamaBodyImpl::Place& placed, bool draw);
 
   torch::Device device_;
   LlamaBody model{nullptr};

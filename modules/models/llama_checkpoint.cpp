@@ -45,7 +45,7 @@ LlamaCheckpointReader::LlamaCheckpointReader(const std::string& dir, bool tied) 
   if (tied) unused_.erase("lm_head.weight");
 }
 
-void LlamaCheckpointReader::load_nf4(const std::string& prefix, torch::nn::Module& part) {
+void LlamaCheckpointReader::load_nf4(const std::string& prefix, torch::nn::Module& part, torch::Device device) {
   torch::NoGradGuard no_grad;
   for (const auto& item : part.named_modules(prefix)) {
     auto* layer = item.value()->as<LoraLinearImpl>();
@@ -58,7 +58,7 @@ void LlamaCheckpointReader::load_nf4(const std::string& prefix, torch::nn::Modul
                     name, checkpoint_.file_of(name), shape_text(t.sizes()), layer->out_features, layer->in_features);
     require_finite(t, 0, dir_, name, checkpoint_.file_of(name));
     try {
-      layer->quantize_base(t.to(layer->nf4.device()));  // where the projection was built
+      layer->quantize_base(t.to(device));
     } catch (const std::invalid_argument& e) {
       throw DataError(fmt::format("checkpoint '{}': tensor '{}': {}", dir_, name, e.what()));
     }
@@ -89,7 +89,7 @@ void LlamaCheckpointReader::finish() const {
 void LlamaForCausalLMImpl::load_hf_checkpoint(const std::string& dir) {
   LlamaCheckpointReader reader(dir, config_.tie_word_embeddings);
   // NF4 projections: each tensor quantised as it is read, so the dense model never exists whole.
-  reader.load_nf4("", *this);
+  reader.load_nf4("", *this, device_);
   for (auto& p : named_parameters()) {
     if (p.key().find(".lora_") != std::string::npos) continue;  // adapters are not part of a base checkpoint
     reader.read_rows(p.key(), p.value().sizes(), 0, p.value());

@@ -24,9 +24,9 @@ class LlamaCheckpointReader {
 
   /// Quantises every NF4 projection among part's modules (named under prefix, "model.layers.3";
   /// "" for the whole model) from its checkpoint tensor, read whole on the host and quantised on
-  /// the projection's device. Throws DataError naming the tensor for a missing one, a shape other
-  /// than the projection's, a non-finite value or a numel NF4 cannot take.
-  void load_nf4(const std::string& prefix, torch::nn::Module& part);
+  /// `device`. Throws DataError naming the tensor for a missing one, a shape other than the
+  /// projection's, a non-finite value or a numel NF4 cannot take.
+  void load_nf4(const std::string& prefix, torch::nn::Module& part, torch::Device device);
   /// Reads rows [first_row, first_row + rows.size(0)) of the dense tensor `name` into rows (any
   /// device and dtype: converted), after checking that the checkpoint's tensor has the model's
   /// shape `sizes`; rows {0, sizes[0]} is the whole tensor. Throws DataError naming the file and

@@ -150,7 +150,8 @@ void LlamaFinetune::load_tokenizer() {
 models::LlamaForCausalLM build_llama(const models::LlamaConfig& config, models::BaseWeights base, torch::Device device,
                                      const std::string& checkpoint, UnitSharder* sharder) {
   if (sharder == nullptr) {
-    models::LlamaForCausalLM model(config, base, device);
+    models::LlamaForCausalLM model(config, base, device, models::LlamaBodyImpl::Place(),
+                                   /*draw=*/checkpoint.empty());
     if (!checkpoint.empty()) model->load_hf_checkpoint(checkpoint);  // every tensor whole, one at a time
     return model;
   }
@@ -158,10 +159,14 @@ models::LlamaForCausalLM build_llama(const models::LlamaConfig& config, models::
   if (!checkpoint.empty()) reader.emplace(checkpoint, config.tie_word_embeddings);
   const RowSource rows = [&](const std::string& name, c10::IntArrayRef sizes, std::int64_t first_row,
                              const torch::Tensor& out) { reader->read_rows(name, sizes, first_row, out); };
-  models::LlamaForCausalLM model(config, base, device, [&](const std::string& name, torch::nn::Module& part) {
-    if (reader) reader->load_nf4(name, part);
-    sharder->shard(models::LlamaForCausalLMImpl::part_unit(name, part), reader ? &rows : nullptr);
-  });
+  // Loaded: nothing drawn (every weight is read); random: drawn whole, then cut.
+  models::LlamaForCausalLM model(
+      config, base, device,
+      [&](const std::string& name, torch::nn::Module& part) {
+        if (reader) reader->load_nf4(name, part, device);
+        sharder->shard(models::LlamaForCausalLMImpl::part_unit(name, part), reader ? &rows : nullptr);
+      },
+      /*draw=*/!reader);
   if (reader) reader->finish();
   return model;
 }

@@ -54,7 +54,8 @@ class UnitSharder;
 
 /// The Llama model of a run in the default dtype on `device`, built one unit at a time (models::
 /// LlamaForCausalLMImpl's constructor), its weights drawn (as transformers initialises them) or,
-/// with `checkpoint` (a Hugging Face checkpoint directory; empty: none), read from it. sharder: a
+/// with `checkpoint` (a Hugging Face checkpoint directory; empty: none), read from it, nothing drawn
+/// (the generator's state after it is not the random build's). sharder: a
 /// fully sharded run's (nullptr: replicated) -- each unit is cut to this rank's shard as soon as it is
 /// built, its dense tensors read for this rank's rows only and its NF4 projections read whole one at
 /// a time and quantised before the cut: the rank holds its shards and one unit, never the model, and
@@ -151,11 +152,14 @@ class LlamaFinetune {
   /// model_parameters, weight_bytes (as held: NF4 or dense, adapters included) and
   /// weight_bytes_per_parameter, and the fake-quantised linears' count.
   h5::Attributes attributes() const;
-  /// Writes what was trained to --output-dir when one is given (fsynced; call on one rank): the
-  /// adapters in PEFT's format (adapter_model.safetensors, adapter_config.json), or with full
-  /// fine-tuning a Hugging Face checkpoint (model.safetensors, config.json); with fake
-  /// quantisation also qat_config.json ({"scheme": "8da4w", "group_size": G, "linears": [...]},
-  /// what `mgbench quantize` converts). Throws DataError naming the file on I/O errors.
+  /// What was trained, for --output-dir when one is given (none otherwise): the adapters in PEFT's
+  /// format (adapter_model.safetensors), or with full fine-tuning a Hugging Face checkpoint
+  /// (model.safetensors), as Recipe::tensor_exports.
+  std::vector<TensorExport> exports() const;
+  /// The configuration files beside exports() (fsynced; call on one rank): adapter_config.json, or
+  /// config.json; with fake quantisation also qat_config.json ({"scheme": "8da4w", "group_size":
+  /// G, "linears": [...]}, what `mgbench quantize` converts). Throws DataError naming the file on
+  /// I/O errors.
   void save() const;
 
  private:
