@@ -20,6 +20,7 @@
 #include "core/input_file.h"
 #include "models/json_file.h"
 #include "models/safetensors_header.h"
+#include "models/state_dict.h"
 
 namespace mgbench::models {
 namespace {
@@ -197,45 +198,103 @@ void SafetensorsCheckpoint::read_rows(const std::string& name, std::int64_t firs
 
 const std::string& SafetensorsCheckpoint::file_of(const std::string& name) const { return file(name).path(); }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  std::vector<std::pair<std::string, torch::Tensor>> sorted;
-  for (const auto& [name, t] : tensors) sorted.emplace_back(name, t.detach().to(torch::kCPU).contiguous());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+namespace {
+
+/// All of bytes at offset of fd (pwrite, in pieces). Throws DataError naming path.
+void write_at(int fd, const void* data, std::size_t bytes, std::size_t offset, const std::string& path) {
+  const auto* in = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, in, std::min<std::size_t>(bytes, std::size_t{1} << 30), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    MGBENCH_REQUIRE(n > 0, DataError, "safetensors '{}': write failed ({})", path, std::strerror(errno));
+    in += n;
+    offset += static_cast<std::size_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Entry> entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), tmp_(path_ + ".tmp") {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::size_t offset = 0;
-  for (const auto& [name, t] : sorted) {
+  for (Entry& e : entries) {
+    MGBENCH_REQUIRE(!slots_.count(e.name), std::invalid_argument, "safetensors '{}': tensor '{}' given twice", path_,
+                    e.name);
+    std::string name = e.name;
+    slots_.emplace(std::move(name), Slot{std::move(e), 0, false});
+  }
+  std::size_t offset = 0;  // slots_ iterates names sorted
+  for (auto& [name, slot] : slots_) {
     const auto* found = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                                     [&](const DtypeName& d) { return d.type == t.scalar_type(); });
+                                     [&](const DtypeName& d) { return d.type == slot.entry.dtype; });
     if (found == std::end(kDtypes)) {
       throw std::invalid_argument(
-          fmt::format("write_safetensors: tensor '{}' has dtype {}, which safetensors cannot hold", name,
-                      c10::toString(t.scalar_type())));
+          fmt::format("safetensors '{}': tensor '{}' has dtype {}, which safetensors cannot hold", path_, name,
+                      c10::toString(slot.entry.dtype)));
     }
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    header[name] = {{"dtype", found->name}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    const std::size_t bytes =
+        static_cast<std::size_t>(c10::multiply_integers(slot.entry.shape)) * c10::elementSize(slot.entry.dtype);
+    header[name] = {{"dtype", found->name}, {"shape", slot.entry.shape}, {"data_offsets", {offset, offset + bytes}}};
+    slot.offset = offset;
     offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data section 8-byte aligned (the reference pads with spaces)
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    MGBENCH_REQUIRE(out.good(), DataError, "safetensors '{}': cannot create ({})", tmp, std::strerror(errno));
-    const std::uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& [_, t] : sorted) {
-      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-    }
-    out.flush();
-    MGBENCH_REQUIRE(out.good(), DataError, "safetensors '{}': write failed ({})", tmp, std::strerror(errno));
+  const std::uint64_t n = text.size();
+  for (auto& [_, slot] : slots_) slot.offset += 8 + text.size();
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MGBENCH_REQUIRE(fd_ >= 0, DataError, "safetensors '{}': cannot create ({})", tmp_, std::strerror(errno));
+  write_at(fd_, &n, 8, 0, tmp_);
+  write_at(fd_, text.data(), text.size(), 8, tmp_);
+  // Sized at once: a tensor written last still leaves no hole the size check of a reader trips on.
+  MGBENCH_REQUIRE(::ftruncate(fd_, static_cast<off_t>(8 + text.size() + offset)) == 0, DataError,
+                  "safetensors '{}': cannot size the file ({})", tmp_, std::strerror(errno));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  std::error_code ignored;
+  std::filesystem::remove(tmp_, ignored);  // not committed: no partial file stays
+}
+
+void SafetensorsWriter::write(const std::string& name, const torch::Tensor& tensor) {
+  const auto it = slots_.find(name);
+  MGBENCH_REQUIRE(it != slots_.end(), std::invalid_argument, "safetensors '{}': tensor '{}' was not announced", path_,
+                  name);
+  Slot& slot = it->second;
+  MGBENCH_REQUIRE(!slot.written, std::invalid_argument, "safetensors '{}': tensor '{}' written twice", path_, name);
+  MGBENCH_REQUIRE(tensor.scalar_type() == slot.entry.dtype && tensor.sizes() == c10::IntArrayRef(slot.entry.shape),
+                  std::invalid_argument, "safetensors '{}': tensor '{}' is {} {}, announced as {} {}", path_, name,
+                  c10::toString(tensor.scalar_type()), shape_text(tensor.sizes()), c10::toString(slot.entry.dtype),
+                  shape_text(slot.entry.shape));
+  const torch::Tensor bytes = tensor.detach().to(torch::kCPU).contiguous();
+  write_at(fd_, bytes.data_ptr(), bytes.nbytes(), slot.offset, tmp_);
+  slot.written = true;
+}
+
+void SafetensorsWriter::commit() {
+  for (const auto& [name, slot] : slots_) {
+    MGBENCH_REQUIRE(slot.written, DataError, "safetensors '{}': tensor '{}' was never written", path_, name);
   }
+  MGBENCH_REQUIRE(::close(fd_) == 0, DataError, "safetensors '{}': write failed ({})", tmp_, std::strerror(errno));
+  fd_ = -1;
   // On stable storage before it takes the final name: a node failure right after the rename
   // must not leave a complete-looking file with lost pages.
-  sync_to_disk(tmp);
-  std::filesystem::rename(tmp, path);
+  sync_to_disk(tmp_);
+  std::filesystem::rename(tmp_, path_);
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Entry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  SafetensorsWriter writer(path, std::move(entries), metadata);
+  for (const auto& [name, t] : tensors) writer.write(name, t);
+  writer.commit();
 }
 
 }  // namespace mgbench::models

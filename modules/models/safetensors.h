@@ -87,10 +87,50 @@ class SafetensorsCheckpoint {
   const SafetensorsFile& file(const std::string& name) const;
 };
 
-/// Writes tensors (any device; contiguous copies are made on the CPU) to path in the
-/// safetensors format, names sorted, data 8-byte aligned, with optional metadata. The file is
-/// written to path + ".tmp" and renamed, so readers never see a partial file. Throws DataError
-/// naming the file on I/O errors and std::invalid_argument for dtypes safetensors cannot hold.
+/// A safetensors file written a tensor at a time, in any order: its header is laid out up front from
+/// the tensors' names, dtypes and shapes (names sorted, data 8-byte aligned after the header), and
+/// each tensor's bytes go to their offset when the caller has them (pwrite) -- an export of a sharded
+/// model writes each unit's tensors while that unit is gathered, never holding the model whole. The
+/// file is written as path + ".tmp" and renamed by commit() once every tensor is in, synced first,
+/// so readers never see a partial file; destroyed uncommitted, the ".tmp" is removed.
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    torch::ScalarType dtype;
+    std::vector<std::int64_t> shape;
+  };
+  /// Creates path + ".tmp" and writes the header. Throws std::invalid_argument for a dtype
+  /// safetensors cannot hold or a name given twice, DataError naming the file on I/O errors.
+  SafetensorsWriter(std::string path, std::vector<Entry> entries, const std::map<std::string, std::string>& metadata);
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  /// Writes tensor `name` (any device and layout; a contiguous CPU copy is made when needed). Throws
+  /// std::invalid_argument for a name not announced, written already, or of another dtype or shape,
+  /// DataError naming the file on I/O errors.
+  void write(const std::string& name, const torch::Tensor& tensor);
+  /// Syncs the file and gives it its name. Throws DataError naming the file and the first tensor not
+  /// written, or on I/O errors.
+  void commit();
+
+ private:
+  struct Slot {
+    Entry entry;
+    std::size_t offset = 0;  // from the file's start
+    bool written = false;
+  };
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;
+  std::map<std::string, Slot> slots_;
+};
+
+/// Writes tensors (any device; contiguous copies are made on the CPU) to path in the safetensors
+/// format, names sorted, data 8-byte aligned, with optional metadata (SafetensorsWriter, the tensors
+/// given at once). Throws DataError naming the file on I/O errors and std::invalid_argument for
+/// dtypes safetensors cannot hold.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

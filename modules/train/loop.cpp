@@ -24,6 +24,7 @@
 #include "train/parallel/unit_sharder.h"
 #include "train/precision.h"
 #include "train/run_summary.h"
+#include "train/tensor_export.h"
 
 namespace mgbench::train {
 namespace {
@@ -360,10 +361,9 @@ std::vector<torch::Tensor> TrainingLoop::trained_parameters() {
 }
 
 void TrainingLoop::finish(int rank) {
-  const TrainingState& training = state_->training;
-  if (FullyShardedUnits* fsdp = training.fsdp()) fsdp->gather_all();
-  state_->setup.recipe.finish(rank);
-  release_units(training);
+  Recipe& recipe = state_->setup.recipe;
+  write_tensor_exports(recipe.tensor_exports(), state_->training.fsdp(), rank == 0);
+  recipe.finish(rank);
 }
 
 // --- the run's lifecycle -------------------------------------------------------------------------

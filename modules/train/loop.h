@@ -67,8 +67,9 @@ class TrainingLoop {
   /// Copies of the recipe's trainable parameters, whole (gathered from the shards under FSDP: a
   /// collective then). For exports and tests.
   std::vector<torch::Tensor> trained_parameters();
-  /// After a completed run, on every rank: the recipe's finish (its exports) with the whole model
-  /// in the parameters (FSDP gathers every unit for it, then frees them: collective).
+  /// After a completed run, on every rank: the recipe's tensor exports written by rank 0
+  /// (write_tensor_exports: under FSDP each unit gathered in turn, a collective, never the whole
+  /// model at once), then the recipe's finish (its configuration files).
   void finish(int rank);
 
   /// This rank's state as a checkpoint holds it: the recipe's checkpoint tensors ("model/<name>"),

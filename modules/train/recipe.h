@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -72,6 +73,15 @@ struct MicroBatchLoss {
   /// The recipe's per-step metrics (metric_names()) of this micro-batch, float64 [metrics] on the
   /// device, detached: the loop records their mean over the step's micro-batches. Undefined: none.
   torch::Tensor metrics;
+};
+
+/// A safetensors file of the model's tensors a recipe exports (Recipe::tensor_exports).
+struct TensorExport {
+  std::string path;  // its directories are made when missing
+  /// Names and the model's own tensors (under FSDP they hold their values only while their unit is
+  /// gathered: the writer reads them then).
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  std::map<std::string, std::string> metadata;  // "__metadata__"
 };
 
 /// What one rank holds of the model at a world size, in bytes: the run attributes
@@ -211,8 +221,13 @@ class Recipe {
   }
   /// Run attributes the recipe adds to the options' (model parameters, dataset sizes, files).
   virtual h5::Attributes attributes() const = 0;
-  /// After a completed run, on every rank, with the whole model's values in its parameters (FSDP
-  /// gathers them first): writes the trained adapters, say. Not after a stop.
+  /// The safetensors files the recipe exports after a completed run (the trained adapters, a
+  /// Hugging Face checkpoint; none by default), written by rank 0 (train/tensor_export.h): each
+  /// tensor while its FSDP unit is gathered, so that a sharded model is never whole on a rank.
+  /// Not after a stop.
+  virtual std::vector<TensorExport> tensor_exports() const { return {}; }
+  /// After a completed run, on every rank, once tensor_exports() are written: the rest of the
+  /// recipe's outputs (configuration files). Not after a stop.
   virtual void finish(int rank) {}
 };
 

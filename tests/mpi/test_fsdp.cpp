@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -15,10 +17,12 @@
 
 #include "core/error.h"
 #include "models/llama.h"
+#include "models/safetensors.h"
 #include "mpi_support.h"
 #include "runtime/mpi_communicator.h"
 #include "train/optim/grad_scaler.h"
 #include "train/parallel/fsdp.h"
+#include "train/tensor_export.h"
 
 namespace mgbench {
 namespace {
@@ -113,8 +117,25 @@ TEST_P(FsdpLlama, ShardGradientsAreTheAveragedReplicatedGradientsRows) {
     EXPECT_EQ(sharded_params[i].value().storage().nbytes(), 0U) << name;
     EXPECT_FALSE(sharded_params[i].value().grad().defined()) << name;
   }
+  // Exported a unit at a time (each tensor written by rank 0 while its unit is gathered, then freed
+  // again), the file has the bytes write_safetensors writes from the whole model.
+  const SharedDir dir;
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  train::write_tensor_exports({{dir.file("streamed/model.safetensors"), sharded->hf_state_dict(), metadata}}, &fsdp,
+                              world_rank() == 0);
+  for (const auto& p : sharded_params) EXPECT_EQ(p.value().storage().nbytes(), 0U) << p.key() << " left gathered";
   // Gathered again, the parameters are the replica's (nothing trained them).
   fsdp.gather_all();
+  if (world_rank() == 0) {
+    models::write_safetensors(dir.file("whole.safetensors"), sharded->hf_state_dict(), metadata);
+    const auto bytes = [](const std::string& path) {
+      std::ifstream in(path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string streamed = bytes(dir.file("streamed/model.safetensors"));
+    EXPECT_GT(streamed.size(), 1000U);
+    EXPECT_TRUE(streamed == bytes(dir.file("whole.safetensors"))) << "the streamed export differs from the whole one";
+  }
   for (std::size_t i = 0; i < sharded_params.size(); ++i) {
     EXPECT_TRUE(torch::equal(sharded_params[i].value(), replica_params[i].value())) << sharded_params[i].key();
   }

@@ -2,6 +2,7 @@
 // (tests/python/make_oracles.py: tiny random checkpoints, untied / tied / sharded, fp32 logits).
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -70,6 +71,44 @@ TEST(Safetensors, ReadRowsReadsOneRangeOfDimZero) {
       {"x.safetensors", "'t'", "[7, 3, 5]", "rows 5..8"});
   test::expect_error<DataError>([&] { f.read_rows("t", 0, torch::empty({1, 5, 3})); }, {"'t'", "[1, 5, 3]"});
   test::expect_error<DataError>([&] { f.read_rows("nope", 0, same); }, {"'nope'"});
+}
+
+TEST(Safetensors, AWriterTakesTheTensorsInAnyOrderAndCommitsOnlyAWholeFile) {
+  // What a sharded export does: the header laid out first, each tensor written when its unit is
+  // gathered. Written backwards, the file has write_safetensors' bytes.
+  test::TempDir dir;
+  const std::vector<std::pair<std::string, torch::Tensor>> tensors{
+      {"b.weight", torch::randn({5, 3}).to(torch::kBFloat16)},
+      {"a.weight", torch::randn({7})},
+      {"c.bias", torch::arange(3)}};
+  write_safetensors(dir.file("whole.safetensors"), tensors, {{"format", "pt"}});
+  std::vector<SafetensorsWriter::Entry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  {
+    SafetensorsWriter writer(dir.file("streamed.safetensors"), entries, {{"format", "pt"}});
+    for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) writer.write(it->first, it->second.t().t());
+    test::expect_error<std::invalid_argument>([&] { writer.write("a.weight", tensors[1].second); }, {"twice"});
+    writer.commit();
+  }
+  const auto bytes = [&](const char* name) {
+    std::ifstream in(dir.file(name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes("streamed.safetensors"), bytes("whole.safetensors"));
+  {
+    SafetensorsWriter writer(dir.file("partial.safetensors"), entries, {});
+    writer.write("a.weight", tensors[1].second);
+    test::expect_error<std::invalid_argument>(
+        [&] {
+          writer.write("b.weight", torch::zeros({5, 3}));
+        },
+        {"'b.weight'", "Float", "BFloat16"});
+    test::expect_error<std::invalid_argument>([&] { writer.write("d", torch::zeros({1})); }, {"'d'", "not announced"});
+    test::expect_error<DataError>([&] { writer.commit(); }, {"partial.safetensors", "'b.weight'", "never written"});
+  }
+  // Uncommitted, nothing is left: neither the file nor its temporary.
+  EXPECT_FALSE(std::filesystem::exists(dir.file("partial.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("partial.safetensors.tmp")));
 }
 
 TEST(Safetensors, CorruptFilesNameTheProblem) {

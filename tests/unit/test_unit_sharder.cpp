@@ -119,9 +119,8 @@ TEST(UnitSharder, ANonFiniteValueInARanksRowsIsNamedByItsIndexInTheWholeTensor) 
   models::write_safetensors(bad.file("model.safetensors"), tensors);
   train::UnitSharder rank0(0, 2), rank1(1, 2);
   EXPECT_NO_THROW(train::build_llama(c, BaseWeights::kDense, torch::kCPU, bad.path(), &rank0));
-  test::expect_error<DataError>(
-      [&] { train::build_llama(c, BaseWeights::kDense, torch::kCPU, bad.path(), &rank1); },
-      {name, "1 non-finite", fmt::format("flat index {}", flat)});
+  test::expect_error<DataError>([&] { train::build_llama(c, BaseWeights::kDense, torch::kCPU, bad.path(), &rank1); },
+                                {name, "1 non-finite", fmt::format("flat index {}", flat)});
 }
 
 /// CPU bytes allocated through c10's allocator (the profiler's memory reports), and their peak.

@@ -195,6 +195,21 @@ void FullyShardedUnits::reshard_all() {
   for (Unit& u : state_->units) state_->reshard(u);
 }
 
+void FullyShardedUnits::for_each_unit_gathered(
+    const std::function<void(const std::vector<torch::Tensor>& parameters)>& fn) {
+  State& s = *state_;
+  for (std::size_t i = 0; i < s.units.size(); ++i) {
+    Unit& u = s.units[i];
+    s.issue_gather(u);
+    s.wait_gather(u);
+    if (i + 1 < s.units.size()) s.issue_gather(s.units[i + 1]);
+    std::vector<torch::Tensor> parameters;
+    for (const Param& p : u.params) parameters.push_back(p.full);
+    fn(parameters);
+    s.reshard(u);
+  }
+}
+
 CollectiveTotals FullyShardedUnits::take_collectives() {
   const auto total = [](std::vector<std::unique_ptr<runtime::Work>>& works) {
     double seconds = 0;

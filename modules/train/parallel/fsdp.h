@@ -28,6 +28,7 @@
 // and dequantised by the layer as before. Unlike FSDP2, which gathers a unit of mixed dtypes as one
 // uint8 buffer, the packed bytes go in a second all-gather issued and waited with the first.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,11 @@ class FullyShardedUnits final : public models::UnitHooks {
   /// Frees every gathered unit (a prefetched gather is waited for first). Collective when a gather
   /// was in flight.
   void reshard_all();
+  /// Gathers the units one at a time, in order (the next one's gather issued while fn runs), calls
+  /// fn with the unit's module parameters holding their whole values, and frees the unit again: at
+  /// most two units are whole at once (an export that never holds the model whole). Collective:
+  /// every rank calls it. Throws what fn throws (the units are left as they are then).
+  void for_each_unit_gathered(const std::function<void(const std::vector<torch::Tensor>& parameters)>& fn);
 
   /// The all-gathers and the reduce-scatters waited for since the last call: their seconds, each
   /// from its launch to its completion on the backend's clock (Work::seconds_since_start_of: the

@@ -26,9 +26,8 @@ torch::Tensor cut_shard(const torch::Tensor& full, const std::string& name, cons
   if (source != nullptr) {
     std::vector<std::int64_t> sizes = layout.shard_sizes();
     sizes[0] = rows;
-    (*source)(name, layout.sizes, layout.first_row(rank), shard.view({layout.chunk_rows, layout.row_numel})
-                                                                .narrow(0, 0, rows)
-                                                                .view(sizes));
+    (*source)(name, layout.sizes, layout.first_row(rank),
+              shard.view({layout.chunk_rows, layout.row_numel}).narrow(0, 0, rows).view(sizes));
     return shard;
   }
   shard.view({layout.chunk_rows, layout.row_numel})
@@ -61,8 +60,8 @@ void UnitSharder::shard(const models::ParameterUnit& unit, const RowSource* sour
     MGBENCH_REQUIRE(shards_.emplace(full.unsafeGetTensorImpl(), std::move(shard)).second, std::logic_error,
                     "UnitSharder: {} of unit {} was cut twice", name, unit.name);
   };
-  fsdp::BlockCache freeing(/*enabled=*/false);  // frees, keeps nothing
-  std::vector<torch::Tensor> fulls = unit.parameters;  // the module's own tensors (set_data reaches them)
+  fsdp::BlockCache freeing(/*enabled=*/false);                // frees, keeps nothing
+  std::vector<torch::Tensor> fulls = unit.parameters;         // the module's own tensors (set_data reaches them)
   for (torch::Tensor& full : fulls) own_whole_storage(full);  // the storage freed must be its alone
   // Every shard of the unit allocated (and filled) while the unit is whole, then the whole unit
   // freed at once: the next unit's tensors, of the same sizes, fit the holes it leaves. Freeing a

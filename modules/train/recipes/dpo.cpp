@@ -118,6 +118,7 @@ class DpoRecipe final : public LlamaRecipe {
     return a;
   }
 
+  std::vector<TensorExport> tensor_exports() const override { return llama_.exports(); }
   void finish(int rank) override {
     if (rank == 0) llama_.save();
   }

@@ -78,13 +78,20 @@ void LlamaFinetune::load_adapter(const std::string& dir) {
   model_->load_lora_adapter((fs::path(dir) / "adapter_model.safetensors").string());
 }
 
+std::vector<TensorExport> LlamaFinetune::exports() const {
+  if (output_dir_.empty()) return {};
+  const fs::path dir(output_dir_);
+  if (finetune_ == Finetune::kLora) {
+    return {{(dir / "adapter_model.safetensors").string(), model_->lora_state_dict(), {{"format", "pt"}}}};
+  }
+  return {{(dir / "model.safetensors").string(), model_->hf_state_dict(), {{"format", "pt"}}}};
+}
+
 void LlamaFinetune::save() const {
   if (output_dir_.empty()) return;
   const fs::path dir(output_dir_);
   fs::create_directories(dir);
   if (finetune_ == Finetune::kLora) {
-    models::write_safetensors((dir / "adapter_model.safetensors").string(), model_->lora_state_dict(),
-                              {{"format", "pt"}});
     models::write_json_file((dir / "adapter_config.json").string(), {{"peft_type", "LORA"},
                                                                      {"task_type", "CAUSAL_LM"},
                                                                      {"r", lora_.rank},
@@ -97,9 +104,9 @@ void LlamaFinetune::save() const {
                                                                      {"base_model_name_or_path", model_name_}});
     log::info("adapters: {} (PEFT format)", dir.string());
   } else {
-    models::write_safetensors((dir / "model.safetensors").string(), model_->hf_state_dict(), {{"format", "pt"}});
-    models::write_json_file((dir / "config.json").string(),
-                            nlohmann::json::parse(model_->config().to_hf_json(model_->output_weight().scalar_type())));
+    // The weights' dtype (their sizes and dtype stand while FSDP holds them sharded).
+    const torch::ScalarType dtype = model_->hf_state_dict().front().second.scalar_type();
+    models::write_json_file((dir / "config.json").string(), nlohmann::json::parse(model_->config().to_hf_json(dtype)));
     log::info("model: {} (Hugging Face format)", dir.string());
   }
   if (fake_quant_ == FakeQuant::k8da4w) {

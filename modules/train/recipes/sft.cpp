@@ -96,6 +96,9 @@ class SftRecipe final : public LlamaRecipe {
     return a;
   }
 
+  std::vector<TensorExport> tensor_exports() const override {
+    return options_.eval_only ? std::vector<TensorExport>{} : llama_.exports();
+  }
   void finish(int rank) override {
     if (rank == 0 && !options_.eval_only) llama_.save();
   }
