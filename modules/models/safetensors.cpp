@@ -247,18 +247,27 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<Entry> entrie
   for (auto& [_, slot] : slots_) slot.offset += 8 + text.size();
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   MGBENCH_REQUIRE(fd_ >= 0, DataError, "safetensors '{}': cannot create ({})", tmp_, std::strerror(errno));
-  write_at(fd_, &n, 8, 0, tmp_);
-  write_at(fd_, text.data(), text.size(), 8, tmp_);
-  // Sized at once: a tensor written last still leaves no hole the size check of a reader trips on.
-  MGBENCH_REQUIRE(::ftruncate(fd_, static_cast<off_t>(8 + text.size() + offset)) == 0, DataError,
-                  "safetensors '{}': cannot size the file ({})", tmp_, std::strerror(errno));
+  try {
+    write_at(fd_, &n, 8, 0, tmp_);
+    write_at(fd_, text.data(), text.size(), 8, tmp_);
+    // Sized at once: a tensor written last still leaves no hole the size check of a reader trips on.
+    MGBENCH_REQUIRE(::ftruncate(fd_, static_cast<off_t>(8 + text.size() + offset)) == 0, DataError,
+                    "safetensors '{}': cannot size the file ({})", tmp_, std::strerror(errno));
+  } catch (...) {
+    discard();
+    throw;
+  }
+}
+
+void SafetensorsWriter::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  std::error_code ignored;
+  std::filesystem::remove(tmp_, ignored);  // not committed: no partial file stays
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ < 0) return;
-  ::close(fd_);
-  std::error_code ignored;
-  std::filesystem::remove(tmp_, ignored);  // not committed: no partial file stays
+  if (!committed_) discard();
 }
 
 void SafetensorsWriter::write(const std::string& name, const torch::Tensor& tensor) {
@@ -280,12 +289,14 @@ void SafetensorsWriter::commit() {
   for (const auto& [name, slot] : slots_) {
     MGBENCH_REQUIRE(slot.written, DataError, "safetensors '{}': tensor '{}' was never written", path_, name);
   }
-  MGBENCH_REQUIRE(::close(fd_) == 0, DataError, "safetensors '{}': write failed ({})", tmp_, std::strerror(errno));
-  fd_ = -1;
+  const int fd = fd_;
+  fd_ = -1;  // closed once, whatever close says
+  MGBENCH_REQUIRE(::close(fd) == 0, DataError, "safetensors '{}': write failed ({})", tmp_, std::strerror(errno));
   // On stable storage before it takes the final name: a node failure right after the rename
   // must not leave a complete-looking file with lost pages.
   sync_to_disk(tmp_);
   std::filesystem::rename(tmp_, path_);
+  committed_ = true;
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

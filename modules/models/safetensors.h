@@ -121,9 +121,12 @@ class SafetensorsWriter {
     std::size_t offset = 0;  // from the file's start
     bool written = false;
   };
+  /// Closes the file if open and removes the ".tmp" (a writer not committed).
+  void discard() noexcept;
   std::string path_;
   std::string tmp_;
   int fd_ = -1;
+  bool committed_ = false;
   std::map<std::string, Slot> slots_;
 };
 

@@ -15,6 +15,7 @@
 namespace mgbench::train {
 
 void write_tensor_exports(const std::vector<TensorExport>& exports, FullyShardedUnits* fsdp, bool writes) {
+  if (exports.empty()) return;  // the same on every rank: no rank gathers
   // Rank 0's files, laid out from the tensors' names, dtypes and shapes (known while sharded too).
   std::vector<std::unique_ptr<models::SafetensorsWriter>> files;
   struct Pending {

@@ -12,10 +12,10 @@
 namespace mgbench::train {
 
 /// Writes exports on the rank where `writes` (rank 0), each file as it would be from the whole
-/// model. fsdp (a fully sharded run; nullptr: every rank holds the whole model): its units gathered
-/// one at a time, a collective every rank calls, and each tensor written while its unit is gathered.
-/// Throws DataError naming the file on I/O errors, std::logic_error for a sharded run's exported
-/// tensor that belongs to no unit.
+/// model; exports must be the same list on every rank (nothing to export: no collective). fsdp (a fully sharded run;
+/// nullptr: every rank holds the whole model): its units gathered one at a time, a collective every rank calls, and
+/// each tensor written while its unit is gathered. Throws DataError naming the file on I/O errors, std::logic_error for
+/// a sharded run's exported tensor that belongs to no unit.
 void write_tensor_exports(const std::vector<TensorExport>& exports, FullyShardedUnits* fsdp, bool writes);
 
 }  // namespace mgbench::train

@@ -83,7 +83,8 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)").same_workload();
   t.add("malloc-reuse", malloc_reuse,
         "keep host memory freed by a step for the next (glibc malloc: mmap threshold 32 MiB, no trimming; "
-        "GLIBC_TUNABLES or a preloaded jemalloc / TCMalloc take precedence); false: glibc's defaults")
+        "while the run sets up, 1 MiB, so that a model's freed units go back); GLIBC_TUNABLES or a preloaded "
+        "jemalloc / TCMalloc take precedence; false: glibc's defaults")
       .no_effect();
   session::declare_comm_timeout(t, comm_timeout_s);
   t.add("peak-tflops", peak_tflops,

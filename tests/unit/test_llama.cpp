@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "host_bytes.h"
 #include "models/llama.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
@@ -235,35 +236,12 @@ TEST(Llama, LogitsEqualTransformers) {
   }
 }
 
-/// The bytes of CPU tensors this thread allocates while the probe is installed: the running total
-/// and its peak, as c10's CPU allocator reports each allocation and free to the profiler's
-/// MemoryReportingInfoBase (what torch.profiler's profile_memory reads).
-class HostTensorBytes final : public c10::MemoryReportingInfoBase {
- public:
-  void reportMemoryUsage(void*, std::int64_t alloc_size, std::size_t, std::size_t, c10::Device device) override {
-    if (!device.is_cpu()) return;
-    current += alloc_size;
-    peak = std::max(peak, current);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-  std::int64_t current = 0;
-  std::int64_t peak = 0;
-};
-
 TEST(Llama, BuildsOnTheDeviceOneUnitAtATime) {
   // Issue 32 item 5: the host holds one unit (embedding, a decoder layer, the head) at a time, never
   // the model. On the CPU the device is the host: a unit placed there gives its storage back here
   // (as a GPU run's would leave the host), and the peak is what the host held before placing.
-  LlamaConfig c = LlamaConfig::preset("tiny");
-  c.vocab_size = 2048;
-  c.hidden_size = 256;
-  c.intermediate_size = 1024;
-  c.num_hidden_layers = 8;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.tie_word_embeddings = false;
-  auto probe = std::make_shared<HostTensorBytes>();
+  const LlamaConfig c = test::eight_layer_llama();
+  auto probe = std::make_shared<test::HostTensorBytes>();
   std::vector<std::string> placed;
   std::int64_t whole = 0, layer = 0;
   const auto leave_the_host = [&](const std::string& name, torch::nn::Module& part) {

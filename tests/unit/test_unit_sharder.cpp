@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <limits>
 
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "host_bytes.h"
 #include "models/llama.h"
 #include "models/safetensors.h"
 #include "test_support.h"
@@ -87,6 +87,10 @@ TEST(UnitSharder, CheckpointRowsReadAtBuildEqualTheWholeModelsRows) {
     expect_sharded_builds_equal_whole(LlamaConfig::from_hf_json(dir + "/config.json"), BaseWeights::kDense, dir,
                                       {2, 3});
   }
+  // 12 ranks: the k / v projections' 32 rows are chunks of 3, the last rank's empty, yet its build
+  // reads (nothing of) them and the checkpoint is used up on every rank alike.
+  const std::string dir = test::oracle_dir() + "/llama_tiny";
+  expect_sharded_builds_equal_whole(LlamaConfig::from_hf_json(dir + "/config.json"), BaseWeights::kDense, dir, {12});
 }
 
 TEST(UnitSharder, Nf4ProjectionsQuantisedWholeThenCutInWholeBlocks) {
@@ -123,31 +127,10 @@ TEST(UnitSharder, ANonFiniteValueInARanksRowsIsNamedByItsIndexInTheWholeTensor) 
                                 {name, "1 non-finite", fmt::format("flat index {}", flat)});
 }
 
-/// CPU bytes allocated through c10's allocator (the profiler's memory reports), and their peak.
-class HostBytes final : public c10::MemoryReportingInfoBase {
- public:
-  void reportMemoryUsage(void*, std::int64_t alloc_size, std::size_t, std::size_t, c10::Device device) override {
-    if (!device.is_cpu()) return;
-    current += alloc_size;
-    peak = std::max(peak, current);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-  std::int64_t current = 0;
-  std::int64_t peak = 0;
-};
-
 TEST(UnitSharder, ARankHoldsItsShardsAndOneUnitWhileLoading) {
   // Issue 48: loading under FSDP is bounded by the rank's shards and one unit, not the model. A
   // Llama of 8 layers (untied, fp32) written to a checkpoint, loaded at rank 1 of 4.
-  LlamaConfig c = LlamaConfig::preset("tiny");
-  c.vocab_size = 2048;
-  c.hidden_size = 256;
-  c.intermediate_size = 1024;
-  c.num_hidden_layers = 8;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.tie_word_embeddings = false;
+  const LlamaConfig c = test::eight_layer_llama();
   test::TempDir dir;
   std::int64_t whole = 0, largest_unit = 0;
   {
@@ -160,7 +143,7 @@ TEST(UnitSharder, ARankHoldsItsShardsAndOneUnitWhileLoading) {
       largest_unit = std::max(largest_unit, bytes);
     }
   }
-  auto probe = std::make_shared<HostBytes>();
+  auto probe = std::make_shared<test::HostTensorBytes>();
   train::UnitSharder sharder(1, 4);
   {
     const c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, probe);

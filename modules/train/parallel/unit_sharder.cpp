@@ -22,14 +22,16 @@ torch::Tensor cut_shard(const torch::Tensor& full, const std::string& name, cons
   torch::NoGradGuard no_grad;
   torch::Tensor shard = torch::zeros(layout.shard_sizes(), full.options().requires_grad(false));
   const std::int64_t rows = layout.valid_rows(rank);
-  if (rows == 0) return shard;
   if (source != nullptr) {
+    // Called for an empty chunk too (a rank past the last row): the source checks the tensor's shape
+    // and counts it read on every rank alike.
     std::vector<std::int64_t> sizes = layout.shard_sizes();
     sizes[0] = rows;
     (*source)(name, layout.sizes, layout.first_row(rank),
               shard.view({layout.chunk_rows, layout.row_numel}).narrow(0, 0, rows).view(sizes));
     return shard;
   }
+  if (rows == 0) return shard;
   shard.view({layout.chunk_rows, layout.row_numel})
       .narrow(0, 0, rows)
       .copy_(full.detach().reshape({layout.rows, layout.row_numel}).narrow(0, layout.first_row(rank), rows));

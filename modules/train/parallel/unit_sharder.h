@@ -37,7 +37,7 @@ void own_whole_storage(torch::Tensor& full);
 /// Rank `rank`'s shard of parameter `full` under `layout` (ShardLayout::of(full.sizes(), world)):
 /// [chunk_rows, sizes[1:]...] in full's dtype on its device, the valid rows copied from full (its
 /// logical row order, whatever its memory format) or, with source, read from it (full's values are
-/// never read then), the padding rows zero.
+/// never read then; the source is called for an empty chunk too), the padding rows zero.
 torch::Tensor cut_shard(const torch::Tensor& full, const std::string& name, const ShardLayout& layout, int rank,
                         const RowSource* source = nullptr);
 

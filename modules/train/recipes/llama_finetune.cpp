@@ -175,9 +175,9 @@ void LlamaFinetune::build(const RecipeContext& ctx) {
   refuse_if_weights_do_not_fit(ctx);
   refuse_if_plan_does_not_fit(ctx);
   {
-    // Built in the run's dtype, one unit at a time, each moved to the device and drawn there before
-    // the next exists: the host holds one decoder layer (8B, bf16: 0.44 GB; the embedding 1.05 GB),
-    // not the model (16 GB); NF4 projections are quantised on the device as they are drawn.
+    // Built in the run's dtype, one unit at a time, each moved to the device and drawn or read there
+    // before the next exists: the host holds one decoder layer (8B, bf16: 0.44 GB; the embedding
+    // 1.05 GB), not the model (16 GB); NF4 projections are quantised on the device.
     const caffe2::TypeMeta previous = torch::get_default_dtype();
     torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(runtime::scalar_type(ctx.precision.param_dtype)));
     try {

@@ -170,9 +170,9 @@ class LlamaFinetune {
   /// order and rules), with the LoRA adapters this run adds; NF4 projections as packed bytes
   /// (element_bytes: the parameters' dtype, that of the NF4 factors).
   std::vector<UnitShape> unit_shapes(const models::LlamaConfig& c, std::int64_t element_bytes) const;
-  /// Throws DataError naming config.json, its sizes and the memory, when the weights alone exceed
-  /// the device's memory (before anything is allocated: today every rank builds the whole model
-  /// before FSDP shards it).
+  /// Throws DataError naming config.json, its sizes and the memory, when the weights alone (under a
+  /// sharded build, this rank's shard of them) exceed the device's memory, before anything is
+  /// allocated.
   void refuse_if_weights_do_not_fit(const RecipeContext& ctx) const;
   /// On a GPU: throws ConfigError naming the bytes per rank (parameters, gradients, optimizer states:
   /// the memory plan at this world size) and the rank count that would fit under fsdp, when they
