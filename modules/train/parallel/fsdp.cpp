@@ -59,67 +59,57 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
   MGBENCH_REQUIRE(cut_at_build == nullptr || (cut_at_build->rank() == rank && cut_at_build->world_size() == world),
                   std::logic_error, "FSDP: shards cut at build for rank {} of {}, this is rank {} of {}",
                   cut_at_build->rank(), cut_at_build->world_size(), rank, world);
-  // A shard cut while the model was built (UnitSharder), else cut here from the whole tensor.
-  const auto cut_before = [&](const torch::Tensor& full) {
-    return cut_at_build != nullptr ? cut_at_build->take(full) : torch::Tensor();
-  };
+  // The shards a sharded build cut (UnitSharder) are taken as they are; the rest are cut here, by
+  // the same sharder.
+  UnitSharder here(rank, world);
+  UnitSharder& cutter = cut_at_build != nullptr ? *cut_at_build : here;
   torch::NoGradGuard no_grad;
   for (models::ParameterUnit& spec : model.parameter_units()) {
     Unit u;
     u.name = spec.name;
     u.reshard_after_forward = spec.reshard_after_forward;
     for (std::size_t k = 0; k < spec.parameters.size(); ++k) {
-      torch::Tensor& full = spec.parameters[k];
+      const torch::Tensor& full = spec.parameters[k];
       if (k == 0) u.options = full.options().requires_grad(false);
       if (full.scalar_type() != u.options.dtype().toScalarType() || full.device() != u.options.device()) {
         throw std::logic_error(fmt::format("FSDP unit {}: {} is {} on {}, the unit's first parameter {} on {}", u.name,
                                            spec.names[k], c10::toString(full.scalar_type()), full.device().str(),
                                            c10::toString(u.options.dtype().toScalarType()), u.options.device().str()));
       }
-      if (state_->shard_by_param.count(full.unsafeGetTensorImpl()) != 0) {
+      // Before anything is cut: a tensor cut for one unit must not be cut again for another.
+      if (!state_->shard_by_param.emplace(full.unsafeGetTensorImpl(), torch::Tensor()).second) {
         throw std::logic_error(fmt::format("FSDP: parameter {} is in two units", spec.names[k]));
       }
+    }
+    cutter.shard(spec);  // a no-op for a unit cut at build
+    for (const torch::Tensor& full : spec.parameters) {
       Param p;
       p.full = full;
       p.layout = ShardLayout::of(full.sizes(), world);
       p.full_nbytes = full.nbytes();
       p.offset = u.flat_numel;
       u.flat_numel += p.layout.shard_numel();
-      p.shard = cut_before(full);
-      if (!p.shard.defined()) {
-        // Its memory format stays (a channels_last convolution weight keeps its strides): shards
-        // hold rows in their logical order, copied through strided views.
-        own_whole_storage(full);
-        p.shard = cut_shard(full, spec.names[k], p.layout, rank);
-      }
+      p.shard = cutter.take(full);
       p.shard.set_requires_grad(full.requires_grad());
       u.trainable = u.trainable || full.requires_grad();
-      state_->shard_by_param.emplace(full.unsafeGetTensorImpl(), p.shard);
-      state_->cache.resize_storage(full, 0);
+      state_->shard_by_param[full.unsafeGetTensorImpl()] = p.shard;
       u.params.push_back(std::move(p));
     }
-    for (models::PackedWeight& w : spec.packed) {
-      require_packed_split(w, world);
-      for (torch::Tensor& full : w.parts) {
+    for (const models::PackedWeight& w : spec.packed) {
+      for (const torch::Tensor& full : w.parts) {
         PackedPart p;
         p.full = full;
         p.full_nbytes = full.nbytes();
-        p.shard = cut_before(full);
-        if (!p.shard.defined()) {
-          own_whole_storage(full);  // 1-D: contiguous
-          p.shard = cut_packed_shard(full, rank, world);
-        }
+        p.shard = cutter.take(full);
         p.offset = u.packed_bytes;
         u.packed_bytes += static_cast<std::int64_t>(p.full_nbytes) / world;
-        state_->cache.resize_storage(full, 0);
         u.packed.push_back(std::move(p));
       }
     }
     state_->units.push_back(std::move(u));
   }
-  MGBENCH_REQUIRE(cut_at_build == nullptr || cut_at_build->pending() == 0, std::logic_error,
-                  "FSDP: {} shard(s) cut at build belong to no parameter of the model's units",
-                  cut_at_build == nullptr ? 0 : cut_at_build->pending());
+  MGBENCH_REQUIRE(cutter.pending() == 0, std::logic_error,
+                  "FSDP: {} shard(s) cut at build belong to no parameter of the model's units", cutter.pending());
   // From here on gathered memory is reused (set up after the sharding: the whole parameters' memory
   // is freed, not kept).
   if (!state_->units.empty()) state_->cache = BlockCache(state_->units.front().options.device().is_cpu());

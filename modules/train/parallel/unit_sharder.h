@@ -29,36 +29,21 @@ namespace mgbench::train {
 using RowSource = std::function<void(const std::string& name, c10::IntArrayRef sizes, std::int64_t first_row,
                                      const torch::Tensor& rows)>;
 
-/// Makes `full` own its whole storage, so that the storage can be freed and re-allocated in place:
-/// a view, an offset or an overlapping layout is replaced by a copy (set_data: modules and
-/// optimizers keep the tensor). A dense non-contiguous layout (a channels_last weight) is kept.
-void own_whole_storage(torch::Tensor& full);
-
-/// Rank `rank`'s shard of parameter `full` under `layout` (ShardLayout::of(full.sizes(), world)):
-/// [chunk_rows, sizes[1:]...] in full's dtype on its device, the valid rows copied from full (its
-/// logical row order, whatever its memory format) or, with source, read from it (full's values are
-/// never read then; the source is called for an empty chunk too), the padding rows zero.
-torch::Tensor cut_shard(const torch::Tensor& full, const std::string& name, const ShardLayout& layout, int rank,
-                        const RowSource* source = nullptr);
-
-/// Throws ConfigError naming the packed weight, its blocks and the world size when `world` ranks
-/// cannot split its quantisation blocks evenly (torchao's NF4Tensor under FSDP2: whole blocks, as
-/// many on every rank).
-void require_packed_split(const models::PackedWeight& weight, int world);
-/// Rank `rank`'s bytes of a packed weight's part (1-D, its bytes divisible by world): uint8
-/// [nbytes / world], a copy.
-torch::Tensor cut_packed_shard(const torch::Tensor& part, int rank, int world);
-
 class UnitSharder {
  public:
   /// Throws std::invalid_argument for world_size < 1 or a rank outside [0, world_size).
   UnitSharder(int rank, int world_size);
 
-  /// Cuts every parameter and packed weight part of `unit` to this rank's shard and frees the
-  /// unit's whole storage (each tensor keeps its sizes, its storage 0 bytes: FSDP regathers into it).
-  /// source: where the parameters' rows come from (nullptr: their own values); packed weights are
-  /// cut from their own bytes. Throws ConfigError from require_packed_split (before anything is
-  /// freed), std::logic_error for a tensor already cut, and what source throws.
+  /// Cuts every parameter and packed weight part of `unit` to this rank's shard (FSDP2's:
+  /// torch.chunk's chunk on dim 0, padded to the first chunk's rows; packed parts split evenly as
+  /// bytes) and frees the unit's whole storage (each tensor keeps its sizes, its storage 0 bytes:
+  /// FSDP regathers into it). A tensor cut already (and not taken) keeps its shard, so that
+  /// FullyShardedUnits cuts, through the same call, whatever the build did not. A tensor that does
+  /// not own its whole storage (a view) is first given a copy of its own. source: where the
+  /// parameters' rows come from (nullptr: their own values); packed weights are cut from their own
+  /// bytes. Throws ConfigError naming a packed weight whose quantisation blocks world_size ranks
+  /// cannot split evenly (torchao's NF4Tensor under FSDP2: whole blocks, as many on every rank),
+  /// before anything is freed, and what source throws.
   void shard(const models::ParameterUnit& unit, const RowSource* source = nullptr);
   /// The shard cut for `full` (a parameter or packed part shard() was given), handed over once;
   /// undefined when there is none.

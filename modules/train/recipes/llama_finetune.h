@@ -53,15 +53,15 @@ struct MicroBatchShape {
 class UnitSharder;
 
 /// The Llama model of a run in the default dtype on `device`, built one unit at a time (models::
-/// LlamaForCausalLMImpl's constructor), its weights drawn (as transformers initialises them) or,
-/// with `checkpoint` (a Hugging Face checkpoint directory; empty: none), read from it, nothing drawn
-/// (the generator's state after it is not the random build's). sharder: a
-/// fully sharded run's (nullptr: replicated) -- each unit is cut to this rank's shard as soon as it is
-/// built, its dense tensors read for this rank's rows only and its NF4 projections read whole one at
-/// a time and quantised before the cut: the rank holds its shards and one unit, never the model, and
-/// its shards equal the rows FSDP would cut from the model built whole (the same draws, the same
-/// file). Without a sharder every tensor is read whole into the model, one at a time. Throws
-/// ConfigError / DataError as the constructor, LlamaCheckpointReader and UnitSharder do.
+/// LlamaForCausalLMImpl's constructor): its weights drawn as transformers initialises them, or, with
+/// `checkpoint` (a Hugging Face checkpoint directory; empty: none), read from it with nothing drawn
+/// (so the generator's state after it is not the random build's). sharder: a fully sharded run's
+/// (nullptr: replicated, every tensor read whole, one at a time) -- each unit is cut to this rank's
+/// shard as soon as it is built, its dense tensors read for this rank's rows only, its NF4
+/// projections read whole one at a time and quantised before the cut: the rank holds its shards and
+/// one unit, never the model, and its shards equal the rows FSDP would cut from the model built
+/// whole (the same draws, the same file). Throws ConfigError / DataError as the constructor,
+/// LlamaCheckpointReader and UnitSharder do.
 models::LlamaForCausalLM build_llama(const models::LlamaConfig& config, models::BaseWeights base, torch::Device device,
                                      const std::string& checkpoint, UnitSharder* sharder);
 
