@@ -483,6 +483,26 @@ for run in h5py.File(sys.argv[1])['runs'].values():
   "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt" || true
   # HtoD by what made it (issue 32 item 1): with the MPI backend, the collectives' staging apart.
   "$BUILD/app/mgbench" report --cuda "$OUT/fsdp.h5" | grep -A4 "^# .*CUDA activity" | tee -a "$OUT/fsdp-report.txt" || true
+  # Issue 48: a checkpoint loaded a shard at a time. mgbench writes a random llama3.2-3b (6.4 GB bf16,
+  # one file, streamed a unit at a time), then 2 ranks load their rows of it and train LoRA sharded:
+  # each rank's load time and memory when its set-up ended, and its peak while training.
+  stage "FSDP: llama3.2-3b loaded from a checkpoint a shard per rank, LoRA, 2 ranks over $FSDP_BACKEND"
+  mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe full --model llama3.2-3b --init random \
+    "${LLM_ALPACA[@]}" --batch-size 1 --max-steps 1 --max-seq-len 256 --backend "$FSDP_BACKEND" --sharding fsdp \
+    --results "$OUT/fsdp-export.h5" --output-dir "$OUT/llama3.2-3b-random" 2>&1 | tail -2 || true
+  mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe lora --model "$OUT/llama3.2-3b-random" \
+    "${LLM_ALPACA[@]}" --batch-size 2 --max-steps 10 --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding fsdp \
+    --results "$OUT/fsdp.h5" --run-name lora-3b-loaded --progress-interval 5 2>&1 | tail -3 || true
+  rm -rf "$OUT/llama3.2-3b-random"  # 6.4 GB: not a result
+  "$PYTHON" -c "import h5py, sys
+for run in h5py.File(sys.argv[1])['runs'].values():
+    if run.attrs['run_name'] != 'lora-3b-loaded': continue
+    for r in range(int(run.attrs['world_size'])):
+        a = run[f'rank_{r}'].attrs
+        print(f'lora-3b-loaded rank {r}: load (set-up) {a[\"setup_s\"]:.1f} s, memory at its end',
+              f'{a[\"setup_peak_memory_bytes\"] / 2**30:.2f} GiB; run peak',
+              f'{run[\"summary\"][0][\"peak_memory_bytes\"] / 2**30:.2f} GiB (rank 0)')" "$OUT/fsdp.h5" \
+    | tee -a "$OUT/fsdp-report.txt" || true
   stage "FSDP: the memory plan of llama3-8b full fine-tuning (bf16, AdamW) at 1, 2, 4, 8 ranks against this GPU"
   "$BUILD/app/mgbench" llm --recipe full --model llama3-8b --init random --precision bf16 \
     "${LLM_ALPACA[@]}" --dry-run | tee -a "$OUT/fsdp-report.txt" || true

@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <functional>
-#include <limits>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -22,50 +23,70 @@
 namespace mgbench::runtime {
 namespace {
 
-/// What MPI reads and writes for one collective: host tensors of MPI types, the caller's own where
-/// they are such (CPU float32/float64/int32/int64), else host copies (CUDA tensors; float16 and
-/// bfloat16 as float32), written back into the caller's output when the collective completes.
-struct Staged {
-  torch::Tensor output;  // the caller's
-  torch::Tensor recv;    // what MPI writes: output itself or its host copy
-  torch::Tensor send;    // what MPI reads; undefined: MPI_IN_PLACE (the input is in recv)
-  bool copy_back() const { return !recv.is_same(output); }
+/// The dtype MPI moves and reduces a tensor of `type` in: float16 and bfloat16 as float32 (MPI has
+/// no such types), the others as they are.
+torch::ScalarType mpi_scalar_type(torch::ScalarType type) {
+  return type == torch::kHalf || type == torch::kBFloat16 ? torch::kFloat32 : type;
+}
+
+/// t's values on the host in t's dtype: t itself, or a copy of a CUDA tensor (on the caller's thread
+/// and stream, at launch).
+torch::Tensor on_host(const torch::Tensor& t) { return t.device().is_cpu() ? t : t.to(torch::kCPU); }
+
+/// What one collective reads and writes, on the host: the caller's own tensors where they are on the
+/// host (of any dtype), else host copies of CUDA tensors (the output's written back into it on the
+/// caller's thread when the collective completes). Both are [blocks, block]: one block of `block`
+/// elements per rank where MPI's buffer holds one per rank (an all-gather's output, a
+/// reduce-scatter's input), else one block.
+struct HostBuffers {
+  torch::Tensor output;          // the caller's
+  torch::Tensor out;             // where the result goes, [blocks, block]: output itself or its host copy
+  torch::Tensor in;              // what MPI reads, [blocks, block]; undefined: in place (the input is in out)
+  bool in_overlaps_out = false;  // NCCL's in-place reduce-scatter: out is one of in's blocks
+  bool copy_back() const { return out.defined() && out.data_ptr() != output.data_ptr(); }
 };
 
-bool needs_host_copy(const torch::Tensor& t) {
-  return !t.device().is_cpu() || t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16;
+/// Buffers of an in-place collective (the input is the output's current values).
+HostBuffers in_place(torch::Tensor& output, std::int64_t blocks) {
+  return {output, on_host(output).view({blocks, -1}), {}, false};
 }
 
-torch::ScalarType mpi_scalar_type(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : t.scalar_type();
+/// Buffers of an out-of-place collective; MPI writes out without reading it.
+HostBuffers out_of_place(const torch::Tensor& input, std::int64_t in_blocks, torch::Tensor& output,
+                         std::int64_t out_blocks) {
+  const torch::Tensor out =
+      output.device().is_cpu() ? output : torch::empty(output.sizes(), output.options().device(torch::kCPU));
+  return {output, out.view({out_blocks, -1}), on_host(input).view({in_blocks, -1}), false};
 }
 
-/// t as MPI reads it: t, or a host copy of its values.
-torch::Tensor host_values(const torch::Tensor& t) {
-  return needs_host_copy(t) ? t.to(torch::TensorOptions().device(torch::kCPU).dtype(mpi_scalar_type(t))) : t;
-}
-
-/// Stages an in-place collective (the input is the output's current values).
-Staged stage_in_place(torch::Tensor& output) { return {output, host_values(output), {}}; }
-
-/// Stages an out-of-place collective; MPI writes recv without reading it.
-Staged stage_out_of_place(const torch::Tensor& input, torch::Tensor& output) {
-  torch::Tensor recv =
-      needs_host_copy(output)
-          ? torch::empty(output.sizes(), torch::TensorOptions().device(torch::kCPU).dtype(mpi_scalar_type(output)))
-          : output;
-  return {output, recv, host_values(input)};
-}
+/// Starts the non-blocking MPI call on one segment of a collective (MPI_IN_PLACE as send for an
+/// in-place one, count elements of type a rank's block); its return code.
+using SegmentCall = std::function<int(const void* send, void* recv, int count, MPI_Datatype type, MPI_Request*)>;
 
 /// One queued collective, shared by its Work and the communication thread.
 struct Operation {
   const char* what = "";
-  std::function<int(MPI_Request*)> start;  // starts the non-blocking MPI call; its return code
-  Staged staged;
+  SegmentCall start;
+  HostBuffers buffers;
   double launched_s = 0;  // queued (the caller's launch)
   double done_s = 0;      // the MPI call returned
   int rc = MPI_SUCCESS;
   bool done = false;  // guarded by the worker's mutex
+};
+
+/// Host memory MPI reads or writes for one segment: a piece of the caller's buffer where that is
+/// contiguous and of an MPI type, else the worker's staging buffer.
+class SegmentBuffer {
+ public:
+  /// [blocks, len] of `type` in this buffer's memory (grown as needed, kept for the next segment).
+  torch::Tensor stage(std::int64_t blocks, std::int64_t len, torch::ScalarType type) {
+    const std::size_t bytes = static_cast<std::size_t>(blocks * len) * c10::elementSize(type);
+    if (memory_.size() * sizeof(double) < bytes) memory_.resize((bytes + sizeof(double) - 1) / sizeof(double));
+    return torch::from_blob(memory_.data(), {blocks, len}, torch::TensorOptions().dtype(type));
+  }
+
+ private:
+  std::vector<double> memory_;  // aligned for every MPI type
 };
 
 }  // namespace
@@ -73,15 +94,20 @@ struct Operation {
 struct MpiCommunicator::Worker {
   static constexpr int kPollIntervalUs = 50;  // the longest pause between two MPI_Test calls
   static constexpr double kSpinS = 20e-6;     // tested back to back first
-  double timeout_s = 0;                       // 0: none
-  std::uint64_t started = 0;                  // collectives started, for the message
+  /// The most bytes one MPI call moves from or to a rank's buffer: a larger collective runs as a
+  /// sequence of calls over pieces of every rank's block, so staging (bf16 / fp16 as fp32, pieces
+  /// strided in the caller's buffer) and Open MPI's own temporaries (libnbc's reduce-scatter keeps
+  /// about twice its input) stay this size, not the tensor's.
+  static constexpr std::int64_t kSegmentBytes = std::int64_t{8} << 20;
+  double timeout_s = 0;       // 0: none
+  std::uint64_t started = 0;  // collectives started, for the message
   std::mutex mutex;
   std::condition_variable wake;   // the thread: work queued or stop
   std::condition_variable ended;  // waiters: an operation is done
   std::deque<std::shared_ptr<Operation>> queue;
   bool stop = false;
+  SegmentBuffer send_stage, recv_stage;  // the thread's own
   std::thread thread;
-
   explicit Worker(double timeout) : timeout_s(timeout), thread([this] { run(); }) {}
   ~Worker() {
     {
@@ -92,10 +118,10 @@ struct MpiCommunicator::Worker {
     thread.join();
   }
 
-  std::shared_ptr<Operation> submit(const char* what, Staged staged, std::function<int(MPI_Request*)> start) {
+  std::shared_ptr<Operation> submit(const char* what, HostBuffers buffers, SegmentCall start) {
     auto op = std::make_shared<Operation>();
     op->what = what;
-    op->staged = std::move(staged);
+    op->buffers = std::move(buffers);
     op->start = std::move(start);
     op->launched_s = now_s();
     {
@@ -117,20 +143,68 @@ struct MpiCommunicator::Worker {
   }
 
  private:
-  /// Starts the operation and drives MPI's progress until it completes. Each MPI_Test may advance a
-  /// step of the non-blocking collective's schedule, so the first kSpinS are tested back to back (a
-  /// small collective completes in microseconds); then the pauses between tests double from 1 us to
-  /// kPollIntervalUs, so a long collective does not take a core from backward's compute (a blocking
-  /// MPI call spins; with a rank per core that slowed training by 10-15 % here). The thread's timer
-  /// slack is 1 us (run()), else every pause would last Linux's default 50 us.
+  /// Runs the operation as MPI calls over pieces of kSegmentBytes at most (one call for a smaller
+  /// one), each driven to completion: see wait_for.
   int drive(Operation& op) {
     ++started;
-    const double begin = now_s();
     // Past timeout_s (a peer died, hangs or is stopped) the watchdog names the collective and
     // where every rank is, and ends the job.
     const watchdog::Deadline deadline(fmt::format("{} #{}", op.what, started), timeout_s);
+    const HostBuffers& b = op.buffers;
+    if (!b.out.defined()) {  // a barrier
+      return wait_for([&](MPI_Request* r) { return op.start(nullptr, nullptr, 0, MPI_BYTE, r); });
+    }
+    const torch::ScalarType type = mpi_scalar_type(b.out.scalar_type());
+    const std::int64_t block = b.out.size(1);
+    const std::int64_t blocks = std::max(b.out.size(0), b.in.defined() ? b.in.size(0) : 1);
+    const auto element = static_cast<std::int64_t>(c10::elementSize(type));
+    const std::int64_t step = std::max<std::int64_t>(1, kSegmentBytes / (blocks * element));
+    int rc = MPI_SUCCESS;
+    for (std::int64_t first = 0; rc == MPI_SUCCESS && (first == 0 || first < block); first += step) {
+      rc = run_segment(op, first, std::min(step, block - first), type);
+    }
+    return rc;
+  }
+
+  /// Columns [first, first + len) of every block: MPI reads and writes the caller's memory where
+  /// that piece is contiguous and of `type` (and is not also the output), else the staging buffers,
+  /// converted on the way in and out.
+  int run_segment(Operation& op, std::int64_t first, std::int64_t len, torch::ScalarType type) {
+    const HostBuffers& b = op.buffers;
+    const auto is_mpi_buffer = [&](const torch::Tensor& t) { return t.scalar_type() == type && t.is_contiguous(); };
+    torch::Tensor out = b.out.narrow(1, first, len);
+    const bool out_direct = is_mpi_buffer(out);
+    const torch::Tensor recv = out_direct ? out : recv_stage.stage(out.size(0), len, type);
+    const void* send = MPI_IN_PLACE;
+    if (!b.in.defined()) {
+      if (!out_direct) recv.copy_(out);  // in place: the input is out's values
+    } else {
+      const torch::Tensor in = b.in.narrow(1, first, len);
+      if (is_mpi_buffer(in) && !b.in_overlaps_out) {
+        send = in.data_ptr();
+      } else {
+        const torch::Tensor staged = send_stage.stage(in.size(0), len, type);
+        staged.copy_(in);
+        send = staged.data_ptr();
+      }
+    }
+    const int count = static_cast<int>(len);  // at most kSegmentBytes / element
+    const int rc =
+        wait_for([&](MPI_Request* r) { return op.start(send, recv.data_ptr(), count, mpi_datatype(type), r); });
+    if (rc == MPI_SUCCESS && !out_direct) out.copy_(recv);
+    return rc;
+  }
+
+  /// Starts one non-blocking MPI call and drives MPI's progress until it completes. Each MPI_Test
+  /// may advance a step of the non-blocking collective's schedule, so the first kSpinS are tested
+  /// back to back (a small collective completes in microseconds); then the pauses between tests
+  /// double from 1 us to kPollIntervalUs, so a long collective does not take a core from backward's
+  /// compute (a blocking MPI call spins; with a rank per core that slowed training by 10-15 % here).
+  /// The thread's timer slack is 1 us (run()), else every pause would last Linux's default 50 us.
+  static int wait_for(const std::function<int(MPI_Request*)>& start) {
+    const double begin = now_s();
     MPI_Request request = MPI_REQUEST_NULL;
-    int rc = op.start(&request);
+    int rc = start(&request);
     int pause_us = 0;
     for (int done = 0; rc == MPI_SUCCESS && done == 0;) {
       rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
@@ -188,24 +262,30 @@ class MpiWork final : public Work {
   }
 
  private:
-  /// On the caller's thread: the error, or the staged result written back.
+  /// On the caller's thread: the error, or a CUDA output's host copy written back.
   void complete() {
     finished_ = true;
     if (op_->rc != MPI_SUCCESS) detail::throw_mpi_error(op_->rc, op_->what, __FILE__, __LINE__);
-    if (op_->staged.copy_back()) {
+    HostBuffers& b = op_->buffers;
+    if (b.copy_back()) {
       const profile::CopyScope staging(profile::CopyPurpose::kCollectiveStaging);
-      op_->staged.output.copy_(op_->staged.recv);
+      b.output.copy_(b.out.view(b.output.sizes()));
     }
-    // MPI is done with the buffers: the host copies (fp32 staging of bf16/fp16, CUDA tensors) and the
-    // references to the caller's tensors go now, not when the Work does (FSDP keeps its Works, for
-    // their seconds, to the end of the step: every unit's staged gather and reduce-scatter alive at once).
-    op_->staged = {};
+    // MPI is done with the buffers: the host copies of CUDA tensors and the references to the
+    // caller's tensors go now, not when the Work does (FSDP keeps its Works, for their seconds, to
+    // the end of the step).
+    b = {};
   }
 
   MpiCommunicator::Worker& worker_;
   std::shared_ptr<Operation> op_;
   bool finished_ = false;
 };
+
+/// Queues a collective to the worker.
+std::unique_ptr<Work> queue(MpiCommunicator::Worker& worker, const char* what, HostBuffers buffers, SegmentCall start) {
+  return std::make_unique<MpiWork>(worker, worker.submit(what, std::move(buffers), std::move(start)));
+}
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
@@ -219,12 +299,11 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
-/// check_collective, and counts within MPI's int.
+/// check_collective, and a dtype MPI can move (on the caller's thread, before anything is queued).
 void require_pair(const torch::Tensor& input, const torch::Tensor& output, const char* op, std::int64_t output_factor,
                   std::int64_t input_factor) {
   check_collective(input, output, "MPI", op, output_factor, input_factor);
-  MGBENCH_REQUIRE(std::max(input.numel(), output.numel()) <= std::numeric_limits<int>::max(), CommError,
-                  "MPI backend {}: {} elements exceed MPI's int count", op, std::max(input.numel(), output.numel()));
+  mpi_datatype(mpi_scalar_type(output.scalar_type()));
 }
 
 /// True when `part` starts `offset` elements into `whole` (same dtype): NCCL's in-place layout.
@@ -271,66 +350,57 @@ MpiCommunicator::~MpiCommunicator() {
 
 std::unique_ptr<Work> MpiCommunicator::all_reduce(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) {
   require_pair(input, output, "all_reduce", 1, 1);
-  Staged staged = input.data_ptr() == output.data_ptr() ? stage_in_place(output) : stage_out_of_place(input, output);
-  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
-  const void* send = staged.send.defined() ? staged.send.data_ptr() : MPI_IN_PLACE;
-  void* recv = staged.recv.data_ptr();
-  const int count = static_cast<int>(output.numel());
   const MPI_Op mpi = mpi_op(op);
   MPI_Comm comm = comm_;
-  return std::make_unique<MpiWork>(*worker_, worker_->submit("MPI_Iallreduce", std::move(staged), [=](MPI_Request* r) {
-    return MPI_Iallreduce(send, recv, count, type, mpi, comm, r);
-  }));
+  return queue(*worker_, "MPI_Iallreduce",
+               input.data_ptr() == output.data_ptr() ? in_place(output, 1) : out_of_place(input, 1, output, 1),
+               [=](const void* send, void* recv, int count, MPI_Datatype type, MPI_Request* r) {
+                 return MPI_Iallreduce(send, recv, count, type, mpi, comm, r);
+               });
 }
 
 std::unique_ptr<Work> MpiCommunicator::broadcast(const torch::Tensor& input, torch::Tensor& output, int root) {
   require_pair(input, output, "broadcast", 1, 1);
   // MPI's broadcast is in place: out of place, root's input is first copied into the output.
   if (rank_ == root && input.data_ptr() != output.data_ptr()) output.copy_(input);
-  Staged staged = stage_in_place(output);
-  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
-  void* data = staged.recv.data_ptr();
-  const int count = static_cast<int>(output.numel());
   MPI_Comm comm = comm_;
-  return std::make_unique<MpiWork>(*worker_, worker_->submit("MPI_Ibcast", std::move(staged), [=](MPI_Request* r) {
-    return MPI_Ibcast(data, count, type, root, comm, r);
-  }));
+  return queue(*worker_, "MPI_Ibcast", in_place(output, 1),
+               [=](const void* /*send*/, void* data, int count, MPI_Datatype type, MPI_Request* r) {
+                 return MPI_Ibcast(data, count, type, root, comm, r);
+               });
 }
 
 std::unique_ptr<Work> MpiCommunicator::all_gather(const torch::Tensor& input, torch::Tensor& output) {
   require_pair(input, output, "all_gather", world_size_, 1);
-  const std::int64_t n = input.numel();
-  Staged staged = starts_at(input, output, rank_ * n) ? stage_in_place(output) : stage_out_of_place(input, output);
-  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
-  const void* send = staged.send.defined() ? staged.send.data_ptr() : MPI_IN_PLACE;
-  void* recv = staged.recv.data_ptr();
-  const int count = static_cast<int>(n);
+  // NCCL's in-place layout (the input is the rank's block of the output) is MPI's MPI_IN_PLACE.
   MPI_Comm comm = comm_;
-  return std::make_unique<MpiWork>(*worker_, worker_->submit("MPI_Iallgather", std::move(staged), [=](MPI_Request* r) {
-    return MPI_Iallgather(send, count, type, recv, count, type, comm, r);
-  }));
+  return queue(*worker_, "MPI_Iallgather",
+               starts_at(input, output, rank_ * input.numel()) ? in_place(output, world_size_)
+                                                               : out_of_place(input, 1, output, world_size_),
+               [=](const void* send, void* recv, int count, MPI_Datatype type, MPI_Request* r) {
+                 return MPI_Iallgather(send, count, type, recv, count, type, comm, r);
+               });
 }
 
 std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) {
   require_pair(input, output, "reduce_scatter", 1, world_size_);
   // MPI's in-place reduce-scatter has another layout than NCCL's (its result starts the buffer):
-  // NCCL's in-place case reads from a copy of the input.
-  Staged staged = stage_out_of_place(starts_at(output, input, rank_ * output.numel()) ? input.clone() : input, output);
-  const MPI_Datatype type = mpi_datatype(staged.recv.scalar_type());
-  const void* send = staged.send.data_ptr();
-  void* recv = staged.recv.data_ptr();
-  const int count = static_cast<int>(output.numel());
+  // NCCL's in-place case is run out of place, each segment's input read from a copy.
+  HostBuffers buffers = out_of_place(input, world_size_, output, 1);
+  buffers.in_overlaps_out = starts_at(output, input, rank_ * output.numel());
   const MPI_Op mpi = mpi_op(op);
   MPI_Comm comm = comm_;
-  return std::make_unique<MpiWork>(*worker_,
-                                   worker_->submit("MPI_Ireduce_scatter_block", std::move(staged), [=](MPI_Request* r) {
-                                     return MPI_Ireduce_scatter_block(send, recv, count, type, mpi, comm, r);
-                                   }));
+  return queue(*worker_, "MPI_Ireduce_scatter_block", std::move(buffers),
+               [=](const void* send, void* recv, int count, MPI_Datatype type, MPI_Request* r) {
+                 return MPI_Ireduce_scatter_block(send, recv, count, type, mpi, comm, r);
+               });
 }
 
 void MpiCommunicator::barrier() {
   MPI_Comm comm = comm_;
-  MpiWork(*worker_, worker_->submit("MPI_Ibarrier", {}, [=](MPI_Request* r) { return MPI_Ibarrier(comm, r); })).wait();
+  queue(*worker_, "MPI_Ibarrier", {}, [=](const void*, void*, int, MPI_Datatype, MPI_Request* r) {
+    return MPI_Ibarrier(comm, r);
+  })->wait();
 }
 
 }  // namespace mgbench::runtime

@@ -9,10 +9,16 @@
 // every rank issues them in the same order. As PyTorch's ProcessGroupGloo does with its worker
 // threads.
 //
-// CPU tensors of MPI types are used as they are; CUDA tensors are staged through host memory (copied to the
-// host at launch, back at wait() on the caller's thread and stream), which lets several ranks
-// share one GPU in tests, where NCCL refuses. float16/bfloat16 are reduced as float32 (MPI has no
-// such types) and rounded back. Needs MPI_THREAD_MULTIPLE (runtime/mpi_env.h checks it).
+// CPU tensors are read and written where they are; CUDA tensors are staged through host memory
+// (copied to the host at launch, back at wait() on the caller's thread and stream), which lets
+// several ranks share one GPU in tests, where NCCL refuses. float16/bfloat16 are reduced as float32
+// (MPI has no such types) and rounded back. A collective of more than 8 MiB a rank runs as a
+// sequence of MPI calls over pieces of every rank's block, converted through the thread's two
+// staging buffers where needed: the host memory a collective adds (fp32 copies of bf16 tensors,
+// Open MPI's own temporaries: libnbc's reduce-scatter and all-reduce keep about twice their input)
+// stays a few times 8 MiB, not a multiple of the tensor (a bf16 Llama's 128k-vocabulary head
+// added 0.5 GiB a rank per in-flight collective). Needs MPI_THREAD_MULTIPLE (runtime/mpi_env.h
+// checks it).
 #include <mpi.h>
 
 #include <memory>
@@ -38,7 +44,9 @@ class MpiCommunicator final : public Communicator {
   using Communicator::all_reduce;
   using Communicator::broadcast;
   /// Throw CommError for non-contiguous tensors, mismatched sizes or dtypes, and dtypes MPI cannot
-  /// reduce (see mpi_datatype); an MPI error is thrown by the Work's wait().
+  /// reduce (see mpi_datatype); an MPI error is thrown by the Work's wait(). A CPU input and output
+  /// are read and written by the communication thread until the Work completes: the caller leaves
+  /// them alone until then (as NCCL's stream order requires).
   std::unique_ptr<Work> all_reduce(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(const torch::Tensor& input, torch::Tensor& output, int root) override;
   std::unique_ptr<Work> all_gather(const torch::Tensor& input, torch::Tensor& output) override;

@@ -176,19 +176,21 @@ def test_full_finetuning_memory_per_rank_falls(tmp_path):
 def test_full_finetuning_memory_per_rank_falls_in_bf16(tmp_path):
     """The same in bf16, the LLM recipes' default, on the shape issue 48 measured: Llama 3's 128,256-token
     vocabulary and tokenizer, hidden 512, 4 layers (142.6M parameters, the embedding and head most of
-    them). MPI has no bf16: the communicator stages each bf16 collective through fp32 host copies, and
-    a completed Work kept them while FSDP kept its Works to the end of the step -- every unit's staged
-    gathers and reduce-scatters alive at once, fsdp's peak 1.36x the replicated run's (GNU time, 64
-    tokens). The Work now drops its buffers when it completes: 0.74 by GNU time, 0.83 by the run's own
-    peak here. Not yet fp32's 0.65 (issue 48 stays open for it): Open MPI's non-blocking
-    reduce-scatter keeps a temporary of about twice its fp32 input."""
+    them). MPI has no bf16, and the MPI communicator staged each bf16 collective whole through fp32
+    host copies, which Open MPI's non-blocking reduce-scatter and all-reduce doubled again with their
+    own temporaries: fsdp's peak was 1.36x the replicated run's (GNU time, 64 tokens), and both runs
+    held 0.3-1.1 GiB a rank above their model state. Collectives now run in 8 MiB segments (peaks
+    2583 -> 1817 MiB replicated, 1984 -> 1471 MiB sharded on this shape). What is left is the
+    arithmetic: the head and the embedding are 92 % of this model, and each is gathered whole
+    (with its gradient and its reduce-scatter's input) on top of the shards, so fsdp's peak is 0.81
+    of the replicated run's here; fp32's 0.65 (above) holds for a model of many similar layers."""
     tokenizer = os.path.join(SHARED, "llama3", "tokenizer.model")
     need(tokenizer)
     peaks, attrs = full_finetuning_peaks(tmp_path, {
         "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8,
         "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 128256}, tokenizer, "bf16")
     assert attrs["fsdp"]["optimizer_state_bytes_per_rank"] * 2 <= attrs["none"]["optimizer_state_bytes_per_rank"] + 2**21
-    assert peaks["fsdp"] / peaks["none"] <= 0.9, (peaks, attrs)
+    assert peaks["fsdp"] / peaks["none"] <= 0.85, (peaks, attrs)
 
 
 def write_llama_checkpoint(path, config, files):
