@@ -1,10 +1,16 @@
 #include "core/host_memory.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string_view>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -55,6 +61,65 @@ std::string keep_freed_memory_for_reuse() {
       "host memory: freed memory kept for reuse (glibc malloc: mmap threshold {} MiB, heap trimmed only above 2 GiB "
       "free)",
       kMmapThresholdBytes >> 20);
+}
+
+namespace {
+
+/// The limit a cgroup file holds [bytes], or none ("max", an unreadable or malformed file).
+std::optional<std::int64_t> read_limit(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string word;
+  if (!(in >> word) || word == "max") return std::nullopt;
+  std::int64_t bytes = 0;
+  const char* end = word.data() + word.size();
+  const auto [last, error] = std::from_chars(word.data(), end, bytes);
+  if (error != std::errc() || last != end || bytes <= 0) return std::nullopt;
+  return bytes;
+}
+
+/// Lowers `limit` to the least `file_name` holds in dir/path and each of its ancestors up to dir.
+void apply_limits(const std::filesystem::path& dir, const std::string& path, const char* file_name,
+                  HostMemoryLimit& limit) {
+  std::filesystem::path relative = std::filesystem::path(path).relative_path();
+  for (;;) {
+    const std::filesystem::path file = dir / relative / file_name;
+    if (const std::optional<std::int64_t> bytes = read_limit(file); bytes && *bytes < limit.bytes) {
+      limit = {*bytes, file.string()};
+    }
+    if (relative.empty()) return;
+    relative = relative.parent_path();
+  }
+}
+
+}  // namespace
+
+HostMemoryLimit host_memory_limit(const std::string& proc_self_cgroup, const std::filesystem::path& root,
+                                  std::int64_t physical_bytes) {
+  HostMemoryLimit limit{physical_bytes, "physical memory"};
+  std::istringstream lines(proc_self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t first = line.find(':');
+    const std::size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    const std::string path = line.substr(second + 1);
+    std::error_code ignored;
+    if (line.compare(0, first, "0") == 0 && controllers == ",,") {  // v2: the unified hierarchy
+      const bool unified_here = std::filesystem::exists(root / "cgroup.controllers", ignored);
+      apply_limits(unified_here ? root : root / "unified", path, "memory.max", limit);
+    } else if (controllers.find(",memory,") != std::string::npos) {
+      apply_limits(root / "memory", path, "memory.limit_in_bytes", limit);
+    }
+  }
+  return limit;
+}
+
+HostMemoryLimit host_memory_limit() {
+  std::ifstream in("/proc/self/cgroup");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto physical = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  return host_memory_limit(text.str(), "/sys/fs/cgroup", physical);
 }
 
 }  // namespace mgbench::host_memory

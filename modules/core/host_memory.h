@@ -8,6 +8,8 @@
 // rank: a quarter of the process's time in the kernel's page-fault path, and 1.3x the img/s with
 // the memory kept for reuse (docs/benchmarks.md). PyTorch's CPU allocator is plain posix_memalign
 // and leaves this to malloc; PyTorch's CPU tuning guide recommends jemalloc or TCMalloc for it.
+#include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace mgbench::host_memory {
@@ -36,5 +38,23 @@ std::string map_large_blocks_while_loading();
 /// allocator preloaded (LD_PRELOAD naming jemalloc or tcmalloc).
 /// Returns one line for the log: what was set, or why nothing was. Does not throw.
 std::string keep_freed_memory_for_reuse();
+
+/// The host memory a process may use, and what sets it.
+struct HostMemoryLimit {
+  std::int64_t bytes = 0;
+  std::string source;  // "physical memory", or the cgroup file whose limit is the least
+};
+
+/// The least of physical_bytes and the memory limits of the process's cgroups and their ancestors:
+/// cgroup v2's memory.max, v1's memory.limit_in_bytes (what SLURM's task/cgroup plugin with
+/// ConstrainRAMSpace, a container or systemd sets; "max" and v1's page-rounded INT64_MAX mean none).
+/// proc_self_cgroup: /proc/self/cgroup's text ("<id>:<controllers>:<path>" lines; "0::<path>" is
+/// v2's); root: where the cgroup file systems are mounted (v2 there or under "unified", v1's memory
+/// controller under "memory"). A path whose directory is missing (another cgroup namespace's view)
+/// contributes the ancestors that exist. Unreadable or malformed files are skipped. Does not throw.
+HostMemoryLimit host_memory_limit(const std::string& proc_self_cgroup, const std::filesystem::path& root,
+                                  std::int64_t physical_bytes);
+/// This process's: /proc/self/cgroup, /sys/fs/cgroup, the machine's physical memory.
+HostMemoryLimit host_memory_limit();
 
 }  // namespace mgbench::host_memory

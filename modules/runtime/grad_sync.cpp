@@ -34,7 +34,7 @@ std::vector<BucketAssignment> GradSync::assign(const std::vector<torch::Tensor>&
 }
 
 GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSyncOptions options)
-    : params_(std::move(params)), comm_(comm) {
+    : params_(std::move(params)), comm_(comm), as_bucket_view_(options.gradient_as_bucket_view) {
   assignment_ = assign(params_, options);
   bucket_of_.resize(params_.size());
   slot_of_.resize(params_.size());
@@ -91,12 +91,15 @@ void GradSync::prepare() {
 }
 
 void GradSync::copy_in(std::size_t index) {
-  const auto& grad = params_[index].grad();
-  if (grad.defined()) {
-    views_[index].copy_(grad);  // same layout as the parameter's gradient: a straight copy
-  } else {
+  torch::Tensor& grad = params_[index].mutable_grad();
+  if (!grad.defined()) {
     views_[index].zero_();
+  } else if (!grad.is_same(views_[index])) {
+    views_[index].copy_(grad);  // same layout as the parameter's gradient: a straight copy
   }
+  // DDP's gradient_as_bucket_view: from here the gradient is its bucket's view, autograd's own
+  // tensor freed, so a step holds each gradient once, not in the bucket and again beside it.
+  if (as_bucket_view_) grad = views_[index];
 }
 
 void GradSync::mark_ready(std::size_t index) {
@@ -151,6 +154,7 @@ void GradSync::finish() {
     }
     bucket.work.reset();
     if (!divides_before_sum(bucket.flat)) bucket.flat.mul_(scale);
+    if (as_bucket_view_) continue;  // the gradients are its views
     for (const std::size_t i : bucket.params) {
       auto& p = params_[i];
       if (p.grad().defined()) {

@@ -2,10 +2,12 @@
 // GradSync: DDP-style gradient averaging over a Communicator.
 //
 // Gradients are packed into buckets (buckets.h). A post-accumulate-grad hook on every parameter
-// copies its gradient into the bucket's flat buffer as soon as backward has produced it; a
-// complete bucket is all-reduced at once (asynchronously) while backward goes on, buckets being
-// launched strictly in bucket order so every rank issues the same sequence of collectives.
-// finish() launches what is left, waits, and writes the averaged gradients back.
+// copies its gradient into the bucket's flat buffer as soon as backward has produced it (and, with
+// gradient_as_bucket_view, makes param.grad() that slice of the bucket); a complete bucket is
+// all-reduced at once (asynchronously) while backward goes on, buckets being launched strictly in
+// bucket order so every rank issues the same sequence of collectives. finish() launches what is
+// left, waits, and scales the buckets to the mean (copied back into the gradients without
+// gradient_as_bucket_view).
 // Follows PyTorch DistributedDataParallel (torch/nn/parallel/distributed.py, c10d Reducer).
 #include <chrono>
 #include <cstddef>
@@ -22,6 +24,10 @@ namespace mgbench::runtime {
 struct GradSyncOptions {
   std::size_t bucket_bytes = kDefaultBucketBytes;
   std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  /// PyTorch DDP's gradient_as_bucket_view: each param.grad() becomes its slice of the bucket, so a
+  /// gradient is held once; false (PyTorch's default): the mean is copied back into gradients of
+  /// their own, held beside the buckets.
+  bool gradient_as_bucket_view = false;
 };
 
 class GradSync {
@@ -40,8 +46,10 @@ class GradSync {
   /// Before each backward: forget the previous step's readiness.
   void prepare();
   /// After backward: all-reduce every bucket not yet launched (a parameter without gradient
-  /// contributes zeros), wait for all (a stream wait with NCCL), and set each param.grad() to the
-  /// mean over ranks. The time this exposes is measured by the caller's phase clock.
+  /// contributes zeros), wait for all (a stream wait with NCCL), and scale them: each param.grad()
+  /// is then the mean over ranks (with gradient_as_bucket_view a view of its bucket, which
+  /// LibTorch's Optimizer::zero_grad refuses to detach: train::set_gradients_to_none drops it). The time this exposes
+  /// is measured by the caller's phase clock.
   void finish();
   /// The all-reduce window of the last step: seconds from the start of the first bucket's
   /// all-reduce to the end of the last one, on the backend's clock (see Work). Call after the
@@ -84,6 +92,7 @@ class GradSync {
   std::size_t next_launch_ = 0;
   std::size_t launched_in_backward_ = 0;
   bool in_backward_ = false;
+  bool as_bucket_view_ = false;
 };
 
 }  // namespace mgbench::runtime

@@ -54,6 +54,21 @@ h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement) {
           {"visible_gpus", static_cast<std::int64_t>(runtime::visible_cuda_devices())}};
 }
 
+namespace {
+
+/// limit over the ranks of this node under the same limit. Collective over the world.
+host_memory::HostMemoryLimit host_memory_share(runtime::MpiEnvironment& env, host_memory::HostMemoryLimit limit) {
+  const std::vector<std::string> node = env.node_allgather(limit.source);
+  const auto ranks = std::count(node.begin(), node.end(), limit.source);
+  if (ranks > 1) {
+    limit.bytes /= ranks;
+    limit.source = fmt::format("{}, shared by {} ranks of {}", limit.source, ranks, env.hostname());
+  }
+  return limit;
+}
+
+}  // namespace
+
 Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, runtime::Backend requested,
                    double timeout_s, const DeviceInitialiser& initialise) {
   // From here on every blocking stage that waits on other ranks has --comm-timeout to finish.
@@ -68,6 +83,7 @@ Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, 
       })) {
     return c;
   }
+  c.host_memory = host_memory_share(env, host_memory::host_memory_limit());
   const std::vector<std::string> node_gpus =
       env.node_allgather(c.placement.is_cuda() ? runtime::cuda_pci_bus_id(c.placement.index) : "cpu");
   if (c.placement.is_cuda()) {

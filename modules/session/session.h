@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/host_memory.h"
 #include "core/option_table.h"
 #include "results/writer.h"
 #include "runtime/backend.h"
@@ -26,6 +27,10 @@ void declare_results(options::OptionTable& table, std::string& results, std::str
 /// Where this rank runs and how it talks to the others.
 struct Connection {
   runtime::DevicePlacement placement;
+  /// This rank's share of the host memory: the least limit it runs under (host_memory::
+  /// host_memory_limit: physical memory or a cgroup's) divided by the ranks of its node under the
+  /// same limit; its source says which and by how many ranks.
+  host_memory::HostMemoryLimit host_memory;
   runtime::Backend backend = runtime::Backend::kMpi;  // resolved: never kAuto
   std::unique_ptr<runtime::Communicator> comm;        // nullptr: a stage failed (logged)
 };
@@ -34,8 +39,8 @@ struct Connection {
 /// devices the rank saw: 1 where the site confines each task to its own); none on the CPU.
 h5::Attributes gpu_attributes(const runtime::DevicePlacement& placement);
 
-/// Places this rank (--device: its GPU by local rank), checks that no two ranks of a node share a
-/// GPU under NCCL, resolves --backend, initialises the device (`initialise`: runtime::
+/// Places this rank (--device: its GPU by local rank), finds its share of the host memory, checks that no two ranks of
+/// a node share a GPU under NCCL, resolves --backend, initialises the device (`initialise`: runtime::
 /// initialise_device; tests inject a failure there) and creates the communicator (timeout_s:
 /// --comm-timeout), each stage agreed over all ranks: a rank that fails in one never leaves its
 /// peers in the next stage's collectives (NCCL's unique-id broadcast). Returns with comm == nullptr

@@ -132,7 +132,7 @@ int run_once(const JobContext& c, std::unique_ptr<Checkpointer> checkpointer,
   std::unique_ptr<TrainingLoop> loop;
   if (!runtime::all_succeed(env, "set-up", [&] {
         loop = std::make_unique<TrainingLoop>(config.train, *config.recipe, *c.connection.comm, c.connection.placement,
-                                              env.local_size());
+                                              NodeShare{env.local_size(), c.connection.host_memory});
       })) {
     return 1;
   }

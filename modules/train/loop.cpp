@@ -85,6 +85,7 @@ void set_up_training(const RunSetup& setup, TrainingState& training, UnitSharder
       std::max<std::size_t>(1, static_cast<std::size_t>(options.bucket_mb * 1024 * 1024));
   training.sync_options.first_bucket_bytes =
       std::max<std::size_t>(1, static_cast<std::size_t>(options.first_bucket_mb * 1024 * 1024));
+  training.sync_options.gradient_as_bucket_view = options.gradient_as_bucket_view;
   training.shared_buffers = recipe.shared_buffers();
 }
 
@@ -133,14 +134,14 @@ void plan_epochs(RunSetup& setup) {
 }  // namespace
 
 TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::Communicator& comm,
-                           runtime::DevicePlacement placement, int local_size)
+                           runtime::DevicePlacement placement, const NodeShare& node)
     : state_(std::make_unique<LoopState>(train, recipe, comm, placement)) {
   RunSetup& setup = state_->setup;
   const axes::StrategyInfo& strategy = axes::strategy_info(train.strategy);
   MGBENCH_REQUIRE(!strategy.single_process || comm.world_size() == 1, ConfigError,
                   "--strategy {} is single-process (one rank drives the GPUs): start 1 rank, not {}", strategy.name,
                   comm.world_size());
-  setup.threads = thread_count(train, local_size);
+  setup.threads = thread_count(train, node.local_size);
   setup.device = to_torch_device(placement);
   setup.plan = train.parallel_plan(comm.world_size(), recipe.activation_checkpointing());
   configure_process(setup);
@@ -150,7 +151,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
     std::optional<UnitSharder> sharder;
     if (setup.plan.fully_sharded()) sharder.emplace(comm.rank(), comm.world_size());
     UnitSharder* cut_at_build = sharder ? &*sharder : nullptr;
-    recipe.setup({setup.options, setup.device, placement, setup.precision, comm.rank(), setup.plan, cut_at_build});
+    recipe.setup({setup.options, setup.device, placement, setup.precision, comm.rank(), setup.plan, cut_at_build,
+                  node.host_memory});
     set_up_training(setup, state_->training, cut_at_build);
     setup.setup_s = clock.elapsed();
     setup.setup_peak_memory_bytes = peak_memory_bytes(setup.device);
@@ -160,7 +162,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
     if (comm.rank() == 0) log::info("{}", line);
   }
   state_->cupti.set(make_cupti(setup.device, train.cupti, comm), profile::parse_profile_window(train.profile_window));
-  if (!recipe.eval_only()) state_->energy.open(train, placement, local_size, comm.rank() == 0);
+  if (!recipe.eval_only()) state_->energy.open(train, placement, node.local_size, comm.rank() == 0);
   plan_epochs(setup);
 }
 

@@ -30,16 +30,22 @@ namespace mgbench::train {
 
 struct LoopState;
 
+/// What a rank shares with the other ranks of its node.
+struct NodeShare {
+  int local_size = 1;                        // ranks on this node (the default thread count)
+  host_memory::HostMemoryLimit host_memory;  // this rank's share (session::Connection::host_memory)
+};
+
 class TrainingLoop {
  public:
   /// Sets the rank up for the run: process-wide device and math settings, the recipe (its data
   /// and model: Recipe::setup), the parallel plan applied to the model (activation checkpointing,
   /// FSDP), the optimizer, loss scaling, the epoch plan, CUPTI on a GPU.
-  /// Collective-free. local_size: ranks on this node (for the default thread count).
+  /// Collective-free.
   /// Throws ConfigError (a single-process strategy with several ranks, an epoch without an
   /// optimizer step, ...) and whatever the recipe's set-up throws.
   TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::Communicator& comm,
-               runtime::DevicePlacement placement, int local_size);
+               runtime::DevicePlacement placement, const NodeShare& node);
   ~TrainingLoop();
   TrainingLoop(const TrainingLoop&) = delete;
   TrainingLoop& operator=(const TrainingLoop&) = delete;

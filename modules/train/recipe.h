@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include "axes/parallel_plan.h"
+#include "core/host_memory.h"
 #include "core/option_table.h"
 #include "data/loader.h"
 #include "models/parameter_units.h"
@@ -53,6 +54,9 @@ struct RecipeContext {
   /// only this rank's rows of a checkpoint), so a rank never holds the whole model; one that does
   /// not leaves it, and FSDP cuts the shards from the whole model after setup.
   UnitSharder* sharder = nullptr;
+  /// This rank's share of the host memory (session::Connection::host_memory): what a plan on the
+  /// CPU is measured against; bytes 0: unknown, nothing refused for it.
+  host_memory::HostMemoryLimit host_memory;
 };
 
 /// How the loop turns the micro-batch losses of an optimizer step into gradients.

@@ -206,7 +206,7 @@ StepOutcome train_step(const RunSetup& setup, TrainingState& training, StepSourc
   set_learning_rate(*training.optimizer, lr);
   out.record.lr = lr;
   setup.recipe.begin_step(global_step);
-  training.optimizer->zero_grad(/*set_to_none=*/true);
+  set_gradients_to_none(*training.optimizer);
 
   const std::int64_t accum = setup.options.grad_accum;
   while (out.micro_batches < accum) {

@@ -102,6 +102,9 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("first-bucket-mb", first_bucket_mb, "first bucket's size [MiB] (small, so communication starts early)")
       .at_least(kOneByteMiB)
       .same_workload();
+  t.add("gradient-as-bucket-view", gradient_as_bucket_view,
+        "gradients held as views of the all-reduce buckets, once, not beside them (DDP's gradient_as_bucket_view)")
+      .same_workload();
 
   t.section("Evaluation and results");
   t.add("eval-every", eval_every, "evaluate every N epochs (and after the last)").at_least(1);

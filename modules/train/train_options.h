@@ -46,6 +46,7 @@ struct TrainOptions {
   // gradient synchronisation (DDP's bucket_cap_mb and first bucket)
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
+  bool gradient_as_bucket_view = false;  // DDP's: gradients held as views of the buckets
   // evaluation and results
   std::int64_t eval_every = 1;  // epochs; the last epoch is always evaluated
   std::string results = "outputs/results.h5";

@@ -574,7 +574,7 @@ double tiny_llama_eval_loss(const std::string& model, const std::string& results
   more.insert(more.begin(), {{"limit", "16"}, {"eval-only", "true"}});
   auto c = lora_config(model, 4, results, more);
   c->validate();
-  train::TrainingLoop loop(c->train, *c->recipe, self, placement, 1);
+  train::TrainingLoop loop(c->train, *c->recipe, self, placement, {});
   return loop.evaluate().loss;
 }
 

@@ -144,7 +144,7 @@ inline Trained train_run(runtime::Communicator& communicator, MPI_Comm comm, tra
                          const std::string& results, runtime::DevicePlacement placement = {}) {
   config.set("results", results);
   config.validate();
-  train::TrainingLoop loop(config.train, *config.recipe, communicator, placement, 1);
+  train::TrainingLoop loop(config.train, *config.recipe, communicator, placement, {});
   h5::Attributes attributes = config.table.attributes();  // the options, then what the loop resolved
   for (auto&& a : loop.run_attributes()) attributes.push_back(std::move(a));
   results::ResultsWriter writer(results, comm, config.recipe_name, attributes, loop.rank_attributes(), loop.layout());

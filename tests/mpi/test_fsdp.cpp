@@ -220,7 +220,7 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   auto config = test::llm_config("full", tiny_llama(), 2, dir.file("m.h5"), {{"optimizer", "adamw"}});
   config->validate();
-  const train::TrainingLoop fsdp(config->train, *config->recipe, comm, {}, 1);
+  const train::TrainingLoop fsdp(config->train, *config->recipe, comm, {}, {});
   EXPECT_EQ(attribute(fsdp, "parameter_bytes_per_rank"), shards + gathered);
   EXPECT_EQ(attribute(fsdp, "gradient_bytes_per_rank"), shards);
   EXPECT_EQ(attribute(fsdp, "optimizer_state_bytes_per_rank"), 2 * shards);
@@ -229,7 +229,7 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
   auto replicated_config =
       test::llm_config("full", tiny_llama(), 2, dir.file("m.h5"), {{"optimizer", "adamw"}, {"sharding", "none"}});
   replicated_config->validate();
-  const train::TrainingLoop none(replicated_config->train, *replicated_config->recipe, comm, {}, 1);
+  const train::TrainingLoop none(replicated_config->train, *replicated_config->recipe, comm, {}, {});
   const std::int64_t whole = 2 * embedding + c.num_hidden_layers * layer_bytes + 4 * h;
   EXPECT_EQ(attribute(none, "parameter_bytes_per_rank"), whole);
   EXPECT_EQ(attribute(none, "gradient_bytes_per_rank"), whole);
@@ -249,7 +249,7 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
   // And for LoRA's adapters over a frozen base.
   auto lora = test::llm_config("lora", tiny_llama(), 2, dir.file("m.h5"));
   lora->validate();
-  const train::TrainingLoop lora_loop(lora->train, *lora->recipe, comm, {}, 1);
+  const train::TrainingLoop lora_loop(lora->train, *lora->recipe, comm, {}, {});
   const std::vector<train::MemoryPlanRow> lora_plan = lora->recipe->memory_plan(lora->train, {world_size()});
   EXPECT_EQ(lora_plan.at(0).parameter_bytes, attribute(lora_loop, "parameter_bytes_per_rank"));
   EXPECT_EQ(lora_plan.at(0).gradient_bytes, attribute(lora_loop, "gradient_bytes_per_rank"));
@@ -260,7 +260,7 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
     auto qlora = test::llm_config("qlora", nf4_shardable_llama(dir), 2, dir.file("q.h5"),
                                   {{"init", "random"}, {"sharding", sharding}});
     qlora->validate();
-    const train::TrainingLoop loop(qlora->train, *qlora->recipe, comm, {}, 1);
+    const train::TrainingLoop loop(qlora->train, *qlora->recipe, comm, {}, {});
     const std::vector<train::MemoryPlanRow> plan = qlora->recipe->memory_plan(qlora->train, {world_size()});
     EXPECT_EQ(plan.at(0).parameter_bytes, attribute(loop, "parameter_bytes_per_rank")) << sharding;
     EXPECT_EQ(plan.at(0).gradient_bytes, attribute(loop, "gradient_bytes_per_rank")) << sharding;

@@ -23,6 +23,7 @@
 #include "session/session.h"
 #include "train/job_config.h"
 #include "train/loop.h"
+#include "train/optim/optimizer.h"
 
 namespace mgbench {
 namespace {
@@ -206,7 +207,13 @@ TEST(Communicator, ABf16CollectiveAddsSegmentsNotCopiesOfTheTensor) {
       << "the collectives added " << (added >> 20) << " MiB; the input is " << (input.nbytes() >> 20) << " MiB";
 }
 
-TEST(GradSync, AveragesGradientsOverRanks) {
+// Both ways of holding the gradients (DDP's gradient_as_bucket_view false and true) average them
+// alike, two steps in a row; with bucket views each gradient is a slice of a bucket (one storage for
+// the bucket's parameters) and train::set_gradients_to_none drops them where LibTorch's zero_grad
+// throws.
+class GradSyncViews : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GradSyncViews, AveragesGradientsOverRanks) {
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   torch::manual_seed(0);  // same weights everywhere
   torch::nn::Linear a(40, 300), b(300, 7);
@@ -215,20 +222,33 @@ TEST(GradSync, AveragesGradientsOverRanks) {
   runtime::GradSyncOptions options;
   options.first_bucket_bytes = 1024;
   options.bucket_bytes = 16 * 1024;
+  options.gradient_as_bucket_view = GetParam();
   runtime::GradSync sync(params, comm, options);
-  // Rank r sees input scaled by (r + 1): its gradients are (r + 1) x rank 0's for the linear loss.
-  const torch::Tensor x = torch::ones({2, 40}) * static_cast<float>(comm.rank() + 1);
-  sync.prepare();
-  b->forward(a->forward(x)).sum().backward();
-  sync.finish();
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.0));
   torch::manual_seed(0);
   torch::nn::Linear a0(40, 300), b0(300, 7);
   b0->forward(a0->forward(torch::ones({2, 40}))).sum().backward();
   const int n = comm.world_size();
-  // mean over ranks of (r + 1) for the first layer's weight gradient = (n + 1) / 2 x rank 0's.
-  EXPECT_TRUE(torch::allclose(a->weight.grad(), a0->weight.grad() * ((n + 1) / 2.0), 1e-5, 1e-5));
-  EXPECT_TRUE(torch::allclose(b->bias.grad(), b0->bias.grad(), 1e-6, 1e-6));
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE(step);
+    train::set_gradients_to_none(sgd);
+    // Rank r sees input scaled by (r + 1): its gradients are (r + 1) x rank 0's for the linear loss.
+    const torch::Tensor x = torch::ones({2, 40}) * static_cast<float>(comm.rank() + 1);
+    sync.prepare();
+    b->forward(a->forward(x)).sum().backward();
+    sync.finish();
+    // mean over ranks of (r + 1) for the first layer's weight gradient = (n + 1) / 2 x rank 0's.
+    EXPECT_TRUE(torch::allclose(a->weight.grad(), a0->weight.grad() * ((n + 1) / 2.0), 1e-5, 1e-5));
+    EXPECT_TRUE(torch::allclose(b->bias.grad(), b0->bias.grad(), 1e-6, 1e-6));
+    // b's weight and bias fill one 16 KiB bucket: views of one storage, or gradients of their own.
+    EXPECT_EQ(b->weight.grad().is_alias_of(b->bias.grad()), GetParam());
+  }
+  if (GetParam()) {
+    EXPECT_THROW(sgd.zero_grad(), c10::Error);  // why set_gradients_to_none exists
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(AsBucketView, GradSyncViews, ::testing::Bool());
 
 // A rank whose device fails to initialise ends the set-up on every rank in that stage, before any
 // rank enters the communicator's creation (NCCL's unique-id broadcast has no deadline: a rank that
@@ -449,7 +469,7 @@ TEST(TrainingLoop, EveryRecipeHonoursTheBucketSizes) {
     config.set("bucket-mb", mib);
     config.set("first-bucket-mb", mib);
     config.validate();
-    const train::TrainingLoop loop(config.train, *config.recipe, comm, {}, 1);
+    const train::TrainingLoop loop(config.train, *config.recipe, comm, {}, {});
     return allreduce_buckets(loop);
   };
   // DDP's defaults (1 MiB, then 25 MiB) put both models' gradients in one or two buckets; 16 KiB

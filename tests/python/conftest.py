@@ -21,9 +21,10 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 SMALL = ["--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--progress-interval", "1000", "--device", "cpu"]
 
 
-def mgbench(*args, np=None, timeout=600, check=False):
-    """Runs mgbench (under mpirun -np when np is given); returns the CompletedProcess."""
-    cmd = ([MPIEXEC, "-np", str(np), "--oversubscribe"] if np else []) + [BIN, *map(str, args)]
+def mgbench(*args, np=None, timeout=600, check=False, wrap=()):
+    """Runs mgbench (under mpirun -np when np is given; each rank through the command `wrap` when given,
+    which ends by running its arguments); returns the CompletedProcess."""
+    cmd = ([MPIEXEC, "-np", str(np), "--oversubscribe"] if np else []) + [*map(str, wrap), BIN, *map(str, args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -193,8 +194,8 @@ def test_full_finetuning_memory_per_rank_falls_in_bf16(tmp_path):
     assert peaks["fsdp"] / peaks["none"] <= 0.85, (peaks, attrs)
 
 
-def write_llama_checkpoint(path, config, files):
-    """A Hugging Face Llama checkpoint of random bf16 weights (transformers' names and shapes) in
+def write_llama_checkpoint(path, config, files, dtype="bfloat16"):
+    """A Hugging Face Llama checkpoint of random `dtype` weights (transformers' names and shapes) in
     `files` safetensors files with their model.safetensors.index.json; returns its bytes and the
     largest unit's (the embedding, a decoder layer or the head)."""
     torch = pytest.importorskip("torch")
@@ -211,8 +212,9 @@ def write_llama_checkpoint(path, config, files):
     path.mkdir()
     (path / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-        "max_position_embeddings": 1024, "tie_word_embeddings": False, "torch_dtype": "bfloat16", **config}))
+        "max_position_embeddings": 1024, "tie_word_embeddings": False, "torch_dtype": dtype, **config}))
     generator = torch.Generator().manual_seed(0)
+    element = getattr(torch, dtype).itemsize
     weight_map, total, largest = {}, 0, 0
     per_file = (len(units) + files - 1) // files
     for f in range(files):
@@ -220,11 +222,12 @@ def write_llama_checkpoint(path, config, files):
         tensors = {}
         for unit in units[f * per_file:(f + 1) * per_file]:
             for key, shape in unit.items():
-                tensors[key] = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+                tensors[key] = (torch.randn(shape, generator=generator) * 0.02).to(getattr(torch, dtype))
                 weight_map[key] = name
-            largest = max(largest, sum(tensors[k].numel() * 2 for k in unit))
+            largest = max(largest, sum(tensors[k].numel() * element for k in unit))
         safetensors.save_file(tensors, str(path / name), metadata={"format": "pt"})
-        total += sum(t.numel() * 2 for t in tensors.values())
+        total += sum(t.numel() * element for t in tensors.values())
+        del tensors
     (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
                                                                    "weight_map": weight_map}))
     return total, largest
@@ -266,6 +269,78 @@ def test_each_rank_loads_only_its_rows_of_a_checkpoint(tmp_path):
           + ", ".join(f"{b / 2**20:.0f} MiB in {s:.1f} s" for b, s in zip(loaded, seconds["checkpoint"])))
     for r, bytes_ in enumerate(loaded):
         assert bytes_ <= checkpoint_bytes / 3 + unit_bytes, (r, loaded, checkpoint_bytes, unit_bytes)
+
+
+def memory_cgroup_parent():
+    """Where this process may make memory cgroups: (directory, the limit file's name), or a skip."""
+    v2 = "/sys/fs/cgroup"
+    if os.path.exists(f"{v2}/cgroup.controllers"):
+        if "memory" in open(f"{v2}/cgroup.subtree_control").read().split() and os.access(v2, os.W_OK):
+            return v2, "memory.max"
+    elif os.access("/sys/fs/cgroup/memory", os.W_OK):
+        return "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+    pytest.skip("no writable cgroup memory controller (root and cgroup v1's memory or v2's memory.max)")
+
+
+def remove_cgroup(group):
+    """Removes the cgroup and its children once their processes are gone (a killed rank's cgroup stays
+    busy until the kernel has torn the process down)."""
+    for path in [os.path.join(group, d) for d in os.listdir(group) if d.startswith("rank")] + [group]:
+        for _ in range(100):
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_a_model_larger_than_a_ranks_memory_trains_sharded(tmp_path):
+    """Issue 48: each rank in a memory cgroup of its own (what SLURM's task/cgroup sets per task) limited
+    to 0.75 x a 4 GB fp32 checkpoint's bytes, less than its weights alone. With --sharding none the run
+    is refused before it loads anything, naming the cgroup's file; with fsdp 2 ranks load their halves
+    and train a LoRA step inside the limit (the kernel kills a rank that passes it). A deep, narrow
+    model (90 layers of 43 MiB): what a rank holds above its shards is the process itself (~210 MiB
+    charged), the units gathered, and the activations. Not the issue's 0.6 x: measured at 90, 140 and
+    200 layers (seq 128, activation checkpointing), a rank also holds ~3 MiB a layer through the step,
+    about six hidden-sized vectors a token a layer where checkpointing should keep one, so a deeper
+    model does not get there (issue 48 stays open for it)."""
+    need(SMALL_TOKENIZER)
+    h5py = pytest.importorskip("h5py")
+    parent, limit_file = memory_cgroup_parent()
+    config = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 90, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 2256}
+    checkpoint_bytes, unit_bytes = write_llama_checkpoint(tmp_path / "model", config, files=4, dtype="float32")
+    limit = int(0.75 * checkpoint_bytes)
+    group = f"{parent}/mgbench-test-{os.getpid()}"
+    wrap = tmp_path / "in_cgroup.sh"  # each rank into its own cgroup, then mgbench
+    wrap.write_text(f"""#!/bin/sh
+dir={group}/rank$OMPI_COMM_WORLD_RANK
+mkdir -p "$dir" && echo {limit} > "$dir/{limit_file}" && echo $$ > "$dir/cgroup.procs" && exec "$@"
+""")
+    wrap.chmod(0o755)
+    llm = ["llm", "--recipe", "lora", "--model", tmp_path / "model", "--tokenizer", SMALL_TOKENIZER, "--dataset",
+           "alpaca", "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "1", "--max-seq-len", "128",
+           "--precision", "fp32", "--activation-checkpointing", "true", "--threads", "1", "--device", "cpu"]
+    try:
+        os.mkdir(group)
+        if limit_file == "memory.max":  # v2: the ranks' cgroups get the controller through their parent
+            with open(f"{group}/cgroup.subtree_control", "w") as f:
+                f.write("+memory")
+        refused = mgbench(*llm, "--sharding", "none", "--results", tmp_path / "none.h5", np=2, wrap=[wrap],
+                          timeout=300)
+        assert refused.returncode == 1, refused.stderr
+        assert "for the weights alone" in refused.stderr and limit_file in refused.stderr, refused.stderr
+        mgbench(*llm, "--sharding", "fsdp", "--results", tmp_path / "fsdp.h5", np=2, wrap=[wrap], check=True,
+                timeout=900)
+        charged = [int(open(f"{group}/rank{r}/" + ("memory.peak" if limit_file == "memory.max" else
+                                                    "memory.max_usage_in_bytes")).read()) for r in (0, 1)]
+    finally:
+        remove_cgroup(group)
+    with h5py.File(tmp_path / "fsdp.h5", "r") as f:
+        (run,) = f["runs"].values()
+        assert run["summary"][0]["epochs_completed"] == 1 and np.isfinite(run["summary"][0]["final_loss"])
+    print(f"checkpoint {checkpoint_bytes / 2**20:.0f} MiB, unit {unit_bytes / 2**20:.0f} MiB, limit "
+          f"{limit / 2**20:.0f} MiB a rank; charged at the peak (page cache included): {[c >> 20 for c in charged]} MiB")
 
 
 def test_full_finetuning_equals_torchs_fully_shard(tmp_path):

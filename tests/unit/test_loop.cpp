@@ -84,7 +84,7 @@ Result train(LossNormalization normalization, std::int64_t batch_size, std::int6
   t.results = results;
   LinearRecipe recipe(normalization);
   runtime::MpiCommunicator comm(MPI_COMM_SELF);
-  train::TrainingLoop loop(t, recipe, comm, {}, 1);
+  train::TrainingLoop loop(t, recipe, comm, {}, {});
   results::ResultsWriter writer(results, MPI_COMM_SELF, "linear", loop.run_attributes(), loop.rank_attributes(),
                                 loop.layout());
   Progress quiet(false, "img/s");

@@ -28,6 +28,12 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
+void set_gradients_to_none(torch::optim::Optimizer& optimizer) {
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) p.mutable_grad() = torch::Tensor();
+  }
+}
+
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                              runtime::Communicator* sharded_over) {
   if (!(max_norm > 0)) throw std::invalid_argument("clip_grad_norm: max_norm must be > 0");

@@ -26,6 +26,11 @@ std::int64_t optimizer_states_per_element(const OptimizerOptions& options);
 /// Sets the learning rate of every parameter group.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
+/// Drops the gradient of every parameter the optimizer trains: Python's
+/// torch.optim.Optimizer.zero_grad(set_to_none=True). LibTorch's zero_grad detaches each gradient
+/// in place first, which a gradient that is a view refuses (runtime::GradSync's bucket views).
+void set_gradients_to_none(torch::optim::Optimizer& optimizer);
+
 /// torch.nn.utils.clip_grad_norm_ (PyTorch 2.x, foreach path) without a host sync: the total L2
 /// norm over the gradients of params (those without one are skipped), coef = min(max_norm /
 /// (norm + 1e-6), 1), every gradient multiplied by coef in place. Returns the total norm, a
