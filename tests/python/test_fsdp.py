@@ -4,6 +4,7 @@ named."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -269,6 +270,7 @@ def test_each_rank_loads_only_its_rows_of_a_checkpoint(tmp_path):
           + ", ".join(f"{b / 2**20:.0f} MiB in {s:.1f} s" for b, s in zip(loaded, seconds["checkpoint"])))
     for r, bytes_ in enumerate(loaded):
         assert bytes_ <= checkpoint_bytes / 3 + unit_bytes, (r, loaded, checkpoint_bytes, unit_bytes)
+    shutil.rmtree(tmp_path / "model")  # 1.6 GB: pytest keeps the last runs' directories
 
 
 def memory_cgroup_parent():
@@ -336,6 +338,7 @@ mkdir -p "$dir" && echo {limit} > "$dir/{limit_file}" && echo $$ > "$dir/cgroup.
                                                     "memory.max_usage_in_bytes")).read()) for r in (0, 1)]
     finally:
         remove_cgroup(group)
+        shutil.rmtree(tmp_path / "model")  # 4 GB: pytest keeps the last runs' directories
     with h5py.File(tmp_path / "fsdp.h5", "r") as f:
         (run,) = f["runs"].values()
         assert run["summary"][0]["epochs_completed"] == 1 and np.isfinite(run["summary"][0]["final_loss"])
