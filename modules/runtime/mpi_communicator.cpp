@@ -218,7 +218,7 @@ struct MpiCommunicator::Worker {
 
   void run() {
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // 1 us: pauses as short as asked (drive)
-    const torch::NoGradGuard no_grad;  // the staging copies record no graph (grad mode is per thread)
+    const torch::NoGradGuard no_grad;           // the staging copies record no graph (grad mode is per thread)
     for (;;) {
       std::shared_ptr<Operation> op;
       {
