@@ -118,8 +118,7 @@ results::EnergyRecord TelemetrySampler::energy() const {
   e.mean_sm_clock_mhz = sm_clock_n_ > 0 ? sm_clock_sum_ / static_cast<double>(sm_clock_n_) : results::kNaN;
   e.mean_mem_clock_mhz = mem_clock_n_ > 0 ? mem_clock_sum_ / static_cast<double>(mem_clock_n_) : results::kNaN;
   e.max_temperature_c = max_temperature_c_;
-  // Throttling is an NVML reading: a source without reasons (RAPL) leaves it unknown.
-  e.throttled_s = std::strcmp(name, "nvml") == 0 ? throttled_s_ : results::kNaN;
+  e.throttled_s = source_ && source_->reads_slowdowns() ? throttled_s_ : results::kNaN;
   return e;
 }
 

@@ -45,6 +45,9 @@ class TelemetrySource {
   virtual const char* name() const = 0;
   /// The share of the counter this rank accounts for (EnergyRecord::node_share): 1 for a GPU.
   virtual double node_share() const { return 1.0; }
+  /// Whether read() reports slowdown reasons (throttle_reasons): NVML does; a source that does not
+  /// (RAPL) leaves the time throttled unknown (NaN), not 0.
+  virtual bool reads_slowdowns() const { return false; }
   /// Reads the counters now. Never throws: a value that cannot be read is NaN.
   virtual TelemetryReading read() = 0;
 };

@@ -47,6 +47,7 @@ class NvmlSource final : public TelemetrySource {
   NvmlSource(const NvmlApi& api, NvmlDevice device) : api_(api), device_(device) {}
   ~NvmlSource() override { api_.shutdown(); }  // the library stays loaded: NVML's threads may outlive a dlclose
   const char* name() const override { return "nvml"; }
+  bool reads_slowdowns() const override { return true; }
 
   TelemetryReading read() override {
     TelemetryReading r;

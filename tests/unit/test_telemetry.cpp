@@ -35,19 +35,22 @@ TelemetryReading reading(double energy_j, double power_w, std::uint64_t reasons 
   return r;
 }
 
-/// A source that returns nothing (the sampler is driven through add()).
+/// A source that returns nothing (the sampler is driven through add()); `slowdowns`: whether it
+/// reports slowdown reasons, as NVML does.
 class NamedSource final : public TelemetrySource {
  public:
-  explicit NamedSource(const char* name) : name_(name) {}
+  NamedSource(const char* name, bool slowdowns) : name_(name), slowdowns_(slowdowns) {}
   const char* name() const override { return name_; }
+  bool reads_slowdowns() const override { return slowdowns_; }
   TelemetryReading read() override { return {}; }
 
  private:
   const char* name_;
+  bool slowdowns_;
 };
 
 TEST(Telemetry, SummaryIsTheCounterDifferenceAndTheSlowedTime) {
-  TelemetrySampler sampler(std::make_unique<NamedSource>("nvml"), 0.1);
+  TelemetrySampler sampler(std::make_unique<NamedSource>("nvml", true), 0.1);
   sampler.add(10.0, reading(1000, 100, 0x1));  // idle: not throttled
   sampler.add(11.0, reading(1150, 200, 0x4));  // power cap: the next second is throttled
   sampler.add(12.5, reading(1450, 200, 0x40 | 0x1));
@@ -71,7 +74,7 @@ TEST(Telemetry, SummaryIsTheCounterDifferenceAndTheSlowedTime) {
 }
 
 TEST(Telemetry, WithoutACounterPowerIsIntegratedByTheTrapezoidRule) {
-  TelemetrySampler sampler(std::make_unique<NamedSource>("nvml"), 0.1);
+  TelemetrySampler sampler(std::make_unique<NamedSource>("nvml", true), 0.1);
   const double nan = results::kNaN;
   sampler.add(0.0, reading(nan, 100));
   sampler.add(1.0, reading(nan, 200));
@@ -85,7 +88,7 @@ TEST(Telemetry, WithoutACounterPowerIsIntegratedByTheTrapezoidRule) {
 }
 
 TEST(Telemetry, FullTablesKeepEveryOtherReadingSoTheRowsSpanTheRun) {
-  TelemetrySampler sampler(std::make_unique<NamedSource>("rapl"), 0.1, /*max_rows=*/4);
+  TelemetrySampler sampler(std::make_unique<NamedSource>("rapl", false), 0.1, /*max_rows=*/4);
   for (int k = 0; k < 10; ++k) sampler.add(k, reading(10.0 * k, 10));
   std::vector<double> times;
   for (const auto& row : sampler.readings()) times.push_back(row.t_s);
@@ -221,7 +224,7 @@ TEST(Telemetry, EnergyTablesRoundTripAndReportJoulesPerSample) {
   std::string run_id;
   {
     results::ResultsWriter writer(path, MPI_COMM_SELF, "energy", {{"task", std::string("image")}}, {}, layout);
-    TelemetrySampler sampler(std::make_unique<NamedSource>("nvml"), 0.1);
+    TelemetrySampler sampler(std::make_unique<NamedSource>("nvml", true), 0.1);
     sampler.add(0.0, reading(0, 250));
     sampler.add(2.0, reading(500, 250, 0x4));
     sampler.add(4.0, reading(1000, 250));
