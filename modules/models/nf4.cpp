@@ -19,8 +19,10 @@ namespace {
 constexpr double kCodes[16] = {-1.0000, -0.6962, -0.5251, -0.3949, -0.2844, -0.1848, -0.0911, 0.0000,
                                0.0796,  0.1609,  0.2461,  0.3379,  0.4407,  0.5626,  0.7230,  1.0000};
 
-/// Elements whose nearest code is searched at once: the search holds [chunk, 16] differences.
-constexpr std::int64_t kSearchChunk = std::int64_t{1} << 20;
+/// Elements whose nearest code is searched at once: the search holds [chunk, 16] differences, one
+/// tensor of them (16 MiB in fp32). torchao searches 1Mi elements at once with two such tensors
+/// (the difference and its abs): 128 MiB in fp32, the QLoRA set-up's peak above its weights.
+constexpr std::int64_t kSearchChunk = std::int64_t{1} << 18;
 
 /// Per block of `block` consecutive elements of a flat tensor, its absmax (torchao's get_block_absmax).
 torch::Tensor block_absmax(const torch::Tensor& flat, std::int64_t block) {
@@ -123,7 +125,7 @@ Nf4Weight Nf4Weight::quantize(const torch::Tensor& weight) {
   torch::Tensor indices = torch::empty({n}, flat.options().dtype(torch::kUInt8));
   for (std::int64_t start = 0; start < n; start += kSearchChunk) {
     const std::int64_t len = std::min(kSearchChunk, n - start);
-    const torch::Tensor diff = (scaled.narrow(0, start, len).unsqueeze(-1) - codes).abs();
+    const torch::Tensor diff = (scaled.narrow(0, start, len).unsqueeze(-1) - codes).abs_();
     indices.narrow(0, start, len).copy_(std::get<1>(diff.min(-1)));
   }
   const torch::Tensor pairs = indices.view({n / 2, 2});
