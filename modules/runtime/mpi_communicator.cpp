@@ -39,16 +39,15 @@ torch::Tensor on_host(const torch::Tensor& t) { return t.device().is_cpu() ? t :
 /// elements per rank where MPI's buffer holds one per rank (an all-gather's output, a
 /// reduce-scatter's input), else one block.
 struct HostBuffers {
-  torch::Tensor output;          // the caller's
-  torch::Tensor out;             // where the result goes, [blocks, block]: output itself or its host copy
-  torch::Tensor in;              // what MPI reads, [blocks, block]; undefined: in place (the input is in out)
-  bool in_overlaps_out = false;  // NCCL's in-place reduce-scatter: out is one of in's blocks
+  torch::Tensor output;  // the caller's
+  torch::Tensor out;     // where the result goes, [blocks, block]: output itself or its host copy
+  torch::Tensor in;      // what MPI reads, [blocks, block]; undefined: in place (the input is in out)
   bool copy_back() const { return out.defined() && out.data_ptr() != output.data_ptr(); }
 };
 
 /// Buffers of an in-place collective (the input is the output's current values).
 HostBuffers in_place(torch::Tensor& output, std::int64_t blocks) {
-  return {output, on_host(output).view({blocks, -1}), {}, false};
+  return {output, on_host(output).view({blocks, -1}), {}};
 }
 
 /// Buffers of an out-of-place collective; MPI writes out without reading it.
@@ -56,7 +55,7 @@ HostBuffers out_of_place(const torch::Tensor& input, std::int64_t in_blocks, tor
                          std::int64_t out_blocks) {
   const torch::Tensor out =
       output.device().is_cpu() ? output : torch::empty(output.sizes(), output.options().device(torch::kCPU));
-  return {output, out.view({out_blocks, -1}), on_host(input).view({in_blocks, -1}), false};
+  return {output, out.view({out_blocks, -1}), on_host(input).view({in_blocks, -1})};
 }
 
 /// Starts the non-blocking MPI call on one segment of a collective (MPI_IN_PLACE as send for an
@@ -167,8 +166,9 @@ struct MpiCommunicator::Worker {
   }
 
   /// Columns [first, first + len) of every block: MPI reads and writes the caller's memory where
-  /// that piece is contiguous and of `type` (and is not also the output), else the staging buffers,
-  /// converted on the way in and out.
+  /// that piece is contiguous and of `type`, else the staging buffers, converted on the way in and
+  /// out. An input that shares memory with the output (NCCL's in-place reduce-scatter: the output is
+  /// one of its blocks; MPI's in-place layout is another) is read from a staged copy.
   int run_segment(Operation& op, std::int64_t first, std::int64_t len, torch::ScalarType type) {
     const HostBuffers& b = op.buffers;
     const auto is_mpi_buffer = [&](const torch::Tensor& t) { return t.scalar_type() == type && t.is_contiguous(); };
@@ -180,7 +180,7 @@ struct MpiCommunicator::Worker {
       if (!out_direct) recv.copy_(out);  // in place: the input is out's values
     } else {
       const torch::Tensor in = b.in.narrow(1, first, len);
-      if (is_mpi_buffer(in) && !b.in_overlaps_out) {
+      if (is_mpi_buffer(in) && !b.in.is_alias_of(b.out)) {
         send = in.data_ptr();
       } else {
         const torch::Tensor staged = send_stage.stage(in.size(0), len, type);
@@ -386,12 +386,10 @@ std::unique_ptr<Work> MpiCommunicator::all_gather(const torch::Tensor& input, to
 std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) {
   require_pair(input, output, "reduce_scatter", 1, world_size_);
   // MPI's in-place reduce-scatter has another layout than NCCL's (its result starts the buffer):
-  // NCCL's in-place case is run out of place, each segment's input read from a copy.
-  HostBuffers buffers = out_of_place(input, world_size_, output, 1);
-  buffers.in_overlaps_out = starts_at(output, input, rank_ * output.numel());
+  // NCCL's in-place case runs out of place, each segment's input read from a copy (run_segment).
   const MPI_Op mpi = mpi_op(op);
   MPI_Comm comm = comm_;
-  return queue(*worker_, "MPI_Ireduce_scatter_block", std::move(buffers),
+  return queue(*worker_, "MPI_Ireduce_scatter_block", out_of_place(input, world_size_, output, 1),
                [=](const void* send, void* recv, int count, MPI_Datatype type, MPI_Request* r) {
                  return MPI_Ireduce_scatter_block(send, recv, count, type, mpi, comm, r);
                });

@@ -17,6 +17,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// The memory a plan is measured against: the rank's GPU, or on the CPU its share of the host
+/// memory (RecipeContext::host_memory); bytes <= 0: unknown.
+struct RankMemory {
+  double bytes = 0;
+  std::string source;  // what limits host memory ("" on a GPU)
+  /// "this rank's GPU has 79.1 GiB", "this rank's host memory has 12.0 GiB (physical memory, ...)".
+  std::string text() const {
+    return fmt::format("this rank's {} has {:.1f} GiB{}", source.empty() ? "GPU" : "host memory", bytes / (1 << 30),
+                       source.empty() ? std::string() : fmt::format(" ({})", source));
+  }
+};
+
+RankMemory rank_memory(const RecipeContext& ctx) {
+  if (ctx.placement.is_cuda()) return {static_cast<double>(runtime::cuda_total_memory(ctx.placement.index)), ""};
+  return {static_cast<double>(ctx.host_memory.bytes), ctx.host_memory.source};
+}
+
 }  // namespace
 
 std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, std::int64_t element_bytes) const {
@@ -121,44 +138,38 @@ void LlamaFinetune::refuse_if_weights_do_not_fit(const RecipeContext& ctx) const
       parameters / shards *
       (base_ == models::BaseWeights::kNf4 ? 0.5
                                           : static_cast<double>(axes::dtype_info(ctx.precision.param_dtype).bytes));
-  const double memory = ctx.placement.is_cuda() ? static_cast<double>(runtime::cuda_total_memory(ctx.placement.index))
-                                                : static_cast<double>(ctx.host_memory.bytes);
+  const RankMemory memory = rank_memory(ctx);
   const fs::path where = fs::is_directory(model_name_) ? fs::path(model_name_) / "config.json" : fs::path(model_name_);
-  MGBENCH_REQUIRE(memory <= 0 || bytes <= memory, DataError,
+  MGBENCH_REQUIRE(memory.bytes <= 0 || bytes <= memory.bytes, DataError,
                   "model '{}' (hidden_size {}, intermediate_size {}, num_hidden_layers {}, vocab_size {}): {:.3g} "
-                  "parameters need at least {:.1f} GiB for the weights alone{}, and this rank's {} has {:.1f} GiB{}",
+                  "parameters need at least {:.1f} GiB for the weights alone{}, and {}",
                   where.string(), config_->hidden_size, config_->intermediate_size, config_->num_hidden_layers,
                   config_->vocab_size, parameters, bytes / (1 << 30),
-                  shards > 1 ? fmt::format(" (a 1/{} shard of them per rank)", shards) : std::string(),
-                  ctx.placement.is_cuda() ? "GPU" : "host memory", memory / (1 << 30),
-                  ctx.placement.is_cuda() ? std::string() : fmt::format(" ({})", ctx.host_memory.source));
+                  shards > 1 ? fmt::format(" (a 1/{} shard of them per rank)", shards) : std::string(), memory.text());
 }
 
 void LlamaFinetune::refuse_if_plan_does_not_fit(const RecipeContext& ctx) const {
-  const bool gpu = ctx.placement.is_cuda();
-  const double device = gpu ? static_cast<double>(runtime::cuda_total_memory(ctx.placement.index))
-                            : static_cast<double>(ctx.host_memory.bytes);
-  if (device <= 0) return;
+  const RankMemory device = rank_memory(ctx);
+  if (device.bytes <= 0) return;
   // The model's state alone at this world size -- weights (under fsdp the shards and the units
   // gathered at once), gradients and optimizer states, as the run's attributes will record them;
   // activations come on top and are not counted here (an estimate, `--dry-run` prints it).
   const MemoryPlanRow row = memory_plan(ctx.train, {ctx.plan.world}, {})[0];
-  if (static_cast<double>(row.total_bytes()) <= device) return;
+  if (static_cast<double>(row.total_bytes()) <= device.bytes) return;
   TrainOptions sharded = ctx.train;
   sharded.sharding = axes::Sharding::kFsdp;
   const std::optional<int> fits = fewest_ranks_that_fit([&](int world) { return memory_plan(sharded, {world}, {})[0]; },
-                                                        std::max(2, ctx.plan.world * 2), device);
+                                                        std::max(2, ctx.plan.world * 2), device.bytes);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   throw ConfigError(fmt::format(
       "{} ({:.2f}B parameters, --precision {}): at {} rank(s) ({}) each rank holds {:.1f} GiB for parameters "
-      "{:.1f}, gradients {:.1f} and optimizer states {:.1f} GiB before activations, and {} has {:.1f} GiB; {} "
+      "{:.1f}, gradients {:.1f} and optimizer states {:.1f} GiB before activations, and {}; {} "
       "(mgbench llm --dry-run --ranks N prints the plan)",
       model_name_, static_cast<double>(config_->num_parameters()) / 1e9, axes::precision_info(ctx.train.precision).name,
       ctx.plan.world, ctx.plan.fully_sharded() ? "fsdp" : "each a replica",
       static_cast<double>(row.total_bytes()) / kGiB, static_cast<double>(row.parameter_bytes) / kGiB,
       static_cast<double>(row.gradient_bytes) / kGiB, static_cast<double>(row.optimizer_state_bytes) / kGiB,
-      gpu ? std::string("this GPU") : fmt::format("this rank's host memory ({})", ctx.host_memory.source),
-      device / kGiB,
+      device.text(),
       fits ? fmt::format("with --sharding fsdp it fits from {} ranks", *fits)
            : std::string("no rank count up to 4096 fits: LoRA or QLoRA, or a smaller model")));
 }
