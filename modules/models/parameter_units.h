@@ -5,6 +5,7 @@
 // (`custom_sharded_layers: ['tok_embeddings', 'output']`), the rest (the final norm) the root -- and
 // the hooks the model calls around each unit's forward, where FSDP2 registers its pre- and
 // post-forward hooks (`FSDPState._pre_forward` / `_post_forward`).
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,41 @@
 #include <torch/torch.h>
 
 namespace mgbench::models {
+
+/// How FSDP2 shards one parameter of shape `sizes` over `world` ranks on dim 0 (a 0-dim
+/// parameter counts as one row): torch.chunk's chunks of ceil(rows / world) rows, the last ones
+/// shorter or empty, each held padded to that many rows.
+struct ShardLayout {
+  std::vector<std::int64_t> sizes;  // the whole parameter's
+  std::int64_t rows = 1;            // sizes[0]
+  std::int64_t row_numel = 1;       // elements per row
+  std::int64_t chunk_rows = 1;      // rows each rank holds, padding included
+  int world = 1;
+
+  /// Throws std::invalid_argument for world < 1.
+  static ShardLayout of(at::IntArrayRef sizes, int world) {
+    if (world < 1) throw std::invalid_argument("ShardLayout: world size must be >= 1");
+    ShardLayout l;
+    l.sizes.assign(sizes.begin(), sizes.end());
+    l.world = world;
+    l.rows = sizes.empty() ? 1 : sizes[0];
+    l.row_numel = 1;
+    for (std::size_t d = 1; d < sizes.size(); ++d) l.row_numel *= sizes[d];
+    l.chunk_rows = (l.rows + world - 1) / world;  // torch.chunk: ceil(rows / chunks) rows each
+    return l;
+  }
+  /// The first row of rank r's chunk (rows when it is empty).
+  std::int64_t first_row(int r) const { return std::min(rows, r * chunk_rows); }
+  /// Rows of rank r's chunk that are the parameter's (the rest is padding).
+  std::int64_t valid_rows(int r) const { return std::min(rows, (r + 1) * chunk_rows) - first_row(r); }
+  std::int64_t shard_numel() const { return chunk_rows * row_numel; }
+  /// The shard's shape: [chunk_rows, sizes[1:]...].
+  std::vector<std::int64_t> shard_sizes() const {
+    std::vector<std::int64_t> s = sizes.empty() ? std::vector<std::int64_t>{1} : sizes;
+    s[0] = chunk_rows;
+    return s;
+  }
+};
 
 /// A frozen weight held packed rather than as a parameter (an NF4 base weight: torchao's
 /// NF4Tensor), sharded as torchao shards it: each part (packed codes, scalers, factors) split evenly

@@ -28,6 +28,13 @@ void print_notes(std::ostream& out, const results::RunRecord& r) {
   } else if (r.status == "preempted") {
     out << fmt::format("# {} preempted: it continues with the same options plus --resume --checkpoint-dir\n", r.run_id);
   }
+  if (const auto continued = r.text("continues_run")) {
+    out << fmt::format(
+        "# {} continues run {} (its {} rank(s) stopped at global step {}) at {} rank(s), the same steps: its records "
+        "hold its own steps\n",
+        r.run_id, *continued, r.display("continues_world_size"), r.display("continues_global_step"),
+        r.display("world_size"));
+  }
   if (resumes(r) > 0) {
     out << fmt::format(
         "# {} resumed {} time(s) from a checkpoint: its times leave out the time away and the "

@@ -72,7 +72,10 @@ class ResultsWriter {
   /// Writes this rank's per-step metrics of one epoch (0-based): rows of layout.metrics.size()
   /// values, row-major, at most steps_per_epoch rows. Independent.
   void write_metrics(std::int64_t epoch, std::span<const double> rows);
-  /// Writes this rank's computed sample indices of one epoch (indices_per_epoch of them). Independent.
+  /// Writes this rank's computed sample indices of one epoch: indices_per_epoch of them, or fewer,
+  /// the row then filled with -1 (not computed in this run: a stopped epoch's rest, or, in a run
+  /// continuing another at a new world size, what that run computed first). Throws ResultsError for
+  /// more than indices_per_epoch. Independent.
   void write_indices(std::int64_t epoch, std::span<const std::int64_t> indices);
   /// Writes this rank's CUDA metrics (layout.cuda_metrics): at most kCudaApiRows API rows and
   /// kCudaKernelRows kernel rows. Independent.

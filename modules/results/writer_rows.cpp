@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -94,10 +95,12 @@ void ResultsWriter::write_metrics(std::int64_t epoch, std::span<const double> ro
 }
 
 void ResultsWriter::write_indices(std::int64_t epoch, std::span<const std::int64_t> indices) {
-  MGBENCH_REQUIRE(own_.indices.valid() && static_cast<std::int64_t>(indices.size()) == layout_.indices_per_epoch,
+  MGBENCH_REQUIRE(own_.indices.valid() && static_cast<std::int64_t>(indices.size()) <= layout_.indices_per_epoch,
                   ResultsError, "rank {}: {} indices for epoch {}, the results layout reserved {}", rank_,
                   indices.size(), epoch, layout_.indices_per_epoch);
-  write_rows(own_.indices, H5T_NATIVE_INT64, epoch, 1, indices.data(), "indices");
+  std::vector<std::int64_t> row(indices.begin(), indices.end());
+  row.resize(static_cast<std::size_t>(layout_.indices_per_epoch), -1);  // a stopped epoch: the rest not computed
+  write_rows(own_.indices, H5T_NATIVE_INT64, epoch, 1, row.data(), "indices");
 }
 
 void ResultsWriter::write_summary(const RunSummary& summary) {

@@ -61,7 +61,7 @@ void EpochStage::record_step(StepOutcome& out, double step_start) {
 
 void EpochStage::take_warmup_when_over() {
   RunProgress& run = state_.progress;
-  if (run.global_step != state_.setup.options.warmup_steps_excluded || run.warmup.taken) return;
+  if (run.global_step - run.first_step != state_.setup.options.warmup_steps_excluded || run.warmup.taken) return;
   run.warmup = {true,
                 run.summary.train_s + run.epoch_elapsed_s + epoch_clock_.elapsed(),
                 run.computed_samples + run.epoch_record.samples,
@@ -123,6 +123,7 @@ bool EpochStage::train() {
     if (at_step_boundary(sinks_.control, run, checkpoint, now_s() - sinks_.run_start_s, epoch_clock_.elapsed())) {
       sinks_.writer.write_steps(run.epoch, run.steps);
       if (setup.metric_count > 0) sinks_.writer.write_metrics(run.epoch, run.metric_rows);
+      if (options.record_indices) sinks_.writer.write_indices(run.epoch, run.computed_indices);
       return false;
     }
   }

@@ -76,14 +76,27 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const TrainOptio
       log::info("--resume: the run continues in its own results file {} (not --results {})", from->results,
                 train.results);
     }
-    if (!runtime::all_succeed(env, "reopening the results file", [&] {
-          job->writer = std::make_unique<results::ResultsWriter>(from->results, env.world(), from->run_id, layout);
-        })) {
-      return nullptr;
-    }
     job->control.resume = &job->resume_state;
-    log::info("results: {} run {} resumed from {} (global step {})", from->results, from->run_id, from->path,
-              from->global_step);
+    job->control.resume_world_size = static_cast<int>(from->world_size);
+    if (from->world_size == env.world_size()) {
+      if (!runtime::all_succeed(env, "reopening the results file", [&] {
+            job->writer = std::make_unique<results::ResultsWriter>(from->results, env.world(), from->run_id, layout);
+          })) {
+        return nullptr;
+      }
+      log::info("results: {} run {} resumed from {} (global step {})", from->results, from->run_id, from->path,
+                from->global_step);
+    } else {
+      // Another number of ranks: a run of its own (a run's tables are per rank), linked to the one it continues.
+      h5::Attributes attributes = shape.run_attributes;
+      h5::merge_attributes(attributes, {{"continues_run", from->run_id},
+                                        {"continues_global_step", from->global_step},
+                                        {"continues_world_size", from->world_size}});
+      job->writer = session::open_run(env, from->results, train.run_name, attributes, shape.rank_attributes, layout);
+      if (!job->writer) return nullptr;
+      log::info("results: {} run {} continues run {} of {} rank(s) from {} (global step {})", from->results,
+                job->writer->run_id(), from->run_id, from->world_size, from->path, from->global_step);
+    }
   } else {
     job->writer =
         session::open_run(env, train.results, train.run_name, shape.run_attributes, shape.rank_attributes, layout);
@@ -136,6 +149,7 @@ int run_once(const JobContext& c, std::unique_ptr<Checkpointer> checkpointer,
       })) {
     return 1;
   }
+  if (from && !runtime::all_succeed(env, "checking the resume", [&] { loop->check_resume(*from); })) return 1;
   h5::Attributes attributes = session::common_attributes(env, config.table, c.task, c.identity, c.command_line);
   h5::merge_attributes(attributes, loop->run_attributes());
   TrainOptions train = config.train;
@@ -185,8 +199,9 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   // already completed run costs nothing.
   std::unique_ptr<Checkpointer> checkpointer;
   std::optional<CheckpointManifest> from;
+  const bool any_world_size = config.train.global_batch_size > 0;  // its steps the same at any world size
   if (!runtime::all_succeed(env, "setting up checkpoints", [&] {
-        checkpointer = std::make_unique<Checkpointer>(config.train.checkpoint, env, task, identity);
+        checkpointer = std::make_unique<Checkpointer>(config.train.checkpoint, env, task, identity, any_world_size);
         from = checkpointer->find_start();
       })) {
     return 1;
@@ -203,7 +218,9 @@ int run_job(JobConfig& config, runtime::MpiEnvironment& env, const std::string& 
   // --repeat N: N runs, each set up afresh (the same seed: the same model, data order and schedule);
   // validate() keeps checkpoints to single runs.
   for (std::int64_t i = 0; i < config.train.repeat; ++i) {
-    if (i > 0) checkpointer = std::make_unique<Checkpointer>(config.train.checkpoint, env, task, identity);
+    if (i > 0) {
+      checkpointer = std::make_unique<Checkpointer>(config.train.checkpoint, env, task, identity, any_world_size);
+    }
     const int exit_code = run_once(context, std::move(checkpointer), i == 0 ? from : std::nullopt, i);
     if (exit_code != 0) return exit_code;
   }

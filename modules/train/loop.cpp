@@ -244,7 +244,8 @@ h5::Attributes TrainingLoop::run_attributes() const {
   h5::Attributes a{{"device", std::string(setup.device.is_cuda() ? "cuda" : "cpu")},
                    {"backend", setup.comm.backend()},
                    {"trainable_parameters", state_->training.trainable_numel},
-                   {"gradient_dtype", std::string(axes::dtype_info(setup.precision.gradient_dtype()).name)}};
+                   {"gradient_dtype", std::string(axes::dtype_info(setup.precision.gradient_dtype()).name)},
+                   {"grad_accum", setup.options.grad_accum}};  // --global-batch-size's at this world size
   for (auto&& attribute : collective_attributes(*state_)) a.push_back(std::move(attribute));
   // The peak MFU divides by, and where it comes from: a run's MFU is read against it.
   const runtime::PeakFlops peak = run_peak_flops(setup);
@@ -267,8 +268,9 @@ h5::Attributes TrainingLoop::rank_attributes() const {
 
 void TrainingLoop::state_dict(CheckpointState& state) const {
   const TrainingState& training = state_->training;
-  put_tensors(state, "model/", state_->checkpoint_tensors());
-  put_optimizer(state, "optimizer", *training.optimizer);
+  const std::vector<CheckpointTensor> tensors = state_->checkpoint_tensors();
+  put_tensors(state, "model/", tensors, state_->setup.world_size());
+  put_optimizer(state, "optimizer/", *training.optimizer, tensors, state_->setup.world_size());
   if (training.scaler) {
     state.put("scaler.scale", training.scaler->get_scale());
     state.put("scaler.growth_tracker", training.scaler->growth_tracker());
@@ -280,8 +282,9 @@ void TrainingLoop::state_dict(CheckpointState& state) const {
 void TrainingLoop::load_state_dict(const CheckpointState& state) {
   TrainingState& training = state_->training;
   RunProgress& progress = state_->progress;
-  load_tensors(state, "model/", state_->checkpoint_tensors());
-  load_optimizer(state, "optimizer", *training.optimizer);
+  const std::vector<CheckpointTensor> tensors = state_->checkpoint_tensors();
+  load_tensors(state, "model/", tensors);
+  load_optimizer(state, "optimizer/", *training.optimizer, tensors);
   if (training.scaler)
     training.scaler->load_state(state.number("scaler.scale"), state.integer("scaler.growth_tracker"));
   load_rng(state, state_->setup.device);
@@ -400,6 +403,10 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   run.summary.eval_s = 0;
   if (control.resume != nullptr) {
     load_state_dict(*control.resume);
+    if (control.resume_world_size != state.setup.world_size()) {
+      continue_from_world(state.setup, run, control.resume_world_size, control.resume->source());
+    }
+    *control.resume = CheckpointState();  // a resharded state is this rank's whole state once more
     log::info("resuming at epoch {} step {} (global step {})", run.epoch + 1, run.steps.size() + 1, run.global_step);
   }
   replicate(state.setup, state.training);

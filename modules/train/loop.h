@@ -58,11 +58,20 @@ class TrainingLoop {
   /// Rank attributes: device, threads, GPU.
   h5::Attributes rank_attributes() const;
 
+  /// Refuses, before the run is recorded, to continue `from` (a checkpoint of this configuration)
+  /// where its world size differs and it stopped inside an epoch whose remaining samples at this
+  /// world size are not the same: only DistributedSampler's order over samples (--strategy ddp-ds,
+  /// no tar shards) hands the ranks the shuffled indices in turn at any world size; ddp and
+  /// ddp-rr cut each batch by the world size, tar shards go to ranks whole. Throws ConfigError
+  /// naming the checkpoint, the strategy and what would resume it.
+  void check_resume(const CheckpointManifest& from) const;
   /// Trains (or, for an evaluate-only recipe, evaluates); writes steps, epochs and (rank 0) the
-  /// summary; returns the summary. control: continues from control.resume, writes checkpoints
-  /// through control.checkpointer (every --checkpoint-every steps and at the end) and stops at
-  /// the step boundary control.stop agrees on: then the epoch's steps so far are written, a
-  /// checkpoint is taken, control.preempted is set and the partial summary returned (not written).
+  /// summary; returns the summary. control: continues from control.resume (released once
+  /// loaded; written by control.resume_world_size ranks, other than this run's, at the same sample
+  /// of its epoch, RunProgress::continued), writes checkpoints through control.checkpointer (every
+  /// --checkpoint-every steps and at the end) and stops at the step boundary control.stop agrees
+  /// on: then the epoch's steps so far (and recorded indices) are written, a checkpoint is taken,
+  /// control.preempted is set and the partial summary returned (not written).
   /// Throws DataError for a checkpoint that does not fit this run, Error when the loss diverges.
   results::RunSummary run(results::ResultsWriter& writer, Progress& progress, RunControl& control);
 

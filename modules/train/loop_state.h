@@ -32,13 +32,13 @@ namespace mgbench::train {
 struct RunSetup {
   RunSetup(const TrainOptions& train, Recipe& run_recipe, runtime::Communicator& communicator,
            runtime::DevicePlacement where)
-      : options(train),
+      : options(train.for_world(communicator.world_size())),
         recipe(run_recipe),
         comm(communicator),
         placement(where),
         precision(axes::precision_info(train.precision)) {}
 
-  TrainOptions options;
+  TrainOptions options;  // the job's, at this world size (TrainOptions::for_world)
   Recipe& recipe;
   runtime::Communicator& comm;
   runtime::DevicePlacement placement;
@@ -77,6 +77,13 @@ struct TrainingState {
   bool shares_buffers(int world_size) const { return world_size > 1 && !shared_buffers.empty(); }
 };
 
+/// A checkpoint written by from_world ranks, other than this run's (a run given
+/// --global-batch-size; TrainingLoop::check_resume accepted it), loaded into run: the run continues
+/// at the same sample of its epoch (RunProgress::continued), the epoch's earlier steps, metric rows
+/// and indices held as placeholders so that its records keep their places in the epoch. Throws
+/// DataError naming source for a position that is not at a step boundary. (train/resume.cpp)
+void continue_from_world(const RunSetup& setup, RunProgress& run, int from_world, const std::string& source);
+
 /// The loop's whole state on this rank.
 struct LoopState {
   LoopState(const TrainOptions& train, Recipe& recipe, runtime::Communicator& comm, runtime::DevicePlacement where)
@@ -88,15 +95,20 @@ struct LoopState {
   TelemetryWindow energy;  // --telemetry other than off
   RunProgress progress;    // where the run stands (what a checkpoint carries besides model and optimizer)
 
-  /// The recipe's checkpoint tensors, each sharded parameter replaced by this rank's shard.
-  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() const {
-    auto tensors = setup.recipe.checkpoint_tensors();
-    if (const FullyShardedUnits* fsdp = training.fsdp()) {
-      for (auto& item : tensors) {
-        if (torch::Tensor shard = fsdp->shard_of(item.second); shard.defined()) item.second = shard;
+  /// The recipe's checkpoint tensors, each sharded parameter replaced by this rank's shard (with
+  /// the whole parameter's shape).
+  std::vector<CheckpointTensor> checkpoint_tensors() const {
+    std::vector<CheckpointTensor> out;
+    for (auto& [name, tensor] : setup.recipe.checkpoint_tensors()) {
+      torch::Tensor shard;
+      if (const FullyShardedUnits* fsdp = training.fsdp()) shard = fsdp->shard_of(tensor);
+      if (shard.defined()) {
+        out.push_back({name, shard, tensor.sizes().vec()});
+      } else {
+        out.push_back({name, tensor, {}});
       }
     }
-    return tensors;
+    return out;
   }
 };
 

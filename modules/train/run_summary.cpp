@@ -73,10 +73,10 @@ void summarise_all_ranks(const LoopState& state, results::RunSummary& summary) {
   summary.final_loss = totals[1].item<double>() / world;
   // The time and steps the rates are over: rank 0's training time, as train_s, less its warm-up.
   double span_s = summary.train_s - w.train_s;
-  const std::int64_t span_steps = run.global_step - warmup_steps;
+  const std::int64_t span_steps = run.global_step - run.first_step - warmup_steps;
   if (warmup_steps > 0 && totals[5].item<double>() < world) {
     log::warn("--warmup-steps-excluded {}: the run has {} optimizer step(s): no throughput after the warm-up",
-              warmup_steps, run.global_step);
+              warmup_steps, run.global_step - run.first_step);
     span_s = results::kNaN;
   }
   summary.samples_per_s = totals[0].item<double>() / span_s;

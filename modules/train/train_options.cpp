@@ -50,6 +50,13 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("epochs", epochs, "training epochs").at_least(1);
   t.add("batch-size", batch_size, "samples per micro-batch per rank").at_least(1);
   t.add("grad-accum", grad_accum, "micro-batches per optimizer step (gradient accumulation)").at_least(1);
+  // Not in the workload identity: the run attribute grad_accum holds the micro-batches it resolves to.
+  t.add("global-batch-size", global_batch_size,
+        "samples per optimizer step over all ranks (torchtitan's global_batch_size): the micro-batches per step are "
+        "this / (--batch-size x ranks), so a checkpoint resumes at another number of ranks with the same steps "
+        "(0: --grad-accum's)")
+      .at_least(0)
+      .same_workload();
   t.add("max-steps", max_steps, "optimizer steps per epoch (0: the whole epoch)").at_least(0);
   t.add("shuffle", shuffle, "reshuffle every epoch (seed + epoch)").same_workload();
   t.add("drop-last", drop_last, "drop the last incomplete batch");
@@ -131,8 +138,24 @@ void TrainOptions::declare(options::OptionTable& t) {
   checkpoint.declare(t);
 }
 
+TrainOptions TrainOptions::for_world(int world_size) const {
+  TrainOptions out = *this;
+  if (global_batch_size == 0) return out;
+  const std::int64_t per_micro_batch = batch_size * world_size;
+  MGBENCH_REQUIRE(global_batch_size % per_micro_batch == 0, ConfigError,
+                  "--global-batch-size {}: not a multiple of --batch-size {} x {} rank(s) = {} samples a micro-batch; "
+                  "give a multiple of it, or another --batch-size or number of ranks",
+                  global_batch_size, batch_size, world_size, per_micro_batch);
+  out.grad_accum = global_batch_size / per_micro_batch;
+  return out;
+}
+
 void TrainOptions::validate() const {
   checkpoint.validate();
+  MGBENCH_REQUIRE(global_batch_size == 0 || grad_accum == 1, ConfigError,
+                  "--global-batch-size {} with --grad-accum {}: the micro-batches per step follow from the global "
+                  "batch size; give one of the two",
+                  global_batch_size, grad_accum);
   MGBENCH_REQUIRE(repeat == 1 || checkpoint.dir.empty(), ConfigError,
                   "--repeat {} with --checkpoint-dir: a repeated job cannot be resumed; run the command {} times "
                   "instead (each may checkpoint), or leave out --checkpoint-dir",

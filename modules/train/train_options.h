@@ -23,9 +23,10 @@ struct TrainOptions {
   // workload distribution
   axes::Strategy strategy = axes::Strategy::kDdpDs;
   std::int64_t epochs = 1;
-  std::int64_t batch_size = 1;  // samples per micro-batch per rank
-  std::int64_t grad_accum = 1;  // micro-batches per optimizer step
-  std::int64_t max_steps = 0;   // optimizer steps per epoch (0: all); TorchTune's max_steps_per_epoch
+  std::int64_t batch_size = 1;         // samples per micro-batch per rank
+  std::int64_t grad_accum = 1;         // micro-batches per optimizer step (with global_batch_size: for_world's)
+  std::int64_t global_batch_size = 0;  // samples per optimizer step over all ranks (0: batch x ranks x grad_accum)
+  std::int64_t max_steps = 0;          // optimizer steps per epoch (0: all); TorchTune's max_steps_per_epoch
   bool shuffle = true;
   bool drop_last = false;
   std::uint64_t seed = 42;
@@ -73,9 +74,16 @@ struct TrainOptions {
   axes::ParallelPlan parallel_plan(int world_size, bool activation_checkpointing) const {
     return {world_size, sharding, reshard_after_forward, activation_checkpointing};
   }
+  /// These options at world_size ranks: with --global-batch-size G (torchtitan's
+  /// training.global_batch_size), grad_accum = G / (batch_size x world_size), so that a step takes G
+  /// samples at any world size and a checkpoint can be resumed at another (checkpointer.h); without
+  /// it, as given. Throws ConfigError naming --global-batch-size when G is not a multiple of
+  /// batch_size x world_size.
+  TrainOptions for_world(int world_size) const;
   /// The rules between options (each option's own bounds are the table's): --sharding fsdp with
-  /// a single-process strategy or with loss scaling (amp-fp16) is refused, and --repeat above 1 with
-  /// checkpoints (a repeated job is not resumable). Throws ConfigError.
+  /// a single-process strategy or with loss scaling (amp-fp16) is refused, --repeat above 1 with
+  /// checkpoints (a repeated job is not resumable), and --global-batch-size with --grad-accum (the
+  /// one derives the other). Throws ConfigError.
   void validate() const;
 };
 

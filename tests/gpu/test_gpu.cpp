@@ -95,7 +95,7 @@ TEST(CheckpointOnGpu, ModelOptimizerAndCudaRngRoundTripContinueIdentically) {
   for (int i = 0; i < 3; ++i) train_step(model, optimizer);
   train::CheckpointState state;
   train::put_module(state, "model/", *model);
-  train::put_optimizer(state, "optimizer", optimizer);
+  train::put_optimizer(state, "optimizer/", optimizer, train::module_tensors(*model), 1);
   train::put_rng(state, gpu);
   SharedDir dir;
   const std::string path = dir.file(fmt::format("gpu-{}.safetensors", world_rank()));
@@ -107,7 +107,7 @@ TEST(CheckpointOnGpu, ModelOptimizerAndCudaRngRoundTripContinueIdentically) {
   torch::optim::AdamW restored_optimizer(restored->parameters(), torch::optim::AdamWOptions(1e-2));
   const train::CheckpointState loaded(path);
   train::load_module(loaded, "model/", *restored);
-  train::load_optimizer(loaded, "optimizer", restored_optimizer);
+  train::load_optimizer(loaded, "optimizer/", restored_optimizer, train::module_tensors(*restored));
   train::load_rng(loaded, gpu);
   for (int i = 0; i < 2; ++i) train_step(restored, restored_optimizer);
   // Same kernels, same inputs, same dropout masks: equal to the last bit.

@@ -203,7 +203,7 @@ TEST(CheckpointState, ModelOptimizerAndRngRoundTripContinueIdentically) {
 
   train::CheckpointState state;
   train::put_module(state, "model/", *model);
-  train::put_optimizer(state, "optimizer", optimizer);
+  train::put_optimizer(state, "optimizer/", optimizer, train::module_tensors(*model), 1);
   train::put_rng(state, torch::kCPU);
   std::vector<results::StepRecord> records(2);
   records[1].loss = 1.5;
@@ -221,7 +221,7 @@ TEST(CheckpointState, ModelOptimizerAndRngRoundTripContinueIdentically) {
   torch::optim::AdamW restored_optimizer(restored->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
   const train::CheckpointState loaded(path);
   train::load_module(loaded, "model/", *restored);
-  train::load_optimizer(loaded, "optimizer", restored_optimizer);
+  train::load_optimizer(loaded, "optimizer/", restored_optimizer, train::module_tensors(*restored));
   train::load_rng(loaded, torch::kCPU);
   for (int i = 0; i < 2; ++i) train_step(restored, restored_optimizer);
   EXPECT_TRUE(flat(model->parameters()).equal(flat(restored->parameters())));

@@ -6,12 +6,14 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include <ATen/Context.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "models/parameter_units.h"
 #include "models/safetensors.h"
 
 namespace mgbench::train {
@@ -31,6 +33,24 @@ void CheckpointState::put(const std::string& name, const torch::Tensor& tensor) 
   // One copy, also for a CPU tensor (the state must not change with later training steps).
   tensors_.emplace_back(name, tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous());
 }
+namespace {
+
+constexpr const char* kShardKey = "shard:";  // metadata "shard:<name>" = the whole shape, "d0,d1,..."
+
+}  // namespace
+
+void CheckpointState::put_shard(const std::string& name, const torch::Tensor& shard, at::IntArrayRef whole,
+                                int world_size) {
+  const models::ShardLayout layout = models::ShardLayout::of(whole, world_size);
+  if (shard.sizes() != at::IntArrayRef(layout.shard_sizes())) {
+    throw std::invalid_argument(fmt::format("put_shard '{}': a shard of {} over {} rank(s) is {}, not {}", name,
+                                            fmt::join(whole, "x"), world_size, fmt::join(layout.shard_sizes(), "x"),
+                                            fmt::join(shard.sizes(), "x")));
+  }
+  put(name, shard);
+  metadata_[kShardKey + name] = fmt::format("{}", fmt::join(whole, ","));
+}
+
 void CheckpointState::put(const std::string& key, std::int64_t value) { metadata_[key] = std::to_string(value); }
 void CheckpointState::put(const std::string& key, double value) { metadata_[key] = fmt::format("{:.17g}", value); }
 void CheckpointState::put_text(const std::string& key, const std::string& value) { metadata_[key] = value; }
@@ -45,6 +65,36 @@ void CheckpointState::put_bytes(const std::string& name, const void* data, std::
 bool CheckpointState::contains(const std::string& name) const {
   if (file_) return file_->contains(name);
   return std::any_of(tensors_.begin(), tensors_.end(), [&](const auto& e) { return e.first == name; });
+}
+
+std::vector<std::string> CheckpointState::names() const {
+  if (file_) return file_->names();
+  std::vector<std::string> out;
+  for (const auto& entry : tensors_) out.push_back(entry.first);
+  return out;
+}
+
+std::optional<std::vector<std::int64_t>> CheckpointState::whole_shape(const std::string& name) const {
+  const auto it = metadata_.find(kShardKey + name);
+  if (it == metadata_.end()) return std::nullopt;
+  std::vector<std::int64_t> sizes;
+  std::size_t begin = 0;
+  while (begin <= it->second.size()) {
+    const std::size_t end = std::min(it->second.find(',', begin), it->second.size());
+    const std::string part = it->second.substr(begin, end - begin);
+    std::size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception&) {
+    }
+    MGBENCH_REQUIRE(!part.empty() && used == part.size() && value >= 0, DataError,
+                    "checkpoint '{}': the whole shape of '{}' is '{}', not sizes separated by commas", source_, name,
+                    it->second);
+    sizes.push_back(value);
+    begin = end + 1;
+  }
+  return sizes;
 }
 
 namespace {
@@ -147,58 +197,109 @@ void CheckpointState::check_rank(int rank) const {
 
 // --- state helpers ------------------------------------------------------------------------------
 
+std::vector<CheckpointTensor> module_tensors(torch::nn::Module& module) {
+  std::vector<CheckpointTensor> out;
+  for (const auto& p : module.named_parameters()) out.push_back({p.key(), p.value(), {}});
+  for (const auto& b : module.named_buffers()) out.push_back({b.key(), b.value(), {}});
+  return out;
+}
+
 void put_module(CheckpointState& state, const std::string& prefix, torch::nn::Module& module) {
-  for (const auto& p : module.named_parameters()) state.put(prefix + p.key(), p.value());
-  for (const auto& b : module.named_buffers()) state.put(prefix + b.key(), b.value());
+  put_tensors(state, prefix, module_tensors(module), 1);
 }
 
 void load_module(const CheckpointState& state, const std::string& prefix, torch::nn::Module& module) {
-  std::vector<std::pair<std::string, torch::Tensor>> all;
-  for (const auto& p : module.named_parameters()) all.emplace_back(p.key(), p.value());
-  for (const auto& b : module.named_buffers()) all.emplace_back(b.key(), b.value());
-  load_tensors(state, prefix, all);
+  load_tensors(state, prefix, module_tensors(module));
 }
 
-void put_tensors(CheckpointState& state, const std::string& prefix,
-                 const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
-  for (const auto& [name, t] : tensors) state.put(prefix + name, t);
+namespace {
+
+/// Stores t as name, a shard as its parameter's (whole non-empty) is.
+void put_like(CheckpointState& state, const std::string& name, const torch::Tensor& t, const CheckpointTensor& param,
+              int world_size) {
+  if (param.whole.empty()) {
+    state.put(name, t);
+  } else {
+    state.put_shard(name, t, param.whole, world_size);
+  }
+}
+
+/// The stored tensor `name`, checked to have target's shape (and dtype, when `dtype` is given).
+torch::Tensor stored_like(const CheckpointState& state, const std::string& name, const torch::Tensor& target,
+                          bool same_dtype) {
+  const torch::Tensor stored = state.tensor(name);
+  MGBENCH_REQUIRE(stored.sizes() == target.sizes() && (!same_dtype || stored.scalar_type() == target.scalar_type()),
+                  DataError, "checkpoint '{}': '{}' is {} {}, this run's is {} {}", state.source(), name,
+                  c10::toString(stored.scalar_type()), fmt::join(stored.sizes(), "x"),
+                  c10::toString(target.scalar_type()), fmt::join(target.sizes(), "x"));
+  return stored;
+}
+
+}  // namespace
+
+void put_tensors(CheckpointState& state, const std::string& prefix, const std::vector<CheckpointTensor>& tensors,
+                 int world_size) {
+  for (const CheckpointTensor& t : tensors) put_like(state, prefix + t.name, t.local, t, world_size);
 }
 
 void load_tensors(const CheckpointState& state, const std::string& prefix,
-                  const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+                  const std::vector<CheckpointTensor>& tensors) {
   torch::NoGradGuard no_grad;
-  for (const auto& [name, target] : tensors) {
-    const torch::Tensor stored = state.tensor(prefix + name);
-    MGBENCH_REQUIRE(stored.sizes() == target.sizes() && stored.scalar_type() == target.scalar_type(), DataError,
-                    "checkpoint '{}': '{}{}' is {} {}, the model's is {} {}", state.source(), prefix, name,
-                    c10::toString(stored.scalar_type()), fmt::join(stored.sizes(), "x"),
-                    c10::toString(target.scalar_type()), fmt::join(target.sizes(), "x"));
-    const_cast<torch::Tensor&>(target).copy_(stored);
+  for (const CheckpointTensor& t : tensors) {
+    const torch::Tensor stored = stored_like(state, prefix + t.name, t.local, /*same_dtype=*/true);
+    const_cast<torch::Tensor&>(t.local).copy_(stored);
   }
 }
 
-void put_optimizer(CheckpointState& state, const std::string& name, torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  const std::string data = bytes.str();
-  state.put_records<char>(name, std::span<const char>(data.data(), data.size()));
+void put_optimizer(CheckpointState& state, const std::string& prefix, torch::optim::Optimizer& optimizer,
+                   const std::vector<CheckpointTensor>& params, int world_size) {
+  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  if (!adamw && dynamic_cast<torch::optim::SGD*>(&optimizer) == nullptr) {
+    throw std::logic_error("put_optimizer: only AdamW and SGD states are checkpointed");
+  }
+  for (const CheckpointTensor& p : params) {
+    const auto it = optimizer.state().find(p.local.unsafeGetTensorImpl());
+    if (it == optimizer.state().end()) continue;
+    const std::string name = prefix + p.name + "/";
+    if (adamw) {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      state.put(name + "step", s.step());
+      put_like(state, name + "exp_avg", s.exp_avg(), p, world_size);
+      put_like(state, name + "exp_avg_sq", s.exp_avg_sq(), p, world_size);
+      if (s.max_exp_avg_sq().defined()) put_like(state, name + "max_exp_avg_sq", s.max_exp_avg_sq(), p, world_size);
+    } else {
+      const auto& s = static_cast<const torch::optim::SGDParamState&>(*it->second);
+      if (s.momentum_buffer().defined()) put_like(state, name + "momentum_buffer", s.momentum_buffer(), p, world_size);
+    }
+  }
 }
 
-void load_optimizer(const CheckpointState& state, const std::string& name, torch::optim::Optimizer& optimizer) {
-  const std::vector<char> data = state.records<char>(name);
-  std::optional<torch::Device> device;
-  if (!optimizer.param_groups().empty() && !optimizer.param_groups()[0].params().empty()) {
-    device = optimizer.param_groups()[0].params()[0].device();
+void load_optimizer(const CheckpointState& state, const std::string& prefix, torch::optim::Optimizer& optimizer,
+                    const std::vector<CheckpointTensor>& params) {
+  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  if (!adamw && dynamic_cast<torch::optim::SGD*>(&optimizer) == nullptr) {
+    throw std::logic_error("load_optimizer: only AdamW and SGD states are checkpointed");
   }
-  try {
-    torch::serialize::InputArchive archive;
-    archive.load_from(data.data(), data.size(), device);
-    optimizer.load(archive);
-  } catch (const c10::Error& e) {
-    throw DataError(fmt::format("checkpoint '{}': optimizer state '{}' does not fit this optimizer: {}", state.source(),
-                                name, e.what_without_backtrace()));
+  auto restored = [&](const std::string& name, const torch::Tensor& param) {
+    return stored_like(state, name, param, /*same_dtype=*/false)
+        .to(param.device(), /*non_blocking=*/false, /*copy=*/true);
+  };
+  for (const CheckpointTensor& p : params) {
+    const std::string name = prefix + p.name + "/";
+    void* key = p.local.unsafeGetTensorImpl();
+    optimizer.state().erase(key);
+    if (adamw && state.contains(name + "exp_avg")) {
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(state.integer(name + "step"));
+      s->exp_avg(restored(name + "exp_avg", p.local));
+      s->exp_avg_sq(restored(name + "exp_avg_sq", p.local));
+      if (state.contains(name + "max_exp_avg_sq")) s->max_exp_avg_sq(restored(name + "max_exp_avg_sq", p.local));
+      optimizer.state()[key] = std::move(s);
+    } else if (!adamw && state.contains(name + "momentum_buffer")) {
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(restored(name + "momentum_buffer", p.local));
+      optimizer.state()[key] = std::move(s);
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 #include "core/timer.h"
 #include "models/json_file.h"
 #include "runtime/agreement.h"
+#include "train/checkpoint/reshard.h"
 
 namespace mgbench::train {
 namespace {
@@ -28,7 +29,9 @@ namespace fs = std::filesystem;
 
 constexpr const char* kManifestFile = "checkpoint.json";
 constexpr const char* kFormat = "mgbench-checkpoint";
-constexpr int kFormatVersion = 2;  // 2: `config` is the identity text (the settings that change results)
+// 2: `config` is the identity text (the settings that change results); 3: the optimizer's state
+// named per parameter, shards stored with their whole shape (reshard.h).
+constexpr int kFormatVersion = 3;
 
 std::string step_dir_name(std::int64_t global_step) { return fmt::format("step-{:09d}", global_step); }
 
@@ -54,6 +57,7 @@ nlohmann::json to_json(const CheckpointManifest& m) {
           {"world_size", m.world_size},
           {"global_step", m.global_step},
           {"epoch", m.epoch},
+          {"position", m.position},
           {"completed", m.completed},
           {"results", m.results},
           {"run_id", m.run_id},
@@ -74,8 +78,11 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.config_id = j.at("config_id").get<std::string>();
     m.config = j.at("config").get<std::string>();
     m.world_size = models::json_integer(j.at("world_size"));
+    MGBENCH_REQUIRE(m.world_size >= 1, DataError, "checkpoint manifest '{}': world_size {} is not a number of ranks",
+                    file, m.world_size);
     m.global_step = models::json_integer(j.at("global_step"));
     m.epoch = models::json_integer(j.at("epoch"));
+    m.position = models::json_integer(j.at("position"));
     m.completed = j.at("completed").get<bool>();
     m.results = j.at("results").get<std::string>();
     m.run_id = j.at("run_id").get<std::string>();
@@ -127,8 +134,12 @@ fs::path newest_step_dir(const fs::path& config_dir) {
 // --- Checkpointer -------------------------------------------------------------------------------
 
 Checkpointer::Checkpointer(CheckpointOptions options, const runtime::MpiEnvironment& env, std::string task,
-                           std::string identity)
-    : options_(std::move(options)), env_(env), task_(std::move(task)), config_(std::move(identity)) {
+                           std::string identity, bool any_world_size)
+    : options_(std::move(options)),
+      env_(env),
+      task_(std::move(task)),
+      config_(std::move(identity)),
+      any_world_size_(any_world_size) {
   options_.validate();
   config_id_ = options::config_id(config_);
   if (enabled()) directory_ = (fs::path(options_.dir) / (task_ + "-" + config_id_)).string();
@@ -149,9 +160,11 @@ CheckpointManifest Checkpointer::manifest(std::int64_t global_step, std::int64_t
 std::optional<CheckpointManifest> Checkpointer::latest() {
   std::optional<CheckpointManifest> m = scan();
   if (m) {
-    MGBENCH_REQUIRE(m->world_size == env_.world_size(), ConfigError,
-                    "checkpoint '{}' was written by {} rank(s); resume with the same number of ranks, not {}", m->path,
-                    m->world_size, env_.world_size());
+    MGBENCH_REQUIRE(m->world_size == env_.world_size() || any_world_size_, ConfigError,
+                    "checkpoint '{}' was written by {} rank(s); resume with the same number of ranks, not {} (a run "
+                    "started with --global-batch-size, its steps the same at any number of ranks, may resume at "
+                    "another)",
+                    m->path, m->world_size, env_.world_size());
   }
   return m;
 }
@@ -251,6 +264,13 @@ std::string Checkpointer::other_configuration() const {
 }
 
 CheckpointState Checkpointer::load(const CheckpointManifest& manifest) const {
+  if (manifest.world_size != env_.world_size()) {
+    std::vector<std::string> files;
+    for (int r = 0; r < manifest.world_size; ++r) {
+      files.push_back((fs::path(manifest.path) / rank_file_name(r)).string());
+    }
+    return reshard_checkpoint(files, env_.rank(), env_.world_size());
+  }
   CheckpointState state((fs::path(manifest.path) / rank_file_name(env_.rank())).string());
   state.check_rank(env_.rank());
   return state;

@@ -9,8 +9,9 @@
 // The identity text is the job's settings that change results, as "name = value" lines
 // (options::OptionTable::identity: every option but the documented few that do not, such as
 // --results, --progress-interval, --checkpoint-every and the profiling switches); <config id> is
-// its CRC-32. Not the world size: a resume with another number of ranks finds the checkpoint
-// and is refused with a message.
+// its CRC-32. Not the world size: a run given --global-batch-size (its steps the same at any
+// world size) resumes at another number of ranks, each rank's state put together from the rank
+// files (reshard.h); without it, a resume with another number of ranks is refused with a message.
 //
 // A run continues only the run of its own configuration: --resume with a setting that changes
 // results different from the checkpoint's is refused, naming the settings; a new run is refused
@@ -40,6 +41,7 @@ struct CheckpointManifest {
   std::int64_t world_size = 0;
   std::int64_t global_step = 0;  // optimizer steps completed
   std::int64_t epoch = 0;        // the epoch in progress (== epochs when completed)
+  std::int64_t position = 0;     // micro-batches each rank took of that epoch's plan (0: at its start)
   bool completed = false;        // the run had finished: nothing left to resume
   std::string results;           // the results file and run the checkpoint belongs to
   std::string run_id;
@@ -49,9 +51,12 @@ struct CheckpointManifest {
 
 class Checkpointer {
  public:
-  /// identity: the text of the settings that change results (see above). Collective-free.
-  /// Throws ConfigError for inconsistent options (CheckpointOptions::validate).
-  Checkpointer(CheckpointOptions options, const runtime::MpiEnvironment& env, std::string task, std::string identity);
+  /// identity: the text of the settings that change results (see above); any_world_size: a
+  /// checkpoint of this configuration may be resumed at another number of ranks (the run's global
+  /// batch is fixed). Collective-free. Throws ConfigError for inconsistent options
+  /// (CheckpointOptions::validate).
+  Checkpointer(CheckpointOptions options, const runtime::MpiEnvironment& env, std::string task, std::string identity,
+               bool any_world_size = false);
 
   bool enabled() const { return !options_.dir.empty(); }
   const CheckpointOptions& options() const { return options_; }
@@ -69,14 +74,17 @@ class Checkpointer {
   ///    checkpoint's and how to start afresh;
   ///  - ConfigError when a new run (no --resume) would write into a directory holding checkpoints
   ///    of an earlier run of this configuration (a later --resume could not tell them apart);
-  ///  - ConfigError when the checkpoint was written by another number of ranks;
+  ///  - ConfigError when the checkpoint was written by another number of ranks, unless
+  ///    any_world_size;
   ///  - DataError for an unreadable manifest of this configuration.
   std::optional<CheckpointManifest> find_start();
   /// Collective. The newest complete checkpoint of this configuration (rank 0 scans, every rank
   /// gets the same answer); nullopt when there is none. Throws DataError (on every rank) for an
-  /// unreadable manifest, ConfigError when it was written by a different number of ranks.
+  /// unreadable manifest, ConfigError when it was written by a different number of ranks (unless
+  /// any_world_size), naming --global-batch-size.
   std::optional<CheckpointManifest> latest();
-  /// This rank's state of a checkpoint. Throws DataError naming the file.
+  /// This rank's state of a checkpoint: its rank file, or, written by another number of ranks, its
+  /// state put together from theirs (reshard_checkpoint). Throws DataError naming the file.
   CheckpointState load(const CheckpointManifest& manifest) const;
   /// Collective: writes every rank's state and commits the checkpoint (see the file comment).
   /// Returns false, on every rank, when some rank could not write (that rank logs why; the
@@ -98,6 +106,7 @@ class Checkpointer {
   std::string config_;
   std::string config_id_;
   std::string directory_;
+  bool any_world_size_ = false;
 };
 
 }  // namespace mgbench::train

@@ -14,6 +14,7 @@ void RunProgress::save(CheckpointState& c) const {
   c.put("epoch", epoch);
   c.put("position", position);
   c.put("global_step", global_step);
+  c.put("first_step", first_step);
   c.put("elapsed_s", elapsed_s);
   c.put("epoch_elapsed_s", epoch_elapsed_s);
   c.put("loss_sum", loss_sum);
@@ -39,13 +40,15 @@ void RunProgress::load(const CheckpointState& c) {
   epoch = c.integer("epoch");
   position = c.integer("position");
   global_step = c.integer("global_step");
+  first_step = c.integer("first_step");
   elapsed_s = c.number("elapsed_s");
   epoch_elapsed_s = c.number("epoch_elapsed_s");
   loss_sum = c.number("loss_sum");
   loss_steps = c.integer("loss_steps");
   const auto summaries = c.records<results::RunSummary>("records/summary");
   const auto epochs = c.records<results::EpochRecord>("records/epoch");
-  MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1 && epoch >= 0 && position >= 0 && global_step >= 0,
+  MGBENCH_REQUIRE(summaries.size() == 1 && epochs.size() == 1 && epoch >= 0 && position >= 0 && global_step >= 0 &&
+                      first_step >= 0 && first_step <= global_step,
                   DataError, "checkpoint '{}': malformed run position", c.source());
   summary = summaries[0];
   epoch_record = epochs[0];
@@ -75,11 +78,30 @@ void RunProgress::next_epoch() {
   metric_rows.clear();
 }
 
+RunProgress RunProgress::continued(std::int64_t from_grad_accum, std::int64_t grad_accum,
+                                   const std::string& source) const {
+  MGBENCH_REQUIRE(from_grad_accum > 0 && position % from_grad_accum == 0, DataError,
+                  "checkpoint '{}': position {} in epoch {} is not a step boundary of {} micro-batches", source,
+                  position, epoch + 1, from_grad_accum);
+  RunProgress next;
+  next.epoch = epoch;
+  next.position = position / from_grad_accum * grad_accum;
+  next.global_step = global_step;
+  next.first_step = global_step;
+  next.summary.epochs_completed = summary.epochs_completed;
+  next.summary.test_accuracy = summary.test_accuracy;
+  next.summary.final_loss = summary.final_loss;
+  next.summary.train_s = 0;
+  next.summary.eval_s = 0;
+  return next;
+}
+
 bool save_checkpoint(RunControl& control, const RunProgress& progress, bool completed, const CheckpointSource& source) {
   if (control.checkpointer == nullptr || !control.checkpointer->enabled()) return true;
   CheckpointState state;
   source.state_dict(state);
   CheckpointManifest m = control.checkpointer->manifest(progress.global_step, progress.epoch, completed);
+  m.position = progress.position;
   m.results = source.writer.path();
   m.run_id = source.writer.run_id();
   if (control.stop != nullptr && control.stop->agreed_signal() != 0) {

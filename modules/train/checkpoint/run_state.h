@@ -17,12 +17,13 @@ namespace mgbench::train {
 
 /// What a job hands the training loop for preemption and resume. Every pointer may be null.
 struct RunControl {
-  Checkpointer* checkpointer = nullptr;     // periodic and final checkpoints, and the one at a stop
-  runtime::StopAgreement* stop = nullptr;   // polled at every step boundary
-  const CheckpointState* resume = nullptr;  // the state to continue from
-  bool preempted = false;                   // out: the run stopped early on a signal
-  std::string not_resumable;                // out: why a stopped run cannot be continued ("": it can, or
-                                            // no --checkpoint-dir was given)
+  Checkpointer* checkpointer = nullptr;    // periodic and final checkpoints, and the one at a stop
+  runtime::StopAgreement* stop = nullptr;  // polled at every step boundary
+  CheckpointState* resume = nullptr;       // the state to continue from; released once loaded
+  int resume_world_size = 0;               // the number of ranks that wrote it
+  bool preempted = false;                  // out: the run stopped early on a signal
+  std::string not_resumable;               // out: why a stopped run cannot be continued ("": it can, or
+                                           // no --checkpoint-dir was given)
 };
 
 /// Where a run stands at a step boundary, as the training loop keeps it: everything a checkpoint
@@ -33,6 +34,8 @@ struct RunProgress {
   std::int64_t epoch = 0;                  // the epoch in progress (0-based; == epochs when done)
   std::int64_t position = 0;               // within it: plan entries taken
   std::int64_t global_step = 0;            // optimizer steps done over the run
+  std::int64_t first_step = 0;             // the global step this run (in the results file) began at: 0, or
+                                           // where the run it continues at another world size stopped
   double elapsed_s = 0;                    // run time so far [s], excluding time away while preempted
   double epoch_elapsed_s = 0;              // time in the epoch in progress before this process took it over [s]
   double loss_sum = 0;                     // the epoch's finite step losses
@@ -62,6 +65,14 @@ struct RunProgress {
   void load(const CheckpointState& state);
   /// Clears the per-epoch part for the next epoch.
   void next_epoch();
+  /// Where a run continuing this one at another world size starts (--resume with
+  /// --global-batch-size, a run of its own in the results file): the epoch, the global step, the
+  /// epochs completed and the position in the epoch's plan, converted from from_grad_accum
+  /// micro-batches a step to grad_accum (the same samples: DistributedSampler's ranks take the
+  /// shuffled indices in turn, so the first k steps of an epoch are its first k x global batch
+  /// indices at any world size); the records, times and totals start afresh. Throws DataError
+  /// naming the file (source) for a position that is not at a step boundary.
+  RunProgress continued(std::int64_t from_grad_accum, std::int64_t grad_accum, const std::string& source) const;
 };
 
 /// What a checkpoint is written from besides the RunProgress: the state (model, optimizer, loss

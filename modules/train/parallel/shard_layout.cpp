@@ -5,28 +5,6 @@
 
 namespace mgbench::train {
 
-ShardLayout ShardLayout::of(at::IntArrayRef sizes, int world) {
-  if (world < 1) throw std::invalid_argument("ShardLayout: world size must be >= 1");
-  ShardLayout l;
-  l.sizes.assign(sizes.begin(), sizes.end());
-  l.world = world;
-  l.rows = sizes.empty() ? 1 : sizes[0];
-  l.row_numel = 1;
-  for (std::size_t d = 1; d < sizes.size(); ++d) l.row_numel *= sizes[d];
-  l.chunk_rows = (l.rows + world - 1) / world;  // torch.chunk: ceil(rows / chunks) rows each
-  return l;
-}
-
-std::int64_t ShardLayout::first_row(int r) const { return std::min(rows, r * chunk_rows); }
-
-std::int64_t ShardLayout::valid_rows(int r) const { return std::min(rows, (r + 1) * chunk_rows) - first_row(r); }
-
-std::vector<std::int64_t> ShardLayout::shard_sizes() const {
-  std::vector<std::int64_t> s = sizes.empty() ? std::vector<std::int64_t>{1} : sizes;
-  s[0] = chunk_rows;
-  return s;
-}
-
 ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
                              bool reshard_after_forward) {
   ShardedMemory m;

@@ -12,26 +12,9 @@
 
 namespace mgbench::train {
 
-/// How FSDP2 shards one parameter of shape `sizes` over `world` ranks on dim 0 (a 0-dim
-/// parameter counts as one row): torch.chunk's chunks of ceil(rows / world) rows, the last ones
-/// shorter or empty, each held padded to that many rows.
-struct ShardLayout {
-  std::vector<std::int64_t> sizes;  // the whole parameter's
-  std::int64_t rows = 1;            // sizes[0]
-  std::int64_t row_numel = 1;       // elements per row
-  std::int64_t chunk_rows = 1;      // rows each rank holds, padding included
-  int world = 1;
-
-  /// Throws std::invalid_argument for world < 1.
-  static ShardLayout of(at::IntArrayRef sizes, int world);
-  /// The first row of rank r's chunk (rows when it is empty).
-  std::int64_t first_row(int r) const;
-  /// Rows of rank r's chunk that are the parameter's (the rest is padding).
-  std::int64_t valid_rows(int r) const;
-  std::int64_t shard_numel() const { return chunk_rows * row_numel; }
-  /// The shard's shape: [chunk_rows, sizes[1:]...].
-  std::vector<std::int64_t> shard_sizes() const;
-};
+/// How FSDP2 shards one parameter on dim 0 (models/parameter_units.h: checkpoints cut shards by
+/// it too).
+using ShardLayout = models::ShardLayout;
 
 /// Bytes of parameters and gradients a rank holds under FSDP.
 struct ShardedMemory {
