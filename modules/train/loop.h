@@ -62,8 +62,10 @@ class TrainingLoop {
   /// where its world size differs and it stopped inside an epoch whose remaining samples at this
   /// world size are not the same: only DistributedSampler's order over samples (--strategy ddp-ds,
   /// no tar shards) hands the ranks the shuffled indices in turn at any world size; ddp and
-  /// ddp-rr cut each batch by the world size, tar shards go to ranks whole. Throws ConfigError
-  /// naming the checkpoint, the strategy and what would resume it.
+  /// ddp-rr cut each batch by the world size, tar shards go to ranks whole. Warns where an epoch
+  /// has another number of optimizer steps at the two world sizes (samples not a multiple of the
+  /// global batch: the schedule's length changes). Throws ConfigError naming the checkpoint, the
+  /// strategy and what would resume it.
   void check_resume(const CheckpointManifest& from) const;
   /// Trains (or, for an evaluate-only recipe, evaluates); writes steps, epochs and (rank 0) the
   /// summary; returns the summary. control: continues from control.resume (released once

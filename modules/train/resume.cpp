@@ -10,8 +10,27 @@ namespace mgbench::train {
 
 void TrainingLoop::check_resume(const CheckpointManifest& from) const {
   const RunSetup& setup = state_->setup;
-  if (from.world_size == setup.world_size() || from.position == 0) return;
+  if (from.world_size == setup.world_size()) return;
   const data::EpochPlanOptions& plan = setup.epoch_plan;
+  // The epoch's optimizer steps at the checkpoint's world size: where the samples do not divide
+  // evenly, the ranks' padding (DistributedSampler's) makes another number of steps, and the
+  // learning rate schedule, spread over the run's steps, another length.
+  data::EpochPlanOptions then = plan;
+  then.world_size = static_cast<int>(from.world_size);
+  then.rank = 0;
+  const std::int64_t then_steps =
+      axes::steps_per_epoch(axes::strategy_info(plan.strategy), data::epoch_shape(then),
+                            setup.options.for_world(then.world_size).grad_accum, setup.options.max_steps);
+  if (then_steps != setup.steps_per_epoch) {
+    log::warn(
+        "--resume at {} rank(s) from a checkpoint of {}: an epoch has {} optimizer steps here and {} there (the ranks' "
+        "padding of {} samples), so the schedule runs over {} steps instead of {} and the run differs from an "
+        "uninterrupted one; a number of samples that is a multiple of --global-batch-size {} keeps them equal",
+        setup.world_size(), from.world_size, setup.steps_per_epoch, then_steps, plan.dataset_size,
+        setup.steps_per_epoch * setup.options.epochs, then_steps * setup.options.epochs,
+        setup.options.global_batch_size);
+  }
+  if (from.position == 0) return;
   const bool sample_order = plan.strategy == axes::Strategy::kDdpDs && plan.shard_sizes.empty();
   MGBENCH_REQUIRE(sample_order, ConfigError,
                   "--resume: checkpoint '{}' of {} rank(s) stopped inside epoch {}, and with --strategy {}{} the rest "

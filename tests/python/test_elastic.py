@@ -27,6 +27,11 @@ LLM = ["llm", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_sma
        "fp32", "--record-indices", "--progress-interval", "1000", "--device", "cpu"]
 
 
+def with_values(args, values):
+    """args with the value after each flag of `values` replaced."""
+    return [values.get(args[i - 1], a) if i > 0 else a for i, a in enumerate(args)]
+
+
 def newest_checkpoint(directory):
     return sorted(glob.glob(f"{directory}/*/step-?????????"))[-1]
 
@@ -117,6 +122,19 @@ def test_without_a_global_batch_size_another_number_of_ranks_is_refused(tmp_path
     assert both.returncode != 0 and "--global-batch-size 12 with --grad-accum 2" in both.stderr, both.stderr
     uneven = mgbench(*LLM, "--results", tmp_path / "x.h5", np=5)
     assert uneven.returncode != 0 and "--global-batch-size 12: not a multiple of --batch-size 1 x 5" in uneven.stderr
+
+
+def test_an_epoch_of_another_number_of_steps_at_the_new_world_size_is_said(tmp_path):
+    """250 samples: 125 a rank make 20 steps of 6 at 2 ranks, 84 a rank 21 steps of 4 at 3 (padding)."""
+    if not MODEL.exists():
+        pytest.skip(f"no oracle model at {MODEL} (ctest runs the oracles fixture first)")
+    args = [*with_values(LLM, {"--limit": "250", "--epochs": "1"}), "--checkpoint-dir", tmp_path / "ck",
+            "--checkpoint-every", "5", "--results", tmp_path / "r.h5"]
+    preempt(args, tmp_path / "ck", 5, np=2)
+    proc = mgbench(*args, "--resume", np=3)
+    assert proc.returncode == 0, proc.stderr
+    assert ("an epoch has 21 optimizer steps here and 20 there (the ranks' padding of 250 samples), so the schedule "
+            "runs over 21 steps instead of 20") in proc.stderr, proc.stderr
 
 
 def test_inside_an_epoch_only_distributed_sampler_order_resumes_at_another_number_of_ranks(tmp_path, mnist):
