@@ -6,6 +6,9 @@
 #   MGBENCH           the binary (default: the loaded mgbench module's, $MGBENCH_ROOT/bin/mgbench; else
 #                     build/app/mgbench, relative to the submit directory)
 #   MGBENCH_OUTPUTS   where each job writes <job id>/results.h5 and <job id>/checkpoints (default outputs)
+#   MGBENCH_JOB_DIR   this job's directory instead of $MGBENCH_OUTPUTS/<job id>: another job's, to continue
+#                     its run -- with other nodes or tasks where it was given --global-batch-size
+#                     (sbatch --nodes=2 --export=ALL,MGBENCH_JOB_DIR=outputs/1234 slurm/llm.sbatch ...)
 #   MGBENCH_LAUNCHER  srun (default: srun --mpi=pmix) | mpirun (Open MPI's mpirun inside the allocation)
 #   MGBENCH_NSYS      non-empty: wrap every rank in `nsys profile` (slurm/profile.sbatch sets it)
 #   MGBENCH_REQUEUE   1 (default): requeue the job when mgbench stopped on a signal (exit 75) so that it
@@ -32,7 +35,7 @@ mgbench_setup() {
   fi
   MGBENCH=${MGBENCH:-build/app/mgbench}
   [[ -x "$MGBENCH" ]] || mgbench_fail "mgbench binary '$MGBENCH' not found or not executable (build it, or set MGBENCH)"
-  MGBENCH_JOB_DIR=${MGBENCH_OUTPUTS:-outputs}/${SLURM_JOB_ID}
+  MGBENCH_JOB_DIR=${MGBENCH_JOB_DIR:-${MGBENCH_OUTPUTS:-outputs}/${SLURM_JOB_ID}}
   mkdir -p "$MGBENCH_JOB_DIR" || mgbench_fail "cannot create '$MGBENCH_JOB_DIR'"
   # One OpenMP / intra-op thread per allocated core of the task.
   export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}

@@ -119,17 +119,19 @@ def test_image_script_runs_one_rank_per_task_under_srun_pmix(slurm, tmp_path):
 
 
 def test_llm_script_runs_and_writes_adapters(slurm, tmp_path):
+    """Into MGBENCH_JOB_DIR where it is given (a job continuing another's run) instead of outputs/<job id>."""
     if not MODEL.exists():
         pytest.fail(f"no oracle model at {MODEL}: ctest runs the oracles fixture first")
-    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"))
+    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_JOB_DIR=str(tmp_path / "out" / "earlier"))
     proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/%j.out", "slurm/llm.sbatch",
                   "--device", "cpu", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_small.model",
                   "--dataset", "alpaca", "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json",
                   "--limit", "32", "--batch-size", "2", "--max-steps", "3", "--warmup-steps", "1", "--lora-rank", "4",
                   "--precision", "fp32", "--progress-interval", "1000")
     job = completed_job(proc, tmp_path)
-    assert (tmp_path / "out" / job / "adapter" / "adapter_model.safetensors").exists()
-    f, run = only_run(tmp_path / "out" / job / "results.h5")
+    assert not (tmp_path / "out" / job).exists()
+    assert (tmp_path / "out" / "earlier" / "adapter" / "adapter_model.safetensors").exists()
+    f, run = only_run(tmp_path / "out" / "earlier" / "results.h5")
     with f:
         assert run["status"][0] == b"completed" and run.attrs["task"] == "llm" and run.attrs["world_size"] == 2
 
