@@ -25,6 +25,8 @@ std::int64_t resumes(const results::RunRecord& r) { return r.integer("resumes").
 void print_notes(std::ostream& out, const results::RunRecord& r) {
   if ((r.status == results::kStatusFailed || r.status == results::kStatusAborted) && !r.error.empty()) {
     out << fmt::format("# {} {}: {}\n", r.run_id, r.status, r.error);
+  } else if (r.status == "preempted" && !r.continued_by.empty()) {
+    out << fmt::format("# {} preempted: continued by run {} at another number of ranks\n", r.run_id, r.continued_by);
   } else if (r.status == "preempted") {
     out << fmt::format("# {} preempted: it continues with the same options plus --resume --checkpoint-dir\n", r.run_id);
   }

@@ -240,6 +240,14 @@ std::vector<RunRecord> read_runs(const std::string& path) {
   for (const std::string& id : child_names(runs, "/runs")) {
     out.push_back(read_run(runs, path, id, written, epoch_type, summary_type));
   }
+  // A run resumed at another world size is a run of its own, linked back by `continues_run`.
+  for (const RunRecord& later : out) {
+    const std::optional<std::string> earlier = later.text("continues_run");
+    if (!earlier) continue;
+    for (RunRecord& r : out) {
+      if (r.run_id == *earlier) r.continued_by = later.run_id;
+    }
+  }
   return out;
 }
 

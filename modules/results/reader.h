@@ -14,8 +14,9 @@ struct RunRecord {
   std::string file;    // path of the results file
   std::string run_id;  // name of the group under /runs
   h5::Attributes attributes;
-  std::string status;  // running | completed | failed | preempted
-  std::string error;   // message of a failed run
+  std::string status;        // running | completed | failed | preempted
+  std::string error;         // message of a failed run
+  std::string continued_by;  // the run of the same file that continues this one at another world size ("": none)
   RunSummary summary;
   std::vector<std::vector<EpochRecord>> epochs;             // [rank][epoch], unwritten rows dropped
   std::vector<h5::Attributes> rank_attributes;              // [rank]: hostname, local_rank, gpu_pci_bus_id, ...

@@ -107,6 +107,8 @@ def test_a_run_stopped_at_2_ranks_continues_at_3_and_ends_at_2_as_if_uninterrupt
     report = mgbench("report", results, check=True).stdout
     assert f"# {ids[1]} continues run {ids[0]} (its 2 rank(s) stopped at global step" in report, report
     assert f"# {ids[2]} continues run {ids[1]} (its 3 rank(s) stopped at global step" in report, report
+    assert f"# {ids[0]} preempted: continued by run {ids[1]} at another number of ranks" in report, report
+    assert f"# {ids[1]} preempted: continued by run {ids[2]}" in report and "plus --resume" not in report, report
 
 
 def test_without_a_global_batch_size_another_number_of_ranks_is_refused(tmp_path):
