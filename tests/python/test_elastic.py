@@ -141,8 +141,9 @@ def test_an_epoch_of_another_number_of_steps_at_the_new_world_size_is_said(tmp_p
 
 def test_inside_an_epoch_only_distributed_sampler_order_resumes_at_another_number_of_ranks(tmp_path, mnist):
     """ddp-rr cuts each batch by the world size: its epoch's rest at 3 ranks is not the same samples."""
-    image = ["image", *SMALL, "--data", mnist, "--limit-train", "1024", "--limit-test", "64", "--batch-size", "16",
-             "--global-batch-size", "96", "--strategy", "ddp-rr", "--checkpoint-dir", tmp_path / "ck",
+    # 2 epochs of 21 steps at 2 ranks (round robin: 128 batches, 64 computed a rank, 3 a step): stopped inside the first.
+    image = ["image", *SMALL, "--data", mnist, "--limit-train", "2048", "--limit-test", "64", "--epochs", "2",
+             "--batch-size", "16", "--global-batch-size", "96", "--strategy", "ddp-rr", "--checkpoint-dir", tmp_path / "ck",
              "--checkpoint-every", "1", "--results", tmp_path / "r.h5"]
     preempt(image, tmp_path / "ck", 1, np=2)
     proc = mgbench(*image, "--resume", np=3)

@@ -83,24 +83,13 @@ TEST(Reshard, DamagedOrMisplacedRankFilesAreRefusedNamingTheFile) {
   test::TempDir dir;
   std::vector<std::string> files = write_ranks(dir, 2);
   // Swapped: rank 1's file in rank 0's place.
-  try {
-    train::reshard_checkpoint({files[1], files[0]}, 0, 3);
-    ADD_FAILURE() << "expected DataError";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find(files[1]), std::string::npos) << e.what();
-  }
+  test::expect_error<DataError>([&] { train::reshard_checkpoint({files[1], files[0]}, 0, 3); }, {files[1]});
   // A rank whose chunk holds rows of a sharded tensor lacks it.
   train::CheckpointState partial;
   partial.put_shard("model/w", chunk_of(wholes()[0].second, 2, 1), wholes()[0].second.sizes(), 2);
   const std::string lacking = dir.file("lacking.safetensors");
   partial.write(lacking, 1);
-  try {
-    train::reshard_checkpoint({files[0], lacking}, 1, 3);
-    ADD_FAILURE() << "expected DataError";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find(lacking), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("model/tiny"), std::string::npos) << e.what();
-  }
+  test::expect_error<DataError>([&] { train::reshard_checkpoint({files[0], lacking}, 1, 3); }, {lacking, "model/tiny"});
   // A shard of another layout than its whole shape says (written by another number of ranks).
   train::CheckpointState other;
   for (const auto& [name, whole] : wholes()) {
@@ -109,14 +98,16 @@ TEST(Reshard, DamagedOrMisplacedRankFilesAreRefusedNamingTheFile) {
   }
   const std::string misfit = dir.file("misfit.safetensors");
   other.write(misfit, 1);
-  try {
-    train::reshard_checkpoint({files[0], misfit}, 0, 1);
-    ADD_FAILURE() << "expected DataError";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("'model/w' is 3x3, and a shard of 7x3 over 2 rank(s) is 4x3"),
-              std::string::npos)
-        << e.what();
-  }
+  test::expect_error<DataError>(
+      [&] {
+        train::reshard_checkpoint({files[0], misfit}, 0, 1);
+      },
+      {"'model/w' is 3x3, and a shard of 7x3 over 2 rank(s) is 4x3"});
+  // A whole shape that is not sizes separated by commas.
+  train::CheckpointState bad;
+  bad.put_shard("model/w", chunk_of(wholes()[0].second, 2, 0), wholes()[0].second.sizes(), 2);
+  bad.put_text("shard:model/w", "7,");
+  test::expect_error<DataError>([&] { bad.whole_shape("model/w"); }, {"'7,', not sizes separated by commas"});
   EXPECT_THROW(partial.put_shard("x", torch::zeros({3, 3}), {7, 3}, 2), std::invalid_argument);
 }
 

@@ -3,9 +3,9 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 
 #include <ATen/Context.h>
@@ -77,22 +77,16 @@ std::vector<std::string> CheckpointState::names() const {
 std::optional<std::vector<std::int64_t>> CheckpointState::whole_shape(const std::string& name) const {
   const auto it = metadata_.find(kShardKey + name);
   if (it == metadata_.end()) return std::nullopt;
+  const std::string& text = it->second;
   std::vector<std::int64_t> sizes;
-  std::size_t begin = 0;
-  while (begin <= it->second.size()) {
-    const std::size_t end = std::min(it->second.find(',', begin), it->second.size());
-    const std::string part = it->second.substr(begin, end - begin);
-    std::size_t used = 0;
-    long long value = -1;
-    try {
-      value = std::stoll(part, &used);
-    } catch (const std::exception&) {
-    }
-    MGBENCH_REQUIRE(!part.empty() && used == part.size() && value >= 0, DataError,
+  for (const char* p = text.data(); p <= text.data() + text.size(); ++p) {  // "d0,d1,...": one number per comma
+    std::int64_t size = -1;
+    const auto [end, error] = std::from_chars(p, text.data() + text.size(), size);
+    MGBENCH_REQUIRE(error == std::errc() && size >= 0 && (end == text.data() + text.size() || *end == ','), DataError,
                     "checkpoint '{}': the whole shape of '{}' is '{}', not sizes separated by commas", source_, name,
-                    it->second);
-    sizes.push_back(value);
-    begin = end + 1;
+                    text);
+    sizes.push_back(size);
+    p = end;
   }
   return sizes;
 }
@@ -224,7 +218,15 @@ void put_like(CheckpointState& state, const std::string& name, const torch::Tens
   }
 }
 
-/// The stored tensor `name`, checked to have target's shape (and dtype, when `dtype` is given).
+/// Whether the optimizer's states are AdamW's (else SGD's). Throws std::logic_error for another kind:
+/// only these two are checkpointed (make_optimizer builds no other).
+bool is_adamw(const torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) return true;
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) return false;
+  throw std::logic_error("checkpoint: only AdamW and SGD optimizer states are checkpointed");
+}
+
+/// The stored tensor `name`, checked to have target's shape (and its dtype where same_dtype).
 torch::Tensor stored_like(const CheckpointState& state, const std::string& name, const torch::Tensor& target,
                           bool same_dtype) {
   const torch::Tensor stored = state.tensor(name);
@@ -253,10 +255,7 @@ void load_tensors(const CheckpointState& state, const std::string& prefix,
 
 void put_optimizer(CheckpointState& state, const std::string& prefix, torch::optim::Optimizer& optimizer,
                    const std::vector<CheckpointTensor>& params, int world_size) {
-  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  if (!adamw && dynamic_cast<torch::optim::SGD*>(&optimizer) == nullptr) {
-    throw std::logic_error("put_optimizer: only AdamW and SGD states are checkpointed");
-  }
+  const bool adamw = is_adamw(optimizer);
   for (const CheckpointTensor& p : params) {
     const auto it = optimizer.state().find(p.local.unsafeGetTensorImpl());
     if (it == optimizer.state().end()) continue;
@@ -276,10 +275,7 @@ void put_optimizer(CheckpointState& state, const std::string& prefix, torch::opt
 
 void load_optimizer(const CheckpointState& state, const std::string& prefix, torch::optim::Optimizer& optimizer,
                     const std::vector<CheckpointTensor>& params) {
-  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  if (!adamw && dynamic_cast<torch::optim::SGD*>(&optimizer) == nullptr) {
-    throw std::logic_error("load_optimizer: only AdamW and SGD states are checkpointed");
-  }
+  const bool adamw = is_adamw(optimizer);
   auto restored = [&](const std::string& name, const torch::Tensor& param) {
     return stored_like(state, name, param, /*same_dtype=*/false)
         .to(param.device(), /*non_blocking=*/false, /*copy=*/true);

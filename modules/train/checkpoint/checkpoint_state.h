@@ -95,13 +95,6 @@ class CheckpointState {
   std::unique_ptr<models::SafetensorsFile> file_;
 };
 
-/// The module's parameters and buffers, whole, by name.
-std::vector<struct CheckpointTensor> module_tensors(torch::nn::Module& module);
-/// Parameters and buffers of module as "<prefix><name>" (copied to the CPU).
-void put_module(CheckpointState& state, const std::string& prefix, torch::nn::Module& module);
-/// Copies them back in place (device and dtype of the module kept). Throws DataError naming the
-/// file for a missing tensor or a shape mismatch.
-void load_module(const CheckpointState& state, const std::string& prefix, torch::nn::Module& module);
 /// A parameter as a checkpoint names it: its tensor on this rank (the whole parameter, or its shard)
 /// and, for a shard, the whole parameter's shape.
 struct CheckpointTensor {
@@ -110,6 +103,13 @@ struct CheckpointTensor {
   std::vector<std::int64_t> whole;  // empty: `local` is the whole tensor
 };
 
+/// The module's parameters and buffers, whole, by name.
+std::vector<CheckpointTensor> module_tensors(torch::nn::Module& module);
+/// Parameters and buffers of module as "<prefix><name>" (copied to the CPU).
+void put_module(CheckpointState& state, const std::string& prefix, torch::nn::Module& module);
+/// Copies them back in place (device and dtype of the module kept). Throws DataError naming the
+/// file for a missing tensor or a shape mismatch.
+void load_module(const CheckpointState& state, const std::string& prefix, torch::nn::Module& module);
 /// The parameters (and buffers) as "<prefix><name>", shards with put_shard at world_size ranks.
 void put_tensors(CheckpointState& state, const std::string& prefix, const std::vector<CheckpointTensor>& tensors,
                  int world_size);

@@ -83,6 +83,8 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.global_step = models::json_integer(j.at("global_step"));
     m.epoch = models::json_integer(j.at("epoch"));
     m.position = models::json_integer(j.at("position"));
+    MGBENCH_REQUIRE(m.position >= 0, DataError, "checkpoint manifest '{}': position {} is not a number of batches",
+                    file, m.position);
     m.completed = j.at("completed").get<bool>();
     m.results = j.at("results").get<std::string>();
     m.run_id = j.at("run_id").get<std::string>();

@@ -1,5 +1,6 @@
 #include "train/checkpoint/reshard.h"
 
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -79,7 +80,8 @@ CheckpointState reshard_checkpoint(const std::vector<std::string>& files, int ra
     if (r != own) order.push_back(&old[r]);
   }
   CheckpointState out;
-  out.set_source(fmt::format("{} (rank {} of {} from these {} rank files)", files[0], rank, world_size, files.size()));
+  out.set_source(fmt::format("{} (its {} rank files cut for rank {} of {})",
+                             std::filesystem::path(files[0]).parent_path().string(), files.size(), rank, world_size));
   std::set<std::string> done;
   for (const CheckpointState* from : order) {
     for (const std::string& name : from->names()) {
