@@ -373,6 +373,8 @@ std::vector<ParameterUnit> LlamaForCausalLMImpl::parameter_units() {
   const bool tied = config_.tie_word_embeddings;
   std::vector<ParameterUnit> units;
   units.push_back(part_unit("model.embed_tokens", *model->embed_tokens, /*reshard_after_forward=*/!tied));
+  units.back().backward_reads_parameters = tied;  // tied: the output head's backward reads it
+  units.back().forward_uses = tied ? 2 : 1;
   for (std::size_t i = 0; i < model->layers->size(); ++i) {
     units.push_back(part_unit(fmt::format("model.layers.{}", i), *model->layers[i]));
   }

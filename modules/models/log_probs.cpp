@@ -58,20 +58,28 @@ class TargetLogProbs : public torch::autograd::Function<TargetLogProbs> {
     const bool want_hidden = ctx->needs_input_grad(0);
     const bool want_weight = ctx->needs_input_grad(1);
     torch::Tensor grad_hidden = want_hidden ? torch::empty_like(hidden) : torch::Tensor();
-    torch::Tensor grad_weight = want_weight ? torch::zeros_like(weight) : torch::Tensor();
+    torch::Tensor grad_weight;  // [V, H]: the first chunk's product, the later ones accumulated into it in place
     const std::int64_t n = hidden.size(0);
     for (std::int64_t start = 0; start < n; start += rows) {
       const std::int64_t len = std::min(rows, n - start);
       const torch::Tensor h = hidden.narrow(0, start, len);
-      const torch::Tensor logits = torch::nn::functional::linear(h, weight).to(torch::kFloat32);
-      // d log p / d logits = onehot(t) - softmax: times the incoming gradient of each row.
+      // d log p / d logits = onehot(t) - softmax: times the incoming gradient of each row. In place
+      // on the recomputed logits: one [rows, V] fp32 buffer, freed before the [V, H] product.
+      torch::Tensor grad_logits = torch::nn::functional::linear(h, weight).to(torch::kFloat32);
       const torch::Tensor g = grad_out.narrow(0, start, len).unsqueeze(1);
-      torch::Tensor grad_logits = (logits - lse.narrow(0, start, len).unsqueeze(1)).exp_().mul_(-g);
+      grad_logits.sub_(lse.narrow(0, start, len).unsqueeze(1)).exp_().mul_(-g);
       grad_logits.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1), g);
       const torch::Tensor grad_linear = grad_logits.to(weight.scalar_type());  // as autograd casts back
+      grad_logits = torch::Tensor();
       if (want_hidden) grad_hidden.narrow(0, start, len).copy_(grad_linear.mm(weight));
-      if (want_weight) grad_weight.add_(grad_linear.t().mm(h));
+      if (!want_weight) continue;
+      if (grad_weight.defined()) {
+        grad_weight.addmm_(grad_linear.t(), h);  // no second [V, H] product beside the sum
+      } else {
+        grad_weight = grad_linear.t().mm(h);
+      }
     }
+    if (want_weight && !grad_weight.defined()) grad_weight = torch::zeros_like(weight);  // no rows
     return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

@@ -70,6 +70,14 @@ struct ParameterUnit {
   /// the last unit of forward, which FSDP2 does not reshard after forward (its backward runs first),
   /// and a unit the forward uses twice (a tied embedding / output head).
   bool reshard_after_forward = true;
+  /// false: the unit's backward reads only its inputs and the output's gradient, never its
+  /// parameters (an embedding lookup: its weight's gradient is scattered from the token ids), so a
+  /// unit freed after forward is not gathered again for backward. FSDP2 gathers every resharded
+  /// unit again; this one's whole bytes (a 128k-row embedding) are then saved for backward's peak.
+  bool backward_reads_parameters = true;
+  /// The times forward enters the unit: 2 for a tied embedding / output head, whose backward then
+  /// makes a second whole gradient and sums it into the first (autograd's accumulation).
+  int forward_uses = 1;
 };
 
 /// Called by a model around each unit's forward, in forward order (a unit used twice is entered

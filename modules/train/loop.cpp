@@ -196,26 +196,38 @@ namespace {
 
 /// What a rank holds of the model, in bytes: parameters (the whole model, NF4 weights' packed parts
 /// included; under FSDP its shards and the units gathered at the peak), gradients (of what the
-/// optimizer trains) and the optimizer's states. Activations and buffers are not counted.
+/// optimizer trains, and those held beside them: gradient_bytes_per_rank) and the optimizer's
+/// states; and the recipe's estimate of the activations where it has one. Buffers are not counted.
 h5::Attributes memory_attributes(const LoopState& state) {
   const TrainingState& training = state.training;
+  const RunSetup& setup = state.setup;
   std::int64_t parameters = 0;
-  std::int64_t gradients = 0;
+  std::int64_t trained = 0;
+  std::int64_t whole_gradient_peak = 0;
   if (const FullyShardedUnits* fsdp = training.fsdp()) {
     const ShardedMemory m = fsdp->memory();
     parameters = m.shard_bytes + m.gathered_peak_bytes;
-    gradients = m.trainable_shard_bytes;
+    trained = m.trainable_shard_bytes;
+    whole_gradient_peak = m.whole_gradient_peak_bytes;
   } else {
-    for (const auto& p : state.setup.recipe.model().parameters()) parameters += static_cast<std::int64_t>(p.nbytes());
-    for (const auto& p : training.trainable) gradients += static_cast<std::int64_t>(p.nbytes());
+    for (const auto& p : setup.recipe.model().parameters()) parameters += static_cast<std::int64_t>(p.nbytes());
+    for (const auto& p : training.trainable) trained += static_cast<std::int64_t>(p.nbytes());
     // Packed weights (NF4) too, as FSDP counts them.
-    if (models::ShardableModel* model = state.setup.recipe.shardable_model()) {
+    if (models::ShardableModel* model = setup.recipe.shardable_model()) {
       for (const UnitShape& u : unit_shapes(model->parameter_units())) parameters += u.packed_bytes;
     }
   }
-  return {{"parameter_bytes_per_rank", parameters},
-          {"gradient_bytes_per_rank", gradients},
-          {"optimizer_state_bytes_per_rank", optimizer_states_per_element(state.setup.options.optim) * gradients}};
+  const TrainOptions& options = setup.options;
+  h5::Attributes a{{"parameter_bytes_per_rank", parameters},
+                   {"gradient_bytes_per_rank",
+                    gradient_bytes_per_rank(setup.plan, options.gradient_as_bucket_view, trained, whole_gradient_peak)},
+                   {"optimizer_state_bytes_per_rank", optimizer_states_per_element(options.optim) * trained}};
+  // The recipe's estimate at this world size (`--dry-run`'s column), where it makes one.
+  const std::vector<MemoryPlanRow> plan = setup.recipe.memory_plan(options, {setup.world_size()});
+  if (!plan.empty() && plan.front().activation_bytes >= 0) {
+    a.emplace_back("activation_bytes_per_rank", plan.front().activation_bytes);
+  }
+  return a;
 }
 
 /// The run attributes of the collectives a step issues, at any world size: DDP's buckets, FSDP's

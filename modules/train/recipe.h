@@ -104,6 +104,14 @@ struct MemoryPlanRow {
   }
 };
 
+/// A rank's gradient bytes under plan: those the optimizer trains (trained_bytes: the shards under
+/// FSDP) and those held beside them at the peak -- fully sharded, the whole gradients being
+/// reduce-scattered (ShardedMemory::whole_gradient_peak_bytes); replicated over ranks, DDP's
+/// all-reduce buckets, a second copy of every gradient unless gradient_as_bucket_view
+/// (runtime/grad_sync.h). What the run attribute gradient_bytes_per_rank and `--dry-run` count.
+std::int64_t gradient_bytes_per_rank(const axes::ParallelPlan& plan, bool gradient_as_bucket_view,
+                                     std::int64_t trained_bytes, std::int64_t whole_gradient_peak_bytes);
+
 /// The fewest ranks, from `from` doubling up to 4096, whose plan (plan_at(world): one row) totals
 /// at most memory_bytes; nullopt when none does.
 std::optional<int> fewest_ranks_that_fit(const std::function<MemoryPlanRow(int world)>& plan_at, int from,

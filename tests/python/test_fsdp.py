@@ -133,66 +133,76 @@ def test_image_recipe_shards_mobilenet_v2(tmp_path):
             assert abs(fsdp["summary"][0][field] - none["summary"][0][field]) < 1e-9, field
 
 
-def full_finetuning_peaks(tmp_path, config, tokenizer, precision):
-    """Rank 0's peak resident memory and the memory attributes of 2-rank full fine-tuning (AdamW, 2
-    steps of 1 x 48 tokens, no activation checkpointing) of the Llama `config` (config.json's fields),
-    replicated and sharded: ({sharding: bytes}, {sharding: {attribute: bytes}})."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-        "max_position_embeddings": 1024, "tie_word_embeddings": False, "torch_dtype": "float32", **config}))
-    peaks, attrs = {}, {}
+STATE = ("parameter_bytes_per_rank", "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank",
+         "activation_bytes_per_rank")
+
+
+def full_finetuning_memory(tmp_path, name, config, tokenizer, precision, ranks, sharding):
+    """Full fine-tuning (AdamW, 2 steps of 1 x 64 tokens, no activation checkpointing) of the Llama
+    `config` (config.json's fields) at `ranks` ranks: (rank 0's peak resident memory [bytes] -- the
+    summary's; under FSDP rank 0 holds the largest chunks -- and the run's memory attributes {name:
+    bytes}). With the small tokenizer the prompt is trained on too: its 64 tokens cut Alpaca's
+    responses off, and every label would be masked (nothing trained, no optimizer state)."""
     h5py = pytest.importorskip("h5py")
-    for sharding in ("none", "fsdp"):
-        results = tmp_path / f"{sharding}.h5"
-        mgbench("llm", "--recipe", "full", "--model", model, "--init", "random", "--tokenizer", tokenizer,
-                "--dataset", "alpaca", "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "2",
-                "--max-seq-len", "48", "--precision", precision, "--optimizer", "adamw",
-                "--activation-checkpointing", "false", "--threads", "1", "--device", "cpu", "--sharding", sharding,
-                "--results", results, np=2, check=True, timeout=900)
-        with h5py.File(results, "r") as f:
-            (run,) = f["runs"].values()
-            peaks[sharding] = int(run["summary"][0]["peak_memory_bytes"])
-            attrs[sharding] = {k: int(run.attrs[k]) for k in
-                               ("parameter_bytes_per_rank", "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank")}
-    print(f"{precision}: peak RSS rank 0: none {peaks['none'] / 2**20:.0f} MiB, fsdp {peaks['fsdp'] / 2**20:.0f} MiB, "
-          f"ratio {peaks['fsdp'] / peaks['none']:.3f}")
-    return peaks, attrs
+    model = tmp_path / name
+    if not model.exists():
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0, "max_position_embeddings": 1024, "tie_word_embeddings": False,
+            "torch_dtype": "float32", **config}))
+    results = tmp_path / f"{name}-{sharding}.h5"
+    mgbench("llm", "--recipe", "full", "--model", model, "--init", "random", "--tokenizer", tokenizer,
+            "--dataset", "alpaca", "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "2",
+            "--max-seq-len", "64", *(["--train-on-input"] if tokenizer == SMALL_TOKENIZER else []),
+            "--precision", precision, "--optimizer", "adamw", "--activation-checkpointing", "false", "--threads", "1",
+            "--device", "cpu", "--sharding", sharding, "--results", results, np=ranks, check=True, timeout=900)
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        return int(run["summary"][0]["peak_memory_bytes"]), {k: int(run.attrs[k]) for k in STATE}
 
 
-def test_full_finetuning_memory_per_rank_falls(tmp_path):
-    """Full fine-tuning of a ~155M-parameter Llama (24 layers, fp32, AdamW) at 2 ranks: rank 0's peak
-    resident memory with FSDP is at most 0.65 of the replicated run's (weights, gradients and AdamW's two
-    states: 4 x 618 MB per rank replicated; sharded, half of that plus the units gathered at once)."""
-    need(SMALL_TOKENIZER)
-    peaks, attrs = full_finetuning_peaks(tmp_path, {
-        "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 12,
-        "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 2256}, SMALL_TOKENIZER, "fp32")
-    parameters = 154_000_000
-    assert attrs["none"]["parameter_bytes_per_rank"] > 4 * parameters  # the whole model in fp32
-    assert attrs["fsdp"]["gradient_bytes_per_rank"] * 2 <= attrs["none"]["gradient_bytes_per_rank"] + 2 * 1024 ** 2
-    assert peaks["fsdp"] / peaks["none"] <= 0.65, (peaks, attrs)
+LLAMA_128K = {"vocab_size": 128256, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64}
+LLAMA_32K = {"vocab_size": 32000, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64}
 
 
-def test_full_finetuning_memory_per_rank_falls_in_bf16(tmp_path):
-    """The same in bf16, the LLM recipes' default, on the shape issue 48 measured: Llama 3's 128,256-token
-    vocabulary and tokenizer, hidden 512, 4 layers (142.6M parameters, the embedding and head most of
-    them). MPI has no bf16, and the MPI communicator staged each bf16 collective whole through fp32
-    host copies, which Open MPI's non-blocking reduce-scatter and all-reduce doubled again with their
-    own temporaries: fsdp's peak was 1.36x the replicated run's (GNU time, 64 tokens), and both runs
-    held 0.3-1.1 GiB a rank above their model state. Collectives now run in 8 MiB segments (peaks
-    2583 -> 1817 MiB replicated, 1984 -> 1471 MiB sharded on this shape). What is left is the
-    arithmetic: the head and the embedding are 92 % of this model, and each is gathered whole
-    (with its gradient and its reduce-scatter's input) on top of the shards, so fsdp's peak is 0.81
-    of the replicated run's here; fp32's 0.65 (above) holds for a model of many similar layers."""
-    tokenizer = os.path.join(SHARED, "llama3", "tokenizer.model")
+@pytest.mark.parametrize("precision, tied, vocab, ranks, shape", [
+    # Issue 48's shape: Llama 3's vocabulary, hidden 512, 4 layers (142.6M parameters, the embedding and
+    # the head 92 % of them).
+    ("bf16", False, LLAMA_128K, 2, {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4}),
+    ("fp32", False, LLAMA_32K, 2, {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 16}),
+    # Llama 3.2 1B's proportions (tied, intermediate 4 x hidden) at a quarter of its width.
+    ("bf16", True, LLAMA_128K, 4, {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4}),
+    ("fp32", True, LLAMA_32K, 4, {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 8}),
+])
+def test_peak_memory_follows_the_accounting(tmp_path, precision, tied, vocab, ranks, shape):
+    """Issue 48: each run's peak resident memory (rank 0's, getrusage) is at most the process's
+    baseline plus 1.15 x what its attributes account -- parameters (under fsdp the shards and the units
+    gathered at once), gradients (and the whole ones being reduce-scattered, or DDP's bucket copy),
+    AdamW's states and the recipe's activation estimate; and at 2 ranks fsdp's peak is at most 0.65
+    of the replicated run's (issue 48 measured 1.36x in bf16; then 0.81 with the head gathered whole
+    beside its gradient, the reduce-scatter's input and the loss's second [V, H] product). The
+    baseline -- libraries, tokenizer, dataset, MPI -- is measured: a run of the same vocabulary with
+    hidden 8 and one layer, less what its own attributes account."""
+    tokenizer = os.path.join(SHARED, "llama3", "tokenizer.model") if vocab is LLAMA_128K else SMALL_TOKENIZER
     need(tokenizer)
-    peaks, attrs = full_finetuning_peaks(tmp_path, {
-        "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8,
-        "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 128256}, tokenizer, "bf16")
-    assert attrs["fsdp"]["optimizer_state_bytes_per_rank"] * 2 <= attrs["none"]["optimizer_state_bytes_per_rank"] + 2**21
-    assert peaks["fsdp"] / peaks["none"] <= 0.85, (peaks, attrs)
+    config = {**vocab, **shape, "tie_word_embeddings": tied}
+    tiny = {**config, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 1,
+            "num_key_value_heads": 1, "head_dim": 8}
+    base_peak, base_attrs = full_finetuning_memory(tmp_path, "tiny", tiny, tokenizer, precision, ranks, "none")
+    baseline = base_peak - sum(base_attrs.values())
+    peaks = {}
+    for sharding in ("none", "fsdp"):
+        peaks[sharding], attrs = full_finetuning_memory(tmp_path, "model", config, tokenizer, precision, ranks,
+                                                           sharding)
+        accounted = sum(attrs.values())
+        print(f"{precision} {'tied' if tied else 'untied'} vocab {vocab['vocab_size']} {ranks} ranks {sharding}: "
+              f"peak {peaks[sharding] >> 20} MiB = baseline {baseline >> 20} + {(peaks[sharding] - baseline) >> 20} "
+              f"MiB against {accounted >> 20} MiB accounted ({ {k: v >> 20 for k, v in attrs.items()} })")
+        assert peaks[sharding] <= baseline + 1.15 * accounted, (sharding, peaks, baseline, attrs)
+    print(f"fsdp / none: {peaks['fsdp'] / peaks['none']:.3f}")
+    if ranks == 2:
+        assert peaks["fsdp"] <= 0.65 * peaks["none"], peaks
 
 
 def write_llama_checkpoint(path, config, files, dtype="bfloat16"):
@@ -369,7 +379,8 @@ def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
         (run,) = f["runs"].values()
         indices = {r: [int(i) for i in run[f"rank_{r}"]["indices"][0]] for r in (0, 1)}
         ours_losses = {r: run[f"rank_{r}"]["steps"]["loss"][:] for r in (0, 1)}
-        ours_gradient_bytes = int(run.attrs["gradient_bytes_per_rank"])  # rank 0's shards: every weight trains
+        # Rank 0's shards (every weight trains): AdamW holds two states per element of them.
+        ours_shard_bytes = int(run.attrs["optimizer_state_bytes_per_rank"]) // 2
     (tmp_path / "indices.json").write_text(json.dumps(indices))
     (tmp_path / "torch").mkdir()
     oracle = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "peer_fsdp.py")
@@ -387,7 +398,7 @@ def test_full_finetuning_equals_torchs_fully_shard(tmp_path):
         if r == 0:
             # mgbench's shards are torch's: rank 0 holds as many fp32 bytes of every weight as fully_shard's.
             theirs_bytes = sum(rows * theirs[name][0].numel() * 4 for name, rows in result["shard_rows"].items())
-            assert ours_gradient_bytes == theirs_bytes, (ours_gradient_bytes, theirs_bytes)
+            assert ours_shard_bytes == theirs_bytes, (ours_shard_bytes, theirs_bytes)
         assert np.allclose(ours_losses[r], result["losses"], rtol=1e-5, atol=1e-6), (r, ours_losses[r], result["losses"])
     worst = max((ours[k] - theirs[k]).abs().max().item() for k in ours)
     moved = max((theirs[k] - tensors(os.path.join(MODEL, "model.safetensors"))[k]).abs().max().item() for k in theirs)
@@ -415,20 +426,24 @@ def memory_plan(*args):
 def test_dry_run_plans_the_memory_per_rank_of_llama3_8b():
     """`--dry-run` of full fine-tuning of Llama 3 8B (bf16, AdamW) from its preset alone: at 1 rank
     weights, gradients and AdamW's two states are 4 x 2 bytes x 8,030,261,248 parameters (59.83 GiB);
-    FSDP divides gradients and states by the ranks. --max-seq-len 0 (unbounded): activations not
-    estimated."""
+    FSDP divides gradients and states by the ranks, and holds the whole gradients of the two largest
+    units beside the shards while they are reduce-scattered (the embedding and the head, [128256,
+    4096] each); replicated over several ranks, DDP's buckets hold a second copy of the gradients.
+    --max-seq-len 0 (unbounded): activations not estimated."""
     rows, fits, out = memory_plan("--recipe", "full", "--model", "llama3-8b")
     assert sorted(rows) == [1, 2, 4, 8], out
     assert rows[1][0] == "none" and f"{rows[1][5]:.2f}" == f"{4 * 2 * 8030261248 / 2**30:.2f}", rows[1]
     assert all(r[4] is None for r in rows.values()), out
     for n in (2, 4, 8):
         assert rows[n][0] == "fsdp"
-        assert abs(rows[n][2] - rows[1][2] / n) < 0.01, (n, rows[n])   # gradients
+        assert abs(rows[n][2] - rows[1][2] / n - 2 * 128256 * 4096 * 2 / 2**30) < 0.01, (n, rows[n])  # gradients
         assert abs(rows[n][3] - rows[1][3] / n) < 0.01, (n, rows[n])   # optimizer states
     assert fits == ["80 GiB GPUs: fits from 1 rank(s) of those planned",
                     "141 GiB GPUs: fits from 1 rank(s) of those planned"], out
     replicated, _, out = memory_plan("--recipe", "full", "--model", "llama3-8b", "--sharding", "none")
-    assert [r[0] for r in replicated.values()] == ["none"] * 4 and len({r[5] for r in replicated.values()}) == 1, out
+    assert [r[0] for r in replicated.values()] == ["none"] * 4, out
+    assert all(abs(r[2] - 2 * replicated[1][2]) < 0.02 and abs(r[5] - replicated[1][5] - replicated[1][2]) < 0.02
+               for n, r in replicated.items() if n > 1), out
 
 
 def test_dry_run_plans_llama3_70b_on_the_ranks_asked():

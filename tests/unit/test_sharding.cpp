@@ -10,6 +10,7 @@
 #include "runtime/mpi_communicator.h"
 #include "train/parallel/fsdp.h"
 #include "train/parallel/parallelize.h"
+#include "train/recipe.h"
 
 namespace mgbench {
 namespace {
@@ -57,6 +58,41 @@ TEST(MicroBatchCollectives, LoraGathersTheFrozenBaseAndReduceScattersTheAdapters
   EXPECT_EQ(train::micro_batch_collectives(units, 3, 4, false).all_gather_bytes.size(), units.size());
   // One rank: the units' own bytes.
   EXPECT_EQ(train::micro_batch_collectives(units, 1, 4, true).all_gather_bytes.front(), 10 * 4 * 4);
+}
+
+// Full fine-tuning's units: a tied embedding / head used twice in forward, two layers, the root.
+// Beside the shards a rank holds the whole gradients of the two largest trained units, padded as
+// reduce-scattered, the tied unit's twice (its second gradient is made before it is summed); an
+// untied embedding is not gathered again for backward (its backward reads only the token ids).
+TEST(ShardedMemory, CountsTheWholeGradientsBesideTheShards) {
+  train::UnitShape tied{{{10, 4}}, {true}, false};
+  tied.forward_uses = 2;
+  const train::UnitShape layer{{{4, 4}, {2, 4}}, {true, true}, true};
+  const train::UnitShape root{{{4}}, {true}, false};
+  const std::int64_t emb = 12 * 4 * 4, lay = (6 * 4 + 3 * 4) * 4;  // padded to 3 ranks, fp32
+  const train::ShardedMemory m = train::sharded_memory({tied, layer, layer, root}, 3, 4, true);
+  EXPECT_EQ(m.trainable_shard_bytes, (emb + 2 * lay + 6 * 4) / 3);
+  EXPECT_EQ(m.whole_gradient_peak_bytes, 2 * emb + lay);
+  EXPECT_EQ(m.gathered_peak_bytes, 10 * 4 * 4 + 4 * 4 + 2 * (4 * 4 + 2 * 4) * 4);
+
+  train::UnitShape untied{{{10, 4}}, {true}, true};
+  untied.backward_reads_parameters = false;
+  const train::UnitShape head{{{10, 4}}, {true}, false};
+  const train::MicroBatchCollectives c = train::micro_batch_collectives({untied, layer, root, head}, 3, 4, true);
+  EXPECT_EQ(c.all_gather_bytes, (std::vector<std::int64_t>{emb, lay, 6 * 4, emb, lay}));
+  EXPECT_EQ(train::sharded_memory({untied, layer, root, head}, 3, 4, true).whole_gradient_peak_bytes, 2 * emb);
+
+  // gradient_bytes_per_rank: fsdp the shards and the whole ones; replicated DDP's buckets besides,
+  // unless the gradients are the buckets' views; one rank, the gradients alone.
+  axes::ParallelPlan plan;
+  plan.world = 3;
+  plan.sharding = axes::Sharding::kFsdp;
+  EXPECT_EQ(train::gradient_bytes_per_rank(plan, false, 100, 40), 140);
+  plan.sharding = axes::Sharding::kNone;
+  EXPECT_EQ(train::gradient_bytes_per_rank(plan, false, 100, 40), 200);
+  EXPECT_EQ(train::gradient_bytes_per_rank(plan, true, 100, 40), 100);
+  plan.world = 1;
+  EXPECT_EQ(train::gradient_bytes_per_rank(plan, false, 100, 40), 100);
 }
 
 TEST(ParallelPlan, ShardsOnlyOverSeveralRanks) {

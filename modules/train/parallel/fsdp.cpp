@@ -68,6 +68,8 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
     Unit u;
     u.name = spec.name;
     u.reshard_after_forward = spec.reshard_after_forward;
+    u.backward_reads_parameters = spec.backward_reads_parameters;
+    u.forward_uses = spec.forward_uses;
     for (std::size_t k = 0; k < spec.parameters.size(); ++k) {
       const torch::Tensor& full = spec.parameters[k];
       if (k == 0) u.options = full.options().requires_grad(false);
@@ -95,6 +97,8 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
       state_->shard_by_param[full.unsafeGetTensorImpl()] = p.shard;
       u.params.push_back(std::move(p));
     }
+    u.in_place = u.params.size() == 1 && spec.packed.empty() && u.params.front().full.is_contiguous() &&
+                 u.params.front().layout.chunk_rows * world == u.params.front().layout.rows;
     for (const models::PackedWeight& w : spec.packed) {
       for (const torch::Tensor& full : w.parts) {
         PackedPart p;
@@ -157,7 +161,7 @@ torch::Tensor FullyShardedUnits::after_forward(int unit, const torch::Tensor& ou
   Unit& u = s.units.at(static_cast<std::size_t>(unit));
   if (!s.reshard_after_forward || !u.reshard_after_forward) return output;
   s.reshard(u);
-  if (!torch::GradMode::is_enabled() || !output.requires_grad()) return output;
+  if (!torch::GradMode::is_enabled() || !output.requires_grad() || !u.backward_reads_parameters) return output;
   u.pre_backward_attached = true;
   return UnitBoundary::apply(output, reinterpret_cast<std::int64_t>(&s), unit, UnitBoundary::kPre);
 }
@@ -219,7 +223,8 @@ std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int6
 ShardedMemory FullyShardedUnits::memory() const {
   std::vector<UnitShape> shapes;
   for (const Unit& u : state_->units) {
-    UnitShape shape{{}, {}, u.reshard_after_forward, u.packed_bytes * state_->world()};
+    UnitShape shape{
+        {}, {}, u.reshard_after_forward, u.packed_bytes * state_->world(), u.backward_reads_parameters, u.forward_uses};
     for (const Param& p : u.params) {
       shape.sizes.push_back(p.layout.sizes);
       shape.trainable.push_back(p.shard.requires_grad());

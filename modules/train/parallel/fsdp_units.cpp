@@ -29,12 +29,19 @@ std::pair<double, double> divide_factors(torch::ScalarType dtype, int world) {
 void FullyShardedUnits::State::issue_gather(Unit& u) {
   if (u.state != UnitState::kSharded) return;
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> flats;
-  flats.reserve(u.params.size());
-  for (const Param& p : u.params) flats.push_back(p.shard.detach().reshape({-1}));
-  u.gather_input = cache.empty(u.flat_numel, u.options);
-  torch::cat_out(u.gather_input, flats);
-  u.gather_output = cache.empty(world() * u.flat_numel, u.options);
+  if (u.in_place) {
+    Param& p = u.params.front();
+    cache.resize_storage(p.full, p.full_nbytes);
+    u.gather_input = p.shard.detach().view({-1});
+    u.gather_output = p.full.variable_data().view({-1});
+  } else {
+    std::vector<torch::Tensor> flats;
+    flats.reserve(u.params.size());
+    for (const Param& p : u.params) flats.push_back(p.shard.detach().reshape({-1}));
+    u.gather_input = cache.empty(u.flat_numel, u.options);
+    torch::cat_out(u.gather_input, flats);
+    u.gather_output = cache.empty(world() * u.flat_numel, u.options);
+  }
   u.gather = comm.all_gather(u.gather_input, u.gather_output);
   if (u.packed_bytes > 0) {
     const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).device(u.packed.front().shard.device());
@@ -49,6 +56,41 @@ void FullyShardedUnits::State::issue_gather(Unit& u) {
   u.state = UnitState::kGathering;
 }
 
+void FullyShardedUnits::State::copy_out(Unit& u) {
+  // The gathered buffer is rank-major: [rank 0's shards][rank 1's shards]...; each parameter's rows
+  // are copied out of every rank's piece (FSDP2's foreach_all_gather_copy_out). Written through
+  // variable_data(): autograd's version counter stays as forward saved it.
+  const int n = world();
+  const torch::Tensor by_rank = u.gather_output.view({n, u.flat_numel});
+  for (Param& p : u.params) {
+    cache.resize_storage(p.full, p.full_nbytes);
+    const ShardLayout& l = p.layout;
+    const torch::Tensor full = p.full.variable_data();
+    if (!full.is_contiguous()) {
+      // Another memory format (channels_last): rank r's rows into their strided rows.
+      std::vector<std::int64_t> rows_shape = l.shard_sizes();
+      for (int r = 0; r < n; ++r) {
+        rows_shape[0] = l.valid_rows(r);
+        if (rows_shape[0] == 0) continue;
+        full.narrow(0, l.first_row(r), rows_shape[0])
+            .copy_(by_rank[r].narrow(0, p.offset, rows_shape[0] * l.row_numel).view(rows_shape));
+      }
+      continue;
+    }
+    torch::Tensor flat = full.view({-1});
+    if (l.chunk_rows * n == l.rows) {
+      flat.view({n, l.shard_numel()}).copy_(by_rank.narrow(1, p.offset, l.shard_numel()));
+      continue;
+    }
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t rows = l.valid_rows(r);
+      if (rows == 0) continue;
+      flat.narrow(0, l.first_row(r) * l.row_numel, rows * l.row_numel)
+          .copy_(by_rank[r].narrow(0, p.offset, rows * l.row_numel));
+    }
+  }
+}
+
 void FullyShardedUnits::State::wait_gather(Unit& u) {
   if (u.state == UnitState::kGathered) return;
   issue_gather(u);
@@ -57,43 +99,16 @@ void FullyShardedUnits::State::wait_gather(Unit& u) {
   u.gather->wait();
   torch::NoGradGuard no_grad;
   const int n = world();
-  // The gathered buffer is rank-major: [rank 0's shards][rank 1's shards]...; each parameter's rows
-  // are copied out of every rank's piece (FSDP2's foreach_all_gather_copy_out). Written through
-  // variable_data(): autograd's version counter stays as forward saved it.
-  {
-    const torch::Tensor by_rank = u.gather_output.view({n, u.flat_numel});
-    for (Param& p : u.params) {
-      cache.resize_storage(p.full, p.full_nbytes);
-      const ShardLayout& l = p.layout;
-      const torch::Tensor full = p.full.variable_data();
-      if (!full.is_contiguous()) {
-        // Another memory format (channels_last): rank r's rows into their strided rows.
-        std::vector<std::int64_t> rows_shape = l.shard_sizes();
-        for (int r = 0; r < n; ++r) {
-          rows_shape[0] = l.valid_rows(r);
-          if (rows_shape[0] == 0) continue;
-          full.narrow(0, l.first_row(r), rows_shape[0])
-              .copy_(by_rank[r].narrow(0, p.offset, rows_shape[0] * l.row_numel).view(rows_shape));
-        }
-        continue;
-      }
-      torch::Tensor flat = full.view({-1});
-      if (l.chunk_rows * n == l.rows) {
-        flat.view({n, l.shard_numel()}).copy_(by_rank.narrow(1, p.offset, l.shard_numel()));
-        continue;
-      }
-      for (int r = 0; r < n; ++r) {
-        const std::int64_t rows = l.valid_rows(r);
-        if (rows == 0) continue;
-        flat.narrow(0, l.first_row(r) * l.row_numel, rows * l.row_numel)
-            .copy_(by_rank[r].narrow(0, p.offset, rows * l.row_numel));
-      }
-    }
+  gathered_bytes += static_cast<std::int64_t>(u.gather_output.nbytes());
+  if (u.in_place) {  // the values are in place already; the buffers are the shard and the parameter
+    u.gather_input = torch::Tensor();
+    u.gather_output = torch::Tensor();
+  } else {
+    copy_out(u);
+    cache.release(u.gather_input);
+    cache.release(u.gather_output);
   }
   done_gathers.push_back(std::move(u.gather));
-  gathered_bytes += static_cast<std::int64_t>(u.gather_output.nbytes());
-  cache.release(u.gather_input);
-  cache.release(u.gather_output);
   if (u.packed_gather) {
     u.packed_gather->wait();
     // Rank-major as the parameters': each part's bytes from every rank's piece, in rank order.
@@ -139,65 +154,90 @@ void FullyShardedUnits::State::finish_reduce() {
   reduce.reset();
   const profile::NvtxRange range("fsdp reduce-scatter");
   r.work->wait();
+  done_reduces.push_back(std::move(r.work));
+  reduced_bytes += static_cast<std::int64_t>(r.input.nbytes());
+  cache.release(r.input);  // before the gradients are made: never held beside them
   torch::NoGradGuard no_grad;
   if (r.post_divide != 1) r.output.div_(r.post_divide);
   std::int64_t offset = 0;
   for (Param& p : r.unit->params) {
     if (!p.shard.requires_grad()) continue;
-    const torch::Tensor g = r.output.narrow(0, offset, p.layout.shard_numel()).view(p.layout.shard_sizes());
+    const std::vector<std::int64_t> sizes = p.layout.shard_sizes();
+    const torch::Tensor g = r.output.narrow(0, offset, p.layout.shard_numel()).view(sizes);
     offset += p.layout.shard_numel();
     if (p.shard.grad().defined()) {
       p.shard.mutable_grad().add_(g);
+    } else if (g.numel() == r.output.numel()) {
+      // The unit's only gradient: the output's block becomes it, not a copy. A tensor of its own
+      // on that storage, not a view: the optimizer's zero_grad detaches gradients in place, which a
+      // view refuses.
+      p.shard.mutable_grad() =
+          torch::empty({0}, g.options()).set_(r.output.storage(), 0, sizes, c10::contiguous_strides(sizes));
+      r.output = torch::Tensor();  // not back into the cache: the gradient holds the block
     } else {
-      // Its own memory: the optimizer's zero_grad detaches gradients in place, which a view refuses.
-      p.shard.mutable_grad() = g.clone();
+      p.shard.mutable_grad() = g.clone();  // its own memory, as above
     }
   }
-  done_reduces.push_back(std::move(r.work));
-  reduced_bytes += static_cast<std::int64_t>(r.input.nbytes());
-  cache.release(r.input);
   cache.release(r.output);
 }
 
 void FullyShardedUnits::State::post_backward(Unit& u) {
   if (u.post_backward_done) return;
   u.post_backward_done = true;
-  if (u.trainable) {
-    torch::NoGradGuard no_grad;
-    const int n = world();
-    // The input [rank 0's rows of every gradient][rank 1's]... (FSDP2's foreach_reduce_scatter_copy_in):
-    // each gradient's rows copied straight into their places, padding rows zero, a parameter
-    // autograd gave no gradient zeros; each whole gradient freed as soon as it is copied.
-    std::int64_t numel = 0;
-    for (const Param& p : u.params) numel += p.shard.requires_grad() ? p.layout.shard_numel() : 0;
-    torch::Tensor input = cache.empty(n * numel, u.options).view({n, numel});
-    std::int64_t offset = 0;
-    for (Param& p : u.params) {
-      if (!p.shard.requires_grad()) continue;
-      const ShardLayout& l = p.layout;
-      const torch::Tensor grad = p.full.grad().defined() ? p.full.grad().reshape({-1}) : torch::Tensor();
-      for (int r = 0; r < n; ++r) {
-        const std::int64_t valid = grad.defined() ? l.valid_rows(r) * l.row_numel : 0;
-        torch::Tensor slot = input[r].narrow(0, offset, l.shard_numel());
-        if (valid > 0) slot.narrow(0, 0, valid).copy_(grad.narrow(0, l.first_row(r) * l.row_numel, valid));
-        if (valid < l.shard_numel()) slot.narrow(0, valid, l.shard_numel() - valid).zero_();
-      }
-      p.full.mutable_grad() = torch::Tensor();
-      offset += l.shard_numel();
-    }
-    input = input.view({-1});
-    const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), n);
-    if (pre != 1) input.div_(pre);
-    finish_reduce();  // one reduce-scatter in flight
-    PendingReduce r;
-    r.unit = &u;
-    r.input = input;
-    r.output = cache.empty(input.numel() / n, u.options);
-    r.post_divide = post;
-    r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
-    reduce = std::move(r);
-  }
+  // The unit's whole parameters are freed first, then its gradients reduced (FSDP2's
+  // post_backward: reshard, then foreach_reduce): a unit's gathered weights and its reduce-scatter
+  // input are never held at once.
   reshard(u);
+  if (!u.trainable) return;
+  torch::NoGradGuard no_grad;
+  const int n = world();
+  torch::Tensor input = reduce_scatter_input(u);
+  const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), n);
+  if (pre != 1) input.div_(pre);
+  finish_reduce();  // one reduce-scatter in flight
+  PendingReduce r;
+  r.unit = &u;
+  r.input = input;
+  r.output = cache.empty(input.numel() / n, u.options);
+  r.post_divide = post;
+  r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
+  reduce = std::move(r);
+}
+
+torch::Tensor FullyShardedUnits::State::reduce_scatter_input(Unit& u) {
+  const int n = world();
+  if (u.in_place) {
+    // The gradient is the rank-major input: taken over, not copied (autograd handed it over; the
+    // parameter's gradient is dropped as FSDP2 drops the unsharded one).
+    Param& p = u.params.front();
+    torch::Tensor grad = p.full.grad();
+    p.full.mutable_grad() = torch::Tensor();
+    if (grad.defined() && grad.is_contiguous()) return grad.view({-1});
+    torch::Tensor input = cache.empty(n * p.layout.shard_numel(), u.options);
+    if (grad.defined()) return input.copy_(grad.reshape({-1}));
+    return input.zero_();
+  }
+  // The input [rank 0's rows of every gradient][rank 1's]... (FSDP2's foreach_reduce_scatter_copy_in):
+  // each gradient's rows copied straight into their places, padding rows zero, a parameter
+  // autograd gave no gradient zeros; each whole gradient freed as soon as it is copied.
+  std::int64_t numel = 0;
+  for (const Param& p : u.params) numel += p.shard.requires_grad() ? p.layout.shard_numel() : 0;
+  torch::Tensor input = cache.empty(n * numel, u.options).view({n, numel});
+  std::int64_t offset = 0;
+  for (Param& p : u.params) {
+    if (!p.shard.requires_grad()) continue;
+    const ShardLayout& l = p.layout;
+    const torch::Tensor grad = p.full.grad().defined() ? p.full.grad().reshape({-1}) : torch::Tensor();
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t valid = grad.defined() ? l.valid_rows(r) * l.row_numel : 0;
+      torch::Tensor slot = input[r].narrow(0, offset, l.shard_numel());
+      if (valid > 0) slot.narrow(0, 0, valid).copy_(grad.narrow(0, l.first_row(r) * l.row_numel, valid));
+      if (valid < l.shard_numel()) slot.narrow(0, valid, l.shard_numel() - valid).zero_();
+    }
+    p.full.mutable_grad() = torch::Tensor();
+    offset += l.shard_numel();
+  }
+  return input.view({-1});
 }
 
 }  // namespace mgbench::train

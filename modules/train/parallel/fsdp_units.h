@@ -24,9 +24,14 @@ namespace fsdp {
 /// unit of the same size instead of freed: with glibc's malloc, the activations allocated between a
 /// unit's frees and the next unit's allocations split the freed chunks, and every gather grew the
 /// heap (33 MiB a layer of a 146M-parameter model, measured). On a GPU the CUDA caching allocator
-/// does this already (FSDP2 relies on it), and blocks go back to it.
+/// does this already (FSDP2 relies on it), and blocks go back to it. Blocks of 32 MiB and more are
+/// not kept: glibc serves them with mmap whatever its heap holds (DEFAULT_MMAP_THRESHOLD_MAX on
+/// 64-bit hosts) and gives them back to the system when freed, so they never fragment the heap,
+/// and a kept one would hold a whole embedding's or head's bytes until the next of its size.
 class BlockCache {
  public:
+  static constexpr std::size_t kMmapAlwaysBytes = std::size_t{32} << 20;
+
   explicit BlockCache(bool enabled) : enabled_(enabled) {}
 
   /// A block of nbytes: a cached one of that size, else a new one from allocator.
@@ -43,7 +48,7 @@ class BlockCache {
   }
   /// Takes block back (kept when caching, freed otherwise).
   void give(std::size_t nbytes, at::DataPtr block) {
-    if (enabled_ && block.get() != nullptr) free_[nbytes].push_back(std::move(block));
+    if (enabled_ && block.get() != nullptr && nbytes < kMmapAlwaysBytes) free_[nbytes].push_back(std::move(block));
   }
 
   /// A flat tensor of numel elements in a block (uninitialised).
@@ -105,9 +110,16 @@ struct Unit {
   std::string name;
   std::vector<Param> params;
   bool reshard_after_forward = true;
-  std::int64_t flat_numel = 0;  // sum of the shards' numel
+  bool backward_reads_parameters = true;  // models::ParameterUnit's
+  int forward_uses = 1;                   // models::ParameterUnit's
+  std::int64_t flat_numel = 0;            // sum of the shards' numel
   torch::TensorOptions options;
   bool trainable = false;  // some parameter requires grad
+  /// One contiguous parameter whose rows divide evenly over the ranks, nothing packed: the
+  /// rank-major flat buffer of its collectives is the parameter itself, so it is all-gathered
+  /// straight into the parameter's storage and reduce-scattered straight from its gradient, with no
+  /// second whole-size buffer (the embedding and the output head: most of a small Llama's bytes).
+  bool in_place = false;
   UnitState state = UnitState::kSharded;
   std::unique_ptr<runtime::Work> gather;
   torch::Tensor gather_input, gather_output;
@@ -146,8 +158,12 @@ struct FullyShardedUnits::State {
 
   void issue_gather(fsdp::Unit& u);
   void wait_gather(fsdp::Unit& u);
+  void copy_out(fsdp::Unit& u);  // a gathered flat buffer into the unit's parameters
   void reshard(fsdp::Unit& u);
   void post_backward(fsdp::Unit& u);
+  /// The unit's gradients as its reduce-scatter's flat rank-major input; the parameters' whole
+  /// gradients are dropped.
+  torch::Tensor reduce_scatter_input(fsdp::Unit& u);
   void finish_reduce();
   void prefetch_backward_before(int unit);
 };

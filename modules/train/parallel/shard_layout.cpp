@@ -9,16 +9,22 @@ ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std
                              bool reshard_after_forward) {
   ShardedMemory m;
   std::vector<std::int64_t> resharded;  // bytes of each unit freed after its forward
+  std::vector<std::int64_t> trained;    // each unit's whole gradients, padded as reduce-scattered
   std::int64_t kept = 0;
   for (const UnitShape& u : units) {
     std::int64_t unit_bytes = 0;
+    std::int64_t gradient_bytes = 0;
     for (std::size_t k = 0; k < u.sizes.size(); ++k) {
       const ShardLayout l = ShardLayout::of(u.sizes[k], world);
       const std::int64_t shard_bytes = l.shard_numel() * element_bytes;
       m.shard_bytes += shard_bytes;
-      if (u.trainable[k]) m.trainable_shard_bytes += shard_bytes;
+      if (u.trainable[k]) {
+        m.trainable_shard_bytes += shard_bytes;
+        gradient_bytes += shard_bytes * world;
+      }
       unit_bytes += l.rows * l.row_numel * element_bytes;
     }
+    trained.push_back(gradient_bytes * u.forward_uses);
     m.shard_bytes += u.packed_bytes / world;
     unit_bytes += u.packed_bytes;
     if (u.reshard_after_forward && reshard_after_forward) {
@@ -27,9 +33,14 @@ ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std
       kept += unit_bytes;
     }
   }
-  std::sort(resharded.rbegin(), resharded.rend());
-  m.gathered_peak_bytes = kept;
-  for (std::size_t k = 0; k < std::min<std::size_t>(2, resharded.size()); ++k) m.gathered_peak_bytes += resharded[k];
+  const auto two_largest = [](std::vector<std::int64_t>& bytes) {
+    std::sort(bytes.rbegin(), bytes.rend());
+    std::int64_t sum = 0;
+    for (std::size_t k = 0; k < std::min<std::size_t>(2, bytes.size()); ++k) sum += bytes[k];
+    return sum;
+  };
+  m.gathered_peak_bytes = kept + two_largest(resharded);
+  m.whole_gradient_peak_bytes = two_largest(trained);
   return m;
 }
 
@@ -37,6 +48,8 @@ std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& uni
   std::vector<UnitShape> shapes;
   for (const models::ParameterUnit& u : units) {
     UnitShape shape{{}, {}, u.reshard_after_forward};
+    shape.backward_reads_parameters = u.backward_reads_parameters;
+    shape.forward_uses = u.forward_uses;
     for (const torch::Tensor& p : u.parameters) {
       shape.sizes.push_back(p.sizes().vec());
       shape.trainable.push_back(p.requires_grad());
@@ -76,7 +89,8 @@ MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& unit
     gradient_flows[k] = flows;
   }
   for (std::size_t k = units.size(); k-- > 0;) {
-    if (reshard_after_forward && units[k].reshard_after_forward && gradient_flows[k]) gather(k);
+    const UnitShape& u = units[k];
+    if (reshard_after_forward && u.reshard_after_forward && u.backward_reads_parameters && gradient_flows[k]) gather(k);
     if (trained[k] > 0) c.reduce_scatter_bytes.push_back(trained[k]);
   }
   return c;

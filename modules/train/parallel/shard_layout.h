@@ -24,6 +24,11 @@ struct ShardedMemory {
   /// (the root, the head, a tied embedding) and the two largest others (one computing, the next
   /// prefetched); every unit without reshard_after_forward.
   std::int64_t gathered_peak_bytes = 0;
+  /// Whole gradients held beside the shards at the peak: a unit's from backward computing them to
+  /// the end of their reduce-scatter (its flat input, padding included), while the next unit's
+  /// are computed (one reduce-scatter in flight): the two largest trained units' bytes, a unit
+  /// used twice in forward counted twice (its second gradient is made before it is summed).
+  std::int64_t whole_gradient_peak_bytes = 0;
 };
 
 /// A unit as FSDP's memory arithmetic sees it: its parameters' shapes, which the optimizer trains,
@@ -32,7 +37,9 @@ struct UnitShape {
   std::vector<std::vector<std::int64_t>> sizes;
   std::vector<bool> trainable;
   bool reshard_after_forward = true;
-  std::int64_t packed_bytes = 0;  // frozen packed weights' sharded parts (NF4), whole, split evenly
+  std::int64_t packed_bytes = 0;          // frozen packed weights' sharded parts (NF4), whole, split evenly
+  bool backward_reads_parameters = true;  // models::ParameterUnit's: false, not gathered for backward
+  int forward_uses = 1;                   // models::ParameterUnit's: 2, two whole gradients at once
 };
 
 /// What a rank holds of units of element_bytes-sized elements sharded over world ranks
@@ -48,11 +55,11 @@ std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& uni
 /// each the bytes of its whole buffer as nccl-tests counts them (an all-gather's output, a
 /// reduce-scatter's input) at `world` ranks, padding included (world 1: the units' own bytes):
 /// every unit gathered once before its forward; in backward, gathered again when it was freed after
-/// forward (reshard_after_forward, the unit's and the option) and a gradient flows through its
-/// output (it or a unit before it trains), a unit with packed weights gathering their bytes in a
-/// second all-gather right after its first; each unit that trains reduce-scatters its gradients'
-/// shards once. What `mgbench predict` prices for an FSDP step (the run attributes
-/// fsdp_allgather_bytes / fsdp_reducescatter_bytes).
+/// forward (reshard_after_forward, the unit's and the option), its backward reads its parameters
+/// and a gradient flows through its output (it or a unit before it trains), a unit with packed weights gathering their
+/// bytes in a second all-gather right after its first; each unit that trains reduce-scatters its gradients' shards
+/// once. What `mgbench predict` prices for an FSDP step (the run attributes fsdp_allgather_bytes /
+/// fsdp_reducescatter_bytes).
 struct MicroBatchCollectives {
   std::vector<std::int64_t> all_gather_bytes;
   std::vector<std::int64_t> reduce_scatter_bytes;

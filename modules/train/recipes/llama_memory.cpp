@@ -62,6 +62,8 @@ std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, 
   };
   std::vector<UnitShape> units;
   UnitShape embedding{{}, {}, !c.tie_word_embeddings};
+  embedding.backward_reads_parameters = c.tie_word_embeddings;
+  embedding.forward_uses = c.tie_word_embeddings ? 2 : 1;
   dense(embedding, {c.vocab_size, h});
   units.push_back(embedding);
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -120,7 +122,8 @@ std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train,
     MemoryPlanRow row{world,
                       sharded,
                       sharded ? m.shard_bytes + m.gathered_peak_bytes : m.shard_bytes,
-                      m.trainable_shard_bytes,
+                      gradient_bytes_per_rank(plan, train.gradient_as_bucket_view, m.trainable_shard_bytes,
+                                              m.whole_gradient_peak_bytes),
                       states * m.trainable_shard_bytes,
                       activations};
     rows.push_back(row);

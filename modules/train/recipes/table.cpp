@@ -65,7 +65,8 @@ std::vector<std::string> format_memory_plan(const std::vector<MemoryPlanRow>& ro
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const auto gib = [](std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; };
   std::vector<std::string> lines{
-      "memory per rank: parameters (under fsdp the shards and the units gathered at once), gradients, optimizer "
+      "memory per rank: parameters (under fsdp the shards and the units gathered at once), gradients (under fsdp "
+      "the shards and the whole ones being reduce-scattered, replicated over ranks DDP's buckets too), optimizer "
       "states and one micro-batch's activations (estimated from the shapes; '-': not estimated)",
       fmt::format("{:>6} {:>9} {:>12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}", "ranks", "sharding", "parameters",
                   "gradients", "optimizer", "activations", "total", "of 80 GiB", "of 141")};
@@ -87,6 +88,12 @@ std::vector<std::string> format_memory_plan(const std::vector<MemoryPlanRow>& ro
             : fmt::format("{:.0f} GiB GPUs: fits from {} rank(s) of those planned", memory, fits->world_size));
   }
   return lines;
+}
+
+std::int64_t gradient_bytes_per_rank(const axes::ParallelPlan& plan, bool gradient_as_bucket_view,
+                                     std::int64_t trained_bytes, std::int64_t whole_gradient_peak_bytes) {
+  if (plan.fully_sharded()) return trained_bytes + whole_gradient_peak_bytes;
+  return plan.replicated() && !gradient_as_bucket_view ? 2 * trained_bytes : trained_bytes;
 }
 
 std::optional<int> fewest_ranks_that_fit(const std::function<MemoryPlanRow(int world)>& plan_at, int from,
