@@ -268,7 +268,7 @@ def test_each_rank_loads_only_its_rows_of_a_checkpoint(tmp_path):
     for name, model in (("tiny", [tiny, "--init", "random"]), ("checkpoint", [tmp_path / "model"])):
         results = tmp_path / f"{name}.h5"
         mgbench("llm", "--recipe", "lora", "--model", *model, "--tokenizer", SMALL_TOKENIZER, "--dataset", "alpaca",
-                "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "1", "--max-seq-len", "16",
+                "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "1", "--max-seq-len", "16", "--train-on-input",
                 "--activation-checkpointing", "false", "--threads", "1", "--device", "cpu", "--sharding", "fsdp",
                 "--results", results, np=4, check=True, timeout=900)
         with h5py.File(results, "r") as f:

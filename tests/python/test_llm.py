@@ -162,6 +162,32 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
     assert proc.returncode == 1 and "no-such-model': unknown preset" in proc.stderr
 
 
+def test_rows_the_cut_leaves_without_labels_are_counted_or_refused(tmp_path):
+    """--max-seq-len cuts a row's response off when its prompt (masked: no --train-on-input) fills the
+    cut: such a row trains nothing, and a dataset of only such rows used to run with every step
+    skipped and every loss NaN. Now some are counted in a warning, all are refused naming the file and
+    the options. The oracle: the first label's position in each uncut row (`data stats --dump`),
+    against the cut's last position (its end token)."""
+    need_model()
+    rows, cut = 8, 100
+    dump = mgbench("data", "stats", "--dataset", "alpaca", "--data", ALPACA, "--tokenizer", SMALL_TOKENIZER,
+                   "--dump", rows, check=True)
+    first = [next(i for i, label in enumerate(json.loads(line)["labels"]) if label != -100)
+             for line in dump.stdout.splitlines()]
+    unlabelled = sum(f >= cut - 1 for f in first)
+    assert 0 < unlabelled < rows and all(abs(f - (cut - 1)) > 1 for f in first), first  # straddling, not at the edge
+    llm = ["llm", "--recipe", "lora", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "alpaca",
+           "--data", ALPACA, "--limit", rows, "--batch-size", "1", "--max-steps", "1", "--threads", "1",
+           "--device", "cpu", "--results", tmp_path / "r.h5"]
+    proc = mgbench(*llm, "--max-seq-len", cut, check=True)
+    assert f"{unlabelled} of {rows} row(s) keep no label token within --max-seq-len {cut}" in proc.stderr, proc.stderr
+    proc = mgbench(*llm, "--max-seq-len", min(first) - 1, np=2)
+    assert proc.returncode == 1 and proc.stderr.count("set-up failed") == 1, proc.stderr
+    assert (f"none of its {rows} row(s) keeps a label token within --max-seq-len {min(first) - 1}" in proc.stderr
+            and "--train-on-input" in proc.stderr and ALPACA in proc.stderr), proc.stderr
+    mgbench(*llm, "--max-seq-len", min(first) - 1, "--train-on-input", check=True)  # the prompts train
+
+
 @pytest.mark.parametrize("sizes, needle", [
     ({"hidden_size": 2 ** 40}, "hidden_size 1099511627776 is beyond any Llama (at most 131072)"),
     ({"num_hidden_layers": 10 ** 9}, "num_hidden_layers 1000000000 is beyond any Llama"),
@@ -206,8 +232,8 @@ def test_loading_a_checkpoint_leaves_no_file_pages_resident(tmp_path, recipe):
         results = tmp_path / f"{name}.h5"
         mgbench("llm", "--recipe", recipe, "--model", *model, "--tokenizer", SMALL_TOKENIZER, "--dataset", "alpaca",
                 "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--grad-accum", "1", "--max-steps", "1",
-                "--max-seq-len", "32", "--precision", "fp32", "--threads", "1", "--device", "cpu", "--results",
-                results, check=True)
+                "--max-seq-len", "32", "--train-on-input", "--precision", "fp32", "--threads", "1", "--device", "cpu",
+                "--results", results, check=True)
         with h5py.File(results, "r") as f:
             (run,) = f["runs"].values()
             peaks[name] = int(run["summary"][0]["peak_memory_bytes"])

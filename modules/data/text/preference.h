@@ -13,6 +13,7 @@
 // Masking as TorchTune's ChosenRejectedToMessages: every non-assistant message masked unless
 // train_on_input.
 // Adding a preference format: a messages function and a row in preference.cpp.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -54,6 +55,11 @@ struct PreferenceSample {
   TokenizedSample chosen;
   TokenizedSample rejected;
 };
+
+/// The label tokens of the pair's poorer side: a pair with a side of none has no preference to learn.
+inline std::int64_t label_tokens(const PreferenceSample& p) {
+  return std::min(label_tokens(p.chosen), label_tokens(p.rejected));
+}
 
 /// The sample of row i. Throws DataError naming file, row and field.
 PreferenceSample make_preference_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tokenizer,

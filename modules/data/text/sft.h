@@ -70,6 +70,13 @@ struct TokenizedSample {
   std::vector<std::int32_t> labels;  // same length; kIgnoreIndex where no loss
 };
 
+/// The tokens of s that carry loss (labels not kIgnoreIndex).
+inline std::int64_t label_tokens(const TokenizedSample& s) {
+  std::int64_t n = 0;
+  for (const std::int32_t label : s.labels) n += label != kIgnoreIndex ? 1 : 0;
+  return n;
+}
+
 /// Messages as Llama 3 chat tokens and labels (TorchTune 0.6.1's Llama3Tokenizer.tokenize_messages
 /// with add_end_tokens): <|begin_of_text|>, each message's header and content and <|eot_id|>,
 /// <|end_of_text|>; labels -100 on masked messages and on the begin / end tokens; cut to

@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <span>
 
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
 namespace mgbench::train {
 
 void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows) {
@@ -21,6 +26,18 @@ void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows)
        "and gradients, computed on the real tokens only"},
   };
   t.add("padding", padding, std::span<const options::Choice<Padding>>(kPaddings), "how sequences form a micro-batch");
+}
+
+void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const {
+  const std::string cut = max_seq_len > 0 ? fmt::format("within --max-seq-len {}", max_seq_len) : "at all";
+  MGBENCH_REQUIRE(unlabelled < rows, DataError,
+                  "dataset '{}': none of its {} row(s) keeps a label token {}{}: nothing would train (a longer "
+                  "--max-seq-len, or --train-on-input to train on the prompts too)",
+                  data, rows, cut, train_on_input ? "" : " (the prompt's tokens carry no loss)");
+  if (unlabelled > 0 && rank == 0) {
+    log::warn("dataset '{}': {} of {} row(s) keep no label token {}: a micro-batch of only those trains nothing",
+              data, unlabelled, rows, cut);
+  }
 }
 
 data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,

@@ -1,6 +1,7 @@
 #pragma once
 // The base of the recipes on the Llama component (recipes/sft.cpp, recipes/dpo.cpp): the Recipe
 // members that are the component's own (llama_finetune.h) and the data options and set-up both share.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -52,7 +53,9 @@ class LlamaRecipe : public Recipe {
 
   /// The set-up of an LLM recipe: the tokenizer, the rows `load(tokenizer)` reads from --data (the
   /// first --limit of them), then the model (LlamaFinetune::build). Throws DataError naming the
-  /// file when no row is left, and what loading and building throw.
+  /// file when no row is left or no row keeps a label token within --max-seq-len (nothing would
+  /// train: every step skipped, every loss NaN), and what loading and building throw; warns (rank
+  /// 0) of the rows that keep none.
   template <typename Rows, typename Load>
   void setup_rows(const RecipeContext& ctx, Rows& rows, Load&& load) {
     llama_.load_tokenizer();
@@ -61,6 +64,9 @@ class LlamaRecipe : public Recipe {
       rows.resize(static_cast<std::size_t>(data_.limit));
     }
     MGBENCH_REQUIRE(!rows.empty(), DataError, "dataset '{}': no rows", data_.data);
+    const auto unlabelled = static_cast<std::size_t>(
+        std::count_if(rows.begin(), rows.end(), [](const auto& row) { return label_tokens(row) == 0; }));  // text::
+    data_.refuse_or_warn_unlabelled(ctx.rank, unlabelled, rows.size());
     llama_.build(ctx);
   }
 
