@@ -159,26 +159,30 @@ void FullyShardedUnits::State::finish_reduce() {
   cache.release(r.input);  // before the gradients are made: never held beside them
   torch::NoGradGuard no_grad;
   if (r.post_divide != 1) r.output.div_(r.post_divide);
+  // The shards' gradients are the output's pieces, not copies: each a tensor of its own on the
+  // output's storage at its offset (not a view: the optimizer's zero_grad detaches gradients in
+  // place, which a view refuses), the block freed when the last of them is dropped. A gradient
+  // kept from an earlier micro-batch has the sum added.
+  bool held = false;
   std::int64_t offset = 0;
   for (Param& p : r.unit->params) {
     if (!p.shard.requires_grad()) continue;
     const std::vector<std::int64_t> sizes = p.layout.shard_sizes();
-    const torch::Tensor g = r.output.narrow(0, offset, p.layout.shard_numel()).view(sizes);
-    offset += p.layout.shard_numel();
     if (p.shard.grad().defined()) {
-      p.shard.mutable_grad().add_(g);
-    } else if (g.numel() == r.output.numel()) {
-      // The unit's only gradient: the output's block becomes it, not a copy. A tensor of its own
-      // on that storage, not a view: the optimizer's zero_grad detaches gradients in place, which a
-      // view refuses.
-      p.shard.mutable_grad() =
-          torch::empty({0}, g.options()).set_(r.output.storage(), 0, sizes, c10::contiguous_strides(sizes));
-      r.output = torch::Tensor();  // not back into the cache: the gradient holds the block
+      p.shard.mutable_grad().add_(r.output.narrow(0, offset, p.layout.shard_numel()).view(sizes));
     } else {
-      p.shard.mutable_grad() = g.clone();  // its own memory, as above
+      p.shard.mutable_grad() =
+          torch::empty({0}, r.output.options())
+              .set_(r.output.storage(), r.output.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
+      held = true;
     }
+    offset += p.layout.shard_numel();
   }
-  cache.release(r.output);
+  if (held) {
+    r.output = torch::Tensor();  // not back into the cache: the gradients hold the block
+  } else {
+    cache.release(r.output);
+  }
 }
 
 void FullyShardedUnits::State::post_backward(Unit& u) {

@@ -35,8 +35,8 @@ void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelle
                   "--max-seq-len, or --train-on-input to train on the prompts too)",
                   data, rows, cut, train_on_input ? "" : " (the prompt's tokens carry no loss)");
   if (unlabelled > 0 && rank == 0) {
-    log::warn("dataset '{}': {} of {} row(s) keep no label token {}: a micro-batch of only those trains nothing",
-              data, unlabelled, rows, cut);
+    log::warn("dataset '{}': {} of {} row(s) keep no label token {}: a micro-batch of only those trains nothing", data,
+              unlabelled, rows, cut);
   }
 }
 
