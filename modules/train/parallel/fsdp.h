@@ -11,11 +11,15 @@
 // this one computes: FSDP2's forward prefetch), copied out into the module's own parameter
 // tensors, whose storage is freed again after forward (reshard_after_forward) and after backward;
 // in backward a resharded unit is gathered again before its gradients are computed (the earlier
-// unit's gather prefetched, as FSDP2's backward prefetch), and right after them its gradients are
-// reduce-scattered into the shards' gradients (one reduce-scatter in flight; FSDP2's divide:
+// unit's gather prefetched, as FSDP2's backward prefetch) -- unless its backward reads no
+// parameters (ParameterUnit::backward_reads_parameters: an untied embedding), which FSDP2 gathers
+// anyway -- and right after them it is freed and its gradients are reduce-scattered into the
+// shards' gradients, pieces of the collective's output (one reduce-scatter in flight; FSDP2's divide:
 // the mean over ranks, fp16 / fp64 divided partly before the sum and partly after, as
 // _get_gradient_divide_factors). Gradient accumulation as TorchTune: a reduce-scatter after every
-// micro-batch's backward, summed into the shards' gradients.
+// micro-batch's backward, summed into the shards' gradients. A unit of one evenly divided parameter
+// (the head, the embedding) is gathered straight into the parameter and reduce-scattered straight
+// from its gradient: its rank-major flat buffer is the parameter itself.
 //
 // The module's parameters keep their identity (modules, autograd and checkpoints refer to them):
 // only their storage is freed and re-allocated, as FSDP2's `storage().resize_(0)`; the saved
