@@ -97,8 +97,11 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
       state_->shard_by_param[full.unsafeGetTensorImpl()] = p.shard;
       u.params.push_back(std::move(p));
     }
-    u.in_place = u.params.size() == 1 && spec.packed.empty() && u.params.front().full.is_contiguous() &&
-                 u.params.front().layout.chunk_rows * world == u.params.front().layout.rows;
+    if (u.params.size() == 1 && spec.packed.empty()) {
+      const Param& only = u.params.front();
+      u.in_place =
+          only.full.is_contiguous() && only.shard.is_contiguous() && only.layout.chunk_rows * world == only.layout.rows;
+    }
     for (const models::PackedWeight& w : spec.packed) {
       for (const torch::Tensor& full : w.parts) {
         PackedPart p;
