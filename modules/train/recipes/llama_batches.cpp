@@ -31,9 +31,10 @@ void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows)
 void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const {
   const std::string cut = max_seq_len > 0 ? fmt::format("within --max-seq-len {}", max_seq_len) : "at all";
   MGBENCH_REQUIRE(unlabelled < rows, DataError,
-                  "dataset '{}': none of its {} row(s) keeps a label token {}{}: nothing would train (a longer "
-                  "--max-seq-len, or --train-on-input to train on the prompts too)",
-                  data, rows, cut, train_on_input ? "" : " (the prompt's tokens carry no loss)");
+                  "dataset '{}': none of its {} row(s) keeps a label token {}{}: no loss to train on or evaluate "
+                  "({}--train-on-input to train on the prompts too)",
+                  data, rows, cut, train_on_input ? "" : " (the prompt's tokens carry no loss)",
+                  max_seq_len > 0 ? "a longer --max-seq-len, or " : "");
   if (unlabelled > 0 && rank == 0) {
     log::warn("dataset '{}': {} of {} row(s) keep no label token {}: a micro-batch of only those trains nothing", data,
               unlabelled, rows, cut);

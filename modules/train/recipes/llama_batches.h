@@ -55,7 +55,7 @@ struct LlamaDataOptions {
   void declare(options::OptionTable& table, const std::string& rows);
   /// `unlabelled` of the `rows` rows read keep no label token (--max-seq-len cut their responses
   /// off, the prompt masked): all of them, throws DataError naming --data's file, --max-seq-len and
-  /// --train-on-input (nothing would train: every step skipped, its loss NaN); some, a warning on
+  /// --train-on-input (nothing to train on or evaluate: every step skipped, its loss NaN); some, a warning on
   /// rank 0 (their micro-batches train nothing).
   void refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const;
 };
