@@ -213,8 +213,9 @@ void price(Prediction& p, const MeasuredStep& m, const BaseShape& shape, const S
               p.scaling.spread;
   p.eval_s = m.eval_s / n;
   p.evaluated_epochs = m.evaluated_epochs;
-  p.total_s =
-      static_cast<double>(shape.epochs) * p.epoch_s + static_cast<double>(m.evaluated_epochs) * p.eval_s + m.startup_s;
+  p.warmup_s = m.warmup_s;
+  p.total_s = static_cast<double>(shape.epochs) * p.epoch_s + m.warmup_s +
+              static_cast<double>(m.evaluated_epochs) * p.eval_s + m.startup_s;
   p.limiting = limiting_phase(p, m, loads, optimizer_s);
 }
 
@@ -224,7 +225,7 @@ double one_rank_total_s(const MeasuredStep& m, const BaseShape& shape, const axe
   const std::int64_t steps1 = shape.steps_at(strategy, 1);
   return static_cast<double>(shape.epochs * steps1) *
              (m.h2d_s + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s + m.data_s) +
-         static_cast<double>(m.evaluated_epochs) * m.eval_s + m.startup_s;
+         m.warmup_s + static_cast<double>(m.evaluated_epochs) * m.eval_s + m.startup_s;
 }
 
 }  // namespace

@@ -30,7 +30,9 @@
 //                 run's broadcast / all-reduce of their sizes at n ranks (or the link); nothing hidden
 //   epoch(n)      steps(n) x (compute + data(n) + allreduce(n) + fsdp(n) + rest(n)) x straggler spread (the measured
 //                 slowest rank's time outside collectives over the ranks' mean; 1 without a multi-rank run)
-//   total(n)      epochs x epoch(n) + evaluated epochs x eval_s / n + the measured start-up
+//   total(n)      epochs x epoch(n) + the warm-up + evaluated epochs x eval_s / n + the measured start-up;
+//                 the warm-up (the base's first step beyond its steady step: paid once by each rank,
+//                 whatever its steps) is taken out of compute, which is a steady step's
 // Nothing is fitted: every number is measured or a labelled assumption.
 #include <cstdint>
 #include <optional>
@@ -65,6 +67,10 @@ struct MeasuredStep {
   double data_s = 0, h2d_s = 0, transform_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, other_s = 0;
   double eval_s = 0;     // per evaluated epoch
   double startup_s = 0;  // total_s - train_s - eval_s
+  /// The warm-up every rank pays once, whatever its steps (oneDNN's primitives or cuDNN's plans, the
+  /// allocator's first blocks, lazy set-up): rank 0's first step beyond the median of its next ones
+  /// (RunRecord::first_step_s); taken out of the phases above, which are a steady step's.
+  double warmup_s = 0;
   std::int64_t evaluated_epochs = 0;
   double gradient_bytes = 0;  // trainable parameters x the bytes of the gradients' dtype
   axes::ParallelPlan plan;    // the run's (1 rank); plan.at(n) at n ranks: FSDP's collectives or the all-reduce
@@ -118,6 +124,7 @@ struct Prediction {
   double fsdp_overlap = 0;                            // the share of FSDP's collectives hidden (measured)
   double link_bytes = 0;  // per step: what one rank's link carries in the step's collectives (bus bytes)
   double epoch_s = 0, eval_s = 0, total_s = 0;  // eval_s: per evaluated epoch
+  double warmup_s = 0;                          // once per run (MeasuredStep::warmup_s)
   std::int64_t evaluated_epochs = 0;            // of the measured run
   double speedup = 1;                           // T(1 rank) / T(n ranks), both predicted
   std::string limiting;                         // the largest per-step phase

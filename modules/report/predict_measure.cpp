@@ -79,6 +79,16 @@ std::vector<double> recorded_byte_list(const results::RunRecord& r, const std::s
   return recorded ? byte_list(r, name) : std::vector<double>{};
 }
 
+/// The warm-up a run pays once: its first step's time beyond the median of the next ones (0 with
+/// fewer than 3 steps recorded).
+double warmup_s(const std::vector<double>& first_step_s) {
+  if (first_step_s.size() < 3) return 0;
+  std::vector<double> next(first_step_s.begin() + 1, first_step_s.end());
+  const auto middle = next.begin() + static_cast<std::ptrdiff_t>(next.size() / 2);
+  std::nth_element(next.begin(), middle, next.end());
+  return std::max(0.0, first_step_s.front() - *middle);
+}
+
 }  // namespace
 
 MeasuredStep measure_step(const results::RunRecord& r) {
@@ -107,8 +117,16 @@ MeasuredStep measure_step(const results::RunRecord& r) {
   MGBENCH_REQUIRE(steps > 0, ResultsError, "run {} ({}) took no optimizer step", r.run_id, r.file);
   const double n = static_cast<double>(steps);
   const double phases = m.data_s + m.h2d_s + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s;
-  m.other_s = std::max(0.0, train_s - phases) / n;
-  for (double* v : {&m.data_s, &m.h2d_s, &m.transform_s, &m.forward_s, &m.backward_s, &m.optimizer_s}) *v /= n;
+  m.other_s = std::max(0.0, train_s - phases);
+  // The warm-up comes out of the compute phases in proportion (the per-step times are then a steady
+  // step's) and is added once to the total.
+  const double compute = phases - m.data_s + m.other_s;
+  m.warmup_s = std::min(warmup_s(r.first_step_s), compute);
+  const double steady = compute > 0 ? 1.0 - m.warmup_s / compute : 1.0;
+  for (double* v : {&m.h2d_s, &m.transform_s, &m.forward_s, &m.backward_s, &m.optimizer_s, &m.other_s}) *v *= steady;
+  for (double* v : {&m.data_s, &m.h2d_s, &m.transform_s, &m.forward_s, &m.backward_s, &m.optimizer_s, &m.other_s}) {
+    *v /= n;
+  }
   m.eval_s = m.evaluated_epochs > 0 ? eval_s / static_cast<double>(m.evaluated_epochs) : 0;
   const double summary_eval = std::isfinite(r.summary.eval_s) ? r.summary.eval_s : 0;
   m.startup_s = std::max(0.0, r.summary.total_s - r.summary.train_s - summary_eval);

@@ -127,6 +127,7 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"prediction_scaling_runs", fmt::format("{}", fmt::join(p.scaling.sources, ","))},
           {"prediction_steps_per_epoch", p.steps},
           {"prediction_compute_s_per_step", p.compute_s},
+          {"prediction_warmup_s", p.warmup_s},
           {"prediction_data_s_per_step", p.data_s},
           {"prediction_allreduce_s_per_step", p.allreduce_s},
           {"prediction_allgather_s_per_step", p.allgather_s},
@@ -137,7 +138,7 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"prediction_loss_reduce_s_per_step", p.loss_reduce_s},
           {"prediction_limiting_phase", p.limiting},
           {"prediction_speedup", p.speedup},
-          {"prediction_model", std::string("mgbench predict v2 (docs/design.md, The scaling predictor)")}});
+          {"prediction_model", std::string("mgbench predict v3 (docs/design.md, The scaling predictor)")}});
   // What belonged to the measured run's own history.
   std::erase_if(a, [](const auto& attr) { return attr.first == "resumes" || attr.first == "resumed_utc"; });
   return a;

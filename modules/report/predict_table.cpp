@@ -48,6 +48,9 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
       {"comm", "", 0, "", [](const P& p) { return p.comm_source; }},
   };
   write_table(out, columns, predictions, /*csv=*/false);
+  out << fmt::format(
+      "# warm-up {:.3f} s once per run (the base's first step beyond its steady step), in total, not in compute\n",
+      predictions.front().warmup_s);
   for (const auto& p : predictions) {
     if (parallel_plan_of(*p.base).at(p.ranks).fully_sharded()) {
       const MeasuredStep m = measure_step(*p.base);

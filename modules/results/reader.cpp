@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -45,6 +46,37 @@ std::vector<Record> read_table(hid_t group, const char* name, hid_t type, const 
     check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), fmt::format("read {}/{}", where, name));
   }
   return rows;
+}
+
+/// Rank `rank_group`'s first steps' wall times (RunRecord::first_step_s): step_s of its steps table's
+/// first kFirstSteps rows, while they are of the first written epoch. Read as (epoch, step_s): fields
+/// every schema's steps table has.
+std::vector<double> read_first_step_s(hid_t rank_group, const std::string& where) {
+  if (!h5::link_exists(rank_group, "steps")) return {};
+  struct Row {
+    std::int32_t epoch;
+    double step_s;
+  };
+  h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "steps", H5P_DEFAULT), "open " + where + "/steps");
+  h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + where + "/steps");
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n <= 0) return {};
+  const hsize_t start[1] = {0};
+  const hsize_t count[1] = {std::min(static_cast<hsize_t>(n), static_cast<hsize_t>(kFirstSteps))};
+  check_status(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr),
+               "select " + where + "/steps");
+  h5::Handle memory = h5::wrap_space(H5Screate_simple(1, count, nullptr), "memory space of " + where + "/steps");
+  h5::Handle type = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(Row)), "step time type");
+  check_status(H5Tinsert(type, "epoch", offsetof(Row, epoch), H5T_NATIVE_INT32), "compound member epoch");
+  check_status(H5Tinsert(type, "step_s", offsetof(Row, step_s), H5T_NATIVE_DOUBLE), "compound member step_s");
+  std::vector<Row> rows(count[0]);
+  check_status(H5Dread(ds, type, memory, space, H5P_DEFAULT, rows.data()), "read " + where + "/steps");
+  std::vector<double> out;
+  for (const Row& row : rows) {
+    if (row.epoch < 0 || row.epoch != rows.front().epoch || !std::isfinite(row.step_s)) break;
+    out.push_back(row.step_s);
+  }
+  return out;
 }
 
 struct LinkNames {
@@ -175,6 +207,7 @@ void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunReco
     auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
     std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
     run.epochs.push_back(std::move(epochs));
+    if (r == 0) run.first_step_s = read_first_step_s(rank_group, where + "/" + rank_name);
     if (h5::link_exists(rank_group, "cuda_summary")) read_cuda_tables(rank_group, where + "/" + rank_name, run);
     if (h5::link_exists(rank_group, "comm")) {
       auto rows = read_table<CommRecord>(rank_group, "comm", comm_record_type(), where + "/" + rank_name);

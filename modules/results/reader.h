@@ -1,5 +1,6 @@
 #pragma once
 // Serial reader of mgbench results files (no MPI needed): what `mgbench report` reads.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,6 +11,9 @@
 
 namespace mgbench::results {
 
+/// How many of rank 0's first steps a RunRecord holds (first_step_s).
+inline constexpr std::size_t kFirstSteps = 16;
+
 struct RunRecord {
   std::string file;    // path of the results file
   std::string run_id;  // name of the group under /runs
@@ -18,7 +22,10 @@ struct RunRecord {
   std::string error;         // message of a failed run
   std::string continued_by;  // the run of the same file that continues this one at another world size ("": none)
   RunSummary summary;
-  std::vector<std::vector<EpochRecord>> epochs;             // [rank][epoch], unwritten rows dropped
+  std::vector<std::vector<EpochRecord>> epochs;  // [rank][epoch], unwritten rows dropped
+  /// Rank 0's first steps' wall times [s], in order: up to kFirstSteps rows of its steps table, of its
+  /// first written epoch (what `mgbench predict` reads of the warm-up a run pays once).
+  std::vector<double> first_step_s;
   std::vector<h5::Attributes> rank_attributes;              // [rank]: hostname, local_rank, gpu_pci_bus_id, ...
   std::vector<CudaSummaryRecord> cuda;                      // [rank] CUDA metrics of GPU runs (empty otherwise)
   std::vector<std::vector<CudaApiRecord>> cuda_api;         // [rank], used rows only

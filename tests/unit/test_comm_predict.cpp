@@ -241,6 +241,30 @@ TEST(Predict, ArithmeticOfAHandMadeRun) {
   EXPECT_NE(notes[0].find("mpirun -np 3 mgbench comm"), std::string::npos);
 }
 
+// The warm-up (the first step beyond the median of the next ones) is paid once by every rank: out of
+// the per-step compute, into the total once, so that the 1-rank prediction still reproduces its run and
+// the 2-rank one does not halve it.
+TEST(Predict, TheWarmUpIsPaidOnceByEveryRankNotPerStep) {
+  results::RunRecord base = hand_made_run();
+  base.first_step_s = {0.39, 0.2, 0.19, 0.2, 0.21};  // the next ones' median 0.2: a warm-up of 0.19 s
+  const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
+  std::vector<std::string> notes;
+  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, 0, {kDdpDs}, notes);
+  ASSERT_EQ(p.size(), 2U);
+  // Compute over the run: 2 x (1 + 2 + 0.4 + 0.4 other) = 7.6 s, of which 0.19 s is the warm-up.
+  const double steady = 0.19 * (1 - 0.19 / 7.6);
+  EXPECT_NEAR(p[0].warmup_s, 0.19, 1e-12);
+  EXPECT_NEAR(p[0].compute_s, steady, 1e-12);
+  EXPECT_NEAR(p[0].total_s, 10.0, 1e-12);
+  EXPECT_NEAR(p[1].epoch_s, 10 * (steady + 0.01 + 0.006), 1e-12);
+  EXPECT_NEAR(p[1].total_s, 2 * p[1].epoch_s + 0.19 + 2 * 0.25 + 1.0, 1e-12);
+  // Two steps recorded are too few to tell a warm-up from a step: none.
+  base.first_step_s = {0.39, 0.2};
+  const auto two = report::predict(base, {}, report::CommCosts{}, &link, {1}, 0, {kDdpDs}, notes);
+  EXPECT_EQ(two[0].warmup_s, 0.0);
+  EXPECT_NEAR(two[0].compute_s, 0.19, 1e-12);
+}
+
 // The node axis: 2 ranks on one node and 2 ranks on two nodes are priced from the comm run of each
 // placement (a faster link inside the node than across); a placement without one is skipped, saying
 // how to measure it.

@@ -38,7 +38,11 @@ std::string write_run(const std::string& path, const std::string& name, double t
   step.loss = 2.5;
   step.samples = 8;
   step.phases.forward_s = 0.25;
-  writer.write_steps(0, std::vector<StepRecord>{step, step});
+  step.step_s = 0.5;
+  StepRecord next = step;
+  next.step = 1;
+  next.step_s = 0.3;
+  writer.write_steps(0, std::vector<StepRecord>{step, next});
   EpochRecord epoch;
   epoch.epoch = 0;
   epoch.samples = 16;
@@ -120,6 +124,8 @@ TEST(Results, WriteReadAndAppend) {
   EXPECT_EQ(runs[0].metrics[0][1][0], -0.25);
   EXPECT_TRUE(std::isnan(runs[0].metrics[0][1][1]));
   EXPECT_EQ(runs[0].epochs[0][0].samples, 16);
+  // Rank 0's first steps' times, up to the first unwritten row (what predict reads of the warm-up).
+  EXPECT_EQ(runs[0].first_step_s, (std::vector<double>{0.5, 0.3}));
 }
 
 TEST(Results, RefusesForeignFilesWithoutTouchingThem) {
