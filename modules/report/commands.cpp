@@ -150,7 +150,8 @@ int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-int run_predict(const PredictOptions& o, const std::string& command_line, std::ostream& out, std::ostream& err) {
+int run_predict(const PredictOptions& o, const std::string& command_line, std::ostream& out, std::ostream& err,
+                const ModelScaler& scaler) {
   std::vector<results::RunRecord> runs;  // the plan points into them
   PredictionPlan plan;
   try {
@@ -160,7 +161,7 @@ int run_predict(const PredictOptions& o, const std::string& command_line, std::o
       files.insert(files.end(), more.begin(), more.end());
     }
     runs = results::read_results_files(files);
-    plan = plan_predictions(runs, o);
+    plan = plan_predictions(runs, o, scaler);
   } catch (const Error& e) {
     err << "mgbench predict: " << e.what() << "\n";
     return 1;

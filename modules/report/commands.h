@@ -51,6 +51,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
 /// predictions to options.results (MPI must be initialised: a single process). Returns the exit
 /// code: 0, or 1 with the message on err (unreadable files, no 1-rank run, a results file that
 /// cannot be written).
-int run_predict(const PredictOptions& options, const std::string& command_line, std::ostream& out, std::ostream& err);
+int run_predict(const PredictOptions& options, const std::string& command_line, std::ostream& out, std::ostream& err,
+                const ModelScaler& scaler = {});
 
 }  // namespace mgbench::report

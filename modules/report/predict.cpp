@@ -234,8 +234,10 @@ std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank, const CommCosts& costs,
                                 const LinkAssumption* link, const std::vector<std::int64_t>& ranks,
                                 std::int64_t ranks_per_node, const std::vector<axes::Strategy>& strategies,
-                                std::vector<std::string>& notes) {
-  const MeasuredStep m = measure_step(base);
+                                std::vector<std::string>& notes, const ModelScaling* model) {
+  // The multi-rank runs measured the base's model: its step, not the rescaled one, tells FSDP's hidden share.
+  const MeasuredStep measured = measure_step(base);
+  const MeasuredStep m = model != nullptr ? rescaled(measured, *model) : measured;
   const BaseShape shape = base_shape(base, m);
   std::vector<Prediction> out;
   for (const axes::Strategy value : strategies) {
@@ -246,7 +248,7 @@ std::vector<Prediction> predict(const results::RunRecord& base,
     }
     const MeasuredScaling scaling = measure_scaling(same_strategy.empty() ? multi_rank : same_strategy);
     const double fsdp_overlap = m.plan.sharding == axes::Sharding::kFsdp
-                                    ? measure_fsdp_overlap(m, same_strategy.empty() ? multi_rank : same_strategy)
+                                    ? measure_fsdp_overlap(measured, same_strategy.empty() ? multi_rank : same_strategy)
                                     : 0;
     double one_rank_total = NAN;
     for (const std::int64_t ranks_n : ranks) {
@@ -259,6 +261,7 @@ std::vector<Prediction> predict(const results::RunRecord& base,
       p.nodes = nodes;
       p.scaling = n > 1 ? scaling : MeasuredScaling{};
       p.fsdp_overlap = n > 1 ? fsdp_overlap : 0;
+      if (model != nullptr) p.model = *model;
       const std::optional<StepCollectives> c = priced_collectives(m, costs, n, nodes, link, notes);
       if (!c) continue;
       price(p, m, shape, *c);

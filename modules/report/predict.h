@@ -35,9 +35,11 @@
 //                 whatever its steps) is taken out of compute, which is a steady step's
 // Nothing is fitted: every number is measured or a labelled assumption.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "axes/parallel_plan.h"
@@ -112,6 +114,29 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
 /// gather in forward / backward); 0 without one.
 double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank);
 
+/// `mgbench predict --model`: the measured run's step priced for another model of the same recipe and
+/// options. What the two models' shapes give (train's Recipe::model_step_shape, which `mgbench`
+/// computes and hands in: this module is LibTorch-free); docs/design.md, The scaling predictor.
+struct ModelScaling {
+  std::string model;                    // --model: a preset or a directory with config.json
+  std::string base_model;               // the measured run's
+  double compute_factor = 1;            // forward + backward FLOPs a position, the model's over the base's
+  double optimizer_factor = 1;          // trained parameters, the model's over the base's
+  double padded_tokens_per_sample = 0;  // the base's, at which the FLOPs are counted (attention's share)
+  std::vector<double> allgather_bytes, reducescatter_bytes;   // the model's FSDP collectives a micro-batch
+  std::vector<std::pair<int, double>> memory_bytes_per_rank;  // its --dry-run plan's total at each rank count
+};
+/// The ModelScaling of `base` (a completed 1-rank run) for model `model`, its memory planned at `ranks`.
+/// Throws ConfigError / DataError / ResultsError naming the run, the option or the file.
+using ModelScaler = std::function<ModelScaling(const results::RunRecord& base, const std::string& model,
+                                               const std::vector<std::int64_t>& ranks)>;
+
+/// The base's step as it would be for another model (ModelScaling): forward, backward and evaluation
+/// by compute_factor, the optimizer and the gradients' bytes by optimizer_factor, FSDP's collectives the
+/// model's; the data, the host-to-device copies, the transform, the loop's other time, the warm-up and
+/// the start-up as measured.
+MeasuredStep rescaled(MeasuredStep m, const ModelScaling& model);
+
 struct Prediction {
   const results::RunRecord* base = nullptr;  // the 1-rank run measured
   const axes::StrategyInfo* strategy = nullptr;
@@ -130,23 +155,25 @@ struct Prediction {
   std::string limiting;                         // the largest per-step phase
   std::string comm_source;                      // comm run or link assumption used
   MeasuredScaling scaling;
+  std::optional<ModelScaling> model;  // --model: the step rescaled to that model; none: the base's own
 };
 
 /// Predicts the workload of `base` (a completed 1-rank run) at each of ranks x strategies, n ranks
 /// on ceil(n / ranks_per_node) nodes (ranks_per_node 0: one node). costs: per collective, world size
 /// and node count (a placement without the collectives the base needs uses `link`, or is skipped
-/// with a note when none). notes: what was skipped or assumed, one line each.
+/// with a note when none). notes: what was skipped or assumed, one line each. model: the step
+/// rescaled to another model (rescaled); nullptr: the base's own.
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank, const CommCosts& costs,
                                 const LinkAssumption* link, const std::vector<std::int64_t>& ranks,
                                 std::int64_t ranks_per_node, const std::vector<axes::Strategy>& strategies,
-                                std::vector<std::string>& notes);
+                                std::vector<std::string>& notes, const ModelScaling* model = nullptr);
 /// The predictions point at base: not a temporary.
 std::vector<Prediction> predict(results::RunRecord&& base, const std::vector<const results::RunRecord*>& multi_rank,
                                 const CommCosts& costs, const LinkAssumption* link,
                                 const std::vector<std::int64_t>& ranks, std::int64_t ranks_per_node,
-                                const std::vector<axes::Strategy>& strategies,
-                                std::vector<std::string>& notes) = delete;
+                                const std::vector<axes::Strategy>& strategies, std::vector<std::string>& notes,
+                                const ModelScaling* model = nullptr) = delete;
 
 /// What `mgbench predict` predicts from which files (its options; declared into its option table).
 struct PredictOptions {
@@ -165,7 +192,8 @@ struct PredictOptions {
   std::vector<std::int64_t> ranks{1, 2, 3, 4};
   std::int64_t ranks_per_node = 0;  // 0: every rank count on one node
   std::vector<axes::Strategy> strategies{axes::Strategy::kDdp, axes::Strategy::kDdpRr, axes::Strategy::kDdpDs};
-  std::string link;  // a link_assumptions() name where no comm run was measured; "": none
+  std::string link;   // a link_assumptions() name where no comm run was measured; "": none
+  std::string model;  // --model: LLM runs priced for this model (ModelScaling); "": each run's own
   std::string results = "outputs/results.h5";
 
   void declare(options::OptionTable& table);
@@ -183,9 +211,12 @@ struct PredictionPlan {
 /// Predicts every workload of `runs` (training runs completed at 1 rank; the comm runs among
 /// `runs` price the all-reduce in the gradients' dtype). A workload that cannot be predicted (a run
 /// of an older mgbench) becomes a note. Throws ResultsError when no run can serve as a base.
-PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& options);
+/// With --model, each workload's base rescaled by scaler (none: --model refused).
+PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& options,
+                                const ModelScaler& scaler = {});
 /// The plan points into runs: not a temporary.
-PredictionPlan plan_predictions(std::vector<results::RunRecord>&& runs, const PredictOptions& options) = delete;
+PredictionPlan plan_predictions(std::vector<results::RunRecord>&& runs, const PredictOptions& options,
+                                const ModelScaler& scaler = {}) = delete;
 
 /// The plan as tables (print_predictions per workload), then the notes and the link assumption.
 void print_plan(std::ostream& out, const PredictionPlan& plan);

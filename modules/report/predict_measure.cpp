@@ -144,6 +144,17 @@ MeasuredStep measure_step(const results::RunRecord& r) {
   return m;
 }
 
+MeasuredStep rescaled(MeasuredStep m, const ModelScaling& model) {
+  for (double* v : {&m.forward_s, &m.backward_s, &m.eval_s}) *v *= model.compute_factor;
+  m.optimizer_s *= model.optimizer_factor;
+  m.gradient_bytes *= model.optimizer_factor;
+  if (m.plan.sharding == axes::Sharding::kFsdp) {
+    m.allgather_bytes = model.allgather_bytes;
+    m.reducescatter_bytes = model.reducescatter_bytes;
+  }
+  return m;
+}
+
 MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& multi_rank) {
   MeasuredScaling s;
   double window = 0, exposed = 0, spread = 0;

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <iterator>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ void PredictOptions::declare(options::OptionTable& t) {
   t.add("link", link,
         "where no comm run was measured at a rank count, assume this link (labelled as an assumption): " + link_names())
       .check([](const std::string& name) { return name.empty() || find_link(name) != nullptr; }, link_names());
+  t.add("model", model,
+        "price each LLM run's step for this Llama model instead (a preset such as llama3.1-70b, or a directory with "
+        "config.json): its FLOPs, trained parameters and FSDP collectives from its shapes, with the run's recipe and "
+        "options; the data, the start-up and the warm-up as measured (docs/design.md, The scaling predictor)")
+      .value_name("NAME|DIR");
   t.add("results", results, "results file the predictions are appended to")
       .check([](const std::string& path) { return !path.empty(); }, "a file path");
 }
@@ -70,9 +76,15 @@ bool usable(const results::RunRecord& r) {
 std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& runs,
                                          const std::vector<const results::RunRecord*>& one_rank,
                                          const std::vector<const results::RunRecord*>& multi_rank,
-                                         const PredictOptions& o, const LinkAssumption* link,
+                                         const PredictOptions& o, const LinkAssumption* link, const ModelScaler& scaler,
                                          std::vector<std::string>& notes) {
   std::vector<Prediction> out;
+  std::optional<ModelScaling> model;  // --model: computed once, for the latest base
+  if (!o.model.empty()) {
+    MGBENCH_REQUIRE(static_cast<bool>(scaler), ConfigError,
+                    "--model: this program cannot compute a model's shapes (mgbench predict can)");
+    model = scaler(*one_rank.back(), o.model, o.ranks);
+  }
   for (const axes::Strategy strategy : o.strategies) {
     const results::RunRecord* base = one_rank.back();
     for (const auto* r : one_rank) {
@@ -100,7 +112,8 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
                       "--link can stand in",
                       device, device));
     }
-    auto p = predict(*base, multi_rank, costs, link, o.ranks, o.ranks_per_node, {strategy}, notes);
+    auto p = predict(*base, multi_rank, costs, link, o.ranks, o.ranks_per_node, {strategy}, notes,
+                     model ? &*model : nullptr);
     out.insert(out.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));
   }
   return out;
@@ -141,12 +154,38 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"prediction_model", std::string("mgbench predict v3 (docs/design.md, The scaling predictor)")}});
   // What belonged to the measured run's own history.
   std::erase_if(a, [](const auto& attr) { return attr.first == "resumes" || attr.first == "resumed_utc"; });
+  if (p.model) {
+    // Another model: what the base's attributes say of its own model's sizes does not hold for it.
+    static const std::set<std::string> sizes = {"model_parameters",
+                                                "weight_bytes",
+                                                "weight_bytes_per_parameter",
+                                                "trainable_parameters",
+                                                "parameter_bytes_per_rank",
+                                                "gradient_bytes_per_rank",
+                                                "optimizer_state_bytes_per_rank",
+                                                "activation_bytes_per_rank",
+                                                "fsdp_units",
+                                                "fsdp_allgather_bytes",
+                                                "fsdp_reducescatter_bytes",
+                                                "allreduce_buckets"};
+    std::erase_if(a, [](const auto& attr) { return sizes.count(attr.first) != 0; });
+    const auto planned = std::find_if(p.model->memory_bytes_per_rank.begin(), p.model->memory_bytes_per_rank.end(),
+                                      [&](const auto& row) { return row.first == p.ranks; });
+    h5::merge_attributes(a, {{"model", p.model->model},
+                             {"prediction_from_model", p.model->base_model},
+                             {"prediction_compute_factor", p.model->compute_factor},
+                             {"prediction_optimizer_factor", p.model->optimizer_factor},
+                             {"prediction_padded_tokens_per_sample", p.model->padded_tokens_per_sample},
+                             {"prediction_memory_bytes_per_rank",
+                              planned != p.model->memory_bytes_per_rank.end() ? planned->second : results::kNaN}});
+  }
   return a;
 }
 
 }  // namespace
 
-PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& o) {
+PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, const PredictOptions& o,
+                                const ModelScaler& scaler) {
   PredictionPlan plan;
   if (!o.link.empty()) plan.link = &link_assumption(o.link);
   // Per workload, in the files' order: its 1-rank runs (the bases) and its multi-rank runs.
@@ -167,7 +206,7 @@ PredictionPlan plan_predictions(const std::vector<results::RunRecord>& runs, con
                   "on 1 rank first");
   for (const auto& w : workloads) {
     try {
-      plan.workloads.push_back(predict_workload(runs, one_rank[w], multi_rank[w], o, plan.link, plan.notes));
+      plan.workloads.push_back(predict_workload(runs, one_rank[w], multi_rank[w], o, plan.link, scaler, plan.notes));
     } catch (const Error& e) {
       // One workload that cannot be predicted (a run of an older mgbench) leaves the others.
       plan.notes.push_back(fmt::format("workload of {} not predicted: {}", one_rank[w].back()->run_id, e.what()));
@@ -189,7 +228,7 @@ void write_predictions(const std::string& path, const PredictionPlan& plan, cons
       const std::int64_t epochs = p.base->integer("epochs").value_or(1);
       results::RunSummary s;
       s.total_s = p.total_s;
-      s.train_s = p.epoch_s * static_cast<double>(epochs);
+      s.train_s = p.epoch_s * static_cast<double>(epochs) + p.warmup_s;
       s.eval_s = p.eval_s * static_cast<double>(p.evaluated_epochs);  // as a measured run's: the sum
       s.s_per_it = p.steps > 0 ? p.epoch_s / static_cast<double>(p.steps) : NAN;
       s.epochs_completed = epochs;

@@ -51,13 +51,34 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
   out << fmt::format(
       "# warm-up {:.3f} s once per run (the base's first step beyond its steady step), in total, not in compute\n",
       predictions.front().warmup_s);
+  if (const auto& model = predictions.front().model) {
+    out << fmt::format(
+        "# model {} in place of the measured {}: forward, backward and evaluation x {:.3f} (FLOPs a position, samples "
+        "of {:.0f} "
+        "padded tokens), optimizer and gradients x {:.3f} (trained parameters){}; data, copies, start-up and "
+        "warm-up as measured\n",
+        model->model, model->base_model, model->compute_factor, model->padded_tokens_per_sample,
+        model->optimizer_factor,
+        parallel_plan_of(*predictions.front().base).sharding == axes::Sharding::kFsdp
+            ? fmt::format(", FSDP's {} all-gathers and {} reduce-scatters a micro-batch its own",
+                          model->allgather_bytes.size(), model->reducescatter_bytes.size())
+            : "");
+    std::vector<std::string> planned;
+    for (const auto& [ranks, bytes] : model->memory_bytes_per_rank) {
+      planned.push_back(fmt::format("{} rank(s) {:.1f} GiB", ranks, bytes / (1024.0 * 1024.0 * 1024.0)));
+    }
+    out << fmt::format(
+        "# {} a rank holds (--dry-run's plan: parameters, gradients, optimizer states, activations): {}\n",
+        model->model, fmt::join(planned, ", "));
+  }
   for (const auto& p : predictions) {
     if (parallel_plan_of(*p.base).at(p.ranks).fully_sharded()) {
-      const MeasuredStep m = measure_step(*p.base);
+      const MeasuredStep m = p.model ? rescaled(measure_step(*p.base), *p.model) : measure_step(*p.base);
       out << fmt::format(
-          "# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as the base recorded them; "
+          "# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as {}; "
           "{:.1f} % of them hidden behind compute{}\n",
-          m.allgather_bytes.size(), m.reducescatter_bytes.size(), 100 * p.fsdp_overlap,
+          m.allgather_bytes.size(), m.reducescatter_bytes.size(),
+          p.model ? "its units issue them" : "the base recorded them", 100 * p.fsdp_overlap,
           p.fsdp_overlap > 0 ? " (measured)" : " (none measured: all exposed)");
       break;
     }

@@ -124,6 +124,14 @@ inline constexpr double kPlannedGpuGiB[] = {80.0, 141.0};
 /// each of kPlannedGpuGiB, then per GPU memory the fewest planned ranks whose total fits it.
 std::vector<std::string> format_memory_plan(const std::vector<MemoryPlanRow>& rows);
 
+/// What `mgbench predict --model` needs of a model to price its step from a step measured on another
+/// model with the same recipe and options (report::ModelScaling; docs/design.md, The scaling predictor).
+struct ModelStepShape {
+  double flops_per_position = 0;          // forward and backward [FLOP] a position, at the sample length asked
+  std::int64_t trainable_parameters = 0;  // what the optimizer updates and the gradients' all-reduce moves
+  std::vector<std::int64_t> allgather_bytes, reducescatter_bytes;  // FSDP's per micro-batch (world 1: unpadded)
+};
+
 /// An evaluation's outcome over all ranks (NaN / -1: not measured by the recipe).
 struct EvalResult {
   double accuracy = results::kNaN;  // fraction of correct predictions
@@ -230,6 +238,13 @@ class Recipe {
   /// option or file.
   virtual std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes) const {
     return {};
+  }
+  /// `mgbench predict --model`: the model's step as shapes (FLOPs a position of a sample of
+  /// `padded_tokens_per_sample` padded tokens, trained parameters, FSDP's collectives); nullopt where
+  /// the recipe cannot say (the image recipes). Reads no data and builds no model. Throws as memory_plan.
+  virtual std::optional<ModelStepShape> model_step_shape(const TrainOptions& train,
+                                                         double padded_tokens_per_sample) const {
+    return std::nullopt;
   }
   /// Run attributes the recipe adds to the options' (model parameters, dataset sizes, files).
   virtual h5::Attributes attributes() const = 0;

@@ -265,6 +265,31 @@ TEST(Predict, TheWarmUpIsPaidOnceByEveryRankNotPerStep) {
   EXPECT_NEAR(two[0].compute_s, 0.19, 1e-12);
 }
 
+// --model: forward, backward and evaluation scale with the FLOPs, the optimizer and the gradients'
+// bytes with the trained parameters; the data, the loop's other time and the start-up do not.
+TEST(Predict, AnotherModelsStepScalesItsComputeAndItsGradients) {
+  const results::RunRecord base = hand_made_run();
+  report::ModelScaling model;
+  model.model = "other";
+  model.compute_factor = 3;
+  model.optimizer_factor = 2;
+  const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
+  std::vector<std::string> notes;
+  const auto p = report::predict(base, {}, report::CommCosts{}, &link, {1, 2}, 0, {kDdpDs}, notes, &model);
+  ASSERT_EQ(p.size(), 2U);
+  // Per step: forward 0.15, backward 0.3, optimizer 0.04, other 0.02; data 0.01; evaluation 1.5 an epoch.
+  EXPECT_NEAR(p[0].compute_s, 0.51, 1e-12);
+  EXPECT_NEAR(p[0].total_s, 2 * 20 * 0.52 + 2 * 1.5 + 1.0, 1e-12);
+  ASSERT_TRUE(p[1].model.has_value());
+  EXPECT_EQ(p[1].model->model, "other");
+  // 8e6 bytes of gradients at 2 ranks: a 1 MiB bucket and the rest, 1 ms + bytes / 1e9 each.
+  EXPECT_NEAR(p[1].allreduce_s, 2e-3 + 8e6 / 1e9, 1e-12);
+  const report::MeasuredStep m = report::rescaled(report::measure_step(base), model);
+  EXPECT_NEAR(m.gradient_bytes, 8e6, 1e-6);
+  EXPECT_NEAR(m.data_s, 0.01, 1e-12);
+  EXPECT_NEAR(m.startup_s, 1.0, 1e-12);
+}
+
 // The node axis: 2 ranks on one node and 2 ranks on two nodes are priced from the comm run of each
 // placement (a faster link inside the node than across); a placement without one is skipped, saying
 // how to measure it.

@@ -248,7 +248,10 @@ double LlamaFinetune::flops(const data::Batch& batch) const {
   } else {
     attended = positions * static_cast<double>(batch.tensors[0].size(1));
   }
-  const auto& m = model_->config();
+  return flops_of(model_->config(), positions, attended);
+}
+
+double LlamaFinetune::flops_of(const models::LlamaConfig& m, double positions, double attended) const {
   const double matmul_params = static_cast<double>(m.num_parameters() - m.vocab_size * m.hidden_size -
                                                    (2 * m.num_hidden_layers + 1) * m.hidden_size) +
                                (m.tie_word_embeddings ? static_cast<double>(m.vocab_size * m.hidden_size) : 0.0);

@@ -92,6 +92,10 @@ class LlamaFinetune {
   /// and their tokens (0: unbounded, activations not estimated), for activation_bytes.
   std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes,
                                          const MicroBatchShape& micro_batch) const;
+  /// The model's step as `mgbench predict --model` prices it (Recipe::model_step_shape): flops_of at
+  /// one position attending `attended_per_position`, the trained parameters and FSDP's collectives of
+  /// unit_shapes at the parameters' dtype. Reads only config.json or the preset; throws as memory_plan.
+  ModelStepShape model_step_shape(const TrainOptions& train, double attended_per_position) const;
   /// What autograd keeps for one micro-batch [bytes], estimated from the shapes (not measured): per
   /// decoder layer and token 4h + 2q + 2kv + 4f elements of the compute dtype (each RMSNorm's input
   /// and output, q / k / v after RoPE, the attention's output, gate, up, SiLU(gate) and their product;
@@ -166,6 +170,9 @@ class LlamaFinetune {
   enum class Init { kCheckpoint, kRandom };
   /// config.json of the --model directory, or the preset.
   models::LlamaConfig read_config() const;
+  /// flops()'s arithmetic on config c: `positions` computed, `attended` the sum over them of their
+  /// sequence's length.
+  double flops_of(const models::LlamaConfig& c, double positions, double attended) const;
   /// The model's FSDP units as parameter shapes (models::LlamaForCausalLMImpl::parameter_units'
   /// order and rules), with the LoRA adapters this run adds; NF4 projections as packed bytes
   /// (element_bytes: the parameters' dtype, that of the NF4 factors).

@@ -104,6 +104,28 @@ std::int64_t LlamaFinetune::activation_bytes(const MicroBatchShape& micro_batch,
   return layers + head;
 }
 
+ModelStepShape LlamaFinetune::model_step_shape(const TrainOptions& train, double attended_per_position) const {
+  const models::LlamaConfig c = read_config();
+  const auto element =
+      static_cast<std::int64_t>(axes::dtype_info(axes::precision_info(train.precision).param_dtype).bytes);
+  const std::vector<UnitShape> units = unit_shapes(c, element);
+  ModelStepShape shape;
+  shape.flops_per_position = flops_of(c, 1.0, attended_per_position);
+  for (const UnitShape& u : units) {
+    for (std::size_t i = 0; i < u.sizes.size(); ++i) {
+      if (!u.trainable[i]) continue;
+      std::int64_t elements = 1;
+      for (const std::int64_t d : u.sizes[i]) elements *= d;
+      shape.trainable_parameters += elements;
+    }
+  }
+  const MicroBatchCollectives collectives = micro_batch_collectives(
+      units, 1, element, train.parallel_plan(1, activation_checkpointing_).reshard_after_forward);
+  shape.allgather_bytes = collectives.all_gather_bytes;
+  shape.reducescatter_bytes = collectives.reduce_scatter_bytes;
+  return shape;
+}
+
 std::vector<MemoryPlanRow> LlamaFinetune::memory_plan(const TrainOptions& train, const std::vector<int>& world_sizes,
                                                       const MicroBatchShape& micro_batch) const {
   const models::LlamaConfig c = read_config();

@@ -3,6 +3,7 @@
 // members that are the component's own (llama_finetune.h) and the data options and set-up both share.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -29,6 +30,11 @@ class LlamaRecipe : public Recipe {
   std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train,
                                          const std::vector<int>& world_sizes) const override {
     return llama_.memory_plan(train, world_sizes, {train.batch_size * sequences_per_row(), data_.max_seq_len});
+  }
+  /// A sample's padded tokens are sequences_per_row() sequences' (a preference pair: two).
+  std::optional<ModelStepShape> model_step_shape(const TrainOptions& train,
+                                                 double padded_tokens_per_sample) const override {
+    return llama_.model_step_shape(train, padded_tokens_per_sample / static_cast<double>(sequences_per_row()));
   }
   std::vector<torch::Tensor> trainable_parameters() override { return llama_.trainable(); }
   std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {

@@ -1,0 +1,78 @@
+#include "train/model_shapes.h"
+
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "train/job_config.h"
+
+namespace mgbench::train {
+namespace {
+
+/// The "name = value" lines of an INI text (--config's format; '#' lines are comments).
+std::vector<std::pair<std::string, std::string>> ini_lines(const std::string& ini) {
+  const auto trim = [](std::string s) {
+    s.erase(0, s.find_first_not_of(" \t"));
+    s.erase(s.find_last_not_of(" \t\r") + 1);
+    return s;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream lines(ini);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || trim(line).starts_with('#')) continue;
+    out.emplace_back(trim(line.substr(0, eq)), trim(line.substr(eq + 1)));
+  }
+  return out;
+}
+
+/// The value of option `name` in the lines; "" when absent.
+std::string value_of(const std::vector<std::pair<std::string, std::string>>& lines, std::string_view name) {
+  for (const auto& [key, value] : lines) {
+    if (key == name) return value;
+  }
+  return {};
+}
+
+/// task's job as the lines configure it (each given, as on the command line), with --model `model`
+/// where not empty, validated.
+std::unique_ptr<JobConfig> job_of(std::string_view task, const std::vector<std::pair<std::string, std::string>>& lines,
+                                  const std::string& model) {
+  std::unique_ptr<JobConfig> job = configure(task, value_of(lines, "recipe"));  // the recipe decides the options
+  for (const auto& [name, value] : lines) {
+    try {
+      job->set(name, value);
+    } catch (const std::out_of_range&) {
+      throw ConfigError(fmt::format("the run's configuration has option '{}', which this mgbench does not know", name));
+    }
+  }
+  if (!model.empty()) job->set("model", model);
+  job->validate();
+  return job;
+}
+
+}  // namespace
+
+ModelStepShapes model_step_shapes(std::string_view task, const std::string& config_ini, const std::string& model,
+                                  double padded_tokens_per_sample, const std::vector<int>& ranks) {
+  const auto lines = ini_lines(config_ini);
+  const std::unique_ptr<JobConfig> base = job_of(task, lines, "");
+  const std::unique_ptr<JobConfig> other = job_of(task, lines, model);
+  const auto base_shape = base->recipe->model_step_shape(base->train, padded_tokens_per_sample);
+  MGBENCH_REQUIRE(base_shape.has_value(), ConfigError,
+                  "--model: recipe '{}' cannot price its step for another model (the LLM recipes can)",
+                  base->recipe_name);
+  ModelStepShapes out;
+  out.base_model = value_of(lines, "model");
+  out.base = *base_shape;
+  out.model = *other->recipe->model_step_shape(other->train, padded_tokens_per_sample);
+  out.model_plan = other->recipe->memory_plan(other->train, ranks);
+  return out;
+}
+
+}  // namespace mgbench::train
