@@ -7,7 +7,7 @@
 
 Each value is the median over the reports of a check's metric on one system:partition (only checks
 that passed count). A tolerance t is the slowdown allowed, by the rule of `mgbench report --reference`:
-a time (s) or a size (MiB) may grow to (1 + t) x its value, a rate (a unit per second: img/s,
+a time (s), a size (MiB) or an energy per unit of work (J/sample, J/token) may grow to (1 + t) x its value, a rate (a unit per second: img/s,
 tokens/s, GB/s) fall to 1 / (1 + t) of it -- ReFrame's bounds (None, t) and (-t / (1 + t), None). The
 output is the JSON
 MGBENCH_REFERENCES reads: {"system:partition": {"Check": {"metric": [value, lower, upper, unit]}}}.
@@ -20,7 +20,8 @@ import statistics
 import sys
 from collections import defaultdict
 
-LOWER_IS_BETTER = {"s", "MiB"}  # units whose smaller values are better; rates (".../s") are higher-better
+LOWER_IS_BETTER = {"s", "MiB", "J/sample", "J/token"}  # smaller is better (time, size, energy a unit of work);
+# rates (".../s") are higher-better
 
 
 def bounds(unit, tolerance):

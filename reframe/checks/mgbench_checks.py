@@ -19,6 +19,7 @@ References are a site's own measurements, not this file's: MGBENCH_REFERENCES na
 reframe/make_references.py writes from the run report of a good night (`reframe --report-file`).
 A partition the file does not name, or no file, records its values without bounds.
 """
+import csv
 import json
 import os
 
@@ -26,6 +27,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import performance_function, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import SanityError
 
 DATA = os.environ.get("MGBENCH_SHARED_DATA", "data")
 
@@ -57,9 +59,39 @@ def site_references(check, metrics):
 STATUS_NOT_COMPLETED = r"^[^,]*,[^,]*,(failed|aborted|preempted|running),"
 
 
+def energy_row(path):
+    """The run's row of `mgbench report --energy --csv` (the block whose header starts "run,ranks,source")
+    as {column: text}. Raises SanityError naming the file when it has no such block."""
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    for i, row in enumerate(rows[:-1]):
+        if row[:3] == ["run", "ranks", "source"]:
+            return dict(zip(row, rows[i + 1]))
+    raise SanityError(f"{path}: no energy table (mgbench report --energy --csv)")
+
+
+@sn.deferrable
+def energy_value(path, column):
+    """A number of the run's energy row (J/sample, J/token), when evaluated."""
+    return float(energy_row(path)[column])
+
+
+@sn.deferrable
+def energy_sources(path):
+    """The ranks' energy sources of the run's energy row (rapl, nvml, none), when evaluated."""
+    return energy_row(path)["source"].split(",")
+
+
 class MgbenchBase(rfm.RunOnlyRegressionTest):
     """What the checks share: the binary, 2 ranks on one node, any partition and environment; after the
-    run, `mgbench report --csv` of its results file (report.csv), whose run status the sanity reads."""
+    run, `mgbench report --csv` of its results file (report.csv), whose run status the sanity reads, and
+    `mgbench report --energy --csv` (energy.csv). On a partition whose `features` name "energy" (its
+    nodes have an energy counter mgbench reads: RAPL, or GPUs through NVML; reframe/config/local.py finds
+    out, a site's config says so), a check with an energy_metric also reports it, and its sanity
+    requires that every rank read a counter."""
+
+    # (performance variable, energy.csv's column, unit); None: the check reports no energy.
+    energy_metric = None
 
     mgbench = variable(str, value=os.environ.get("MGBENCH", "mgbench"))
     # Options appended to the check's own (`-S MgbenchImage.extra_opts=--lr,1e-9`: a run that must fail
@@ -80,16 +112,32 @@ class MgbenchBase(rfm.RunOnlyRegressionTest):
     @run_before("run")
     def add_extra_opts_and_report(self):
         self.executable_opts += self.extra_opts
-        self.postrun_cmds = [f"{self.mgbench} report --csv results.h5 > report.csv"]
+        self.postrun_cmds = [f"{self.mgbench} report --csv results.h5 > report.csv",
+                             f"{self.mgbench} report --energy --csv results.h5 > energy.csv"]
+
+    def reports_energy(self):
+        return self.energy_metric is not None and "energy" in self.current_partition.features
 
     def completed(self):
-        """The results file's run completed (not failed, aborted, preempted or still running)."""
-        return sn.all([sn.assert_found(r"^[^,]*,[^,]*,completed,", "report.csv",
-                                       msg="report.csv: no completed run in results.h5"),
-                       sn.assert_not_found(STATUS_NOT_COMPLETED, "report.csv",
-                                           msg="report.csv: the run did not complete")])
+        """The results file's run completed (not failed, aborted, preempted or still running); where the
+        check reports energy, every rank read a counter (none of the ranks' sources is "none")."""
+        checks = [sn.assert_found(r"^[^,]*,[^,]*,completed,", "report.csv",
+                                  msg="report.csv: no completed run in results.h5"),
+                  sn.assert_not_found(STATUS_NOT_COMPLETED, "report.csv", msg="report.csv: the run did not complete")]
+        if self.reports_energy():
+            checks.append(sn.assert_not_in("none", energy_sources("energy.csv"),
+                                           msg="energy.csv: a rank read no energy counter (source none) on a "
+                                               "partition whose features say it has one"))
+        return sn.all(checks)
 
-    @run_after("init")
+    # Set up, when the partition is known: its features say whether the check reports energy.
+    @run_after("setup")
+    def add_energy_metric(self):
+        if self.reports_energy():
+            name, column, unit = self.energy_metric
+            self.perf_variables[name] = sn.make_performance_function(energy_value("energy.csv", column), unit)
+
+    @run_after("setup")
     def set_references(self):
         units = {name: expr.unit for name, expr in self.perf_variables.items()}
         self.reference = site_references(type(self).__name__, units)
@@ -101,6 +149,7 @@ class MgbenchImage(MgbenchBase):
     s per epoch; sanity: the run completed, learned (its loss fell) and classifies well above chance."""
 
     descr = "mgbench image: throughput per rank, time per epoch, accuracy sanity"
+    energy_metric = ("j_per_sample", "j_per_sample", "J/sample")
     # The test accuracy after the check's 2 epochs must reach this: 2.5x chance (10 classes). Measured
     # 44.5 % on the project's 2-core CPU machine (seed 42); a build that does not learn (--lr 1e-9)
     # stays at chance, 13-16 %.
@@ -140,6 +189,7 @@ class MgbenchLora(MgbenchBase):
     """LoRA fine-tuning steps (alpaca): tokens/s of all ranks."""
 
     descr = "mgbench llm --recipe lora: tokens/s"
+    energy_metric = ("j_per_token", "j_per_token", "J/token")
     model = variable(str, value=os.environ.get("MGBENCH_LLM_MODEL", "llama3.2-1b"))
 
     @run_after("init")

@@ -1,7 +1,9 @@
 """ReFrame site configuration: a SLURM partition, one rank per task with srun (PMIx: SLURM_MPI_TYPE).
 As given, the one-node cluster of tests/slurm/cluster.sh (cluster mgbench-test, partition test; no
 accounting database, so jobs are polled with squeue); a centre names its own partitions, their
-access options and environments (modules: "modules": ["mgbench"]) here.
+access options and environments (modules: "modules": ["mgbench"]) here, and the feature "energy" for
+a partition whose nodes have an energy counter mgbench reads (NVIDIA GPUs; RAPL readable by users):
+its checks then report J/sample and J/token and require every rank to read one.
     SLURM_CONF=... reframe -C reframe/config/slurm.py -c reframe/checks -r -t nightly
 """
 site_configuration = {

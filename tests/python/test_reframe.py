@@ -2,7 +2,8 @@
 (tests/slurm/cluster.sh), a night without references records its values and passes; references made
 from it by reframe/make_references.py hold on a second night; references no machine reaches fail, on
 every metric; a malformed references file fails the run, never passes as "no bounds" (issue 29); a run
-that ends normally without learning fails the image check's sanity (issue 50)."""
+that ends normally without learning fails the image check's sanity (issue 50); on a partition with an
+energy counter the checks report energy per unit of work (issue 49)."""
 import json
 import os
 import re
@@ -105,6 +106,36 @@ def test_a_run_that_does_not_learn_fails_the_image_sanity(tmp_path, requirements
     assert frozen.returncode != 0, frozen.stdout[-3000:]
     assert "failing phase: sanity" in frozen.stdout.lower(), frozen.stdout[-3000:]
     assert re.search(r"test accuracy [\d.]+ % below the floor 25.0 %", frozen.stdout), frozen.stdout[-3000:]
+
+
+def test_checks_report_energy_where_the_partition_has_a_counter(tmp_path, requirements):
+    """Issue 49: a stand-in RAPL package (test_energy's advancing counter) gives the local partition the
+    feature "energy": the image and LoRA checks report J/sample and J/token, every rank read the counter,
+    and make_references.py bounds them as lower-is-better; a run that records no energy (--telemetry
+    off) fails the sanity there."""
+    from test_energy import AdvancingCounter
+    root = tmp_path / "powercap"
+    env = dict(ENV, MGBENCH_POWERCAP_ROOT=str(root))
+    night = tmp_path / "night.json"
+    with AdvancingCounter(root):
+        measured = reframe("local.py", tmp_path / "measured", env, report=night,
+                           extra=["-n", "^(MgbenchImage|MgbenchLora)$"])
+        silent = reframe("local.py", tmp_path / "silent", env,
+                         extra=["-n", "^MgbenchImage$", "-S", "MgbenchImage.extra_opts=--telemetry,off"])
+    assert measured.returncode == 0 and re.search(r"Ran 2/2 test case\(s\) from 2 check\(s\) \(0 failure",
+                                                  measured.stdout), measured.stdout[-4000:] + measured.stderr[-2000:]
+    values = {}
+    for case in json.loads(night.read_text())["runs"][0]["testcases"]:
+        for key, (value, _ref, _lower, _upper, unit, *_rest) in case["perfvalues"].items():
+            values[key.split(":")[-1]] = (value, unit)
+    assert values["j_per_sample"][1] == "J/sample" and values["j_per_sample"][0] > 0, values
+    assert values["j_per_token"][1] == "J/token" and values["j_per_token"][0] > 0, values
+    made = make_references(night, "--tolerance", "0.5")
+    assert made.returncode == 0, made.stderr
+    (partition,) = (doc := json.loads(made.stdout))
+    assert doc[partition]["MgbenchImage"]["j_per_sample"][1:] == [None, 0.5, "J/sample"], doc
+    assert silent.returncode != 0 and "failing phase: sanity" in silent.stdout.lower(), silent.stdout[-3000:]
+    assert "no energy table" in silent.stdout, silent.stdout[-3000:]
 
 
 def report(*cases):
