@@ -3,8 +3,11 @@
 // appended to a results file as runs of task `prediction`. A single process; no GPU needed. With
 // --model, an LLM run's step is priced for another model: its shapes come from the run's recipe
 // (train/model_shapes.h), which the LibTorch-free report module cannot build.
-#include <algorithm>
+#include <cmath>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"

@@ -189,15 +189,22 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
 }
 
 double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
+  // Each rank pays the warm-up once, in its first epoch: its forward and backward share (the warm-up
+  // came out of the compute phases in proportion) is no collective's.
+  const double compute =
+      base.h2d_s + base.transform_s + base.forward_s + base.backward_s + base.optimizer_s + base.other_s;
+  const double warmup_fb = compute > 0 ? base.warmup_s * (base.forward_s + base.backward_s) / compute : 0.0;
   double window = 0, exposed = 0;
   for (const auto* r : multi_rank) {
     if (parallel_plan_of(*r).sharding != axes::Sharding::kFsdp) continue;
     for (const auto& rank : r->epochs) {
-      for (const auto& e : rank) {
+      for (std::size_t k = 0; k < rank.size(); ++k) {
+        const auto& e = rank[k];
         if (e.steps <= 0) continue;
         const double steps = static_cast<double>(e.steps);
         window += e.allgather_s + e.reducescatter_s;
-        exposed += std::max(0.0, e.phases.forward_s + e.phases.backward_s - steps * (base.forward_s + base.backward_s));
+        exposed += std::max(0.0, e.phases.forward_s + e.phases.backward_s - steps * (base.forward_s + base.backward_s) -
+                                     (k == 0 ? warmup_fb : 0.0));
       }
     }
   }

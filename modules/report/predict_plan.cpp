@@ -79,12 +79,8 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
                                          const PredictOptions& o, const LinkAssumption* link, const ModelScaler& scaler,
                                          std::vector<std::string>& notes) {
   std::vector<Prediction> out;
-  std::optional<ModelScaling> model;  // --model: computed once, for the latest base
-  if (!o.model.empty()) {
-    MGBENCH_REQUIRE(static_cast<bool>(scaler), ConfigError,
-                    "--model: this program cannot compute a model's shapes (mgbench predict can)");
-    model = scaler(*one_rank.back(), o.model, o.ranks);
-  }
+  MGBENCH_REQUIRE(o.model.empty() || static_cast<bool>(scaler), ConfigError,
+                  "--model: this program cannot compute a model's shapes (mgbench predict can)");
   for (const axes::Strategy strategy : o.strategies) {
     const results::RunRecord* base = one_rank.back();
     for (const auto* r : one_rank) {
@@ -112,6 +108,9 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
                       "--link can stand in",
                       device, device));
     }
+    // --model: the base's own job with the other model (its padded tokens, its options).
+    const std::optional<ModelScaling> model =
+        o.model.empty() ? std::nullopt : std::optional<ModelScaling>(scaler(*base, o.model, o.ranks));
     auto p = predict(*base, multi_rank, costs, link, o.ranks, o.ranks_per_node, {strategy}, notes,
                      model ? &*model : nullptr);
     out.insert(out.end(), std::make_move_iterator(p.begin()), std::make_move_iterator(p.end()));

@@ -48,9 +48,13 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
       {"comm", "", 0, "", [](const P& p) { return p.comm_source; }},
   };
   write_table(out, columns, predictions, /*csv=*/false);
-  out << fmt::format(
-      "# warm-up {:.3f} s once per run (the base's first step beyond its steady step), in total, not in compute\n",
-      predictions.front().warmup_s);
+  for (std::size_t i = 0; i < predictions.size(); ++i) {
+    const Prediction& p = predictions[i];
+    if (i > 0 && p.base == predictions[i - 1].base) continue;
+    out << fmt::format(
+        "# {}: warm-up {:.3f} s once per run (its first step beyond its steady step), in total, not in compute\n",
+        p.base->run_id, p.warmup_s);
+  }
   if (const auto& model = predictions.front().model) {
     out << fmt::format(
         "# model {} in place of the measured {}: forward, backward and evaluation x {:.3f} (FLOPs a position, samples "

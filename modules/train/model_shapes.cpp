@@ -1,6 +1,7 @@
 #include "train/model_shapes.h"
 
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -61,14 +62,23 @@ std::unique_ptr<JobConfig> job_of(std::string_view task, const std::vector<std::
 ModelStepShapes model_step_shapes(std::string_view task, const std::string& config_ini, const std::string& model,
                                   double padded_tokens_per_sample, const std::vector<int>& ranks) {
   const auto lines = ini_lines(config_ini);
+  ModelStepShapes out;
+  out.base_model = value_of(lines, "model");
   const std::unique_ptr<JobConfig> base = job_of(task, lines, "");
   const std::unique_ptr<JobConfig> other = job_of(task, lines, model);
-  const auto base_shape = base->recipe->model_step_shape(base->train, padded_tokens_per_sample);
+  std::optional<ModelStepShape> base_shape;
+  try {
+    base_shape = base->recipe->model_step_shape(base->train, padded_tokens_per_sample);
+  } catch (const Error& e) {
+    // A directory given relative to where the run started, or on another machine (not a preset either).
+    throw DataError(
+        fmt::format("the measured run's own model '{}' (its configuration's --model) must be readable "
+                    "from here to compare the two: {}",
+                    out.base_model, e.what()));
+  }
   MGBENCH_REQUIRE(base_shape.has_value(), ConfigError,
                   "--model: recipe '{}' cannot price its step for another model (the LLM recipes can)",
                   base->recipe_name);
-  ModelStepShapes out;
-  out.base_model = value_of(lines, "model");
   out.base = *base_shape;
   out.model = *other->recipe->model_step_shape(other->train, padded_tokens_per_sample);
   out.model_plan = other->recipe->memory_plan(other->train, ranks);

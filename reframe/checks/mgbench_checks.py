@@ -32,26 +32,26 @@ from reframe.core.exceptions import SanityError
 DATA = os.environ.get("MGBENCH_SHARED_DATA", "data")
 
 
-def site_references(check, metrics):
+def site_references(check, metrics, partition):
     """The `reference` of `check` (a class name) whose performance functions give `metrics` ({metric:
-    unit}): each partition named by MGBENCH_REFERENCES' file with its tuples for `check`, and "*"
-    recording without bounds. Raises ValueError naming the file, partition and check when an entry is
-    not [value, lower, upper, unit] for each of the check's metrics (a mistyped file must not pass as
-    "no bounds")."""
+    unit}) on `partition` ("system:partition"): its tuples for `check` in MGBENCH_REFERENCES' file, else
+    "*" recording without bounds. Raises ValueError naming the file, partition and check when that entry
+    is not [value, lower, upper, unit] for each of the check's metrics here (a mistyped file must not
+    pass as "no bounds"). Other partitions' entries are theirs to check: a partition with an energy
+    counter has metrics one without has not."""
     reference = {"*": {metric: (0.0, None, None, unit) for metric, unit in metrics.items()}}
     path = os.environ.get("MGBENCH_REFERENCES")
     if not path:
         return reference
     with open(path) as f:
         sites = json.load(f)
-    for partition, checks in sites.items():
-        if check not in checks:
-            continue
-        entry = checks[check]
-        if set(entry) != set(metrics) or not all(isinstance(t, list) and len(t) == 4 for t in entry.values()):
-            raise ValueError(f"{path}: {partition}: {check}: expected [value, lower, upper, unit] for each of "
-                             f"{sorted(metrics)}, got {entry!r}")
-        reference[partition] = {metric: tuple(t) for metric, t in entry.items()}
+    entry = sites.get(partition, {}).get(check)
+    if entry is None:
+        return reference
+    if set(entry) != set(metrics) or not all(isinstance(t, list) and len(t) == 4 for t in entry.values()):
+        raise ValueError(f"{path}: {partition}: {check}: expected [value, lower, upper, unit] for each of "
+                         f"{sorted(metrics)}, got {entry!r}")
+    reference[partition] = {metric: tuple(t) for metric, t in entry.items()}
     return reference
 
 
@@ -128,6 +128,8 @@ class MgbenchBase(rfm.RunOnlyRegressionTest):
             checks.append(sn.assert_not_in("none", energy_sources("energy.csv"),
                                            msg="energy.csv: a rank read no energy counter (source none) on a "
                                                "partition whose features say it has one"))
+            checks.append(sn.assert_gt(energy_value("energy.csv", self.energy_metric[1]), 0,
+                                       msg=f"energy.csv: {self.energy_metric[1]} is {{0}}, not a positive number"))
         return sn.all(checks)
 
     # Set up, when the partition is known: its features say whether the check reports energy.
@@ -140,7 +142,7 @@ class MgbenchBase(rfm.RunOnlyRegressionTest):
     @run_after("setup")
     def set_references(self):
         units = {name: expr.unit for name, expr in self.perf_variables.items()}
-        self.reference = site_references(type(self).__name__, units)
+        self.reference = site_references(type(self).__name__, units, self.current_partition.fullname)
 
 
 @rfm.simple_test

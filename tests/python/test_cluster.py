@@ -137,11 +137,14 @@ def test_comm_across_two_nodes_checks_every_result(cluster, tmp_path):
 
 @pytest.fixture
 def own_core(tmp_path):
-    """A wrapper that runs rank r on core r mod the cores (taskset), the 1-rank run on core 0: each rank
-    computes on a core of its own, as on a GPU of its own, where the scheduler would move two ranks and
-    the launchers' daemons about the two cores."""
+    """A wrapper that runs rank r on the r-th (mod their count) of the cores this process may run on
+    (taskset), the 1-rank run on the first: each rank computes on a core of its own, as on a GPU of its
+    own, where the scheduler would move two ranks and the launchers' daemons about the two cores."""
+    cores = sorted(os.sched_getaffinity(0))
     wrap = tmp_path / "own_core.sh"
-    wrap.write_text(f"#!/bin/sh\nexec taskset -c $((OMPI_COMM_WORLD_RANK % {os.cpu_count()})) \"$@\"\n")
+    wrap.write_text(f"#!/bin/sh\ncase $((OMPI_COMM_WORLD_RANK % {len(cores)})) in\n" +
+                    "".join(f"  {i}) core={c} ;;\n" for i, c in enumerate(cores)) +
+                    "esac\nexec taskset -c $core \"$@\"\n")
     wrap.chmod(0o755)
     return wrap
 

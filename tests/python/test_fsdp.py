@@ -162,6 +162,9 @@ def test_predict_prices_another_models_step_from_its_shapes(tmp_path):
         attrs, summary = measured[name]
         return summary["mfu"] * summary["train_s"] * attrs["mfu_peak_tflops"] * 1e12
 
+    # Exact where every batch has one length (attention's share is counted at the mean): here all are
+    # cut to --max-seq-len 128.
+    assert rescaled[1]["prediction_padded_tokens_per_sample"] == 128
     assert rescaled[1]["prediction_compute_factor"] == pytest.approx(flops("large") / flops("small"), rel=1e-9)
     assert rescaled[2]["prediction_link_bytes_per_step"] == own[2]["prediction_link_bytes_per_step"] > 0
     plan = mgbench(*llm(large), "--dry-run", "--ranks", "2", check=True).stdout

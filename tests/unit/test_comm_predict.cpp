@@ -447,6 +447,21 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
   e.reducescatter_s = 5 * 0.02;
   two.epochs = {{e}, {e}};
   EXPECT_NEAR(report::measure_fsdp_overlap(report::measure_step(base), {&two}), 0.75, 1e-12);
+  {
+    // With a warm-up: each rank pays its forward and backward share once, in its first epoch -- not
+    // exposed collective time. The steady step then also leaves the same 75 % hidden.
+    results::RunRecord warm = base;
+    warm.first_step_s = {0.5, 0.2, 0.2, 0.2};
+    const report::MeasuredStep m = report::measure_step(warm);
+    ASSERT_GT(m.warmup_s, 0.0);
+    const double compute = m.h2d_s + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s;
+    results::RunRecord paid = two;
+    for (auto& rank : paid.epochs) {
+      rank[0].phases.forward_s = 5 * m.forward_s + m.warmup_s * (m.forward_s + m.backward_s) / compute;
+      rank[0].phases.backward_s = 5 * m.backward_s + 5 * 0.02;  // 0.02 a step exposed, as above
+    }
+    EXPECT_NEAR(report::measure_fsdp_overlap(m, {&paid}), 0.75, 1e-9);
+  }
   const auto hidden = report::predict(base, {&two}, costs, nullptr, {2}, 0, {kDdpDs}, notes);
   ASSERT_EQ(hidden.size(), 1U);
   EXPECT_NEAR(hidden[0].allgather_s, 0.25 * p[1].allgather_s, 1e-12);
