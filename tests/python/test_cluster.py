@@ -160,7 +160,7 @@ def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
     Not the issue's 15 %: on this 2-core VM a rank computes 10-15 % slower beside another than alone
     (each on its own core; 21.5 vs 23.8-25.7 ms a step measured), which a 1-rank base cannot see and
     predict does not model (docs/design.md, The scaling predictor: its sources of error). Measured
-    errors: -4 to -16 % over five runs. 2 nodes x 2 ranks puts two ranks on each of the 2 cores: its
+    errors: -4 to -19 % over eleven runs. 2 nodes x 2 ranks puts two ranks on each of the 2 cores: its
     prediction is made and paired, not bounded."""
     image = ["image", "--data", MNIST, "--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--device",
              "cpu", "--limit-train", "4096", "--limit-test", "64", "--epochs", "1", "--batch-size", "32",
