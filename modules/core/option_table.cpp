@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/ini_lines.h"
 
 namespace mgbench::options {
 namespace {
@@ -26,17 +27,6 @@ I parse_integer(std::string_view option, const std::string& text, std::string_vi
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || ptr != end) fail(option, text, expected);
   return value;
-}
-
-/// "key = value" lines -> key -> value (what ini() writes; blank and malformed lines skipped).
-std::vector<std::pair<std::string, std::string>> ini_lines(const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    const auto eq = line.find(" = ");
-    if (eq != std::string::npos) out.emplace_back(line.substr(0, eq), line.substr(eq + 3));
-  }
-  return out;
 }
 
 // The run attribute of an option: its name with '-' as '_'.
@@ -239,6 +229,16 @@ std::vector<std::string> OptionTable::workload_attributes() const {
   std::vector<std::string> out;
   for (const auto& o : options_) {
     if (o.effect == Effect::kWorkload) out.push_back(attribute_name(o.name));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> ini_lines(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find(" = ");
+    if (eq != std::string::npos) out.emplace_back(line.substr(0, eq), line.substr(eq + 3));
   }
   return out;
 }

@@ -223,9 +223,8 @@ void price(Prediction& p, const MeasuredStep& m, const BaseShape& shape, const S
 /// asked leave out 1.
 double one_rank_total_s(const MeasuredStep& m, const BaseShape& shape, const axes::StrategyInfo& strategy) {
   const std::int64_t steps1 = shape.steps_at(strategy, 1);
-  return static_cast<double>(shape.epochs * steps1) *
-             (m.h2d_s + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s + m.data_s) +
-         m.warmup_s + static_cast<double>(m.evaluated_epochs) * m.eval_s + m.startup_s;
+  return static_cast<double>(shape.epochs * steps1) * (m.compute_s() + m.data_s) + m.warmup_s +
+         static_cast<double>(m.evaluated_epochs) * m.eval_s + m.startup_s;
 }
 
 }  // namespace

@@ -67,6 +67,8 @@ axes::ParallelPlan parallel_plan_of(const results::RunRecord& run);
 /// What a 1-rank run says about its workload, per optimizer step (averages over all its steps).
 struct MeasuredStep {
   double data_s = 0, h2d_s = 0, transform_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, other_s = 0;
+  /// A step's compute at 1 rank: every phase above but data.
+  double compute_s() const { return h2d_s + transform_s + forward_s + backward_s + optimizer_s + other_s; }
   double eval_s = 0;     // per evaluated epoch
   double startup_s = 0;  // total_s - train_s - eval_s
   /// The warm-up every rank pays once, whatever its steps (oneDNN's primitives or cuDNN's plans, the

@@ -191,8 +191,7 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
 double measure_fsdp_overlap(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
   // Each rank pays the warm-up once, in its first epoch: its forward and backward share (the warm-up
   // came out of the compute phases in proportion) is no collective's.
-  const double compute =
-      base.h2d_s + base.transform_s + base.forward_s + base.backward_s + base.optimizer_s + base.other_s;
+  const double compute = base.compute_s();
   const double warmup_fb = compute > 0 ? base.warmup_s * (base.forward_s + base.backward_s) / compute : 0.0;
   double window = 0, exposed = 0;
   for (const auto* r : multi_rank) {

@@ -2,7 +2,6 @@
 
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -10,27 +9,11 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/ini_lines.h"
 #include "train/job_config.h"
 
 namespace mgbench::train {
 namespace {
-
-/// The "name = value" lines of an INI text (--config's format; '#' lines are comments).
-std::vector<std::pair<std::string, std::string>> ini_lines(const std::string& ini) {
-  const auto trim = [](std::string s) {
-    s.erase(0, s.find_first_not_of(" \t"));
-    s.erase(s.find_last_not_of(" \t\r") + 1);
-    return s;
-  };
-  std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream lines(ini);
-  for (std::string line; std::getline(lines, line);) {
-    const auto eq = line.find('=');
-    if (eq == std::string::npos || trim(line).starts_with('#')) continue;
-    out.emplace_back(trim(line.substr(0, eq)), trim(line.substr(eq + 1)));
-  }
-  return out;
-}
 
 /// The value of option `name` in the lines; "" when absent.
 std::string value_of(const std::vector<std::pair<std::string, std::string>>& lines, std::string_view name) {
@@ -61,7 +44,7 @@ std::unique_ptr<JobConfig> job_of(std::string_view task, const std::vector<std::
 
 ModelStepShapes model_step_shapes(std::string_view task, const std::string& config_ini, const std::string& model,
                                   double padded_tokens_per_sample, const std::vector<int>& ranks) {
-  const auto lines = ini_lines(config_ini);
+  const auto lines = options::ini_lines(config_ini);  // as OptionTable::ini() wrote them
   ModelStepShapes out;
   out.base_model = value_of(lines, "model");
   const std::unique_ptr<JobConfig> base = job_of(task, lines, "");

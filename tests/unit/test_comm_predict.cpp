@@ -454,7 +454,7 @@ TEST(Predict, FsdpStepsGatherAndReduceScatterWhatTheRunRecorded) {
     warm.first_step_s = {0.5, 0.2, 0.2, 0.2};
     const report::MeasuredStep m = report::measure_step(warm);
     ASSERT_GT(m.warmup_s, 0.0);
-    const double compute = m.h2d_s + m.transform_s + m.forward_s + m.backward_s + m.optimizer_s + m.other_s;
+    const double compute = m.compute_s();
     results::RunRecord paid = two;
     for (auto& rank : paid.epochs) {
       rank[0].phases.forward_s = 5 * m.forward_s + m.warmup_s * (m.forward_s + m.backward_s) / compute;
