@@ -40,8 +40,13 @@ void EpochStage::record_step(StepOutcome& out, double step_start) {
   step.start_s = step_start - sinks_.run_start_s;
   step.step_s = now_s() - step_start;
   if (!std::isfinite(step.loss) && out.normalizer > 0 && !state_.training.scaler) {
-    throw Error(fmt::format("loss became {} at epoch {} step {} (lr {}): training diverged; lower --lr", step.loss,
-                            run.epoch + 1, step.step + 1, step.lr));
+    const std::string cause =
+        out.divergence
+            ? divergence_cause(*out.divergence, run.global_step - run.first_step, step.lr)
+            : "on this device the loss is read once per step, after its update, so where it was made is not named "
+              "(the same configuration on the CPU names it); a lower --lr helps only where the updates are the cause";
+    throw Error(fmt::format("loss became {} at epoch {} step {} (lr {}): training diverged: {}", step.loss,
+                            run.epoch + 1, step.step + 1, step.lr, cause));
   }
   if (std::isfinite(step.loss)) {  // amp-fp16 steps skipped by the GradScaler have none
     run.loss_sum += step.loss;

@@ -1,10 +1,14 @@
 #include "train/step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runtime/grad_sync.h"
 #include "train/optim/optimizer.h"
@@ -28,7 +32,8 @@ class OptimizerStep {
       : setup_(setup), training_(training), clock_(clock) {}
 
   /// Forward and backward of one micro-batch (its tensors on the device); `last`: the step's last,
-  /// whose backward the gradient all-reduce overlaps.
+  /// whose backward the gradient all-reduce overlaps. On the CPU a non-finite loss stops it after
+  /// the forward, with the outcome's divergence set.
   void forward_backward(const data::Batch& input, bool last);
   /// The factor that makes the gradients summed by backward the step's (after the mean over ranks of
   /// the GradSync): 1 / micro-batches for a mean loss, world size / the step's targets on all ranks
@@ -56,6 +61,10 @@ class OptimizerStep {
   torch::Tensor fused_step(FusedAdamW& fused, double scale);
   /// Clipping with the communicator of the shards' ranks under FSDP.
   void clip() const;
+  /// Where input's non-finite loss came from, the weights as its forward had them: the batch and
+  /// the parameters checked, then the forward run again under first_non_finite_op (not under
+  /// FSDP: its all-gathers would wait for ranks that have gone on to their backward).
+  DivergenceFacts diagnose(const data::Batch& input) const;
 
   const RunSetup& setup_;
   TrainingState& training_;
@@ -71,6 +80,17 @@ void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
   {
     const AutocastScope autocast(setup_.precision, setup_.device.type());
     loss = setup_.recipe.forward(input);
+  }
+  if (setup_.device.is_cpu() && !training_.scaler && loss.normalizer > 0) {
+    const double value = loss.loss.item<double>();  // computed already: no device to wait for
+    if (!std::isfinite(value)) {
+      out_.normalizer += loss.normalizer;
+      out_.record.samples += input.samples;
+      out_.record.loss = value;
+      out_.record.phases = clock_.take();
+      out_.divergence = diagnose(input);
+      return;
+    }
   }
   clock_.enter(results::Phase::kBackward);
   if (last && training_.grad_sync) training_.grad_sync->prepare();  // DDP's no_sync before the last
@@ -120,6 +140,51 @@ std::optional<double> OptimizerStep::gradient_scale() {
   }
   if (all_targets <= 0) return std::nullopt;  // every label of the step masked
   return static_cast<double>(setup_.world_size()) / all_targets;
+}
+
+DivergenceFacts OptimizerStep::diagnose(const data::Batch& input) const {
+  DivergenceFacts facts;
+  NamedTensors batch;
+  for (std::size_t k = 0; k < input.tensors.size(); ++k) {
+    const torch::Tensor& t = input.tensors[k];
+    batch.emplace_back(fmt::format("tensor {} {}[{}]", k, c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", ")),
+                       t);
+  }
+  facts.non_finite_input = first_non_finite(batch);
+  NamedTensors named;
+  NamedTensors buffers;
+  if (training_.fsdp() != nullptr) {  // the model's tensors hold values only while their unit is gathered
+    for (std::size_t k = 0; k < training_.trainable.size(); ++k) {
+      named.emplace_back(fmt::format("this rank's shard of trained tensor {}", k), training_.trainable[k]);
+    }
+  } else {
+    for (const auto& p : setup_.recipe.model().named_parameters()) named.emplace_back(p.key(), p.value());
+    for (const auto& b : setup_.recipe.model().named_buffers()) buffers.emplace_back(b.key(), b.value());
+  }
+  facts.non_finite_parameter = first_non_finite(named);
+  if (!facts.non_finite_parameter.empty() && training_.fsdp() == nullptr) {
+    facts.non_finite_parameter = "parameter " + facts.non_finite_parameter;
+  }
+  if (!facts.non_finite_input.empty() || !facts.non_finite_parameter.empty()) return facts;
+  if (training_.fsdp() != nullptr) {
+    facts.not_rerun = "under --sharding fsdp the forward is not run again: its all-gathers need every rank";
+    return facts;
+  }
+  named.insert(named.end(), buffers.begin(), buffers.end());
+  bool rerun_finite = false;
+  facts.origin = first_non_finite_op(
+      [&] {
+        const AutocastScope autocast(setup_.precision, setup_.device.type());
+        rerun_finite = std::isfinite(setup_.recipe.forward(input).loss.item<double>());
+      },
+      named);
+  facts.rerun_finite = rerun_finite && !facts.origin;
+  // A buffer the forward read (BatchNorm's running statistics, frozen): what the rerun's ops took in.
+  if (!facts.origin && !facts.rerun_finite) {
+    const std::string buffer = first_non_finite(buffers);
+    if (!buffer.empty()) facts.non_finite_parameter = "buffer " + buffer;
+  }
+  return facts;
 }
 
 void OptimizerStep::clip() const {
@@ -226,6 +291,10 @@ StepOutcome train_step(const RunSetup& setup, TrainingState& training, StepSourc
     source.clock.enter(results::Phase::kTransform);
     const data::Batch input = setup.recipe.transform(std::move(*batch));
     step.forward_backward(input, out.micro_batches + 1 == accum);
+    if (out.divergence) {
+      ++out.micro_batches;
+      return std::move(out);
+    }
     if (setup.options.record_indices) {
       out.indices.insert(out.indices.end(), input.plan.indices.begin(), input.plan.indices.end());
     }

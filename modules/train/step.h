@@ -8,12 +8,16 @@
 // allreduce phase, nothing else); then a summed loss's normaliser all-reduced (loss_reduce phase),
 // the gradients normalised as the recipe's LossNormalization says, clipped, and the optimizer step
 // (GradScaler's with amp-fp16; optimizer phase). One host sync: the step's
-// loss, metrics and loss scale read together at its end.
+// loss, metrics and loss scale read together at its end. On the CPU (no device to wait for) each
+// micro-batch's loss is also read after its forward: a non-finite one ends the step there, before
+// its backward and update, with where it was made (train/divergence.h).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "results/schema.h"
 #include "train/device_pipeline.h"
+#include "train/divergence.h"
 #include "train/loop_state.h"
 
 namespace mgbench::train {
@@ -33,6 +37,9 @@ struct StepOutcome {
   double flops = 0;                   // model FLOPs of the micro-batches' forward and backward
   std::vector<double> metrics;        // the recipe's metrics, the mean over the micro-batches
   std::vector<std::int64_t> indices;  // --record-indices: the samples computed on, in order
+  /// On the CPU: where the micro-batch whose forward returned a non-finite loss got it. The step
+  /// stopped after that forward (no backward, no update; record.loss is that loss).
+  std::optional<DivergenceFacts> divergence;
 };
 
 /// Where a step takes its micro-batches from (the epoch's feeder) and the clock its phases are timed on.

@@ -243,6 +243,43 @@ def test_loading_a_checkpoint_leaves_no_file_pages_resident(tmp_path, recipe):
     assert peaks["checkpoint"] - peaks["random"] < 0.25 * file_bytes, (peaks, file_bytes)
 
 
+def test_a_loss_the_loaded_weights_make_non_finite_is_not_put_on_the_learning_rate(tmp_path):
+    """On the CPU a non-finite loss stops the step after its forward, and the error names where it
+    was made (train/divergence.h). Here a checkpoint's output projection of 3e38 overflows bfloat16
+    in the first forward, before any update: the error names aten::mm, the weight and the overflow
+    (the oracle: IEEE arithmetic, float64 gives |logits| beyond bfloat16's 3.39e38), and does not
+    advise a lower --lr. The run is marked failed with that cause."""
+    if not os.path.exists(SMALL_TOKENIZER):
+        pytest.skip("no tiktoken_small.model")
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    h5py = pytest.importorskip("h5py")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=2256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=256, rope_theta=500000.0)
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.fill_(3e38)
+    model.save_pretrained(tmp_path / "huge")
+    results = tmp_path / "r.h5"
+    proc = mgbench("llm", "--recipe", "lora", "--model", tmp_path / "huge", "--tokenizer", SMALL_TOKENIZER,
+                   "--dataset", "alpaca", "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "2",
+                   "--max-seq-len", "32", "--train-on-input", "--threads", "1", "--device", "cpu",
+                   "--results", results, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "training diverged" in ln]
+    cause = line.split("training diverged: ")[1]
+    assert "at epoch 1 step 1" in line
+    assert cause.startswith("this step's forward: aten::mm made inf in BFloat16 from finite inputs"), cause
+    assert "(lm_head.weight)" in cause and "an overflow (float64 reaches" in cause, cause
+    assert "before this run's first update, so the learning rate is not the cause" in cause, cause
+    assert "--lr" not in cause, cause
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        assert run["status"][0] == b"failed" and b"aten::mm" in run["error"][0]
+
+
 DPO_DATA = os.path.join(SHARED, "text", "dpo", "stack_exchange_paired_tiny_torchtune.json")
 
 
