@@ -3,8 +3,9 @@
 # lora_dpo step written with them) on the same CPU, in one run: the same small random Llama (made
 # here with transformers), the same rows (Llama 3 chat template, tiktoken_small vocabulary; dpo:
 # preference pairs) in the same order, batch, precision, LoRA and schedule. Prints real tokens/s
-# (dpo: chosen and rejected) and s/it of both (the first step left out on both sides) and the ratio
-# mgbench / peer (> 1: mgbench faster).
+# (dpo: chosen and rejected) and s/it of both (the first two steps left out on both sides: the
+# warm-up, and the step whose ATen ops each side counts as torch.profiler does), the ops per step
+# and per decoder layer, and the ratio mgbench / peer (> 1: mgbench faster).
 #   bench/compare_llm.sh [SHARED_DATA_DIR]
 #   RECIPE=dpo bench/compare_llm.sh [SHARED_DATA_DIR]
 # Environment: RECIPE (lora | dpo), STEPS (21), BATCH (2 samples, or pairs), PRECISION (fp32), HIDDEN
@@ -25,6 +26,7 @@ MGBENCH=${MGBENCH:-build/app/mgbench}
 PADDING=${PADDING:-pad}
 PY=${PYTHON:-${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/python}
 TOKENIZER=$SHARED/llama3/tiktoken_small.model
+((STEPS >= 3)) || { echo "compare_llm.sh: STEPS $STEPS: expected 3 or more (two are left out of the timing)" >&2; exit 2; }
 case $RECIPE in
   lora)
     DATASET=${DATASET:-alpaca}
@@ -59,12 +61,15 @@ ROWS=$((STEPS * BATCH))
 "$MGBENCH" llm --recipe "$RECIPE" --model "$OUT/model" --tokenizer "$TOKENIZER" --dataset "$DATASET" --data "$DATA" \
   --limit "$ROWS" --shuffle false --batch-size "$BATCH" --max-steps "$STEPS" --max-seq-len "$MAX_SEQ_LEN" \
   --precision "$PRECISION" --lora-rank 8 --padding "$PADDING" "${RECIPE_ARGS[@]}" --results "$OUT/r.h5" --progress-interval 1000 \
+  --warmup-steps-excluded 2 \
   >"$OUT/mgbench.log" 2>&1 || { tail -20 "$OUT/mgbench.log"; exit 1; }
 ours=$("$PY" - "$OUT/r.h5" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
-    steps = list(f["runs"].values())[0]["rank_0"]["steps"][1:]   # the first step left out (warm-up)
-    print(f'{steps["tokens"].sum() / steps["step_s"].sum():.1f} {steps["step_s"].mean():.4f}')
+    run = list(f["runs"].values())[0]
+    steps = run["rank_0"]["steps"][2:]   # the warm-up and the counted step left out
+    print(f'{steps["tokens"].sum() / steps["step_s"].sum():.1f} {steps["step_s"].mean():.4f} '
+          f'{run["summary"][0]["ops_per_step"]}')
 PY
 )
 "$PY" bench/peer_llm.py --recipe "$RECIPE" --model "$OUT/model" --rows "$OUT/rows.jsonl" --batch-size "$BATCH" \
@@ -73,16 +78,17 @@ PY
 peer=$("$PY" - "$OUT/peer.json" <<'PY'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-print(f'{d["tokens_per_s"]:.1f} {d["s_per_it"]:.4f}')
+print(f'{d["tokens_per_s"]:.1f} {d["s_per_it"]:.4f} {d["ops_per_step"]}')
 PY
 )
-read -r ours_tps ours_spi <<<"$ours"
-read -r peer_tps peer_spi <<<"$peer"
+read -r ours_tps ours_spi ours_ops <<<"$ours"
+read -r peer_tps peer_spi peer_ops <<<"$peer"
 echo "# mgbench llm --recipe $RECIPE vs Python peer ($WHAT), 1 rank, CPU"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(date -u +%Y-%m-%dT%H:%MZ); Llama hidden $HIDDEN x $LAYERS layers, vocab 2256, LoRA r 8 (q,v,o,mlp)"
-echo "# $DATASET, max_seq_len $MAX_SEQ_LEN, batch $BATCH $UNIT, $PRECISION, $STEPS steps (first left out), same rows and order"
+echo "# $DATASET, max_seq_len $MAX_SEQ_LEN, batch $BATCH $UNIT, $PRECISION, $STEPS steps (first two left out), same rows and order"
 echo "# mgbench --padding $PADDING (the peer pads each batch to its longest row)"
-printf "%-10s %12s %10s\n" "" "tokens/s" "s/it"
-printf "%-10s %12s %10s\n" "mgbench" "$ours_tps" "$ours_spi"
-printf "%-10s %12s %10s\n" "peer" "$peer_tps" "$peer_spi"
+per_layer() { "$PY" -c "print(f'{$1 / $LAYERS:.0f}')"; }
+printf "%-10s %12s %10s %10s %10s\n" "" "tokens/s" "s/it" "ops/step" "ops/layer"
+printf "%-10s %12s %10s %10s %10s\n" "mgbench" "$ours_tps" "$ours_spi" "$ours_ops" "$(per_layer "$ours_ops")"
+printf "%-10s %12s %10s %10s %10s\n" "peer" "$peer_tps" "$peer_spi" "$peer_ops" "$(per_layer "$peer_ops")"
 echo "ratio mgbench / peer (tokens/s): $("$PY" -c "print(f'{$ours_tps / $peer_tps:.2f}')")"

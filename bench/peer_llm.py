@@ -14,9 +14,11 @@ rate, warm-up and step count.
 
     peer_llm.py --recipe lora --model DIR --rows rows.jsonl --batch-size 2 --steps 20 --pad-id 2004 [--precision fp32]
 
-Prints one JSON line: {"tokens_per_s": ..., "s_per_it": ..., "train_s": ..., "tokens": ...}: real
-(non-padding) input tokens (dpo: of chosen and rejected) and the training loop's time, the first
-step left out, as mgbench's summary.
+Prints one JSON line: {"tokens_per_s": ..., "s_per_it": ..., "train_s": ..., "tokens": ...,
+"ops_per_step": ...}: real (non-padding) input tokens (dpo: of chosen and rejected) and the training
+loop's time, the first two steps left out (the first's lazy initialisation; the second's ATen ops
+counted under torch.profiler, its aten:: events, as mgbench counts them with --warmup-steps-excluded
+2); ops_per_step is null with --profile.
 """
 import argparse
 import json
@@ -89,9 +91,14 @@ def main():
     profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if a.profile else None
     if profiler:
         profiler.__enter__()
+    ops_per_step = None
     for step in range(a.steps):
-        if step == 1:
-            start = time.perf_counter()  # the first step (lazy initialisation) is left out, as warm-up
+        if step == 2:
+            start = time.perf_counter()  # the first two steps are left out: warm-up, and the one counted
+        counter = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) \
+            if step == 1 and not profiler else None
+        if counter:
+            counter.__enter__()
         batch = data[step * a.batch_size:(step + 1) * a.batch_size]
         if a.recipe == "dpo":
             rows = [(s["chosen_tokens"], s["chosen_labels"]) for s in batch] + \
@@ -114,7 +121,10 @@ def main():
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        if step >= 1:
+        if counter:
+            counter.__exit__(None, None, None)
+            ops_per_step = sum(1 for e in counter.events() if e.name.startswith("aten::"))
+        if step >= 2:
             tokens_done += sum(len(t) for t, _ in rows)
     train_s = time.perf_counter() - start
     if profiler:
@@ -125,8 +135,8 @@ def main():
         print(json.dumps({"attention_share": attention / total,
                           "top": [(e.key, round(e.self_cpu_time_total / total, 4)) for e in
                                   sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]]}), file=sys.stderr)
-    print(json.dumps({"tokens_per_s": tokens_done / train_s, "s_per_it": train_s / (a.steps - 1),
-                      "train_s": train_s, "tokens": tokens_done}), flush=True)
+    print(json.dumps({"tokens_per_s": tokens_done / train_s, "s_per_it": train_s / (a.steps - 2),
+                      "train_s": train_s, "tokens": tokens_done, "ops_per_step": ops_per_step}), flush=True)
 
 
 if __name__ == "__main__":

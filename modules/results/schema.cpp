@@ -86,6 +86,7 @@ h5::Handle run_summary_type() {
   insert(t, "eval_loss", offsetof(RunSummary, eval_loss), H5T_NATIVE_DOUBLE);
   insert(t, "peak_memory_bytes", offsetof(RunSummary, peak_memory_bytes), H5T_NATIVE_INT64);
   insert(t, "padded_tokens_per_s", offsetof(RunSummary, padded_tokens_per_s), H5T_NATIVE_DOUBLE);
+  insert(t, "ops_per_step", offsetof(RunSummary, ops_per_step), H5T_NATIVE_INT64);
   const h5::Handle transports = h5::fixed_string_type(kTransportsBytes);
   insert(t, "nccl_transports", offsetof(RunSummary, nccl_transports), transports);
   return t;

@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 9;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 10;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -254,6 +254,10 @@ struct RunSummary {
   std::int64_t peak_memory_bytes = -1;  // rank 0: CUDA allocator peak (GPU) or peak resident set size (CPU)
   double padded_tokens_per_s =
       kNaN;  // text: padded tokens (batch x length) of all ranks / train_s, as TorchTune counts
+  // Rank 0: ATen operators dispatched in one optimizer step, nested ones included, as torch.profiler
+  // counts aten:: events (train/op_counter.h; the run's second step, or its last warm-up step);
+  // -1: not counted (a run of one step, files before schema 10).
+  std::int64_t ops_per_step = -1;
   // NCCL runs: the transports of all ranks' connections (runtime::gather_transports), e.g.
   // "P2P/CUMEM/read x24, NET/IB/GDRDMA x8"; "" for other backends and files before schema 7.
   std::array<char, kTransportsBytes> nccl_transports{};

@@ -16,8 +16,11 @@
 namespace mgbench::train {
 namespace {
 
+/// The tensors judged: dense, with values, in a dtype torch.isfinite takes (float8 and complex are not).
 bool judged(const at::Tensor& t) {
-  return t.defined() && t.layout() == c10::kStrided && !t.is_meta() && at::isFloatingType(t.scalar_type());
+  if (!t.defined() || t.layout() != c10::kStrided || t.is_meta()) return false;
+  const c10::ScalarType type = t.scalar_type();
+  return type == c10::kFloat || type == c10::kDouble || type == c10::kHalf || type == c10::kBFloat16;
 }
 
 bool finite(const at::Tensor& t) { return t.numel() == 0 || torch::isfinite(t).all().item<bool>(); }
@@ -39,7 +42,7 @@ void for_each_tensor(const c10::IValue& v, F&& f) {
 
 /// Ops whose result is memory not yet written: NaN there is no op's doing.
 bool returns_uninitialised(const std::string& name) {
-  return name.find("empty") != std::string::npos || name == "aten::resize_" || name == "aten::set_";
+  return name.find("empty") != std::string::npos || name.find("resize") != std::string::npos || name == "aten::set_";
 }
 
 double largest_finite(c10::ScalarType type) {
@@ -66,6 +69,7 @@ struct OpArguments : at::ObserverContext {
 /// The observation of one first_non_finite_op call, on its thread.
 struct Observation {
   std::unordered_map<const void*, std::string> names;  // storage -> parameter, buffer or a cast of one
+  std::vector<at::Tensor> casts;  // the casts named: alive, so that no other tensor takes their storage
   std::optional<NonFiniteOrigin> found;
 };
 thread_local Observation* observing = nullptr;
@@ -131,8 +135,10 @@ bool is_scalar_type(const c10::Type& type) {
   return optional != nullptr && optional->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
 }
 
-/// The op of fn run again on `inputs` with every floating tensor in float64.
-void rerun_in_float64(const at::RecordFunction& fn, const std::vector<c10::IValue>& inputs, NonFiniteOrigin& origin) {
+/// The op of fn run again on `inputs` with every floating tensor in float64; its result number
+/// `result` (the tensors of its outputs in order, as on_op_end lists them) judged.
+void rerun_in_float64(const at::RecordFunction& fn, const std::vector<c10::IValue>& inputs, std::size_t result,
+                      NonFiniteOrigin& origin) {
   const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(*fn.operator_name());
   if (!op) {
     origin.not_run = "not in the dispatcher";
@@ -162,18 +168,19 @@ void rerun_in_float64(const at::RecordFunction& fn, const std::vector<c10::IValu
     origin.not_run = "no float64 kernel (" + what.substr(0, std::min(what.find('\n'), std::size_t{80})) + ")";
     return;
   }
-  for (const c10::IValue& v : stack) {
-    if (!v.isTensor() || !judged(v.toTensor())) continue;
-    const at::Tensor& t = v.toTensor();
-    if (t.scalar_type() != torch::kFloat64) {
-      origin.not_run = fmt::format("its result stays {}", c10::toString(t.scalar_type()));
-      return;
-    }
-    origin.float64 = finite(t) ? NonFiniteOrigin::InFloat64::kFinite : NonFiniteOrigin::InFloat64::kNonFinite;
-    if (origin.float64 == NonFiniteOrigin::InFloat64::kFinite) origin.float64_max_abs = max_abs(t);
+  std::vector<at::Tensor> results;
+  for (const c10::IValue& v : stack) for_each_tensor(v, [&](const at::Tensor& t) { results.push_back(t); });
+  if (result >= results.size() || !judged(results[result])) {
+    origin.not_run = "its float64 results differ in number";
     return;
   }
-  origin.not_run = "no floating-point result";
+  const at::Tensor& t = results[result];
+  if (t.scalar_type() != torch::kFloat64) {
+    origin.not_run = fmt::format("its result stays {}", c10::toString(t.scalar_type()));
+    return;
+  }
+  origin.float64 = finite(t) ? NonFiniteOrigin::InFloat64::kFinite : NonFiniteOrigin::InFloat64::kNonFinite;
+  if (origin.float64 == NonFiniteOrigin::InFloat64::kFinite) origin.float64_max_abs = max_abs(t);
 }
 
 void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
@@ -182,12 +189,11 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   std::optional<NonFiniteOrigin>& found = observing->found;
   if (found && found->float64 != NonFiniteOrigin::InFloat64::kNotRun) return;
   const QuietOps quiet;
-  const at::Tensor* bad = nullptr;
   std::vector<at::Tensor> results;
   for (const c10::IValue& v : fn.outputs()) for_each_tensor(v, [&](const at::Tensor& t) { results.push_back(t); });
-  for (const at::Tensor& t : results) {
-    if (bad == nullptr && judged(t) && !finite(t)) bad = &t;
-  }
+  std::size_t index = 0;
+  while (index < results.size() && !(judged(results[index]) && !finite(results[index]))) ++index;
+  const at::Tensor* bad = index < results.size() ? &results[index] : nullptr;
   const std::string op =
       fn.overload_name()[0] == '\0' ? fn.name() : fmt::format("{}.{}", fn.name(), fn.overload_name());
   if (bad == nullptr) {
@@ -197,13 +203,14 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
       if (name != observing->names.end() && !results.empty() && results[0].defined()) {
         observing->names[storage_of(results[0])] =
             fmt::format("{} as {}", name->second, c10::toString(results[0].scalar_type()));
+        observing->casts.push_back(results[0]);
       }
     }
     return;
   }
   if (found) {  // the innermost op has no float64 kernel: compare through an op around it (convolution)
     NonFiniteOrigin outer;
-    rerun_in_float64(fn, args->inputs, outer);
+    rerun_in_float64(fn, args->inputs, index, outer);
     if (outer.float64 == NonFiniteOrigin::InFloat64::kNotRun) return;
     found->float64 = outer.float64;
     found->float64_max_abs = outer.float64_max_abs;
@@ -216,7 +223,11 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   origin.nan = bad->isnan().any().item<bool>();
   origin.dtype_max = largest_finite(bad->scalar_type());
   origin.inputs = describe_inputs(fn, args->inputs, *observing, origin.input_max_abs);
-  rerun_in_float64(fn, args->inputs, origin);
+  if (bad->scalar_type() == torch::kFloat64) {
+    origin.not_run = "it computes in float64 already";
+  } else {
+    rerun_in_float64(fn, args->inputs, index, origin);
+  }
   found = std::move(origin);
 }
 
@@ -274,11 +285,12 @@ std::string divergence_cause(const DivergenceFacts& facts, std::int64_t updates,
                        facts.non_finite_input);
   }
   if (!facts.non_finite_parameter.empty()) {
-    if (updates == 0) {
+    if (updates == 0 || !facts.parameter_trained) {
       return fmt::format(
-          "{} held non-finite values before this run's first update: the weights it started from (initialised, "
-          "loaded or resumed) are the cause, not the learning rate",
-          facts.non_finite_parameter);
+          "{} held non-finite values {}: the weights it started from (initialised, loaded or resumed) are the "
+          "cause, not the learning rate",
+          facts.non_finite_parameter,
+          facts.parameter_trained ? "before this run's first update" : "and is not trained (no update wrote it)");
     }
     return fmt::format("{} was non-finite before this step's forward: one of this run's {} update(s) made it so; {}",
                        facts.non_finite_parameter, updates, lower_lr);
@@ -307,6 +319,13 @@ std::string divergence_cause(const DivergenceFacts& facts, std::int64_t updates,
         return fmt::format("{}: an overflow (float64 reaches |x| {:.3g}; {}'s largest is {:.3g}), {}{}", where,
                            o.float64_max_abs, o.output_dtype, o.dtype_max, when,
                            updates == 0 ? "" : ": if the updates grew the weights, " + lower_lr);
+      }
+      if (o.input_max_abs > std::sqrt(o.dtype_max)) {  // a product or a square of two inputs can overflow
+        return fmt::format(
+            "{}: an overflow inside the op (its inputs reach |x| {:.3g}, past the square root of {}'s largest, where "
+            "its products or squares overflow, although its float64 result, |x| <= {:.3g}, is in range), {}{}",
+            where, o.input_max_abs, o.output_dtype, o.float64_max_abs, when,
+            updates == 0 ? "" : ": if the updates grew the weights, " + lower_lr);
       }
       return fmt::format(
           "{}, where the same op in float64 gives finite values (|x| <= {:.3g}): a defect of this {} kernel, not the "

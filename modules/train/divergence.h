@@ -24,8 +24,8 @@ namespace mgbench::train {
 /// (floating-point tensors and scalars alike) was finite.
 struct NonFiniteOrigin {
   std::string op;            // the ATen operator with its overload, "aten::mul.Tensor"
-  std::string inputs;        // its floating inputs: "float[4, 8] |x|<=3e+38 (fc.weight), ..."
-  std::string output_dtype;  // the non-finite output's dtype, "float"
+  std::string inputs;        // its floating inputs: "Float[4, 8] |x|<=3e+38 (fc.weight), ..."
+  std::string output_dtype;  // the non-finite output's dtype as torch names it: "Float", "BFloat16"
   bool nan = false;          // the output held NaN (else only +-inf)
   double input_max_abs = 0;  // the largest |x| over its floating inputs
   double dtype_max = 0;      // the largest finite value of output_dtype
@@ -57,19 +57,24 @@ struct DivergenceFacts {
   std::string
       non_finite_input;  // the batch's first tensor holding NaN / inf ("tensor 0 float[8, 1, 32, 32]"); "": none
   std::string non_finite_parameter;  // the first parameter or buffer holding NaN / inf; "": none
+  bool parameter_trained = true;     // it is one the optimizer updates (else frozen: a LoRA base, a buffer)
   std::string not_rerun;             // why the forward was not rerun ("" : it was)
   bool rerun_finite = false;         // the rerun's loss was finite (not reproduced)
   std::optional<NonFiniteOrigin> origin;
 };
 
-/// The first of `named` (in order) holding NaN or +-inf, as "name"; "" when all are finite.
+/// The first of `named` (in order) holding NaN or +-inf, as "name"; "" when all are finite. Tensors
+/// of other dtypes than float64, float32, float16 and bfloat16 (integers, float8, complex) and
+/// without values (meta, mkldnn) are not judged.
 std::string first_non_finite(const NamedTensors& named);
 
 /// The cause as the divergence error states it, after "training diverged: ": the phase (the batch,
 /// an earlier update, or this forward and its op with the float64 verdict), and the advice that
 /// follows from it. updates: optimizer steps this run took before the failing one; lr: its
-/// learning rate. A lower learning rate is advised only for non-finite weights after updates and
-/// for an overflow after updates.
+/// learning rate. A lower learning rate is advised only for non-finite trained weights after
+/// updates and for an overflow after updates. A float64 result in range is an overflow inside the
+/// op where its inputs exceed the square root of the dtype's largest value, else a defect of the
+/// kernel. A finite rerun (rerun_finite) is reported as not reproducible, before any op found.
 std::string divergence_cause(const DivergenceFacts& facts, std::int64_t updates, double lr);
 
 }  // namespace mgbench::train

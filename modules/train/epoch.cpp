@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "train/loop.h"
+#include "train/op_counter.h"
 #include "train/optim/lr_schedule.h"
 
 namespace mgbench::train {
@@ -27,6 +29,10 @@ std::vector<data::PlannedBatch> cut_plan(std::vector<data::PlannedBatch> plan, s
   return plan;
 }
 
+std::int64_t op_counted_step(std::int64_t warmup_steps_excluded) {
+  return warmup_steps_excluded >= 2 ? warmup_steps_excluded - 1 : 1;
+}
+
 void EpochStage::record_step(StepOutcome& out, double step_start) {
   RunProgress& run = state_.progress;
   results::StepRecord& step = out.record;
@@ -39,7 +45,7 @@ void EpochStage::record_step(StepOutcome& out, double step_start) {
   step.step = static_cast<std::int64_t>(run.steps.size());
   step.start_s = step_start - sinks_.run_start_s;
   step.step_s = now_s() - step_start;
-  if (!std::isfinite(step.loss) && out.normalizer > 0 && !state_.training.scaler) {
+  if (out.divergence || (!std::isfinite(step.loss) && out.normalizer > 0 && !state_.training.scaler)) {
     const std::string cause =
         out.divergence
             ? divergence_cause(*out.divergence, run.global_step - run.first_step, step.lr)
@@ -116,7 +122,10 @@ bool EpochStage::train() {
     const double step_start = now_s();
     state_.cupti.update(step_start - sinks_.run_start_s, run.global_step, setup.device, sinks_.run_start_s);
     const double lr = lr_at_step(options.optim.lr, run.global_step, options.optim.warmup_steps, total_steps, cosine);
+    std::optional<OpCounter> ops;
+    if (run.global_step - run.first_step == op_counted_step(options.warmup_steps_excluded)) ops.emplace();
     StepOutcome out = train_step(setup, state_.training, {feeder, clock_}, lr, run.global_step);
+    if (ops && out.micro_batches > 0) run.summary.ops_per_step = ops->count();
     run.position += out.loaded_batches;
     run.epoch_record.loaded_samples += out.loaded_samples;
     run.epoch_record.skipped_images += out.skipped_images;

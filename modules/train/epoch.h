@@ -24,6 +24,12 @@ class TrainingLoop;
 /// last computed batch stay (ddp-rr: another rank computes them).
 std::vector<data::PlannedBatch> cut_plan(std::vector<data::PlannedBatch> plan, std::int64_t micro_batches);
 
+/// The step of a run (0-based, counted from its first) whose ATen operators the loop counts into the
+/// summary's ops_per_step (train/op_counter.h): the second, past the first step's one-time work (the
+/// optimizer's state created), or the last warm-up step where --warmup-steps-excluded leaves 2 or
+/// more out of the timing, so that no timed step pays for the counting.
+std::int64_t op_counted_step(std::int64_t warmup_steps_excluded);
+
 /// Where the run's epochs report to, for the whole run.
 struct RunSinks {
   results::ResultsWriter& writer;  // steps, epochs, metrics, indices (and rank 0 the summary)

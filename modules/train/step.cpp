@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
@@ -10,12 +11,22 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/log.h"
 #include "runtime/grad_sync.h"
 #include "train/optim/optimizer.h"
 #include "train/precision.h"
 
 namespace mgbench::train {
 namespace {
+
+/// A copy of the default CPU generator, taken under its lock (the loader thread may draw from it).
+at::Generator cpu_generator_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.clone();
+}
 
 /// The loss and metrics of a step's micro-batches, kept on the device until the step's one sync.
 struct DeviceSums {
@@ -64,7 +75,8 @@ class OptimizerStep {
   /// Where input's non-finite loss came from, the weights as its forward had them: the batch and
   /// the parameters checked, then the forward run again under first_non_finite_op (not under
   /// FSDP: its all-gathers would wait for ranks that have gone on to their backward).
-  DivergenceFacts diagnose(const data::Batch& input) const;
+  /// rng: the CPU generator as that forward found it (its dropout drawn again alike).
+  DivergenceFacts diagnose(const data::Batch& input, const at::Generator& rng) const;
 
   const RunSetup& setup_;
   TrainingState& training_;
@@ -77,18 +89,22 @@ void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
   const bool first = out_.micro_batches == 0;
   clock_.enter(results::Phase::kForward);
   MicroBatchLoss loss;
+  const bool checked = setup_.device.is_cpu() && !training_.scaler;  // amp-fp16 skips non-finite steps itself
+  const at::Generator rng = checked ? cpu_generator_state() : at::Generator();
   {
     const AutocastScope autocast(setup_.precision, setup_.device.type());
     loss = setup_.recipe.forward(input);
   }
-  if (setup_.device.is_cpu() && !training_.scaler && loss.normalizer > 0) {
+  if (checked) {
     const double value = loss.loss.item<double>();  // computed already: no device to wait for
     if (!std::isfinite(value)) {
+      log::warn("loss {} in this step's forward: running it again to find the op that made it", value);
       out_.normalizer += loss.normalizer;
       out_.record.samples += input.samples;
       out_.record.loss = value;
       out_.record.phases = clock_.take();
-      out_.divergence = diagnose(input);
+      loss = MicroBatchLoss{};  // its graph's activations freed before the rerun
+      out_.divergence = diagnose(input, rng);
       return;
     }
   }
@@ -142,7 +158,7 @@ std::optional<double> OptimizerStep::gradient_scale() {
   return static_cast<double>(setup_.world_size()) / all_targets;
 }
 
-DivergenceFacts OptimizerStep::diagnose(const data::Batch& input) const {
+DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Generator& rng) const {
   DivergenceFacts facts;
   NamedTensors batch;
   for (std::size_t k = 0; k < input.tensors.size(); ++k) {
@@ -151,38 +167,54 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input) const {
                        t);
   }
   facts.non_finite_input = first_non_finite(batch);
-  NamedTensors named;
-  NamedTensors buffers;
+  if (!facts.non_finite_input.empty()) return facts;
   if (training_.fsdp() != nullptr) {  // the model's tensors hold values only while their unit is gathered
+    NamedTensors shards;
     for (std::size_t k = 0; k < training_.trainable.size(); ++k) {
-      named.emplace_back(fmt::format("this rank's shard of trained tensor {}", k), training_.trainable[k]);
+      shards.emplace_back(fmt::format("this rank's shard of trained tensor {}", k), training_.trainable[k]);
     }
-  } else {
-    for (const auto& p : setup_.recipe.model().named_parameters()) named.emplace_back(p.key(), p.value());
-    for (const auto& b : setup_.recipe.model().named_buffers()) buffers.emplace_back(b.key(), b.value());
-  }
-  facts.non_finite_parameter = first_non_finite(named);
-  if (!facts.non_finite_parameter.empty() && training_.fsdp() == nullptr) {
-    facts.non_finite_parameter = "parameter " + facts.non_finite_parameter;
-  }
-  if (!facts.non_finite_input.empty() || !facts.non_finite_parameter.empty()) return facts;
-  if (training_.fsdp() != nullptr) {
-    facts.not_rerun = "under --sharding fsdp the forward is not run again: its all-gathers need every rank";
+    facts.non_finite_parameter = first_non_finite(shards);
+    if (facts.non_finite_parameter.empty()) {
+      facts.not_rerun = "under --sharding fsdp the forward is not run again: its all-gathers need every rank";
+    }
     return facts;
   }
+  NamedTensors trained, frozen, buffers;
+  for (const auto& p : setup_.recipe.model().named_parameters()) {
+    (p.value().requires_grad() ? trained : frozen).emplace_back(p.key(), p.value());
+  }
+  for (const auto& b : setup_.recipe.model().named_buffers()) buffers.emplace_back(b.key(), b.value());
+  for (const NamedTensors* group : {&frozen, &trained}) {
+    const std::string name = first_non_finite(*group);
+    if (name.empty()) continue;
+    facts.non_finite_parameter = "parameter " + name;
+    facts.parameter_trained = group == &trained;
+    return facts;
+  }
+  NamedTensors named = trained;
+  named.insert(named.end(), frozen.begin(), frozen.end());
   named.insert(named.end(), buffers.begin(), buffers.end());
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();  // the random draws of the first forward (dropout)
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng.get_state());
+  }
   bool rerun_finite = false;
   facts.origin = first_non_finite_op(
       [&] {
+        const torch::NoGradGuard no_grad;  // one graph's activations at a time
         const AutocastScope autocast(setup_.precision, setup_.device.type());
         rerun_finite = std::isfinite(setup_.recipe.forward(input).loss.item<double>());
       },
       named);
-  facts.rerun_finite = rerun_finite && !facts.origin;
+  facts.rerun_finite = rerun_finite;
   // A buffer the forward read (BatchNorm's running statistics, frozen): what the rerun's ops took in.
   if (!facts.origin && !facts.rerun_finite) {
     const std::string buffer = first_non_finite(buffers);
-    if (!buffer.empty()) facts.non_finite_parameter = "buffer " + buffer;
+    if (!buffer.empty()) {
+      facts.non_finite_parameter = "buffer " + buffer;
+      facts.parameter_trained = false;
+    }
   }
   return facts;
 }

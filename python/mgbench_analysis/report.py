@@ -32,8 +32,8 @@ CSV_COLUMNS = {
               "batch_size", "total_s", "test_accuracy_pct", "img_per_s", "efficiency_vs_1_rank_pct",
               "efficiency_vs_fp64_pct", "resumes"],
     "llm": ["file", "run_id", "status", "task", "ranks", "nodes", "device", "gpu_model", "nccl_transports", "model", "dataset", "precision", "batch_size", "grad_accum",
-            "s_per_it", "tokens_per_s", "padded_tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct", "loss",
-            "resumes", "recipe", "sharding", "padding", "peak_memory_mib", "model_state_mib_per_rank", "parameter_bytes_per_rank",
+            "s_per_it", "tokens_per_s", "padded_tokens_per_s", "efficiency_vs_1_rank_pct", "mfu_pct",
+            "ops_per_layer_step", "ops_per_step", "loss", "resumes", "recipe", "sharding", "padding", "peak_memory_mib", "model_state_mib_per_rank", "parameter_bytes_per_rank",
             "gradient_bytes_per_rank", "optimizer_state_bytes_per_rank", "weight_bytes_per_param"],
     "dpo": ["file", "run_id", "status", "ranks", "model", "dataset", "precision", "batch_size", "grad_accum",
             "s_per_it", "tokens_per_s", "padded_tokens_per_s", "peak_memory_mib", "loss", "reward_accuracy_pct",
@@ -133,6 +133,8 @@ def runs(source) -> pd.DataFrame:
     - ``efficiency_vs_1_rank``, ``efficiency_vs_fp64``: fractions (1.0 = 100 %), NaN without a baseline
       (definitions: this module's docstring; for LLM runs the per-rank tokens/s ratio);
     - ``loss``: LLM runs, the evaluation loss where there is one, else the final training loss;
+    - ``ops_per_layer_step``: LLM runs, the summary's ``ops_per_step`` (ATen ops of one optimizer step)
+      over the attribute ``decoder_layers``, NaN where not counted;
     - ``peak_memory_mib``, ``weight_bytes_per_param``, ``model_state_mib_per_rank`` (parameters +
       gradients + optimizer states one rank holds), ``reward_accuracy``, ``reward_margin`` (fraction),
       ``resumes`` (0 for a run never resumed).
@@ -164,6 +166,8 @@ def runs(source) -> pd.DataFrame:
         peak = run.summary["peak_memory_bytes"]
         row["peak_memory_mib"] = peak / MIB if peak >= 0 else math.nan
         row["weight_bytes_per_param"] = float(run.attributes.get("weight_bytes_per_parameter", math.nan))
+        ops, layers = run.summary.get("ops_per_step", -1), run.attributes.get("decoder_layers", 0)
+        row["ops_per_layer_step"] = ops / layers if ops >= 0 and layers > 0 else math.nan
         state = [run.attributes.get(f"{name}_bytes_per_rank") for name in ("parameter", "gradient", "optimizer_state")]
         row["model_state_mib_per_rank"] = sum(state) / MIB if all(v is not None for v in state) else math.nan
         row["reward_accuracy"] = final_metric(run, "reward_accuracy")
@@ -209,6 +213,8 @@ def report_table(frame: pd.DataFrame, table: str = "image") -> pd.DataFrame:
             out[column] = rows["mfu"] * 100.0
         elif column.endswith("_pct"):
             out[column] = rows[column[: -len("_pct")]] * 100.0
+        elif column == "ops_per_step":  # -1: not counted
+            out[column] = rows[column].where(rows[column] >= 0) if column in rows else math.nan
         elif column == "loss" and table == "dpo":
             out[column] = rows["final_loss"]
         elif column == "padding":  # runs written before --padding existed were padded

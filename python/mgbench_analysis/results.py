@@ -19,7 +19,7 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
 PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("buffer_broadcast", "buffer_broadcast_s"), ("transform", "transform_s"),
           ("forward", "forward_s"), ("backward", "backward_s"), ("allreduce", "allreduce_s"),
@@ -30,7 +30,7 @@ _SUMMARY_DEFAULTS = {"total_s": np.nan, "train_s": np.nan, "eval_s": np.nan, "sa
                      "final_loss": np.nan, "test_accuracy": np.nan, "epochs_completed": 0,
                      "finished_unix_s": np.nan, "s_per_it": np.nan, "tokens_per_s": np.nan, "mfu": np.nan,
                      "eval_loss": np.nan, "peak_memory_bytes": -1, "padded_tokens_per_s": np.nan,
-                     "nccl_transports": ""}
+                     "nccl_transports": "", "ops_per_step": -1}
 
 PathsOrGlobs = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
 

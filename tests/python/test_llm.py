@@ -280,6 +280,40 @@ def test_a_loss_the_loaded_weights_make_non_finite_is_not_put_on_the_learning_ra
         assert run["status"][0] == b"failed" and b"aten::mm" in run["error"][0]
 
 
+def test_ops_per_step_grow_by_the_same_count_per_decoder_layer(tmp_path):
+    """The summary's ops_per_step (train/op_counter.h, the ATen ops of one optimizer step as
+    torch.profiler counts them) of LoRA runs on 1, 2 and 3 decoder layers: deterministic, and each
+    layer adds the same number of ops (forward, backward, its adapters' AdamW updates), which
+    `report` divides by the attribute decoder_layers. A counter that missed the backward or the
+    optimizer's ops, or counted another thread's (the loader's), would break the equal steps."""
+    if not os.path.exists(SMALL_TOKENIZER):
+        pytest.skip("no tiktoken_small.model")
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    h5py = pytest.importorskip("h5py")
+    ops = {}
+    for layers in (1, 2, 3):
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(vocab_size=2256, hidden_size=64, intermediate_size=128,
+                                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                                          head_dim=16, max_position_embeddings=256, rope_theta=500000.0)
+        transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / f"l{layers}")
+        results = tmp_path / f"l{layers}.h5"
+        mgbench("llm", "--recipe", "lora", "--model", tmp_path / f"l{layers}", "--tokenizer", SMALL_TOKENIZER,
+                "--dataset", "alpaca", "--data", ALPACA, "--limit", "8", "--batch-size", "2", "--max-steps", "3",
+                "--max-seq-len", "32", "--train-on-input", "--threads", "1", "--device", "cpu",
+                "--results", results, check=True)
+        with h5py.File(results, "r") as f:
+            (run,) = f["runs"].values()
+            assert run.attrs["decoder_layers"] == layers
+            ops[layers] = int(run["summary"][0]["ops_per_step"])
+    per_layer = ops[2] - ops[1]
+    assert per_layer > 50 and ops[3] - ops[2] == per_layer, ops
+    csv = mgbench("report", tmp_path / "l2.h5", "--csv", check=True).stdout.splitlines()
+    row = dict(zip(csv[0].split(","), csv[1].split(",")))
+    assert int(row["ops_per_step"]) == ops[2] and float(row["ops_per_layer_step"]) == ops[2] / 2, row
+
+
 DPO_DATA = os.path.join(SHARED, "text", "dpo", "stack_exchange_paired_tiny_torchtune.json")
 
 

@@ -46,7 +46,7 @@ TEST(Divergence, NamesTheProjectionThatOverflowsAndItsWeight) {
   EXPECT_TRUE(has(later, "after 7 update(s)") && has(later, "lower --lr (now 0.001)")) << later;
 }
 
-TEST(Divergence, AnOpNonFiniteWhereFloat64IsInRangeIsAKernelDefect) {
+TEST(Divergence, AnOpThatOverflowsOnTheWayToAResultInRangeIsStillAnOverflow) {
   // The Euclidean norm of two 2e38: float32's kernel squares them on the way (4e76: inf), while
   // the norm itself, 2.83e38, is representable (torch.hypot gives it in float32).
   const std::optional<NonFiniteOrigin> origin =
@@ -58,6 +58,26 @@ TEST(Divergence, AnOpNonFiniteWhereFloat64IsInRangeIsAKernelDefect) {
   DivergenceFacts facts;
   facts.origin = origin;
   const std::string cause = divergence_cause(facts, 12, 0.1);
+  EXPECT_TRUE(has(cause, "an overflow inside the op")) << cause;
+  EXPECT_TRUE(has(cause, "lower --lr (now 0.1)")) << cause;
+}
+
+TEST(Divergence, AnOpNonFiniteFromModerateInputsWhereFloat64IsInRangeIsAKernelDefect) {
+  // What a defective kernel leaves (the oneDNN channels-last case of issue 50): no op of this CPU
+  // shows one, so the observation is written out as first_non_finite_op reports it.
+  NonFiniteOrigin o;
+  o.op = "aten::native_batch_norm";
+  o.inputs = "Float[2, 16, 1, 1] |x|<=5.1";
+  o.output_dtype = "Float";
+  o.nan = true;
+  o.input_max_abs = 5.1;
+  o.dtype_max = static_cast<double>(std::numeric_limits<float>::max());
+  o.float64 = InFloat64::kFinite;
+  o.float64_max_abs = 12.3;
+  DivergenceFacts facts;
+  facts.origin = o;
+  const std::string cause = divergence_cause(facts, 12, 0.1);
+  EXPECT_TRUE(has(cause, "aten::native_batch_norm made NaN in Float from finite inputs")) << cause;
   EXPECT_TRUE(has(cause, "a defect of this Float kernel, not the learning rate")) << cause;
   EXPECT_FALSE(has(cause, "lower --lr")) << cause;
 }
@@ -88,9 +108,14 @@ TEST(Divergence, OpsOnNonFiniteInputsOrNonFiniteScalarsAreNotTheOrigin) {
                    },
                    {})
                    .has_value());
-  // A NaN written on purpose, and memory not yet written (whatever it holds): no op's result.
+  // A NaN written on purpose: no op's making.
   EXPECT_FALSE(first_non_finite_op([&] { torch::zeros({64}).fill_(nan); }, {}).has_value());
-  EXPECT_FALSE(first_non_finite_op([] { torch::empty({1 << 16}); }, {}).has_value());
+  // Memory not yet written is no op's result (the empty and resize family): a tensor of no elements
+  // grown again within its storage shows the NaN it held, from no value at all.
+  torch::Tensor regrown = torch::full({4}, nan);
+  regrown.resize_({0});
+  EXPECT_FALSE(first_non_finite_op([&] { regrown.resize_({4}); }, {}).has_value());
+  EXPECT_TRUE(regrown.isnan().all().item<bool>());  // what resize_ returned: the case is exercised
 }
 
 TEST(Divergence, TheCauseNamesThePhase) {
@@ -104,6 +129,9 @@ TEST(Divergence, TheCauseNamesThePhase) {
   EXPECT_TRUE(has(loaded, "before this run's first update") && !has(loaded, "--lr")) << loaded;
   const std::string updated = divergence_cause(weights, 3, 0.1);
   EXPECT_TRUE(has(updated, "one of this run's 3 update(s) made it so; lower --lr (now 0.1)")) << updated;
+  weights.parameter_trained = false;  // a LoRA base: no update writes it
+  const std::string frozen = divergence_cause(weights, 3, 0.1);
+  EXPECT_TRUE(has(frozen, "is not trained") && !has(frozen, "--lr")) << frozen;
 
   DivergenceFacts sharded;
   sharded.not_rerun = "under --sharding fsdp the forward is not run again";
@@ -111,6 +139,7 @@ TEST(Divergence, TheCauseNamesThePhase) {
 
   DivergenceFacts flaky;
   flaky.rerun_finite = true;
+  flaky.origin = NonFiniteOrigin{};  // an op made inf that the loss did not take up: the rerun's verdict stands
   EXPECT_TRUE(has(divergence_cause(flaky, 3, 0.1), "not reproducible"));
 }
 

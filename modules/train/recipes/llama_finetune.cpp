@@ -264,7 +264,7 @@ h5::Attributes LlamaFinetune::attributes() const {
   const std::int64_t parameters = model_->config().num_parameters();
   const std::int64_t bytes = model_->weight_nbytes();
   return {{"model_parameters", parameters},
-          {"weight_bytes", bytes},
+          {"decoder_layers", model_->config().num_hidden_layers},
           {"weight_bytes_per_parameter", static_cast<double>(bytes) / static_cast<double>(parameters)},
           {"fake_quantized_linears", static_cast<std::int64_t>(fake_quantized_.size())}};
 }
