@@ -156,6 +156,7 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
   if (p.model) {
     // Another model: what the base's attributes say of its own model's sizes does not hold for it.
     static const std::set<std::string> sizes = {"model_parameters",
+                                                "decoder_layers",
                                                 "weight_bytes",
                                                 "weight_bytes_per_parameter",
                                                 "trainable_parameters",

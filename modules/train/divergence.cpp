@@ -142,6 +142,7 @@ void rerun_in_float64(const at::RecordFunction& fn, const std::vector<c10::IValu
   const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(*fn.operator_name());
   if (!op) {
     origin.not_run = "not in the dispatcher";
+    origin.compare_around = true;
     return;
   }
   const c10::FunctionSchema& schema = op->schema();
@@ -166,6 +167,7 @@ void rerun_in_float64(const at::RecordFunction& fn, const std::vector<c10::IValu
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     origin.not_run = "no float64 kernel (" + what.substr(0, std::min(what.find('\n'), std::size_t{80})) + ")";
+    origin.compare_around = true;
     return;
   }
   std::vector<at::Tensor> results;
@@ -209,6 +211,7 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
     return;
   }
   if (found) {  // the innermost op has no float64 kernel: compare through an op around it (convolution)
+    if (!found->compare_around) return;
     NonFiniteOrigin outer;
     rerun_in_float64(fn, args->inputs, index, outer);
     if (outer.float64 == NonFiniteOrigin::InFloat64::kNotRun) return;
@@ -294,6 +297,12 @@ std::string divergence_cause(const DivergenceFacts& facts, std::int64_t updates,
     }
     return fmt::format("{} was non-finite before this step's forward: one of this run's {} update(s) made it so; {}",
                        facts.non_finite_parameter, updates, lower_lr);
+  }
+  if (!facts.non_finite_buffer.empty()) {
+    return fmt::format(
+        "buffer {} holds non-finite values that the forward read (frozen statistics, e.g. --freeze-batchnorm): the "
+        "statistics the run started from, or an earlier forward in training mode, made them so",
+        facts.non_finite_buffer);
   }
   const std::string made = "this step's forward made it from finite weights and a finite batch";
   if (!facts.not_rerun.empty()) return fmt::format("{} (its op is not named: {})", made, facts.not_rerun);

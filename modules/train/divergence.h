@@ -31,8 +31,9 @@ struct NonFiniteOrigin {
   double dtype_max = 0;      // the largest finite value of output_dtype
   /// The op run again with its floating inputs in float64 (no autocast, no autograd).
   enum class InFloat64 { kFinite, kNonFinite, kNotRun } float64 = InFloat64::kNotRun;
-  double float64_max_abs = 0;  // kFinite: the largest |x| of that result
-  std::string not_run;         // kNotRun: why ("no float64 kernel (...)")
+  double float64_max_abs = 0;   // kFinite: the largest |x| of that result
+  std::string not_run;          // kNotRun: why ("no float64 kernel (...)")
+  bool compare_around = false;  // kNotRun for want of a float64 kernel: the op around it is compared
   /// The op around `op` (the first to end after it with a non-finite result from finite inputs)
   /// rerun in float64 where `op` has no float64 kernel (aten::_convolution around
   /// aten::mkldnn_convolution); "": `op` itself.
@@ -56,8 +57,9 @@ std::optional<NonFiniteOrigin> first_non_finite_op(const std::function<void()>& 
 struct DivergenceFacts {
   std::string
       non_finite_input;  // the batch's first tensor holding NaN / inf ("tensor 0 float[8, 1, 32, 32]"); "": none
-  std::string non_finite_parameter;  // the first parameter or buffer holding NaN / inf; "": none
-  bool parameter_trained = true;     // it is one the optimizer updates (else frozen: a LoRA base, a buffer)
+  std::string non_finite_parameter;  // the first parameter holding NaN / inf; "": none
+  bool parameter_trained = true;     // it is one the optimizer updates (else frozen: a LoRA base)
+  std::string non_finite_buffer;     // a buffer holding NaN / inf that the rerun's ops read; "": none
   std::string not_rerun;             // why the forward was not rerun ("" : it was)
   bool rerun_finite = false;         // the rerun's loss was finite (not reproduced)
   std::optional<NonFiniteOrigin> origin;

@@ -211,10 +211,7 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Gene
   // A buffer the forward read (BatchNorm's running statistics, frozen): what the rerun's ops took in.
   if (!facts.origin && !facts.rerun_finite) {
     const std::string buffer = first_non_finite(buffers);
-    if (!buffer.empty()) {
-      facts.non_finite_parameter = "buffer " + buffer;
-      facts.parameter_trained = false;
-    }
+    if (!buffer.empty()) facts.non_finite_buffer = buffer;
   }
   return facts;
 }

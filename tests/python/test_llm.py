@@ -305,7 +305,7 @@ def test_ops_per_step_grow_by_the_same_count_per_decoder_layer(tmp_path):
                 "--results", results, check=True)
         with h5py.File(results, "r") as f:
             (run,) = f["runs"].values()
-            assert run.attrs["decoder_layers"] == layers
+            assert run.attrs["decoder_layers"] == layers and run.attrs["weight_bytes"] > 0
             ops[layers] = int(run["summary"][0]["ops_per_step"])
     per_layer = ops[2] - ops[1]
     assert per_layer > 50 and ops[3] - ops[2] == per_layer, ops

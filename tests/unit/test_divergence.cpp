@@ -82,6 +82,22 @@ TEST(Divergence, AnOpNonFiniteFromModerateInputsWhereFloat64IsInRangeIsAKernelDe
   EXPECT_FALSE(has(cause, "lower --lr")) << cause;
 }
 
+TEST(Divergence, AnOpInFloat64AlreadyIsNotComparedThroughTheOpAroundIt) {
+  // --precision fp64: a projection of 1e308 overflows float64 itself in aten::mm, inside
+  // aten::matmul and aten::linear, which must not be "compared in float64" as a domain error.
+  const torch::Tensor w = torch::full({3, 4}, 1e308, torch::kFloat64);
+  const std::optional<NonFiniteOrigin> origin = first_non_finite_op(
+      [&] {
+        torch::linear(torch::ones({2, 4}, torch::kFloat64), w);
+      },
+      {});
+  ASSERT_TRUE(origin.has_value());
+  EXPECT_EQ(origin->op, "aten::mm");
+  EXPECT_EQ(origin->float64, InFloat64::kNotRun);
+  EXPECT_EQ(origin->not_run, "it computes in float64 already");
+  EXPECT_TRUE(origin->compared_through.empty()) << origin->compared_through;
+}
+
 TEST(Divergence, ADomainErrorIsNonFiniteInFloat64Too) {
   const std::optional<NonFiniteOrigin> origin = first_non_finite_op(
       [] {
@@ -132,6 +148,13 @@ TEST(Divergence, TheCauseNamesThePhase) {
   weights.parameter_trained = false;  // a LoRA base: no update writes it
   const std::string frozen = divergence_cause(weights, 3, 0.1);
   EXPECT_TRUE(has(frozen, "is not trained") && !has(frozen, "--lr")) << frozen;
+
+  DivergenceFacts statistics;
+  statistics.non_finite_buffer = "features.1.running_var";
+  const std::string frozen_statistics = divergence_cause(statistics, 3, 0.1);
+  EXPECT_TRUE(has(frozen_statistics, "buffer features.1.running_var holds non-finite values that the forward read") &&
+              !has(frozen_statistics, "--lr"))
+      << frozen_statistics;
 
   DivergenceFacts sharded;
   sharded.not_rerun = "under --sharding fsdp the forward is not run again";

@@ -265,6 +265,7 @@ h5::Attributes LlamaFinetune::attributes() const {
   const std::int64_t bytes = model_->weight_nbytes();
   return {{"model_parameters", parameters},
           {"decoder_layers", model_->config().num_hidden_layers},
+          {"weight_bytes", bytes},
           {"weight_bytes_per_parameter", static_cast<double>(bytes) / static_cast<double>(parameters)},
           {"fake_quantized_linears", static_cast<std::int64_t>(fake_quantized_.size())}};
 }
