@@ -208,6 +208,23 @@ def test_absurd_model_sizes_are_refused_naming_config_json(tmp_path, sizes, need
     assert proc.returncode == 1 and needle in proc.stderr and "config.json" in proc.stderr, proc.stderr
 
 
+def save_random_llama(path, layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, positions=256, edit=None):
+    """A randomly initialised transformers LlamaForCausalLM (seed 0, vocab 2256: tiktoken_small's,
+    head_dim 16 unless hidden / heads says otherwise, untied) saved at path as a Hugging Face
+    checkpoint; edit(model) changes its weights (under no_grad) before saving."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=2256, hidden_size=hidden, intermediate_size=intermediate,
+                                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                                      head_dim=hidden // heads, max_position_embeddings=positions, rope_theta=500000.0)
+    model = transformers.LlamaForCausalLM(config)
+    if edit is not None:
+        with torch.no_grad():
+            edit(model)
+    model.save_pretrained(path)
+
+
 @pytest.mark.parametrize("recipe", ["lora", "qlora"])
 def test_loading_a_checkpoint_leaves_no_file_pages_resident(tmp_path, recipe):
     """A Hugging Face checkpoint's tensors are read into their destination (NF4 ones quantised and
@@ -215,15 +232,10 @@ def test_loading_a_checkpoint_leaves_no_file_pages_resident(tmp_path, recipe):
     (issue 32: +80 % of a 327 MB file before). A 79M-parameter fp32 Llama (316 MB), one step."""
     if not os.path.exists(SMALL_TOKENIZER):
         pytest.skip("no tiktoken_small.model")
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     h5py = pytest.importorskip("h5py")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=2256, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                                      num_attention_heads=12, num_key_value_heads=4, head_dim=64,
-                                      max_position_embeddings=1024, rope_theta=500000.0)
     checkpoint, random = tmp_path / "checkpoint", tmp_path / "random"
-    transformers.LlamaForCausalLM(config).save_pretrained(checkpoint)
+    save_random_llama(checkpoint, layers=12, hidden=768, intermediate=2048, heads=12, kv_heads=4, positions=1024)
     random.mkdir()
     (random / "config.json").write_text((checkpoint / "config.json").read_text())
     file_bytes = (checkpoint / "model.safetensors").stat().st_size
@@ -251,17 +263,9 @@ def test_a_loss_the_loaded_weights_make_non_finite_is_not_put_on_the_learning_ra
     advise a lower --lr. The run is marked failed with that cause."""
     if not os.path.exists(SMALL_TOKENIZER):
         pytest.skip("no tiktoken_small.model")
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     h5py = pytest.importorskip("h5py")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=2256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                      max_position_embeddings=256, rope_theta=500000.0)
-    model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight.fill_(3e38)
-    model.save_pretrained(tmp_path / "huge")
+    save_random_llama(tmp_path / "huge", edit=lambda model: model.lm_head.weight.fill_(3e38))
     results = tmp_path / "r.h5"
     proc = mgbench("llm", "--recipe", "lora", "--model", tmp_path / "huge", "--tokenizer", SMALL_TOKENIZER,
                    "--dataset", "alpaca", "--data", ALPACA, "--limit", "4", "--batch-size", "1", "--max-steps", "2",
@@ -288,16 +292,11 @@ def test_ops_per_step_grow_by_the_same_count_per_decoder_layer(tmp_path):
     optimizer's ops, or counted another thread's (the loader's), would break the equal steps."""
     if not os.path.exists(SMALL_TOKENIZER):
         pytest.skip("no tiktoken_small.model")
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     h5py = pytest.importorskip("h5py")
     ops = {}
     for layers in (1, 2, 3):
-        torch.manual_seed(0)
-        config = transformers.LlamaConfig(vocab_size=2256, hidden_size=64, intermediate_size=128,
-                                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                                          head_dim=16, max_position_embeddings=256, rope_theta=500000.0)
-        transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / f"l{layers}")
+        save_random_llama(tmp_path / f"l{layers}", layers=layers)
         results = tmp_path / f"l{layers}.h5"
         mgbench("llm", "--recipe", "lora", "--model", tmp_path / f"l{layers}", "--tokenizer", SMALL_TOKENIZER,
                 "--dataset", "alpaca", "--data", ALPACA, "--limit", "8", "--batch-size", "2", "--max-steps", "3",
