@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "report/report.h"
+#include "report/run_cells.h"
 #include "report/stragglers.h"
 #include "report/table.h"
 
@@ -152,6 +153,20 @@ void print_phases(std::ostream& out, const std::vector<results::RunRecord>& runs
   }
 }
 
+namespace {
+
+/// The host's side of a step (issue 47): the ATen operators rank 0 dispatched in one optimizer step.
+void print_host_ops(std::ostream& out, const results::RunRecord& run) {
+  if (run.summary.ops_per_step < 0) return;
+  const double per_layer = ops_per_layer_step(run);
+  out << fmt::format(
+      "# host (rank 0): {} ATen ops dispatched per optimizer step{}, as torch.profiler counts aten:: "
+      "events\n",
+      run.summary.ops_per_step, std::isfinite(per_layer) ? fmt::format(", {:.0f} per decoder layer", per_layer) : "");
+}
+
+}  // namespace
+
 void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, std::size_t top_kernels) {
   const auto rank_columns = text_columns({{"rank", "", -6},
                                           {"window", "(s)", 9},
@@ -177,7 +192,9 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
                        run.display("world_size"), run.display("strategy"), run.display("precision"),
                        run.display("pin_memory"), run.display("upscale"), run.display("image_size"));
     if (run.cuda.empty()) {
-      out << ": none recorded (CPU run, or --cupti false)\n\n";
+      out << ": none recorded (CPU run, or --cupti false)\n";
+      print_host_ops(out, run);
+      out << "\n";
       continue;
     }
     out << fmt::format(", profile window {}\n", run.display("profile_window"));
@@ -189,6 +206,7 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
     }
     write_table(out, api_columns, cuda_api_rows(run), /*csv=*/false);
     write_table(out, kernel_columns, top_kernel_rows(run, top_kernels), /*csv=*/false);
+    print_host_ops(out, run);
     out << "\n";
   }
 }

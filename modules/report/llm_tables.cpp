@@ -80,15 +80,6 @@ double state_mib(const LlmRow& w) {
   return bytes / (1024.0 * 1024.0);
 }
 
-/// ATen operators dispatched per optimizer step and decoder layer (the summary's ops_per_step over
-/// the attribute decoder_layers: how much dispatching a layer costs the host, issue 47); NaN where
-/// not counted (one step, files before schema 10).
-double ops_per_layer_step(const LlmRow& w) {
-  const auto layers = w.run->integer("decoder_layers");
-  if (w.run->summary.ops_per_step < 0 || !layers || *layers <= 0) return results::kNaN;
-  return static_cast<double>(w.run->summary.ops_per_step) / static_cast<double>(*layers);
-}
-
 /// The LLM table's columns, in the table's (and the CSV's) order.
 std::vector<Column<LlmRow>> llm_columns() {
   auto attribute = [](const char* name) { return [name](const LlmRow& w) { return w.run->display(name); }; };
@@ -118,8 +109,9 @@ std::vector<Column<LlmRow>> llm_columns() {
       {"eff_1rank", "(%)", 9, "efficiency_vs_1_rank_pct", [](const LlmRow& w) { return percent(w.efficiency); }},
       {"MFU", "(%)", 6, "mfu_pct", [](const LlmRow& w) { return number(w.run->summary.mfu * 100.0, 1); },
        [](const LlmRow& w) { return number(w.run->summary.mfu * 100.0, 2); }},
-      {"ops/layer", "(step)", 9, "ops_per_layer_step", [](const LlmRow& w) { return number(ops_per_layer_step(w), 0); },
-       [](const LlmRow& w) { return number(ops_per_layer_step(w), 1); }},
+      {"ops/layer", "(step)", 9, "ops_per_layer_step",
+       [](const LlmRow& w) { return number(ops_per_layer_step(*w.run), 0); },
+       [](const LlmRow& w) { return number(ops_per_layer_step(*w.run), 1); }},
       {"", "", 0, "ops_per_step",
        [](const LlmRow& w) {
          const std::int64_t ops = w.run->summary.ops_per_step;

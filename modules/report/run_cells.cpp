@@ -11,6 +11,12 @@ double peak_memory_mib(const results::RunRecord& r) {
   return r.summary.peak_memory_bytes >= 0 ? static_cast<double>(r.summary.peak_memory_bytes) / kMiB : results::kNaN;
 }
 
+double ops_per_layer_step(const results::RunRecord& r) {
+  const auto layers = r.integer("decoder_layers");
+  if (r.summary.ops_per_step < 0 || !layers || *layers <= 0) return results::kNaN;
+  return static_cast<double>(r.summary.ops_per_step) / static_cast<double>(*layers);
+}
+
 std::string short_model(const results::RunRecord& r) {
   std::string model = r.display("model");
   return model.size() > 16 ? "..." + model.substr(model.size() - 13) : model;

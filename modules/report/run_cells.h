@@ -16,6 +16,11 @@ std::string percent(const std::optional<double>& v);
 /// Rank 0's peak memory in MiB (GPU: the caching allocator's peak; CPU: peak resident set); NaN unrecorded.
 double peak_memory_mib(const results::RunRecord& r);
 
+/// ATen operators rank 0 dispatched per optimizer step and decoder layer (the summary's ops_per_step
+/// over the LLM attribute decoder_layers: the host's work a layer costs, issue 47); NaN where not
+/// counted (a run of one step, files before schema 10) or without decoder layers (image runs).
+double ops_per_layer_step(const results::RunRecord& r);
+
 /// A model path cut to its last 13 characters for a 16-character column.
 std::string short_model(const results::RunRecord& r);
 

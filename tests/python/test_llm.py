@@ -311,6 +311,9 @@ def test_ops_per_step_grow_by_the_same_count_per_decoder_layer(tmp_path):
     csv = mgbench("report", tmp_path / "l2.h5", "--csv", check=True).stdout.splitlines()
     row = dict(zip(csv[0].split(","), csv[1].split(",")))
     assert int(row["ops_per_step"]) == ops[2] and float(row["ops_per_layer_step"]) == ops[2] / 2, row
+    cuda = mgbench("report", "--cuda", tmp_path / "l2.h5", check=True).stdout
+    assert f"# host (rank 0): {ops[2]} ATen ops dispatched per optimizer step, {ops[2] / 2:.0f} per decoder layer" \
+        in cuda, cuda
 
 
 DPO_DATA = os.path.join(SHARED, "text", "dpo", "stack_exchange_paired_tiny_torchtune.json")
