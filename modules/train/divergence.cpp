@@ -40,6 +40,13 @@ void for_each_tensor(const c10::IValue& v, F&& f) {
   }
 }
 
+/// The tensors of op arguments or results, in order.
+std::vector<at::Tensor> tensors_in(const std::vector<c10::IValue>& values) {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : values) for_each_tensor(v, [&](const at::Tensor& t) { out.push_back(t); });
+  return out;
+}
+
 /// Ops whose result is memory not yet written: NaN there is no op's doing.
 bool returns_uninitialised(const std::string& name) {
   return name.find("empty") != std::string::npos || name.find("resize") != std::string::npos || name == "aten::set_";
@@ -117,7 +124,7 @@ std::string describe_inputs(const at::RecordFunction& fn, const std::vector<c10:
       const double m = max_abs(t);
       largest = std::max(largest, m);
       const auto name = seen.names.find(storage_of(t));
-      parts.push_back(fmt::format("{}[{}] |x|<={:.3g}{}", c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", "), m,
+      parts.push_back(fmt::format("{} |x|<={:.3g}{}", dtype_and_shape(t), m,
                                   name == seen.names.end() ? "" : " (" + name->second + ")"));
     });
   }
@@ -170,8 +177,7 @@ void rerun_in_float64(const at::RecordFunction& fn, const std::vector<c10::IValu
     origin.compare_around = true;
     return;
   }
-  std::vector<at::Tensor> results;
-  for (const c10::IValue& v : stack) for_each_tensor(v, [&](const at::Tensor& t) { results.push_back(t); });
+  const std::vector<at::Tensor> results = tensors_in(stack);
   if (result >= results.size() || !judged(results[result])) {
     origin.not_run = "its float64 results differ in number";
     return;
@@ -191,8 +197,7 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   std::optional<NonFiniteOrigin>& found = observing->found;
   if (found && found->float64 != NonFiniteOrigin::InFloat64::kNotRun) return;
   const QuietOps quiet;
-  std::vector<at::Tensor> results;
-  for (const c10::IValue& v : fn.outputs()) for_each_tensor(v, [&](const at::Tensor& t) { results.push_back(t); });
+  const std::vector<at::Tensor> results = tensors_in(fn.outputs());
   std::size_t index = 0;
   while (index < results.size() && !(judged(results[index]) && !finite(results[index]))) ++index;
   const at::Tensor* bad = index < results.size() ? &results[index] : nullptr;
@@ -270,6 +275,10 @@ std::optional<NonFiniteOrigin> first_non_finite_op(const std::function<void()>& 
     run();
   }
   return std::move(seen.found);
+}
+
+std::string dtype_and_shape(const torch::Tensor& t) {
+  return fmt::format("{}[{}]", c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", "));
 }
 
 std::string first_non_finite(const NamedTensors& named) {

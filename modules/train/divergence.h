@@ -65,6 +65,9 @@ struct DivergenceFacts {
   std::optional<NonFiniteOrigin> origin;
 };
 
+/// A tensor's dtype and shape as the divergence messages write them: "Float[8, 1, 32, 32]".
+std::string dtype_and_shape(const torch::Tensor& t);
+
 /// The first of `named` (in order) holding NaN or +-inf, as "name"; "" when all are finite. Tensors
 /// of other dtypes than float64, float32, float16 and bfloat16 (integers, float8, complex) and
 /// without values (meta, mkldnn) are not judged.

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -21,11 +20,17 @@
 namespace mgbench::train {
 namespace {
 
-/// A copy of the default CPU generator, taken under its lock (the loader thread may draw from it).
+/// A copy of the default CPU generator, and the generator set back to one, each under its lock
+/// (the loader thread may draw from it).
 at::Generator cpu_generator_state() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   const std::lock_guard<std::mutex> lock(generator.mutex());
   return generator.clone();
+}
+void restore_cpu_generator(const at::Generator& state) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state.get_state());
 }
 
 /// The loss and metrics of a step's micro-batches, kept on the device until the step's one sync.
@@ -163,8 +168,7 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Gene
   NamedTensors batch;
   for (std::size_t k = 0; k < input.tensors.size(); ++k) {
     const torch::Tensor& t = input.tensors[k];
-    batch.emplace_back(fmt::format("tensor {} {}[{}]", k, c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", ")),
-                       t);
+    batch.emplace_back(fmt::format("tensor {} {}", k, dtype_and_shape(t)), t);
   }
   facts.non_finite_input = first_non_finite(batch);
   if (!facts.non_finite_input.empty()) return facts;
@@ -194,11 +198,7 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Gene
   NamedTensors named = trained;
   named.insert(named.end(), frozen.begin(), frozen.end());
   named.insert(named.end(), buffers.begin(), buffers.end());
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();  // the random draws of the first forward (dropout)
-    const std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng.get_state());
-  }
+  restore_cpu_generator(rng);  // the random draws of the first forward (dropout)
   bool rerun_finite = false;
   facts.origin = first_non_finite_op(
       [&] {
