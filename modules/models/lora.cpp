@@ -1,5 +1,9 @@
 #include "models/lora.h"
 
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -7,8 +11,127 @@
 #include "models/state_dict.h"
 
 namespace mgbench::models {
+namespace {
 
 namespace nn = torch::nn;
+using torch::Tensor;
+
+/// t in dtype: itself when it already is one (no dispatched op).
+Tensor in_dtype(const Tensor& t, torch::ScalarType dtype) { return t.scalar_type() == dtype ? t : t.to(dtype); }
+
+/// y = x W^T + (s xa A^T) B^T as one autograd node (LoraLinearImpl's forward). A chain of
+/// nn::Linear layers costs autograd a matmul's reshape, mm and view nodes per product, a scale node
+/// and an add node; this node's forward is three GEMMs on 2-D views, the adapter folded into the
+/// base output by addmm, and its backward the GEMMs of the gradients that are needed, no more.
+/// Tensor arguments, by autograd's input index: 0 x (the base input, [..., in]), 1 xa (the
+/// adapter's input when it is not x: dropout(x) with fake quantisation or dropout; else undefined),
+/// 2 weight (the dense base [out, in]; undefined with nf4), 3 A [r, in], 4 B [out, r] (undefined:
+/// no adapter). nf4: the NF4 base, dequantised in forward and again in backward, so that only the
+/// packed weight is kept (torchao's LinearNF4).
+class Projection : public torch::autograd::Function<Projection> {
+ public:
+  /// The optional tensors are passed as std::optional (autograd takes an undefined Tensor for an
+  /// input with a device), so their autograd input indices are those of the present ones.
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const std::optional<Tensor>& xa_arg,
+                        const std::optional<Tensor>& weight_arg, const std::optional<Tensor>& lora_a_arg,
+                        const std::optional<Tensor>& lora_b_arg, double scaling, const Nf4Weight* nf4) {
+    const Tensor xa = xa_arg.value_or(Tensor()), weight = weight_arg.value_or(Tensor());
+    const Tensor lora_a = lora_a_arg.value_or(Tensor()), lora_b = lora_b_arg.value_or(Tensor());
+    std::vector<std::int64_t> edges{0};  // per tensor argument, its autograd input index (-1: absent)
+    for (const Tensor* t : {&xa, &weight, &lora_a, &lora_b}) {
+      edges.push_back(t->defined() ? *std::max_element(edges.begin(), edges.end()) + 1 : -1);
+    }
+    ctx->saved_data["edges"] = edges;
+    const std::int64_t in = x.size(-1);
+    const Tensor x2 = x.reshape({-1, in});
+    const bool adapter = lora_a.defined();
+    const Tensor xa2 = adapter && xa.defined() ? xa.reshape({-1, in}) : x2;
+    const Tensor w = nf4 != nullptr ? nf4->dequantize().to(x.scalar_type()) : weight;
+    Tensor y, low;  // low: xa A^T [N, r]
+    if (adapter) {
+      // The scaling as the GEMMs' alpha: no op of its own, forward or backward.
+      low = at::mm(xa2, lora_a.t());
+      y = at::addmm(at::mm(x2, w.t()), low, lora_b.t(), /*beta=*/1, /*alpha=*/scaling);
+    } else {
+      y = at::mm(x2, w.t());
+    }
+    // What backward reads, as autograd's mm saves it: an operand only where a gradient needs it.
+    const bool grad_x = x.requires_grad(), grad_w = weight.defined() && weight.requires_grad();
+    const bool grad_a = adapter && lora_a.requires_grad(), grad_b = adapter && lora_b.requires_grad();
+    const bool grad_xa = adapter && xa.defined() && xa.requires_grad();
+    ctx->save_for_backward({grad_w || (grad_a && !xa.defined()) ? x : Tensor(), grad_a && xa.defined() ? xa : Tensor(),
+                            grad_x && nf4 == nullptr ? weight : Tensor(),
+                            grad_x || grad_xa || grad_a ? lora_a : Tensor(), adapter ? lora_b : Tensor(),
+                            grad_b ? low : Tensor()});
+    ctx->saved_data["scaling"] = scaling;
+    ctx->saved_data["adapter_reads_x"] = adapter && !xa.defined();
+    if (nf4 != nullptr && grad_x) {
+      ctx->saved_data["nf4_data"] = nf4->quantized_data();
+      ctx->saved_data["nf4_scalers"] = nf4->quantized_scalers();
+      ctx->saved_data["nf4_factor"] = nf4->quantization_factor();
+      ctx->saved_data["nf4_mean"] = nf4->scaler_mean();
+      ctx->saved_data["nf4_shape"] = nf4->shape();
+      ctx->saved_data["nf4_dtype"] = static_cast<std::int64_t>(nf4->dtype());
+    }
+    std::vector<std::int64_t> shape = x.sizes().vec();
+    shape.back() = y.size(1);
+    return y.view(shape);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &xa = saved[1], &weight = saved[2], &lora_b = saved[4], &low = saved[5];
+    const double s = ctx->saved_data["scaling"].toDouble();
+    const Tensor& g = grad_outputs[0];
+    const torch::ScalarType dtype = g.scalar_type();  // the forward's compute dtype (autocast's, if on)
+    const Tensor g2 = g.reshape({-1, g.size(-1)});
+    const auto flat = [dtype](const Tensor& t) { return in_dtype(t.reshape({-1, t.size(-1)}), dtype); };
+    const std::vector<std::int64_t> edges = ctx->saved_data["edges"].toIntVector();
+    const auto needs = [&](std::size_t i) { return edges[i] >= 0 && ctx->needs_input_grad(edges[i]); };
+    const bool adapter = lora_b.defined();
+    const Tensor lora_a = saved[3].defined() ? in_dtype(saved[3], dtype) : Tensor();
+    // The scaling as alpha again; with beta 0 the GEMMs' `self` (a tensor of the result's shape) is
+    // not read.
+    Tensor gx, gxa, gw, ga, gb, g_b;  // g_b: g B [N, r]; the gradient of xa A^T is s g_b
+    if (adapter) {
+      const Tensor b = in_dtype(lora_b, dtype);
+      g_b = at::mm(g2, b);
+      if (needs(4)) gb = at::addmm(b, g2.t(), low, /*beta=*/0, /*alpha=*/s);
+      if (needs(3)) ga = at::addmm(lora_a, g_b.t(), flat(xa.defined() ? xa : x), /*beta=*/0, /*alpha=*/s);
+      if (needs(1)) {
+        gxa = at::mm(g_b, lora_a).mul_(s);
+        gxa = gxa.view(input_sizes(g, gxa.size(1)));
+      }
+    }
+    if (needs(0)) {
+      const Tensor w = weight.defined() ? in_dtype(weight, dtype) : saved_nf4(ctx).dequantize().to(dtype);
+      gx = at::mm(g2, w);
+      // The adapter's share when its input is x itself: into the same product's output.
+      if (ctx->saved_data["adapter_reads_x"].toBool()) gx.addmm_(g_b, lora_a, /*beta=*/1, /*alpha=*/s);
+      gx = gx.view(input_sizes(g, gx.size(1)));
+    }
+    if (needs(2)) gw = at::mm(g2.t(), flat(x));
+    return {gx, gxa, gw, ga, gb, Tensor(), Tensor()};
+  }
+
+ private:
+  /// The input's sizes: the output gradient's with in-features last.
+  static std::vector<std::int64_t> input_sizes(const Tensor& g, std::int64_t in) {
+    std::vector<std::int64_t> shape = g.sizes().vec();
+    shape.back() = in;
+    return shape;
+  }
+
+  static Nf4Weight saved_nf4(torch::autograd::AutogradContext* ctx) {
+    auto& s = ctx->saved_data;
+    return Nf4Weight::from_parts(s["nf4_data"].toTensor(), s["nf4_scalers"].toTensor(), s["nf4_factor"].toTensor(),
+                                 s["nf4_mean"].toTensor(), s["nf4_shape"].toIntVector(),
+                                 static_cast<torch::ScalarType>(s["nf4_dtype"].toInt()));
+  }
+};
+
+}  // namespace
 
 std::vector<std::string> LoraOptions::hf_targets() const {
   std::vector<std::string> out;
@@ -74,10 +197,21 @@ torch::Tensor LoraLinearImpl::base_weight() const {
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor out = is_nf4() ? linear_nf4(x, nf4) : torch::nn::functional::linear(base_input(x), base_weight());
-  // The scaling on the rank-r activations ([N, r], not [N, out]): one small multiply each way.
-  if (has_lora() && adapter_enabled) out = out + lora_b(lora_a(dropout(x)) * scaling);
-  return out;
+  MGBENCH_REQUIRE(x.dim() >= 1 && x.size(-1) == in_features, std::invalid_argument,
+                  "LoraLinear: input {} does not end in the layer's {} in-features", shape_text(x.sizes()),
+                  in_features);
+  const torch::Tensor base_x = is_nf4() ? x : base_input(x);
+  const bool adapter = has_lora() && adapter_enabled;
+  torch::Tensor adapter_x;  // undefined: the adapter reads base_x
+  if (adapter) {
+    const torch::Tensor dropped = dropout->options.p() > 0 ? dropout(x) : x;
+    if (!dropped.is_same(base_x)) adapter_x = dropped;
+  }
+  using Optional = std::optional<torch::Tensor>;
+  return Projection::apply(base_x, adapter_x.defined() ? Optional(adapter_x) : std::nullopt,
+                           is_nf4() ? std::nullopt : Optional(base_weight()),
+                           adapter ? Optional(lora_a->weight) : std::nullopt,
+                           adapter ? Optional(lora_b->weight) : std::nullopt, scaling, is_nf4() ? &nf4 : nullptr);
 }
 
 void LoraLinearImpl::merge_lora() {

@@ -38,18 +38,25 @@ enum class BaseWeights {
 /// Int8DynActInt4WeightQATLinear, as one layer:
 ///   y = base(x) + B ((alpha / rank) A dropout(x))  (the adapter's term while enabled; the scaling
 ///                                                  on the [N, rank] activations, not the [N, out]
-///                                                  product as TorchTune and PEFT do: bitwise the
-///                                                  same when alpha / rank is a power of two, as
-///                                                  the defaults', else within one rounding),
-///   base(x) = linear_nf4(x, W)                    (NF4),
-///           = linear(fq_a(x), fq_w(W))            (fake quantisation on),
-///           = linear(x, W)                        (otherwise).
+///                                                  product as TorchTune and PEFT do: the same
+///                                                  values when alpha / rank is a power of two, as
+///                                                  the defaults'),
+///   base(x) = x W^T, W^ = dequantised NF4          (NF4: torchao's linear_nf4; only the packed
+///                                                  weight is kept for backward, which dequantises
+///                                                  again),
+///           = fq_a(x) fq_w(W)^T                    (fake quantisation on),
+///           = x W^T                                (otherwise).
+/// The whole of it is one autograd node (lora.cpp's Projection): three GEMMs forward on [N, in]
+/// views, the adapter's product added into the base output by addmm (one rounding where TorchTune
+/// rounds the two terms and their sum: within one rounding of TorchTune's output), and backward the
+/// GEMMs of the gradients that are needed (issue 47: the host's ops per decoder layer).
 class LoraLinearImpl : public torch::nn::Module {
  public:
   /// kDense: parameter "weight" [out, in] in the default dtype, uninitialised (the model
   /// initialises it); kNf4: no weight parameter until quantize_base() gives the NF4 weight.
   LoraLinearImpl(std::int64_t in_features, std::int64_t out_features, BaseWeights base = BaseWeights::kDense);
-  /// x: [..., in] -> [..., out].
+  /// x: [..., in] -> [..., out], in x's dtype (the compute dtype under autocast). Throws
+  /// std::invalid_argument when x does not end in in_features.
   torch::Tensor forward(const torch::Tensor& x);
   /// Adds the adapter (A Kaiming-uniform as nn::Linear's default, B zeros) in the base weight's
   /// dtype and device, and freezes the base weight.

@@ -29,33 +29,6 @@ torch::Tensor block_absmax(const torch::Tensor& flat, std::int64_t block) {
   return std::get<0>(flat.view({flat.numel() / block, block}).abs().max(1));
 }
 
-class LinearNf4 : public torch::autograd::Function<LinearNf4> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const Nf4Weight& weight) {
-    // The packed tensors (shared, not copied), not the dequantised weight, are kept for backward.
-    ctx->saved_data["data"] = weight.quantized_data();
-    ctx->saved_data["scalers"] = weight.quantized_scalers();
-    ctx->saved_data["factor"] = weight.quantization_factor();
-    ctx->saved_data["mean"] = weight.scaler_mean();
-    ctx->saved_data["shape"] = weight.shape();
-    ctx->saved_data["dtype"] = static_cast<std::int64_t>(weight.dtype());
-    return torch::nn::functional::linear(x, weight.dequantize().to(x.scalar_type()));
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs) {
-    auto& saved = ctx->saved_data;
-    const Nf4Weight weight = Nf4Weight::from_parts(
-        saved["data"].toTensor(), saved["scalers"].toTensor(), saved["factor"].toTensor(), saved["mean"].toTensor(),
-        saved["shape"].toIntVector(), static_cast<torch::ScalarType>(saved["dtype"].toInt()));
-    const torch::Tensor& gy = grad_outputs[0];
-    return {torch::matmul(gy, weight.dequantize().to(gy.scalar_type())), torch::Tensor()};
-  }
-};
-
-}  // namespace
-
-namespace {
-
 /// The tables of one (dtype, device), built once: the 16 codes and the 256 byte -> code pairs.
 struct CodeTables {
   torch::Tensor codes;  // [16]
@@ -189,13 +162,6 @@ std::int64_t Nf4Weight::nbytes() const {
 
 std::int64_t Nf4Weight::sharded_nbytes(std::int64_t numel, std::int64_t dtype_bytes) {
   return numel / 2 + numel / kBlockSize + numel / kNumelMultiple * dtype_bytes;
-}
-
-torch::Tensor linear_nf4(const torch::Tensor& x, const Nf4Weight& weight) {
-  MGBENCH_REQUIRE(weight.defined() && weight.shape().size() == 2 && x.dim() >= 1 && x.size(-1) == weight.shape()[1],
-                  std::invalid_argument, "linear_nf4: input [{}] does not fit an NF4 weight of shape [{}]",
-                  fmt::join(x.sizes(), ", "), fmt::join(weight.shape(), ", "));
-  return LinearNf4::apply(x, weight);
 }
 
 }  // namespace mgbench::models

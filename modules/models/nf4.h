@@ -77,9 +77,4 @@ torch::Tensor nf4_codes(torch::ScalarType dtype, torch::Device device);
 /// indices at once in dequantize). Built once per (dtype, device), like nf4_codes. Read-only.
 torch::Tensor nf4_code_pairs(torch::ScalarType dtype, torch::Device device);
 
-/// y = linear(x, W^) with W^ = weight.dequantize() (cast to x's dtype), without a weight gradient:
-/// backward gives grad_x = grad_y @ W^, dequantising again, so only the packed weight is kept for
-/// backward (torchao's LinearNF4). x: [..., in] -> [..., out].
-torch::Tensor linear_nf4(const torch::Tensor& x, const Nf4Weight& weight);
-
 }  // namespace mgbench::models

@@ -1,4 +1,5 @@
-// Quantised fine-tuning's pieces, bitwise against torchao 0.11 and TorchTune 0.6.1
+// Quantised fine-tuning's pieces, bitwise against torchao 0.11 and TorchTune 0.6.1 (the LoRA
+// layers' outputs as accurate as TorchTune's: QloraLinear's test)
 // (tests/python/quant_oracles.py): NF4 quantisation and dequantisation, the QLoRA linear,
 // 8da4w fake quantisation with its straight-through gradients, the int4 convert, QAT-LoRA.
 #include <gtest/gtest.h>
@@ -118,6 +119,34 @@ TEST(Nf4, BytesPerParameterAndErrors) {
   test::expect_error<std::invalid_argument>([] { Nf4Weight::quantize(torch::randn({2, 128, 128})); }, {"2-D"});
 }
 
+/// ours as accurate as theirs: the same dtype and shape, and max |ours - exact| <= max |theirs -
+/// exact| (exact: the same expression in float64). For mgbench's LoRA output, which adds the
+/// adapter's product into the base GEMM's output (one rounding) where TorchTune rounds both terms
+/// and then their sum.
+::testing::AssertionResult as_accurate(const torch::Tensor& ours, const torch::Tensor& theirs,
+                                       const torch::Tensor& exact) {
+  if (ours.scalar_type() != theirs.scalar_type() || ours.sizes() != theirs.sizes()) {
+    return ::testing::AssertionFailure() << c10::toString(ours.scalar_type()) << ours.sizes() << " vs "
+                                         << c10::toString(theirs.scalar_type()) << theirs.sizes();
+  }
+  const double ours_error = (ours.to(torch::kFloat64) - exact).abs().max().item<double>();
+  const double theirs_error = (theirs.to(torch::kFloat64) - exact).abs().max().item<double>();
+  if (ours_error <= theirs_error) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max |error| " << ours_error << ", theirs " << theirs_error;
+}
+
+/// y = x W^T + s (x A^T) B^T and its input gradient g W + s (g B) A in float64.
+torch::Tensor lora_exact(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& a, const torch::Tensor& b,
+                         double s) {
+  const auto f64 = [](const torch::Tensor& t) { return t.to(torch::kFloat64); };
+  return torch::matmul(f64(x), f64(w).t()) + s * torch::matmul(torch::matmul(f64(x), f64(a).t()), f64(b).t());
+}
+torch::Tensor lora_exact_grad_x(const torch::Tensor& g, const torch::Tensor& w, const torch::Tensor& a,
+                                const torch::Tensor& b, double s) {
+  const auto f64 = [](const torch::Tensor& t) { return t.to(torch::kFloat64); };
+  return torch::matmul(f64(g), f64(w)) + s * torch::matmul(torch::matmul(f64(g), f64(b)), f64(a));
+}
+
 /// A LoraLinear with the oracle's base weight and adapters.
 LoraLinear lora_layer(const std::string& prefix, std::int64_t in, std::int64_t out, std::int64_t rank, double alpha,
                       models::BaseWeights base) {
@@ -138,15 +167,18 @@ LoraLinear lora_layer(const std::string& prefix, std::int64_t in, std::int64_t o
   return layer;
 }
 
-TEST(QloraLinear, ForwardDisabledAdaptersAndGradientsBitwiseEqualTorchTune) {
+// The adapters' gradients bitwise; the output and the input's gradient, where mgbench adds the
+// adapter's product into the base product's output, as accurate as TorchTune's (as_accurate).
+TEST(QloraLinear, ForwardDisabledAdaptersAndGradientsEqualTorchTune) {
   SKIP_WITHOUT_QUANT_ORACLE();
   LoraLinear layer = lora_layer("qlora", 256, 128, 8, 16.0, models::BaseWeights::kNf4);
   EXPECT_FALSE(layer->weight.defined());  // no dense copy of the base
   const torch::Tensor x = at("qlora.x").clone().requires_grad_(true);
   const torch::Tensor y = layer->forward(x);
-  EXPECT_TRUE(bitwise_equal(y.detach(), at("qlora.y")));
+  const torch::Tensor w = layer->nf4.dequantize(), a = at("qlora.lora_a"), b = at("qlora.lora_b");
+  EXPECT_TRUE(as_accurate(y.detach(), at("qlora.y"), lora_exact(at("qlora.x"), w, a, b, 2.0)));
   y.backward(at("qlora.grad_y"));
-  EXPECT_TRUE(bitwise_equal(x.grad(), at("qlora.grad_x")));
+  EXPECT_TRUE(as_accurate(x.grad(), at("qlora.grad_x"), lora_exact_grad_x(at("qlora.grad_y"), w, a, b, 2.0)));
   EXPECT_TRUE(bitwise_equal(layer->lora_a->weight.grad(), at("qlora.grad_lora_a")));
   EXPECT_TRUE(bitwise_equal(layer->lora_b->weight.grad(), at("qlora.grad_lora_b")));
   layer->adapter_enabled = false;
@@ -198,13 +230,20 @@ TEST(FakeQuant8da4w, ActivationsWeightsOutputsAndGradientsBitwiseEqualTorchao) {
   EXPECT_EQ(cases, 4);
 }
 
-TEST(FakeQuant8da4w, QatLoraLinearBitwiseEqualTorchTune) {
+// As QLoRA's: the gradients bitwise, the output as accurate as TorchTune's.
+TEST(FakeQuant8da4w, QatLoraLinearEqualsTorchTune) {
   SKIP_WITHOUT_QUANT_ORACLE();
   LoraLinear layer = lora_layer("qat_lora", 512, 64, 4, 8.0, models::BaseWeights::kDense);
   layer->enable_fake_quant(256);
   const torch::Tensor x = at("qat_lora.x").clone().requires_grad_(true);
   const torch::Tensor y = layer->forward(x);
-  EXPECT_TRUE(bitwise_equal(y.detach(), at("qat_lora.y")));
+  // The base product is fq_a(x) fq_w(W)^T (bitwise torchao's: the test above); the adapter reads x.
+  const torch::Tensor fq_x = models::fake_quantize_per_token_int8(at("qat_lora.x"));
+  const torch::Tensor fq_w = models::fake_quantize_per_group_int4(at("qat_lora.weight"), 256);
+  const torch::Tensor a = at("qat_lora.lora_a"), b = at("qat_lora.lora_b");
+  const torch::Tensor exact = lora_exact(at("qat_lora.x"), torch::zeros_like(fq_w), a, b, 2.0) +
+                              torch::matmul(fq_x.to(torch::kFloat64), fq_w.to(torch::kFloat64).t());
+  EXPECT_TRUE(as_accurate(y.detach(), at("qat_lora.y"), exact));
   y.backward(at("qat_lora.grad_y"));
   EXPECT_TRUE(bitwise_equal(x.grad(), at("qat_lora.grad_x")));
   EXPECT_TRUE(bitwise_equal(layer->lora_a->weight.grad(), at("qat_lora.grad_lora_a")));

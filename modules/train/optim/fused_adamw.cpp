@@ -39,6 +39,7 @@ void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Ten
       torch::Device device;
       torch::ScalarType dtype;
       std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+      std::vector<const void*> keys;
     };
     std::vector<Lists> lists;
     for (auto& p : group.params()) {
@@ -73,13 +74,16 @@ void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Ten
       last_stepped_.push_back(key);
       auto it = std::find_if(lists.begin(), lists.end(),
                              [&](const Lists& l) { return l.device == p.device() && l.dtype == p.scalar_type(); });
-      if (it == lists.end()) it = lists.insert(lists.end(), Lists{p.device(), p.scalar_type(), {}, {}, {}, {}, {}, {}});
+      if (it == lists.end()) {
+        it = lists.insert(lists.end(), Lists{p.device(), p.scalar_type(), {}, {}, {}, {}, {}, {}, {}});
+      }
       it->params.push_back(p);
       it->grads.push_back(g);
       it->exp_avgs.push_back(s.exp_avg());
       it->exp_avg_sqs.push_back(s.exp_avg_sq());
       if (o.amsgrad()) it->max_exp_avg_sqs.push_back(s.max_exp_avg_sq());
       it->steps.push_back(d.value);
+      it->keys.push_back(key);
     }
     const auto [beta1, beta2] = o.betas();
     for (auto& l : lists) {
@@ -88,13 +92,41 @@ void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Ten
         return t.to(l.device, torch::kFloat32, /*non_blocking=*/true);
       };
       const std::optional<torch::Tensor> divisor = on(grad_divisor), skip = on(found_inf);
-      at::_foreach_add_(l.steps, 1.0);
+      const torch::Tensor counts = step_counts(l.keys, l.steps);
+      l.steps = device_steps(l.keys);
+      counts.add_(1.0);
       at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, o.lr(), beta1, beta2,
                         o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false, divisor, skip);
       // A skipped step's counts given back on the device, as torch's _fused_adamw does.
-      if (skip) at::_foreach_sub_(l.steps, std::vector<torch::Tensor>(l.steps.size(), *skip));
+      if (skip) counts.sub_(*skip);
     }
   }
+}
+
+torch::Tensor FusedAdamW::step_counts(const std::vector<const void*>& keys, const std::vector<torch::Tensor>& steps) {
+  for (const StepCounts& c : step_counts_) {
+    const auto in_counts = [&](const torch::Tensor& t) { return t.is_alias_of(c.counts); };
+    if (c.keys == keys && std::all_of(steps.begin(), steps.end(), in_counts)) return c.counts;
+  }
+  // A new set of parameters stepping together (the first step, parameters without gradients this
+  // step, a count made afresh on another device): their counts gathered into one tensor, each parameter's count a view
+  // of it.
+  StepCounts fresh{keys, torch::stack(steps)};
+  for (std::size_t i = 0; i < keys.size(); ++i) device_steps_.at(keys[i]).value = fresh.counts.select(0, i);
+  // A parameter's count lives in the newest set that holds it; older sets holding it are dropped.
+  std::erase_if(step_counts_, [&](const StepCounts& c) {
+    return std::any_of(c.keys.begin(), c.keys.end(),
+                       [&](const void* k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); });
+  });
+  step_counts_.push_back(std::move(fresh));
+  return step_counts_.back().counts;
+}
+
+std::vector<torch::Tensor> FusedAdamW::device_steps(const std::vector<const void*>& keys) const {
+  std::vector<torch::Tensor> steps;
+  steps.reserve(keys.size());
+  for (const void* key : keys) steps.push_back(device_steps_.at(key).value);
+  return steps;
 }
 
 }  // namespace mgbench::train

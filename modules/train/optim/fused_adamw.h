@@ -15,7 +15,9 @@ namespace mgbench::train {
 /// torch's fused and foreach paths do (LibTorch's per-op chain rounds after every op). The state is
 /// LibTorch AdamW's (AdamWParamState: step, exp_avg, exp_avg_sq; the same save / load), so
 /// checkpoints of either load into the other. Step counts live on the device as fp32 tensors
-/// (torch's fused path's), kept equal to the state's step, which stays the host's count.
+/// (torch's fused path's), kept equal to the state's step, which stays the host's count; the counts
+/// of the parameters that step together are views of one tensor, advanced by one op a step (torch's
+/// _foreach_add_ is one op per parameter on the CPU).
 /// Throws c10::Error for a gradient whose dtype, device or shape differs from its parameter's.
 class FusedAdamW final : public torch::optim::AdamW {
  public:
@@ -39,7 +41,17 @@ class FusedAdamW final : public torch::optim::AdamW {
     torch::Tensor value;    // fp32 [] on the parameter's device
     std::int64_t host = 0;  // what value holds
   };
+  /// The device step counts of parameters that step together, in their order: [keys.size()] fp32.
+  struct StepCounts {
+    std::vector<const void*> keys;
+    torch::Tensor counts;
+  };
+  /// The counts tensor of these parameters (steps: their current counts), made the first time they
+  /// step together; their device_steps_ values become its elements.
+  torch::Tensor step_counts(const std::vector<const void*>& keys, const std::vector<torch::Tensor>& steps);
+  std::vector<torch::Tensor> device_steps(const std::vector<const void*>& keys) const;
   std::unordered_map<const void*, DeviceStep> device_steps_;
+  std::vector<StepCounts> step_counts_;
   std::vector<void*> last_stepped_;  // the parameters (their TensorImpl) of the last step
   bool undoable_ = false;            // a step taken since the last undo_step
 };
