@@ -2,16 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "models/state_dict.h"
-
-#ifdef MGBENCH_HAVE_CUDA
-#include <ATen/native/transformers/cuda/sdp_utils.h>
-#endif
 
 namespace mgbench::models {
 namespace {
@@ -22,11 +20,53 @@ LoraLinear linear(std::int64_t in, std::int64_t out, BaseWeights base = BaseWeig
   return LoraLinear(in, out, base);
 }
 
-/// HF's rotate_half: cat(-x2, x1) over the last dimension.
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  const auto half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+/// HF's rotary embedding, x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1):
+/// the same products as x * cos + cat(x2, x1) * cat(-sin1, sin2), and cat(x2, x1) is x rolled by
+/// half the last dimension (one op and one backward node, where narrow, narrow, neg and cat are
+/// four with their nodes). sin_signed: cat(-sin1, sin2), rotary()'s.
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin_signed) {
+  return x * cos + x.roll(x.size(-1) / 2, -1) * sin_signed;
 }
+
+/// HF's LlamaRMSNorm as one autograd node: y = weight * (h * r).to(x's dtype), h = x in fp32 (in
+/// float64 for a float64 x, which HF rounds to fp32), r = rsqrt(mean(h^2) + eps) over the last dimension. Backward,
+/// with n = h r and gn = (g * weight) in fp32: gx = r (gn - n mean(gn n)), gw = sum of g * n.to(x's dtype) over the
+/// leading dimensions -- the gradients of autograd's chain (pow, mean, add, rsqrt, mul, cast, mul:
+/// seven nodes), from x and r alone: n is recomputed, not kept.
+class RmsNorm : public torch::autograd::Function<RmsNorm> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, double eps) {
+    const torch::Tensor h = x.to(statistics_dtype(x));
+    const torch::Tensor r = (h * h).mean(-1, /*keepdim=*/true).add_(eps).rsqrt_();
+    ctx->save_for_backward({x, weight, r});
+    return weight * (h * r).to(x.scalar_type());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &r = saved[2];
+    const torch::Tensor& g = grad_outputs[0];
+    const torch::Tensor n = x.to(statistics_dtype(x)) * r;
+    torch::Tensor gx, gw;
+    if (ctx->needs_input_grad(0)) {
+      const torch::Tensor gn = (g * weight).to(statistics_dtype(x));
+      gx = ((gn - n * (gn * n).mean(-1, /*keepdim=*/true)) * r).to(x.scalar_type());
+    }
+    if (ctx->needs_input_grad(1)) {
+      std::vector<std::int64_t> leading(static_cast<std::size_t>(x.dim() - 1));
+      std::iota(leading.begin(), leading.end(), 0);
+      gw = (g * n.to(x.scalar_type())).sum(leading);
+    }
+    return {gx, gw, torch::Tensor()};
+  }
+
+ private:
+  static torch::ScalarType statistics_dtype(const torch::Tensor& x) {
+    return x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  }
+};
 
 /// Reentrant activation checkpoint of one decoder layer (the scheme of torch.utils.checkpoint's
 /// use_reentrant=True): forward runs the layer without a graph and saves its input; backward
@@ -73,83 +113,6 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 }  // namespace
 
-bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  if (!q.is_cuda()) return false;
-#ifdef MGBENCH_HAVE_CUDA
-  // Flash's own admission test, not SDPA's first choice: torch 2.11 with cuDNN > 9.15 ranks cuDNN
-  // attention first on sm90 / sm100 (H100, H200, B200), where _fused_sdp_choice never says flash.
-  const sdp::sdp_params params{q,
-                               k,
-                               v,
-                               /*attn_mask=*/std::nullopt,
-                               /*dropout=*/0.0,
-                               /*is_causal=*/true,
-                               /*enable_gqa=*/q.size(1) != k.size(1)};
-  return sdp::can_use_flash_attention(params, /*debug=*/false);
-#else
-  return false;
-#endif
-}
-
-torch::Tensor flash_varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                            c10::IntArrayRef lengths) {
-  MGBENCH_REQUIRE(q.dim() == 4 && q.size(0) == 1 && k.size(0) == 1 && v.size(0) == 1 && !lengths.empty(),
-                  std::invalid_argument,
-                  "flash_varlen_causal_attention: packed q, k, v [1, H, S, D] and sequence lengths; got q {}, "
-                  "k {}, {} lengths",
-                  shape_text(q.sizes()), shape_text(k.sizes()), lengths.size());
-  // Flash attention's varlen layout: [S, H, D] (token-major), cumulative sequence starts int32 [N + 1].
-  std::vector<std::int32_t> starts{0};
-  std::int64_t longest = 0;
-  for (const std::int64_t n : lengths) {
-    starts.push_back(starts.back() + static_cast<std::int32_t>(n));
-    longest = std::max(longest, n);
-  }
-  MGBENCH_REQUIRE(starts.back() == q.size(2), std::invalid_argument,
-                  "flash_varlen_causal_attention: lengths sum to {}, q holds {} positions", starts.back(), q.size(2));
-  const torch::Tensor cu_seqlens =
-      torch::tensor(starts, torch::TensorOptions().dtype(torch::kInt32)).to(q.device(), /*non_blocking=*/true);
-  const auto token_major = [](const torch::Tensor& x) { return x.squeeze(0).transpose(0, 1).contiguous(); };
-  const auto outputs =
-      at::_flash_attention_forward(token_major(q), token_major(k), token_major(v), cu_seqlens, cu_seqlens, longest,
-                                   longest, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);
-  return std::get<0>(outputs).transpose(0, 1).unsqueeze(0);  // [S, H, D] -> [1, H, S, D]
-}
-
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               c10::IntArrayRef lengths) {
-  if (lengths.size() > 1 && flash_varlen_applies(q, k, v)) return flash_varlen_causal_attention(q, k, v, lengths);
-  if (!lengths.empty()) {  // packed sequences: each attends to itself only
-    std::vector<torch::Tensor> parts;
-    std::int64_t start = 0;
-    for (const std::int64_t n : lengths) {
-      parts.push_back(causal_attention(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
-      start += n;
-    }
-    return parts.size() == 1 ? parts.front() : torch::cat(parts, 2);
-  }
-  const bool gqa = q.size(1) != k.size(1);
-  const std::int64_t t = q.size(2);
-  // Below 512 keys, chunked calls measured no faster on 2 threads (each call parallelises over fewer
-  // blocks; docs/benchmarks.md): one call.
-  constexpr std::int64_t kChunks = 4, kShortest = 512;
-  if (q.is_cuda() || t < kShortest) {
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                            /*scale=*/std::nullopt, gqa);
-  }
-  const std::int64_t chunk = (t + kChunks - 1) / kChunks;
-  std::vector<torch::Tensor> parts;
-  for (std::int64_t start = 0; start < t; start += chunk) {
-    const std::int64_t end = std::min(t, start + chunk);
-    // Query start + i sees keys 0 .. start + i: the rows of the chunk's [n, end] mask.
-    const torch::Tensor mask = torch::ones({end - start, end}, torch::TensorOptions().dtype(torch::kBool)).tril(start);
-    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, end - start), k.narrow(2, 0, end),
-                                                     v.narrow(2, 0, end), mask, /*dropout_p=*/0.0,
-                                                     /*is_causal=*/false, /*scale=*/std::nullopt, gqa));
-  }
-  return torch::cat(parts, 2);
-}
-
 torch::Tensor llama_inv_freq(const LlamaConfig& c) {
   // fp32 arithmetic, as transformers computes it (the checkpoints were trained with those values).
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
@@ -177,9 +140,7 @@ torch::Tensor LlamaRMSNormImpl::forward(const torch::Tensor& x) {
   if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) {
     return at::rms_norm(x, {weight.size(0)}, weight, eps_);  // one fused kernel each way (_fused_rms_norm)
   }
-  const torch::Tensor h = x.to(torch::kFloat32);
-  const torch::Tensor normed = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight * normed.to(x.scalar_type());
+  return RmsNorm::apply(x, weight, eps_);
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base)
@@ -198,8 +159,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   torch::Tensor q = heads(q_proj(x), heads_);
   torch::Tensor k = heads(k_proj(x), kv_heads_);
   const torch::Tensor v = heads(v_proj(x), kv_heads_);
-  q = q * cos + rotate_half(q) * sin;  // cos, sin broadcast over [B, H]
-  k = k * cos + rotate_half(k) * sin;
+  q = rotate(q, cos, sin);  // cos, sin broadcast over [B, H]
+  k = rotate(k, cos, sin);
   const torch::Tensor out = causal_attention(q, k, v, lengths);
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
@@ -292,8 +253,8 @@ std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::rotary(std::int64_
       position_ids.defined() ? position_ids.to(torch::kFloat32)
                              : torch::arange(length, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   const torch::Tensor freqs = torch::outer(positions, inv_freq_);
-  const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  const torch::Tensor sin = freqs.sin();
+  return {torch::cat({freqs, freqs}, -1).cos().to(dtype), torch::cat({-sin, sin}, -1).to(dtype)};
 }
 
 torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens, const SequencePacking* packing) {

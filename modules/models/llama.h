@@ -15,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include "models/attention.h"
 #include "models/llama_config.h"
 #include "models/lora.h"
 #include "models/parameter_units.h"
@@ -30,36 +31,6 @@ struct SequencePacking {
   std::vector<std::int64_t> lengths;  // tokens of each sequence, in order; their sum is S
 };
 
-/// Causal self-attention of q [B, H, T, D] over k, v [B, H_kv, T, D] (H a multiple of H_kv: grouped-
-/// query attention, each K/V head shared by H / H_kv query heads): softmax(q k^T / sqrt(D) + causal
-/// mask) v, [B, H, T, D] -- scaled_dot_product_attention(is_causal=True, enable_gqa). On the CPU,
-/// whose flash kernel computes every key block a query block meets (blocks of up to 512 keys),
-/// sequences of 512 tokens or more go as four query chunks, each against only the keys up to its
-/// last position with the diagonal block masked: ~5/8 of the square's work, forward and backward
-/// (shorter ones in one call: chunks measured no faster there on 2 threads). lengths (packed
-/// sequences, SequencePacking): T is runs of lengths[i] positions, each attending within itself only
-/// -- on a GPU where flash attention applies (flash_varlen_applies) one varlen call for them all,
-/// else one call per sequence. Throws what scaled_dot_product_attention throws.
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               c10::IntArrayRef lengths = {});
-
-/// Whether torch's flash-attention kernel can run q [B, H, T, D], k, v [B, H_kv, T, D] causally
-/// (sdp::can_use_flash_attention, the test scaled_dot_product_attention applies to its flash
-/// backend: a CUDA device of the architectures the kernel supports, fp16 / bf16, the head dimension,
-/// the flash flag on), whichever backend SDPA itself would pick first (cuDNN on H100 / H200 with
-/// torch 2.11): then the kernel's varlen entry takes packed sequences in one call. False on the CPU
-/// and in builds without CUDA.
-bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
-
-/// Causal attention within each of the packed sequences q [1, H, S, D], k, v [1, H_kv, S, D] (runs of
-/// lengths[i] positions, summing to S) in one flash-attention call: at::_flash_attention_forward
-/// with cumulative sequence lengths (torch.nn.attention.varlen's varlen_attn; flash-attn's
-/// flash_attn_varlen_func), GQA by the kernel itself; autograd through its backward. Returns
-/// [1, H, S, D]. Only where flash_varlen_applies. Throws std::invalid_argument when the shapes or the
-/// lengths disagree, c10::Error from the kernel.
-torch::Tensor flash_varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                            c10::IntArrayRef lengths);
-
 /// Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, times weight, in x's dtype
 /// (transformers' LlamaRMSNorm: the normalised value rounded to x's dtype, then times the weight).
 /// On a GPU, weight and x of one dtype: at::rms_norm, one fused kernel forward and one backward
@@ -68,6 +39,10 @@ torch::Tensor flash_varlen_causal_attention(const torch::Tensor& q, const torch:
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
   LlamaRMSNormImpl(std::int64_t dim, double eps);
+  /// x [..., dim] -> weight * (x / rms(x)) as HF computes it: the statistics in fp32 (float64 for a
+  /// float64 x), the normalised x cast back to x's dtype before the weight; [..., dim] in the
+  /// promotion of x's and weight's dtypes. On a GPU, weight and x of one dtype: ATen's fused kernel (at::rms_norm);
+  /// elsewhere one autograd node (llama.cpp's RmsNorm).
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
@@ -79,7 +54,9 @@ TORCH_MODULE(LlamaRMSNorm);
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base);
-  /// x: [B, T, hidden]; cos, sin: [T, head_dim] (x's dtype). Causal self-attention. Returns [B, T, hidden].
+  /// x: [B, T, hidden]; cos, sin: [T, head_dim] (x's dtype), sin with its first half negated
+  /// (rotary()'s: HF's rotate_half(x) * sin is x rolled by head_dim / 2 times it, one op where
+  /// rotate_half takes four). Causal self-attention. Returns [B, T, hidden].
   /// lengths (packed sequences, B = 1): causal attention within each run of lengths[i] positions
   /// (one scaled_dot_product_attention call per sequence), cos and sin by each token's own position.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -224,7 +201,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   torch::Tensor enter(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->before_forward(unit, x) : x; }
   torch::Tensor leave(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->after_forward(unit, x) : x; }
   /// cos, sin [T, head_dim] in dtype on device (computed in fp32 from the cached inverse frequencies),
-  /// for positions 0 .. length - 1, or for position_ids [T] where defined.
+  /// for positions 0 .. length - 1, or for position_ids [T] where defined; sin's first half negated
+  /// (LlamaAttentionImpl::forward).
   std::pair<torch::Tensor, torch::Tensor> rotary(std::int64_t length, torch::Dtype dtype, torch::Device device,
                                                  const torch::Tensor& position_ids = {});
 

@@ -19,6 +19,12 @@ using torch::Tensor;
 /// t in dtype: itself when it already is one (no dispatched op).
 Tensor in_dtype(const Tensor& t, torch::ScalarType dtype) { return t.scalar_type() == dtype ? t : t.to(dtype); }
 
+/// m^T of a 2-D m as one as_strided op (t() dispatches t, transpose and as_strided: three host
+/// round trips for the same view, and a projection takes five such views a step).
+Tensor transposed(const Tensor& m) {
+  return m.as_strided({m.size(1), m.size(0)}, {m.stride(1), m.stride(0)}, m.storage_offset());
+}
+
 /// y = x W^T + (s xa A^T) B^T as one autograd node (LoraLinearImpl's forward). A chain of
 /// nn::Linear layers costs autograd a matmul's reshape, mm and view nodes per product, a scale node
 /// and an add node; this node's forward is three GEMMs on 2-D views, the adapter folded into the
@@ -50,10 +56,10 @@ class Projection : public torch::autograd::Function<Projection> {
     Tensor y, low;  // low: xa A^T [N, r]
     if (adapter) {
       // The scaling as the GEMMs' alpha: no op of its own, forward or backward.
-      low = at::mm(xa2, lora_a.t());
-      y = at::addmm(at::mm(x2, w.t()), low, lora_b.t(), /*beta=*/1, /*alpha=*/scaling);
+      low = at::mm(xa2, transposed(lora_a));
+      y = at::addmm(at::mm(x2, transposed(w)), low, transposed(lora_b), /*beta=*/1, /*alpha=*/scaling);
     } else {
-      y = at::mm(x2, w.t());
+      y = at::mm(x2, transposed(w));
     }
     // What backward reads, as autograd's mm saves it: an operand only where a gradient needs it.
     const bool grad_x = x.requires_grad(), grad_w = weight.defined() && weight.requires_grad();
@@ -97,8 +103,8 @@ class Projection : public torch::autograd::Function<Projection> {
     if (adapter) {
       const Tensor b = in_dtype(lora_b, dtype);
       g_b = at::mm(g2, b);
-      if (needs(4)) gb = at::addmm(b, g2.t(), low, /*beta=*/0, /*alpha=*/s);
-      if (needs(3)) ga = at::addmm(lora_a, g_b.t(), flat(xa.defined() ? xa : x), /*beta=*/0, /*alpha=*/s);
+      if (needs(4)) gb = at::addmm(b, transposed(g2), low, /*beta=*/0, /*alpha=*/s);
+      if (needs(3)) ga = at::addmm(lora_a, transposed(g_b), flat(xa.defined() ? xa : x), /*beta=*/0, /*alpha=*/s);
       if (needs(1)) {
         gxa = at::mm(g_b, lora_a).mul_(s);
         gxa = gxa.view(input_sizes(g, gxa.size(1)));
@@ -111,7 +117,7 @@ class Projection : public torch::autograd::Function<Projection> {
       if (ctx->saved_data["adapter_reads_x"].toBool()) gx.addmm_(g_b, lora_a, /*beta=*/1, /*alpha=*/s);
       gx = gx.view(input_sizes(g, gx.size(1)));
     }
-    if (needs(2)) gw = at::mm(g2.t(), flat(x));
+    if (needs(2)) gw = at::mm(transposed(g2), flat(x));
     return {gx, gxa, gw, ga, gb, Tensor(), Tensor()};
   }
 

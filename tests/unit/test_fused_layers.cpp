@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/fake_quant.h"
+#include "models/llama.h"
 #include "models/lora.h"
 #include "models/nf4.h"
 
@@ -200,6 +201,44 @@ TEST(Projection, UnderAutocastComputesInItsDtypeAndGivesParametersTheirDtype) {
   for (std::size_t i = 0; i < runs[0].size(); ++i) {
     EXPECT_EQ(runs[0][i].scalar_type(), runs[1][i].scalar_type()) << i;
     EXPECT_LT(relative_difference(runs[0][i], runs[1][i]), 2e-2) << i;  // bf16: 8 bits of mantissa
+  }
+}
+
+/// HF's LlamaRMSNorm as autograd's chain of ops (what LlamaRMSNormImpl computed before its node).
+torch::Tensor rms_norm_chain(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const torch::Tensor h = x.to(torch::kFloat32);
+  return weight * (h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+}
+
+TEST(RmsNorm, EqualsTheChainOfOpsForwardAndBackward) {
+  // float64: the formula; float32 and bf16 (bf16 weights, as --precision bf16): within rounding.
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const double tolerance = dtype == torch::kFloat64 ? 1e-13 : dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+    torch::manual_seed(8);
+    LlamaRMSNorm norm(48, 1e-5);
+    norm->to(dtype);
+    {
+      torch::NoGradGuard no_grad;
+      norm->weight.normal_(1.0, 0.3);
+    }
+    const torch::Tensor x0 = (torch::randn({2, 7, 48}) * 3).to(dtype), g = torch::randn({2, 7, 48}).to(dtype);
+    std::vector<torch::Tensor> runs[2];
+    for (const bool fused : {true, false}) {
+      norm->weight.mutable_grad() = torch::Tensor();
+      const torch::Tensor x = x0.clone().requires_grad_(true);
+      // The fp64 chain computes in fp64 (x.to(kFloat32) would round it): the node's float64 path.
+      const torch::Tensor y = fused ? norm->forward(x)
+                              : dtype == torch::kFloat64
+                                  ? norm->weight * (x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5))
+                                  : rms_norm_chain(x, norm->weight, 1e-5);
+      y.backward(g);
+      runs[fused ? 0 : 1] = {y.detach(), x.grad(), norm->weight.grad()};
+    }
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(runs[0][i].scalar_type(), dtype) << i;
+      EXPECT_LT(relative_difference(runs[0][i], runs[1][i]), tolerance) << i;
+    }
   }
 }
 

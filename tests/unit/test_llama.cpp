@@ -440,6 +440,41 @@ TEST(Llama, ChunkedCausalAttentionEqualsSdpa) {
   }
 }
 
+// Packed sequences on the CPU, long ones chunked: one node gives each sequence what SDPA gives it
+// alone, forward and backward (float64, GQA).
+TEST(Llama, PackedCausalAttentionEqualsSdpaPerSequence) {
+  const std::vector<std::int64_t> lengths{600, 3, 530, 1};
+  const std::int64_t total = 1134;
+  torch::manual_seed(9);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const torch::Tensor q0 = torch::randn({1, 4, total, 8}, f64), k0 = torch::randn({1, 2, total, 8}, f64),
+                      v0 = torch::randn({1, 2, total, 8}, f64), g = torch::randn({1, 4, total, 8}, f64);
+  auto run = [&](bool ours) {
+    const torch::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(),
+                        v = v0.clone().requires_grad_();
+    torch::Tensor out;
+    if (ours) {
+      out = causal_attention(q, k, v, lengths);
+    } else {
+      std::vector<torch::Tensor> parts;
+      std::int64_t start = 0;
+      for (const std::int64_t n : lengths) {
+        parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, n), k.narrow(2, start, n),
+                                                         v.narrow(2, start, n), {}, 0.0, true, std::nullopt, true));
+        start += n;
+      }
+      out = torch::cat(parts, 2);
+    }
+    out.backward(g);
+    return std::vector<torch::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
+  };
+  const auto ours = run(true), reference = run(false);
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_LT((ours[i] - reference[i]).abs().max().item<double>(), 1e-12) << i;
+  }
+  test::expect_error<std::invalid_argument>([&] { causal_attention(q0, k0, v0, {600, 3}); }, {"603", "1134"});
+}
+
 // --padding none: sequences packed into one row (positions restarting, attention within each)
 // give each sequence the hidden states and LoRA gradients it has right-padded in a batch -- fp64,
 // grouped-query attention, lengths 1 to 17, with and without activation checkpointing.
