@@ -1,6 +1,7 @@
 #include "models/attention.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -55,10 +56,26 @@ std::vector<Segment> segments_of(c10::IntArrayRef lengths) {
 }
 
 /// The additive mask of a chunk with offset s: query i sees keys 0 .. s + i ([q_len, k_len], -inf
-/// above that diagonal); none (is_causal) for offset 0.
+/// above that diagonal); none (is_causal) for offset 0. The last few shapes' masks are kept per
+/// thread: a step's chunks come in a few shapes that every layer repeats, forward and backward.
 std::optional<Tensor> chunk_mask(const Segment& s, const torch::TensorOptions& options) {
   if (s.offset() == 0) return std::nullopt;
-  return torch::full({s.q_len, s.k_len}, -std::numeric_limits<double>::infinity(), options).triu(s.offset() + 1);
+  struct Kept {
+    std::int64_t q_len, k_len, offset;
+    torch::ScalarType dtype;
+    Tensor mask;
+  };
+  constexpr std::size_t kKept = 8;  // at most 8 x [T / 4, T]: 32 MiB of fp32 at T = 2048
+  thread_local std::deque<Kept> kept;
+  const torch::ScalarType dtype = options.dtype().toScalarType();
+  for (const Kept& k : kept) {
+    if (k.q_len == s.q_len && k.k_len == s.k_len && k.offset == s.offset() && k.dtype == dtype) return k.mask;
+  }
+  kept.push_front(
+      {s.q_len, s.k_len, s.offset(), dtype,
+       torch::full({s.q_len, s.k_len}, -std::numeric_limits<double>::infinity(), options).triu(s.offset() + 1)});
+  if (kept.size() > kKept) kept.pop_back();
+  return kept.front().mask;
 }
 
 /// Causal attention on the CPU over a list of segments as one autograd node:

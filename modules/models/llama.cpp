@@ -21,11 +21,15 @@ LoraLinear linear(std::int64_t in, std::int64_t out, BaseWeights base = BaseWeig
 }
 
 /// HF's rotary embedding, x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1):
-/// the same products as x * cos + cat(x2, x1) * cat(-sin1, sin2), and cat(x2, x1) is x rolled by
-/// half the last dimension (one op and one backward node, where narrow, narrow, neg and cat are
-/// four with their nodes). sin_signed: cat(-sin1, sin2), rotary()'s.
+/// the same products as x * cos + cat(x2, x1) * cat(-sin1, sin2), and cat(x2, x1) is x's halves
+/// swapped -- a flip of x viewed as [..., 2, D / 2] (one op and one backward node, where narrow,
+/// narrow, neg and cat are four with their nodes, and roll is a narrow, a narrow and a cat on the
+/// CPU). sin_signed: cat(-sin1, sin2), rotary()'s.
 torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin_signed) {
-  return x * cos + x.roll(x.size(-1) / 2, -1) * sin_signed;
+  std::vector<std::int64_t> halves = x.sizes().vec();
+  halves.back() /= 2;
+  halves.insert(halves.end() - 1, 2);
+  return x * cos + x.view(halves).flip(-2).view(x.sizes()) * sin_signed;
 }
 
 /// HF's LlamaRMSNorm as one autograd node: y = weight * (h * r).to(x's dtype), h = x in fp32 (in
@@ -35,12 +39,21 @@ torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
 /// seven nodes), from x and r alone: n is recomputed, not kept.
 class RmsNorm : public torch::autograd::Function<RmsNorm> {
  public:
+  /// eps: [] in statistics_dtype(x) on x's device (a tensor: ATen's CPU ops on a Scalar convert
+  /// it to a tensor first, four more ops each).
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& weight, double eps) {
+                               const torch::Tensor& weight, const torch::Tensor& eps) {
     const torch::Tensor h = x.to(statistics_dtype(x));
-    const torch::Tensor r = (h * h).mean(-1, /*keepdim=*/true).add_(eps).rsqrt_();
+    // mean(h^2) + eps as eps + (1 / C) sum(h^2): the mean is a sum and a division by a Scalar.
+    const torch::Tensor r = at::add(eps, (h * h).sum(-1, /*keepdim=*/true), 1.0 / static_cast<double>(x.size(-1)));
+    r.rsqrt_();
     ctx->save_for_backward({x, weight, r});
     return weight * (h * r).to(x.scalar_type());
+  }
+
+  /// The statistics' dtype: fp32, float64 for a float64 x.
+  static torch::ScalarType statistics_dtype(const torch::Tensor& x) {
+    return x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -52,7 +65,8 @@ class RmsNorm : public torch::autograd::Function<RmsNorm> {
     torch::Tensor gx, gw;
     if (ctx->needs_input_grad(0)) {
       const torch::Tensor gn = (g * weight).to(statistics_dtype(x));
-      gx = ((gn - n * (gn * n).mean(-1, /*keepdim=*/true)) * r).to(x.scalar_type());
+      const torch::Tensor n_dot = n * (gn * n).sum(-1, /*keepdim=*/true);
+      gx = (at::sub(gn, n_dot, 1.0 / static_cast<double>(x.size(-1))) * r).to(x.scalar_type());
     }
     if (ctx->needs_input_grad(1)) {
       std::vector<std::int64_t> leading(static_cast<std::size_t>(x.dim() - 1));
@@ -60,11 +74,6 @@ class RmsNorm : public torch::autograd::Function<RmsNorm> {
       gw = (g * n.to(x.scalar_type())).sum(leading);
     }
     return {gx, gw, torch::Tensor()};
-  }
-
- private:
-  static torch::ScalarType statistics_dtype(const torch::Tensor& x) {
-    return x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   }
 };
 
@@ -132,7 +141,8 @@ torch::Tensor llama_inv_freq(const LlamaConfig& c) {
   return torch::where(medium, smoothed, scaled);
 }
 
-LlamaRMSNormImpl::LlamaRMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
+LlamaRMSNormImpl::LlamaRMSNormImpl(std::int64_t dim, double eps)
+    : eps_(eps), eps_tensor_(torch::full({}, eps, torch::kFloat32)) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
@@ -140,7 +150,11 @@ torch::Tensor LlamaRMSNormImpl::forward(const torch::Tensor& x) {
   if (x.is_cuda() && weight.scalar_type() == x.scalar_type()) {
     return at::rms_norm(x, {weight.size(0)}, weight, eps_);  // one fused kernel each way (_fused_rms_norm)
   }
-  return RmsNorm::apply(x, weight, eps_);
+  const auto options = torch::TensorOptions().dtype(RmsNorm::statistics_dtype(x)).device(x.device());
+  if (!eps_tensor_.defined() || eps_tensor_.device() != x.device() || eps_tensor_.scalar_type() != options.dtype()) {
+    eps_tensor_ = torch::full({}, eps_, options);
+  }
+  return RmsNorm::apply(x, weight, eps_tensor_);
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base)

@@ -48,6 +48,7 @@ class LlamaRMSNormImpl : public torch::nn::Module {
 
  private:
   double eps_;
+  torch::Tensor eps_tensor_;  // eps as [], fp32 on the CPU; made again for an input elsewhere or in float64
 };
 TORCH_MODULE(LlamaRMSNorm);
 

@@ -25,6 +25,9 @@ Tensor transposed(const Tensor& m) {
   return m.as_strided({m.size(1), m.size(0)}, {m.stride(1), m.stride(0)}, m.storage_offset());
 }
 
+/// t [..., C] as [N, C]: one view op where t is contiguous (reshape dispatches reshape and view).
+Tensor rows(const Tensor& t) { return t.is_contiguous() ? t.view({-1, t.size(-1)}) : t.reshape({-1, t.size(-1)}); }
+
 /// y = x W^T + (s xa A^T) B^T as one autograd node (LoraLinearImpl's forward). A chain of
 /// nn::Linear layers costs autograd a matmul's reshape, mm and view nodes per product, a scale node
 /// and an add node; this node's forward is three GEMMs on 2-D views, the adapter folded into the
@@ -48,10 +51,9 @@ class Projection : public torch::autograd::Function<Projection> {
       edges.push_back(t->defined() ? *std::max_element(edges.begin(), edges.end()) + 1 : -1);
     }
     ctx->saved_data["edges"] = edges;
-    const std::int64_t in = x.size(-1);
-    const Tensor x2 = x.reshape({-1, in});
+    const Tensor x2 = rows(x);
     const bool adapter = lora_a.defined();
-    const Tensor xa2 = adapter && xa.defined() ? xa.reshape({-1, in}) : x2;
+    const Tensor xa2 = adapter && xa.defined() ? rows(xa) : x2;
     const Tensor w = nf4 != nullptr ? nf4->dequantize().to(x.scalar_type()) : weight;
     Tensor y, low;  // low: xa A^T [N, r]
     if (adapter) {
@@ -91,8 +93,8 @@ class Projection : public torch::autograd::Function<Projection> {
     const double s = ctx->saved_data["scaling"].toDouble();
     const Tensor& g = grad_outputs[0];
     const torch::ScalarType dtype = g.scalar_type();  // the forward's compute dtype (autocast's, if on)
-    const Tensor g2 = g.reshape({-1, g.size(-1)});
-    const auto flat = [dtype](const Tensor& t) { return in_dtype(t.reshape({-1, t.size(-1)}), dtype); };
+    const Tensor g2 = rows(g);
+    const auto flat = [dtype](const Tensor& t) { return in_dtype(rows(t), dtype); };
     const std::vector<std::int64_t> edges = ctx->saved_data["edges"].toIntVector();
     const auto needs = [&](std::size_t i) { return edges[i] >= 0 && ctx->needs_input_grad(edges[i]); };
     const bool adapter = lora_b.defined();
