@@ -171,7 +171,7 @@ class MgbenchImage(MgbenchBase):
         losses = sn.extractall(r"epoch \d+/2: loss ([\d.]+) ", self.stderr, 1, float)
         return sn.all([sn.assert_found(r"done: 2 epoch\(s\)", self.stderr), self.completed(),
                        sn.assert_ge(accuracy, self.accuracy_floor_pct,
-                                    msg=f"test accuracy {{0}} % below the floor {{1}} %: the run did not learn"),
+                                    msg="test accuracy {0} % below the floor {1} %: the run did not learn"),
                        sn.assert_eq(sn.count(losses), 2),
                        sn.assert_lt(losses[-1], losses[0] * self.loss_fall,
                                     msg=f"the loss did not fall: {{0}} after {{1}} in the first epoch (x{self.loss_fall})")])
