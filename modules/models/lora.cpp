@@ -81,9 +81,7 @@ class Projection : public torch::autograd::Function<Projection> {
       ctx->saved_data["nf4_shape"] = nf4->shape();
       ctx->saved_data["nf4_dtype"] = static_cast<std::int64_t>(nf4->dtype());
     }
-    std::vector<std::int64_t> shape = x.sizes().vec();
-    shape.back() = y.size(1);
-    return y.view(shape);
+    return y.view(with_features(x, y.size(1)));
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -109,7 +107,7 @@ class Projection : public torch::autograd::Function<Projection> {
       if (needs(3)) ga = at::addmm(lora_a, transposed(g_b), flat(xa.defined() ? xa : x), /*beta=*/0, /*alpha=*/s);
       if (needs(1)) {
         gxa = at::mm(g_b, lora_a).mul_(s);
-        gxa = gxa.view(input_sizes(g, gxa.size(1)));
+        gxa = gxa.view(with_features(g, gxa.size(1)));
       }
     }
     if (needs(0)) {
@@ -117,17 +115,18 @@ class Projection : public torch::autograd::Function<Projection> {
       gx = at::mm(g2, w);
       // The adapter's share when its input is x itself: into the same product's output.
       if (ctx->saved_data["adapter_reads_x"].toBool()) gx.addmm_(g_b, lora_a, /*beta=*/1, /*alpha=*/s);
-      gx = gx.view(input_sizes(g, gx.size(1)));
+      gx = gx.view(with_features(g, gx.size(1)));
     }
     if (needs(2)) gw = at::mm(transposed(g2), flat(x));
     return {gx, gxa, gw, ga, gb, Tensor(), Tensor()};
   }
 
  private:
-  /// The input's sizes: the output gradient's with in-features last.
-  static std::vector<std::int64_t> input_sizes(const Tensor& g, std::int64_t in) {
-    std::vector<std::int64_t> shape = g.sizes().vec();
-    shape.back() = in;
+  /// t's sizes with `features` last: the output's from the input's and the input's from the
+  /// output gradient's.
+  static std::vector<std::int64_t> with_features(const Tensor& t, std::int64_t features) {
+    std::vector<std::int64_t> shape = t.sizes().vec();
+    shape.back() = features;
     return shape;
   }
 

@@ -14,6 +14,7 @@
 #include "models/llama.h"
 #include "models/lora.h"
 #include "models/nf4.h"
+#include "test_support.h"
 
 namespace mgbench::models {
 namespace {
@@ -23,18 +24,6 @@ double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
   const torch::Tensor b64 = b.to(torch::kFloat64);
   return ((a.to(torch::kFloat64) - b64).abs().max() / b64.abs().max().clamp_min(1e-300)).item<double>();
 }
-
-/// Builds layers in `dtype` while alive (LoraLinear takes the default dtype).
-class DefaultDtype {
- public:
-  explicit DefaultDtype(torch::ScalarType dtype) : previous_(torch::get_default_dtype()) {
-    torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(dtype));
-  }
-  ~DefaultDtype() { torch::set_default_dtype(previous_); }
-
- private:
-  caffe2::TypeMeta previous_;
-};
 
 struct ProjectionCase {
   std::string name;
@@ -82,7 +71,7 @@ TEST(Projection, EqualsTheChainOfLinearLayersInFloat64ForwardAndBackward) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     torch::manual_seed(3);
-    const DefaultDtype f64(torch::kFloat64);
+    const test::DefaultDtype f64(torch::kFloat64);
     LoraLinear layer(64, 48);
     {
       torch::NoGradGuard no_grad;
@@ -117,7 +106,7 @@ TEST(Projection, EqualsTheChainOfLinearLayersInFloat64ForwardAndBackward) {
 
 TEST(Projection, DisabledAdapterAndInputsWithoutGradients) {
   torch::manual_seed(4);
-  const DefaultDtype f64(torch::kFloat64);
+  const test::DefaultDtype f64(torch::kFloat64);
   LoraLinear layer(32, 16);
   {
     torch::NoGradGuard no_grad;
@@ -146,7 +135,7 @@ TEST(Projection, DisabledAdapterAndInputsWithoutGradients) {
 
 TEST(Projection, Nf4BaseEqualsTheChainOnItsDequantisedWeight) {
   torch::manual_seed(5);
-  const DefaultDtype f32(torch::kFloat32);
+  const test::DefaultDtype f32(torch::kFloat32);
   LoraLinear layer(128, 128, BaseWeights::kNf4);
   layer->quantize_base(torch::randn({128, 128}) * 0.1);
   layer->enable_lora(8, 16.0, 0.0);

@@ -150,10 +150,10 @@ torch::Tensor lora_exact_grad_x(const torch::Tensor& g, const torch::Tensor& w, 
 /// A LoraLinear with the oracle's base weight and adapters.
 LoraLinear lora_layer(const std::string& prefix, std::int64_t in, std::int64_t out, std::int64_t rank, double alpha,
                       models::BaseWeights base) {
-  const c10::ScalarType previous = torch::typeMetaToScalarType(torch::get_default_dtype());
-  torch::set_default_dtype(caffe2::TypeMeta::Make<c10::BFloat16>());
-  LoraLinear layer(in, out, base);
-  torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(previous));
+  LoraLinear layer = [&] {
+    const test::DefaultDtype bf16(torch::kBFloat16);
+    return LoraLinear(in, out, base);
+  }();
   if (base == models::BaseWeights::kNf4) {
     layer->quantize_base(at(prefix + ".weight"));
   } else {
@@ -197,10 +197,10 @@ TEST(FakeQuant8da4w, ActivationsWeightsOutputsAndGradientsBitwiseEqualTorchao) {
       EXPECT_TRUE(bitwise_equal(models::fake_quantize_per_token_int8(at(key + ".x")), at(key + ".x_fq")));
       EXPECT_TRUE(bitwise_equal(models::fake_quantize_per_group_int4(at(key + ".weight"), g), at(key + ".weight_fq")));
 
-      const c10::ScalarType previous = torch::typeMetaToScalarType(torch::get_default_dtype());
-      torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(at(key + ".weight").scalar_type()));
-      LoraLinear layer(512, 64);
-      torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(previous));
+      LoraLinear layer = [&] {
+        const test::DefaultDtype weight_dtype(at(key + ".weight").scalar_type());
+        return LoraLinear(512, 64);
+      }();
       {
         torch::NoGradGuard no_grad;
         layer->weight.copy_(at(key + ".weight"));
@@ -289,13 +289,14 @@ TEST(QuantisedLlama, Nf4ModelIsTheNf4OfTheDenseModelAndHoldsAQuarterOfItsProject
   c.num_key_value_heads = 4;
   c.head_dim = 32;
   c.vocab_size = 300;
-  const c10::ScalarType previous = torch::typeMetaToScalarType(torch::get_default_dtype());
-  torch::set_default_dtype(caffe2::TypeMeta::Make<c10::BFloat16>());
-  torch::manual_seed(3);
-  models::LlamaForCausalLM dense(c);
-  torch::manual_seed(3);
-  models::LlamaForCausalLM nf4(c, models::BaseWeights::kNf4);
-  torch::set_default_dtype(caffe2::TypeMeta::fromScalarType(previous));
+  models::LlamaForCausalLM dense{nullptr}, nf4{nullptr};
+  {
+    const test::DefaultDtype bf16(torch::kBFloat16);
+    torch::manual_seed(3);
+    dense = models::LlamaForCausalLM(c);
+    torch::manual_seed(3);
+    nf4 = models::LlamaForCausalLM(c, models::BaseWeights::kNf4);
+  }
   std::int64_t dense_bytes = 0, nf4_bytes = 0;
   auto* dense_layer = dense->named_modules()["model.layers.1.mlp.down_proj"]->as<models::LoraLinearImpl>();
   auto* nf4_layer = nf4->named_modules()["model.layers.1.mlp.down_proj"]->as<models::LoraLinearImpl>();

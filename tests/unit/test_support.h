@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/typeid.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -78,6 +81,20 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+/// The default dtype (the one modules build their parameters in) set to `dtype` while alive.
+class DefaultDtype {
+ public:
+  explicit DefaultDtype(c10::ScalarType dtype) : previous_(c10::get_default_dtype()) {
+    c10::set_default_dtype(caffe2::TypeMeta::fromScalarType(dtype));
+  }
+  ~DefaultDtype() { c10::set_default_dtype(previous_); }
+  DefaultDtype(const DefaultDtype&) = delete;
+  DefaultDtype& operator=(const DefaultDtype&) = delete;
+
+ private:
+  caffe2::TypeMeta previous_;
 };
 
 inline void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {

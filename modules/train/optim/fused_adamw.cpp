@@ -38,8 +38,8 @@ void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Ten
     struct Lists {
       torch::Device device;
       torch::ScalarType dtype;
-      std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
-      std::vector<const void*> keys;
+      std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+      std::vector<const void*> keys;  // the parameters' TensorImpls: their device step counts
     };
     std::vector<Lists> lists;
     for (auto& p : group.params()) {
@@ -70,19 +70,18 @@ void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Ten
         d.host = s.step();
       }
       s.step(s.step() + 1);
-      d.host += 1;  // the _foreach_add_ below
+      d.host += 1;  // the counts' add below
       last_stepped_.push_back(key);
       auto it = std::find_if(lists.begin(), lists.end(),
                              [&](const Lists& l) { return l.device == p.device() && l.dtype == p.scalar_type(); });
       if (it == lists.end()) {
-        it = lists.insert(lists.end(), Lists{p.device(), p.scalar_type(), {}, {}, {}, {}, {}, {}, {}});
+        it = lists.insert(lists.end(), Lists{p.device(), p.scalar_type(), {}, {}, {}, {}, {}, {}});
       }
       it->params.push_back(p);
       it->grads.push_back(g);
       it->exp_avgs.push_back(s.exp_avg());
       it->exp_avg_sqs.push_back(s.exp_avg_sq());
       if (o.amsgrad()) it->max_exp_avg_sqs.push_back(s.max_exp_avg_sq());
-      it->steps.push_back(d.value);
       it->keys.push_back(key);
     }
     const auto [beta1, beta2] = o.betas();
@@ -92,18 +91,18 @@ void FusedAdamW::step_scaled(const torch::Tensor& grad_divisor, const torch::Ten
         return t.to(l.device, torch::kFloat32, /*non_blocking=*/true);
       };
       const std::optional<torch::Tensor> divisor = on(grad_divisor), skip = on(found_inf);
-      const torch::Tensor counts = step_counts(l.keys, l.steps);
-      l.steps = device_steps(l.keys);
+      const torch::Tensor counts = step_counts(l.keys);
       counts.add_(1.0);
-      at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, o.lr(), beta1, beta2,
-                        o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false, divisor, skip);
+      at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, device_steps(l.keys), o.lr(),
+                        beta1, beta2, o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false, divisor, skip);
       // A skipped step's counts given back on the device, as torch's _fused_adamw does.
       if (skip) counts.sub_(*skip);
     }
   }
 }
 
-torch::Tensor FusedAdamW::step_counts(const std::vector<const void*>& keys, const std::vector<torch::Tensor>& steps) {
+torch::Tensor FusedAdamW::step_counts(const std::vector<const void*>& keys) {
+  const std::vector<torch::Tensor> steps = device_steps(keys);
   for (const StepCounts& c : step_counts_) {
     const auto in_counts = [&](const torch::Tensor& t) { return t.is_alias_of(c.counts); };
     if (c.keys == keys && std::all_of(steps.begin(), steps.end(), in_counts)) return c.counts;

@@ -46,9 +46,9 @@ class FusedAdamW final : public torch::optim::AdamW {
     std::vector<const void*> keys;
     torch::Tensor counts;
   };
-  /// The counts tensor of these parameters (steps: their current counts), made the first time they
-  /// step together; their device_steps_ values become its elements.
-  torch::Tensor step_counts(const std::vector<const void*>& keys, const std::vector<torch::Tensor>& steps);
+  /// The counts tensor of these parameters, made the first time they step together from their
+  /// current counts; their device_steps_ values become its elements.
+  torch::Tensor step_counts(const std::vector<const void*>& keys);
   std::vector<torch::Tensor> device_steps(const std::vector<const void*>& keys) const;
   std::unordered_map<const void*, DeviceStep> device_steps_;
   std::vector<StepCounts> step_counts_;
