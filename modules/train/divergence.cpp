@@ -313,12 +313,18 @@ std::string divergence_cause(const DivergenceFacts& facts, std::int64_t updates,
         "statistics the run started from, or an earlier forward in training mode, made them so",
         facts.non_finite_buffer);
   }
-  const std::string made = "this step's forward made it from finite weights and a finite batch";
+  const bool gradient = !facts.non_finite_gradient.empty();
+  const std::string made =
+      gradient ? fmt::format("the {} was non-finite after this step's backward, from a finite loss and finite weights",
+                             facts.non_finite_gradient)
+               : "this step's forward made it from finite weights and a finite batch";
   if (!facts.not_rerun.empty()) return fmt::format("{} (its op is not named: {})", made, facts.not_rerun);
   if (facts.rerun_finite) {
-    return made +
-           ", and the same forward run again gave a finite loss: not reproducible (a race or memory not "
-           "initialised), not the learning rate";
+    return made + (gradient ? ", and this rank's last micro-batch run again gave finite gradients: another rank's "
+                              "gradients (the all-reduce sums them) or an earlier micro-batch of the step made them, "
+                              "or it is not reproducible (a race or memory not initialised)"
+                            : ", and the same forward run again gave a finite loss: not reproducible (a race or "
+                              "memory not initialised), not the learning rate");
   }
   if (!facts.origin) {
     return made +
@@ -327,8 +333,10 @@ std::string divergence_cause(const DivergenceFacts& facts, std::int64_t updates,
   }
   const NonFiniteOrigin& o = *facts.origin;
   const std::string where = fmt::format(
-      "this step's forward: {} made {} in {} from finite inputs ({}){}", o.op, o.nan ? "NaN" : "inf", o.output_dtype,
-      o.inputs, o.compared_through.empty() ? "" : fmt::format(" (compared in float64 as {})", o.compared_through));
+      "{}this step's {}: {} made {} in {} from finite inputs ({}){}",
+      gradient ? fmt::format("the {} was non-finite before the update; ", facts.non_finite_gradient) : "",
+      facts.origin_in_backward ? "backward" : "forward", o.op, o.nan ? "NaN" : "inf", o.output_dtype, o.inputs,
+      o.compared_through.empty() ? "" : fmt::format(" (compared in float64 as {})", o.compared_through));
   const std::string when = updates == 0 ? "before this run's first update, so the learning rate is not the cause"
                                         : fmt::format("after {} update(s) of this run", updates);
   switch (o.float64) {

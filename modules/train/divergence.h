@@ -7,8 +7,11 @@
 // non-finite value from finite inputs, and reruns that one op in float64 to tell an overflow (the
 // float64 result lies beyond the dtype's range), a domain error (non-finite in float64 too) and a
 // defect of the kernel (finite in float64, in range): what autograd's anomaly mode does for
-// backward (torch.autograd.detect_anomaly), here for forward. The message then names the phase and
-// the op and advises a lower learning rate only where the updates are the cause.
+// backward (torch.autograd.detect_anomaly), here for forward. A finite loss whose gradients are
+// non-finite (an overflow in backward: the loop checks the summed gradients before the update, one
+// pass, GradScaler's check) is rerun likewise, forward and backward (torch::autograd::grad: no
+// gradient is accumulated and no all-reduce hook fires). The message then names the phase and the
+// op and advises a lower learning rate only where the updates are the cause.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -53,7 +56,8 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 /// inputs and outputs: for a diagnosis, not for a step.
 std::optional<NonFiniteOrigin> first_non_finite_op(const std::function<void()>& run, const NamedTensors& names);
 
-/// What the loop found out about a micro-batch whose forward returned a non-finite loss.
+/// What the loop found out about a micro-batch whose forward returned a non-finite loss, or about a
+/// step whose gradients were non-finite after a finite loss (non_finite_gradient set).
 struct DivergenceFacts {
   std::string
       non_finite_input;  // the batch's first tensor holding NaN / inf ("tensor 0 float[8, 1, 32, 32]"); "": none
@@ -61,8 +65,12 @@ struct DivergenceFacts {
   bool parameter_trained = true;     // it is one the optimizer updates (else frozen: a LoRA base)
   std::string non_finite_buffer;     // a buffer holding NaN / inf that the rerun's ops read; "": none
   std::string not_rerun;             // why the forward was not rerun ("" : it was)
-  bool rerun_finite = false;         // the rerun's loss was finite (not reproduced)
+  bool rerun_finite = false;         // the rerun's loss (gradients) was finite (not reproduced)
+  /// The first trained parameter whose gradient, summed over the ranks, held NaN / inf before the
+  /// update ("gradient of features.0.0.weight"); "": the loss was the first non-finite value.
+  std::string non_finite_gradient;
   std::optional<NonFiniteOrigin> origin;
+  bool origin_in_backward = false;  // the origin's op ran in the rerun's backward (else its forward)
 };
 
 /// A tensor's dtype and shape as the divergence messages write them: "Float[8, 1, 32, 32]".
@@ -79,7 +87,9 @@ std::string first_non_finite(const NamedTensors& named);
 /// learning rate. A lower learning rate is advised only for non-finite trained weights after
 /// updates and for an overflow after updates. A float64 result in range is an overflow inside the
 /// op where its inputs exceed the square root of the dtype's largest value, else a defect of the
-/// kernel. A finite rerun (rerun_finite) is reported as not reproducible, before any op found.
+/// kernel. A finite rerun (rerun_finite) is reported as not reproducible, before any op found; for
+/// non-finite gradients as made elsewhere (another rank's gradients, which the all-reduce sums, or
+/// an earlier micro-batch of the step).
 std::string divergence_cause(const DivergenceFacts& facts, std::int64_t updates, double lr);
 
 }  // namespace mgbench::train

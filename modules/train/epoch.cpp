@@ -51,8 +51,11 @@ void EpochStage::record_step(StepOutcome& out, double step_start) {
             ? divergence_cause(*out.divergence, run.global_step - run.first_step, step.lr)
             : "on this device the loss is read once per step, after its update, so where it was made is not named "
               "(the same configuration on the CPU names it); a lower --lr helps only where the updates are the cause";
-    throw Error(fmt::format("loss became {} at epoch {} step {} (lr {}): training diverged: {}", step.loss,
-                            run.epoch + 1, step.step + 1, step.lr, cause));
+    const std::string what = out.divergence && !out.divergence->non_finite_gradient.empty()
+                                 ? fmt::format("gradients became non-finite (loss {})", step.loss)
+                                 : fmt::format("loss became {}", step.loss);
+    throw Error(fmt::format("{} at epoch {} step {} (lr {}): training diverged: {}", what, run.epoch + 1, step.step + 1,
+                            step.lr, cause));
   }
   if (std::isfinite(step.loss)) {  // amp-fp16 steps skipped by the GradScaler have none
     run.loss_sum += step.loss;

@@ -45,7 +45,10 @@ struct DeviceSums {
 class OptimizerStep {
  public:
   OptimizerStep(const RunSetup& setup, TrainingState& training, PhaseClock& clock)
-      : setup_(setup), training_(training), clock_(clock) {}
+      : setup_(setup),
+        training_(training),
+        clock_(clock),
+        checked_(setup.device.is_cpu() && !training.scaler) {}  // amp-fp16 skips non-finite steps itself
 
   /// Forward and backward of one micro-batch (its tensors on the device); `last`: the step's last,
   /// whose backward the gradient all-reduce overlaps. On the CPU a non-finite loss stops it after
@@ -57,6 +60,11 @@ class OptimizerStep {
   /// gradient buckets is the allreduce phase (what the all-reduce window covers, nothing else), the
   /// normaliser's sum over the ranks the loss_reduce phase.
   std::optional<double> gradient_scale();
+  /// On the CPU: whether the gradients summed over the ranks are finite, read before the update
+  /// (one pass over them, GradScaler's check; no device to wait for). Where they are not, the
+  /// outcome's divergence is set from the step's last micro-batch run again (diagnose_gradients)
+  /// and its loss read back; the update is not taken.
+  bool gradients_finite();
   /// The gradients scaled by `scale` (the loss normalisation), clipped, and the optimizer step (the
   /// GradScaler's with loss scaling). Returns the step's skip flag for the step's one host sync: a
   /// float [] tensor, 1 where the scaler skipped the step (non-finite gradients), 0 or undefined
@@ -82,25 +90,38 @@ class OptimizerStep {
   /// FSDP: its all-gathers would wait for ranks that have gone on to their backward).
   /// rng: the CPU generator as that forward found it (its dropout drawn again alike).
   DivergenceFacts diagnose(const data::Batch& input, const at::Generator& rng) const;
+  /// Where the step's non-finite gradients came from: the first such gradient named, then the last
+  /// micro-batch's forward and backward run again under first_non_finite_op, the weights as they
+  /// had them (not under FSDP: its collectives need every rank). The backward is
+  /// torch::autograd::grad: it accumulates no gradient and fires no all-reduce hook (those run
+  /// after AccumulateGrad), so this rank alone runs it.
+  DivergenceFacts diagnose_gradients() const;
+  /// The model's named parameters and buffers, as the divergence messages name the tensors ops read.
+  NamedTensors named_tensors() const;
 
   const RunSetup& setup_;
   TrainingState& training_;
   PhaseClock& clock_;
   DeviceSums sums_;
   StepOutcome out_;
+  const bool checked_;  // the CPU without a GradScaler: losses and gradients checked as they come
+  /// checked_: the last micro-batch and the CPU generator its forward found, for diagnose_gradients.
+  std::optional<data::Batch> last_input_;
+  at::Generator last_rng_;
 };
 
 void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
   const bool first = out_.micro_batches == 0;
   clock_.enter(results::Phase::kForward);
   MicroBatchLoss loss;
-  const bool checked = setup_.device.is_cpu() && !training_.scaler;  // amp-fp16 skips non-finite steps itself
-  const at::Generator rng = checked ? cpu_generator_state() : at::Generator();
+  const at::Generator rng = checked_ ? cpu_generator_state() : at::Generator();
   {
     const AutocastScope autocast(setup_.precision, setup_.device.type());
     loss = setup_.recipe.forward(input);
   }
-  if (checked) {
+  if (checked_) {
+    last_input_ = input;
+    last_rng_ = rng;
     const double value = loss.loss.item<double>();  // computed already: no device to wait for
     if (!std::isfinite(value)) {
       log::warn("loss {} in this step's forward: running it again to find the op that made it", value);
@@ -195,9 +216,7 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Gene
     facts.parameter_trained = group == &trained;
     return facts;
   }
-  NamedTensors named = trained;
-  named.insert(named.end(), frozen.begin(), frozen.end());
-  named.insert(named.end(), buffers.begin(), buffers.end());
+  const NamedTensors named = named_tensors();
   restore_cpu_generator(rng);  // the random draws of the first forward (dropout)
   bool rerun_finite = false;
   facts.origin = first_non_finite_op(
@@ -213,6 +232,85 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Gene
     const std::string buffer = first_non_finite(buffers);
     if (!buffer.empty()) facts.non_finite_buffer = buffer;
   }
+  return facts;
+}
+
+NamedTensors OptimizerStep::named_tensors() const {
+  NamedTensors named;
+  for (const auto& p : setup_.recipe.model().named_parameters()) named.emplace_back(p.key(), p.value());
+  for (const auto& b : setup_.recipe.model().named_buffers()) named.emplace_back(b.key(), b.value());
+  return named;
+}
+
+bool OptimizerStep::gradients_finite() {
+  if (!checked_) return true;
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& t : training_.trainable) {
+    if (t.grad().defined()) grads.push_back(t.grad());
+  }
+  if (grads.empty()) return true;
+  // GradScaler's check (found_inf) with a divisor of 1: one op over every gradient.
+  torch::Tensor found = torch::zeros({1});
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found, torch::ones({1}));
+  if (found.item<float>() == 0.0F) return true;
+  log::warn("non-finite gradients after this step's backward: running its last micro-batch again to find the op");
+  out_.divergence = diagnose_gradients();
+  read_back(std::nullopt, torch::Tensor());
+  return false;
+}
+
+DivergenceFacts OptimizerStep::diagnose_gradients() const {
+  DivergenceFacts facts;
+  if (training_.fsdp() != nullptr) {
+    NamedTensors shards;
+    for (std::size_t k = 0; k < training_.trainable.size(); ++k) {
+      shards.emplace_back(fmt::format("gradient of this rank's shard of trained tensor {}", k),
+                          training_.trainable[k].grad());
+    }
+    facts.non_finite_gradient = first_non_finite(shards);
+    facts.not_rerun =
+        "under --sharding fsdp the step is not run again: its all-gathers and reduce-scatters need every "
+        "rank";
+    return facts;
+  }
+  NamedTensors grads;
+  std::vector<torch::Tensor> trained;
+  for (const auto& p : setup_.recipe.model().named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    trained.push_back(p.value());
+    if (p.value().grad().defined()) grads.emplace_back("gradient of " + p.key(), p.value().grad());
+  }
+  facts.non_finite_gradient = first_non_finite(grads);
+  if (facts.non_finite_gradient.empty()) {  // a gradient outside the model's parameters (a recipe's own)
+    facts.non_finite_gradient = "gradient of a trained tensor";
+  }
+  if (!last_input_) {
+    facts.not_rerun = "no micro-batch of this step was kept";
+    return facts;
+  }
+  const NamedTensors named = named_tensors();
+  restore_cpu_generator(last_rng_);  // the random draws of the first forward (dropout)
+  torch::Tensor loss;
+  facts.origin = first_non_finite_op(
+      [&] {
+        const AutocastScope autocast(setup_.precision, setup_.device.type());
+        loss = setup_.recipe.forward(*last_input_).loss;
+      },
+      named);
+  if (facts.origin) return facts;  // a forward op's non-finite values that the loss did not take up
+  std::vector<torch::Tensor> rerun;
+  facts.origin = first_non_finite_op(
+      [&] {
+        rerun = torch::autograd::grad({loss}, trained, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                                      /*allow_unused=*/true);
+      },
+      named);
+  facts.origin_in_backward = facts.origin.has_value();
+  NamedTensors defined;
+  for (const torch::Tensor& g : rerun) {
+    if (g.defined()) defined.emplace_back("rerun gradient", g);
+  }
+  facts.rerun_finite = std::isfinite(loss.item<double>()) && first_non_finite(defined).empty();
   return facts;
 }
 
@@ -334,6 +432,7 @@ StepOutcome train_step(const RunSetup& setup, TrainingState& training, StepSourc
 
   const std::optional<double> scale = step.gradient_scale();
   source.clock.enter(results::Phase::kOptimizer);
+  if (!step.gradients_finite()) return std::move(out);
   const torch::Tensor skipped = scale.has_value() ? step.optimizer_step(*scale) : torch::Tensor();
   step.read_back(scale, skipped);
   return std::move(out);

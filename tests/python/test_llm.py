@@ -2,6 +2,7 @@
 its results and PEFT adapters that peft loads, bad options are named."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -275,7 +276,10 @@ def test_a_loss_the_loaded_weights_make_non_finite_is_not_put_on_the_learning_ra
     (line,) = [ln for ln in proc.stderr.splitlines() if "training diverged" in ln]
     cause = line.split("training diverged: ")[1]
     assert "at epoch 1 step 1" in line
-    assert cause.startswith("this step's forward: aten::mm made inf in BFloat16 from finite inputs"), cause
+    # inf on the AMD EPYC machines, NaN on an Intel Xeon (AVX-512 BF16, AMX): products of x's mixed
+    # signs with 3e38 overflow to +-inf, and a kernel that adds both gets inf - inf. An overflow
+    # either way, as the float64 verdict says.
+    assert re.match(r"this step's forward: aten::mm made (inf|NaN) in BFloat16 from finite inputs", cause), cause
     assert "(lm_head.weight)" in cause and "an overflow (float64 reaches" in cause, cause
     assert "before this run's first update, so the learning rate is not the cause" in cause, cause
     assert "--lr" not in cause, cause

@@ -164,6 +164,21 @@ TEST(Divergence, TheCauseNamesThePhase) {
   flaky.rerun_finite = true;
   flaky.origin = NonFiniteOrigin{};  // an op made inf that the loss did not take up: the rerun's verdict stands
   EXPECT_TRUE(has(divergence_cause(flaky, 3, 0.1), "not reproducible"));
+
+  // Gradients non-finite from a finite loss (the op named: test_loop's NonFiniteGradients case).
+  DivergenceFacts elsewhere;
+  elsewhere.non_finite_gradient = "gradient of fc.weight";
+  elsewhere.rerun_finite = true;  // this rank's last micro-batch gives finite gradients
+  const std::string other_rank = divergence_cause(elsewhere, 3, 0.1);
+  EXPECT_TRUE(has(other_rank, "the gradient of fc.weight was non-finite after this step's backward, from a finite") &&
+              has(other_rank, "another rank's gradients") && !has(other_rank, "--lr"))
+      << other_rank;
+  DivergenceFacts sharded_gradients;
+  sharded_gradients.non_finite_gradient = "gradient of this rank's shard of trained tensor 2";
+  sharded_gradients.not_rerun = "under --sharding fsdp the step is not run again";
+  EXPECT_TRUE(has(divergence_cause(sharded_gradients, 3, 0.1),
+                  "shard of trained tensor 2 was non-finite after this step's backward, from a finite loss and finite "
+                  "weights (its op is not named: under --sharding fsdp"));
 }
 
 TEST(Divergence, FirstNonFiniteNamesTheFirstTensorInOrder) {

@@ -1,11 +1,13 @@
 // The training loop with a recipe of its own (a linear regression in fp64), on one rank: gradient
-// accumulation under both loss normalisations, and the recipe's per-step metrics table.
+// accumulation under both loss normalisations, the recipe's per-step metrics table, and a step whose
+// gradients are non-finite from a finite loss.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
+#include "core/error.h"
 #include "core/progress.h"
 #include "results/reader.h"
 #include "results/writer.h"
@@ -19,10 +21,13 @@ namespace {
 using train::LossNormalization;
 
 /// y = 0.5 * sum(x) + 0.1 on 32 fixed points, fitted by a Linear(4, 1) in fp64 (no randomness
-/// after the initial weights, which the loop's --seed fixes).
+/// after the initial weights, which the loop's --seed fixes). sqrt_at_zero: the loss adds
+/// sum(sqrt(0 * error)), 0 in forward, whose backward divides by 2 sqrt(0) (torch's sqrt
+/// derivative, grad / (2 result)): gradients NaN from a finite loss, as a norm of a zero vector.
 class LinearRecipe final : public train::Recipe {
  public:
-  explicit LinearRecipe(LossNormalization normalization) : normalization_(normalization) {}
+  explicit LinearRecipe(LossNormalization normalization, bool sqrt_at_zero = false)
+      : normalization_(normalization), sqrt_at_zero_(sqrt_at_zero) {}
 
   void declare(options::OptionTable&) override {}
   void validate(const train::TrainOptions&) const override {}
@@ -51,14 +56,16 @@ class LinearRecipe final : public train::Recipe {
   train::MicroBatchLoss forward(const data::Batch& batch) override {
     const torch::Tensor error = (model_->forward(batch.tensors[0]) - batch.tensors[1]).pow(2);
     const torch::Tensor metrics = torch::stack({error.mean().detach(), torch::full({}, 7.0, error.options())});
-    if (normalization_ == LossNormalization::kMeanPerMicroBatch) return {error.mean(), 1.0, metrics};
-    return {error.sum(), static_cast<double>(batch.samples), metrics};
+    const torch::Tensor extra = sqrt_at_zero_ ? (error * 0).sqrt().sum() : torch::zeros({}, error.options());
+    if (normalization_ == LossNormalization::kMeanPerMicroBatch) return {error.mean() + extra, 1.0, metrics};
+    return {error.sum() + extra, static_cast<double>(batch.samples), metrics};
   }
   std::vector<std::string> metric_names() const override { return {"mse", "seven"}; }
   h5::Attributes attributes() const override { return {}; }
 
  private:
   LossNormalization normalization_;
+  bool sqrt_at_zero_;
   torch::nn::Linear model_{nullptr};
   torch::Tensor x_, y_;
 };
@@ -68,8 +75,7 @@ struct Result {
   results::RunRecord run;
 };
 
-Result train(LossNormalization normalization, std::int64_t batch_size, std::int64_t grad_accum,
-             const std::string& results) {
+Result train(LinearRecipe& recipe, std::int64_t batch_size, std::int64_t grad_accum, const std::string& results) {
   train::TrainOptions t;
   t.device = runtime::DeviceRequest::kCpu;
   t.optim.optimizer = train::OptimizerKind::kSgd;
@@ -82,7 +88,6 @@ Result train(LossNormalization normalization, std::int64_t batch_size, std::int6
   t.shuffle = false;
   t.threads = 1;
   t.results = results;
-  LinearRecipe recipe(normalization);
   runtime::MpiCommunicator comm(MPI_COMM_SELF);
   train::TrainingLoop loop(t, recipe, comm, {}, {});
   results::ResultsWriter writer(results, MPI_COMM_SELF, "linear", loop.run_attributes(), loop.rank_attributes(),
@@ -99,9 +104,10 @@ Result train(LossNormalization normalization, std::int64_t batch_size, std::int6
 TEST(TrainingLoop, GradientAccumulationEqualsTheWholeBatchUnderBothNormalisations) {
   test::TempDir dir;
   for (const auto normalization : {LossNormalization::kMeanPerMicroBatch, LossNormalization::kSumOverTargets}) {
-    const Result accumulated = train(normalization, 4, 2, dir.file("a.h5"));
-    const Result whole = train(normalization, 8, 1, dir.file("b.h5"));
-    const Result smaller = train(normalization, 4, 1, dir.file("c.h5"));  // twice the steps: other weights
+    LinearRecipe a(normalization), b(normalization), c(normalization);
+    const Result accumulated = train(a, 4, 2, dir.file("a.h5"));
+    const Result whole = train(b, 8, 1, dir.file("b.h5"));
+    const Result smaller = train(c, 4, 1, dir.file("c.h5"));  // twice the steps: other weights
     const double diff = (accumulated.parameters - whole.parameters).abs().max().item<double>();
     EXPECT_LT(diff, 1e-12) << static_cast<int>(normalization);
     EXPECT_GT((smaller.parameters - whole.parameters).abs().max().item<double>(), 1e-6);
@@ -113,7 +119,8 @@ TEST(TrainingLoop, GradientAccumulationEqualsTheWholeBatchUnderBothNormalisation
 
 TEST(TrainingLoop, RecordsTheRecipesMetricsPerStep) {
   test::TempDir dir;
-  const Result r = train(LossNormalization::kMeanPerMicroBatch, 4, 2, dir.file("m.h5"));
+  LinearRecipe recipe(LossNormalization::kMeanPerMicroBatch);
+  const Result r = train(recipe, 4, 2, dir.file("m.h5"));
   EXPECT_EQ(r.run.metric_names, (std::vector<std::string>{"mse", "seven"}));
   ASSERT_EQ(r.run.metrics.size(), 1u);
   ASSERT_EQ(r.run.metrics[0].size(), 8u);  // 2 epochs x 4 steps
@@ -126,6 +133,25 @@ TEST(TrainingLoop, RecordsTheRecipesMetricsPerStep) {
   // mean loss is the mean of the metric over its steps.
   EXPECT_NEAR(mse_sum / 4, r.run.epochs[0][0].loss_mean, 1e-14);
   EXPECT_LT(r.run.metrics[0][7][0], r.run.metrics[0][0][0]);  // it learns
+}
+
+// On the CPU the summed gradients are checked before the update (train/step.cpp): a finite loss
+// with NaN gradients stops the step without updating, and its rerun names the backward's op.
+TEST(TrainingLoop, NonFiniteGradientsFromAFiniteLossStopTheStepBeforeTheUpdateAndNameTheBackwardsOp) {
+  test::TempDir dir;
+  for (const auto normalization : {LossNormalization::kMeanPerMicroBatch, LossNormalization::kSumOverTargets}) {
+    LinearRecipe recipe(normalization, /*sqrt_at_zero=*/true);
+    test::expect_error<Error>(
+        [&] { train(recipe, 4, 2, dir.file("nan.h5")); },
+        {"gradients became non-finite (loss ", "at epoch 1 step 1 ", "the gradient of weight was non-finite",
+         "this step's backward: aten::div.Tensor made inf in Double from finite inputs",
+         "(not compared in float64: it computes in float64 already)",
+         "before this run's first update, so the learning rate is not the cause"});
+    for (const auto& p : recipe.trainable_parameters()) {
+      EXPECT_TRUE(torch::isfinite(p).all().item<bool>());  // no update took the NaN in
+      EXPECT_TRUE(p.grad().isnan().any().item<bool>());    // the step's own gradients, as backward left them
+    }
+  }
 }
 
 }  // namespace
