@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "data/loader.h"
 #include "train/loop.h"
 #include "train/op_counter.h"
@@ -51,6 +52,14 @@ void EpochStage::record_step(StepOutcome& out, double step_start) {
             ? divergence_cause(*out.divergence, run.global_step - run.first_step, step.lr)
             : "on this device the loss is read once per step, after its update, so where it was made is not named "
               "(the same configuration on the CPU names it); a lower --lr helps only where the updates are the cause";
+    // The epoch's steps so far and the failing one (its loss, its phases): the loss curve into the
+    // divergence stays in the file (rows are this rank's own: no other rank takes part).
+    run.steps.push_back(step);
+    try {
+      sinks_.writer.write_steps(run.epoch, run.steps);
+    } catch (const std::exception& e) {
+      log::warn("the diverged epoch's steps were not written: {}", e.what());
+    }
     const std::string what = out.divergence && !out.divergence->non_finite_gradient.empty()
                                  ? fmt::format("gradients became non-finite (loss {})", step.loss)
                                  : fmt::format("loss became {}", step.loss);

@@ -1,6 +1,7 @@
 """The real binary on real MNIST; results checked with h5py (an independent HDF5 reader)."""
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -237,6 +238,16 @@ def test_failing_run_is_marked_failed_and_job_ends(tmp_path, mnist):
         failed = f["runs"][names[1]]
         assert failed["status"][0] == b"failed"
         assert b"diverged" in failed["error"][0]
+        # Each rank that stopped on the divergence wrote its steps of that epoch, the failing one
+        # last: the loss curve into it is in the file.
+        stops = [re.search(r"training failed on rank (\d+) .* at epoch (\d+) step (\d+) ", ln)
+                 for ln in proc.stderr.splitlines() if "training diverged" in ln]
+        assert stops and all(stops), proc.stderr
+        for rank, epoch, step in {tuple(int(g) for g in m.groups()) for m in stops}:
+            rows = failed[f"rank_{rank}/steps"][:]
+            written = rows[rows["epoch"] == epoch - 1]
+            assert list(written["step"]) == list(range(step)), (rank, written)
+            assert (written["step_s"] > 0).all() and (written["samples"] > 0).all(), (rank, written)
 
 
 def test_malloc_reuse_stops_the_steps_faulting_in_memory(tmp_path, mnist):
