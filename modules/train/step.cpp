@@ -98,6 +98,13 @@ class OptimizerStep {
   DivergenceFacts diagnose_gradients() const;
   /// The model's named parameters and buffers, as the divergence messages name the tensors ops read.
   NamedTensors named_tensors() const;
+  /// Under FSDP: this rank's shards of the trained tensors, named by index (gradients: their .grad()).
+  NamedTensors trained_shards(bool gradients) const;
+  /// input's forward run again under first_non_finite_op, the CPU generator set back to rng (its
+  /// dropout drawn alike): the op found, and the loss, with its graph where `graph` (for a
+  /// backward), without one otherwise (one graph's activations at a time).
+  std::pair<std::optional<NonFiniteOrigin>, torch::Tensor> rerun_forward(const data::Batch& input,
+                                                                         const at::Generator& rng, bool graph) const;
 
   const RunSetup& setup_;
   TrainingState& training_;
@@ -194,11 +201,7 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Gene
   facts.non_finite_input = first_non_finite(batch);
   if (!facts.non_finite_input.empty()) return facts;
   if (training_.fsdp() != nullptr) {  // the model's tensors hold values only while their unit is gathered
-    NamedTensors shards;
-    for (std::size_t k = 0; k < training_.trainable.size(); ++k) {
-      shards.emplace_back(fmt::format("this rank's shard of trained tensor {}", k), training_.trainable[k]);
-    }
-    facts.non_finite_parameter = first_non_finite(shards);
+    facts.non_finite_parameter = first_non_finite(trained_shards(/*gradients=*/false));
     if (facts.non_finite_parameter.empty()) {
       facts.not_rerun = "under --sharding fsdp the forward is not run again: its all-gathers need every rank";
     }
@@ -216,17 +219,9 @@ DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Gene
     facts.parameter_trained = group == &trained;
     return facts;
   }
-  const NamedTensors named = named_tensors();
-  restore_cpu_generator(rng);  // the random draws of the first forward (dropout)
-  bool rerun_finite = false;
-  facts.origin = first_non_finite_op(
-      [&] {
-        const torch::NoGradGuard no_grad;  // one graph's activations at a time
-        const AutocastScope autocast(setup_.precision, setup_.device.type());
-        rerun_finite = std::isfinite(setup_.recipe.forward(input).loss.item<double>());
-      },
-      named);
-  facts.rerun_finite = rerun_finite;
+  torch::Tensor loss;
+  std::tie(facts.origin, loss) = rerun_forward(input, rng, /*graph=*/false);
+  facts.rerun_finite = std::isfinite(loss.item<double>());
   // A buffer the forward read (BatchNorm's running statistics, frozen): what the rerun's ops took in.
   if (!facts.origin && !facts.rerun_finite) {
     const std::string buffer = first_non_finite(buffers);
@@ -240,6 +235,31 @@ NamedTensors OptimizerStep::named_tensors() const {
   for (const auto& p : setup_.recipe.model().named_parameters()) named.emplace_back(p.key(), p.value());
   for (const auto& b : setup_.recipe.model().named_buffers()) named.emplace_back(b.key(), b.value());
   return named;
+}
+
+NamedTensors OptimizerStep::trained_shards(bool gradients) const {
+  NamedTensors shards;
+  for (std::size_t k = 0; k < training_.trainable.size(); ++k) {
+    const torch::Tensor& t = training_.trainable[k];
+    shards.emplace_back(fmt::format("{}this rank's shard of trained tensor {}", gradients ? "gradient of " : "", k),
+                        gradients ? t.grad() : t);
+  }
+  return shards;
+}
+
+std::pair<std::optional<NonFiniteOrigin>, torch::Tensor> OptimizerStep::rerun_forward(const data::Batch& input,
+                                                                                      const at::Generator& rng,
+                                                                                      bool graph) const {
+  restore_cpu_generator(rng);
+  torch::Tensor loss;
+  std::optional<NonFiniteOrigin> origin = first_non_finite_op(
+      [&] {
+        const torch::AutoGradMode grad_mode(graph);
+        const AutocastScope autocast(setup_.precision, setup_.device.type());
+        loss = setup_.recipe.forward(input).loss;
+      },
+      named_tensors());
+  return {std::move(origin), loss};
 }
 
 bool OptimizerStep::gradients_finite() {
@@ -262,12 +282,7 @@ bool OptimizerStep::gradients_finite() {
 DivergenceFacts OptimizerStep::diagnose_gradients() const {
   DivergenceFacts facts;
   if (training_.fsdp() != nullptr) {
-    NamedTensors shards;
-    for (std::size_t k = 0; k < training_.trainable.size(); ++k) {
-      shards.emplace_back(fmt::format("gradient of this rank's shard of trained tensor {}", k),
-                          training_.trainable[k].grad());
-    }
-    facts.non_finite_gradient = first_non_finite(shards);
+    facts.non_finite_gradient = first_non_finite(trained_shards(/*gradients=*/true));
     facts.not_rerun =
         "under --sharding fsdp the step is not run again: its all-gathers and reduce-scatters need every "
         "rank";
@@ -288,15 +303,8 @@ DivergenceFacts OptimizerStep::diagnose_gradients() const {
     facts.not_rerun = "no micro-batch of this step was kept";
     return facts;
   }
-  const NamedTensors named = named_tensors();
-  restore_cpu_generator(last_rng_);  // the random draws of the first forward (dropout)
   torch::Tensor loss;
-  facts.origin = first_non_finite_op(
-      [&] {
-        const AutocastScope autocast(setup_.precision, setup_.device.type());
-        loss = setup_.recipe.forward(*last_input_).loss;
-      },
-      named);
+  std::tie(facts.origin, loss) = rerun_forward(*last_input_, last_rng_, /*graph=*/true);
   if (facts.origin) return facts;  // a forward op's non-finite values that the loss did not take up
   std::vector<torch::Tensor> rerun;
   facts.origin = first_non_finite_op(
@@ -304,7 +312,7 @@ DivergenceFacts OptimizerStep::diagnose_gradients() const {
         rerun = torch::autograd::grad({loss}, trained, {}, /*retain_graph=*/false, /*create_graph=*/false,
                                       /*allow_unused=*/true);
       },
-      named);
+      named_tensors());
   facts.origin_in_backward = facts.origin.has_value();
   NamedTensors defined;
   for (const torch::Tensor& g : rerun) {
