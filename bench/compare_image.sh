@@ -3,8 +3,8 @@
 # same model (MobileNetV2, width 1.0), image size, per-rank batch, precision, ranks, samples,
 # threads per rank. mgbench in both memory layouts (NHWC, its default, and NCHW: --channels-last
 # false); three peers: as the paper's users write it (default memory layout, NCHW), tuned
-# (channels_last, as mgbench), and tuned with mgbench's host malloc settings (--malloc-reuse, given
-# to Python through GLIBC_TUNABLES: the same glibc thresholds). Prints img/s and the ratios
+# (channels_last, as mgbench), and tuned with mgbench's host malloc (bench/peer_malloc.sh: the
+# executable's TCMalloc preloaded, or glibc's thresholds of --malloc-reuse). Prints img/s and the ratios
 # mgbench / peer (> 1: mgbench faster): NHWC vs the plain peer, NHWC vs NHWC, NCHW vs NCHW. mgbench
 # runs with --cupti false, as the peer is untraced; on a GPU a second mgbench run with CUPTI (its
 # default there) gives CUPTI's own cost as a ratio.
@@ -22,6 +22,7 @@
 # On a GPU machine (scripts/gpu-check.sh): DEVICE=cuda NP=1 SIZES="224 500" PRECISION=amp-bf16 ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/peer_malloc.sh
 DATA=${1:-../shared/data/mnist}
 SIZES=${SIZES:-"32 64"}
 NP=${NP:-2}
@@ -86,10 +87,11 @@ PY
   }
   if ! plain=$(peer); then peer_failed; fi
   if ! nhwc=$(peer --channels-last); then peer_failed; fi
-  # core/host_memory.h's settings: mmap threshold 32 MiB, trim threshold 2^31 - 1.
   reuse=-
-  if [[ ${QUICK:-0} != 1 ]] && ! reuse=$(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647 \
-      peer --channels-last); then peer_failed; fi
+  # shellcheck disable=SC2046  # peer_malloc_env's words, one NAME=VALUE each
+  if [[ ${QUICK:-0} != 1 ]] && ! reuse=$(export $(peer_malloc_env "$MGBENCH") && peer --channels-last); then
+    peer_failed
+  fi
   ratio() { "$PY" -c "print(f'{$1 / $2:.2f}')"; }
   printf "%-6s %12s %12s %12s %12s %12s %8s %8s %8s %8s %12s %8s\n" "$size" "$ours" "$ours_nchw" "$plain" "$nhwc" \
     "$reuse" "$(ratio "$ours" "$plain")" "$(ratio "$ours" "$nhwc")" "$(ratio "$ours_nchw" "$plain")" \

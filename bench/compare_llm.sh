@@ -5,7 +5,8 @@
 # preference pairs) in the same order, batch, precision, LoRA and schedule. Prints real tokens/s
 # (dpo: chosen and rejected) and s/it of both (the first two steps left out on both sides: the
 # warm-up, and the step whose ATen ops each side counts as torch.profiler does), the ops per step
-# and per decoder layer, and the ratio mgbench / peer (> 1: mgbench faster).
+# and per decoder layer, and the ratio mgbench / peer (> 1: mgbench faster). The peer runs on mgbench's
+# malloc (bench/peer_malloc.sh: the headline), then on Python's default (glibc's: a second row).
 #   bench/compare_llm.sh [SHARED_DATA_DIR]
 #   RECIPE=dpo bench/compare_llm.sh [SHARED_DATA_DIR]
 # Environment: RECIPE (lora | dpo), STEPS (21), BATCH (2 samples, or pairs), PRECISION (fp32), HIDDEN
@@ -15,6 +16,7 @@
 #   transformers and peft).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/peer_malloc.sh
 SHARED=${1:-../shared/data}
 RECIPE=${RECIPE:-lora}
 STEPS=${STEPS:-21}
@@ -72,23 +74,32 @@ with h5py.File(sys.argv[1], "r") as f:
           f'{run["summary"][0]["ops_per_step"]}')
 PY
 )
-"$PY" bench/peer_llm.py --recipe "$RECIPE" --model "$OUT/model" --rows "$OUT/rows.jsonl" --batch-size "$BATCH" \
-  --steps "$STEPS" --precision "$PRECISION" --pad-id 2004 >"$OUT/peer.json" 2>"$OUT/peer.err" ||
-  { tail -20 "$OUT/peer.err"; exit 1; }
-peer=$("$PY" - "$OUT/peer.json" <<'PY'
+# The peer twice: on mgbench's malloc (the headline, like for like) and on Python's default, glibc's.
+run_peer() {
+  "$PY" bench/peer_llm.py --recipe "$RECIPE" --model "$OUT/model" --rows "$OUT/rows.jsonl" --batch-size "$BATCH" \
+    --steps "$STEPS" --precision "$PRECISION" --pad-id 2004 >"$OUT/$1.json" 2>"$OUT/$1.err" ||
+    { tail -20 "$OUT/$1.err"; exit 1; }
+  "$PY" - "$OUT/$1.json" <<'PY'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 print(f'{d["tokens_per_s"]:.1f} {d["s_per_it"]:.4f} {d["ops_per_step"]}')
 PY
-)
+}
+# shellcheck disable=SC2046  # peer_malloc_env's words, one NAME=VALUE each
+peer=$(export $(peer_malloc_env "$MGBENCH") && run_peer peer)
+peer_glibc=$(run_peer peer_glibc)
 read -r ours_tps ours_spi ours_ops <<<"$ours"
 read -r peer_tps peer_spi peer_ops <<<"$peer"
+read -r glibc_tps glibc_spi glibc_ops <<<"$peer_glibc"
 echo "# mgbench llm --recipe $RECIPE vs Python peer ($WHAT), 1 rank, CPU"
 echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(date -u +%Y-%m-%dT%H:%MZ); Llama hidden $HIDDEN x $LAYERS layers, vocab 2256, LoRA r 8 (q,v,o,mlp)"
 echo "# $DATASET, max_seq_len $MAX_SEQ_LEN, batch $BATCH $UNIT, $PRECISION, $STEPS steps (first two left out), same rows and order"
 echo "# mgbench --padding $PADDING (the peer pads each batch to its longest row)"
 per_layer() { "$PY" -c "print(f'{$1 / $LAYERS:.0f}')"; }
-printf "%-10s %12s %10s %10s %10s\n" "" "tokens/s" "s/it" "ops/step" "ops/layer"
-printf "%-10s %12s %10s %10s %10s\n" "mgbench" "$ours_tps" "$ours_spi" "$ours_ops" "$(per_layer "$ours_ops")"
-printf "%-10s %12s %10s %10s %10s\n" "peer" "$peer_tps" "$peer_spi" "$peer_ops" "$(per_layer "$peer_ops")"
+echo "# peer: on mgbench's malloc ($(peer_malloc_env "$MGBENCH" | cut -d' ' -f1)); peer-glibc: Python's default malloc"
+printf "%-11s %12s %10s %10s %10s\n" "" "tokens/s" "s/it" "ops/step" "ops/layer"
+printf "%-11s %12s %10s %10s %10s\n" "mgbench" "$ours_tps" "$ours_spi" "$ours_ops" "$(per_layer "$ours_ops")"
+printf "%-11s %12s %10s %10s %10s\n" "peer" "$peer_tps" "$peer_spi" "$peer_ops" "$(per_layer "$peer_ops")"
+printf "%-11s %12s %10s %10s %10s\n" "peer-glibc" "$glibc_tps" "$glibc_spi" "$glibc_ops" "$(per_layer "$glibc_ops")"
 echo "ratio mgbench / peer (tokens/s): $("$PY" -c "print(f'{$ours_tps / $peer_tps:.2f}')")"
+echo "ratio mgbench / peer-glibc (tokens/s): $("$PY" -c "print(f'{$ours_tps / $glibc_tps:.2f}')")"

@@ -152,6 +152,39 @@ if(MGBENCH_HAVE_CUDA)
   endif()
 endif()
 
+# --- The host allocator of the mgbench executable ----------------------------------------------
+# TCMalloc (gperftools' tcmalloc_minimal), as PyTorch's CPU performance tuning guide recommends:
+# glibc's heap does not reuse the blocks LibTorch's CPU allocator frees (posix_memalign asks malloc
+# for the size plus the alignment, so a freed block is a little smaller than the next request of
+# its size), and a CPU LLM step grew a rank's memory by ~3.6 MiB a decoder layer (docs/design.md,
+# "The host allocator"). Linked first and kept though nothing names it (--no-as-needed), so its
+# malloc is the whole process's; its MallocExtension header lets --malloc-reuse set its release rate
+# (core/host_memory.cpp). MGBENCH_MALLOC: auto (TCMalloc when found), tcmalloc (required), glibc.
+set(MGBENCH_MALLOC "auto" CACHE STRING "The mgbench executable's malloc: auto, tcmalloc or glibc")
+set_property(CACHE MGBENCH_MALLOC PROPERTY STRINGS auto tcmalloc glibc)
+if(NOT MGBENCH_MALLOC MATCHES "^(auto|tcmalloc|glibc)$")
+  message(FATAL_ERROR "MGBENCH_MALLOC=${MGBENCH_MALLOC}: expected auto, tcmalloc or glibc")
+endif()
+add_library(mgbench_malloc INTERFACE)
+add_library(mgbench::malloc ALIAS mgbench_malloc)
+set(MGBENCH_HAVE_TCMALLOC OFF)
+if(NOT MGBENCH_MALLOC STREQUAL "glibc")
+  find_library(MGBENCH_TCMALLOC_LIBRARY NAMES tcmalloc_minimal)
+  find_path(MGBENCH_GPERFTOOLS_INCLUDE_DIR gperftools/malloc_extension.h)
+  if(MGBENCH_TCMALLOC_LIBRARY AND MGBENCH_GPERFTOOLS_INCLUDE_DIR)
+    target_link_libraries(mgbench_malloc INTERFACE "-Wl,--push-state,--no-as-needed" "${MGBENCH_TCMALLOC_LIBRARY}"
+                          "-Wl,--pop-state")
+    set(MGBENCH_HAVE_TCMALLOC ON)
+    message(STATUS "mgbench: host malloc TCMalloc ${MGBENCH_TCMALLOC_LIBRARY}")
+  elseif(MGBENCH_MALLOC STREQUAL "tcmalloc")
+    message(FATAL_ERROR "MGBENCH_MALLOC=tcmalloc: no libtcmalloc_minimal with gperftools/malloc_extension.h (Debian: "
+                        "libgoogle-perftools-dev; or a gperftools module; or -DMGBENCH_TCMALLOC_LIBRARY=<path> "
+                        "-DMGBENCH_GPERFTOOLS_INCLUDE_DIR=<dir>)")
+  else()
+    message(STATUS "mgbench: no TCMalloc (Debian: libgoogle-perftools-dev): glibc malloc")
+  endif()
+endif()
+
 if(MGBENCH_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

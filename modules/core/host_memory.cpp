@@ -1,5 +1,7 @@
 #include "core/host_memory.h"
 
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -13,33 +15,82 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#if MGBENCH_HAVE_TCMALLOC
+#include <gperftools/malloc_extension.h>
+#endif
 
 namespace mgbench::host_memory {
 namespace {
+
+#if MGBENCH_HAVE_TCMALLOC
+/// TCMalloc's MallocExtension where TCMalloc is the process's malloc, else null. Found at run time:
+/// core is linked into binaries without TCMalloc too (the tests'), and a preloaded one counts.
+MallocExtension* tcmalloc_extension() {
+  if (process_allocator().name != "tcmalloc") return nullptr;
+  using Instance = MallocExtension* (*)();
+  auto* instance = reinterpret_cast<Instance>(dlsym(RTLD_DEFAULT, "_ZN15MallocExtension8instanceEv"));
+  return instance == nullptr ? nullptr : instance();
+}
+#endif
 
 std::string_view env(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? std::string_view{} : std::string_view{value};
 }
 
-/// Why malloc is left as the user set it (GLIBC_TUNABLES naming a glibc.malloc setting, another
-/// allocator preloaded), or empty.
-std::string users_allocator() {
+/// Why glibc's malloc settings are left alone (another allocator; GLIBC_TUNABLES naming a
+/// glibc.malloc setting), or empty.
+std::string left_alone() {
+  if (const Allocator a = process_allocator(); !a.glibc()) {
+    return fmt::format("host memory: malloc is {}: mgbench leaves it as it is", a.describe());
+  }
   if (const std::string_view tunables = env("GLIBC_TUNABLES");
       tunables.find("glibc.malloc.") != std::string_view::npos) {
     return fmt::format("host memory: glibc malloc as GLIBC_TUNABLES sets it ({})", tunables);
-  }
-  if (const std::string_view preload = env("LD_PRELOAD");
-      preload.find("jemalloc") != std::string_view::npos || preload.find("tcmalloc") != std::string_view::npos) {
-    return fmt::format("host memory: the allocator LD_PRELOAD loads ({})", preload);
   }
   return {};
 }
 
 }  // namespace
 
+std::string Allocator::describe() const {
+  return version.empty() ? fmt::format("{} ({})", name, library) : fmt::format("{} ({}, {})", name, version, library);
+}
+
+Allocator process_allocator() {
+  Allocator a{"glibc", fmt::format("glibc {}", gnu_get_libc_version()), "libc.so.6"};
+  Dl_info info{};
+  void* malloc_symbol = dlsym(RTLD_DEFAULT, "malloc");
+  if (malloc_symbol == nullptr || dladdr(malloc_symbol, &info) == 0 || info.dli_fname == nullptr) return a;
+  const std::string library = info.dli_fname;
+  const std::string file = std::filesystem::path(library).filename().string();
+  if (file.rfind("libc.so", 0) == 0) {
+    a.library = library;
+    return a;
+  }
+  a = {file, "", library};
+  if (file.find("tcmalloc") != std::string::npos) {
+    a.name = "tcmalloc";
+    using TcVersion = const char* (*)(int*, int*, const char**);
+    if (auto* tc_version = reinterpret_cast<TcVersion>(dlsym(RTLD_DEFAULT, "tc_version"))) {
+      int major = 0, minor = 0;
+      const char* patch = nullptr;
+      a.version = tc_version(&major, &minor, &patch);
+    }
+  } else if (file.find("jemalloc") != std::string::npos) {
+    a.name = "jemalloc";
+  }
+  return a;
+}
+
 std::string map_large_blocks_while_loading() {
-  if (std::string line = users_allocator(); !line.empty()) return line;
+#if MGBENCH_HAVE_TCMALLOC
+  if (tcmalloc_extension() != nullptr) {  // its default: free pages go back to the kernel gradually
+    return fmt::format("host memory: malloc is {}, returning freed memory while the run sets up",
+                       process_allocator().describe());
+  }
+#endif
+  if (std::string line = left_alone(); !line.empty()) return line;
   if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLoadingMmapThresholdBytes)) != 1) {
     return "host memory: glibc refused mallopt (mmap threshold while loading): its defaults apply";
   }
@@ -48,7 +99,17 @@ std::string map_large_blocks_while_loading() {
 }
 
 std::string keep_freed_memory_for_reuse() {
-  if (std::string line = users_allocator(); !line.empty()) return line;
+#if MGBENCH_HAVE_TCMALLOC
+  if (MallocExtension* tcmalloc = tcmalloc_extension()) {
+    tcmalloc->ReleaseFreeMemory();      // what the set-up freed goes back first: a rank's budget is its resident memory
+    tcmalloc->SetMemoryReleaseRate(0);  // then nothing more: each step reuses the last one's pages
+    return fmt::format(
+        "host memory: freed memory kept for reuse ({}: the set-up's free pages released, then "
+        "release rate 0)",
+        process_allocator().describe());
+  }
+#endif
+  if (std::string line = left_alone(); !line.empty()) return line;
   // Setting either disables glibc's dynamic thresholds; the trim threshold alone would leave the
   // mmap threshold at its 128 KiB start (measured: half the img/s), so both are set.
   const bool mmap_set = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThresholdBytes)) == 1;
@@ -58,9 +119,8 @@ std::string keep_freed_memory_for_reuse() {
                        mmap_set ? "set" : "refused", trim_set ? "set" : "refused");
   }
   return fmt::format(
-      "host memory: freed memory kept for reuse (glibc malloc: mmap threshold {} MiB, heap trimmed only above 2 GiB "
-      "free)",
-      kMmapThresholdBytes >> 20);
+      "host memory: freed memory kept for reuse ({}: mmap threshold {} MiB, heap trimmed only above 2 GiB free)",
+      process_allocator().describe(), kMmapThresholdBytes >> 20);
 }
 
 namespace {

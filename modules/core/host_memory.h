@@ -14,6 +14,22 @@
 
 namespace mgbench::host_memory {
 
+/// The malloc the process runs on.
+struct Allocator {
+  std::string name;     // "tcmalloc", "jemalloc", "glibc", or the file name of another
+  std::string version;  // "gperftools 2.10", "glibc 2.36"; "" where the library does not say
+  std::string library;  // the shared object defining the process's malloc
+  bool glibc() const { return name == "glibc"; }
+  /// "tcmalloc (gperftools 2.10, /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4)": the run's
+  /// `host_malloc` attribute.
+  std::string describe() const;
+};
+
+/// The allocator the process's `malloc` symbol resolves to (dladdr of dlsym(RTLD_DEFAULT, "malloc")):
+/// TCMalloc where the mgbench executable links it (cmake/Dependencies.cmake, MGBENCH_MALLOC) or
+/// LD_PRELOAD loads it, jemalloc where preloaded, else glibc's. Does not throw.
+Allocator process_allocator();
+
 /// Largest mmap threshold glibc accepts on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX) [bytes]:
 /// blocks below it come from the heap and are reused, larger ones (model weights) are mmapped.
 inline constexpr long kMmapThresholdBytes = 32L * 1024 * 1024;
@@ -28,14 +44,18 @@ inline constexpr long kLoadingMmapThresholdBytes = 1L * 1024 * 1024;
 /// block, so a freed block is a little smaller than the next request of the same size and is not
 /// reused; the heap of a rank loading a 0.8B Llama at 4 ranks grew by 36 MiB a decoder layer for its
 /// 12 MiB of shards (measured). keep_freed_memory_for_reuse() sets the threshold for training after.
-/// Left alone as that function leaves it. Returns one line for the log. Does not throw.
+/// TCMalloc (the executable's malloc where the build found it) returns freed pages gradually by
+/// itself; it is left at that. Left alone as keep_freed_memory_for_reuse() leaves it otherwise.
+/// Returns one line for the log. Does not throw.
 std::string map_large_blocks_while_loading();
 
-/// Keeps freed memory in the process for reuse: glibc's mmap threshold to kMmapThresholdBytes and
-/// the heap's trim threshold to 2 GiB (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD). The cost: the resident memory
-/// stays at its peak instead of shrinking between steps (it does not raise the peak itself).
-/// Left alone when the user chose: GLIBC_TUNABLES naming a glibc.malloc setting, or another
-/// allocator preloaded (LD_PRELOAD naming jemalloc or tcmalloc).
+/// Keeps freed memory in the process for reuse. TCMalloc: the free pages the set-up left are
+/// released, then its release rate is set to 0 (MallocExtension::ReleaseFreeMemory,
+/// SetMemoryReleaseRate; at its default rate a MobileNetV2 step at 64 px faulted ~320 pages in
+/// again). glibc: its mmap threshold to kMmapThresholdBytes and the heap's trim threshold to 2 GiB
+/// (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD). The cost: the resident memory stays at its peak
+/// instead of shrinking between steps (it does not raise the peak itself). Another allocator
+/// (jemalloc preloaded), or a user's GLIBC_TUNABLES naming a glibc.malloc setting, is left alone.
 /// Returns one line for the log: what was set, or why nothing was. Does not throw.
 std::string keep_freed_memory_for_reuse();
 

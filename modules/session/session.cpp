@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/build_info.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/watchdog.h"
@@ -138,6 +139,7 @@ h5::Attributes common_attributes(runtime::MpiEnvironment& env, const options::Op
                            {"cudnn_version", cudnn_version()},
                            {"nccl_version", runtime::nccl_version()},
                            {"mpi_version", env.library_version()},
+                           {"host_malloc", host_memory::process_allocator().describe()},
                            {"command_line", command_line},
                            {"config", table.ini()},
                            {"config_id", options::config_id(identity)}});
