@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 #include <system_error>
 
@@ -180,6 +181,26 @@ HostMemoryLimit host_memory_limit() {
   text << in.rdbuf();
   const auto physical = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   return host_memory_limit(text.str(), "/sys/fs/cgroup", physical);
+}
+
+std::int64_t peak_resident_bytes(const std::string& status_text) {
+  std::istringstream lines(status_text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("VmHWM:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    std::int64_t kib = -1;
+    std::string unit;
+    if (fields >> kib >> unit && kib >= 0 && unit == "kB") return kib * 1024;
+    throw std::runtime_error("/proc/self/status: expected \"VmHWM: <n> kB\", read \"" + line + "\"");
+  }
+  throw std::runtime_error("/proc/self/status: no VmHWM line (a kernel without /proc's memory counters)");
+}
+
+std::int64_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::stringstream text;
+  text << in.rdbuf();
+  return peak_resident_bytes(text.str());
 }
 
 }  // namespace mgbench::host_memory

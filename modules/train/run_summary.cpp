@@ -1,11 +1,10 @@
 #include "train/run_summary.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <ctime>
 #include <tuple>
 
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "profile/cupti_collector.h"
@@ -30,9 +29,7 @@ runtime::PeakFlops run_peak_flops(const RunSetup& setup) {
 
 std::int64_t peak_memory_bytes(const torch::Device& device) {
   if (device.is_cuda()) return device_memory_peaks(device).first;
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux: kilobytes
+  return host_memory::peak_resident_bytes();
 }
 
 namespace {

@@ -22,7 +22,8 @@ class TrainingLoop;
 runtime::PeakFlops run_peak_flops(const RunSetup& setup);
 
 /// Peak memory of this process on its device: the CUDA caching allocator's peak allocation, or the
-/// peak resident set size on the CPU (getrusage), in bytes.
+/// peak resident set size on the CPU since the program started (host_memory::peak_resident_bytes:
+/// /proc/self/status's VmHWM), in bytes. Throws std::runtime_error where /proc has no VmHWM.
 std::int64_t peak_memory_bytes(const torch::Device& device);
 
 /// The run's end, on every rank: CUDA metrics (rank tables), the figures of all ranks in the summary

@@ -272,6 +272,28 @@ def test_the_run_records_the_malloc_it_ran_on(tmp_path, mnist):
         assert re.fullmatch(r"glibc \(glibc [0-9.]+, /\S*libc\.so\.6\)", host_malloc), host_malloc
 
 
+def test_the_peak_memory_is_the_runs_not_its_launchers(tmp_path, mnist):
+    """peak_memory_bytes on the CPU is the process's own peak since its program started. getrusage's
+    ru_maxrss, used before, also held the peak of the image exec replaced: a rank started from a
+    Python process holding 1.5 GiB (pytest after writing a checkpoint, a user's driver script) read a
+    peak of at least 1.5 GiB. The oracle is the run itself started from a small launcher."""
+    results = tmp_path / "r.h5"
+    args = ["image", "--data", mnist, *SMALL, "--batch-size", "16", "--limit-train", "32", "--limit-test", "16",
+            "--epochs", "1", "--results", results]
+    launcher = ("import subprocess, sys; held = bytearray(1536 << 20); held[::4096] = b'x' * len(held[::4096]); "
+                "sys.exit(subprocess.run(sys.argv[1:]).returncode)")
+    for name in ("small", "large"):
+        run = [BIN, *map(str, args), "--run-name", name]
+        cmd = [sys.executable, "-c", launcher, *run] if name == "large" else run
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    with h5py.File(results, "r") as f:
+        peaks = {r.rsplit("_", 1)[1]: int(f["runs"][r]["summary"][0]["peak_memory_bytes"]) for r in f["runs"]}
+    small_peak, large_peak = peaks["small"], peaks["large"]
+    assert small_peak < 1 << 30, small_peak  # LibTorch and a tiny MobileNetV2: ~0.5 GiB
+    assert abs(large_peak - small_peak) < 0.1 * small_peak, (small_peak, large_peak)
+
+
 def test_malloc_reuse_stops_the_steps_faulting_in_memory(tmp_path, mnist):
     """--malloc-reuse (core/host_memory.h): the memory a step frees serves the next, so more steps
     add next to no page faults (the kernel's count, getrusage), where the allocator's defaults return

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/host_memory.h"
 
@@ -84,6 +85,43 @@ TEST(HostMemoryLimit, ThisProcessHasOneAtMostItsPhysicalMemory) {
   const auto l = host_memory::host_memory_limit();
   EXPECT_GT(l.bytes, 0);
   EXPECT_FALSE(l.source.empty());
+}
+
+TEST(PeakResidentBytes, ReadsVmHwmInKilobytesAndNamesAMalformedLine) {
+  EXPECT_EQ(host_memory::peak_resident_bytes("Name:\tmgbench\nVmPeak:\t 900 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1 kB\n"),
+            2048 * 1024);
+  EXPECT_THROW(
+      {
+        try {
+          host_memory::peak_resident_bytes("VmHWM:\t2048 MB\n");
+        } catch (const std::runtime_error& e) {
+          EXPECT_NE(std::string(e.what()).find("VmHWM:\t2048 MB"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_THROW(host_memory::peak_resident_bytes("Name:\tx\nVmRSS:\t1 kB\n"), std::runtime_error);
+}
+
+/// This process's resident memory now (/proc/self/status's VmRSS) [bytes].
+std::int64_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  ADD_FAILURE() << "no VmRSS in /proc/self/status";
+  return 0;
+}
+
+TEST(PeakResidentBytes, ThisProcessPeakHoldsWhatItTouches) {
+  // Against the resident memory before, not the peak: an earlier test may have peaked higher.
+  const std::int64_t resident_before = resident_bytes();
+  constexpr std::size_t kBytes = 256u << 20;
+  std::vector<char> touched(kBytes, 1);  // every page written
+  const std::int64_t peak = host_memory::peak_resident_bytes();
+  EXPECT_GE(peak, resident_before + static_cast<std::int64_t>(kBytes)) << resident_before;
+  EXPECT_GE(peak, resident_bytes());
+  EXPECT_EQ(touched[kBytes - 1], 1);
 }
 
 }  // namespace
