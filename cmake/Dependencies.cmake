@@ -153,17 +153,17 @@ if(MGBENCH_HAVE_CUDA)
 endif()
 
 # --- The host allocator of the mgbench executable ----------------------------------------------
-# TCMalloc (gperftools' tcmalloc_minimal), as PyTorch's CPU performance tuning guide recommends:
-# glibc's heap does not reuse the blocks LibTorch's CPU allocator frees (posix_memalign asks malloc
-# for the size plus the alignment, so a freed block is a little smaller than the next request of
-# its size), and a CPU LLM step grew a rank's memory by ~3.6 MiB a decoder layer (docs/design.md,
-# "The host allocator"). Linked first and kept though nothing names it (--no-as-needed), so its
-# malloc is the whole process's; its MallocExtension header lets --malloc-reuse set its release rate
-# (core/host_memory.cpp). MGBENCH_MALLOC: auto (TCMalloc when found), tcmalloc (required), glibc.
-set(MGBENCH_MALLOC "auto" CACHE STRING "The mgbench executable's malloc: auto, tcmalloc or glibc")
-set_property(CACHE MGBENCH_MALLOC PROPERTY STRINGS auto tcmalloc glibc)
+# MGBENCH_MALLOC: glibc (default), tcmalloc (gperftools' tcmalloc_minimal, required: Debian's
+# libgoogle-perftools-dev), or auto (TCMalloc when found). TCMalloc is linked first and kept though
+# nothing names it (--no-as-needed), so its malloc is the whole process's; its MallocExtension header
+# lets --malloc-reuse set its release rate (core/host_memory.cpp). It is not the default: measured
+# (docs/design.md, "The host allocator"), it keeps a deep model's CPU step ~1.6 MiB a layer smaller
+# than glibc's heap and runs a 64 px CPU step 5-10 % faster, but holds ~100 MiB more at a bf16 step's
+# peak on a 128k-vocabulary model (its page heap's freed large spans).
+set(MGBENCH_MALLOC "glibc" CACHE STRING "The mgbench executable's malloc: glibc, tcmalloc or auto")
+set_property(CACHE MGBENCH_MALLOC PROPERTY STRINGS glibc tcmalloc auto)
 if(NOT MGBENCH_MALLOC MATCHES "^(auto|tcmalloc|glibc)$")
-  message(FATAL_ERROR "MGBENCH_MALLOC=${MGBENCH_MALLOC}: expected auto, tcmalloc or glibc")
+  message(FATAL_ERROR "MGBENCH_MALLOC=${MGBENCH_MALLOC}: expected glibc, tcmalloc or auto")
 endif()
 add_library(mgbench_malloc INTERFACE)
 add_library(mgbench::malloc ALIAS mgbench_malloc)
@@ -181,7 +181,7 @@ if(NOT MGBENCH_MALLOC STREQUAL "glibc")
                         "libgoogle-perftools-dev; or a gperftools module; or -DMGBENCH_TCMALLOC_LIBRARY=<path> "
                         "-DMGBENCH_GPERFTOOLS_INCLUDE_DIR=<dir>)")
   else()
-    message(STATUS "mgbench: no TCMalloc (Debian: libgoogle-perftools-dev): glibc malloc")
+    message(STATUS "mgbench: MGBENCH_MALLOC=auto found no TCMalloc (Debian: libgoogle-perftools-dev): glibc malloc")
   endif()
 endif()
 

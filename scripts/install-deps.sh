@@ -2,7 +2,7 @@
 # Installs what mgbench needs on a Debian/Ubuntu workstation, skipping what is already there:
 #   - Debian packages: compilers, CMake, Ninja, ccache, Open MPI, HDF5 built with Open MPI,
 #     Boost.Program_options, zlib, spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark, TurboJPEG, libspng,
-#     TCMalloc (gperftools' tcmalloc_minimal: the executable's malloc),
+#     TCMalloc (gperftools' tcmalloc_minimal: the executable's malloc with cmake's MGBENCH_MALLOC=tcmalloc),
 #     clang-format (the style check), clang (libFuzzer: scripts/fuzz.sh), slurm-wlm and munge (a one-node SLURM for the slurm-labelled tests; no daemon is started here),
 #     chromium (headless: the browser-labelled test of mgbench-plot's HTML page);
 #   - a Python virtual environment with the PyPI torch wheel pinned to 2.11.0 (its LibTorch is
@@ -22,7 +22,7 @@ APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config python3-venv
   libboost-program-options-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev libpcre2-dev libcsv-dev clang-format
   libturbojpeg0-dev libspng-dev  # image decoding on the host (JPEG, PNG): the imagefolder / webdataset datasets
-  libgoogle-perftools-dev  # TCMalloc, the mgbench executable's malloc (cmake/Dependencies.cmake, MGBENCH_MALLOC)
+  libgoogle-perftools-dev  # TCMalloc: the executable's malloc in a build with MGBENCH_MALLOC=tcmalloc
   clang            # libFuzzer and the sanitizers: the fuzz targets of tests/fuzz (label fuzz)
   slurm-wlm munge  # slurm-wlm, munge: the test SLURM of tests/slurm (label slurm)
   lmod             # the environment modules an install tree is loaded with (tests/python/test_install.py)

@@ -252,14 +252,14 @@ def test_failing_run_is_marked_failed_and_job_ends(tmp_path, mnist):
 
 def linked_malloc():
     """The allocator the mgbench executable links (ldd: the loader's view, independent of mgbench's own
-    report): "tcmalloc" where cmake/Dependencies.cmake found TCMalloc, else "glibc"."""
+    report): "tcmalloc" in a build with cmake/Dependencies.cmake's MGBENCH_MALLOC=tcmalloc, else "glibc"."""
     ldd = subprocess.run(["ldd", BIN], capture_output=True, text=True, check=True).stdout
     return "tcmalloc" if "libtcmalloc" in ldd else "glibc"
 
 
 def test_the_run_records_the_malloc_it_ran_on(tmp_path, mnist):
-    """The run's host_malloc attribute names the allocator the process's malloc came from: TCMalloc,
-    which the executable links, with its version; glibc's where the build has none."""
+    """The run's host_malloc attribute names the allocator the process's malloc came from, with its
+    version: glibc's by default, TCMalloc in a build that links it (MGBENCH_MALLOC=tcmalloc)."""
     results = tmp_path / "r.h5"
     mgbench("image", "--data", mnist, *SMALL, "--batch-size", "16", "--limit-train", "32", "--limit-test", "16",
             "--results", results, check=True)
@@ -297,8 +297,8 @@ def test_the_peak_memory_is_the_runs_not_its_launchers(tmp_path, mnist):
 def test_malloc_reuse_stops_the_steps_faulting_in_memory(tmp_path, mnist):
     """--malloc-reuse (core/host_memory.h): the memory a step frees serves the next, so more steps
     add next to no page faults (the kernel's count, getrusage), where the allocator's defaults return
-    it and fault it in again every step -- TCMalloc's (the executable's malloc where the build found
-    it: its release rate 0) and glibc's (its thresholds) alike. The results are the same either way."""
+    it and fault it in again every step -- glibc's (its thresholds) and, in a build that links it,
+    TCMalloc's (its release rate 0) alike. The results are the same either way."""
     env_tunables = os.environ.get("GLIBC_TUNABLES", "")
     if "glibc.malloc." in env_tunables:
         not_here(f"GLIBC_TUNABLES sets malloc already ({env_tunables}): mgbench leaves it alone")
