@@ -3,8 +3,8 @@
 # same model (MobileNetV2, width 1.0), image size, per-rank batch, precision, ranks, samples,
 # threads per rank. mgbench in both memory layouts (NHWC, its default, and NCHW: --channels-last
 # false); three peers: as the paper's users write it (default memory layout, NCHW), tuned
-# (channels_last, as mgbench), and tuned with mgbench's host malloc (bench/peer_malloc.sh: the
-# executable's TCMalloc preloaded, or glibc's thresholds of --malloc-reuse). Prints img/s and the ratios
+# (channels_last, as mgbench), and tuned with the best host malloc too (bench/peer_malloc.sh: TCMalloc
+# preloaded, or glibc's thresholds of --malloc-reuse without it). Prints img/s and the ratios
 # mgbench / peer (> 1: mgbench faster): NHWC vs the plain peer, NHWC vs NHWC, NCHW vs NCHW. mgbench
 # runs with --cupti false, as the peer is untraced; on a GPU a second mgbench run with CUPTI (its
 # default there) gives CUPTI's own cost as a ratio.

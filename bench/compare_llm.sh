@@ -5,8 +5,9 @@
 # preference pairs) in the same order, batch, precision, LoRA and schedule. Prints real tokens/s
 # (dpo: chosen and rejected) and s/it of both (the first two steps left out on both sides: the
 # warm-up, and the step whose ATen ops each side counts as torch.profiler does), the ops per step
-# and per decoder layer, and the ratio mgbench / peer (> 1: mgbench faster). The peer runs on mgbench's
-# malloc (bench/peer_malloc.sh: the headline), then on Python's default (glibc's: a second row).
+# and per decoder layer, and the ratio mgbench / peer (> 1: mgbench faster). The peer runs on the
+# best-tuned malloc (bench/peer_malloc.sh: TCMalloc; the headline), then on Python's default (glibc's:
+# a second row).
 #   bench/compare_llm.sh [SHARED_DATA_DIR]
 #   RECIPE=dpo bench/compare_llm.sh [SHARED_DATA_DIR]
 # Environment: RECIPE (lora | dpo), STEPS (21), BATCH (2 samples, or pairs), PRECISION (fp32), HIDDEN
@@ -74,7 +75,7 @@ with h5py.File(sys.argv[1], "r") as f:
           f'{run["summary"][0]["ops_per_step"]}')
 PY
 )
-# The peer twice: on mgbench's malloc (the headline, like for like) and on Python's default, glibc's.
+# The peer twice: on the best-tuned malloc (the headline) and on Python's default, glibc's.
 run_peer() {
   "$PY" bench/peer_llm.py --recipe "$RECIPE" --model "$OUT/model" --rows "$OUT/rows.jsonl" --batch-size "$BATCH" \
     --steps "$STEPS" --precision "$PRECISION" --pad-id 2004 >"$OUT/$1.json" 2>"$OUT/$1.err" ||
@@ -96,7 +97,7 @@ echo "# host $(hostname), $(getconf _NPROCESSORS_ONLN) cores, $(date -u +%Y-%m-%
 echo "# $DATASET, max_seq_len $MAX_SEQ_LEN, batch $BATCH $UNIT, $PRECISION, $STEPS steps (first two left out), same rows and order"
 echo "# mgbench --padding $PADDING (the peer pads each batch to its longest row)"
 per_layer() { "$PY" -c "print(f'{$1 / $LAYERS:.0f}')"; }
-echo "# peer: on mgbench's malloc ($(peer_malloc_env "$MGBENCH" | cut -d' ' -f1)); peer-glibc: Python's default malloc"
+echo "# peer: tuned malloc ($(peer_malloc_env "$MGBENCH" | cut -d' ' -f1)); peer-glibc: Python's default malloc"
 printf "%-11s %12s %10s %10s %10s\n" "" "tokens/s" "s/it" "ops/step" "ops/layer"
 printf "%-11s %12s %10s %10s %10s\n" "mgbench" "$ours_tps" "$ours_spi" "$ours_ops" "$(per_layer "$ours_ops")"
 printf "%-11s %12s %10s %10s %10s\n" "peer" "$peer_tps" "$peer_spi" "$peer_ops" "$(per_layer "$peer_ops")"
