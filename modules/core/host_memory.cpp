@@ -34,6 +34,14 @@ MallocExtension* tcmalloc_extension() {
 }
 #endif
 
+/// The whole text of a file ("" where it cannot be read).
+std::string read_text(const char* path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 std::string_view env(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? std::string_view{} : std::string_view{value};
@@ -85,12 +93,6 @@ Allocator process_allocator() {
 }
 
 std::string map_large_blocks_while_loading() {
-#if MGBENCH_HAVE_TCMALLOC
-  if (tcmalloc_extension() != nullptr) {  // its default: free pages go back to the kernel gradually
-    return fmt::format("host memory: malloc is {}, returning freed memory while the run sets up",
-                       process_allocator().describe());
-  }
-#endif
   if (std::string line = left_alone(); !line.empty()) return line;
   if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLoadingMmapThresholdBytes)) != 1) {
     return "host memory: glibc refused mallopt (mmap threshold while loading): its defaults apply";
@@ -176,11 +178,8 @@ HostMemoryLimit host_memory_limit(const std::string& proc_self_cgroup, const std
 }
 
 HostMemoryLimit host_memory_limit() {
-  std::ifstream in("/proc/self/cgroup");
-  std::stringstream text;
-  text << in.rdbuf();
   const auto physical = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  return host_memory_limit(text.str(), "/sys/fs/cgroup", physical);
+  return host_memory_limit(read_text("/proc/self/cgroup"), "/sys/fs/cgroup", physical);
 }
 
 std::int64_t peak_resident_bytes(const std::string& status_text) {
@@ -196,11 +195,6 @@ std::int64_t peak_resident_bytes(const std::string& status_text) {
   throw std::runtime_error("/proc/self/status: no VmHWM line (a kernel without /proc's memory counters)");
 }
 
-std::int64_t peak_resident_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::stringstream text;
-  text << in.rdbuf();
-  return peak_resident_bytes(text.str());
-}
+std::int64_t peak_resident_bytes() { return peak_resident_bytes(read_text("/proc/self/status")); }
 
 }  // namespace mgbench::host_memory

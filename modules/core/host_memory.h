@@ -44,8 +44,8 @@ inline constexpr long kLoadingMmapThresholdBytes = 1L * 1024 * 1024;
 /// block, so a freed block is a little smaller than the next request of the same size and is not
 /// reused; the heap of a rank loading a 0.8B Llama at 4 ranks grew by 36 MiB a decoder layer for its
 /// 12 MiB of shards (measured). keep_freed_memory_for_reuse() sets the threshold for training after.
-/// TCMalloc (the executable's malloc where the build found it) returns freed pages gradually by
-/// itself; it is left at that. Left alone as keep_freed_memory_for_reuse() leaves it otherwise.
+/// glibc's malloc only: another (TCMalloc, which returns freed pages gradually by itself; jemalloc)
+/// is left alone, as keep_freed_memory_for_reuse() leaves a user's GLIBC_TUNABLES.
 /// Returns one line for the log. Does not throw.
 std::string map_large_blocks_while_loading();
 
