@@ -92,15 +92,6 @@ Allocator process_allocator() {
   return a;
 }
 
-std::string map_large_blocks_while_loading() {
-  if (std::string line = left_alone(); !line.empty()) return line;
-  if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLoadingMmapThresholdBytes)) != 1) {
-    return "host memory: glibc refused mallopt (mmap threshold while loading): its defaults apply";
-  }
-  return fmt::format("host memory: blocks of {} MiB and more mmapped while the run sets up",
-                     kLoadingMmapThresholdBytes >> 20);
-}
-
 std::string keep_freed_memory_for_reuse() {
 #if MGBENCH_HAVE_TCMALLOC
   if (MallocExtension* tcmalloc = tcmalloc_extension()) {

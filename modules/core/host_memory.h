@@ -8,6 +8,8 @@
 // rank: a quarter of the process's time in the kernel's page-fault path, and 1.3x the img/s with
 // the memory kept for reuse (docs/benchmarks.md). PyTorch's CPU allocator is plain posix_memalign
 // and leaves this to malloc; PyTorch's CPU tuning guide recommends jemalloc or TCMalloc for it.
+// On glibc, mgbench gives LibTorch a CPU allocator whose freed blocks glibc's heap can reuse at all
+// (runtime/cpu_allocator.h: its posix_memalign does not).
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -33,21 +35,6 @@ Allocator process_allocator();
 /// Largest mmap threshold glibc accepts on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX) [bytes]:
 /// blocks below it come from the heap and are reused, larger ones (model weights) are mmapped.
 inline constexpr long kMmapThresholdBytes = 32L * 1024 * 1024;
-
-/// mmap threshold while a run sets up (loading_mmap_threshold) [bytes].
-inline constexpr long kLoadingMmapThresholdBytes = 1L * 1024 * 1024;
-
-/// While a run sets up -- its model built a unit at a time, each unit freed once cut to its shards
-/// (train/parallel/unit_sharder.h) -- blocks of kLoadingMmapThresholdBytes and more are mmapped, so
-/// each goes back to the kernel when freed. In the heap they did not come back: PyTorch's CPU
-/// allocator asks posix_memalign, which asks malloc for its size plus the alignment and trims the
-/// block, so a freed block is a little smaller than the next request of the same size and is not
-/// reused; the heap of a rank loading a 0.8B Llama at 4 ranks grew by 36 MiB a decoder layer for its
-/// 12 MiB of shards (measured). keep_freed_memory_for_reuse() sets the threshold for training after.
-/// glibc's malloc only: another (TCMalloc, which returns freed pages gradually by itself; jemalloc)
-/// is left alone, as keep_freed_memory_for_reuse() leaves a user's GLIBC_TUNABLES.
-/// Returns one line for the log. Does not throw.
-std::string map_large_blocks_while_loading();
 
 /// Keeps freed memory in the process for reuse. TCMalloc: the free pages the set-up left are
 /// released, then its release rate is set to 0 (MallocExtension::ReleaseFreeMemory,

@@ -15,6 +15,7 @@
 #include "data/sampler.h"
 #include "profile/nvtx.h"
 #include "runtime/communicator.h"
+#include "runtime/cpu_allocator.h"
 #include "runtime/grad_sync.h"
 #include "session/session.h"
 #include "train/device_pipeline.h"
@@ -49,8 +50,9 @@ int thread_count(const TrainOptions& options, int local_size) {
 }
 
 /// The process-wide settings of the run on this rank: device, math modes, threads, NVTX, host
-/// memory reuse, the seed.
-void configure_process(const RunSetup& setup) {
+/// memory reuse, the seed. Returns the log line of the CPU tensors' allocator ("" without
+/// --malloc-reuse).
+std::string configure_process(const RunSetup& setup) {
   const TrainOptions& options = setup.options;
   profile::set_nvtx_enabled(options.nvtx);
   if (options.pin_memory && !setup.device.is_cuda()) {
@@ -59,10 +61,11 @@ void configure_process(const RunSetup& setup) {
   configure_device(setup.device, options.cudnn_benchmark);
   apply_math_mode(setup.precision);
   torch::set_num_threads(setup.threads);
-  // While the recipe builds the model, large blocks go back to the kernel when freed; after it, every
-  // step reuses the memory the last freed (set_up below).
-  if (options.malloc_reuse) host_memory::map_large_blocks_while_loading();  // the line after set-up says what holds
+  // Blocks a tensor frees serve the next of their size, glibc's heap included; after the set-up, every
+  // step reuses the memory the last freed (the constructor, keep_freed_memory_for_reuse).
+  const std::string allocator = options.malloc_reuse ? runtime::use_malloc_aligned_cpu_allocator() : "";
   torch::manual_seed(options.seed);
+  return allocator;
 }
 
 /// The model's training state once the recipe built it: the plan applied (parallelize), what the
@@ -144,7 +147,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   setup.threads = thread_count(train, node.local_size);
   setup.device = to_torch_device(placement);
   setup.plan = train.parallel_plan(comm.world_size(), recipe.activation_checkpointing());
-  configure_process(setup);
+  const std::string allocator = configure_process(setup);
   {
     const Stopwatch clock;
     // Fully sharded: the recipe may hand its units over to be cut as it builds them.
@@ -159,7 +162,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   }
   if (train.malloc_reuse) {
     const std::string line = host_memory::keep_freed_memory_for_reuse();
-    if (comm.rank() == 0) log::info("{}", line);
+    if (comm.rank() == 0) log::info("{}; {}", line, allocator);
   }
   state_->cupti.set(make_cupti(setup.device, train.cupti, comm), profile::parse_profile_window(train.profile_window));
   if (!recipe.eval_only()) state_->energy.open(train, placement, node.local_size, comm.rank() == 0);
