@@ -89,10 +89,11 @@ void TrainOptions::declare(options::OptionTable& t) {
       .same_workload();
   t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)").same_workload();
   t.add("malloc-reuse", malloc_reuse,
-        "keep host memory freed by a step for the next (glibc malloc: mmap threshold 32 MiB, no trimming, and "
-        "while the run sets up 1 MiB, so that a model's freed units go back; TCMalloc, a build's "
-        "MGBENCH_MALLOC=tcmalloc: the set-up's free pages released, then release rate 0); GLIBC_TUNABLES or a "
-        "preloaded jemalloc take precedence; false: the allocator's defaults")
+        "keep host memory freed by a step for the next (glibc malloc: mmap threshold 32 MiB after the set-up, no "
+        "trimming, and CPU tensors from malloc aligned inside the block, as glibc's memalign does not reuse a freed "
+        "block for the next of its size; TCMalloc, a build's MGBENCH_MALLOC=tcmalloc: the set-up's free pages "
+        "released, then release rate 0); GLIBC_TUNABLES or a preloaded jemalloc take precedence over the "
+        "thresholds; false: the allocators' defaults")
       .no_effect();
   session::declare_comm_timeout(t, comm_timeout_s);
   t.add("peak-tflops", peak_tflops,
