@@ -33,10 +33,11 @@ c10::DataPtr MallocAlignedAllocator::allocate(std::size_t nbytes) {
   // malloc's blocks are 16-byte aligned: the first aligned byte 8 bytes or more past the block's
   // address is at most kAlignment bytes past it.
   static_assert(alignof(std::max_align_t) >= 16 && kAlignment % 16 == 0);
-  void* block = std::malloc(nbytes + kAlignment);
+  // A size near SIZE_MAX (a corrupt shape) must not wrap around to a small block.
+  void* block = nbytes <= PTRDIFF_MAX - kAlignment ? std::malloc(nbytes + kAlignment) : nullptr;
   if (block == nullptr) {
     c10::profiledCPUMemoryReporter().OutOfMemory(nbytes);
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "host memory: malloc of ", nbytes + kAlignment,
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "host memory: malloc of ", nbytes, " + ", kAlignment,
                      " bytes for a CPU tensor failed");
   }
   const auto after_address = reinterpret_cast<std::uintptr_t>(block) + sizeof(void*);
@@ -53,8 +54,8 @@ void MallocAlignedAllocator::copy_data(void* dest, const void* src, std::size_t 
 }
 
 std::string use_malloc_aligned_cpu_allocator() {
-  const host_memory::Allocator malloc = host_memory::process_allocator();
-  if (!malloc.glibc()) return fmt::format("CPU tensors from c10's allocator (on {})", malloc.name);
+  const host_memory::Allocator process = host_memory::process_allocator();
+  if (!process.glibc()) return fmt::format("CPU tensors from c10's allocator (on {})", process.name);
   // Never destroyed: tensors freed during static destruction still release through it.
   static auto* const allocator = new MallocAlignedAllocator();
   c10::SetCPUAllocator(allocator, /*priority=*/1);  // above c10's default (0)

@@ -181,6 +181,8 @@ TEST(MallocAlignedAllocator, AlignsToSixtyFourBytesAndReportsToTheProfiler) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(raw) % 64, 0u);
   std::memset(raw, 7, 1000);
   ours.raw_deallocate(raw);
+  // A size no malloc can serve (a corrupt shape) is an out-of-memory error naming it, not a wrap-around.
+  EXPECT_THROW(ours.allocate(SIZE_MAX - 8), c10::OutOfMemoryError);
   // A copy (c10::Allocator::clone, through copy_data) holds the values.
   const std::vector<float> values = {1.5F, -2.0F, 3.25F};
   const c10::DataPtr copy = ours.clone(values.data(), sizeof(float) * values.size());
