@@ -259,7 +259,7 @@ LLAMA_32K = {"vocab_size": 32000, "num_attention_heads": 8, "num_key_value_heads
     ("fp32", True, LLAMA_32K, 4, {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 8}),
 ])
 def test_peak_memory_follows_the_accounting(tmp_path, precision, tied, vocab, ranks, shape):
-    """Issue 48: each run's peak resident memory (rank 0's, getrusage) is at most the process's
+    """Issue 48: each run's peak resident memory (rank 0's VmHWM) is at most the process's
     baseline plus 1.15 x what its attributes account -- parameters (under fsdp the shards and the units
     gathered at once), gradients (and the whole ones being reduce-scattered, or DDP's bucket copy),
     AdamW's states and the recipe's activation estimate; and at 2 ranks fsdp's peak is at most 0.65
@@ -336,8 +336,8 @@ def test_qlora_from_a_checkpoint_holds_its_nf4_weights_not_the_files(tmp_path):
     128,256-word vocabulary tied to the head: 1.24B parameters, 2.47 GB in two files), 1 rank, bf16:
     QLoRA's peak resident memory is at most 0.6 of LoRA's. Its weights are 0.42 of LoRA's (NF4
     projections at 4.127 bits a parameter, the embedding in bf16 as TorchTune's QLoRA keeps it);
-    with the process's own memory on both sides, ~0.5: measured 0.53 (1,578 / 2,953 MiB; 0.52 with
-    TCMalloc). A loader that kept each file's pages, or a projection in bf16 beside its NF4
+    with the process's own memory on both sides, ~0.5: measured 0.52 (0.53 before c10's CPU allocator
+    was replaced on glibc, runtime/cpu_allocator.h; 0.52 with TCMalloc). A loader that kept each file's pages, or a projection in bf16 beside its NF4
     copy (+1.9 GB), is caught. (Earlier readings of 0.71-0.89 were of an untied 0.8B model, whose
     bf16 head and embedding alone bound the ratio at 0.63, with the peak then read by getrusage,
     which can hold the launcher's memory: test_e2e.py, test_the_peak_memory_is_the_runs...)"""
