@@ -157,9 +157,9 @@ endif()
 # libgoogle-perftools-dev), or auto (TCMalloc when found). TCMalloc is linked first and kept though
 # nothing names it (--no-as-needed), so its malloc is the whole process's; its MallocExtension header
 # lets --malloc-reuse set its release rate (core/host_memory.cpp). It is not the default: measured
-# (docs/design.md, "The host allocator"), it keeps a deep model's CPU step ~1.6 MiB a layer smaller
-# than glibc's heap and runs a 64 px CPU step 5-10 % faster, but holds ~100 MiB more at a bf16 step's
-# peak on a 128k-vocabulary model (its page heap's freed large spans).
+# (docs/design.md, "The host allocator"), it runs a 64 px CPU step 5-10 % faster, but holds ~100 MiB
+# more at a bf16 step's peak on a 128k-vocabulary model (its page heap's freed large spans). glibc's
+# heap reuses LibTorch's freed blocks through runtime/cpu_allocator.
 set(MGBENCH_MALLOC "glibc" CACHE STRING "The mgbench executable's malloc: glibc, tcmalloc or auto")
 set_property(CACHE MGBENCH_MALLOC PROPERTY STRINGS glibc tcmalloc auto)
 if(NOT MGBENCH_MALLOC MATCHES "^(auto|tcmalloc|glibc)$")

@@ -173,19 +173,23 @@ HostMemoryLimit host_memory_limit() {
   return host_memory_limit(read_text("/proc/self/cgroup"), "/sys/fs/cgroup", physical);
 }
 
-std::int64_t peak_resident_bytes(const std::string& status_text) {
+std::int64_t status_bytes(const std::string& status_text, std::string_view field) {
+  const std::string label = std::string(field) + ":";
   std::istringstream lines(status_text);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("VmHWM:", 0) != 0) continue;
-    std::istringstream fields(line.substr(6));
+    if (line.rfind(label, 0) != 0) continue;
+    std::istringstream fields(line.substr(label.size()));
     std::int64_t kib = -1;
     std::string unit;
     if (fields >> kib >> unit && kib >= 0 && unit == "kB") return kib * 1024;
-    throw std::runtime_error("/proc/self/status: expected \"VmHWM: <n> kB\", read \"" + line + "\"");
+    throw std::runtime_error(fmt::format("/proc/self/status: expected \"{} <n> kB\", read \"{}\"", label, line));
   }
-  throw std::runtime_error("/proc/self/status: no VmHWM line (a kernel without /proc's memory counters)");
+  throw std::runtime_error(
+      fmt::format("/proc/self/status: no {} line (a kernel without /proc's memory counters)", field));
 }
 
-std::int64_t peak_resident_bytes() { return peak_resident_bytes(read_text("/proc/self/status")); }
+std::int64_t status_bytes(std::string_view field) { return status_bytes(read_text("/proc/self/status"), field); }
+
+std::int64_t peak_resident_bytes() { return status_bytes("VmHWM"); }
 
 }  // namespace mgbench::host_memory

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace mgbench::host_memory {
 
@@ -64,13 +65,16 @@ HostMemoryLimit host_memory_limit(const std::string& proc_self_cgroup, const std
 /// This process's: /proc/self/cgroup, /sys/fs/cgroup, the machine's physical memory.
 HostMemoryLimit host_memory_limit();
 
-/// This process's peak resident memory since it started its program [bytes]: the "VmHWM:" line of
-/// status_text (/proc/<pid>/status's text), in kB. Not getrusage's ru_maxrss: Linux carries into it
-/// the peak of the image that exec replaced -- a fork of the launcher -- so a rank started from a
-/// Python process holding 2.4 GB read a peak of 2.4 GB whatever it used. Throws std::runtime_error
-/// when the text has no VmHWM line.
-std::int64_t peak_resident_bytes(const std::string& status_text);
-/// This process's (/proc/self/status).
+/// A memory line of /proc/<pid>/status, "<field>:\t<n> kB", in bytes: status_text is the file's text.
+/// Throws std::runtime_error naming the line when it is malformed, or the field when it is missing.
+std::int64_t status_bytes(const std::string& status_text, std::string_view field);
+/// This process's (/proc/self/status): VmRSS, the resident memory now; VmHWM, its peak.
+std::int64_t status_bytes(std::string_view field);
+
+/// This process's peak resident memory since it started its program [bytes]: status_bytes("VmHWM").
+/// Not getrusage's ru_maxrss: Linux carries into it the peak of the image that exec replaced -- a
+/// fork of the launcher -- so a rank started from a Python process holding 2.4 GB read a peak of
+/// 2.4 GB whatever it used. Throws std::runtime_error where /proc has no VmHWM line.
 std::int64_t peak_resident_bytes();
 
 }  // namespace mgbench::host_memory

@@ -337,8 +337,8 @@ def test_qlora_from_a_checkpoint_holds_its_nf4_weights_not_the_files(tmp_path):
     QLoRA's peak resident memory is at most 0.6 of LoRA's. Its weights are 0.42 of LoRA's (NF4
     projections at 4.127 bits a parameter, the embedding in bf16 as TorchTune's QLoRA keeps it);
     with the process's own memory on both sides, ~0.5: measured 0.52 (0.53 before c10's CPU allocator
-    was replaced on glibc, runtime/cpu_allocator.h; 0.52 with TCMalloc). A loader that kept each file's pages, or a projection in bf16 beside its NF4
-    copy (+1.9 GB), is caught. (Earlier readings of 0.71-0.89 were of an untied 0.8B model, whose
+    was replaced on glibc, runtime/cpu_allocator.h; 0.52 with TCMalloc). A loader that kept each
+    file's pages, or a projection in bf16 beside its NF4 copy (+1.9 GB), is caught. (Earlier readings of 0.71-0.89 were of an untied 0.8B model, whose
     bf16 head and embedding alone bound the ratio at 0.63, with the peak then read by getrusage,
     which can hold the launcher's memory: test_e2e.py, test_the_peak_memory_is_the_runs...)"""
     tokenizer = os.path.join(SHARED, "llama3", "tokenizer.model")
@@ -408,9 +408,14 @@ def test_four_ranks_load_only_their_rows_and_train_as_one_rank_does(tmp_path):
                     [float(run[f"rank_{r}"].attrs["setup_s"]) for r in range(ranks)], run["rank_0"]["steps"]["loss"][:])
 
     tiny_peaks, _, _ = run("tiny", "lora", [tiny, "--init", "random"], 4, "fsdp", 1)
-    for recipe in recipes:
-        peaks, seconds, sharded = run(f"{recipe}-fsdp", recipe, [tmp_path / "model"], 4, "fsdp", 3)
-        _, _, whole = run(f"{recipe}-none", recipe, [tmp_path / "model"], 1, "none", 3)
+    runs = {}
+    try:
+        for recipe in recipes:
+            runs[recipe] = (run(f"{recipe}-fsdp", recipe, [tmp_path / "model"], 4, "fsdp", 3),
+                            run(f"{recipe}-none", recipe, [tmp_path / "model"], 1, "none", 3))
+    finally:
+        shutil.rmtree(tmp_path / "model")  # 1.5 GB: pytest keeps the last runs' directories
+    for recipe, ((peaks, seconds, sharded), (_, _, whole)) in runs.items():
         loaded = [p - t for p, t in zip(peaks, tiny_peaks)]
         print(f"{recipe}: checkpoint {checkpoint_bytes / 2**20:.0f} MiB, largest unit {unit_bytes / 2**20:.0f} MiB; "
               f"set-up per rank: " + ", ".join(f"{b / 2**20:.0f} MiB in {s:.1f} s" for b, s in zip(loaded, seconds))
@@ -420,7 +425,6 @@ def test_four_ranks_load_only_their_rows_and_train_as_one_rank_does(tmp_path):
         assert len(sharded) == len(whole) == 3
         np.testing.assert_allclose(sharded, whole, rtol=1e-5, atol=0)
         assert abs(whole[-1] - whole[0]) > 100 * 1e-5 * whole[0], (recipe, whole)  # the steps trained
-    shutil.rmtree(tmp_path / "model")  # 1.5 GB: pytest keeps the last runs' directories
 
 
 def memory_cgroup_parent():

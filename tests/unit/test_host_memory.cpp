@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -95,37 +99,28 @@ TEST(HostMemoryLimit, ThisProcessHasOneAtMostItsPhysicalMemory) {
 }
 
 TEST(PeakResidentBytes, ReadsVmHwmInKilobytesAndNamesAMalformedLine) {
-  EXPECT_EQ(host_memory::peak_resident_bytes("Name:\tmgbench\nVmPeak:\t 900 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1 kB\n"),
-            2048 * 1024);
+  const std::string status = "Name:\tmgbench\nVmPeak:\t 900 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1 kB\n";
+  EXPECT_EQ(host_memory::status_bytes(status, "VmHWM"), 2048 * 1024);
+  EXPECT_EQ(host_memory::status_bytes(status, "VmRSS"), 1024);
   EXPECT_THROW(
       {
         try {
-          host_memory::peak_resident_bytes("VmHWM:\t2048 MB\n");
+          host_memory::status_bytes("VmHWM:\t2048 MB\n", "VmHWM");
         } catch (const std::runtime_error& e) {
           EXPECT_NE(std::string(e.what()).find("VmHWM:\t2048 MB"), std::string::npos) << e.what();
           throw;
         }
       },
       std::runtime_error);
-  EXPECT_THROW(host_memory::peak_resident_bytes("Name:\tx\nVmRSS:\t1 kB\n"), std::runtime_error);
-}
-
-/// This process's resident memory now (/proc/self/status's VmRSS) [bytes].
-std::int64_t resident_bytes() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  ADD_FAILURE() << "no VmRSS in /proc/self/status";
-  return 0;
+  EXPECT_THROW(host_memory::status_bytes("Name:\tx\nVmRSS:\t1 kB\n", "VmHWM"), std::runtime_error);
 }
 
 TEST(PeakResidentBytes, ThisProcessPeakHoldsWhatItTouches) {
   // Against the resident memory before, not the peak: an earlier test may have peaked higher.
-  const std::int64_t resident_before = resident_bytes();
+  const std::int64_t resident_before = host_memory::status_bytes("VmRSS");
   constexpr std::size_t kBytes = 256u << 20;
   std::vector<char> touched(kBytes, 1);  // every page written
-  const std::int64_t resident_after = resident_bytes();
+  const std::int64_t resident_after = host_memory::status_bytes("VmRSS");
   const std::int64_t peak = host_memory::peak_resident_bytes();  // read after: reading touches pages too
   EXPECT_GE(peak, resident_before + static_cast<std::int64_t>(kBytes)) << resident_before;
   EXPECT_GE(peak, resident_after);
@@ -133,10 +128,9 @@ TEST(PeakResidentBytes, ThisProcessPeakHoldsWhatItTouches) {
 }
 
 /// How many different blocks `allocator` gave for 100 requests of 96 KiB in turn (under glibc's least
-/// mmap threshold, 128 KiB: from the heap), each freed after a
-/// block of 4 KiB from it that is kept: the layout a training step makes of its activations and of
-/// what it keeps (saved tensors, gradients). One or two where a freed block serves the next request of
-/// its size.
+/// mmap threshold, 128 KiB: from the heap), each freed after a block of 4 KiB from it that is kept:
+/// the layout a training step makes of its activations and of what it keeps (saved tensors,
+/// gradients). One or two where a freed block serves the next request of its size.
 std::size_t distinct_blocks(c10::Allocator& allocator) {
   std::vector<c10::DataPtr> kept;
   std::set<void*> blocks;
