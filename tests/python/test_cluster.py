@@ -5,6 +5,7 @@ losses on every rank), and each rank knows its node: host name, local rank, the 
 
 Skipped, with the reason, where the namespaces cannot be made (not root)."""
 import os
+import re
 import signal
 import time
 import shutil
@@ -245,20 +246,24 @@ def network_ready(cluster, tries=5):
     raise AssertionError("the simulated nodes do not reach each other")
 
 
-def wait_for_training(results, ranks=2, timeout=120):
-    """Waits until `ranks` ranks write `results`, then 3 s more (training under way); their pids."""
+def wait_for_training(results, log, ranks=2, timeout=120):
+    """Waits until `ranks` ranks write `results` and mpirun's `log` shows a training step (the run
+    exists in the file before its first step: a rank lost earlier leaves no run to read, so a fixed
+    wait after the ranks start raced the set-up under load); their pids."""
     deadline = time.time() + timeout
-    while len(ranks_alive(results)) < ranks and time.time() < deadline:
+    while time.time() < deadline:
+        if len(ranks_alive(results)) == ranks and re.search(r"^epoch \d+/\d+ step \d+/", log.read_text(), re.M):
+            break
         time.sleep(0.2)
-    time.sleep(3)
     pids = ranks_alive(results)
     assert len(pids) == ranks, pids
+    assert "results: " in log.read_text(), log.read_text()
     return pids
 
 
 def report_rows(results):
-    out = subprocess.run([BIN, "report", str(results)], capture_output=True, text=True, env=ENV).stdout
-    return [line.split() for line in out.splitlines() if line.startswith("  ")], out
+    proc = subprocess.run([BIN, "report", str(results)], capture_output=True, text=True, env=ENV)
+    return [line.split() for line in proc.stdout.splitlines() if line.startswith("  ")], proc.stdout + proc.stderr
 
 
 def cluster_state(cluster, key):
@@ -322,7 +327,7 @@ def test_a_lost_node_ends_the_whole_job_and_the_run_reads_aborted_with_the_censu
     log = open(tmp_path / "mpirun.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV)
     try:
-        wait_for_training(results)
+        wait_for_training(results, tmp_path / "mpirun.log")
         lost.start()
         started = time.time()
         live = lambda: [p for p in ranks_alive(results) if p not in lost.frozen]  # noqa: E731
@@ -360,7 +365,7 @@ def test_a_killed_rank_ends_the_job_and_a_run_nobody_closed_reads_aborted(cluste
     log = open(tmp_path / "mpirun.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ENV)
     try:
-        pids = wait_for_training(results)
+        pids = wait_for_training(results, tmp_path / "mpirun.log")
         os.kill(max(pids), signal.SIGKILL)  # one of the two ranks
         proc.wait(timeout=120)  # mpirun sees a rank die and ends the job
     finally:
