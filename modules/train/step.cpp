@@ -1,6 +1,5 @@
 #include "train/step.h"
 
-#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <optional>
@@ -16,6 +15,7 @@
 #include "runtime/grad_sync.h"
 #include "train/optim/optimizer.h"
 #include "train/precision.h"
+#include "train/update.h"
 
 namespace mgbench::train {
 namespace {
@@ -54,37 +54,23 @@ class OptimizerStep {
   /// whose backward the gradient all-reduce overlaps. On the CPU a non-finite loss stops it after
   /// the forward, with the outcome's divergence set.
   void forward_backward(const data::Batch& input, bool last);
-  /// The factor that makes the gradients summed by backward the step's (after the mean over ranks of
-  /// the GradSync): 1 / micro-batches for a mean loss, world size / the step's targets on all ranks
-  /// for a summed one; nullopt when no rank had a target (nothing to learn from). Waiting for the
-  /// gradient buckets is the allreduce phase (what the all-reduce window covers, nothing else), the
-  /// normaliser's sum over the ranks the loss_reduce phase.
-  std::optional<double> gradient_scale();
+  /// The step's gradient scale (train::gradient_scale, update.h). Waiting for the gradient buckets
+  /// is the allreduce phase (what the all-reduce window covers, nothing else), the normaliser's
+  /// sum over the ranks the loss_reduce phase.
+  std::optional<GradientScale> gradient_scale();
   /// On the CPU: whether the gradients summed over the ranks are finite, read before the update
   /// (one pass over them, GradScaler's check; no device to wait for). Where they are not, the
   /// outcome's divergence is set from the step's last micro-batch run again (diagnose_gradients)
   /// and its loss read back; the update is not taken.
   bool gradients_finite();
-  /// The gradients scaled by `scale` (the loss normalisation), clipped, and the optimizer step (the
-  /// GradScaler's with loss scaling). Returns the step's skip flag for the step's one host sync: a
-  /// float [] tensor, 1 where the scaler skipped the step (non-finite gradients), 0 or undefined
-  /// where it stepped. The fused AdamW without clipping takes the scaling (and the loss scale's
-  /// division) inside its kernel, and the skip too: no pass over the gradients and no sync of its
-  /// own, torch's fused path under GradScaler; clipping needs the true gradients first, and fp64
-  /// parameters a divisor of their precision (the kernel's is float32).
-  torch::Tensor optimizer_step(double scale);
   /// This rank's loss per target (per sample for a mean loss), the recipe's metrics and the loss
   /// scale read back (the step's one host sync) into the outcome, with the phases and collectives.
-  void read_back(const std::optional<double>& scale, const torch::Tensor& skipped);
+  /// updated: whether optimizer_update ran (its skip flag, `skipped`, says whether it stepped).
+  void read_back(bool updated, const torch::Tensor& skipped);
 
   StepOutcome& outcome() { return out_; }
 
  private:
-  /// The optimizer's fused step with the normalisation, the loss scale's division and the skip
-  /// inside its kernel; the skip flag (undefined without loss scaling).
-  torch::Tensor fused_step(FusedAdamW& fused, double scale);
-  /// Clipping with the communicator of the shards' ranks under FSDP.
-  void clip() const;
   /// Where input's non-finite loss came from, the weights as its forward had them: the batch and
   /// the parameters checked, then the forward run again under first_non_finite_op (not under
   /// FSDP: its all-gathers would wait for ranks that have gone on to their backward).
@@ -171,24 +157,15 @@ void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
   out_.flops += setup_.recipe.flops(input);
 }
 
-std::optional<double> OptimizerStep::gradient_scale() {
+std::optional<GradientScale> OptimizerStep::gradient_scale() {
   if (training_.grad_sync) {
     clock_.enter(results::Phase::kAllreduce);
     training_.grad_sync->finish();
   }
-  if (setup_.recipe.loss_normalization() == LossNormalization::kMeanPerMicroBatch) {
-    return 1.0 / static_cast<double>(out_.micro_batches);
+  if (setup_.recipe.loss_normalization() != LossNormalization::kMeanPerMicroBatch) {
+    clock_.enter(results::Phase::kLossReduce);
   }
-  clock_.enter(results::Phase::kLossReduce);
-  double all_targets = out_.normalizer;  // one rank: its own count, no collective and no host sync
-  if (setup_.world_size() > 1) {
-    torch::Tensor targets =
-        torch::full({}, out_.normalizer, torch::TensorOptions(torch::kFloat64).device(setup_.device));
-    setup_.comm.all_reduce(targets, runtime::ReduceOp::kSum)->wait();
-    all_targets = targets.cpu().item<double>();
-  }
-  if (all_targets <= 0) return std::nullopt;  // every label of the step masked
-  return static_cast<double>(setup_.world_size()) / all_targets;
+  return train::gradient_scale(setup_, out_.normalizer, out_.micro_batches);
 }
 
 DivergenceFacts OptimizerStep::diagnose(const data::Batch& input, const at::Generator& rng) const {
@@ -275,7 +252,7 @@ bool OptimizerStep::gradients_finite() {
   if (found.item<float>() == 0.0F) return true;
   log::warn("non-finite gradients after this step's backward: running its last micro-batch again to find the op");
   out_.divergence = diagnose_gradients();
-  read_back(std::nullopt, torch::Tensor());
+  read_back(/*updated=*/false, torch::Tensor());
   return false;
 }
 
@@ -322,54 +299,7 @@ DivergenceFacts OptimizerStep::diagnose_gradients() const {
   return facts;
 }
 
-void OptimizerStep::clip() const {
-  clip_grad_norm(training_.trainable, setup_.options.optim.clip_grad_norm, training_.fsdp() ? &setup_.comm : nullptr);
-}
-
-torch::Tensor OptimizerStep::fused_step(FusedAdamW& fused, double scale) {
-  torch::Tensor divisor, found_inf;
-  if (training_.scaler) {
-    found_inf = training_.scaler->check(*training_.optimizer);
-    divisor = training_.scaler->scale_tensor() / scale;
-  } else if (scale != 1.0) {
-    divisor = torch::full({}, 1.0 / scale, torch::TensorOptions(torch::kFloat32).device(setup_.device));
-  }
-  fused.step_scaled(divisor, found_inf);
-  if (training_.scaler) training_.scaler->update();
-  return found_inf;
-}
-
-torch::Tensor OptimizerStep::optimizer_step(double scale) {
-  auto* fused = dynamic_cast<FusedAdamW*>(training_.optimizer.get());
-  const bool clipping = setup_.options.optim.clip_grad_norm > 0;
-  const bool fp64 = std::any_of(training_.trainable.begin(), training_.trainable.end(),
-                                [](const torch::Tensor& t) { return t.scalar_type() == torch::kFloat64; });
-  if (fused != nullptr && !clipping && !fp64) return fused_step(*fused, scale);
-  if (scale != 1.0) {
-    torch::NoGradGuard no_grad;
-    for (auto& t : training_.trainable) {
-      if (t.grad().defined()) t.mutable_grad().mul_(scale);
-    }
-  }
-  if (training_.scaler) {
-    const torch::Tensor found_inf =
-        training_.scaler->unscale(*training_.optimizer);  // the true gradients, for clipping
-    if (clipping) clip();
-    if (fused != nullptr) {  // the fused kernel skips on the flag: no sync
-      fused->step_scaled({}, found_inf);
-      training_.scaler->update();
-      return found_inf;
-    }
-    const bool stepped = training_.scaler->step(*training_.optimizer);  // unscaled already: its sync and the step
-    training_.scaler->update();
-    return torch::full({}, stepped ? 0.0 : 1.0);
-  }
-  if (clipping) clip();
-  training_.optimizer->step();
-  return {};
-}
-
-void OptimizerStep::read_back(const std::optional<double>& scale, const torch::Tensor& skipped) {
+void OptimizerStep::read_back(bool updated, const torch::Tensor& skipped) {
   results::StepRecord& step = out_.record;
   const std::int64_t metric_count = setup_.metric_count;
   torch::Tensor on_device = metric_count > 0 ? torch::cat({sums_.loss, sums_.metrics}) : sums_.loss;
@@ -379,9 +309,9 @@ void OptimizerStep::read_back(const std::optional<double>& scale, const torch::T
   const torch::Tensor values = on_device.cpu();
   step.loss = out_.normalizer > 0 ? values[0].item<double>() / out_.normalizer : results::kNaN;
   std::int64_t last = values.numel() - 1;
-  const bool stepped = scale.has_value() && !(skipped.defined() && values[last--].item<double>() != 0.0);
+  const bool stepped = updated && !(skipped.defined() && values[last--].item<double>() != 0.0);
   if (sums_.loss_scale.defined()) step.loss_scale = values[last].item<double>();
-  if (scale.has_value() && !stepped) {
+  if (updated && !stepped) {
     if (auto* fused = dynamic_cast<FusedAdamW*>(training_.optimizer.get())) fused->undo_step();
   }
   for (std::int64_t k = 0; k < metric_count; ++k) {
@@ -438,11 +368,11 @@ StepOutcome train_step(const RunSetup& setup, TrainingState& training, StepSourc
   if (out.micro_batches == 0) return std::move(out);  // the epoch's plan is done
   if (out.micro_batches != accum) throw std::logic_error("an epoch plan ended inside an optimizer step");
 
-  const std::optional<double> scale = step.gradient_scale();
+  const std::optional<GradientScale> scale = step.gradient_scale();
   source.clock.enter(results::Phase::kOptimizer);
   if (!step.gradients_finite()) return std::move(out);
-  const torch::Tensor skipped = scale.has_value() ? step.optimizer_step(*scale) : torch::Tensor();
-  step.read_back(scale, skipped);
+  const torch::Tensor skipped = scale.has_value() ? optimizer_update(setup, training, *scale) : torch::Tensor();
+  step.read_back(scale.has_value(), skipped);
   return std::move(out);
 }
 

@@ -5,10 +5,12 @@
 // forward under the precision's autocast (the recipe's loss; forward phase), backward (scaled with
 // amp-fp16; backward phase), the gradients' bucketed all-reduce overlapped with the last
 // micro-batch's backward (GradSync; DDP's no_sync for the earlier ones; the exposed rest is the
-// allreduce phase, nothing else); then a summed loss's normaliser all-reduced (loss_reduce phase),
-// the gradients normalised as the recipe's LossNormalization says, clipped, and the optimizer step
-// (GradScaler's with amp-fp16; optimizer phase). One host sync: the step's
-// loss, metrics and loss scale read together at its end. On the CPU (no device to wait for) each
+// allreduce phase, nothing else); then a summed loss's normaliser all-reduced on the device
+// (loss_reduce phase; not read by the host: the factor and a step without targets' skip go to the
+// optimizer as device tensors), the gradients normalised as the recipe's LossNormalization says,
+// clipped, and the optimizer step (GradScaler's with amp-fp16; optimizer phase). One host sync: the
+// step's loss, metrics, loss scale and skip flag read together at its end (SGD, which cannot skip on
+// a device flag, reads a step's lack of targets before its update). On the CPU (no device to wait for) each
 // micro-batch's loss is also read after its forward: a non-finite one ends the step there, before
 // its backward and update, with where it was made (train/divergence.h).
 #include <cstdint>

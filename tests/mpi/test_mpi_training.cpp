@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "../unit/linear_recipe.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "mpi_support.h"
@@ -328,6 +329,72 @@ TEST(Training, DdpDsEqualsOneRankWithWorldTimesTheBatch) {
     EXPECT_GT((flat(different.parameters) - b).abs().max().item<double>(), 1e-6);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// On more than one rank a summed loss's normaliser is summed and kept on the device (train/update.cpp):
+// the gradients' factor and a step without targets' skip reach the optimizer as tensors. The ranks
+// then train as one rank with their whole batch does, whose count the host reads: step 2 has no
+// target on any rank (skipped: had the model or the optimizer's moments or step counts moved, the
+// later steps would part from the oracle's -- AdamW and SGD with momentum move on zero gradients),
+// step 3 none on rank 0 (its zero count summed with the others'). Each path of the step: the fused
+// AdamW's divisor and skip in its kernel, the factor by the unscale kernel before clipping, in
+// float64 for float64 gradients, and SGD reading the skip on the host.
+TEST(TrainingLoop, ANormaliserSummedOnTheDeviceTrainsAsOneRankAndSkipsAStepWithoutTargets) {
+  SharedDir dir;
+  const std::int64_t n = world_size(), b = 2;
+  struct Case {
+    const char* name;
+    train::OptimizerKind optimizer;
+    double clip;
+    torch::Dtype dtype;
+    double tolerance;  // on parameters of order 0.1-1: fp32's sums in another order, fp64's
+  };
+  for (const Case& c : {Case{"adamw fp32", train::OptimizerKind::kAdamW, 0, torch::kFloat32, 1e-5},
+                        Case{"adamw fp32 clipped", train::OptimizerKind::kAdamW, 0.05, torch::kFloat32, 1e-5},
+                        Case{"adamw fp64", train::OptimizerKind::kAdamW, 0, torch::kFloat64, 1e-12},
+                        Case{"sgd fp32 momentum", train::OptimizerKind::kSgd, 0, torch::kFloat32, 1e-5}}) {
+    SCOPED_TRACE(c.name);
+    LinearRecipeOptions o;
+    o.normalization = train::LossNormalization::kSumOverTargets;
+    o.samples = 48;  // divisible by 2 x 2 and 3 x 2: every batch full
+    o.dtype = c.dtype;
+    o.masked = {n * b, 2 * n * b};  // step 2, all ranks (DistributedSampler: rank r's step k is r + n (k b + j))
+    o.masked_too = {2 * n * b, 2 * n * b + n};  // rank 0's two samples of step 3
+    auto options = [&](std::int64_t batch_size, const std::string& results) {
+      train::TrainOptions t = linear_options(results);
+      t.optim.optimizer = c.optimizer;
+      t.optim.momentum = 0.9;
+      t.optim.weight_decay = 0.01;
+      t.optim.clip_grad_norm = c.clip;
+      t.batch_size = batch_size;
+      return t;
+    };
+    LinearRecipe ranks(o);
+    const torch::Tensor distributed = train_linear(ranks, options(b, dir.file("ranks.h5")), MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      LinearRecipe one(o);
+      const torch::Tensor reference = train_linear(one, options(n * b, dir.file("one.h5")), MPI_COMM_SELF);
+      const double diff = (distributed - reference).abs().max().item<double>();
+      EXPECT_LT(diff, c.tolerance) << "max |param(" << n << " ranks x " << b << ") - param(1 rank x " << n * b << ")|";
+      const results::EpochRecord e = results::read_runs(dir.file("ranks.h5")).back().epochs[0][0];
+      const results::EpochRecord r = results::read_runs(dir.file("one.h5")).back().epochs[0][0];
+      EXPECT_EQ(e.steps, 48 / (n * b));
+      EXPECT_EQ(e.skipped_steps, 1);
+      EXPECT_EQ(r.skipped_steps, 1);
+      // Not vacuous: step 2 with its targets gives other parameters, far beyond the tolerance.
+      LinearRecipeOptions unmasked = o;
+      unmasked.masked = {0, 0};
+      LinearRecipe other(unmasked);
+      const torch::Tensor learned = train_linear(other, options(n * b, dir.file("other.h5")), MPI_COMM_SELF);
+      EXPECT_GT((learned - reference).abs().max().item<double>(), 100 * c.tolerance);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      std::filesystem::remove(dir.file("ranks.h5"));
+      std::filesystem::remove(dir.file("one.h5"));
+      std::filesystem::remove(dir.file("other.h5"));
+    }
+  }
 }
 
 TEST(Training, HostUpscaleEqualsDeviceUpscale) {

@@ -8,67 +8,15 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "core/progress.h"
+#include "linear_recipe.h"
 #include "results/reader.h"
-#include "results/writer.h"
-#include "runtime/mpi_communicator.h"
 #include "test_support.h"
-#include "train/loop.h"
 
 namespace mgbench {
 namespace {
 
+using test::LinearRecipe;
 using train::LossNormalization;
-
-/// y = 0.5 * sum(x) + 0.1 on 32 fixed points, fitted by a Linear(4, 1) in fp64 (no randomness
-/// after the initial weights, which the loop's --seed fixes). sqrt_at_zero: the loss adds
-/// sum(sqrt(0 * error)), 0 in forward, whose backward divides by 2 sqrt(0) (torch's sqrt
-/// derivative, grad / (2 result)): gradients NaN from a finite loss, as a norm of a zero vector.
-class LinearRecipe final : public train::Recipe {
- public:
-  explicit LinearRecipe(LossNormalization normalization, bool sqrt_at_zero = false)
-      : normalization_(normalization), sqrt_at_zero_(sqrt_at_zero) {}
-
-  void declare(options::OptionTable&) override {}
-  void validate(const train::TrainOptions&) const override {}
-  void setup(const train::RecipeContext&) override {
-    model_ = torch::nn::Linear(4, 1);
-    model_->to(torch::kFloat64);
-    x_ = torch::linspace(-1, 1, 32 * 4, torch::kFloat64).reshape({32, 4}).sin();
-    y_ = x_.sum(1, /*keepdim=*/true) * 0.5 + 0.1;
-  }
-  std::int64_t train_size() const override { return 32; }
-  data::Batch assemble(const data::PlannedBatch& plan, bool) const override {
-    const torch::Tensor index = torch::tensor(plan.indices, torch::kInt64);
-    data::Batch batch;
-    batch.tensors = {x_.index_select(0, index), y_.index_select(0, index)};
-    batch.samples = static_cast<std::int64_t>(plan.indices.size());
-    return batch;
-  }
-  torch::nn::Module& model() override { return *model_; }
-  std::vector<torch::Tensor> trainable_parameters() override { return model_->parameters(); }
-  std::vector<std::pair<std::string, torch::Tensor>> checkpoint_tensors() override {
-    std::vector<std::pair<std::string, torch::Tensor>> all;
-    for (const auto& p : model_->named_parameters()) all.emplace_back(p.key(), p.value());
-    return all;
-  }
-  LossNormalization loss_normalization() const override { return normalization_; }
-  train::MicroBatchLoss forward(const data::Batch& batch) override {
-    const torch::Tensor error = (model_->forward(batch.tensors[0]) - batch.tensors[1]).pow(2);
-    const torch::Tensor metrics = torch::stack({error.mean().detach(), torch::full({}, 7.0, error.options())});
-    const torch::Tensor extra = sqrt_at_zero_ ? (error * 0).sqrt().sum() : torch::zeros({}, error.options());
-    if (normalization_ == LossNormalization::kMeanPerMicroBatch) return {error.mean() + extra, 1.0, metrics};
-    return {error.sum() + extra, static_cast<double>(batch.samples), metrics};
-  }
-  std::vector<std::string> metric_names() const override { return {"mse", "seven"}; }
-  h5::Attributes attributes() const override { return {}; }
-
- private:
-  LossNormalization normalization_;
-  bool sqrt_at_zero_;
-  torch::nn::Linear model_{nullptr};
-  torch::Tensor x_, y_;
-};
 
 struct Result {
   torch::Tensor parameters;
@@ -76,29 +24,14 @@ struct Result {
 };
 
 Result train(LinearRecipe& recipe, std::int64_t batch_size, std::int64_t grad_accum, const std::string& results) {
-  train::TrainOptions t;
-  t.device = runtime::DeviceRequest::kCpu;
+  train::TrainOptions t = test::linear_options(results);
   t.optim.optimizer = train::OptimizerKind::kSgd;
   t.optim.momentum = 0;
-  t.optim.lr = 0.1;
-  t.optim.lr_schedule = train::LrSchedule::kConstant;
   t.epochs = 2;
   t.batch_size = batch_size;
   t.grad_accum = grad_accum;
-  t.shuffle = false;
-  t.threads = 1;
-  t.results = results;
-  runtime::MpiCommunicator comm(MPI_COMM_SELF);
-  train::TrainingLoop loop(t, recipe, comm, {}, {});
-  results::ResultsWriter writer(results, MPI_COMM_SELF, "linear", loop.run_attributes(), loop.rank_attributes(),
-                                loop.layout());
-  Progress quiet(false, "img/s");
-  train::RunControl control;
-  loop.run(writer, quiet, control);
-  writer.finish(results::kStatusCompleted);
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : recipe.trainable_parameters()) flat.push_back(p.detach().reshape({-1}).clone());
-  return {torch::cat(flat), results::read_runs(results).back()};
+  const torch::Tensor parameters = test::train_linear(recipe, t, MPI_COMM_SELF);
+  return {parameters, results::read_runs(results).back()};
 }
 
 TEST(TrainingLoop, GradientAccumulationEqualsTheWholeBatchUnderBothNormalisations) {
