@@ -87,6 +87,9 @@ torch::Tensor optimizer_update(const RunSetup& setup, TrainingState& training, c
   const bool fp64 = std::any_of(training.trainable.begin(), training.trainable.end(),
                                 [](const torch::Tensor& t) { return t.scalar_type() == torch::kFloat64; });
   if (fused != nullptr && max_norm <= 0 && !fp64) return fused_step(setup, training, *fused, scale);
+  // torch's other optimizers cannot skip on a device flag: a step without targets is read here (a
+  // host sync, as GradScaler's step reads its flag) and not taken, the scaler left as one rank leaves it.
+  if (fused == nullptr && no_target(scale)) return scale.empty;
   scale_gradients(setup, training, scale);
   const auto clip = [&] {
     if (max_norm > 0) clip_grad_norm(training.trainable, max_norm, training.fsdp() ? &setup.comm : nullptr);
@@ -100,7 +103,6 @@ torch::Tensor optimizer_update(const RunSetup& setup, TrainingState& training, c
       training.scaler->update();
       return skip;
     }
-    if (no_target(scale)) return scale.empty;
     const bool stepped = training.scaler->step(*training.optimizer);  // unscaled already: its sync and the step
     training.scaler->update();
     return torch::full({}, stepped ? 0.0 : 1.0);
@@ -110,7 +112,6 @@ torch::Tensor optimizer_update(const RunSetup& setup, TrainingState& training, c
     fused->step_scaled({}, scale.empty);
     return scale.empty;
   }
-  if (no_target(scale)) return scale.empty;
   training.optimizer->step();
   return {};
 }

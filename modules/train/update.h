@@ -48,7 +48,9 @@ std::optional<GradientScale> gradient_scale(const RunSetup& setup, double normal
 ///   bitwise a host Scalar's; a 0-dim device tensor in mul_ would be rounded to a bf16 gradient's
 ///   dtype first), in float64 for float64 gradients.
 /// - SGD cannot skip on a device flag: it reads `empty` (a host sync), as GradScaler's step reads
-///   its flag.
+///   its flag, before anything else, so that a step without targets leaves the scaler untouched as
+///   on one rank. Under a GradScaler the fused AdamW's skipped step without targets is one without
+///   an overflow to the scaler (its growth interval counts it; on one rank it is not counted).
 torch::Tensor optimizer_update(const RunSetup& setup, TrainingState& training, const GradientScale& scale);
 
 }  // namespace mgbench::train
