@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -191,5 +192,10 @@ std::int64_t status_bytes(const std::string& status_text, std::string_view field
 std::int64_t status_bytes(std::string_view field) { return status_bytes(read_text("/proc/self/status"), field); }
 
 std::int64_t peak_resident_bytes() { return status_bytes("VmHWM"); }
+
+std::int64_t minor_page_faults() {
+  rusage usage{};
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<std::int64_t>(usage.ru_minflt) : 0;
+}
 
 }  // namespace mgbench::host_memory

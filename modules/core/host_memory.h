@@ -77,4 +77,10 @@ std::int64_t status_bytes(std::string_view field);
 /// 2.4 GB whatever it used. Throws std::runtime_error where /proc has no VmHWM line.
 std::int64_t peak_resident_bytes();
 
+/// The minor page faults this process has taken since it started, all its threads (getrusage's
+/// RUSAGE_SELF ru_minflt): each one the kernel mapping a page at its first touch -- what memory
+/// returned to the kernel and allocated again costs (keep_freed_memory_for_reuse). Read two and
+/// subtract (the count goes back beyond exec). Does not throw.
+std::int64_t minor_page_faults();
+
 }  // namespace mgbench::host_memory

@@ -44,6 +44,7 @@ h5::Handle step_record_type() {
   insert(t, "allgather_s", offsetof(StepRecord, allgather_s), H5T_NATIVE_DOUBLE);
   insert(t, "reducescatter_s", offsetof(StepRecord, reducescatter_s), H5T_NATIVE_DOUBLE);
   insert(t, "lr", offsetof(StepRecord, lr), H5T_NATIVE_DOUBLE);
+  insert(t, "page_faults", offsetof(StepRecord, page_faults), H5T_NATIVE_INT64);
   return t;
 }
 

@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 10;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 11;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -110,6 +110,7 @@ struct StepRecord {
   double lr = kNaN;                  // learning rate used in the step
   double allgather_s = 0;            // fsdp: the step's all-gathers, each launch -> completion, summed (0: none)
   double reducescatter_s = 0;        // fsdp: the step's reduce-scatters, likewise
+  std::int64_t page_faults = -1;     // minor page faults of the process in the step (all threads); -1: none
 };
 
 /// One row of rank_<r>/epochs. Unwritten rows keep epoch = -1.

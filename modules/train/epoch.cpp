@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "data/loader.h"
 #include "train/loop.h"
@@ -132,6 +133,7 @@ bool EpochStage::train() {
   const CheckpointSource checkpoint{sinks_.writer, [this](CheckpointState& state) { loop_.state_dict(state); }};
   while (true) {
     const double step_start = now_s();
+    const std::int64_t faults_at_start = host_memory::minor_page_faults();
     state_.cupti.update(step_start - sinks_.run_start_s, run.global_step, setup.device, sinks_.run_start_s);
     const double lr = lr_at_step(options.optim.lr, run.global_step, options.optim.warmup_steps, total_steps, cosine);
     std::optional<OpCounter> ops;
@@ -142,6 +144,7 @@ bool EpochStage::train() {
     run.epoch_record.loaded_samples += out.loaded_samples;
     run.epoch_record.skipped_images += out.skipped_images;
     if (out.micro_batches == 0) return true;  // the epoch's plan is done
+    out.record.page_faults = host_memory::minor_page_faults() - faults_at_start;
     record_step(out, step_start);
     take_warmup_when_over();
     report_step(out);

@@ -151,6 +151,17 @@ def own_core(tmp_path):
 
 
 PREDICTION_BOUND_PCT = 25  # issue 50 asks 15: not met here, see the test's docstring
+ROUNDS = 3  # of the base and the bounded placements, interleaved; each side's fastest run is compared
+
+
+def fastest(paths):
+    """The file among `paths` whose (only) run took the least total_s, and every run's total_s."""
+    totals = {}
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            (run,) = f["runs"].values()
+            totals[path] = float(run["summary"][0]["total_s"])
+    return min(totals, key=totals.get), totals
 
 
 def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
@@ -158,36 +169,55 @@ def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
     placement -- 2 ranks on one node, 2 nodes x 1 rank, 2 nodes x 2 ranks -- each priced from its own
     placement's comm run; the first two within PREDICTION_BOUND_PCT of the run measured there.
 
-    Not the issue's 15 %: on this 2-core VM a rank computes 10-15 % slower beside another than alone
-    (each on its own core; 21.5 vs 23.8-25.7 ms a step measured), which a 1-rank base cannot see and
-    predict does not model (docs/design.md, The scaling predictor: its sources of error). Measured
-    errors: -4 to -19 % over eleven runs. 2 nodes x 2 ranks puts two ranks on each of the 2 cores: its
-    prediction is made and paired, not bounded."""
+    The machine's speed is not steady from one run to the next: on this VM six identical 1-rank runs
+    in a row took 6.3 to 11.5 s (session 65), and a base run taken a minute before the runs it
+    predicts made the error +27 % one time, -30 % another. So the base and the two bounded placements
+    run ROUNDS times, interleaved (base, one node, two nodes; again), and the fastest run of each --
+    the one least slowed by whatever else the machine did, as benchmark harnesses take the minimum
+    -- is predicted from and compared with; the spread of the others is printed.
+
+    Not the issue's 15 %: five runs of this test (Intel Xeon VM, 2026-11-29) measured errors of
+    +0.7 / -7.3, +5.1 / +2.9, +3.5 / +1.1, -2.3 / +4.0 and +17.1 / +8.0 % (one node / two nodes), the
+    fastest of three runs apart by up to 25 % of each other. Another day the same VM had a rank compute
+    10-15 % slower beside another than alone (each on its own core; 21.5 vs 23.8-25.7 ms a step), which
+    a 1-rank base cannot see and predict does not model (docs/design.md, The scaling predictor); the
+    older design, one run of each, measured -4 to -19 % over eleven runs. 2 nodes x 2 ranks puts two
+    ranks on each of the 2 cores: its prediction is made and paired, not bounded."""
     image = ["image", "--data", MNIST, "--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--device",
              "cpu", "--limit-train", "4096", "--limit-test", "64", "--epochs", "1", "--batch-size", "32",
              "--progress-interval", "1000"]
     comm = ["comm", "--collective", "all-reduce,broadcast", "--min-bytes", "1K", "--max-bytes", "4M",
             "--step-factor", "4", "--iters", "20"]
-    placements = {"one-node": (2, ["--host", "10.77.0.1:2"]), "two-nodes": (2, ["--host", "10.77.0.1,10.77.0.2"]),
+    placements = {"one-rank": (1, ["--host", "10.77.0.1"]), "one-node": (2, ["--host", "10.77.0.1:2"]),
+                  "two-nodes": (2, ["--host", "10.77.0.1,10.77.0.2"]),
                   "two-by-two": (4, ["--host", "10.77.0.1:2,10.77.0.2:2"])}
 
-    def run(np_, where, *args):
+    def run(name, *args):
+        np_, where = placements[name]
         cmd = [str(cluster / "mpirun"), "-np", str(np_), *where, "--bind-to", "none", own_core, BIN,
                *map(str, args)]
         proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=ENV, timeout=600)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
     network_ready(cluster)
-    measured = tmp_path / "measured.h5"
-    run(1, ["--host", "10.77.0.1"], *image, "--results", measured, "--run-name", "one-rank")
-    for name, (np_, where) in placements.items():
-        run(np_, where, *image, "--results", measured, "--run-name", name)
-        run(np_, where, *comm, "--results", tmp_path / "comm.h5", "--run-name", name)
+    repeats = {name: [] for name in placements}
+    for k in range(ROUNDS):
+        for name in placements:
+            if name == "two-by-two" and k > 0:
+                continue  # not bounded: one run
+            repeats[name].append(tmp_path / f"{name}-{k}.h5")
+            run(name, *image, "--results", repeats[name][-1], "--run-name", name)
+            if k == 0 and name != "one-rank":
+                run(name, *comm, "--results", tmp_path / "comm.h5", "--run-name", name)
+    measured = {}
+    for name, paths in repeats.items():
+        measured[name], totals = fastest(paths)
+        print(f"{name}: total_s of the {len(paths)} run(s): {sorted(round(t, 2) for t in totals.values())}")
     predictions = tmp_path / "predictions.h5"
     for ranks, per_node in ((2, 2), (2, 1), (4, 2)):
-        proc = subprocess.run([BIN, "predict", measured, "--comm", tmp_path / "comm.h5", "--ranks", str(ranks),
-                               "--ranks-per-node", str(per_node), "--strategies", "ddp-ds", "--results", predictions],
-                              capture_output=True, text=True, env=ENV)
+        proc = subprocess.run([BIN, "predict", *measured.values(), "--comm", tmp_path / "comm.h5", "--ranks",
+                               str(ranks), "--ranks-per-node", str(per_node), "--strategies", "ddp-ds", "--results",
+                               predictions], capture_output=True, text=True, env=ENV)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     with h5py.File(predictions, "r") as f:
         by_placement = {(int(r.attrs["world_size"]), int(r.attrs["nodes"])): r.attrs["prediction_comm"]
@@ -196,7 +226,8 @@ def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
     assert set(by_placement) == set(expected)
     for placement, name in expected.items():
         assert name in by_placement[placement], by_placement  # each priced from its own placement's comm run
-    report = subprocess.run([BIN, "report", measured, predictions], capture_output=True, text=True, env=ENV).stdout
+    report = subprocess.run([BIN, "report", *measured.values(), predictions], capture_output=True, text=True,
+                            env=ENV).stdout
     checks = [l.split() for l in report.splitlines() if l.startswith("  ") and "_predicted-" in l]
     assert len(checks) == 3, report
     errors = {}
