@@ -369,7 +369,7 @@ def test_qlora_from_a_checkpoint_holds_its_nf4_weights_not_the_files(tmp_path):
 
 def test_four_ranks_load_only_their_rows_and_train_as_one_rank_does(tmp_path):
     """Issue 48: 4 ranks with fsdp load a 1.5 GB bf16 Llama-3-shaped checkpoint (128,256-token vocabulary,
-    tied embedding, grouped-query attention, two files under an index) and train 3 LoRA steps and 3
+    tied embedding, grouped-query attention, two files under an index) and train 2 LoRA steps and 2
     full fine-tuning steps. Each unit is cut to the rank's shard as it is built and the rank reads only
     its rows of each tensor, so each rank's peak memory when its set-up ends is at most a third of the
     checkpoint plus one unit above what the same set-up costs for a model of a few kilobytes (before,
@@ -382,7 +382,9 @@ def test_four_ranks_load_only_their_rows_and_train_as_one_rank_does(tmp_path):
     h5py = pytest.importorskip("h5py")
     config = {"hidden_size": 1536, "intermediate_size": 4096, "num_hidden_layers": 22, "num_attention_heads": 24,
               "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256, "tie_word_embeddings": True}
+    began = time.monotonic()
     checkpoint_bytes, unit_bytes = write_llama_checkpoint(tmp_path / "model", config, files=2)
+    print(f"checkpoint written: {time.monotonic() - began:.1f} s")
     assert checkpoint_bytes > 1.5e9
     tiny = tmp_path / "tiny"
     tiny.mkdir()
@@ -393,15 +395,20 @@ def test_four_ranks_load_only_their_rows_and_train_as_one_rank_does(tmp_path):
         "vocab_size": 2256}))
     common = ["--tokenizer", SMALL_TOKENIZER, "--dataset", "alpaca", "--data", ALPACA, "--limit", "12",
               "--batch-size", "1", "--global-batch-size", "4", "--max-seq-len", "16", "--train-on-input",
-              "--activation-checkpointing", "false", "--threads", "1", "--device", "cpu"]
+              "--activation-checkpointing", "false", "--device", "cpu"]
     # LoRA without its 100 warm-up steps and at a learning rate that moves the loss by far more than the
-    # tolerance in 3 steps (at its defaults the adapters, B starting at zero, moved it by 4e-7 of itself).
+    # tolerance in 2 steps (at its defaults the adapters, B starting at zero, moved it by 4e-7 of itself).
     recipes = {"lora": ["--lr", "1e-2", "--warmup-steps", "0"], "full": ["--lr", "2e-5"]}
 
     def run(name, recipe, model, ranks, sharding, steps):
         results = tmp_path / f"{name}.h5"
+        began = time.monotonic()
+        # The 1-rank oracle on both cores (this test runs alone on the machine): its full fine-tuning
+        # steps were 35 s each on one.
         mgbench("llm", "--recipe", recipe, *recipes[recipe], "--model", *model, *common, "--max-steps", steps,
-                "--sharding", sharding, "--results", results, np=ranks, check=True, timeout=900)
+                "--threads", 1 if ranks > 1 else os.cpu_count(), "--sharding", sharding, "--results", results,
+                np=ranks, check=True, timeout=900)
+        print(f"{name}: {time.monotonic() - began:.1f} s")
         with h5py.File(results, "r") as f:
             (run,) = f["runs"].values()
             return ([int(run[f"rank_{r}"].attrs["setup_peak_memory_bytes"]) for r in range(ranks)],
@@ -411,8 +418,8 @@ def test_four_ranks_load_only_their_rows_and_train_as_one_rank_does(tmp_path):
     runs = {}
     try:
         for recipe in recipes:
-            runs[recipe] = (run(f"{recipe}-fsdp", recipe, [tmp_path / "model"], 4, "fsdp", 3),
-                            run(f"{recipe}-none", recipe, [tmp_path / "model"], 1, "none", 3))
+            runs[recipe] = (run(f"{recipe}-fsdp", recipe, [tmp_path / "model"], 4, "fsdp", 2),
+                            run(f"{recipe}-none", recipe, [tmp_path / "model"], 1, "none", 2))
     finally:
         shutil.rmtree(tmp_path / "model")  # 1.5 GB: pytest keeps the last runs' directories
     for recipe, ((peaks, seconds, sharded), (_, _, whole)) in runs.items():
@@ -422,7 +429,7 @@ def test_four_ranks_load_only_their_rows_and_train_as_one_rank_does(tmp_path):
               + f"; losses 4 ranks {list(sharded)}, 1 rank {list(whole)}")
         for r, bytes_ in enumerate(loaded):
             assert bytes_ <= checkpoint_bytes / 3 + unit_bytes, (recipe, r, loaded, checkpoint_bytes, unit_bytes)
-        assert len(sharded) == len(whole) == 3
+        assert len(sharded) == len(whole) == 2
         np.testing.assert_allclose(sharded, whole, rtol=1e-5, atol=0)
         assert abs(whole[-1] - whole[0]) > 100 * 1e-5 * whole[0], (recipe, whole)  # the steps trained
 
