@@ -74,6 +74,24 @@ void bound(Map& pending) {
   pending.erase(pending.begin(), end);
 }
 
+/// Sorts intervals and merges the overlapping and touching ones, in place.
+void merge_intervals(std::vector<std::pair<std::uint64_t, std::uint64_t>>& intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::size_t kept = 0;
+  for (const auto& interval : intervals) {
+    if (kept > 0 && interval.first <= intervals[kept - 1].second) {
+      intervals[kept - 1].second = std::max(intervals[kept - 1].second, interval.second);
+    } else {
+      intervals[kept++] = interval;
+    }
+  }
+  intervals.resize(kept);
+}
+
+/// Merges once the list has grown to twice what the last merge left, and at least this many:
+/// amortised O(log n) a kernel.
+constexpr std::size_t kMergeAtLeast = 4096;
+
 CopyPurpose purpose_of(std::uint64_t id) {
   return id >= 1 && id <= 3 ? static_cast<CopyPurpose>(id) : CopyPurpose::kOther;
 }
@@ -136,6 +154,12 @@ void ActivityAggregator::add_kernel(std::string_view raw_name, std::uint64_t sta
   if (it == kernels_.end()) it = kernels_.emplace(std::string(raw_name), Totals{}).first;
   ++it->second.count;
   it->second.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+  if (end_ns <= start_ns) return;
+  kernel_intervals_.emplace_back(start_ns, end_ns);
+  if (kernel_intervals_.size() >= std::max(kMergeAtLeast, 2 * merged_intervals_)) {
+    merge_intervals(kernel_intervals_);
+    merged_intervals_ = kernel_intervals_.size();
+  }
 }
 
 void ActivityAggregator::fill_summary(results::CudaSummaryRecord& s) const {
@@ -169,6 +193,11 @@ void ActivityAggregator::fill_summary(results::CudaSummaryRecord& s) const {
       s.nccl_kernel_s += row.time_s;
     }
   }
+  auto busy = kernel_intervals_;
+  merge_intervals(busy);
+  std::uint64_t busy_ns = 0;
+  for (const auto& [start, end] : busy) busy_ns += end - start;
+  s.kernel_busy_s = seconds(busy_ns);
   s.dropped_records = static_cast<std::int64_t>(dropped_);
 }
 

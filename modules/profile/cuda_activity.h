@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "results/schema.h"
@@ -47,11 +48,13 @@ class ActivityAggregator {
   /// CopyScope of `purpose` (an unknown value counts as kOther).
   void add_external_correlation(std::uint32_t correlation_id, std::uint64_t purpose);
   void add_api(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns);
+  /// A kernel's execution on the device [start_ns, end_ns) (CUPTI's GPU timestamps), in any order:
+  /// CUPTI delivers each buffer's records as they completed, streams interleaved.
   void add_kernel(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns);
   void add_dropped(std::uint64_t records) { dropped_ += records; }
 
-  /// Totals into summary (the memcpy, kernel and dropped fields; the caller sets the window,
-  /// samples and memory peaks).
+  /// Totals into summary (the memcpy, kernel, kernel_busy_s and dropped fields; the caller sets the
+  /// window, steps, samples and memory peaks).
   void fill_summary(results::CudaSummaryRecord& summary) const;
   /// kReportedApis first, then the other APIs by time, at most results::kCudaApiRows rows.
   std::vector<results::CudaApiRecord> api_rows() const;
@@ -76,6 +79,11 @@ class ActivityAggregator {
   std::map<std::uint32_t, std::pair<std::array<std::uint32_t, 2>, std::uint64_t>> unlabelled_htod_;  // ids, bytes
   std::map<std::string, Totals, std::less<>> apis_;
   std::map<std::string, Totals, std::less<>> kernels_;
+  // The kernels' [start, end) intervals, merged into disjoint ones (sorted) whenever the list has
+  // doubled since the last merge: memory is one interval per stretch of device time without a gap,
+  // at most one per kernel (a host-bound step leaves a gap after each).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> kernel_intervals_;
+  std::size_t merged_intervals_ = 0;
   std::uint64_t dropped_ = 0;
 };
 

@@ -62,6 +62,38 @@ std::vector<TextRow> cuda_rank_rows(const results::RunRecord& run) {
   return rows;
 }
 
+/// Calls of rank r's API functions named in `names` (a launch, a host wait) in the window.
+double api_calls(const results::RunRecord& run, std::size_t r, std::initializer_list<std::string_view> names) {
+  double calls = 0;
+  for (const auto& a : run.cuda_api[r]) {
+    if (std::find(names.begin(), names.end(), std::string_view(a.name)) != names.end()) {
+      calls += static_cast<double>(a.calls);
+    }
+  }
+  return calls;
+}
+
+/// A run's steps on the device, one row per rank (schema 12; "-" before): the steps that started in
+/// the window, the window per step, kernels, launch calls and host waits per step, the GPU-busy
+/// share (kernel_busy_s / window_s). Launch calls are the runtime's and the driver's launch functions
+/// (CUPTI records the driver calls an application or library makes itself, not those inside the
+/// runtime's); waits are the stream, event and device synchronisations.
+std::vector<TextRow> cuda_step_rows(const results::RunRecord& run) {
+  std::vector<TextRow> rows;
+  for (std::size_t r = 0; r < run.cuda.size(); ++r) {
+    const auto& c = run.cuda[r];
+    const double steps = c.steps > 0 ? static_cast<double>(c.steps) : NAN;
+    const double launches =
+        api_calls(run, r, {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"});
+    const double waits = api_calls(run, r, {"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize"});
+    rows.push_back({std::to_string(r), c.steps >= 0 ? std::to_string(c.steps) : std::string("-"),
+                    number(1e3 * c.window_s / steps, 2), number(static_cast<double>(c.kernel_count) / steps, 1),
+                    number(launches / steps, 1), number(waits / steps, 1),
+                    number(c.window_s > 0 ? 100 * c.kernel_busy_s / c.window_s : NAN, 1)});
+  }
+  return rows;
+}
+
 /// A run's CUDA API calls, averaged over ranks, in rank 0's order; calls no rank made are left out.
 std::vector<TextRow> cuda_api_rows(const results::RunRecord& run) {
   std::vector<TextRow> rows;
@@ -183,6 +215,13 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
                                           {"NCCL", "(%)", 7},
                                           {"peak alloc", "(MiB)", 10},
                                           {"peak resv", "(MiB)", 10}});
+  const auto step_columns = text_columns({{"rank", "", -6},
+                                          {"steps", "(window)", 9},
+                                          {"window/step", "(ms)", 12},
+                                          {"kernels", "(/step)", 10},
+                                          {"launches", "(/step)", 10},
+                                          {"host waits", "(/step)", 11},
+                                          {"GPU busy", "(%)", 9}});
   const auto api_columns =
       text_columns({{"API (mean over ranks)", "", -28}, {"calls", "", 12}, {"time", "(s)", 10}, {"", "(%)", 8}});
   const auto kernel_columns =
@@ -199,6 +238,7 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
     }
     out << fmt::format(", profile window {}\n", run.display("profile_window"));
     write_table(out, rank_columns, cuda_rank_rows(run), /*csv=*/false);
+    write_table(out, step_columns, cuda_step_rows(run), /*csv=*/false);
     for (std::size_t r = 0; r < run.cuda.size(); ++r) {
       if (run.cuda[r].dropped_records > 0) {
         out << fmt::format("# (rank {}: {} CUPTI records dropped)\n", r, run.cuda[r].dropped_records);

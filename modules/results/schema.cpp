@@ -122,6 +122,8 @@ h5::Handle cuda_summary_type() {
   MGBENCH_FIELD(htod_eval_bytes, H5T_NATIVE_INT64);
   MGBENCH_FIELD(htod_staging_count, H5T_NATIVE_INT64);
   MGBENCH_FIELD(htod_staging_bytes, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(steps, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(kernel_busy_s, H5T_NATIVE_DOUBLE);
 #undef MGBENCH_FIELD
   return t;
 }

@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 11;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 12;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -166,6 +166,13 @@ struct CudaSummaryRecord {
   std::int64_t htod_eval_bytes = 0;
   std::int64_t htod_staging_count = 0;
   std::int64_t htod_staging_bytes = 0;
+  // The step's shape on the device (issue 47): the training steps that started in the window (what
+  // kernels, launches and syncs are counted per), and the device time during which at least one
+  // kernel ran -- the union of the kernels' intervals, concurrent kernels (NCCL's beside compute)
+  // counted once, copies not -- so kernel_busy_s / window_s is the GPU-busy share of the step.
+  // -1 / NaN in runs before version 12.
+  std::int64_t steps = -1;
+  double kernel_busy_s = kNaN;
 };
 
 /// A row of rank_<r>/cuda_api: one CUDA runtime/driver API function in the window.

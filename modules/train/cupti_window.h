@@ -27,13 +27,16 @@ class CuptiWindow {
   void update(double elapsed_s, std::int64_t step, const torch::Device& device, double run_start_s);
   /// At the end of the run: closes the window if still open.
   void close(const torch::Device& device, double run_start_s);
-  /// Counts a step's samples when it started inside the window (the samples the CUDA metrics cover).
+  /// Counts a step and its samples when it started inside the window (what the CUDA metrics cover).
   void count(double start_s, std::int64_t step, std::int64_t samples) {
-    if (contains(start_s, step)) samples_ += samples;
+    if (!contains(start_s, step)) return;
+    samples_ += samples;
+    ++steps_;
   }
   double opened_s() const { return opened_s_; }  // NaN: never opened
   double closed_s() const { return closed_s_; }  // NaN: never closed
   std::int64_t samples() const { return samples_; }
+  std::int64_t steps() const { return steps_; }
 
  private:
   std::unique_ptr<profile::CuptiCollector> cupti_;
@@ -41,6 +44,7 @@ class CuptiWindow {
   double opened_s_ = NAN;
   double closed_s_ = NAN;
   std::int64_t samples_ = 0;  // of this process's steps (not carried over a resume)
+  std::int64_t steps_ = 0;
 };
 
 /// CUPTI's collector for a run on `device` with --cupti (`enabled`), unless another profiler (nsys)

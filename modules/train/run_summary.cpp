@@ -46,6 +46,7 @@ void write_cuda_metrics(LoopState& state, const RunSinks& sinks) {
   cuda.window_start_s = state.cupti.opened_s();
   cuda.window_s = state.cupti.closed_s() - state.cupti.opened_s();
   cuda.samples = state.cupti.samples();
+  cuda.steps = state.cupti.steps();
   std::tie(cuda.peak_allocated_bytes, cuda.peak_reserved_bytes) = device_memory_peaks(device);
   sinks.writer.write_cuda_metrics(cuda, totals.api_rows(), totals.kernel_rows());
 }

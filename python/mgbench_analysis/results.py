@@ -19,11 +19,14 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
 PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("buffer_broadcast", "buffer_broadcast_s"), ("transform", "transform_s"),
           ("forward", "forward_s"), ("backward", "backward_s"), ("allreduce", "allreduce_s"),
           ("loss_reduce", "loss_reduce_s"), ("optimizer", "optimizer_s"))
+
+# Fields of cuda_summary that runs before schema 12 lack, with the writer's defaults.
+_CUDA_SUMMARY_DEFAULTS = {"steps": -1, "kernel_busy_s": np.nan}
 
 # Fields of the summary record, with the values of a run that has not written it (the writer's fill values).
 _SUMMARY_DEFAULTS = {"total_s": np.nan, "train_s": np.nan, "eval_s": np.nan, "samples_per_s": np.nan,
@@ -214,7 +217,11 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
             run.energy.append(_table(rank_group, "energy"))
             run.telemetry.append(readings[readings["t_s"].notna()].reset_index(drop=True))
         if "cuda_summary" in rank_group:
-            run.cuda_summary.append(_table(rank_group, "cuda_summary"))
+            summary = _table(rank_group, "cuda_summary")
+            for column, default in _CUDA_SUMMARY_DEFAULTS.items():
+                if column not in summary:
+                    summary[column] = default
+            run.cuda_summary.append(summary)
             api = _table(rank_group, "cuda_api")
             kernels = _table(rank_group, "cuda_kernels")
             run.cuda_api.append(api[api["name"] != ""].reset_index(drop=True) if "name" in api else api)

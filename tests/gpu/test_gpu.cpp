@@ -345,6 +345,14 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
     EXPECT_GT(c.kernel_count, 0);
     EXPECT_GT(c.kernel_s, 0);
     EXPECT_LE(c.kernel_s, 1.05 * c.window_s);  // one compute stream: kernels cannot exceed the window
+    // Schema 12: every step started in the window (it is the whole run), and the busy time is a union
+    // of the kernels' intervals: positive, no more than their sum, no more than the window.
+    std::int64_t steps = 0;
+    for (const auto& e : runs[0].epochs[0]) steps += e.steps;
+    EXPECT_EQ(c.steps, steps);
+    EXPECT_GT(c.kernel_busy_s, 0);
+    EXPECT_LE(c.kernel_busy_s, c.kernel_s * (1 + 1e-12));
+    EXPECT_LE(c.kernel_busy_s, 1.05 * c.window_s);
     EXPECT_GT(c.peak_allocated_bytes, 0);
     // Device upscaling: a uint8 28x28 image and an int64 label per sample (792 B) cross PCIe for
     // training, exactly (the window is the whole run: every step's batch and no other); the

@@ -75,9 +75,10 @@ def matrix(tmp_path_factory):
     return d
 
 
-def add_cuda_tables(path):
+def add_cuda_tables(path, step_fields=False):
     """Adds CUPTI tables of the documented layout (docs/results-schema.md) to every run of a copied
-    results file, with values drawn from a seeded generator: the CUDA figures' input without a GPU."""
+    results file, with values drawn from a seeded generator: the CUDA figures' input without a GPU.
+    step_fields: with schema 12's `steps` and `kernel_busy_s` (without: schema 11's layout)."""
     rng = np.random.default_rng(7)
     summary_type = np.dtype([(n, "<f8") for n in ("window_start_s", "window_s")] +
                             [("htod_count", "<i8"), ("htod_bytes", "<i8"), ("htod_s", "<f8"),
@@ -85,9 +86,13 @@ def add_cuda_tables(path):
                              ("dtoh_s", "<f8"), ("dtod_count", "<i8"), ("dtod_bytes", "<i8"), ("dtod_s", "<f8"),
                              ("kernel_count", "<i8"), ("kernel_s", "<f8"), ("nccl_kernel_count", "<i8"),
                              ("nccl_kernel_s", "<f8"), ("samples", "<i8"), ("peak_allocated_bytes", "<i8"),
-                             ("peak_reserved_bytes", "<i8"), ("dropped_records", "<i8")])
-    api_type = np.dtype([("name", "S64"), ("calls", "<i8"), ("time_s", "<f8")])
-    kernel_type = np.dtype([("name", "S192"), ("count", "<i8"), ("time_s", "<f8"), ("nccl", "i1")])
+                             ("peak_reserved_bytes", "<i8"), ("dropped_records", "<i8")] +
+                            ([("steps", "<i8"), ("kernel_busy_s", "<f8")] if step_fields else []))
+    # The names as the writer stores them: fixed-length UTF-8 (h5py's plain "S" is ASCII, which HDF5 does
+    # not convert to UTF-8: `mgbench report` could not read it).
+    api_type = np.dtype([("name", h5py.string_dtype("utf-8", 64)), ("calls", "<i8"), ("time_s", "<f8")])
+    kernel_type = np.dtype([("name", h5py.string_dtype("utf-8", 192)), ("count", "<i8"), ("time_s", "<f8"),
+                            ("nccl", "i1")])
     with h5py.File(path, "a") as f:
         for run in f["runs"].values():
             for r in range(int(run.attrs["world_size"])):
@@ -95,6 +100,9 @@ def add_cuda_tables(path):
                 s = np.zeros(1, summary_type)
                 s["window_s"], s["htod_s"], s["nccl_kernel_s"] = 10.0 + r, rng.uniform(0.1, 1), rng.uniform(0, 1)
                 s["htod_count"], s["samples"] = 100, 1000
+                s["kernel_count"], s["kernel_s"] = rng.integers(10_000, 90_000), rng.uniform(5, 9)
+                if step_fields:
+                    s["steps"], s["kernel_busy_s"] = 37 + r, s["kernel_s"] * rng.uniform(0.5, 1)
                 g.create_dataset("cuda_summary", data=s)
                 api = np.zeros(32, api_type)
                 for i, name in enumerate([b"cudaLaunchKernel", b"cudaMemcpyAsync", b"cudaStreamSynchronize"]):
@@ -112,6 +120,55 @@ def gpu_like(matrix, tmp_path_factory):
         shutil.copy(matrix / name, d / name)
         add_cuda_tables(d / name)
     return d
+
+
+def cuda_step_tables(report):
+    """The per-step rows of `mgbench report --cuda`, by run id and rank: their cells as text."""
+    tables, run_id, lines = {}, None, report.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("# ") and ": CUDA activity" in line:
+            run_id = line.split()[1]
+        if line.split()[:4] == ["#", "rank", "steps", "window/step"]:
+            rows = tables.setdefault(run_id, {})
+            for row in lines[i + 2:]:  # after the header's two lines
+                if row.startswith("#") or not row.strip():
+                    break
+                rows[int(row.split()[0])] = row.split()[1:]
+    return tables
+
+
+def test_report_cuda_counts_kernels_launches_and_waits_per_step_and_the_busy_share(matrix, tmp_path):
+    """Issue 47 (schema 12): `report --cuda`'s per-step table -- the steps in the window, the window per
+    step, kernels, launch calls and host waits per step, kernel_busy_s over the window -- equals the same
+    arithmetic on the file's cuda tables read with h5py; a file of schema 11's layout (no step fields)
+    prints '-' where they are needed, and mgbench_analysis reads it with the writer's defaults."""
+    for step_fields in (True, False):
+        path = tmp_path / f"cuda-{step_fields}.h5"
+        shutil.copy(matrix / "image.h5", path)
+        add_cuda_tables(path, step_fields)
+        tables = cuda_step_tables(mgbench("report", "--cuda", path, check=True).stdout)
+        with h5py.File(path, "r") as f:
+            assert sorted(tables) == sorted(f["runs"]), tables.keys()
+            for run_id, run in f["runs"].items():
+                world = int(run.attrs["world_size"])
+                assert sorted(tables[run_id]) == list(range(world)), tables[run_id]
+                for r in range(world):
+                    s, api, row = run[f"rank_{r}/cuda_summary"][0], run[f"rank_{r}/cuda_api"][:], tables[run_id][r]
+                    calls = {name.decode(): int(n) for name, n in zip(api["name"], api["calls"]) if name}
+                    if not step_fields:
+                        assert row == ["-"] * 6, row
+                        continue
+                    steps = int(s["steps"])
+                    expected = [str(steps), f"{1e3 * s['window_s'] / steps:.2f}", f"{s['kernel_count'] / steps:.1f}",
+                                f"{calls['cudaLaunchKernel'] / steps:.1f}",
+                                f"{calls['cudaStreamSynchronize'] / steps:.1f}",
+                                f"{100 * s['kernel_busy_s'] / s['window_s']:.1f}"]
+                    assert row == expected, (run_id, r, row, expected)
+        frame = mga.cuda(str(path))  # every run's ranks
+        if step_fields:
+            assert (frame["steps"] >= 37).all() and (frame["kernel_busy_s"] > 0).all(), frame
+        else:
+            assert (frame["steps"] == -1).all() and frame["kernel_busy_s"].isna().all(), frame
 
 
 def report_csv_tables(directory):

@@ -1,14 +1,17 @@
 // The GPU path's logic that runs without a GPU: rank placement, the backend table (choice, the
 // GPU-sharing rule), the profile window, CUDA activity aggregation, the CPU phase clock, host upscaling.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -293,6 +296,41 @@ TEST(CudaActivity, TotalsTablesAndNcclKernels) {
   bool has_nccl = false;                       // the NCCL kernel is the shortest, yet kept
   for (const auto& k : kernels) has_nccl |= k.nccl != 0;
   EXPECT_TRUE(has_nccl);
+}
+
+TEST(CudaActivity, KernelBusyTimeIsTheUnionOfTheKernelsIntervals) {
+  {  // overlapping (two streams), nested, touching, out of order, empty; a gap of 50 ns
+    profile::ActivityAggregator a;
+    a.add_kernel("k", 200, 300);
+    a.add_kernel("k", 100, 150);
+    a.add_kernel("k", 120, 140);  // inside the one before
+    a.add_kernel("nccl", 250, 400);
+    a.add_kernel("k", 400, 450);  // touches the end of the one before
+    a.add_kernel("k", 500, 500);  // empty
+    results::CudaSummaryRecord s;
+    a.fill_summary(s);
+    EXPECT_DOUBLE_EQ(s.kernel_busy_s, (50 + 250) * 1e-9);
+    EXPECT_DOUBLE_EQ(s.kernel_s, (100 + 50 + 20 + 150 + 50) * 1e-9);  // each kernel counted
+  }
+  // Many kernels in CUPTI's order (per buffer, streams interleaved), so the list is merged while it
+  // grows: against a bitmap of the nanoseconds covered.
+  std::mt19937_64 rng(47);
+  constexpr std::uint64_t kSpan = 2'000'000;
+  std::vector<char> covered(kSpan, 0);
+  profile::ActivityAggregator a;
+  for (int k = 0; k < 60'000; ++k) {
+    const std::uint64_t start = rng() % (kSpan - 200);
+    const std::uint64_t end = start + rng() % 60;
+    std::fill(covered.begin() + static_cast<std::ptrdiff_t>(start), covered.begin() + static_cast<std::ptrdiff_t>(end),
+              1);
+    a.add_kernel("k", start, end);
+  }
+  results::CudaSummaryRecord s;
+  a.fill_summary(s);
+  const auto busy = static_cast<double>(std::count(covered.begin(), covered.end(), 1));
+  EXPECT_DOUBLE_EQ(s.kernel_busy_s, busy * 1e-9);
+  EXPECT_LT(s.kernel_busy_s, s.kernel_s);  // not vacuous: the kernels overlap
+  EXPECT_GT(s.kernel_busy_s, 0.5 * s.kernel_s);
 }
 
 TEST(CudaActivity, AnExternalProfilerIsRecognised) {
