@@ -19,6 +19,39 @@ namespace {
 
 using h5::check_status;
 
+/// The string type `memory` in the character set of `stored` where both are strings and differ: mgbench
+/// writes UTF-8, another tool may write ASCII (h5py's "S" dtype), and HDF5 converts between no two
+/// character sets ("no appropriate function for conversion path"). An ASCII string's bytes are its
+/// UTF-8, so reading them as stored loses nothing. Otherwise a copy of `memory`.
+h5::Handle in_stored_charset(hid_t memory, hid_t stored, const std::string& what) {
+  h5::Handle type = h5::wrap_type(H5Tcopy(memory), what);
+  if (H5Tget_class(memory) == H5T_STRING && H5Tget_class(stored) == H5T_STRING &&
+      H5Tget_cset(stored) != H5Tget_cset(memory)) {
+    check_status(H5Tset_cset(type, H5Tget_cset(stored)), what);
+  }
+  return type;
+}
+
+/// The compound `memory` with each string member in the character set of the same-named member of the
+/// stored compound `stored` (in_stored_charset); members `stored` lacks as they are (read as defaults).
+h5::Handle with_stored_charsets(hid_t memory, hid_t stored, const std::string& what) {
+  h5::Handle out = h5::wrap_type(H5Tcreate(H5T_COMPOUND, H5Tget_size(memory)), what);
+  const int members = H5Tget_nmembers(memory);
+  for (int k = 0; k < members; ++k) {
+    char* raw = H5Tget_member_name(memory, static_cast<unsigned>(k));
+    const std::string name = raw != nullptr ? raw : "";
+    H5free_memory(raw);
+    h5::Handle type = h5::wrap_type(H5Tget_member_type(memory, static_cast<unsigned>(k)), what);
+    const int j = H5Tget_class(stored) == H5T_COMPOUND ? H5Tget_member_index(stored, name.c_str()) : -1;
+    if (j >= 0) {
+      h5::Handle stored_member = h5::wrap_type(H5Tget_member_type(stored, static_cast<unsigned>(j)), what);
+      type = in_stored_charset(type, stored_member, what);
+    }
+    check_status(H5Tinsert(out, name.c_str(), H5Tget_member_offset(memory, static_cast<unsigned>(k)), type), what);
+  }
+  return out;
+}
+
 std::string read_fixed_string(hid_t group, const char* name, std::size_t bytes, const std::string& where) {
   if (!h5::link_exists(group, name)) return {};
   h5::Handle ds = h5::wrap_dataset(H5Dopen2(group, name, H5P_DEFAULT), fmt::format("open {}/{}", where, name));
@@ -27,7 +60,9 @@ std::string read_fixed_string(hid_t group, const char* name, std::size_t bytes, 
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   MGBENCH_REQUIRE(n == 1, ResultsError, "{}/{}: {} strings where mgbench writes one (not an mgbench table)", where,
                   name, n);
-  h5::Handle type = h5::fixed_string_type(bytes);
+  const std::string what = fmt::format("type of {}/{}", where, name);
+  h5::Handle stored = h5::wrap_type(H5Dget_type(ds), what);
+  h5::Handle type = in_stored_charset(h5::fixed_string_type(bytes), stored, what);
   std::string value(bytes, '\0');
   check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()), fmt::format("read {}/{}", where, name));
   const auto end = value.find('\0');
@@ -43,7 +78,11 @@ std::vector<Record> read_table(hid_t group, const char* name, hid_t type, const 
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   std::vector<Record> rows(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
   if (!rows.empty()) {
-    check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), fmt::format("read {}/{}", where, name));
+    const std::string what = fmt::format("type of {}/{}", where, name);
+    h5::Handle stored = h5::wrap_type(H5Dget_type(ds), what);
+    h5::Handle memory = with_stored_charsets(type, stored, what);
+    check_status(H5Dread(ds, memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()),
+                 fmt::format("read {}/{}", where, name));
   }
   return rows;
 }

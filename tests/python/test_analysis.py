@@ -9,6 +9,7 @@ are drawn from a copy of the files to which schema-conforming CUPTI tables were 
 """
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,9 @@ def matrix(tmp_path_factory):
 def add_cuda_tables(path, step_fields=False):
     """Adds CUPTI tables of the documented layout (docs/results-schema.md) to every run of a copied
     results file, with values drawn from a seeded generator: the CUDA figures' input without a GPU.
-    step_fields: with schema 12's `steps` and `kernel_busy_s` (without: schema 11's layout)."""
+    step_fields: with schema 12's `steps` and `kernel_busy_s` and the names in UTF-8, as mgbench writes
+    them (without: schema 11's layout, the names and the run's status as h5py writes bytes by default,
+    ASCII, which `mgbench report` reads too)."""
     rng = np.random.default_rng(7)
     summary_type = np.dtype([(n, "<f8") for n in ("window_start_s", "window_s")] +
                             [("htod_count", "<i8"), ("htod_bytes", "<i8"), ("htod_s", "<f8"),
@@ -88,11 +91,11 @@ def add_cuda_tables(path, step_fields=False):
                              ("nccl_kernel_s", "<f8"), ("samples", "<i8"), ("peak_allocated_bytes", "<i8"),
                              ("peak_reserved_bytes", "<i8"), ("dropped_records", "<i8")] +
                             ([("steps", "<i8"), ("kernel_busy_s", "<f8")] if step_fields else []))
-    # The names as the writer stores them: fixed-length UTF-8 (h5py's plain "S" is ASCII, which HDF5 does
-    # not convert to UTF-8: `mgbench report` could not read it).
-    api_type = np.dtype([("name", h5py.string_dtype("utf-8", 64)), ("calls", "<i8"), ("time_s", "<f8")])
-    kernel_type = np.dtype([("name", h5py.string_dtype("utf-8", 192)), ("count", "<i8"), ("time_s", "<f8"),
-                            ("nccl", "i1")])
+    def text(length):
+        return h5py.string_dtype("utf-8", length) if step_fields else f"S{length}"
+
+    api_type = np.dtype([("name", text(64)), ("calls", "<i8"), ("time_s", "<f8")])
+    kernel_type = np.dtype([("name", text(192)), ("count", "<i8"), ("time_s", "<f8"), ("nccl", "i1")])
     with h5py.File(path, "a") as f:
         for run in f["runs"].values():
             for r in range(int(run.attrs["world_size"])):
@@ -111,6 +114,10 @@ def add_cuda_tables(path, step_fields=False):
                 kernels = np.zeros(48, kernel_type)
                 kernels[0] = (b"ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, s["nccl_kernel_s"][0], 1)
                 g.create_dataset("cuda_kernels", data=kernels)
+            if not step_fields:
+                status = np.array(run["status"][()], dtype="S16")
+                del run["status"]
+                run.create_dataset("status", data=status)
 
 
 @pytest.fixture(scope="module")
@@ -141,12 +148,17 @@ def test_report_cuda_counts_kernels_launches_and_waits_per_step_and_the_busy_sha
     """Issue 47 (schema 12): `report --cuda`'s per-step table -- the steps in the window, the window per
     step, kernels, launch calls and host waits per step, kernel_busy_s over the window -- equals the same
     arithmetic on the file's cuda tables read with h5py; a file of schema 11's layout (no step fields)
-    prints '-' where they are needed, and mgbench_analysis reads it with the writer's defaults."""
+    prints '-' where they are needed, and mgbench_analysis reads it with the writer's defaults. The second
+    file's names and statuses are ASCII (h5py's bytes), which HDF5 does not convert to the UTF-8 mgbench
+    writes: report read none of it before ("no appropriate function for conversion path")."""
     for step_fields in (True, False):
         path = tmp_path / f"cuda-{step_fields}.h5"
         shutil.copy(matrix / "image.h5", path)
         add_cuda_tables(path, step_fields)
-        tables = cuda_step_tables(mgbench("report", "--cuda", path, check=True).stdout)
+        report = mgbench("report", "--cuda", path, check=True).stdout
+        tables = cuda_step_tables(report)
+        # The API table's names and the runs' statuses read, in either character set.
+        assert re.search(r"^ +cudaLaunchKernel +1000 ", report, re.M) and " completed " in report, report
         with h5py.File(path, "r") as f:
             assert sorted(tables) == sorted(f["runs"]), tables.keys()
             for run_id, run in f["runs"].items():
