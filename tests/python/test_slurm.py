@@ -63,6 +63,11 @@ def completed_job(proc, log_dir):
     return proc.stdout.strip().split(";")[0]
 
 
+# SLURM's states of a job not yet ended (squeue(1), JOB STATE CODES): COMPLETING is a job whose
+# processes are ending and whose epilog runs, after the batch script has returned.
+UNFINISHED = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+
+
 def job_state(env, job):
     out = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True, env=env).stdout
     state = re.search(r"JobState=(\S+)", out)
@@ -148,7 +153,7 @@ def test_matrix_points_are_analysed_together(slurm, tmp_path):
     jobs = proc.stdout.split()
     assert len(jobs) == 2
     deadline = time.time() + 400
-    while time.time() < deadline and any(job_state(env, j)[0] in ("PENDING", "RUNNING", "CONFIGURING") for j in jobs):
+    while time.time() < deadline and any(job_state(env, j)[0] in UNFINISHED for j in jobs):
         time.sleep(1)
     states = [job_state(env, j)[0] for j in jobs]
     logs = "\n".join(Path(p).read_text() for p in glob.glob(f"{outputs}/*.out"))
