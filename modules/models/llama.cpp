@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "models/row_gradient.h"
 #include "models/state_dict.h"
 
 namespace mgbench::models {
@@ -289,7 +290,11 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens, c
     lengths = packing->lengths;
     position_ids = packing->position_ids;
   }
-  torch::Tensor h = leave(0, model->embed_tokens(enter(0, tokens)));
+  const torch::Tensor& embedding = model->embed_tokens->weight;
+  // An untied embedding's gradient is handed over by rows where the hooks take it (FSDP).
+  RowGradientSink* embedding_gradient =
+      hooks_ != nullptr && !config_.tie_word_embeddings ? hooks_->row_gradient_sink(0) : nullptr;
+  torch::Tensor h = leave(0, embedding_lookup(enter(0, tokens), embedding, embedding_gradient));
   const auto [cos, sin] = rotary(tokens.size(1), h.scalar_type(), h.device(), position_ids);
   const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled();
   int unit = 1;
@@ -317,10 +322,18 @@ torch::Tensor LlamaForCausalLMImpl::output_weight() const {
   return lm_head->weight;
 }
 
-std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::output_projection(const torch::Tensor& hidden) const {
+LlamaForCausalLMImpl::OutputProjection LlamaForCausalLMImpl::output_projection(const torch::Tensor& hidden) const {
   if (config_.tie_word_embeddings) return {enter(0, hidden), model->embed_tokens->weight};
-  const torch::Tensor input = enter(static_cast<int>(config_.num_hidden_layers) + 2, hidden);
-  return {lm_head->base_input(input), lm_head->base_weight()};
+  const int unit = static_cast<int>(config_.num_hidden_layers) + 2;
+  const torch::Tensor input = enter(unit, hidden);
+  OutputProjection out{lm_head->base_input(input), lm_head->base_weight()};
+  // Only the parameter's own gradient can be handed over by rows (a fake-quantised weight's passes
+  // through its quantisation's backward first).
+  if (hooks_ != nullptr && out.weight.is_same(lm_head->weight) && out.weight.requires_grad() &&
+      torch::GradMode::is_enabled()) {
+    out.weight_gradient = hooks_->row_gradient_sink(unit);
+  }
+  return out;
 }
 
 ParameterUnit LlamaForCausalLMImpl::part_unit(const std::string& name, const torch::nn::Module& part,
@@ -350,18 +363,22 @@ std::vector<ParameterUnit> LlamaForCausalLMImpl::parameter_units() {
   units.push_back(part_unit("model.embed_tokens", *model->embed_tokens, /*reshard_after_forward=*/!tied));
   units.back().backward_reads_parameters = tied;  // tied: the output head's backward reads it
   units.back().forward_uses = tied ? 2 : 1;
+  units.back().gradient_by_rows = !tied;  // embedding_lookup hands it over by rows
   for (std::size_t i = 0; i < model->layers->size(); ++i) {
     units.push_back(part_unit(fmt::format("model.layers.{}", i), *model->layers[i]));
   }
   units.push_back(part_unit("model.norm", *model->norm, false));
   units.back().name = "root";
-  if (!tied) units.push_back(part_unit("lm_head", *lm_head, false));
+  if (!tied) {
+    units.push_back(part_unit("lm_head", *lm_head, false));
+    units.back().gradient_by_rows = !lm_head->has_fake_quant();  // target_log_probs hands it over by rows
+  }
   return units;
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens) {
-  const auto [input, weight] = output_projection(hidden_states(tokens));
-  return torch::nn::functional::linear(input, weight);
+  const OutputProjection head = output_projection(hidden_states(tokens));
+  return torch::nn::functional::linear(head.input, head.weight);  // the gradient whole: no sink
 }
 
 std::int64_t LlamaForCausalLMImpl::weight_nbytes() const {

@@ -132,9 +132,15 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   /// The output projection's weight [vocab, hidden] (the embedding when tied); its unit is entered
   /// first, so that under FSDP it holds its values (a gather on every rank alike).
   torch::Tensor output_weight() const;
-  /// The output projection's input and weight as it computes them: (hidden [N, hidden],
-  /// output_weight()), or both fake-quantised when the head is (full QAT of an untied head).
-  std::pair<torch::Tensor, torch::Tensor> output_projection(const torch::Tensor& hidden) const;
+  /// The output projection as it computes: input [N, hidden] and weight [vocab, hidden]
+  /// (output_weight()), or both fake-quantised when the head is (full QAT of an untied head); and
+  /// where the weight's gradient goes: the unit hooks' row_gradient_sink for an untied head whose
+  /// weight is the parameter itself and trains (FSDP's blocks), else nullptr (autograd, whole).
+  struct OutputProjection {
+    torch::Tensor input, weight;
+    RowGradientSink* weight_gradient = nullptr;
+  };
+  OutputProjection output_projection(const torch::Tensor& hidden) const;
 
   /// Loads a Hugging Face checkpoint directory (safetensors, single or sharded) by name, converting
   /// dtypes to the model's; NF4 projections are quantised tensor by tensor. Throws DataError naming

@@ -15,6 +15,8 @@
 
 namespace mgbench::models {
 
+class RowGradientSink;  // models/row_gradient.h
+
 /// How FSDP2 shards one parameter of shape `sizes` over `world` ranks on dim 0 (a 0-dim
 /// parameter counts as one row): torch.chunk's chunks of ceil(rows / world) rows, the last ones
 /// shorter or empty, each held padded to that many rows.
@@ -78,6 +80,10 @@ struct ParameterUnit {
   /// The times forward enters the unit: 2 for a tied embedding / output head, whose backward then
   /// makes a second whole gradient and sums it into the first (autograd's accumulation).
   int forward_uses = 1;
+  /// true: the unit is one weight [V, H] whose backward can hand its gradient over a block of rows
+  /// at a time (models/row_gradient.h: an untied token embedding, an untied output head through
+  /// target_log_probs), so FSDP reduce-scatters it in blocks and no rank makes the whole gradient.
+  bool gradient_by_rows = false;
 };
 
 /// Called by a model around each unit's forward, in forward order (a unit used twice is entered
@@ -92,6 +98,10 @@ class UnitHooks {
   /// After unit `unit` produced output; returns the output to pass on (the same values: FSDP
   /// attaches its pre-backward, the regather, to it).
   virtual torch::Tensor after_forward(int unit, const torch::Tensor& output) = 0;
+  /// Where the weight of unit `unit` (one with gradient_by_rows) hands its gradient in this
+  /// micro-batch's backward; nullptr: to autograd, whole (the default: unsharded). Not owned; lives
+  /// as long as the hooks.
+  virtual RowGradientSink* row_gradient_sink(int /*unit*/) { return nullptr; }
 };
 
 /// A model the parallelisms of train/parallel/parallelize.h apply to: its units, which FSDP shards

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "models/llama.h"
+#include "models/log_probs.h"
 #include "models/safetensors.h"
 #include "mpi_support.h"
 #include "runtime/mpi_communicator.h"
@@ -34,13 +35,17 @@ using test::SharedDir;
 using test::world_rank;
 using test::world_size;
 
-/// A cross-entropy of next tokens, summed (so the averaged gradient is the mean of the ranks').
+/// A cross-entropy of next tokens, summed (so the averaged gradient is the mean of the ranks'), as
+/// the recipes compute it: the head's log-probabilities of the targets (models::target_log_probs,
+/// which under FSDP hands an untied head's gradient over by rows, as the embedding lookup does).
 torch::Tensor next_token_loss(models::LlamaForCausalLMImpl& model, const torch::Tensor& tokens) {
-  const torch::Tensor logits = model.forward(tokens);
-  const std::int64_t vocab = logits.size(-1);
-  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, tokens.size(1) - 1).reshape({-1, vocab}),
-                                              tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1}),
-                                              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  const std::int64_t t = tokens.size(1) - 1;
+  const torch::Tensor hidden = model.hidden_states(tokens).narrow(1, 0, t);
+  const models::LlamaForCausalLMImpl::OutputProjection head =
+      model.output_projection(hidden.reshape({-1, hidden.size(-1)}));
+  return -models::target_log_probs(head.input, head.weight, tokens.narrow(1, 1, t).reshape({-1}), 1000,
+                                   models::FrozenHeadGradient::kAuto, head.weight_gradient)
+              .sum();
 }
 
 /// Tied or untied embeddings, resharded after forward or kept.
@@ -85,7 +90,16 @@ TEST_P(FsdpLlama, ShardGradientsAreTheAveragedReplicatedGradientsRows) {
   };
   EXPECT_EQ(totals.allgather_bytes, kMicroBatches * sum(planned.all_gather_bytes));
   EXPECT_EQ(totals.reducescatter_bytes, kMicroBatches * sum(planned.reduce_scatter_bytes));
-  EXPECT_EQ(planned.reduce_scatter_bytes.size(), static_cast<std::size_t>(fsdp.num_units()));
+  // An untied embedding and head whose rows the ranks divide (250 over 2) are reduce-scattered in
+  // RowGradientBlocks' blocks (models/row_gradient.h), every other unit whole.
+  const bool by_rows = !tied && c.vocab_size % world == 0;
+  const std::int64_t blocks =
+      train::RowGradientBlocks::of(train::ShardLayout::of({c.vocab_size, c.hidden_size}, world)).blocks;
+  if (by_rows) {
+    EXPECT_EQ(blocks, 16);  // 125 rows a rank, 8 a block
+  }
+  EXPECT_EQ(planned.reduce_scatter_bytes.size(),
+            static_cast<std::size_t>(fsdp.num_units() + (by_rows ? 2 * (blocks - 1) : 0)));
   // Resharding, every unit but two is gathered again in backward: the root, and the head (tied: the
   // embedding, which the head uses last) are kept; and untied, the embedding, whose backward reads
   // no weights (ParameterUnit::backward_reads_parameters).
@@ -220,9 +234,14 @@ TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
   const std::int64_t largest_two = embedding > layer_bytes ? embedding + layer_bytes : 2 * layer_bytes;
   const std::int64_t gathered = 4 * h + embedding + largest_two;
   // The whole gradients of the two largest trained units, padded as reduce-scattered: the head
-  // and the embedding ([vocab, h] each, padded alike) or a layer.
-  std::vector<std::int64_t> trained_units(2, shard(c.vocab_size, h) * n);  // the embedding, the head
-  trained_units.push_back(shard(h, 1) * n);                                // the root (norm)
+  // and the embedding ([vocab, h] each, padded alike) or a layer. Where the ranks divide the
+  // vocabulary, the embedding's and the head's are reduce-scattered in blocks of a sixteenth of
+  // each rank's rows (RowGradientBlocks): a block each.
+  const std::int64_t vocab_rows = (c.vocab_size + n - 1) / n;
+  const std::int64_t vocab_gradient =
+      c.vocab_size % n == 0 ? (vocab_rows + 15) / 16 * n * h * 4 : shard(c.vocab_size, h) * n;
+  std::vector<std::int64_t> trained_units(2, vocab_gradient);  // the embedding, the head
+  trained_units.push_back(shard(h, 1) * n);                    // the root (norm)
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) trained_units.push_back(layer_shards * n);
   std::sort(trained_units.rbegin(), trained_units.rend());
   const std::int64_t whole_gradients = trained_units[0] + trained_units[1];

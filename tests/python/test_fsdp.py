@@ -580,16 +580,20 @@ def test_dry_run_plans_the_memory_per_rank_of_llama3_8b():
     """`--dry-run` of full fine-tuning of Llama 3 8B (bf16, AdamW) from its preset alone: at 1 rank
     weights, gradients and AdamW's two states are 4 x 2 bytes x 8,030,261,248 parameters (59.83 GiB);
     FSDP divides gradients and states by the ranks, and holds the whole gradients of the two largest
-    units beside the shards while they are reduce-scattered (the embedding and the head, [128256,
-    4096] each); replicated over several ranks, DDP's buckets hold a second copy of the gradients.
-    --max-seq-len 0 (unbounded): activations not estimated."""
+    units beside the shards while they are reduce-scattered: two decoder layers (218,112,000
+    parameters each) -- the embedding's and the head's ([128256, 4096] each, 1.96 GiB together, the
+    two largest before) are reduce-scattered in blocks of a sixteenth of their rows as their
+    backwards make them, and a block is smaller than a layer; replicated over several ranks, DDP's
+    buckets hold a second copy of the gradients. --max-seq-len 0 (unbounded): activations not
+    estimated."""
+    layer = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096 + 2 * 4096
     rows, fits, out = memory_plan("--recipe", "full", "--model", "llama3-8b")
     assert sorted(rows) == [1, 2, 4, 8], out
     assert rows[1][0] == "none" and f"{rows[1][5]:.2f}" == f"{4 * 2 * 8030261248 / 2**30:.2f}", rows[1]
     assert all(r[4] is None for r in rows.values()), out
     for n in (2, 4, 8):
         assert rows[n][0] == "fsdp"
-        assert abs(rows[n][2] - rows[1][2] / n - 2 * 128256 * 4096 * 2 / 2**30) < 0.01, (n, rows[n])  # gradients
+        assert abs(rows[n][2] - rows[1][2] / n - 2 * layer * 2 / 2**30) < 0.01, (n, rows[n])  # gradients
         assert abs(rows[n][3] - rows[1][3] / n) < 0.01, (n, rows[n])   # optimizer states
     assert fits == ["80 GiB GPUs: fits from 1 rank(s) of those planned",
                     "141 GiB GPUs: fits from 1 rank(s) of those planned"], out

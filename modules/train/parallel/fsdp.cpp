@@ -47,6 +47,27 @@ class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
   }
 };
 
+/// A unit's RowGradientSink: each block reduce-scattered as it is handed over (State::reduce_rows).
+class RowReducer final : public models::RowGradientSink {
+ public:
+  RowReducer(FullyShardedUnits::State& state, std::size_t unit) : state_(state), unit_(unit) {}
+
+  std::int64_t blocks() const override { return RowGradientBlocks::of(layout()).blocks; }
+  std::vector<models::RowRange> block(std::int64_t b) const override {
+    const ShardLayout& l = layout();
+    const RowGradientBlocks blocks = RowGradientBlocks::of(l);
+    std::vector<models::RowRange> rows;
+    for (int r = 0; r < l.world; ++r) rows.push_back({l.first_row(r) + b * blocks.rows, blocks.rows_of(b, l)});
+    return rows;
+  }
+  void take(std::int64_t b, torch::Tensor gradient) override { state_.reduce_rows(state_.units[unit_], b, gradient); }
+
+ private:
+  const ShardLayout& layout() const { return state_.units[unit_].params.front().layout; }
+  FullyShardedUnits::State& state_;
+  std::size_t unit_;
+};
+
 }  // namespace
 
 FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Communicator& comm,
@@ -113,6 +134,17 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
         u.packed.push_back(std::move(p));
       }
     }
+    if (u.in_place) {  // one contiguous weight, nothing packed
+      const UnitShape shape{{u.params.front().layout.sizes},
+                            {u.trainable},
+                            u.reshard_after_forward,
+                            0,
+                            true,
+                            u.forward_uses,
+                            spec.gradient_by_rows};
+      u.by_rows = reduced_by_row_blocks(shape, world);
+      if (u.by_rows) u.sink = std::make_unique<RowReducer>(*state_, state_->units.size());
+    }
     state_->units.push_back(std::move(u));
   }
   MGBENCH_REQUIRE(cutter.pending() == 0, std::logic_error,
@@ -169,6 +201,10 @@ torch::Tensor FullyShardedUnits::after_forward(int unit, const torch::Tensor& ou
   return UnitBoundary::apply(output, reinterpret_cast<std::int64_t>(&s), unit, UnitBoundary::kPre);
 }
 
+models::RowGradientSink* FullyShardedUnits::row_gradient_sink(int unit) {
+  return state_->units.at(static_cast<std::size_t>(unit)).sink.get();
+}
+
 void FullyShardedUnits::finish_backward() {
   State& s = *state_;
   for (auto it = s.units.rbegin(); it != s.units.rend(); ++it) {
@@ -180,6 +216,8 @@ void FullyShardedUnits::finish_backward() {
     u.entered_with_grad = false;
     u.pre_backward_attached = false;
     u.post_backward_done = false;
+    u.rows_reduced = false;
+    u.next_row_block = 0;
   }
 }
 
@@ -226,8 +264,13 @@ std::int64_t FullyShardedUnits::num_units() const { return static_cast<std::int6
 ShardedMemory FullyShardedUnits::memory() const {
   std::vector<UnitShape> shapes;
   for (const Unit& u : state_->units) {
-    UnitShape shape{
-        {}, {}, u.reshard_after_forward, u.packed_bytes * state_->world(), u.backward_reads_parameters, u.forward_uses};
+    UnitShape shape{{},
+                    {},
+                    u.reshard_after_forward,
+                    u.packed_bytes * state_->world(),
+                    u.backward_reads_parameters,
+                    u.forward_uses,
+                    u.by_rows};
     for (const Param& p : u.params) {
       shape.sizes.push_back(p.layout.sizes);
       shape.trainable.push_back(p.shard.requires_grad());

@@ -82,6 +82,8 @@ class FullyShardedUnits final : public models::UnitHooks {
   // models::UnitHooks: the model's forward calls these.
   torch::Tensor before_forward(int unit, const torch::Tensor& input) override;
   torch::Tensor after_forward(int unit, const torch::Tensor& output) override;
+  /// The unit's sink when its gradient is reduce-scattered by rows (reduced_by_row_blocks), else nullptr.
+  models::RowGradientSink* row_gradient_sink(int unit) override;
 
   /// After each micro-batch's backward: the reduce-scatter of every unit whose gradients autograd
   /// did not hand over yet (a unit whose input needs no gradient: the embedding), waits for the

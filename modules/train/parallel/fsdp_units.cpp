@@ -1,6 +1,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/error.h"
 #include "profile/nvtx.h"
 #include "train/parallel/fsdp_units.h"
 
@@ -156,8 +157,17 @@ void FullyShardedUnits::State::finish_reduce() {
   r.work->wait();
   done_reduces.push_back(std::move(r.work));
   reduced_bytes += static_cast<std::int64_t>(r.input.nbytes());
-  cache.release(r.input);  // before the gradients are made: never held beside them
   torch::NoGradGuard no_grad;
+  if (r.by_rows) {
+    r.input = torch::Tensor();  // autograd's block, not the cache's: freed
+    if (r.post_divide != 1) r.output.div_(r.post_divide);
+    if (r.add_to.defined()) {
+      r.add_to.add_(r.output);
+      cache.release(r.output);
+    }
+    return;
+  }
+  cache.release(r.input);  // before the gradients are made: never held beside them
   if (r.post_divide != 1) r.output.div_(r.post_divide);
   // The shards' gradients are the output's pieces, not copies: each a tensor of its own on the
   // output's storage at its offset (not a view: the optimizer's zero_grad detaches gradients in
@@ -193,6 +203,13 @@ void FullyShardedUnits::State::post_backward(Unit& u) {
   // input are never held at once.
   reshard(u);
   if (!u.trainable) return;
+  if (u.rows_reduced) {  // reduced block by block during its backward
+    const std::int64_t blocks = RowGradientBlocks::of(u.params.front().layout).blocks;
+    MGBENCH_REQUIRE(!u.params.front().full.grad().defined() && u.next_row_block == blocks, std::logic_error,
+                    "FSDP unit {}: its gradient was handed over in {} of {} blocks by rows, or whole as well", u.name,
+                    u.next_row_block, blocks);
+    return;
+  }
   torch::NoGradGuard no_grad;
   const int n = world();
   torch::Tensor input = reduce_scatter_input(u);
@@ -203,6 +220,49 @@ void FullyShardedUnits::State::post_backward(Unit& u) {
   r.unit = &u;
   r.input = input;
   r.output = cache.empty(input.numel() / n, u.options);
+  r.post_divide = post;
+  r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
+  reduce = std::move(r);
+}
+
+void FullyShardedUnits::State::reduce_rows(Unit& u, std::int64_t block, const torch::Tensor& gradient) {
+  torch::NoGradGuard no_grad;
+  Param& p = u.params.front();
+  const ShardLayout& l = p.layout;
+  const RowGradientBlocks blocks = RowGradientBlocks::of(l);
+  const int n = world();
+  MGBENCH_REQUIRE(u.by_rows && block == (u.rows_reduced ? u.next_row_block : 0) && block < blocks.blocks,
+                  std::logic_error, "FSDP unit {}: gradient block {} handed over out of order (of {})", u.name, block,
+                  blocks.blocks);
+  const std::int64_t rows = blocks.rows_of(block, l);
+  MGBENCH_REQUIRE(gradient.is_contiguous() && gradient.numel() == n * rows * l.row_numel &&
+                      gradient.scalar_type() == u.options.dtype().toScalarType(),
+                  std::logic_error, "FSDP unit {}: gradient block {} is not {} contiguous elements of its dtype",
+                  u.name, block, n * rows * l.row_numel);
+  if (block == 0) {
+    u.rows_reduced = true;
+    // The shard's gradient: the blocks' sums written into its rows, or added to an earlier
+    // micro-batch's.
+    u.rows_added = p.shard.grad().defined();
+    if (!u.rows_added) p.shard.mutable_grad() = torch::empty(l.shard_sizes(), u.options);
+  }
+  u.next_row_block = block + 1;
+  torch::Tensor input = gradient.view({-1});
+  const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), n);
+  if (pre != 1) input.div_(pre);
+  finish_reduce();  // one reduce-scatter in flight
+  PendingReduce r;
+  r.unit = &u;
+  r.by_rows = true;
+  r.input = input;
+  const torch::Tensor rows_of_shard =
+      p.shard.grad().view({l.chunk_rows, l.row_numel}).narrow(0, block * blocks.rows, rows).view({-1});
+  if (u.rows_added) {
+    r.output = cache.empty(rows * l.row_numel, u.options);
+    r.add_to = rows_of_shard;
+  } else {
+    r.output = rows_of_shard;
+  }
   r.post_divide = post;
   r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
   reduce = std::move(r);

@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "models/row_gradient.h"
 #include "runtime/communicator.h"
 #include "train/parallel/fsdp.h"
 #include "train/parallel/shard_layout.h"
@@ -127,10 +128,17 @@ struct Unit {
   std::int64_t packed_bytes = 0;   // this rank's packed shard bytes
   std::unique_ptr<runtime::Work> packed_gather;
   torch::Tensor packed_input, packed_output;
+  /// Its gradient is reduce-scattered by RowGradientBlocks as its weight's backward hands the
+  /// blocks to `sink` (UnitHooks::row_gradient_sink), not whole after backward (reduced_by_row_blocks).
+  bool by_rows = false;
+  std::unique_ptr<models::RowGradientSink> sink;
   // Per micro-batch (reset by finish_backward):
   bool entered_with_grad = false;      // its post-backward is attached (or left to finish_backward)
   bool pre_backward_attached = false;  // it is regathered in backward
   bool post_backward_done = false;
+  bool rows_reduced = false;        // this backward handed its gradient over by rows
+  bool rows_added = false;          // ... onto an earlier micro-batch's gradient
+  std::int64_t next_row_block = 0;  // the block it hands over next
 };
 
 /// A reduce-scatter in flight: its unit's trainable parameters and where their sums land.
@@ -139,6 +147,10 @@ struct PendingReduce {
   std::unique_ptr<runtime::Work> work;
   torch::Tensor input, output;
   double post_divide = 1;
+  /// A block of rows (State::reduce_rows): the output is those rows of the shard's gradient, or,
+  /// where add_to is defined (an earlier micro-batch's sum), is added to them.
+  bool by_rows = false;
+  torch::Tensor add_to;
 };
 
 }  // namespace fsdp
@@ -166,6 +178,10 @@ struct FullyShardedUnits::State {
   torch::Tensor reduce_scatter_input(fsdp::Unit& u);
   void finish_reduce();
   void prefetch_backward_before(int unit);
+  /// Reduce-scatters block `block` (RowGradientBlocks) of unit u's gradient, [the block's rows of
+  /// every rank, ...] rank-major, into those rows of its shard's gradient (one reduce-scatter in
+  /// flight). Throws std::logic_error for blocks out of order or of the wrong size.
+  void reduce_rows(fsdp::Unit& u, std::int64_t block, const torch::Tensor& gradient);
 };
 
 }  // namespace mgbench::train

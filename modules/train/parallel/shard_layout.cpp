@@ -5,6 +5,14 @@
 
 namespace mgbench::train {
 
+bool reduced_by_row_blocks(const UnitShape& u, int world) {
+  if (!u.gradient_by_rows || u.forward_uses != 1 || u.packed_bytes != 0 || u.sizes.size() != 1 || !u.trainable[0]) {
+    return false;
+  }
+  const ShardLayout l = ShardLayout::of(u.sizes[0], world);
+  return l.chunk_rows * world == l.rows;
+}
+
 ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std::int64_t element_bytes,
                              bool reshard_after_forward) {
   ShardedMemory m;
@@ -24,7 +32,12 @@ ShardedMemory sharded_memory(const std::vector<UnitShape>& units, int world, std
       }
       unit_bytes += l.rows * l.row_numel * element_bytes;
     }
-    trained.push_back(gradient_bytes * u.forward_uses);
+    if (reduced_by_row_blocks(u, world)) {  // a block computed while the one before it is reduced
+      const ShardLayout l = ShardLayout::of(u.sizes[0], world);
+      trained.push_back(RowGradientBlocks::of(l).rows * world * l.row_numel * element_bytes);
+    } else {
+      trained.push_back(gradient_bytes * u.forward_uses);
+    }
     m.shard_bytes += u.packed_bytes / world;
     unit_bytes += u.packed_bytes;
     if (u.reshard_after_forward && reshard_after_forward) {
@@ -50,6 +63,7 @@ std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& uni
     UnitShape shape{{}, {}, u.reshard_after_forward};
     shape.backward_reads_parameters = u.backward_reads_parameters;
     shape.forward_uses = u.forward_uses;
+    shape.gradient_by_rows = u.gradient_by_rows;
     for (const torch::Tensor& p : u.parameters) {
       shape.sizes.push_back(p.sizes().vec());
       shape.trainable.push_back(p.requires_grad());
@@ -91,7 +105,16 @@ MicroBatchCollectives micro_batch_collectives(const std::vector<UnitShape>& unit
   for (std::size_t k = units.size(); k-- > 0;) {
     const UnitShape& u = units[k];
     if (reshard_after_forward && u.reshard_after_forward && u.backward_reads_parameters && gradient_flows[k]) gather(k);
-    if (trained[k] > 0) c.reduce_scatter_bytes.push_back(trained[k]);
+    if (trained[k] == 0) continue;
+    if (reduced_by_row_blocks(u, world)) {
+      const ShardLayout l = ShardLayout::of(u.sizes[0], world);
+      const RowGradientBlocks b = RowGradientBlocks::of(l);
+      for (std::int64_t block = 0; block < b.blocks; ++block) {
+        c.reduce_scatter_bytes.push_back(b.rows_of(block, l) * world * l.row_numel * element_bytes);
+      }
+    } else {
+      c.reduce_scatter_bytes.push_back(trained[k]);
+    }
   }
   return c;
 }

@@ -3,6 +3,7 @@
 // _chunk_with_empty and padding), what a rank then holds of a model, and which collectives a
 // micro-batch issues. Shared by FullyShardedUnits (train/parallel/fsdp.h), `mgbench llm --dry-run`'s
 // memory plan and the run attributes `mgbench predict` reads.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -27,7 +28,8 @@ struct ShardedMemory {
   /// Whole gradients held beside the shards at the peak: a unit's from backward computing them to
   /// the end of their reduce-scatter (its flat input, padding included), while the next unit's
   /// are computed (one reduce-scatter in flight): the two largest trained units' bytes, a unit
-  /// used twice in forward counted twice (its second gradient is made before it is summed).
+  /// used twice in forward counted twice (its second gradient is made before it is summed), a unit
+  /// reduced by RowGradientBlocks one block.
   std::int64_t whole_gradient_peak_bytes = 0;
 };
 
@@ -40,7 +42,33 @@ struct UnitShape {
   std::int64_t packed_bytes = 0;          // frozen packed weights' sharded parts (NF4), whole, split evenly
   bool backward_reads_parameters = true;  // models::ParameterUnit's: false, not gathered for backward
   int forward_uses = 1;                   // models::ParameterUnit's: 2, two whole gradients at once
+  bool gradient_by_rows = false;          // models::ParameterUnit's
 };
+
+/// How FSDP reduce-scatters the gradient of a unit whose weight hands it over by rows
+/// (models::ParameterUnit::gradient_by_rows): in `blocks` reduce-scatters, block b the rows
+/// [b * rows, min((b + 1) * rows, chunk_rows)) of every rank's shard, rank by rank (the
+/// reduce-scatter's rank-major input), so each block is at most 1/kRowGradientBlocks of the
+/// gradient and a rank holds two at once (one computed, one reduced), not the whole.
+struct RowGradientBlocks {
+  static constexpr std::int64_t kRowGradientBlocks = 16;
+  std::int64_t rows = 1;    // of each rank's shard per block (the last block may have fewer)
+  std::int64_t blocks = 1;  // ceil(chunk_rows / rows)
+
+  static RowGradientBlocks of(const ShardLayout& l) {
+    RowGradientBlocks b;
+    b.rows = std::max<std::int64_t>(1, (l.chunk_rows + kRowGradientBlocks - 1) / kRowGradientBlocks);
+    b.blocks = std::max<std::int64_t>(1, (l.chunk_rows + b.rows - 1) / b.rows);
+    return b;
+  }
+  /// Rows of each rank's shard in block k.
+  std::int64_t rows_of(std::int64_t k, const ShardLayout& l) const { return std::min(rows, l.chunk_rows - k * rows); }
+};
+
+/// Whether FSDP reduces unit u's gradient by RowGradientBlocks at `world` ranks: a trained unit of one
+/// weight, nothing packed, used once in forward, handing its gradient over by rows, whose rows
+/// divide evenly over the ranks (FullyShardedUnits' in-place collectives).
+bool reduced_by_row_blocks(const UnitShape& u, int world);
 
 /// What a rank holds of units of element_bytes-sized elements sharded over world ranks
 /// (ShardLayout's padded shards, the packed bytes split evenly; reshard_after_forward: the option).

@@ -229,15 +229,20 @@ LlamaFinetune::TargetLogProbs LlamaFinetune::target_log_probs(const data::Batch&
   torch::Tensor hidden = model_->hidden_states(batch.tensors[0], packing ? &*packing : nullptr);  // [R, T, H]
   if (batch.loss_targets == 0) {
     // No target: an empty result that still belongs to the graph (backward runs on every rank),
-    // through the output projection of no rows (FSDP enters its unit on every rank alike: the
-    // same collectives in the same order).
-    const auto [input, weight] = model_->output_projection(hidden.reshape({-1, hidden.size(-1)}).narrow(0, 0, 0));
-    const torch::Tensor none = (hidden.sum() + torch::matmul(input, weight.t()).sum()) * 0;
-    return {none.to(torch::kFloat32).reshape({1}).narrow(0, 0, 0), hidden};
+    // through the output projection of no rows, as a batch with targets (FSDP enters its unit and
+    // reduces the head's gradient on every rank alike: the same collectives in the same order).
+    const models::LlamaForCausalLMImpl::OutputProjection head =
+        model_->output_projection(hidden.reshape({-1, hidden.size(-1)}).narrow(0, 0, 0));
+    const torch::Tensor none = models::target_log_probs(
+        head.input, head.weight, torch::empty({0}, torch::TensorOptions(torch::kInt64).device(hidden.device())),
+        models::kLogitsChunkElements, models::FrozenHeadGradient::kAuto, head.weight_gradient);
+    return {(none.sum() + hidden.sum() * 0).reshape({1}).narrow(0, 0, 0), hidden};
   }
   const torch::Tensor selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, batch.tensors[1]);
-  const auto [input, weight] = model_->output_projection(selected);
-  return {models::target_log_probs(input, weight, batch.tensors[2]), hidden};
+  const models::LlamaForCausalLMImpl::OutputProjection head = model_->output_projection(selected);
+  return {models::target_log_probs(head.input, head.weight, batch.tensors[2], models::kLogitsChunkElements,
+                                   models::FrozenHeadGradient::kAuto, head.weight_gradient),
+          hidden};
 }
 
 double LlamaFinetune::flops(const data::Batch& batch) const {

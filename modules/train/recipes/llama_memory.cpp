@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "models/log_probs.h"
 #include "runtime/device.h"
 #include "train/optim/optimizer.h"
 #include "train/parallel/shard_layout.h"
@@ -64,6 +65,7 @@ std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, 
   UnitShape embedding{{}, {}, !c.tie_word_embeddings};
   embedding.backward_reads_parameters = c.tie_word_embeddings;
   embedding.forward_uses = c.tie_word_embeddings ? 2 : 1;
+  embedding.gradient_by_rows = !c.tie_word_embeddings;  // LlamaForCausalLMImpl::parameter_units' flags
   dense(embedding, {c.vocab_size, h});
   units.push_back(embedding);
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -84,6 +86,9 @@ std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, 
   units.push_back(root);
   if (!c.tie_word_embeddings) {
     UnitShape head{{}, {}, false};
+    // Full QAT fake-quantises the head when the group divides its in-features (enable_fake_quant):
+    // its gradient then passes through the quantisation's backward, whole.
+    head.gradient_by_rows = !(full && fake_quant_ != FakeQuant::kNone && h % qat_group_size_ == 0);
     dense(head, {c.vocab_size, h});
     units.push_back(head);
   }
@@ -99,8 +104,7 @@ std::int64_t LlamaFinetune::activation_bytes(const MicroBatchShape& micro_batch,
   const std::int64_t layer_input = positions * c.hidden_size * element_bytes;
   const std::int64_t layers =
       activation_checkpointing_ ? c.num_hidden_layers * layer_input + layer : c.num_hidden_layers * layer;
-  constexpr std::int64_t kHeadChunkElements = std::int64_t{1} << 26;  // models::target_log_probs' default
-  const std::int64_t head = 2 * 4 * std::min(positions * c.vocab_size, kHeadChunkElements) + layer_input;
+  const std::int64_t head = 2 * 4 * std::min(positions * c.vocab_size, models::kLogitsChunkElements) + layer_input;
   return layers + head;
 }
 

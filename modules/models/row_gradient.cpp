@@ -1,0 +1,77 @@
+#include "models/row_gradient.h"
+
+#include <stdexcept>
+
+namespace mgbench::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// torch::embedding forward; backward sums the output gradient's rows into each block's rows and
+/// hands the blocks to the sink.
+class EmbeddingByRows : public torch::autograd::Function<EmbeddingByRows> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& tokens, const torch::Tensor& weight,
+                               RowGradientSink* sink) {
+    ctx->save_for_backward({tokens});
+    ctx->saved_data["rows"] = weight.size(0);
+    ctx->saved_data["sink"] = reinterpret_cast<std::int64_t>(sink);
+    return torch::embedding(weight, tokens);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const torch::Tensor tokens = ctx->get_saved_variables()[0].reshape({-1}).unsqueeze(1);  // [N, 1]
+    auto* sink = reinterpret_cast<RowGradientSink*>(ctx->saved_data["sink"].toInt());
+    const torch::Tensor& out = grads[0];
+    const torch::ScalarType sum_dtype = out.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    const torch::Tensor g = out.reshape({tokens.size(0), -1}).to(sum_dtype);  // [N, H]
+    const std::vector<std::vector<RowRange>> blocks = row_blocks(*sink, ctx->saved_data["rows"].toInt());
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      std::int64_t block_rows = 0;
+      for (const RowRange& r : blocks[b]) block_rows += r.rows;
+      torch::Tensor sums = torch::zeros({block_rows, g.size(1)}, g.options());
+      std::int64_t offset = 0;
+      for (const RowRange& r : blocks[b]) {
+        // The tokens in this range add their rows; the others add zero (no host sync).
+        const torch::Tensor in_range = tokens.ge(r.first).logical_and(tokens.lt(r.first + r.rows));
+        sums.narrow(0, offset, r.rows).index_add_(0, (tokens.squeeze(1) - r.first).clamp(0, r.rows - 1), g * in_range);
+        offset += r.rows;
+      }
+      sink->take(static_cast<std::int64_t>(b), sums.to(out.scalar_type()).contiguous());
+    }
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<RowRange>> row_blocks(const RowGradientSink& sink, std::int64_t rows) {
+  std::vector<std::vector<RowRange>> blocks;
+  std::int64_t covered = 0;
+  for (std::int64_t b = 0; b < sink.blocks(); ++b) {
+    blocks.push_back(sink.block(b));
+    for (const RowRange& r : blocks.back()) {
+      if (r.first < 0 || r.rows < 1 || r.first + r.rows > rows) {
+        throw std::logic_error("row gradient: a block's rows lie outside the weight");
+      }
+      covered += r.rows;
+    }
+  }
+  if (blocks.empty() || covered != rows)
+    throw std::logic_error("row gradient: the blocks do not cover the weight's rows");
+  return blocks;
+}
+
+torch::Tensor embedding_lookup(const torch::Tensor& tokens, const torch::Tensor& weight,
+                               RowGradientSink* weight_gradient) {
+  if (weight.dim() != 2 || tokens.scalar_type() != torch::kInt64) {
+    throw std::invalid_argument("embedding_lookup: expected weight [V, H] and int64 tokens");
+  }
+  if (weight_gradient == nullptr || !weight.requires_grad() || !torch::GradMode::is_enabled()) {
+    return torch::embedding(weight, tokens);
+  }
+  return EmbeddingByRows::apply(tokens, weight, weight_gradient);
+}
+
+}  // namespace mgbench::models
