@@ -21,24 +21,26 @@ class EmbeddingByRows : public torch::autograd::Function<EmbeddingByRows> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const torch::Tensor tokens = ctx->get_saved_variables()[0].reshape({-1}).unsqueeze(1);  // [N, 1]
+    const torch::Tensor ids = ctx->get_saved_variables()[0].reshape({-1});  // [N]
     auto* sink = reinterpret_cast<RowGradientSink*>(ctx->saved_data["sink"].toInt());
     const torch::Tensor& out = grads[0];
     const torch::ScalarType sum_dtype = out.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-    const torch::Tensor g = out.reshape({tokens.size(0), -1}).to(sum_dtype);  // [N, H]
+    const torch::Tensor g = out.reshape({ids.size(0), -1}).to(sum_dtype);  // [N, H]
     const std::vector<std::vector<RowRange>> blocks = row_blocks(*sink, ctx->saved_data["rows"].toInt());
     for (std::size_t b = 0; b < blocks.size(); ++b) {
       std::int64_t block_rows = 0;
       for (const RowRange& r : blocks[b]) block_rows += r.rows;
-      torch::Tensor sums = torch::zeros({block_rows, g.size(1)}, g.options());
+      // Each token's row in the block, or the spare row past its end for a token outside it: one
+      // index_add of every row of g per block, with no host sync.
+      torch::Tensor at = torch::full_like(ids, block_rows);
       std::int64_t offset = 0;
       for (const RowRange& r : blocks[b]) {
-        // The tokens in this range add their rows; the others add zero (no host sync).
-        const torch::Tensor in_range = tokens.ge(r.first).logical_and(tokens.lt(r.first + r.rows));
-        sums.narrow(0, offset, r.rows).index_add_(0, (tokens.squeeze(1) - r.first).clamp(0, r.rows - 1), g * in_range);
+        at = torch::where(ids.ge(r.first).logical_and(ids.lt(r.first + r.rows)), ids + (offset - r.first), at);
         offset += r.rows;
       }
-      sink->take(static_cast<std::int64_t>(b), sums.to(out.scalar_type()).contiguous());
+      torch::Tensor sums = torch::zeros({block_rows + 1, g.size(1)}, g.options());
+      sums.index_add_(0, at, g);
+      sink->take(static_cast<std::int64_t>(b), sums.narrow(0, 0, block_rows).to(out.scalar_type()).contiguous());
     }
     return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

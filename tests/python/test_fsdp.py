@@ -261,10 +261,12 @@ LLAMA_32K = {"vocab_size": 32000, "num_attention_heads": 8, "num_key_value_heads
 def test_peak_memory_follows_the_accounting(tmp_path, precision, tied, vocab, ranks, shape):
     """Issue 48: each run's peak resident memory (rank 0's VmHWM) is at most the process's
     baseline plus 1.15 x what its attributes account -- parameters (under fsdp the shards and the units
-    gathered at once), gradients (and the whole ones being reduce-scattered, or DDP's bucket copy),
-    AdamW's states and the recipe's activation estimate; and at 2 ranks fsdp's peak is at most 0.65
-    of the replicated run's (issue 48 measured 1.36x in bf16; then 0.81 with the head gathered whole
-    beside its gradient, the reduce-scatter's input and the loss's second [V, H] product). The
+    gathered at once), gradients (and the whole ones being reduce-scattered -- the untied embedding's
+    and head's by blocks of rows --, or DDP's bucket copy), AdamW's states and the recipe's
+    activation estimate; and at 2 ranks fsdp's peak is at most 0.65 of the replicated run's (issue 48
+    measured 1.36x in bf16; then 0.81 with the head gathered whole beside its gradient, the
+    reduce-scatter's input and the loss's second [V, H] product; 0.645-0.650 with the head's and the
+    embedding's whole gradients; 0.61 with them reduced by rows, docs/design.md). The
     baseline -- libraries, tokenizer, dataset, MPI -- is measured: a run of the same vocabulary with
     hidden 8 and one layer, less what its own attributes account."""
     tokenizer = os.path.join(SHARED, "llama3", "tokenizer.model") if vocab is LLAMA_128K else SMALL_TOKENIZER

@@ -211,16 +211,23 @@ void FullyShardedUnits::State::post_backward(Unit& u) {
     return;
   }
   torch::NoGradGuard no_grad;
-  const int n = world();
-  torch::Tensor input = reduce_scatter_input(u);
-  const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), n);
+  PendingReduce r = begin_reduce(u, reduce_scatter_input(u));
+  r.output = cache.empty(r.input.numel() / world(), u.options);
+  launch_reduce(std::move(r));
+}
+
+PendingReduce FullyShardedUnits::State::begin_reduce(Unit& u, torch::Tensor input) {
+  const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), world());
   if (pre != 1) input.div_(pre);
   finish_reduce();  // one reduce-scatter in flight
   PendingReduce r;
   r.unit = &u;
-  r.input = input;
-  r.output = cache.empty(input.numel() / n, u.options);
+  r.input = std::move(input);
   r.post_divide = post;
+  return r;
+}
+
+void FullyShardedUnits::State::launch_reduce(PendingReduce r) {
   r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
   reduce = std::move(r);
 }
@@ -247,14 +254,8 @@ void FullyShardedUnits::State::reduce_rows(Unit& u, std::int64_t block, const to
     if (!u.rows_added) p.shard.mutable_grad() = torch::empty(l.shard_sizes(), u.options);
   }
   u.next_row_block = block + 1;
-  torch::Tensor input = gradient.view({-1});
-  const auto [pre, post] = divide_factors(u.options.dtype().toScalarType(), n);
-  if (pre != 1) input.div_(pre);
-  finish_reduce();  // one reduce-scatter in flight
-  PendingReduce r;
-  r.unit = &u;
+  PendingReduce r = begin_reduce(u, gradient.view({-1}));
   r.by_rows = true;
-  r.input = input;
   const torch::Tensor rows_of_shard =
       p.shard.grad().view({l.chunk_rows, l.row_numel}).narrow(0, block * blocks.rows, rows).view({-1});
   if (u.rows_added) {
@@ -263,9 +264,7 @@ void FullyShardedUnits::State::reduce_rows(Unit& u, std::int64_t block, const to
   } else {
     r.output = rows_of_shard;
   }
-  r.post_divide = post;
-  r.work = comm.reduce_scatter(r.input, r.output, runtime::ReduceOp::kSum);
-  reduce = std::move(r);
+  launch_reduce(std::move(r));
 }
 
 torch::Tensor FullyShardedUnits::State::reduce_scatter_input(Unit& u) {

@@ -177,6 +177,11 @@ struct FullyShardedUnits::State {
   /// gradients are dropped.
   torch::Tensor reduce_scatter_input(fsdp::Unit& u);
   void finish_reduce();
+  /// A reduce-scatter of unit u's `input` to fill in (its output) and launch: the input divided
+  /// first where FSDP2 divides first, and the reduce-scatter in flight finished (one at a time).
+  fsdp::PendingReduce begin_reduce(fsdp::Unit& u, torch::Tensor input);
+  /// Issues r's reduce-scatter and keeps it in flight.
+  void launch_reduce(fsdp::PendingReduce r);
   void prefetch_backward_before(int unit);
   /// Reduce-scatters block `block` (RowGradientBlocks) of unit u's gradient, [the block's rows of
   /// every rank, ...] rank-major, into those rows of its shard's gradient (one reduce-scatter in
