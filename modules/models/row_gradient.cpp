@@ -30,16 +30,18 @@ class EmbeddingByRows : public torch::autograd::Function<EmbeddingByRows> {
     for (std::size_t b = 0; b < blocks.size(); ++b) {
       std::int64_t block_rows = 0;
       for (const RowRange& r : blocks[b]) block_rows += r.rows;
-      // Each token's row in the block, or the spare row past its end for a token outside it: one
-      // index_add of every row of g per block, with no host sync.
-      torch::Tensor at = torch::full_like(ids, block_rows);
+      // Each token's row in the block, or the spare row past its end for a token outside it, then
+      // the kernel autograd's embedding gradient uses (at::embedding_dense_backward) over the block
+      // and that row: no host sync, and a GPU sums as autograd's does (index_add_ there adds
+      // atomically, in no fixed order).
+      torch::Tensor slot = torch::full_like(ids, block_rows);
       std::int64_t offset = 0;
       for (const RowRange& r : blocks[b]) {
-        at = torch::where(ids.ge(r.first).logical_and(ids.lt(r.first + r.rows)), ids + (offset - r.first), at);
+        slot = torch::where(ids.ge(r.first).logical_and(ids.lt(r.first + r.rows)), ids + (offset - r.first), slot);
         offset += r.rows;
       }
-      torch::Tensor sums = torch::zeros({block_rows + 1, g.size(1)}, g.options());
-      sums.index_add_(0, at, g);
+      const torch::Tensor sums = at::embedding_dense_backward(g, slot, block_rows + 1, /*padding_idx=*/-1,
+                                                              /*scale_grad_by_freq=*/false);
       sink->take(static_cast<std::int64_t>(b), sums.narrow(0, 0, block_rows).to(out.scalar_type()).contiguous());
     }
     return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
