@@ -371,7 +371,8 @@ std::vector<ParameterUnit> LlamaForCausalLMImpl::parameter_units() {
   units.back().name = "root";
   if (!tied) {
     units.push_back(part_unit("lm_head", *lm_head, false));
-    units.back().gradient_by_rows = !lm_head->has_fake_quant();  // target_log_probs hands it over by rows
+    units.back().gradient_by_rows = true;  // target_log_probs hands it over by rows (output_projection)
+    units.back().gradient_whole_at_times = lm_head->has_fake_quant();
   }
   return units;
 }

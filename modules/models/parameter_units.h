@@ -84,6 +84,9 @@ struct ParameterUnit {
   /// at a time (models/row_gradient.h: an untied token embedding, an untied output head through
   /// target_log_probs), so FSDP reduce-scatters it in blocks and no rank makes the whole gradient.
   bool gradient_by_rows = false;
+  /// ... but whole in some steps (a fake-quantised head while its quantisation is on: the gradient
+  /// passes its backward first): FSDP's memory and collective arithmetic count it whole.
+  bool gradient_whole_at_times = false;
 };
 
 /// Called by a model around each unit's forward, in forward order (a unit used twice is entered

@@ -141,8 +141,10 @@ FullyShardedUnits::FullyShardedUnits(models::ShardableModel& model, runtime::Com
                             0,
                             true,
                             u.forward_uses,
-                            spec.gradient_by_rows};
-      u.by_rows = reduced_by_row_blocks(shape, world);
+                            spec.gradient_by_rows,
+                            spec.gradient_whole_at_times};
+      u.by_rows = reduced_by_row_blocks(shape, world, /*always=*/false);
+      u.by_rows_always = reduced_by_row_blocks(shape, world);
       if (u.by_rows) u.sink = std::make_unique<RowReducer>(*state_, state_->units.size());
     }
     state_->units.push_back(std::move(u));
@@ -270,7 +272,8 @@ ShardedMemory FullyShardedUnits::memory() const {
                     u.packed_bytes * state_->world(),
                     u.backward_reads_parameters,
                     u.forward_uses,
-                    u.by_rows};
+                    u.by_rows,
+                    !u.by_rows_always};
     for (const Param& p : u.params) {
       shape.sizes.push_back(p.layout.sizes);
       shape.trainable.push_back(p.shard.requires_grad());

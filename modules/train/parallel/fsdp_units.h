@@ -131,6 +131,7 @@ struct Unit {
   /// Its gradient is reduce-scattered by RowGradientBlocks as its weight's backward hands the
   /// blocks to `sink` (UnitHooks::row_gradient_sink), not whole after backward (reduced_by_row_blocks).
   bool by_rows = false;
+  bool by_rows_always = false;  // ... in every step (ParameterUnit::gradient_whole_at_times false)
   std::unique_ptr<models::RowGradientSink> sink;
   // Per micro-batch (reset by finish_backward):
   bool entered_with_grad = false;      // its post-backward is attached (or left to finish_backward)

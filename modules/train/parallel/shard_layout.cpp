@@ -5,8 +5,9 @@
 
 namespace mgbench::train {
 
-bool reduced_by_row_blocks(const UnitShape& u, int world) {
-  if (!u.gradient_by_rows || u.forward_uses != 1 || u.packed_bytes != 0 || u.sizes.size() != 1 || !u.trainable[0]) {
+bool reduced_by_row_blocks(const UnitShape& u, int world, bool always) {
+  if (!u.gradient_by_rows || (always && u.gradient_whole_at_times) || u.forward_uses != 1 || u.packed_bytes != 0 ||
+      u.sizes.size() != 1 || !u.trainable[0]) {
     return false;
   }
   const ShardLayout l = ShardLayout::of(u.sizes[0], world);
@@ -64,6 +65,7 @@ std::vector<UnitShape> unit_shapes(const std::vector<models::ParameterUnit>& uni
     shape.backward_reads_parameters = u.backward_reads_parameters;
     shape.forward_uses = u.forward_uses;
     shape.gradient_by_rows = u.gradient_by_rows;
+    shape.gradient_whole_at_times = u.gradient_whole_at_times;
     for (const torch::Tensor& p : u.parameters) {
       shape.sizes.push_back(p.sizes().vec());
       shape.trainable.push_back(p.requires_grad());

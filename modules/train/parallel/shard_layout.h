@@ -43,6 +43,7 @@ struct UnitShape {
   bool backward_reads_parameters = true;  // models::ParameterUnit's: false, not gathered for backward
   int forward_uses = 1;                   // models::ParameterUnit's: 2, two whole gradients at once
   bool gradient_by_rows = false;          // models::ParameterUnit's
+  bool gradient_whole_at_times = false;   // models::ParameterUnit's: counted whole
 };
 
 /// How FSDP reduce-scatters the gradient of a unit whose weight hands it over by rows
@@ -65,10 +66,12 @@ struct RowGradientBlocks {
   std::int64_t rows_of(std::int64_t k, const ShardLayout& l) const { return std::min(rows, l.chunk_rows - k * rows); }
 };
 
-/// Whether FSDP reduces unit u's gradient by RowGradientBlocks at `world` ranks: a trained unit of one
-/// weight, nothing packed, used once in forward, handing its gradient over by rows, whose rows
-/// divide evenly over the ranks (FullyShardedUnits' in-place collectives).
-bool reduced_by_row_blocks(const UnitShape& u, int world);
+/// Whether FSDP reduces unit u's gradient by RowGradientBlocks at `world` ranks when the model hands
+/// it over by rows: a trained unit of one weight, nothing packed, used once in forward, handing its
+/// gradient over by rows, whose rows divide evenly over the ranks (FullyShardedUnits' in-place
+/// collectives). always: and in every step (not gradient_whole_at_times): what the memory and
+/// collective arithmetic count.
+bool reduced_by_row_blocks(const UnitShape& u, int world, bool always = true);
 
 /// What a rank holds of units of element_bytes-sized elements sharded over world ranks
 /// (ShardLayout's padded shards, the packed bytes split evenly; reshard_after_forward: the option).

@@ -87,8 +87,9 @@ std::vector<UnitShape> LlamaFinetune::unit_shapes(const models::LlamaConfig& c, 
   if (!c.tie_word_embeddings) {
     UnitShape head{{}, {}, false};
     // Full QAT fake-quantises the head when the group divides its in-features (enable_fake_quant):
-    // its gradient then passes through the quantisation's backward, whole.
-    head.gradient_by_rows = !(full && fake_quant_ != FakeQuant::kNone && h % qat_group_size_ == 0);
+    // its gradient then passes through the quantisation's backward, whole, once that is on.
+    head.gradient_by_rows = true;
+    head.gradient_whole_at_times = full && fake_quant_ != FakeQuant::kNone && h % qat_group_size_ == 0;
     dense(head, {c.vocab_size, h});
     units.push_back(head);
   }
