@@ -291,9 +291,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens, c
     position_ids = packing->position_ids;
   }
   const torch::Tensor& embedding = model->embed_tokens->weight;
-  // An untied embedding's gradient is handed over by rows where the hooks take it (FSDP).
-  RowGradientSink* embedding_gradient =
-      hooks_ != nullptr && !config_.tie_word_embeddings ? hooks_->row_gradient_sink(0) : nullptr;
+  // Handed over by rows where the hooks take it (FSDP, an untied embedding).
+  RowGradientSink* embedding_gradient = hooks_ != nullptr ? hooks_->row_gradient_sink(0) : nullptr;
   torch::Tensor h = leave(0, embedding_lookup(enter(0, tokens), embedding, embedding_gradient));
   const auto [cos, sin] = rotary(tokens.size(1), h.scalar_type(), h.device(), position_ids);
   const bool checkpoint = checkpointing_ && is_training() && torch::GradMode::is_enabled();
@@ -329,10 +328,7 @@ LlamaForCausalLMImpl::OutputProjection LlamaForCausalLMImpl::output_projection(c
   OutputProjection out{lm_head->base_input(input), lm_head->base_weight()};
   // Only the parameter's own gradient can be handed over by rows (a fake-quantised weight's passes
   // through its quantisation's backward first).
-  if (hooks_ != nullptr && out.weight.is_same(lm_head->weight) && out.weight.requires_grad() &&
-      torch::GradMode::is_enabled()) {
-    out.weight_gradient = hooks_->row_gradient_sink(unit);
-  }
+  if (hooks_ != nullptr && out.weight.is_same(lm_head->weight)) out.weight_gradient = hooks_->row_gradient_sink(unit);
   return out;
 }
 

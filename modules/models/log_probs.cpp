@@ -15,11 +15,6 @@ std::vector<std::vector<RowRange>> blocks_of(const RowGradientSink* sink, std::i
   return row_blocks(*sink, vocab);
 }
 
-/// The input gradient's sum over row ranges: fp64 for fp64, else fp32.
-torch::ScalarType accumulator_dtype(const torch::Tensor& hidden) {
-  return hidden.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-}
-
 /// log_softmax(h W^T)[t] by chunks of rows; backward recomputes each chunk's logits, or (factor)
 /// scales the input gradient's factor computed in forward.
 class TargetLogProbs : public torch::autograd::Function<TargetLogProbs> {
@@ -78,7 +73,7 @@ class TargetLogProbs : public torch::autograd::Function<TargetLogProbs> {
     const std::int64_t n = hidden.size(0);
     torch::Tensor grad_hidden;
     if (want_hidden) {
-      grad_hidden = summed ? torch::zeros_like(hidden, hidden.options().dtype(accumulator_dtype(hidden)))
+      grad_hidden = summed ? torch::zeros_like(hidden, hidden.options().dtype(gradient_sum_dtype(hidden.scalar_type())))
                            : torch::empty_like(hidden);
     }
     const torch::Tensor grad_out = grads[0].to(torch::kFloat32);

@@ -24,8 +24,7 @@ class EmbeddingByRows : public torch::autograd::Function<EmbeddingByRows> {
     const torch::Tensor ids = ctx->get_saved_variables()[0].reshape({-1});  // [N]
     auto* sink = reinterpret_cast<RowGradientSink*>(ctx->saved_data["sink"].toInt());
     const torch::Tensor& out = grads[0];
-    const torch::ScalarType sum_dtype = out.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-    const torch::Tensor g = out.reshape({ids.size(0), -1}).to(sum_dtype);  // [N, H]
+    const torch::Tensor g = out.reshape({ids.size(0), -1}).to(gradient_sum_dtype(out.scalar_type()));  // [N, H]
     const std::vector<std::vector<RowRange>> blocks = row_blocks(*sink, ctx->saved_data["rows"].toInt());
     for (std::size_t b = 0; b < blocks.size(); ++b) {
       std::int64_t block_rows = 0;

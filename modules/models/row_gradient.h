@@ -31,6 +31,11 @@ class RowGradientSink {
   virtual void take(std::int64_t b, torch::Tensor gradient) = 0;
 };
 
+/// The dtype a gradient is summed in before its cast back: fp64 for fp64, else fp32.
+inline torch::ScalarType gradient_sum_dtype(torch::ScalarType dtype) {
+  return dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
 /// sink's blocks, each checked to lie inside a weight of `rows` rows and together to have as many
 /// rows as it. Throws std::logic_error otherwise, or for no blocks.
 std::vector<std::vector<RowRange>> row_blocks(const RowGradientSink& sink, std::int64_t rows);
