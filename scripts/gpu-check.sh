@@ -18,9 +18,10 @@
 #                 cudaStreamSynchronize, NCCL kernels) at 100 and 500 px, pin_memory false / true; LoRA fp32 (Fig. 5)
 #   techniques    full, lora, qlora, qat, dpo on llama3.2-3b, then llama3-8b: s/it, peak VRAM, HtoD bytes per step,
 #                 J/token; `mgbench predict --ranks 1,2` of them: the inter-GPU bytes per step at 2 ranks
+#   graphs        issue 47: --cuda-graphs off vs on, MobileNetV2 at 100, 224 and 500 px, amp-bf16 and fp32
 # Their results files are $OUT/<set>.h5 (`mgbench report [--cuda] FILE` prints them again; the
 # figures stage draws them).
-#   DRY_RUN=1 BENCH_SETS="table2 fig2 table3 cuda-metrics techniques" scripts/gpu-check.sh
+#   DRY_RUN=1 BENCH_SETS="table2 fig2 table3 cuda-metrics techniques graphs" scripts/gpu-check.sh
 # prints those sets' command lines ("+ ..."), runs nothing, and needs no GPU, .gpu-deps or build
 # (tests/python/test_gpu_check_sets.py checks each line with `mgbench ... --dry-run`).
 #
@@ -62,7 +63,8 @@
 # TABLE2_PRECISIONS ("fp16 fp64 fp32 tf32 amp-bf16"), TABLE2_TRAIN (2048 images an epoch), TABLE2_EPOCHS (3),
 # FIG2_SIZES ("100 200 300 400 500"), PAPER_TRAIN (2048 images: fig2, table3, cuda-metrics), CUDA_METRICS_NP
 # (the visible GPUs, at most 4: the paper's Fig. 3 had 2 and 4), TECHNIQUES_MODELS ("llama3.2-3b llama3-8b"),
-# TECHNIQUES_RECIPES ("full lora qlora qat dpo"), TECHNIQUES_STEPS (10).
+# TECHNIQUES_RECIPES ("full lora qlora qat dpo"), TECHNIQUES_STEPS (10), GRAPHS_SIZES ("100 224 500"),
+# GRAPHS_PRECISIONS ("amp-bf16 fp32").
 set -euo pipefail
 # SIGUSR1 / SIGTERM blocked or ignored by whatever started this script stay so in mpirun (the mask
 # and ignored signals survive exec), which then never forwards the preemption notice (the second
@@ -312,7 +314,7 @@ fi  # DRY_RUN
 
 BENCH_SETS=${BENCH_SETS:-image images io comm llm fsdp recipes}
 # The sets whose commands go through run_cmd (below), and so can be shown by a dry run.
-PAPER_SETS="table2 fig2 table3 cuda-metrics techniques"
+PAPER_SETS="table2 fig2 table3 cuda-metrics techniques graphs"
 for set in $BENCH_SETS; do
   [[ " image images io comm llm fsdp recipes $PAPER_SETS " == *" $set "* ]] || echo "gpu-check.sh: BENCH_SETS: no set '$set'"
 done
@@ -649,6 +651,21 @@ if bench_set techniques; then
     run_cmd "$MGBENCH" predict "$OUT/techniques.h5" --ranks 1,2 --link h100-nvlink \
       --results "$OUT/techniques-predicted.h5" || true
   fi
+fi
+if bench_set graphs; then
+  # Issue 47, item 4: --cuda-graphs on against off, the same runs otherwise, where the host's launches
+  # weigh most (small images) and least (the paper's 500 px). Their first BENCH_WARMUP steps (the
+  # warm-up and the captures) are left out of img/s; `report --cuda` puts the kernel launches beside.
+  set_start "CUDA graphs (issue 47): MobileNetV2, 1 GPU, batch 64, ${GRAPHS_PRECISIONS:-amp-bf16 fp32},"     "${GRAPHS_SIZES:-100 224 500} px, --cuda-graphs off vs on"
+  for size in ${GRAPHS_SIZES:-100 224 500}; do
+    for precision in ${GRAPHS_PRECISIONS:-amp-bf16 fp32}; do
+      for graphs in off on; do
+        PAPER_CUPTI=true paper_image graphs "${size}px-$precision-$graphs" --precision "$precision" \
+          --image-size "$size" --cuda-graphs "$graphs" --profile-window "steps:${BENCH_WARMUP:-10}:0"
+      done
+    done
+  done
+  paper_report graphs --cuda
 fi
 if [[ ${SKIP_BENCH:-0} != 1 && $DRY_RUN != 1 ]] && command -v nsys >/dev/null; then
   # Issue 32 item 8: the GPU time under each NVTX range, projected from the thread that launched it

@@ -40,7 +40,7 @@ struct PhaseTimes {
   double h2d_s = 0;               // host-to-device copy of the batch (0 on CPU)
   double buffer_broadcast_s = 0;  // DDP's broadcast_buffers: BatchNorm statistics from rank 0 before each micro-batch
   double transform_s = 0;         // on-device transforms: cast, normalise, upscale
-  double forward_s = 0;           // forward pass and loss
+  double forward_s = 0;           // forward pass and loss (--cuda-graphs on: a replay's forward and backward)
   double backward_s = 0;          // backward pass (including all-reduce launches from gradient hooks)
   double allreduce_s = 0;         // gradient all-reduce time not hidden behind backward (waiting on it)
   double loss_reduce_s = 0;       // a summed loss's normaliser (the step's targets) all-reduced and read by the host

@@ -146,6 +146,9 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
                   comm.world_size());
   setup.threads = thread_count(train, node.local_size);
   setup.device = to_torch_device(placement);
+  // Before the set-up's work: --cuda-graphs on that cannot be honoured fails here, on every rank alike.
+  setup.cuda_graphs = resolve_cuda_graphs(
+      train.cuda_graphs, {setup.device.is_cuda(), comm.world_size(), strategy.single_process, recipe.graph_blocker()});
   setup.plan = train.parallel_plan(comm.world_size(), recipe.activation_checkpointing());
   const std::string allocator = configure_process(setup);
   {
@@ -157,6 +160,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
     recipe.setup({setup.options, setup.device, placement, setup.precision, comm.rank(), setup.plan, cut_at_build,
                   node.host_memory});
     set_up_training(setup, state_->training, cut_at_build);
+    if (setup.cuda_graphs.use) state_->training.graphs = std::make_unique<MicroBatchGraphs>(setup.device);
     setup.setup_s = clock.elapsed();
     setup.setup_peak_memory_bytes = peak_memory_bytes(setup.device);
   }
@@ -260,7 +264,8 @@ h5::Attributes TrainingLoop::run_attributes() const {
                    {"backend", setup.comm.backend()},
                    {"trainable_parameters", state_->training.trainable_numel},
                    {"gradient_dtype", std::string(axes::dtype_info(setup.precision.gradient_dtype()).name)},
-                   {"grad_accum", setup.options.grad_accum}};  // --global-batch-size's at this world size
+                   {"grad_accum", setup.options.grad_accum},  // --global-batch-size's at this world size
+                   {"cuda_graphs_decision", setup.cuda_graphs.text()}};
   for (auto&& attribute : collective_attributes(*state_)) a.push_back(std::move(attribute));
   // The peak MFU divides by, and where it comes from: a run's MFU is read against it.
   const runtime::PeakFlops peak = run_peak_flops(setup);
@@ -437,6 +442,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
     }
     epoch.end();
   }
+  if (state.training.graphs) log::info("{}", state.training.graphs->totals());
   return finish_run(state, *this, sinks);
 }
 

@@ -23,6 +23,7 @@
 #include "train/optim/grad_scaler.h"
 #include "train/parallel/parallelize.h"
 #include "train/recipe.h"
+#include "train/step_graphs.h"
 #include "train/telemetry_window.h"
 #include "train/train_options.h"
 
@@ -49,6 +50,7 @@ struct RunSetup {
   data::EpochPlanOptions epoch_plan;  // what data::plan_epoch plans each epoch from
   std::int64_t steps_per_epoch = 0;   // optimizer steps
   std::int64_t metric_count = 0;      // the recipe's per-step metrics (Recipe::metric_names)
+  GraphDecision cuda_graphs;          // --cuda-graphs resolved for this run (step_graphs.h)
   /// The recipe's set-up (data read, model built or loaded) and the plan applied, on this rank: its
   /// seconds, and the peak memory when it ended (peak_memory_bytes: the CUDA allocator's on a GPU,
   /// the process's resident set on the CPU) -- what loading a model costs (rank attributes setup_s,
@@ -70,6 +72,9 @@ struct TrainingState {
   runtime::GradSyncOptions sync_options;         // DDP's buckets
   std::unique_ptr<runtime::GradSync> grad_sync;  // replicas on several ranks; made when the run starts
   std::vector<torch::Tensor> shared_buffers;     // DDP's broadcast_buffers, before each forward and evaluation
+  /// --cuda-graphs on: the micro-batches' graphs (the gradients then live through the run, zeroed in
+  /// place before each step: a graph adds into the tensors it was captured with).
+  std::unique_ptr<MicroBatchGraphs> graphs;
 
   FullyShardedUnits* fsdp() const { return parallel.fsdp.get(); }
   /// Whether the buffers are broadcast from rank 0 before each forward and evaluation: shared

@@ -210,6 +210,14 @@ class Recipe {
   virtual data::Batch transform(data::Batch batch) { return batch; }
   /// The loss of one transformed micro-batch (its tensors on the device), under the loop's autocast.
   virtual MicroBatchLoss forward(const data::Batch& batch) = 0;
+  /// Why this recipe's micro-batches cannot be captured as CUDA graphs (--cuda-graphs,
+  /// train/step_graphs.h), or "" when they can. "" promises that forward() reads nothing of a batch
+  /// on the host but its tensors' shapes and dtypes (its normaliser included), makes no host sync,
+  /// and runs on the calling thread's current stream: a graph captured on one batch then replays
+  /// any batch of the same shapes. The default names the recipe as not declaring it.
+  virtual std::string graph_blocker() const {
+    return "the recipe does not declare its micro-batches capturable (Recipe::graph_blocker)";
+  }
   /// Model FLOPs of the micro-batch's forward and backward (for MFU); NaN when not counted.
   virtual double flops(const data::Batch& batch) const { return results::kNaN; }
   /// True when throughput counts tokens (tokens/s), false for samples (img/s).

@@ -50,9 +50,9 @@ class OptimizerStep {
         clock_(clock),
         checked_(setup.device.is_cpu() && !training.scaler) {}  // amp-fp16 skips non-finite steps itself
 
-  /// Forward and backward of one micro-batch (its tensors on the device); `last`: the step's last,
-  /// whose backward the gradient all-reduce overlaps. On the CPU a non-finite loss stops it after
-  /// the forward, with the outcome's divergence set.
+  /// Forward and backward of one micro-batch (its tensors on the device; with --cuda-graphs, its
+  /// shape's graph); `last`: the step's last, whose backward the gradient all-reduce overlaps. On the
+  /// CPU a non-finite loss stops it after the forward, with the outcome's divergence set.
   void forward_backward(const data::Batch& input, bool last);
   /// The step's gradient scale (train::gradient_scale, update.h). Waiting for the gradient buckets
   /// is the allreduce phase (what the all-reduce window covers, nothing else), the normaliser's
@@ -71,6 +71,12 @@ class OptimizerStep {
   StepOutcome& outcome() { return out_; }
 
  private:
+  /// input's loss under the precision's autocast.
+  MicroBatchLoss forward(const data::Batch& input) const;
+  /// loss's backward -- the backward phase entered first where `timed` (not inside a capture), the
+  /// loss scaled under amp-fp16, DDP's all-reduce armed for the `last` micro-batch, FSDP's
+  /// reduce-scatters finished -- and loss with its loss and metrics detached.
+  MicroBatchLoss backward(MicroBatchLoss loss, bool last, bool timed);
   /// Where input's non-finite loss came from, the weights as its forward had them: the batch and
   /// the parameters checked, then the forward run again under first_non_finite_op (not under
   /// FSDP: its all-gathers would wait for ranks that have gone on to their backward).
@@ -104,50 +110,41 @@ class OptimizerStep {
 };
 
 void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
-  const bool first = out_.micro_batches == 0;
+  // The scale this step uses, read with the loss (no host sync between forward and backward).
+  if (out_.micro_batches == 0 && training_.scaler) sums_.loss_scale = training_.scaler->scale_tensor();
   clock_.enter(results::Phase::kForward);
   MicroBatchLoss loss;
-  const at::Generator rng = checked_ ? cpu_generator_state() : at::Generator();
-  {
-    const AutocastScope autocast(setup_.precision, setup_.device.type());
-    loss = setup_.recipe.forward(input);
-  }
-  if (checked_) {
-    last_input_ = input;
-    last_rng_ = rng;
-    const double value = loss.loss.item<double>();  // computed already: no device to wait for
-    if (!std::isfinite(value)) {
-      log::warn("loss {} in this step's forward: running it again to find the op that made it", value);
-      out_.normalizer += loss.normalizer;
-      out_.record.samples += input.samples;
-      out_.record.loss = value;
-      out_.record.phases = clock_.take();
-      loss = MicroBatchLoss{};  // its graph's activations freed before the rerun
-      out_.divergence = diagnose(input, rng);
-      return;
-    }
-  }
-  clock_.enter(results::Phase::kBackward);
-  if (last && training_.grad_sync) training_.grad_sync->prepare();  // DDP's no_sync before the last
-  if (training_.scaler) {
-    // The scale this step uses, read with the loss (no host sync between forward and backward).
-    if (first) sums_.loss_scale = training_.scaler->scale_tensor();
-    const torch::Tensor scaled = training_.scaler->scale(loss.loss);
-    mark_backward(scaled);
-    scaled.backward();
+  if (training_.graphs) {
+    // A replay's forward and backward are one launch: its time is the forward phase's.
+    loss = training_.graphs->run(
+        input, [&](const data::Batch& b, bool capturing) { return backward(forward(b), last, !capturing); });
   } else {
-    mark_backward(loss.loss);
-    loss.loss.backward();
+    const at::Generator rng = checked_ ? cpu_generator_state() : at::Generator();
+    loss = forward(input);
+    if (checked_) {
+      last_input_ = input;
+      last_rng_ = rng;
+      const double value = loss.loss.item<double>();  // computed already: no device to wait for
+      if (!std::isfinite(value)) {
+        log::warn("loss {} in this step's forward: running it again to find the op that made it", value);
+        out_.normalizer += loss.normalizer;
+        out_.record.samples += input.samples;
+        out_.record.loss = value;
+        out_.record.phases = clock_.take();
+        loss = MicroBatchLoss{};  // its graph's activations freed before the rerun
+        out_.divergence = diagnose(input, rng);
+        return;
+      }
+    }
+    loss = backward(std::move(loss), last, /*timed=*/true);
   }
-  // The units' reduce-scatters of this micro-batch, all resharded.
-  if (FullyShardedUnits* fsdp = training_.fsdp()) fsdp->finish_backward();
-  const torch::Tensor value = loss.loss.detach().to(torch::kFloat64).reshape({1});
+  const torch::Tensor value = loss.loss.to(torch::kFloat64).reshape({1});
   sums_.loss = sums_.loss.defined() ? sums_.loss + value : value;
   if (setup_.metric_count > 0) {
     if (!loss.metrics.defined() || loss.metrics.numel() != setup_.metric_count) {
       throw std::logic_error("a recipe's forward returned other metrics than its metric_names()");
     }
-    const torch::Tensor metrics = loss.metrics.detach().to(torch::kFloat64);
+    const torch::Tensor metrics = loss.metrics.to(torch::kFloat64);
     sums_.metrics = sums_.metrics.defined() ? sums_.metrics + metrics : metrics;
   }
   out_.normalizer += loss.normalizer;
@@ -155,6 +152,24 @@ void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
   out_.record.tokens += input.tokens;
   out_.record.padded_tokens += input.padded_tokens;
   out_.flops += setup_.recipe.flops(input);
+}
+
+MicroBatchLoss OptimizerStep::forward(const data::Batch& input) const {
+  const AutocastScope autocast(setup_.precision, setup_.device.type());
+  return setup_.recipe.forward(input);
+}
+
+MicroBatchLoss OptimizerStep::backward(MicroBatchLoss loss, bool last, bool timed) {
+  if (timed) clock_.enter(results::Phase::kBackward);
+  if (last && training_.grad_sync) training_.grad_sync->prepare();  // DDP's no_sync before the last
+  const torch::Tensor root = training_.scaler ? training_.scaler->scale(loss.loss) : loss.loss;
+  mark_backward(root);
+  root.backward();
+  // The units' reduce-scatters of this micro-batch, all resharded.
+  if (FullyShardedUnits* fsdp = training_.fsdp()) fsdp->finish_backward();
+  loss.loss = loss.loss.detach();
+  if (loss.metrics.defined()) loss.metrics = loss.metrics.detach();
+  return loss;
 }
 
 std::optional<GradientScale> OptimizerStep::gradient_scale() {
@@ -336,7 +351,11 @@ StepOutcome train_step(const RunSetup& setup, TrainingState& training, StepSourc
   set_learning_rate(*training.optimizer, lr);
   out.record.lr = lr;
   setup.recipe.begin_step(global_step);
-  set_gradients_to_none(*training.optimizer);
+  if (training.graphs) {
+    zero_gradients(*training.optimizer);
+  } else {
+    set_gradients_to_none(*training.optimizer);
+  }
 
   const std::int64_t accum = setup.options.grad_accum;
   while (out.micro_batches < accum) {

@@ -9,6 +9,15 @@ namespace mgbench::train {
 
 namespace {
 
+constexpr options::Choice<CudaGraphs> kCudaGraphs[] = {
+    {"auto", CudaGraphs::kAuto,
+     "eager for now: graphs are used where asked for, until a GPU run has compared them with the eager step"},
+    {"on", CudaGraphs::kOn,
+     "each micro-batch shape's forward and backward captured once and replayed (one rank on a GPU, a recipe whose "
+     "micro-batches allow it; an error otherwise)"},
+    {"off", CudaGraphs::kOff, "every micro-batch run eagerly, op by op"},
+};
+
 bool valid_profile_window(const std::string& text) {
   try {
     profile::parse_profile_window(text);
@@ -19,6 +28,8 @@ bool valid_profile_window(const std::string& text) {
 }
 
 }  // namespace
+
+std::span<const options::Choice<CudaGraphs>> cuda_graph_choices() { return kCudaGraphs; }
 
 void TrainOptions::declare_profiling(options::OptionTable& t) {
   t.section("Profiling (GPU runs)");
@@ -88,6 +99,10 @@ void TrainOptions::declare(options::OptionTable& t) {
       .at_most(runtime::machine_cores())
       .same_workload();
   t.add("cudnn-benchmark", cudnn_benchmark, "let cuDNN time and pick convolution algorithms (GPU)").same_workload();
+  // Not in the workload: a replay launches the kernels the eager step does. Its time is the point.
+  t.add("cuda-graphs", cuda_graphs, cuda_graph_choices(),
+        "capture a GPU micro-batch's forward and backward as a CUDA graph per shape and replay it")
+      .same_workload();
   t.add("malloc-reuse", malloc_reuse,
         "keep host memory freed by a step for the next (glibc malloc: mmap threshold 32 MiB after the set-up, no "
         "trimming, and CPU tensors from malloc aligned inside the block, as glibc's memalign does not reuse a freed "

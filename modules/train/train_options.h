@@ -19,6 +19,11 @@
 
 namespace mgbench::train {
 
+/// --cuda-graphs: whether a GPU rank's micro-batches are captured once per shape and replayed as CUDA
+/// graphs (train/step_graphs.h; the choices' help says when each applies).
+enum class CudaGraphs { kAuto, kOn, kOff };
+std::span<const options::Choice<CudaGraphs>> cuda_graph_choices();
+
 struct TrainOptions {
   // workload distribution
   axes::Strategy strategy = axes::Strategy::kDdpDs;
@@ -40,6 +45,7 @@ struct TrainOptions {
   int prefetch = 2;         // batches the loader assembles ahead
   int threads = 0;          // intra-op CPU threads per rank; 0: cores of the node / ranks on the node
   bool cudnn_benchmark = true;
+  CudaGraphs cuda_graphs = CudaGraphs::kAuto;
   bool malloc_reuse = true;     // keep freed host memory for the next step (core/host_memory.h)
   double comm_timeout_s = 600;  // a collective in flight longer than this aborts the job (both backends)
   double peak_tflops = 0;       // device peak for MFU; 0: the datasheet value of known GPUs

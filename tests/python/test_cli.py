@@ -2,6 +2,7 @@
 import gzip
 import shutil
 
+import h5py
 import pytest
 
 from conftest import BIN, ENV, SMALL, mgbench, not_here, run_with_rusage
@@ -205,3 +206,20 @@ def test_more_threads_than_the_rank_may_run_on_is_said(tmp_path, mnist):
                    np=2)
     assert proc.returncode == 0, proc.stderr
     assert "--threads 2: this rank may run on 1 core(s) only" in proc.stderr, proc.stderr
+
+
+def test_cuda_graphs_on_where_they_cannot_be_used_is_refused_naming_why(tmp_path, mnist):
+    """--cuda-graphs on (issue 47) is an error, on every rank alike, where a capture could not hold the
+    step: a CPU rank, several ranks; auto records why it ran eagerly (the run attribute)."""
+    small = ["--image-size", "32", "--width-mult", "0.25", "--device", "cpu", "--data", mnist, "--limit-train", "64",
+             "--limit-test", "32", "--epochs", "1"]
+    proc = mgbench("image", *small, "--cuda-graphs", "on", "--results", tmp_path / "r.h5")
+    assert proc.returncode == 1, proc.stderr
+    assert "--cuda-graphs on: the rank computes on the CPU" in proc.stderr, proc.stderr
+    proc = mgbench("image", *small, "--cuda-graphs", "on", "--results", tmp_path / "r2.h5", np=2)
+    assert proc.returncode == 1 and proc.stderr.count("--cuda-graphs on:") == 1, proc.stderr
+    mgbench("image", *small, "--results", tmp_path / "auto.h5", check=True)
+    with h5py.File(tmp_path / "auto.h5", "r") as f:
+        (run,) = f["runs"].values()
+        assert run.attrs["cuda_graphs"] == "auto"
+        assert run.attrs["cuda_graphs_decision"] == "off: the rank computes on the CPU (CUDA graphs replay GPU work)"

@@ -12,7 +12,7 @@ import pytest
 from conftest import BIN, ENV, MNIST
 
 ROOT = Path(__file__).resolve().parents[2]
-SETS = ("table2", "fig2", "table3", "cuda-metrics", "techniques")
+SETS = ("table2", "fig2", "table3", "cuda-metrics", "techniques", "graphs")
 
 
 def dry_run(sets, tmp_path, **env):
@@ -90,6 +90,17 @@ def test_techniques_covers_every_recipe(printed):
     commands, out = printed["techniques"]
     assert {"full", "lora", "qlora", "qat", "dpo"} <= values(commands, "--recipe"), out
     assert "llama3.2-3b" in values(commands, "--model"), out
+
+
+def test_graphs_pairs_each_run_with_and_without_graphs(printed):
+    commands, out = printed["graphs"]
+    images = [args for cmd, args in mgbench_commands(commands) if cmd == "image"]
+    pairs = {}
+    for a in images:
+        setting = (a[a.index("--image-size") + 1], a[a.index("--precision") + 1])
+        pairs.setdefault(setting, set()).add(a[a.index("--cuda-graphs") + 1])
+    assert {size for size, _ in pairs} == {"100", "224", "500"}, out
+    assert all(modes == {"off", "on"} for modes in pairs.values()), pairs
 
 
 def test_no_option_given_twice(printed):

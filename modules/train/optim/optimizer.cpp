@@ -34,6 +34,16 @@ void set_gradients_to_none(torch::optim::Optimizer& optimizer) {
   }
 }
 
+void zero_gradients(torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> grads;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+  }
+  if (!grads.empty()) at::_foreach_zero_(grads);
+}
+
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                              runtime::Communicator* sharded_over) {
   if (!(max_norm > 0)) throw std::invalid_argument("clip_grad_norm: max_norm must be > 0");

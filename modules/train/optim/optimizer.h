@@ -30,6 +30,10 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 /// torch.optim.Optimizer.zero_grad(set_to_none=True). LibTorch's zero_grad detaches each gradient
 /// in place first, which a gradient that is a view refuses (runtime::GradSync's bucket views).
 void set_gradients_to_none(torch::optim::Optimizer& optimizer);
+/// Zeroes every gradient the optimizer's parameters have, in place (one foreach op): Python's
+/// torch.optim.Optimizer.zero_grad(set_to_none=False). The tensors stay: a CUDA graph adds into the
+/// gradients it was captured with (train/step_graphs.h).
+void zero_gradients(torch::optim::Optimizer& optimizer);
 
 /// torch.nn.utils.clip_grad_norm_ (PyTorch 2.x, foreach path) without a host sync: the total L2
 /// norm over the gradients of params (those without one are skipped), coef = min(max_norm /

@@ -227,22 +227,18 @@ data::Batch LlamaFinetune::collate(const std::vector<const text::TokenizedSample
 LlamaFinetune::TargetLogProbs LlamaFinetune::target_log_probs(const data::Batch& batch) {
   const std::optional<models::SequencePacking> packing = packing_of(batch);
   torch::Tensor hidden = model_->hidden_states(batch.tensors[0], packing ? &*packing : nullptr);  // [R, T, H]
-  if (batch.loss_targets == 0) {
-    // No target: an empty result that still belongs to the graph (backward runs on every rank),
-    // through the output projection of no rows, as a batch with targets (FSDP enters its unit and
-    // reduces the head's gradient on every rank alike: the same collectives in the same order).
-    const models::LlamaForCausalLMImpl::OutputProjection head =
-        model_->output_projection(hidden.reshape({-1, hidden.size(-1)}).narrow(0, 0, 0));
-    const torch::Tensor none = models::target_log_probs(
-        head.input, head.weight, torch::empty({0}, torch::TensorOptions(torch::kInt64).device(hidden.device())),
-        models::kLogitsChunkElements, models::FrozenHeadGradient::kAuto, head.weight_gradient);
-    return {(none.sum() + hidden.sum() * 0).reshape({1}).narrow(0, 0, 0), hidden};
-  }
+  // A micro-batch without targets goes through the output projection of no rows like any other (FSDP
+  // enters its unit and reduces the head's gradient on every rank alike: the same collectives in the
+  // same order).
   const torch::Tensor selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, batch.tensors[1]);
   const models::LlamaForCausalLMImpl::OutputProjection head = model_->output_projection(selected);
-  return {models::target_log_probs(head.input, head.weight, batch.tensors[2], models::kLogitsChunkElements,
-                                   models::FrozenHeadGradient::kAuto, head.weight_gradient),
-          hidden};
+  torch::Tensor log_probs =
+      models::target_log_probs(head.input, head.weight, batch.tensors[2], models::kLogitsChunkElements,
+                               models::FrozenHeadGradient::kAuto, head.weight_gradient);
+  // Without targets, the empty result tied to every hidden state by a zero: backward then hands every
+  // layer a defined zero gradient (every unit's hooks run on every rank), not an absent one.
+  if (batch.loss_targets == 0) log_probs = (log_probs.sum() + hidden.sum() * 0).reshape({1}).narrow(0, 0, 0);
+  return {log_probs, hidden};
 }
 
 double LlamaFinetune::flops(const data::Batch& batch) const {

@@ -43,6 +43,15 @@ class LlamaRecipe : public Recipe {
   bool activation_checkpointing() const override { return llama_.activation_checkpointing(); }
   void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
   bool counts_tokens() const override { return true; }
+  /// Not yet (docs/design.md, CUDA graphs): a batch's targets are a list of its target positions,
+  /// whose length varies from batch to batch; a packed batch's attention takes its sequences' lengths
+  /// on the host; SFT's normaliser is the batch's target count; activation checkpointing saves the
+  /// CUDA generator's state.
+  std::string graph_blocker() const override {
+    return "an LLM micro-batch's target list varies in length from batch to batch, packed sequences' attention reads "
+           "their lengths on the host, and activation checkpointing saves the CUDA generator's state (static "
+           "layouts and graph-safe generator states are not built yet)";
+  }
 
  protected:
   /// Declares the model's options (LlamaFinetune::declare), then section "Data": --dataset, a name of

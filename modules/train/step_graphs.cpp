@@ -1,0 +1,246 @@
+#include "train/step_graphs.h"
+
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+#ifdef MGBENCH_HAVE_CUDA
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace mgbench::train {
+
+GraphDecision resolve_cuda_graphs(CudaGraphs mode, const GraphFacts& facts) {
+  if (mode == CudaGraphs::kOff) return {false, "--cuda-graphs off"};
+  std::string blocker;
+  if (!facts.cuda) {
+    blocker = "the rank computes on the CPU (CUDA graphs replay GPU work)";
+  } else if (facts.world_size > 1) {
+    blocker = fmt::format(
+        "{} ranks: the gradients' all-reduce (DDP) and FSDP's all-gathers and reduce-scatters are issued by hooks on "
+        "the host during forward and backward, which a replayed graph would not run; graphs capture a one-rank run",
+        facts.world_size);
+  } else if (facts.single_process) {
+    blocker = "--strategy dp: its replicas run on threads of their own, one per GPU, outside the capture";
+  } else {
+    blocker = facts.recipe_blocker;
+  }
+  if (mode == CudaGraphs::kOn) {
+    MGBENCH_REQUIRE(blocker.empty(), ConfigError, "--cuda-graphs on: {}; give --cuda-graphs auto or off", blocker);
+    return {true, ""};
+  }
+  if (!blocker.empty()) return {false, blocker};
+  return {false,
+          "auto: graphs are not yet compared with the eager step on a GPU (docs/design.md, CUDA graphs); "
+          "--cuda-graphs on uses them"};
+}
+
+std::string shape_key(const data::Batch& batch) {
+  std::vector<std::string> parts;
+  parts.reserve(batch.tensors.size());
+  for (const torch::Tensor& t : batch.tensors) {
+    if (!t.defined()) {
+      parts.emplace_back("undefined");
+      continue;
+    }
+    parts.push_back(fmt::format("{} {} [{}]/[{}]", t.device().str(), c10::toString(t.scalar_type()),
+                                fmt::join(t.sizes(), ", "), fmt::join(t.strides(), ", ")));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+GraphSchedule::GraphSchedule(int warmup, int max_graphs) : warmup_(warmup), max_graphs_(max_graphs) {
+  MGBENCH_REQUIRE(warmup >= 1 && max_graphs >= 1, std::invalid_argument,
+                  "GraphSchedule: warm-up {} and graph bound {} must be at least 1", warmup, max_graphs);
+}
+
+GraphAction GraphSchedule::next(const std::string& key) {
+  auto found = shapes_.find(key);
+  if (found == shapes_.end()) {
+    if (graphs_ >= max_graphs_) {  // no graph left for a new shape: not tracked, eager for the rest of the run
+      ++eager_;
+      return GraphAction::kEager;
+    }
+    found = shapes_.emplace(key, Shape{}).first;
+  }
+  Shape& shape = found->second;
+  if (shape.captured) {
+    ++replays_;
+    return GraphAction::kReplay;
+  }
+  if (shape.eager < warmup_ || graphs_ >= max_graphs_) {
+    ++shape.eager;
+    ++eager_;
+    return GraphAction::kEager;
+  }
+  shape.captured = true;
+  ++graphs_;
+  ++replays_;  // a captured micro-batch is computed by its graph's first replay
+  return GraphAction::kCapture;
+}
+
+#ifdef MGBENCH_HAVE_CUDA
+
+namespace {
+
+/// One shape's graph: its static inputs (the batch it was captured on, its tensors copied into
+/// before each replay) and its static outputs.
+struct ShapeGraph {
+  at::cuda::CUDAGraph graph;
+  data::Batch inputs;
+  MicroBatchLoss outputs;
+};
+
+/// Autocast's cast cache off for a capture (a cached cast made in one capture is stale in the next;
+/// torch.cuda.make_graphed_callables asks for cache_enabled=False), set back after.
+class AutocastCacheOff {
+ public:
+  AutocastCacheOff() : before_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(before_); }
+  AutocastCacheOff(const AutocastCacheOff&) = delete;
+  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
+
+ private:
+  bool before_;
+};
+
+}  // namespace
+
+struct MicroBatchGraphs::Impl {
+  torch::Device device;
+  c10::cuda::CUDAStream side;  // captures run on it (a graph cannot be captured on the default stream)
+  c10::MempoolId_t pool{0, 0};
+  std::map<std::string, std::unique_ptr<ShapeGraph>, std::less<>> graphs;
+
+  explicit Impl(const torch::Device& d) : device(d), side(c10::cuda::getStreamFromPool(false, d.index())) {}
+
+  /// On the side stream (current): input's static copies made, work captured, the graph replayed.
+  MicroBatchLoss capture(const std::string& key, const data::Batch& input, const MicroBatchWork& work) {
+    auto entry = std::make_unique<ShapeGraph>();
+    ShapeGraph& g = *entry;
+    g.inputs = input;  // the host fields as captured; the tensors replaced by static copies
+    for (torch::Tensor& t : g.inputs.tensors) {
+      if (t.defined()) t = t.clone();  // outside the graph's pool; layout kept
+    }
+    // As torch.cuda.graph: nothing of the eager work still running while the capture starts.
+    c10::cuda::device_synchronize();
+    if (pool.first == 0 && pool.second == 0) pool = at::cuda::graph_pool_handle();
+    {
+      const AutocastCacheOff no_cache;
+      // Thread-local: the feeder's thread keeps copying the next batches (and may allocate) while
+      // this thread captures; autograd's device thread launches the backward into the capture stream.
+      g.graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      try {
+        g.outputs = work(g.inputs, /*capturing=*/true);
+        g.graph.capture_end();
+      } catch (const std::exception& e) {
+        abandon_capture();
+        throw std::runtime_error(
+            fmt::format("--cuda-graphs on: capturing a micro-batch of shape {} failed ({}); "
+                        "give --cuda-graphs off to run the step eagerly",
+                        key, e.what()));
+      }
+    }
+    g.graph.replay();  // this micro-batch's forward and backward
+    log::info("cuda graphs: captured a micro-batch of shape {} ({} graph(s))", key, graphs.size() + 1);
+    MicroBatchLoss out = g.outputs;
+    graphs.emplace(key, std::move(entry));
+    return out;
+  }
+
+  /// After a failed capture: the side stream's capture ended (its partial graph dropped) and the
+  /// CUDA error it left cleared, so that the run's error report and results file can still use the
+  /// device.
+  void abandon_capture() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(side.stream(), &partial) == cudaSuccess && partial != nullptr) {
+        cudaGraphDestroy(partial);
+      }
+    }
+    (void)cudaGetLastError();
+  }
+
+  MicroBatchLoss replay(const std::string& key, const data::Batch& input) {
+    ShapeGraph& g = *graphs.at(key);
+    for (std::size_t k = 0; k < input.tensors.size(); ++k) {
+      if (input.tensors[k].defined()) g.inputs.tensors[k].copy_(input.tensors[k], /*non_blocking=*/true);
+    }
+    g.graph.replay();
+    return g.outputs;
+  }
+};
+
+MicroBatchGraphs::MicroBatchGraphs(const torch::Device& device, int warmup, int max_graphs)
+    : schedule_(warmup, max_graphs) {
+  MGBENCH_REQUIRE(device.is_cuda(), ConfigError, "--cuda-graphs: {} is not a CUDA device", device.str());
+  impl_ = std::make_unique<Impl>(device);
+}
+
+MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchWork& work) {
+  const std::string key = shape_key(input);
+  const GraphAction action = schedule_.next(key);
+  // Every micro-batch on the side stream, eager ones too (torch.cuda.graph's warm-up on the capture
+  // stream: cuBLAS's workspace for it made outside a capture), joined both ways with the current
+  // stream: the side waits for the batch's data, the current for the micro-batch's results.
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(impl_->device.index());
+  at::cuda::CUDAEvent ready;
+  ready.record(current);
+  ready.block(impl_->side);
+  MicroBatchLoss out;
+  {
+    const c10::cuda::CUDAStreamGuard on_side(impl_->side);
+    switch (action) {
+      case GraphAction::kEager:
+        out = work(input, /*capturing=*/false);
+        break;
+      case GraphAction::kCapture:
+        out = impl_->capture(key, input, work);
+        break;
+      case GraphAction::kReplay:
+        out = impl_->replay(key, input);
+        break;
+    }
+  }
+  at::cuda::CUDAEvent done;
+  done.record(impl_->side);
+  done.block(current);
+  return out;
+}
+
+#else  // no CUDA in this build
+
+struct MicroBatchGraphs::Impl {};
+
+MicroBatchGraphs::MicroBatchGraphs(const torch::Device&, int warmup, int max_graphs) : schedule_(warmup, max_graphs) {
+  throw ConfigError("--cuda-graphs on: this build has no CUDA");
+}
+
+MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchWork& work) {
+  return work(input, /*capturing=*/false);
+}
+
+#endif
+
+MicroBatchGraphs::~MicroBatchGraphs() = default;
+
+std::string MicroBatchGraphs::totals() const {
+  return fmt::format("cuda graphs: {} shape(s) captured, {} micro-batch(es) replayed, {} run eagerly",
+                     schedule_.graphs(), schedule_.replays(), schedule_.eager());
+}
+
+}  // namespace mgbench::train

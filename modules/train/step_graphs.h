@@ -1,0 +1,123 @@
+#pragma once
+// CUDA graphs of the training step's micro-batches (--cuda-graphs; issue 47, item 4). A GPU step
+// whose host cannot launch its kernels as fast as the GPU runs them (an LLM's thousands of small
+// ops a step, a small image model) measures the host, not the GPU: a graph launches a micro-batch's
+// whole forward and backward -- thousands of kernels -- with one call. What is captured: one
+// micro-batch's forward (the recipe's loss under autocast) and backward (the loss scaled under
+// amp-fp16), the gradients added into the parameters' .grad in place; what is not: the data's copy
+// into the graph's static inputs (before each replay), the loss and metrics' sums (after), the
+// optimizer, clipping and the scaler's update (one fused kernel each already, and their step count
+// and learning rate change every step), and anything of another rank: one rank per run (the
+// collectives of DDP and FSDP are issued by hooks on the host during backward, which a replay
+// would not run). A shape's first micro-batches run eagerly (cuDNN's autotuning, lazy
+// initialisation and the gradients' first allocation happen outside a capture, as torch.cuda.graph
+// asks), the next is captured on a side stream and replayed, every later one of that shape replays.
+// Graphs share one memory pool (one shape's activations at a time). torch.cuda.graph /
+// torch.cuda.make_graphed_callables are the model; at::cuda::CUDAGraph does the capture.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "data/loader.h"
+#include "train/recipe.h"
+#include "train/train_options.h"
+
+namespace mgbench::train {
+
+/// What decides whether a run's micro-batches can be captured (resolve_cuda_graphs).
+struct GraphFacts {
+  bool cuda = false;            // the rank computes on a CUDA device
+  int world_size = 1;           // ranks of the run
+  bool single_process = false;  // --strategy dp: one process drives every GPU, replicas on threads
+  std::string recipe_blocker;   // Recipe::graph_blocker(): "" when its micro-batches can be captured
+};
+
+/// Whether the run uses graphs, and why not where it does not (the run attribute
+/// cuda_graphs_decision: "on", or "off: <why>").
+struct GraphDecision {
+  bool use = false;
+  std::string why_not;  // "" when used
+  std::string text() const { return use ? "on" : "off: " + why_not; }
+};
+
+/// --cuda-graphs against the run's facts: off -> not used; on -> used, or ConfigError naming
+/// --cuda-graphs and what prevents it (a CPU rank, several ranks, --strategy dp, the recipe's
+/// blocker); auto ->
+/// not used, with the reason (not yet measured on a GPU: graphs are asked for with on until a GPU
+/// run has compared them with the eager step -- docs/design.md, CUDA graphs).
+GraphDecision resolve_cuda_graphs(CudaGraphs mode, const GraphFacts& facts);
+
+/// The shapes, dtypes, memory layouts and devices of a batch's tensors as one key, e.g.
+/// "cuda:0 Float [32, 1, 224, 224] cl; cuda:0 Long [32]": micro-batches of one key replay one graph.
+std::string shape_key(const data::Batch& batch);
+
+/// What a micro-batch does (GraphSchedule::next).
+enum class GraphAction {
+  kEager,    ///< run as it is: a shape's warm-up, or a shape beyond the graph bound
+  kCapture,  ///< captured as its shape's graph, then replayed
+  kReplay,   ///< its shape's graph replayed on it
+};
+
+/// Which micro-batches run eagerly, are captured or replay, by their shape key: a shape's first
+/// `warmup` micro-batches run eagerly, its next is captured, every later one replays; once
+/// `max_graphs` shapes have a graph, the micro-batches of every other shape run eagerly (a run
+/// whose shapes never repeat stays eager, each shape forgotten). No CUDA: tested on the CPU.
+/// Throws std::invalid_argument for warmup < 1 or max_graphs < 1.
+class GraphSchedule {
+ public:
+  GraphSchedule(int warmup, int max_graphs);
+  GraphAction next(const std::string& key);
+  /// Micro-batches so far by what they did; graphs() shapes captured.
+  std::int64_t eager() const { return eager_; }
+  std::int64_t replays() const { return replays_; }
+  std::int64_t graphs() const { return graphs_; }
+
+ private:
+  struct Shape {
+    std::int64_t eager = 0;  // its micro-batches run eagerly so far
+    bool captured = false;
+  };
+  int warmup_, max_graphs_;
+  std::map<std::string, Shape, std::less<>> shapes_;  // the shapes seen while a graph was left
+  std::int64_t eager_ = 0, replays_ = 0, graphs_ = 0;
+};
+
+/// A micro-batch's forward and backward as the step runs it (step.cpp), returning its loss and
+/// metrics detached. capturing: inside a capture, where nothing may wait on the host or record the
+/// phase clock's events.
+using MicroBatchWork = std::function<MicroBatchLoss(const data::Batch& input, bool capturing)>;
+
+/// The graphs of one run's micro-batches on one CUDA device (GraphSchedule's warm-up and bound).
+class MicroBatchGraphs {
+ public:
+  /// Throws ConfigError on a build without CUDA.
+  MicroBatchGraphs(const torch::Device& device, int warmup = kWarmup, int max_graphs = kMaxGraphs);
+  ~MicroBatchGraphs();
+  MicroBatchGraphs(const MicroBatchGraphs&) = delete;
+  MicroBatchGraphs& operator=(const MicroBatchGraphs&) = delete;
+
+  /// input's forward and backward: work(input, false) eagerly, or its shape's graph captured from
+  /// work(static inputs, true) and replayed, or replayed, on the current stream. A replay's loss and
+  /// metrics are the graph's static outputs, overwritten by the next replay of that shape (read them
+  /// into new tensors first); its normaliser is the captured micro-batch's (Recipe::graph_blocker's
+  /// promise: a shape's normaliser is the same for every batch). Throws std::runtime_error naming
+  /// the shape and --cuda-graphs when a capture fails, and what work throws.
+  MicroBatchLoss run(const data::Batch& input, const MicroBatchWork& work);
+  const GraphSchedule& schedule() const { return schedule_; }
+  /// "cuda graphs: S shape(s) captured, R micro-batch(es) replayed, E run eagerly" (the run's log).
+  std::string totals() const;
+
+  static constexpr int kWarmup = 2;      // eager micro-batches of a shape before its capture
+  static constexpr int kMaxGraphs = 16;  // shapes with a graph at most (their memory is one pool)
+
+ private:
+  struct Impl;
+  GraphSchedule schedule_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mgbench::train

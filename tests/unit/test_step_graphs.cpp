@@ -1,0 +1,109 @@
+// --cuda-graphs (train/step_graphs.h; issue 47, item 4): the decision, the shape keys and the
+// schedule of eager, captured and replayed micro-batches, on the CPU. The capture and replay
+// themselves are tests/gpu/test_gpu.cpp's CudaGraphs test (SKIPPED without a GPU).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "train/job_config.h"
+#include "train/step_graphs.h"
+
+namespace mgbench {
+namespace {
+
+using train::CudaGraphs;
+using train::GraphAction;
+using train::GraphFacts;
+using train::resolve_cuda_graphs;
+
+/// The ConfigError message of resolve_cuda_graphs(mode, facts), or "" when it throws none.
+std::string refusal(CudaGraphs mode, const GraphFacts& facts) {
+  try {
+    resolve_cuda_graphs(mode, facts);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CudaGraphDecision, OnIsHonouredOrRefusedNamingWhatPreventsIt) {
+  const GraphFacts ok{true, 1, false, ""};
+  EXPECT_TRUE(resolve_cuda_graphs(CudaGraphs::kOn, ok).use);
+  EXPECT_EQ(resolve_cuda_graphs(CudaGraphs::kOn, ok).text(), "on");
+  // Each blocker alone, in the order a run meets them.
+  const std::string cpu = refusal(CudaGraphs::kOn, {false, 1, false, ""});
+  EXPECT_NE(cpu.find("--cuda-graphs on: the rank computes on the CPU"), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find("--cuda-graphs auto or off"), std::string::npos) << cpu;
+  const std::string ranks = refusal(CudaGraphs::kOn, {true, 2, false, ""});
+  EXPECT_NE(ranks.find("2 ranks: the gradients' all-reduce (DDP) and FSDP's"), std::string::npos) << ranks;
+  const std::string dp = refusal(CudaGraphs::kOn, {true, 1, true, ""});
+  EXPECT_NE(dp.find("--strategy dp"), std::string::npos) << dp;
+  const std::string recipe = refusal(CudaGraphs::kOn, {true, 1, false, "the recipe's reason"});
+  EXPECT_NE(recipe.find("--cuda-graphs on: the recipe's reason;"), std::string::npos) << recipe;
+}
+
+TEST(CudaGraphDecision, AutoAndOffNeverCaptureAndSayWhy) {
+  for (const GraphFacts& facts : std::vector<GraphFacts>{{true, 1, false, ""}, {false, 4, true, "x"}}) {
+    const train::GraphDecision off = resolve_cuda_graphs(CudaGraphs::kOff, facts);
+    EXPECT_FALSE(off.use);
+    EXPECT_EQ(off.text(), "off: --cuda-graphs off");
+  }
+  const train::GraphDecision capturable = resolve_cuda_graphs(CudaGraphs::kAuto, {true, 1, false, ""});
+  EXPECT_FALSE(capturable.use);
+  EXPECT_NE(capturable.why_not.find("not yet compared with the eager step on a GPU"), std::string::npos);
+  const train::GraphDecision blocked = resolve_cuda_graphs(CudaGraphs::kAuto, {true, 1, false, "the recipe's reason"});
+  EXPECT_FALSE(blocked.use);
+  EXPECT_EQ(blocked.text(), "off: the recipe's reason");
+}
+
+TEST(CudaGraphDecision, TheImageRecipeAllowsGraphsAndTheLlmRecipesSayWhyNot) {
+  EXPECT_EQ(train::configure("image")->recipe->graph_blocker(), "");
+  for (const char* recipe : {"lora", "dpo"}) {
+    const std::string why = train::configure("llm", recipe)->recipe->graph_blocker();
+    EXPECT_NE(why.find("target list varies in length"), std::string::npos) << recipe << ": " << why;
+  }
+}
+
+data::Batch batch_of(std::vector<torch::Tensor> tensors) {
+  data::Batch b;
+  b.tensors = std::move(tensors);
+  return b;
+}
+
+TEST(CudaGraphShapes, KeysFollowShapesDtypesAndLayoutsNotValues) {
+  const torch::Tensor images = torch::zeros({4, 3, 8, 8});
+  const torch::Tensor labels = torch::zeros({4}, torch::kInt64);
+  const std::string key = train::shape_key(batch_of({images, labels}));
+  EXPECT_EQ(key, train::shape_key(batch_of({torch::rand({4, 3, 8, 8}), torch::ones({4}, torch::kInt64)})));
+  EXPECT_EQ(key, "cpu Float [4, 3, 8, 8]/[192, 64, 8, 1]; cpu Long [4]/[1]");
+  EXPECT_NE(key, train::shape_key(batch_of({torch::zeros({2, 3, 8, 8}), torch::zeros({2}, torch::kInt64)})));
+  EXPECT_NE(key, train::shape_key(batch_of({images.to(torch::kFloat64), labels})));
+  EXPECT_NE(key, train::shape_key(batch_of({images.contiguous(torch::MemoryFormat::ChannelsLast), labels})));
+  EXPECT_NE(key, train::shape_key(batch_of({images})));
+}
+
+TEST(CudaGraphShapes, EachShapeWarmsUpThenIsCapturedOnceThenReplaysWithinTheBound) {
+  train::GraphSchedule s(2, 2);
+  const std::vector<GraphAction> a = {s.next("a"), s.next("a"), s.next("a"), s.next("a"), s.next("a")};
+  EXPECT_EQ(a, (std::vector<GraphAction>{GraphAction::kEager, GraphAction::kEager, GraphAction::kCapture,
+                                         GraphAction::kReplay, GraphAction::kReplay}));
+  EXPECT_EQ(s.next("b"), GraphAction::kEager);
+  EXPECT_EQ(s.next("c"), GraphAction::kEager);  // seen before the bound is reached: may still be captured
+  EXPECT_EQ(s.next("b"), GraphAction::kEager);
+  EXPECT_EQ(s.next("b"), GraphAction::kCapture);                                 // the second graph: the bound
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(s.next("d"), GraphAction::kEager) << k;  // new shapes stay eager
+  EXPECT_EQ(s.next("c"), GraphAction::kEager);  // its warm-up's end, but no graph is left
+  EXPECT_EQ(s.next("c"), GraphAction::kEager);
+  EXPECT_EQ(s.next("a"), GraphAction::kReplay);
+  EXPECT_EQ(s.graphs(), 2);
+  EXPECT_EQ(s.replays(), 5);  // a: its capture and three replays; b: its capture
+  EXPECT_EQ(s.eager(), 2 + 2 + 4 + 3);
+  EXPECT_THROW(train::GraphSchedule(0, 1), std::invalid_argument);
+  EXPECT_THROW(train::GraphSchedule(1, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mgbench
