@@ -107,7 +107,6 @@ class MicroBatchGraphs {
   /// promise: a shape's normaliser is the same for every batch). Throws std::runtime_error naming
   /// the shape and --cuda-graphs when a capture fails, and what work throws.
   MicroBatchLoss run(const data::Batch& input, const MicroBatchWork& work);
-  const GraphSchedule& schedule() const { return schedule_; }
   /// "cuda graphs: S shape(s) captured, R micro-batch(es) replayed, E run eagerly" (the run's log).
   std::string totals() const;
 
