@@ -31,7 +31,7 @@ struct Batch {
   std::int64_t samples = 0;               // rows (images, sequences)
   std::int64_t tokens = 0;                // text: real (non-padding) input tokens; 0 otherwise
   std::int64_t padded_tokens = 0;         // text: rows x padded length; 0 otherwise
-  std::int64_t loss_targets = 0;          // text: positions with a next-token target; 0 otherwise
+  std::int64_t loss_targets = 0;          // what a summed loss sums over (text: positions with a next-token target)
   std::int64_t skipped_images = 0;        // image files that could not be decoded, replaced (--skip-bad-images)
 };
 

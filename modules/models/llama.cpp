@@ -81,8 +81,9 @@ class RmsNorm : public torch::autograd::Function<RmsNorm> {
 /// Reentrant activation checkpoint of one decoder layer (the scheme of torch.utils.checkpoint's
 /// use_reentrant=True): forward runs the layer without a graph and saves its input; backward
 /// recomputes it with a graph and back-propagates through that, accumulating the layer's
-/// parameter gradients and returning the input's. The RNG state is saved and restored, so dropout
-/// draws the same masks in the recomputation.
+/// parameter gradients and returning the input's. Where the layer draws random numbers (LoRA
+/// dropout) the RNG state is saved and restored, so dropout draws the same masks in the
+/// recomputation; otherwise the generator is not touched (nor read: a CUDA graph's capture cannot).
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
   /// The generator dropout draws from for tensors on x's device.
@@ -91,12 +92,13 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
-                               torch::Tensor sin, std::int64_t layer_address, std::vector<std::int64_t> lengths) {
+                               torch::Tensor sin, std::int64_t layer_address, std::vector<std::int64_t> lengths,
+                               bool draws_random_numbers) {
     ctx->saved_data["layer"] = layer_address;
     ctx->saved_data["lengths"] = lengths;
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
-    ctx->saved_data["rng"] = generator_of(x).get_state();
+    if (draws_random_numbers) ctx->saved_data["rng"] = generator_of(x).get_state();
     ctx->save_for_backward({x});
     auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(layer_address);
     return layer->forward(x, cos, sin, lengths);
@@ -106,18 +108,22 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                                                  torch::autograd::variable_list grad_outputs) {
     auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    const auto rng = ctx->saved_data.find("rng");
     torch::Generator gen = generator_of(x);
-    const torch::Tensor current = gen.get_state();
-    gen.set_state(ctx->saved_data["rng"].toTensor());
+    torch::Tensor current;
+    if (rng != ctx->saved_data.end()) {
+      current = gen.get_state();
+      gen.set_state(rng->second.toTensor());
+    }
     torch::Tensor out;
     {
       torch::AutoGradMode grad(true);
       out = layer->forward(x, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(),
                            ctx->saved_data["lengths"].toIntVector());
     }
-    gen.set_state(current);
+    if (current.defined()) gen.set_state(current);
     torch::autograd::backward({out}, {grad_outputs[0]});
-    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -303,7 +309,7 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens, c
     if (checkpoint) {
       // The input must require grad for backward to reach the layer (the embedding is frozen).
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);
-      h = CheckpointedLayer::apply(h, cos, sin, reinterpret_cast<std::int64_t>(decoder), lengths);
+      h = CheckpointedLayer::apply(h, cos, sin, reinterpret_cast<std::int64_t>(decoder), lengths, lora_dropout_ > 0);
     } else {
       h = decoder->forward(h, cos, sin, lengths);
     }

@@ -181,7 +181,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
   /// Activation checkpointing per decoder layer: forward keeps only each layer's input and
   /// recomputes the layer in backward (a custom autograd function: LibTorch has no
   /// torch.utils.checkpoint), trading one extra forward for the layers' activations. Used in
-  /// training mode with grad enabled; the gradients are unchanged (LoRA dropout replays its RNG).
+  /// training mode with grad enabled; the gradients are unchanged (LoRA dropout replays its RNG; without
+  /// dropout the generator is left alone).
   void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
 
   const LlamaConfig& config() const { return config_; }
@@ -204,6 +205,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public ShardableModel {
 
  private:
   bool checkpointing_ = false;
+  double lora_dropout_ = 0;  // apply_lora's: > 0, a checkpointed layer replays the generator's state
   UnitHooks* hooks_ = nullptr;
   torch::Tensor enter(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->before_forward(unit, x) : x; }
   torch::Tensor leave(int unit, const torch::Tensor& x) const { return hooks_ ? hooks_->after_forward(unit, x) : x; }

@@ -53,6 +53,7 @@ std::vector<torch::Tensor> LlamaForCausalLMImpl::apply_lora(const LoraOptions& o
   MGBENCH_REQUIRE(options.dropout >= 0 && options.dropout < 1, ConfigError, "--lora-dropout {}: expected [0, 1)",
                   options.dropout);
   const auto targets = options.hf_targets();
+  lora_dropout_ = options.dropout;
   for (auto& p : parameters()) p.set_requires_grad(false);
   for (const auto& layer_module : *model->layers) {
     auto* layer = layer_module->as<LlamaDecoderLayerImpl>();

@@ -158,7 +158,7 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
     if (setup.plan.fully_sharded()) sharder.emplace(comm.rank(), comm.world_size());
     UnitSharder* cut_at_build = sharder ? &*sharder : nullptr;
     recipe.setup({setup.options, setup.device, placement, setup.precision, comm.rank(), setup.plan, cut_at_build,
-                  node.host_memory});
+                  node.host_memory, setup.cuda_graphs.use});
     set_up_training(setup, state_->training, cut_at_build);
     if (setup.cuda_graphs.use) state_->training.graphs = std::make_unique<MicroBatchGraphs>(setup.device);
     setup.setup_s = clock.elapsed();

@@ -57,6 +57,10 @@ struct RecipeContext {
   /// This rank's share of the host memory (session::Connection::host_memory): what a plan on the
   /// CPU is measured against; bytes 0: unknown, nothing refused for it.
   host_memory::HostMemoryLimit host_memory;
+  /// The loop replays CUDA graphs of the micro-batches (--cuda-graphs, train/step_graphs.h): a
+  /// recipe lays its batches out so that their tensors' shapes repeat (the LLM recipes' target
+  /// lists at a fixed length), as graph_blocker() promised.
+  bool static_shapes = false;
 };
 
 /// How the loop turns the micro-batch losses of an optimizer step into gradients.
@@ -64,7 +68,7 @@ enum class LossNormalization {
   /// Each loss is the mean over its micro-batch; the step's gradient is the mean over its
   /// micro-batches and the ranks (PyTorch's DDP with loss / grad_accum).
   kMeanPerMicroBatch,
-  /// Each loss is a sum over `normalizer` targets; the step's gradient is divided by the targets
+  /// Each loss is a sum over the batch's loss_targets; the step's gradient is divided by the targets
   /// of all its micro-batches on all ranks (TorchTune 0.6's token normalisation), so that N ranks
   /// x batch b equal 1 rank x batch N * b.
   kSumOverTargets,
@@ -72,8 +76,7 @@ enum class LossNormalization {
 
 /// A micro-batch's loss as the recipe computed it.
 struct MicroBatchLoss {
-  torch::Tensor loss;     // scalar with a graph: what backward runs on
-  double normalizer = 1;  // kMeanPerMicroBatch: 1; kSumOverTargets: the targets summed over
+  torch::Tensor loss;  // scalar with a graph: what backward runs on
   /// The recipe's per-step metrics (metric_names()) of this micro-batch, float64 [metrics] on the
   /// device, detached: the loop records their mean over the step's micro-batches. Undefined: none.
   torch::Tensor metrics;
@@ -196,6 +199,11 @@ class Recipe {
 
   // --- training ---------------------------------------------------------------------------------
   virtual LossNormalization loss_normalization() const = 0;
+  /// What a micro-batch's loss is divided by in the step's gradient, from the batch's host fields
+  /// only (so a replayed graph's is the replayed batch's): 1 for a mean, its loss_targets for a sum.
+  double loss_normalizer(const data::Batch& batch) const {
+    return loss_normalization() == LossNormalization::kSumOverTargets ? static_cast<double>(batch.loss_targets) : 1.0;
+  }
   /// Before optimizer step global_step (0-based, counted over epochs; called on a resume too):
   /// for what a recipe switches by step (fake quantisation after N steps, say). Nothing by default.
   virtual void begin_step(std::int64_t global_step) {}
@@ -212,9 +220,10 @@ class Recipe {
   virtual MicroBatchLoss forward(const data::Batch& batch) = 0;
   /// Why this recipe's micro-batches cannot be captured as CUDA graphs (--cuda-graphs,
   /// train/step_graphs.h), or "" when they can. "" promises that forward() reads nothing of a batch
-  /// on the host but its tensors' shapes and dtypes (its normaliser included), makes no host sync,
-  /// and runs on the calling thread's current stream: a graph captured on one batch then replays
-  /// any batch of the same shapes. The default names the recipe as not declaring it.
+  /// on the host but its tensors' shapes and dtypes, makes no host sync, runs on the calling
+  /// thread's current stream and computes the same ops every step: a graph captured on one batch
+  /// then replays any batch of the same shapes. Asked before setup(), from the options. The default
+  /// names the recipe as not declaring it.
   virtual std::string graph_blocker() const {
     return "the recipe does not declare its micro-batches capturable (Recipe::graph_blocker)";
   }

@@ -127,7 +127,7 @@ void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
       const double value = loss.loss.item<double>();  // computed already: no device to wait for
       if (!std::isfinite(value)) {
         log::warn("loss {} in this step's forward: running it again to find the op that made it", value);
-        out_.normalizer += loss.normalizer;
+        out_.normalizer += setup_.recipe.loss_normalizer(input);
         out_.record.samples += input.samples;
         out_.record.loss = value;
         out_.record.phases = clock_.take();
@@ -147,7 +147,7 @@ void OptimizerStep::forward_backward(const data::Batch& input, bool last) {
     const torch::Tensor metrics = loss.metrics.to(torch::kFloat64);
     sums_.metrics = sums_.metrics.defined() ? sums_.metrics + metrics : metrics;
   }
-  out_.normalizer += loss.normalizer;
+  out_.normalizer += setup_.recipe.loss_normalizer(input);
   out_.record.samples += input.samples;
   out_.record.tokens += input.tokens;
   out_.record.padded_tokens += input.padded_tokens;

@@ -103,8 +103,8 @@ class MicroBatchGraphs {
   /// input's forward and backward: work(input, false) eagerly, or its shape's graph captured from
   /// work(static inputs, true) and replayed, or replayed, on the current stream. A replay's loss and
   /// metrics are the graph's static outputs, overwritten by the next replay of that shape (read them
-  /// into new tensors first); its normaliser is the captured micro-batch's (Recipe::graph_blocker's
-  /// promise: a shape's normaliser is the same for every batch). Throws std::runtime_error naming
+  /// into new tensors first); the normaliser is left to the caller (Recipe::loss_normalizer of
+  /// input: the host's, not the captured batch's). Throws std::runtime_error naming
   /// the shape and --cuda-graphs when a capture fails, and what work throws.
   MicroBatchLoss run(const data::Batch& input, const MicroBatchWork& work);
   /// "cuda graphs: S shape(s) captured, R micro-batch(es) replayed, E run eagerly" (the run's log).

@@ -327,7 +327,9 @@ DPO_DATA = os.path.join(SHARED, "text", "dpo", "stack_exchange_paired_tiny_torch
 def test_unpadded_batches_train_as_padded_ones(tmp_path, recipe):
     """--padding none packs each micro-batch's sequences without padding; every recipe's per-step
     losses (2 ranks, gradient accumulation, the weights updated between steps) equal --padding pad's
-    within fp32 rounding (rtol 1e-5), on the same real tokens; only the padded positions are gone."""
+    within fp32 rounding (rtol 1e-5), on the same real tokens; only the padded positions are gone. And
+    rows padded further, to multiples of 64 tokens (--pad-to-multiple, the layout --cuda-graphs needs),
+    train as the longest-row padding does."""
     need_model()
     h5py = pytest.importorskip("h5py")
     data = ["--dataset", "stack_exchange_paired", "--data", DPO_DATA] if recipe == "dpo" else [
@@ -337,16 +339,16 @@ def test_unpadded_batches_train_as_padded_ones(tmp_path, recipe):
     if recipe == "qat-lora":
         model += ["--qat-group-size", "32"]
     steps = {}
-    for padding in ("pad", "none"):
-        results = tmp_path / f"{padding}.h5"
+    for layout, padding, multiple in (("pad", "pad", "1"), ("none", "none", "1"), ("pad64", "pad", "64")):
+        results = tmp_path / f"{layout}.h5"
         mgbench("llm", "--recipe", recipe, "--model", *model, "--tokenizer", SMALL_TOKENIZER, *data, "--limit", "24",
                 "--batch-size", "3", "--grad-accum", "2", "--max-steps", "2", "--warmup-steps", "0", "--lr", "1e-3",
                 "--max-seq-len", "400", "--precision", "fp32", "--threads", "1", "--device", "cpu", "--padding",
-                padding, "--results", results, np=2, check=True)
+                padding, "--pad-to-multiple", multiple, "--results", results, np=2, check=True)
         with h5py.File(results, "r") as f:
             (run,) = f["runs"].values()
-            assert run.attrs["padding"] == padding
-            steps[padding] = [run[f"rank_{r}"]["steps"][:] for r in (0, 1)]
+            assert run.attrs["padding"] == padding and run.attrs["pad_to_multiple"] == int(multiple)
+            steps[layout] = [run[f"rank_{r}"]["steps"][:] for r in (0, 1)]
     # The report's LLM table says which, with both throughputs (equal when nothing is padded).
     import csv
     rows = {row["padding"]: row for row in csv.DictReader(
@@ -359,3 +361,7 @@ def test_unpadded_batches_train_as_padded_ones(tmp_path, recipe):
         np.testing.assert_allclose(none["loss"], pad["loss"], rtol=1e-5)
         assert (none["tokens"] == pad["tokens"]).all() and (none["padded_tokens"] == none["tokens"]).all()
         assert (pad["padded_tokens"] > pad["tokens"]).any()  # the comparison has padding to leave out
+    for pad, pad64 in zip(steps["pad"], steps["pad64"]):
+        np.testing.assert_allclose(pad64["loss"], pad["loss"], rtol=1e-5)
+        assert (pad64["tokens"] == pad["tokens"]).all()
+        assert (pad64["padded_tokens"] % 64 == 0).all() and (pad64["padded_tokens"] > pad["padded_tokens"]).any()

@@ -56,6 +56,7 @@ class LinearRecipe final : public train::Recipe {
     data::Batch batch;
     batch.tensors = {x_.index_select(0, index), y_.index_select(0, index), target_.index_select(0, index)};
     batch.samples = static_cast<std::int64_t>(plan.indices.size());
+    batch.loss_targets = static_cast<std::int64_t>(batch.tensors[2].sum().item<double>());  // the unmasked samples
     return batch;
   }
   torch::nn::Module& model() override { return *model_; }
@@ -70,9 +71,8 @@ class LinearRecipe final : public train::Recipe {
     const torch::Tensor error = (model_->forward(batch.tensors[0]) - batch.tensors[1]).pow(2);
     const torch::Tensor metrics = torch::stack({error.mean().detach(), torch::full({}, 7.0, error.options())});
     const torch::Tensor extra = o_.sqrt_at_zero ? (error * 0).sqrt().sum() : torch::zeros({}, error.options());
-    if (o_.normalization == train::LossNormalization::kMeanPerMicroBatch) return {error.mean() + extra, 1.0, metrics};
-    const torch::Tensor& target = batch.tensors[2];
-    return {(error * target).sum() + extra, target.sum().item<double>(), metrics};
+    if (o_.normalization == train::LossNormalization::kMeanPerMicroBatch) return {error.mean() + extra, metrics};
+    return {(error * batch.tensors[2]).sum() + extra, metrics};
   }
   std::vector<std::string> metric_names() const override { return {"mse", "seven"}; }
   h5::Attributes attributes() const override { return {}; }

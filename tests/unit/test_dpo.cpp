@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -78,13 +79,36 @@ TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {
   const auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
     return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
   };
-  // Right-padded as the oracle, and packed without padding (--padding none): the same log-probs.
-  for (const train::Padding padding : {train::Padding::kPad, train::Padding::kNone}) {
-    const data::Batch batch = train::collate_sequences(pointers, 2004, padding, false);
+  // Right-padded as the oracle, and packed without padding (--padding none); each also padded up to a
+  // multiple of 16 tokens with its target list at the grid's length (--pad-to-multiple, the layout of
+  // --cuda-graphs): the same log-probs.
+  const std::int64_t real = lengths.sum().item<std::int64_t>();
+  for (const auto& [padding, static_layout] :
+       {std::pair{train::Padding::kPad, false}, std::pair{train::Padding::kPad, true},
+        std::pair{train::Padding::kNone, false}, std::pair{train::Padding::kNone, true}}) {
+    SCOPED_TRACE(testing::Message() << (padding == train::Padding::kPad ? "pad" : "none") << " static "
+                                    << static_layout);
+    const std::int64_t multiple = static_layout ? 16 : 1;
+    const data::Batch batch = train::collate_sequences(pointers, {2004, padding, multiple, static_layout}, false);
+    const std::int64_t length = batch.tensors[0].size(1);
     if (padding == train::Padding::kPad) {
-      EXPECT_TRUE(torch::equal(batch.tensors[0], ids));
+      EXPECT_TRUE(torch::equal(batch.tensors[0].narrow(1, 0, ids.size(1)), ids));
+      EXPECT_EQ(length, static_layout ? (ids.size(1) + 15) / 16 * 16 : ids.size(1));
+      EXPECT_TRUE(batch.tensors[0].narrow(1, ids.size(1), length - ids.size(1)).eq(2004).all().item<bool>());
     } else {
-      EXPECT_EQ(batch.tensors[0].size(1), lengths.sum().item<std::int64_t>());
+      EXPECT_EQ(length, static_layout ? (real + 15) / 16 * 16 : real);
+      EXPECT_EQ(batch.host_tensors[0].sum().item<std::int64_t>(), length);
+    }
+    EXPECT_EQ(batch.tokens, real);
+    EXPECT_EQ(batch.padded_tokens, batch.tensors[0].numel());
+    std::int64_t targets = 0;  // positions whose next label is not masked
+    for (const auto& row : rows)
+      targets +=
+          std::count_if(row.labels.begin() + 1, row.labels.end(), [](auto l) { return l != text::kIgnoreIndex; });
+    EXPECT_EQ(batch.loss_targets, targets);
+    EXPECT_EQ(batch.tensors[1].size(0), static_layout ? batch.tensors[0].numel() : targets);
+    if (static_layout) {
+      EXPECT_EQ(batch.tensors[3].eq(4).sum().item<std::int64_t>(), batch.tensors[0].numel() - targets);
     }
     const auto log_probs = [&] {
       const auto packing = train::packing_of(batch);
@@ -105,6 +129,64 @@ TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {
     EXPECT_LT(close(reference, oracle.at("reference")), 1e-4) << reference << oracle.at("reference");
     EXPECT_GT(close(policy, reference), 1e-3);  // the adapter matters: the comparison is not vacuous
     EXPECT_EQ(close(again, policy), 0.0);
+  }
+}
+
+// The layout --cuda-graphs trains on (Collation: padded up to a multiple, the target list at the grid's
+// length with stand-ins in an extra sequence) against the real targets alone, in fp64 on a random tiny
+// Llama with LoRA, padded and packed: the SFT loss (the targets' log-probs summed over the sequences)
+// and every adapter gradient equal; a micro-batch without one target gives a zero loss and zero,
+// defined, gradients.
+TEST(LlamaBatches, AStaticLayoutTrainsAsTheRealTargets) {
+  torch::manual_seed(9);
+  models::LlamaConfig c = models::LlamaConfig::preset("tiny");
+  c.vocab_size = 300;
+  models::LlamaForCausalLM model(c);
+  model->to(torch::kFloat64);
+  model->apply_lora(models::LoraOptions{});
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [_, t] : model->lora_state_dict()) t.normal_(0, 0.1);
+  }
+  std::vector<text::TokenizedSample> rows(3);
+  const std::int64_t lengths[3] = {7, 13, 4}, prompts[3] = {3, 5, 4};  // the last: no target at all
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::int64_t k = 0; k < lengths[r]; ++k) {
+      rows[r].tokens.push_back(static_cast<std::int32_t>(torch::randint(0, 300, {1}).item<std::int64_t>()));
+      rows[r].labels.push_back(k < prompts[r] ? text::kIgnoreIndex : rows[r].tokens.back());
+    }
+  }
+  const auto loss_and_gradients = [&](const std::vector<const text::TokenizedSample*>& sequences,
+                                      const train::Collation& how) {
+    const data::Batch batch = train::collate_sequences(sequences, how, false);
+    model->zero_grad();
+    const auto packing = train::packing_of(batch);
+    const torch::Tensor h = model->hidden_states(batch.tensors[0], packing ? &*packing : nullptr);
+    const torch::Tensor selected = h.reshape({-1, h.size(-1)}).index_select(0, batch.tensors[1]);
+    const torch::Tensor loss =
+        -train::sequence_log_probs(batch, models::target_log_probs(selected, model->output_weight(), batch.tensors[2]))
+             .sum();
+    loss.backward();
+    std::vector<torch::Tensor> grads{loss.detach()};
+    for (auto& [_, t] : model->lora_state_dict()) grads.push_back(t.grad().defined() ? t.grad().clone() : t.grad());
+    return grads;
+  };
+  for (const train::Padding padding : {train::Padding::kPad, train::Padding::kNone}) {
+    SCOPED_TRACE(padding == train::Padding::kPad ? "pad" : "none");
+    const std::vector<const text::TokenizedSample*> all{&rows[0], &rows[1], &rows[2]};
+    const auto real = loss_and_gradients(all, {0, padding, 1, false});
+    const auto graphed = loss_and_gradients(all, {0, padding, 8, true});
+    EXPECT_GT(std::abs(real[0].item<double>()), 1.0);
+    for (std::size_t i = 0; i < real.size(); ++i) {
+      ASSERT_TRUE(graphed[i].defined()) << i;
+      EXPECT_LT((real[i] - graphed[i]).abs().max().item<double>(), 1e-12) << i;
+    }
+    // No target: nothing to learn, and every adapter still gets its (zero) gradient.
+    const auto none = loss_and_gradients({&rows[2]}, {0, padding, 8, true});
+    for (std::size_t i = 0; i < none.size(); ++i) {
+      ASSERT_TRUE(none[i].defined()) << i;
+      EXPECT_EQ(none[i].abs().max().item<double>(), 0.0) << i;
+    }
   }
 }
 

@@ -22,13 +22,13 @@ namespace mgbench::test {
 /// Directory of the files written by tests/python/make_oracles.py (env MGBENCH_ORACLE_DIR).
 inline std::string oracle_dir() {
   const char* d = std::getenv("MGBENCH_ORACLE_DIR");
-  return d != nullptr ? d : MGBENCH_DEFAULT_ORACLE_DIR;
+  return d != nullptr ? d : paths::default_oracle_dir();
 }
 
 /// ../shared/data (env MGBENCH_SHARED_DATA).
 inline std::string shared_data_dir() {
   const char* d = std::getenv("MGBENCH_SHARED_DATA");
-  return d != nullptr ? d : MGBENCH_DEFAULT_SHARED_DATA;
+  return d != nullptr ? d : paths::default_shared_data();
 }
 
 /// Loads an oracle JSON file; empty json when missing (the caller skips).

@@ -155,7 +155,7 @@ TEST(Telemetry, RaplSumsThePackagesAndUndoesTheirWrap) {
 }
 
 std::string fake_nvml() {
-  return (std::filesystem::path(MGBENCH_TEST_BINARY_DIR) / "libmgbench_fake_nvml.so").string();
+  return (std::filesystem::path(test::paths::test_binary_dir()) / "libmgbench_fake_nvml.so").string();
 }
 
 TEST(Telemetry, NvmlThroughDlopenReadsTheDeviceOfTheBusId) {

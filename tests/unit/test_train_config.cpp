@@ -127,7 +127,8 @@ TEST(JobConfig, RecipeDefaultsAndTheResolvedConfigurationReadBack) {
 // byte, its first line the command that runs the recipe (tests/python/test_cli.py runs each so);
 // every recipe has its file.
 TEST(JobConfig, EveryRecipeConfigFileIsBuiltIn) {
-  const std::filesystem::path folder = std::filesystem::path(MGBENCH_SOURCE_DIR) / "inputs" / "configs" / "recipes";
+  const std::filesystem::path folder =
+      std::filesystem::path(test::paths::source_dir()) / "inputs" / "configs" / "recipes";
   std::set<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {
     const std::string name = entry.path().stem().string();

@@ -25,7 +25,8 @@
 namespace mgbench {
 namespace {
 
-const std::string kIdentityFile = std::string(MGBENCH_SOURCE_DIR) + "/python/mgbench_analysis/workload_identity.txt";
+const std::string kIdentityFile =
+    std::string(test::paths::source_dir()) + "/python/mgbench_analysis/workload_identity.txt";
 
 // What a job records beside its options that is part of the workload: the command, the samples a
 // recipe trains on (the data's size after --limit-train / --limit), the GPU model (the platform's).

@@ -216,7 +216,7 @@ class ClassificationRecipe final : public Recipe {
 
   MicroBatchLoss forward(const data::Batch& batch) override {
     const torch::Tensor logits = dp_ ? dp_->forward(batch.tensors[0]) : model_->forward(batch.tensors[0]);
-    return {torch::nn::functional::cross_entropy(logits, batch.tensors[1]), 1.0, {}};
+    return {torch::nn::functional::cross_entropy(logits, batch.tensors[1]), {}};
   }
   /// Images and labels of a fixed shape per batch size (the epoch's remainder batch is a second
   /// shape); the loss a mean (normaliser 1); --strategy dp is refused by the loop.

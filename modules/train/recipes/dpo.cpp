@@ -62,7 +62,7 @@ class DpoRecipe final : public LlamaRecipe {
     std::vector<const text::TokenizedSample*> rows;
     for (const auto i : plan.indices) rows.push_back(&pairs_[static_cast<std::size_t>(i)].chosen);
     for (const auto i : plan.indices) rows.push_back(&pairs_[static_cast<std::size_t>(i)].rejected);
-    data::Batch batch = llama_.collate(rows, data_.padding, pin_memory);
+    data::Batch batch = collate(rows, pin_memory);
     batch.samples = static_cast<std::int64_t>(plan.indices.size());
     return batch;
   }
@@ -101,7 +101,7 @@ class DpoRecipe final : public LlamaRecipe {
                       (d.chosen_rewards - d.rejected_rewards).mean(), pi_chosen.detach().mean(),
                       pi_rejected.detach().mean(), logits_chosen, logits_rejected})
             .to(torch::kFloat64);
-    return {d.losses.mean(), 1.0, metrics};
+    return {d.losses.mean(), metrics};
   }
 
   std::vector<std::string> metric_names() const override {
@@ -135,8 +135,8 @@ class DpoRecipe final : public LlamaRecipe {
     if (const auto packing = packing_of(batch)) {
       std::int64_t chosen = 0;
       for (std::int64_t i = 0; i < pairs; ++i) chosen += packing->lengths[static_cast<std::size_t>(i)];
-      const torch::Tensor h = hidden[0];
-      return {h.narrow(0, 0, chosen), h.narrow(0, chosen, h.size(0) - chosen)};
+      const torch::Tensor h = hidden[0];  // the padding to --pad-to-multiple after the real tokens
+      return {h.narrow(0, 0, chosen), h.narrow(0, chosen, batch.tokens - chosen)};
     }
     const auto rows = [&](std::int64_t first) { return hidden.narrow(0, first, pairs).reshape({-1, hidden.size(-1)}); };
     return {rows(0), rows(pairs)};

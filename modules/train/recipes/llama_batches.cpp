@@ -26,6 +26,10 @@ void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows)
        "and gradients, computed on the real tokens only"},
   };
   t.add("padding", padding, std::span<const options::Choice<Padding>>(kPaddings), "how sequences form a micro-batch");
+  t.add("pad-to-multiple", pad_to_multiple,
+        "pad each micro-batch's length (padded rows, or the packed row) up to a multiple of N tokens "
+        "(TorchTune's pad_to_multiple_of): fewer distinct shapes, for --cuda-graphs and the kernels' tiles")
+      .at_least(1);
 }
 
 void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const {
@@ -41,18 +45,20 @@ void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelle
   }
 }
 
-data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
-                              Padding padding, bool pin_memory) {
+data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, const Collation& how,
+                              bool pin_memory) {
   std::int64_t longest = 0, total = 0;
   for (const auto* s : sequences) {
     longest = std::max(longest, static_cast<std::int64_t>(s->tokens.size()));
     total += static_cast<std::int64_t>(s->tokens.size());
   }
   const auto rows = static_cast<std::int64_t>(sequences.size());
-  const bool packed = padding == Padding::kNone;
+  const bool packed = how.padding == Padding::kNone;
+  const std::int64_t length = padded_length(packed ? total : longest, how.pad_to_multiple);  // S, or T
   const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pin_memory);
-  torch::Tensor tokens = packed ? torch::empty({1, total}, options) : torch::full({rows, longest}, pad_id, options);
-  torch::Tensor position_ids = packed ? torch::empty({total}, options) : torch::Tensor();
+  torch::Tensor tokens =
+      packed ? torch::full({1, length}, how.pad_id, options) : torch::full({rows, length}, how.pad_id, options);
+  torch::Tensor position_ids = packed ? torch::empty({length}, options) : torch::Tensor();
   torch::Tensor lengths = packed ? torch::empty({rows}, torch::kInt64) : torch::Tensor();
   std::vector<std::int64_t> positions, targets, owners;
   auto* token_data = tokens.data_ptr<std::int64_t>();
@@ -61,10 +67,9 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
   data::Batch batch;
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto& s = *sequences[static_cast<std::size_t>(r)];
-    const auto n = static_cast<std::int64_t>(s.tokens.size());
+    auto n = static_cast<std::int64_t>(s.tokens.size());
     for (std::int64_t k = 0; k < n; ++k) {
       token_data[start + k] = s.tokens[static_cast<std::size_t>(k)];
-      if (packed) position_data[start + k] = k;
       // Position k - 1 predicts token k, where its label is not masked.
       if (k > 0 && s.labels[static_cast<std::size_t>(k)] != text::kIgnoreIndex) {
         positions.push_back(start + k - 1);
@@ -72,9 +77,20 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
         owners.push_back(r);
       }
     }
-    if (packed) lengths.data_ptr<std::int64_t>()[r] = n;
-    start += packed ? n : longest;
     batch.tokens += n;
+    if (packed) {
+      if (r == rows - 1) n = length - start;  // the padding after the last sequence, in its run
+      for (std::int64_t k = 0; k < n; ++k) position_data[start + k] = k;
+      lengths.data_ptr<std::int64_t>()[r] = n;
+    }
+    start += packed ? n : length;
+  }
+  batch.loss_targets = static_cast<std::int64_t>(positions.size());
+  if (how.static_targets) {
+    const std::int64_t grid = packed ? length : rows * length;
+    positions.resize(static_cast<std::size_t>(grid), 0);
+    targets.resize(static_cast<std::size_t>(grid), 0);
+    owners.resize(static_cast<std::size_t>(grid), rows);
   }
   auto to_tensor = [&](const std::vector<std::int64_t>& values) {
     torch::Tensor t = torch::empty({static_cast<std::int64_t>(values.size())}, options);
@@ -87,8 +103,7 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
     batch.host_tensors = {std::move(lengths)};
   }
   batch.samples = rows;
-  batch.padded_tokens = packed ? total : rows * longest;
-  batch.loss_targets = static_cast<std::int64_t>(positions.size());
+  batch.padded_tokens = packed ? length : rows * length;
   return batch;
 }
 
@@ -111,7 +126,9 @@ std::int64_t sequences_of(const data::Batch& batch) {
 }
 
 torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs) {
-  return torch::zeros({sequences_of(batch)}, log_probs.options()).index_add(0, batch.tensors[3], log_probs);
+  // One bin more than there are sequences: a static target list's stand-ins land in it.
+  const std::int64_t rows = sequences_of(batch);
+  return torch::zeros({rows + 1}, log_probs.options()).index_add(0, batch.tensors[3], log_probs).narrow(0, 0, rows);
 }
 
 }  // namespace mgbench::train

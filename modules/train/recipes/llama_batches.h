@@ -24,22 +24,46 @@ enum class Padding {
   kNone,  ///< packed one after another without padding: tokens [1, S] (models::SequencePacking)
 };
 
+/// n tokens padded up to a multiple of `multiple` (>= 1).
+inline std::int64_t padded_length(std::int64_t n, std::int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+/// How collate_sequences lays a micro-batch out.
+struct Collation {
+  std::int64_t pad_id = 0;  // the tokenizer's <|finetune_right_pad_id|>
+  Padding padding = Padding::kPad;
+  /// The padded length (kPad: T) or the packed row (kNone: S) rounded up to a multiple of this
+  /// (--pad-to-multiple; TorchTune's padded_collate_sft pad_to_multiple_of): pad tokens after each
+  /// row's sequence, or after the last packed sequence as part of its run (causal attention: no real
+  /// token attends to them). 1: the longest sequence, the real tokens.
+  std::int64_t pad_to_multiple = 1;
+  /// The target list as long as tokens' grid (R x T, or S), the real targets first and then
+  /// stand-ins (position 0, label 0, owned by an extra sequence R that sequence_log_probs drops):
+  /// every batch of one token shape has tensors of one shape, as a CUDA graph's replay needs
+  /// (RecipeContext::static_shapes). false: only the real targets (the head computes nothing else).
+  bool static_targets = false;
+};
+
 /// Sequences as one batch, as TorchTune's padded_collate_sft / padded_collate_dpo with the targets
 /// found here (on the loader thread) instead of in the loss. tensors: tokens int64 [R, T]
-/// right-padded with pad_id to the longest (kPad) or [1, S] packed (kNone, S the real tokens); the
-/// flat indices, in tokens' grid, of the positions whose next label is not masked, int64 [N]; those
-/// labels, int64 [N]; each target's sequence, int64 [N]; with kNone, each token's position in its
-/// sequence, int64 [S], and host_tensors {the sequences' lengths, int64 [R]}. samples = R; tokens:
-/// real tokens; padded_tokens = R x T (kPad) or S (kNone); loss_targets = N.
-data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, std::int64_t pad_id,
-                              Padding padding, bool pin_memory);
+/// right-padded with pad_id (kPad; T the longest, rounded up to pad_to_multiple) or [1, S] packed
+/// (kNone, S the real tokens, rounded up likewise); the flat indices, in tokens' grid, of the
+/// positions whose next label is not masked, int64 [N]; those labels, int64 [N]; each target's
+/// sequence, int64 [N] (N = R x T or S with static_targets, the stand-ins' sequence R); with kNone,
+/// each token's position in its sequence, int64 [S], and host_tensors {the sequences' lengths,
+/// int64 [R], the padding counted in the last}. samples = R; tokens: real tokens; padded_tokens =
+/// R x T (kPad) or S (kNone); loss_targets: the real targets.
+data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, const Collation& how,
+                              bool pin_memory);
 /// The packing of a batch collated with Padding::kNone (its tensors possibly on the device), or
 /// nullopt for a padded one.
 std::optional<models::SequencePacking> packing_of(const data::Batch& batch);
 /// The sequences of a collated batch (R).
 std::int64_t sequences_of(const data::Batch& batch);
 /// Per sequence of a collated batch, the sum of its targets' log-probabilities (log_probs: [N], one
-/// per target position): float32 [R], differentiable. TorchTune's get_batch_log_probs.
+/// per target position; a static target list's stand-ins dropped): float32 [R], differentiable.
+/// TorchTune's get_batch_log_probs.
 torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs);
 
 /// The data options of the LLM recipes (section "Data"), but --dataset, whose table is each recipe's.
@@ -49,8 +73,10 @@ struct LlamaDataOptions {
   bool train_on_input = false;   // the prompt's tokens carry loss too
   std::int64_t limit = 0;        // use the first N rows (0: all)
   Padding padding = Padding::kPad;
+  std::int64_t pad_to_multiple = 1;  // Collation::pad_to_multiple
 
-  /// Declares --data, --max-seq-len, --train-on-input, --limit and --padding. rows: what a row of the file is
+  /// Declares --data, --max-seq-len, --train-on-input, --limit, --padding and --pad-to-multiple. rows: what a row of
+  /// the file is
   /// ("samples", "preference rows: chosen and rejected"), for the help.
   void declare(options::OptionTable& table, const std::string& rows);
   /// `unlabelled` of the `rows` rows read keep no label token (--max-seq-len cut their responses
@@ -58,6 +84,9 @@ struct LlamaDataOptions {
   /// --train-on-input (nothing to train on or evaluate: every step skipped, its loss NaN); some, a warning on
   /// rank 0 (their micro-batches train nothing).
   void refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const;
+  /// The most tokens a padded row holds: --max-seq-len rounded up to --pad-to-multiple; 0 (unbounded)
+  /// without --max-seq-len.
+  std::int64_t longest_row() const { return padded_length(max_seq_len, pad_to_multiple); }
 };
 
 }  // namespace mgbench::train

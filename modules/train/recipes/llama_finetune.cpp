@@ -219,9 +219,18 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaFinetune::checkpoint_ten
   return trained;
 }
 
-data::Batch LlamaFinetune::collate(const std::vector<const text::TokenizedSample*>& sequences, Padding padding,
-                                   bool pin_memory) const {
-  return collate_sequences(sequences, tokenizer_->pad_id(), padding, pin_memory);
+std::string LlamaFinetune::graph_blocker() const {
+  if (activation_checkpointing_ && lora_.dropout > 0 && finetune_ == Finetune::kLora) {
+    return fmt::format(
+        "--lora-dropout {} under --activation-checkpointing: the recomputation replays the generator's "
+        "state, which a capture cannot read (--lora-dropout 0, TorchTune's default, allows graphs)",
+        lora_.dropout);
+  }
+  if (fake_quant_ != FakeQuant::kNone && fake_quant_after_steps_ > 0) {
+    return fmt::format("--fake-quant-after-steps {} changes forward after the first steps, after a graph was captured",
+                       fake_quant_after_steps_);
+  }
+  return "";
 }
 
 LlamaFinetune::TargetLogProbs LlamaFinetune::target_log_probs(const data::Batch& batch) {
@@ -237,7 +246,7 @@ LlamaFinetune::TargetLogProbs LlamaFinetune::target_log_probs(const data::Batch&
                                models::FrozenHeadGradient::kAuto, head.weight_gradient);
   // Without targets, the empty result tied to every hidden state by a zero: backward then hands every
   // layer a defined zero gradient (every unit's hooks run on every rank), not an absent one.
-  if (batch.loss_targets == 0) log_probs = (log_probs.sum() + hidden.sum() * 0).reshape({1}).narrow(0, 0, 0);
+  if (batch.tensors[1].size(0) == 0) log_probs = (log_probs.sum() + hidden.sum() * 0).reshape({1}).narrow(0, 0, 0);
   return {log_probs, hidden};
 }
 

@@ -132,10 +132,6 @@ class LlamaFinetune {
   /// the first --fake-quant-after-steps steps (TorchTune's fake_quant_after_n_steps).
   void begin_step(std::int64_t global_step);
 
-  /// collate_sequences with the tokenizer's <|finetune_right_pad_id|>.
-  data::Batch collate(const std::vector<const text::TokenizedSample*>& sequences, Padding padding,
-                      bool pin_memory) const;
-
   struct TargetLogProbs {
     torch::Tensor log_probs;  // float32 [N]: log p(target | prefix) at the batch's target positions
     torch::Tensor hidden;     // [R, T, H]: the final hidden states (for statistics of the logits)
@@ -143,6 +139,10 @@ class LlamaFinetune {
   /// A forward over the batch's tokens (on the device) and the log-probabilities of its targets
   /// (models::target_log_probs: only target positions reach the output projection).
   TargetLogProbs target_log_probs(const data::Batch& batch);
+  /// Why this model's micro-batches cannot be captured as CUDA graphs (Recipe::graph_blocker), or "":
+  /// LoRA dropout under activation checkpointing (the recomputation replays the generator's state,
+  /// which a capture cannot read), fake quantisation switched on after the first steps (forward changes).
+  std::string graph_blocker() const;
 
   /// Model FLOPs of a forward and backward over a collated batch's computed positions (R x T padded,
   /// or the S packed tokens): the matmul parameters (all but the embedding table and the norms; a

@@ -29,7 +29,7 @@ class LlamaRecipe : public Recipe {
   models::ShardableModel* shardable_model() override { return &llama_.model(); }
   std::vector<MemoryPlanRow> memory_plan(const TrainOptions& train,
                                          const std::vector<int>& world_sizes) const override {
-    return llama_.memory_plan(train, world_sizes, {train.batch_size * sequences_per_row(), data_.max_seq_len});
+    return llama_.memory_plan(train, world_sizes, {train.batch_size * sequences_per_row(), data_.longest_row()});
   }
   /// A sample's padded tokens are sequences_per_row() sequences' (a preference pair: two).
   std::optional<ModelStepShape> model_step_shape(const TrainOptions& train,
@@ -43,14 +43,15 @@ class LlamaRecipe : public Recipe {
   bool activation_checkpointing() const override { return llama_.activation_checkpointing(); }
   void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
   bool counts_tokens() const override { return true; }
-  /// Not yet (docs/design.md, CUDA graphs): a batch's targets are a list of its target positions,
-  /// whose length varies from batch to batch; a packed batch's attention takes its sequences' lengths
-  /// on the host; SFT's normaliser is the batch's target count; activation checkpointing saves the
-  /// CUDA generator's state.
+  /// Padded micro-batches on a model without random draws in its recomputation can be captured: their
+  /// target lists are then laid out at a fixed length (Collation::static_targets) and the normaliser
+  /// is the host's (Recipe::loss_normalizer). Packed ones cannot yet (docs/design.md, CUDA graphs).
   std::string graph_blocker() const override {
-    return "an LLM micro-batch's target list varies in length from batch to batch, packed sequences' attention reads "
-           "their lengths on the host, and activation checkpointing saves the CUDA generator's state (static "
-           "layouts and graph-safe generator states are not built yet)";
+    if (data_.padding == Padding::kNone) {
+      return "--padding none: packed sequences' attention takes their lengths on the host, per micro-batch "
+             "(--padding pad allows graphs)";
+    }
+    return llama_.graph_blocker();
   }
 
  protected:
@@ -82,7 +83,14 @@ class LlamaRecipe : public Recipe {
     const auto unlabelled = static_cast<std::size_t>(
         std::count_if(rows.begin(), rows.end(), [](const auto& row) { return label_tokens(row) == 0; }));  // text::
     data_.refuse_or_warn_unlabelled(ctx.rank, unlabelled, rows.size());
+    static_targets_ = ctx.static_shapes;
     llama_.build(ctx);
+  }
+
+  /// The sequences as one micro-batch (collate_sequences) as the data options and the loop's graphs ask.
+  data::Batch collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const {
+    return collate_sequences(
+        sequences, {llama_.tokenizer().pad_id(), data_.padding, data_.pad_to_multiple, static_targets_}, pin_memory);
   }
 
   /// Sequences a row of the dataset makes in a batch: 1 (a sample), 2 for a preference pair.
@@ -90,6 +98,9 @@ class LlamaRecipe : public Recipe {
 
   LlamaFinetune llama_;
   LlamaDataOptions data_;
+
+ private:
+  bool static_targets_ = false;  // RecipeContext::static_shapes
 };
 
 }  // namespace mgbench::train

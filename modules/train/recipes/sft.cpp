@@ -65,10 +65,8 @@ class SftRecipe final : public LlamaRecipe {
   LossNormalization loss_normalization() const override { return LossNormalization::kSumOverTargets; }
 
   /// The next-token cross-entropy summed over the batch's targets (fp32; only target positions
-  /// reach the output projection).
-  MicroBatchLoss forward(const data::Batch& batch) override {
-    return {-llama_.target_log_probs(batch).log_probs.sum(), static_cast<double>(batch.loss_targets), {}};
-  }
+  /// reach the output projection), over its sequences (a static target list's stand-ins dropped).
+  MicroBatchLoss forward(const data::Batch& batch) override { return {-target_sum(batch), {}}; }
 
   double flops(const data::Batch& batch) const override { return llama_.flops(batch); }
 
@@ -78,7 +76,7 @@ class SftRecipe final : public LlamaRecipe {
   }
   std::int64_t eval_terms() const override { return 2; }
   torch::Tensor eval_sums(const data::Batch& batch) override {
-    const torch::Tensor loss = (-llama_.target_log_probs(batch).log_probs.sum()).to(torch::kFloat64);
+    const torch::Tensor loss = (-target_sum(batch)).to(torch::kFloat64);
     return torch::stack({loss, torch::full({}, static_cast<double>(batch.loss_targets), loss.options())});
   }
   EvalResult eval_result(const torch::Tensor& sums) const override {
@@ -107,7 +105,11 @@ class SftRecipe final : public LlamaRecipe {
   data::Batch collate(const std::vector<std::int64_t>& indices, bool pin_memory) const {
     std::vector<const text::TokenizedSample*> rows;
     for (const auto i : indices) rows.push_back(&samples_[static_cast<std::size_t>(i)]);
-    return llama_.collate(rows, data_.padding, pin_memory);
+    return LlamaRecipe::collate(rows, pin_memory);
+  }
+  /// The sum of the log-probabilities of the batch's targets: a scalar, fp32.
+  torch::Tensor target_sum(const data::Batch& batch) {
+    return sequence_log_probs(batch, llama_.target_log_probs(batch).log_probs).sum();
   }
 
   SftOptions options_;
