@@ -605,6 +605,17 @@ def test_dry_run_plans_the_memory_per_rank_of_llama3_8b():
                for n, r in replicated.items() if n > 1), out
 
 
+def test_dry_run_plans_the_activations_of_rows_padded_to_a_multiple():
+    """--pad-to-multiple pads a row past --max-seq-len (500 tokens up to 512 with 64): the plan's
+    activations are the padded rows', those of --max-seq-len 512, more than 500's."""
+    base = ("--recipe", "lora", "--model", "llama3.2-1b", "--batch-size", "2")
+    padded, _, out = memory_plan(*base, "--max-seq-len", "500", "--pad-to-multiple", "64")
+    longer, _, _ = memory_plan(*base, "--max-seq-len", "512")
+    cut, _, _ = memory_plan(*base, "--max-seq-len", "500")
+    assert padded == longer, (padded, longer)
+    assert padded[1][4] > cut[1][4], (padded, cut)
+
+
 def test_dry_run_plans_llama3_70b_on_the_ranks_asked():
     """Llama 3.1 70B (70,553,706,496 parameters, Meta's count) in bf16: LoRA on 8 ranks holds an eighth of
     the weights plus the units gathered at the peak -- the head (kept from forward to backward), the
