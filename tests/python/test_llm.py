@@ -144,6 +144,8 @@ def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
     (["--data", "x.json", "--precision", "fp16"], "--precision 'fp16'"),
     (["--data", "x.json", "--activation-checkpointing", "maybe"], "--activation-checkpointing 'maybe'"),
     (["--data", "x.json", "--adapter", "dir"], "--adapter: only with --eval-only"),
+    (["--data", "x.json", "--pad-to-multiple", "0"], "--pad-to-multiple '0': expected >= 1"),
+    (["--data", "x.json", "--pad-to-multiple", "1000000"], "--pad-to-multiple '1000000': expected <= 131072"),
     ([], "--data: required"),
 ])
 def test_bad_options_exit_2(args, needle):

@@ -29,7 +29,8 @@ void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows)
   t.add("pad-to-multiple", pad_to_multiple,
         "pad each micro-batch's length (padded rows, or the packed row) up to a multiple of N tokens "
         "(TorchTune's pad_to_multiple_of): fewer distinct shapes, for --cuda-graphs and the kernels' tiles")
-      .at_least(1);
+      .at_least(1)
+      .at_most(131072);  // Llama 3.1's context: a multiple past it pads every row beyond any model's
 }
 
 void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const {
@@ -56,8 +57,7 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
   const bool packed = how.padding == Padding::kNone;
   const std::int64_t length = padded_length(packed ? total : longest, how.pad_to_multiple);  // S, or T
   const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pin_memory);
-  torch::Tensor tokens =
-      packed ? torch::full({1, length}, how.pad_id, options) : torch::full({rows, length}, how.pad_id, options);
+  torch::Tensor tokens = torch::full({packed ? 1 : rows, length}, how.pad_id, options);
   torch::Tensor position_ids = packed ? torch::empty({length}, options) : torch::Tensor();
   torch::Tensor lengths = packed ? torch::empty({rows}, torch::kInt64) : torch::Tensor();
   std::vector<std::int64_t> positions, targets, owners;
@@ -85,12 +85,14 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
     }
     start += packed ? n : length;
   }
+  batch.samples = rows;
+  batch.padded_tokens = tokens.numel();
   batch.loss_targets = static_cast<std::int64_t>(positions.size());
   if (how.static_targets) {
-    const std::int64_t grid = packed ? length : rows * length;
-    positions.resize(static_cast<std::size_t>(grid), 0);
-    targets.resize(static_cast<std::size_t>(grid), 0);
-    owners.resize(static_cast<std::size_t>(grid), rows);
+    const auto grid = static_cast<std::size_t>(batch.padded_tokens);
+    positions.resize(grid, 0);
+    targets.resize(grid, 0);
+    owners.resize(grid, rows);
   }
   auto to_tensor = [&](const std::vector<std::int64_t>& values) {
     torch::Tensor t = torch::empty({static_cast<std::int64_t>(values.size())}, options);
@@ -102,8 +104,6 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
     batch.tensors.push_back(std::move(position_ids));
     batch.host_tensors = {std::move(lengths)};
   }
-  batch.samples = rows;
-  batch.padded_tokens = packed ? length : rows * length;
   return batch;
 }
 

@@ -75,9 +75,8 @@ struct LlamaDataOptions {
   Padding padding = Padding::kPad;
   std::int64_t pad_to_multiple = 1;  // Collation::pad_to_multiple
 
-  /// Declares --data, --max-seq-len, --train-on-input, --limit, --padding and --pad-to-multiple. rows: what a row of
-  /// the file is
-  /// ("samples", "preference rows: chosen and rejected"), for the help.
+  /// Declares --data, --max-seq-len, --train-on-input, --limit, --padding and --pad-to-multiple. rows:
+  /// what a row of the file is ("samples", "preference rows: chosen and rejected"), for the help.
   void declare(options::OptionTable& table, const std::string& rows);
   /// `unlabelled` of the `rows` rows read keep no label token (--max-seq-len cut their responses
   /// off, the prompt masked): all of them, throws DataError naming --data's file, --max-seq-len and
