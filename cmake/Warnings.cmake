@@ -3,7 +3,7 @@
 # (third-party headers are system includes and stay out of it).
 option(MGBENCH_WERROR "Treat warnings in mgbench's own code as errors" OFF)
 function(mgbench_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter -Wundef)
   if(MGBENCH_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

@@ -19,7 +19,7 @@
 #   techniques    full, lora, qlora, qat, dpo on llama3.2-3b, then llama3-8b: s/it, peak VRAM, HtoD bytes per step,
 #                 J/token; `mgbench predict --ranks 1,2` of them: the inter-GPU bytes per step at 2 ranks
 #   graphs        issue 47: --cuda-graphs off vs on, MobileNetV2 at 100, 224 and 500 px, amp-bf16 and fp32;
-#                 LoRA bf16 on llama3.2-1b and llama3-8b shapes, padded to multiples of 64 tokens
+#                 LoRA bf16 on llama3.2-1b and llama3-8b shapes, padded and packed, to multiples of 64 tokens
 # Their results files are $OUT/<set>.h5 (`mgbench report [--cuda] FILE` prints them again; the
 # figures stage draws them).
 #   DRY_RUN=1 BENCH_SETS="table2 fig2 table3 cuda-metrics techniques graphs" scripts/gpu-check.sh
@@ -666,15 +666,19 @@ if bench_set graphs; then
       done
     done
   done
-  # The LLM step (LoRA, bf16, batch 2, alpaca; rows padded to multiples of 64 tokens on both sides: a
-  # bounded set of shapes, one graph each), where the host's launches of every decoder layer's ops weigh.
+  # The LLM step (LoRA, bf16, batch 2, alpaca; padded rows and packed ones, both rounded up to
+  # multiples of 64 tokens on both sides: a bounded set of shapes, one graph each), where the host's
+  # launches of every decoder layer's ops weigh.
   for model in ${GRAPHS_LLM_MODELS:-llama3.2-1b llama3-8b}; do
-    for graphs in off on; do
-      run_cmd --log "$OUT/graphs-$model-$graphs.log" "$MGBENCH" llm --model "$model" --init random "${LLM_ALPACA[@]}" \
-        --batch-size 2 --max-steps "${GRAPHS_LLM_STEPS:-30}" --max-seq-len 512 --pad-to-multiple 64 --device cuda \
-        --cuda-graphs "$graphs" --warmup-steps-excluded 10 --cupti false --results "$OUT/graphs.h5" \
-        --run-name "$model-lora-$graphs" --progress-interval 1000 ||
-        echo "gpu-check.sh: graphs $graphs on $model failed (above); going on"
+    for padding in ${GRAPHS_LLM_PADDINGS:-pad none}; do
+      for graphs in off on; do
+        run_cmd --log "$OUT/graphs-$model-$padding-$graphs.log" "$MGBENCH" llm --model "$model" --init random \
+          "${LLM_ALPACA[@]}" --batch-size 2 --max-steps "${GRAPHS_LLM_STEPS:-30}" --max-seq-len 512 \
+          --padding "$padding" --pad-to-multiple 64 --device cuda --cuda-graphs "$graphs" \
+          --warmup-steps-excluded 10 --cupti false --results "$OUT/graphs.h5" \
+          --run-name "$model-lora-$padding-$graphs" --progress-interval 1000 ||
+          echo "gpu-check.sh: graphs $graphs on $model ($padding) failed (above); going on"
+      done
     done
   done
   paper_report graphs --cuda

@@ -16,7 +16,7 @@
 #include "data/image_transforms.h"
 #include "data/transforms.h"
 
-#ifdef MGBENCH_HAVE_NVJPEG
+#if MGBENCH_HAVE_NVJPEG
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -50,14 +50,14 @@ DeviceDecodeCounts device_decode_counts() {
 }
 
 bool nvjpeg_available() {
-#ifdef MGBENCH_HAVE_NVJPEG
+#if MGBENCH_HAVE_NVJPEG
   return true;
 #else
   return false;
 #endif
 }
 
-#ifdef MGBENCH_HAVE_NVJPEG
+#if MGBENCH_HAVE_NVJPEG
 namespace {
 
 bool starts_with_jpeg(std::span<const std::uint8_t> file) {
@@ -280,7 +280,7 @@ NvjpegBackend resolve_nvjpeg_backend(NvjpegBackend backend, const torch::Device&
   MGBENCH_REQUIRE(nvjpeg_available(), ConfigError,
                   "--decode device: this mgbench was built without nvJPEG (pip install nvidia-nvjpeg beside torch, or "
                   "-DMGBENCH_NVJPEG_ROOT=...; see docs/datasets.md)");
-#ifndef MGBENCH_HAVE_NVJPEG
+#if !MGBENCH_HAVE_NVJPEG
   return backend;
 #else
   const c10::cuda::CUDAGuard guard(device);
@@ -314,7 +314,7 @@ torch::Tensor decode_and_crop_on_device(const Batch& batch, NvjpegBackend backen
                                         const torch::Device& device, torch::ScalarType dtype,
                                         std::span<const double> mean, std::span<const double> std) {
   backend = resolve_nvjpeg_backend(backend, device);
-#ifndef MGBENCH_HAVE_NVJPEG
+#if !MGBENCH_HAVE_NVJPEG
   (void)batch, (void)size, (void)dtype, (void)mean, (void)std;
   return {};
 #else

@@ -6,11 +6,13 @@
 #include <optional>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "models/state_dict.h"
 
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
 #include <ATen/native/transformers/cuda/sdp_utils.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #endif
 
 namespace mgbench::models {
@@ -140,7 +142,7 @@ class CpuCausalAttention : public torch::autograd::Function<CpuCausalAttention> 
 
 bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   if (!q.is_cuda()) return false;
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   // Flash's own admission test, not SDPA's first choice: torch 2.11 with cuDNN > 9.15 ranks cuDNN
   // attention first on sm90 / sm100 (H100, H200, B200), where _fused_sdp_choice never says flash.
   const sdp::sdp_params params{q,
@@ -157,53 +159,84 @@ bool flash_varlen_applies(const torch::Tensor& q, const torch::Tensor& k, const 
 }
 
 torch::Tensor flash_varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                            c10::IntArrayRef lengths) {
-  MGBENCH_REQUIRE(q.dim() == 4 && q.size(0) == 1 && k.size(0) == 1 && v.size(0) == 1 && !lengths.empty(),
+                                            const PackedRuns& runs) {
+  const auto n = static_cast<std::int64_t>(runs.lengths.size());
+  MGBENCH_REQUIRE(q.dim() == 4 && q.size(0) == 1 && k.size(0) == 1 && v.size(0) == 1 && n > 0 &&
+                      runs.cu_seqlens.dim() == 1 && runs.cu_seqlens.size(0) == n + 1 &&
+                      runs.cu_seqlens.scalar_type() == torch::kInt32 && runs.max_length > 0,
                   std::invalid_argument,
-                  "flash_varlen_causal_attention: packed q, k, v [1, H, S, D] and sequence lengths; got q {}, "
-                  "k {}, {} lengths",
-                  shape_text(q.sizes()), shape_text(k.sizes()), lengths.size());
-  // Flash attention's varlen layout: [S, H, D] (token-major), cumulative sequence starts int32 [N + 1].
-  std::vector<std::int32_t> starts{0};
-  std::int64_t longest = 0;
-  for (const std::int64_t n : lengths) {
-    starts.push_back(starts.back() + static_cast<std::int32_t>(n));
-    longest = std::max(longest, n);
-  }
-  MGBENCH_REQUIRE(starts.back() == q.size(2), std::invalid_argument,
-                  "flash_varlen_causal_attention: lengths sum to {}, q holds {} positions", starts.back(), q.size(2));
+                  "flash_varlen_causal_attention: packed q, k, v [1, H, S, D], {} runs and their cumulative lengths "
+                  "int32 [runs + 1]; got q {}, k {}, cu_seqlens {} of {}",
+                  n, shape_text(q.sizes()), shape_text(k.sizes()), shape_text(runs.cu_seqlens.sizes()),
+                  c10::toString(runs.cu_seqlens.scalar_type()));
+  // Flash attention's varlen layout: [S, H, D] (token-major), cumulative sequence starts int32 [N + 1]
+  // on the device: the batch's copy, made once a micro-batch (a host one is copied here, a test's).
   const torch::Tensor cu_seqlens =
-      torch::tensor(starts, torch::TensorOptions().dtype(torch::kInt32)).to(q.device(), /*non_blocking=*/true);
+      runs.cu_seqlens.device() == q.device() ? runs.cu_seqlens : runs.cu_seqlens.to(q.device(), /*non_blocking=*/true);
   const auto token_major = [](const torch::Tensor& x) { return x.squeeze(0).transpose(0, 1).contiguous(); };
-  const auto outputs =
-      at::_flash_attention_forward(token_major(q), token_major(k), token_major(v), cu_seqlens, cu_seqlens, longest,
-                                   longest, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);
+  const auto outputs = at::_flash_attention_forward(token_major(q), token_major(k), token_major(v), cu_seqlens,
+                                                    cu_seqlens, runs.max_length, runs.max_length, /*dropout_p=*/0.0,
+                                                    /*is_causal=*/true, /*return_debug_mask=*/false);
   return std::get<0>(outputs).transpose(0, 1).unsqueeze(0);  // [S, H, D] -> [1, H, S, D]
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               c10::IntArrayRef lengths) {
-  std::int64_t total = 0;
-  for (const std::int64_t n : lengths) total += n;
-  MGBENCH_REQUIRE(lengths.empty() || total == q.size(2), std::invalid_argument,
-                  "causal_attention: lengths sum to {}, q {} holds {} positions", total, shape_text(q.sizes()),
-                  q.size(2));
-  if (q.device().is_cpu()) {
-    return CpuCausalAttention::apply(q, k, v, lengths.empty() ? std::vector<std::int64_t>{q.size(2)} : lengths.vec());
+                               const PackedRuns* runs) {
+  if (runs != nullptr) {
+    std::int64_t total = 0;
+    for (const std::int64_t n : runs->lengths) total += n;
+    MGBENCH_REQUIRE(total == q.size(2), std::invalid_argument,
+                    "causal_attention: lengths sum to {}, q {} holds {} positions", total, shape_text(q.sizes()),
+                    q.size(2));
   }
-  if (lengths.size() > 1 && flash_varlen_applies(q, k, v)) return flash_varlen_causal_attention(q, k, v, lengths);
+  const bool packed = runs != nullptr && runs->lengths.size() > 1;
+  if (q.device().is_cpu()) {
+    return CpuCausalAttention::apply(q, k, v, packed ? runs->lengths : std::vector<std::int64_t>{q.size(2)});
+  }
+  if (packed && flash_varlen_applies(q, k, v)) return flash_varlen_causal_attention(q, k, v, *runs);
   const bool gqa = q.size(1) != k.size(1);
-  if (lengths.size() <= 1) {
+  if (!packed) {
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, gqa);
   }
+#if MGBENCH_HAVE_CUDA
+  // One call per sequence on this batch's host lengths: a graph captured here would replay them on
+  // every later batch.
+  MGBENCH_REQUIRE(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
+                  std::runtime_error,
+                  "causal_attention: packed sequences in {} on {} take one attention call per sequence, on the "
+                  "host's lengths, which a CUDA graph cannot capture (flash attention takes them in one call: "
+                  "bf16 / fp16 on its GPUs)",
+                  c10::toString(q.scalar_type()), q.device().str());
+#endif
   std::vector<torch::Tensor> parts;  // packed sequences, one call each
   std::int64_t start = 0;
-  for (const std::int64_t n : lengths) {
+  for (const std::int64_t n : runs->lengths) {
     parts.push_back(causal_attention(q.narrow(2, start, n), k.narrow(2, start, n), v.narrow(2, start, n)));
     start += n;
   }
   return torch::cat(parts, 2);
+}
+
+PackedRuns PackedRuns::of(std::vector<std::int64_t> lengths, bool pin_memory, std::int64_t bound) {
+  MGBENCH_REQUIRE(!lengths.empty(), std::invalid_argument, "PackedRuns: no runs");
+  const auto n = static_cast<std::int64_t>(lengths.size());
+  torch::Tensor cu = torch::empty({n + 1}, torch::TensorOptions(torch::kInt32).pinned_memory(pin_memory));
+  auto* ends = cu.data_ptr<std::int32_t>();
+  ends[0] = 0;
+  std::int64_t end = 0, longest = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t length = lengths[static_cast<std::size_t>(i)];
+    MGBENCH_REQUIRE(length >= 0, std::invalid_argument, "PackedRuns: run {} has {} positions", i, length);
+    end += length;
+    MGBENCH_REQUIRE(end <= std::numeric_limits<std::int32_t>::max(), std::invalid_argument,
+                    "PackedRuns: {} positions do not fit flash attention's int32 offsets", end);
+    ends[i + 1] = static_cast<std::int32_t>(end);
+    longest = std::max(longest, length);
+  }
+  MGBENCH_REQUIRE(bound == 0 || bound >= longest, std::invalid_argument,
+                  "PackedRuns: a bound of {} positions below the longest run's {}", bound, longest);
+  return {std::move(lengths), std::move(cu), bound > 0 ? bound : longest};
 }
 
 }  // namespace mgbench::models

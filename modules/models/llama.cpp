@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -92,22 +93,31 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
-                               torch::Tensor sin, std::int64_t layer_address, std::vector<std::int64_t> lengths,
+                               torch::Tensor sin, std::int64_t layer_address, const PackedRuns* runs,
                                bool draws_random_numbers) {
     ctx->saved_data["layer"] = layer_address;
-    ctx->saved_data["lengths"] = lengths;
+    if (runs != nullptr) {  // kept by value: the packing is the caller's, gone before backward
+      ctx->saved_data["lengths"] = runs->lengths;
+      ctx->saved_data["cu_seqlens"] = runs->cu_seqlens;
+      ctx->saved_data["max_length"] = runs->max_length;
+    }
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
     if (draws_random_numbers) ctx->saved_data["rng"] = generator_of(x).get_state();
     ctx->save_for_backward({x});
     auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(layer_address);
-    return layer->forward(x, cos, sin, lengths);
+    return layer->forward(x, cos, sin, runs);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto* layer = reinterpret_cast<LlamaDecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    std::optional<PackedRuns> runs;
+    if (const auto lengths = ctx->saved_data.find("lengths"); lengths != ctx->saved_data.end()) {
+      runs = PackedRuns{lengths->second.toIntVector(), ctx->saved_data["cu_seqlens"].toTensor(),
+                        ctx->saved_data["max_length"].toInt()};
+    }
     const auto rng = ctx->saved_data.find("rng");
     torch::Generator gen = generator_of(x);
     torch::Tensor current;
@@ -119,7 +129,7 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     {
       torch::AutoGradMode grad(true);
       out = layer->forward(x, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(),
-                           ctx->saved_data["lengths"].toIntVector());
+                           runs ? &*runs : nullptr);
     }
     if (current.defined()) gen.set_state(current);
     torch::autograd::backward({out}, {grad_outputs[0]});
@@ -173,7 +183,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, BaseWeights base)
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                          c10::IntArrayRef lengths) {
+                                          const PackedRuns* runs) {
   const auto b = x.size(0);
   const auto t = x.size(1);
   auto heads = [&](const torch::Tensor& y, std::int64_t n) { return y.view({b, t, n, head_dim_}).transpose(1, 2); };
@@ -182,7 +192,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   const torch::Tensor v = heads(v_proj(x), kv_heads_);
   q = rotate(q, cos, sin);  // cos, sin broadcast over [B, H]
   k = rotate(k, cos, sin);
-  const torch::Tensor out = causal_attention(q, k, v, lengths);
+  const torch::Tensor out = causal_attention(q, k, v, runs);
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 
@@ -204,8 +214,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, BaseWeights b
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                             c10::IntArrayRef lengths) {
-  const torch::Tensor h = x + self_attn->forward(input_layernorm(x), cos, sin, lengths);
+                                             const PackedRuns* runs) {
+  const torch::Tensor h = x + self_attn->forward(input_layernorm(x), cos, sin, runs);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -282,18 +292,18 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens, c
   MGBENCH_REQUIRE(tokens.dim() == 2 && tokens.scalar_type() == torch::kInt64, std::invalid_argument,
                   "Llama forward: tokens must be int64 [B, T], got {} of {}", c10::toString(tokens.scalar_type()),
                   shape_text(tokens.sizes()));
-  std::vector<std::int64_t> lengths;
+  const PackedRuns* runs = nullptr;
   torch::Tensor position_ids;
   if (packing != nullptr) {
     std::int64_t total = 0;
-    for (const std::int64_t n : packing->lengths) total += n;
+    for (const std::int64_t n : packing->runs.lengths) total += n;
     MGBENCH_REQUIRE(tokens.size(0) == 1 && total == tokens.size(1) && packing->position_ids.dim() == 1 &&
                         packing->position_ids.size(0) == total,
                     std::invalid_argument,
                     "Llama forward: packed sequences must be tokens [1, S] with lengths summing to S and "
                     "position_ids [S]; got tokens {}, lengths summing to {}, position_ids {}",
                     shape_text(tokens.sizes()), total, shape_text(packing->position_ids.sizes()));
-    lengths = packing->lengths;
+    runs = &packing->runs;
     position_ids = packing->position_ids;
   }
   const torch::Tensor& embedding = model->embed_tokens->weight;
@@ -309,9 +319,9 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& tokens, c
     if (checkpoint) {
       // The input must require grad for backward to reach the layer (the embedding is frozen).
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);
-      h = CheckpointedLayer::apply(h, cos, sin, reinterpret_cast<std::int64_t>(decoder), lengths, lora_dropout_ > 0);
+      h = CheckpointedLayer::apply(h, cos, sin, reinterpret_cast<std::int64_t>(decoder), runs, lora_dropout_ > 0);
     } else {
-      h = decoder->forward(h, cos, sin, lengths);
+      h = decoder->forward(h, cos, sin, runs);
     }
     h = leave(unit++, h);
   }

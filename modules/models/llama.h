@@ -27,8 +27,8 @@ namespace mgbench::models {
 /// attention stays within each (causal per sequence): every sequence's outputs equal those it has
 /// alone, or right-padded in a batch.
 struct SequencePacking {
-  torch::Tensor position_ids;         // int64 [S] on the tokens' device: each token's position in its sequence
-  std::vector<std::int64_t> lengths;  // tokens of each sequence, in order; their sum is S
+  torch::Tensor position_ids;  // int64 [S] on the tokens' device: each token's position in its sequence
+  PackedRuns runs;             // the sequences' lengths (summing to S) as attention takes them
 };
 
 /// Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, times weight, in x's dtype
@@ -58,10 +58,10 @@ class LlamaAttentionImpl : public torch::nn::Module {
   /// x: [B, T, hidden]; cos, sin: [T, head_dim] (x's dtype), sin with its first half negated
   /// (rotary()'s: HF's rotate_half(x) * sin is x rolled by head_dim / 2 times it, one op where
   /// rotate_half takes four). Causal self-attention. Returns [B, T, hidden].
-  /// lengths (packed sequences, B = 1): causal attention within each run of lengths[i] positions
-  /// (one scaled_dot_product_attention call per sequence), cos and sin by each token's own position.
+  /// runs (packed sequences, B = 1): causal attention within each run (causal_attention), cos and
+  /// sin by each token's own position.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        c10::IntArrayRef lengths = {});
+                        const PackedRuns* runs = nullptr);
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -83,7 +83,7 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   LlamaDecoderLayerImpl(const LlamaConfig& c, BaseWeights base);
   /// As LlamaAttentionImpl::forward's arguments.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        c10::IntArrayRef lengths = {});
+                        const PackedRuns* runs = nullptr);
   LlamaRMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMLP mlp{nullptr};

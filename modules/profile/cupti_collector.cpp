@@ -3,7 +3,7 @@
 #include "core/config.h"
 #include "core/error.h"
 
-#ifndef MGBENCH_HAVE_CUPTI
+#if !MGBENCH_HAVE_CUPTI
 
 namespace mgbench::profile {
 std::unique_ptr<CuptiCollector> CuptiCollector::create() { return nullptr; }

@@ -4,7 +4,7 @@
 
 #include "core/config.h"
 
-#ifdef MGBENCH_HAVE_NVTX
+#if MGBENCH_HAVE_NVTX
 #include <nvtx3/nvToolsExt.h>
 #endif
 
@@ -16,7 +16,7 @@ std::atomic<bool> g_enabled{true};
 void set_nvtx_enabled(bool enabled) { g_enabled = enabled; }
 
 NvtxRange::NvtxRange(const char* name) {
-#ifdef MGBENCH_HAVE_NVTX
+#if MGBENCH_HAVE_NVTX
   if (g_enabled.load(std::memory_order_relaxed)) {
     nvtxRangePushA(name);
     pushed_ = true;
@@ -27,13 +27,13 @@ NvtxRange::NvtxRange(const char* name) {
 }
 
 NvtxRange::~NvtxRange() {
-#ifdef MGBENCH_HAVE_NVTX
+#if MGBENCH_HAVE_NVTX
   if (pushed_) nvtxRangePop();
 #endif
 }
 
 std::uint64_t nvtx_range_start(const char* name) {
-#ifdef MGBENCH_HAVE_NVTX
+#if MGBENCH_HAVE_NVTX
   if (g_enabled.load(std::memory_order_relaxed)) return nvtxRangeStartA(name);  // 0: no tool attached
 #else
   (void)name;
@@ -42,7 +42,7 @@ std::uint64_t nvtx_range_start(const char* name) {
 }
 
 void nvtx_range_end(std::uint64_t id) {
-#ifdef MGBENCH_HAVE_NVTX
+#if MGBENCH_HAVE_NVTX
   if (id != 0) nvtxRangeEnd(id);
 #else
   (void)id;

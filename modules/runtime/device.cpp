@@ -11,7 +11,7 @@
 #include "core/config.h"
 #include "core/error.h"
 
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -60,7 +60,7 @@ std::string single_device_warning(const std::vector<int>& visible, const std::st
       visible.size(), hostname);
 }
 
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
 void initialise_device(const DevicePlacement& placement) {
   if (!placement.is_cuda()) return;
   cudaError_t rc = cudaSetDevice(placement.index);

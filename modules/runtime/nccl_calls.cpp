@@ -1,6 +1,6 @@
 #include "core/config.h"
 
-#ifdef MGBENCH_HAVE_NCCL
+#if MGBENCH_HAVE_NCCL
 
 #include "runtime/nccl_calls.h"
 

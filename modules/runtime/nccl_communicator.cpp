@@ -20,7 +20,7 @@ std::string check_nccl_version(int linked, int built) {
 
 }  // namespace mgbench::runtime
 
-#ifndef MGBENCH_HAVE_NCCL
+#if !MGBENCH_HAVE_NCCL
 
 namespace mgbench::runtime {
 bool nccl_built() { return false; }

@@ -12,7 +12,7 @@
 #include "profile/cupti_collector.h"
 #include "profile/nvtx.h"
 
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -32,7 +32,7 @@ struct PhaseClock::Impl {
   std::optional<profile::NvtxRange> range;
   results::PhaseTimes times;
   double opened_s = 0;  // CPU: host time the open phase began
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   // GPU: one event per boundary; boundaries[i] closes phases[i].
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> pool;
   std::vector<Phase> phases;
@@ -45,7 +45,7 @@ struct PhaseClock::Impl {
 
   void boundary(std::optional<Phase> next) {
     const double now = now_s();
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
     if (cuda) {
       next_event().record(c10::cuda::getCurrentCUDAStream());
       phases.push_back(open.value_or(Phase::kCount));  // the first boundary closes nothing
@@ -72,7 +72,7 @@ void PhaseClock::enter(Phase phase) {
 results::PhaseTimes PhaseClock::take() {
   auto& m = *impl_;
   if (m.open) m.boundary(std::nullopt);
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   if (m.cuda && m.used > 1) {
     m.pool[m.used - 1]->synchronize();
     for (std::size_t i = 1; i < m.used; ++i) {
@@ -107,7 +107,7 @@ struct DeviceFeeder::Impl {
     clock.enter(after);
     return out;
   }
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   struct Staged {
     data::Batch batch;
     at::cuda::CUDAEvent ready;  // on the copy stream, after the batch's copies and preparation
@@ -135,7 +135,7 @@ struct DeviceFeeder::Impl {
 DeviceFeeder::DeviceFeeder(data::BatchLoader& loader, const torch::Device& device, bool async, int depth,
                            std::function<data::Batch(data::Batch)> prepare)
     : impl_(std::make_unique<Impl>(loader, device, std::move(prepare))) {
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   if (async && device.is_cuda()) {
     auto& m = *impl_;
     m.copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
@@ -157,7 +157,7 @@ data::Batch to_device(data::Batch batch, const torch::Device& device, profile::C
 
 std::optional<data::Batch> DeviceFeeder::next(PhaseClock& clock) {
   auto& m = *impl_;
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   if (m.staged) {
     clock.enter(Phase::kData);  // waiting for the feeder's thread: the loader, the copies, the preparation
     std::optional<Impl::Staged> front = m.staged->next();
@@ -218,7 +218,7 @@ torch::Device to_torch_device(const runtime::DevicePlacement& placement) {
 }
 
 void configure_device(const torch::Device& device, bool cudnn_benchmark) {
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   if (!device.is_cuda()) return;
   c10::cuda::set_device(device.index());
   at::globalContext().setBenchmarkCuDNN(cudnn_benchmark);
@@ -229,7 +229,7 @@ void configure_device(const torch::Device& device, bool cudnn_benchmark) {
 }
 
 std::pair<std::int64_t, std::int64_t> device_memory_peaks(const torch::Device& device) {
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
     constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
@@ -241,7 +241,7 @@ std::pair<std::int64_t, std::int64_t> device_memory_peaks(const torch::Device& d
 }
 
 void synchronize(const torch::Device& device) {
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
   if (device.is_cuda()) c10::cuda::device_synchronize();
 #endif
   (void)device;

@@ -147,8 +147,8 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
   setup.threads = thread_count(train, node.local_size);
   setup.device = to_torch_device(placement);
   // Before the set-up's work: --cuda-graphs on that cannot be honoured fails here, on every rank alike.
-  setup.cuda_graphs = resolve_cuda_graphs(
-      train.cuda_graphs, {setup.device.is_cuda(), comm.world_size(), strategy.single_process, recipe.graph_blocker()});
+  setup.cuda_graphs = resolve_cuda_graphs(train.cuda_graphs, {setup.device.is_cuda(), comm.world_size(),
+                                                              strategy.single_process, recipe.graph_blocker(train)});
   setup.plan = train.parallel_plan(comm.world_size(), recipe.activation_checkpointing());
   const std::string allocator = configure_process(setup);
   {

@@ -205,8 +205,10 @@ class Recipe {
     return loss_normalization() == LossNormalization::kSumOverTargets ? static_cast<double>(batch.loss_targets) : 1.0;
   }
   /// Before optimizer step global_step (0-based, counted over epochs; called on a resume too):
-  /// for what a recipe switches by step (fake quantisation after N steps, say). Nothing by default.
-  virtual void begin_step(std::int64_t global_step) {}
+  /// for what a recipe switches by step (fake quantisation after N steps, say). Returns true when
+  /// forward computes other ops from this step on than at the previous call: the loop then drops
+  /// the CUDA graphs captured before (MicroBatchGraphs::forget). Nothing by default (false).
+  virtual bool begin_step(std::int64_t global_step) { return false; }
   /// Device-side work on a batch just copied to the device that needs neither the model nor the step
   /// (the image recipe's --decode device: nvJPEG decoding, crops, normalisation): the DeviceFeeder runs
   /// it as it copies the batch, ahead of the step, on its copy stream where it has one (so it overlaps
@@ -222,9 +224,9 @@ class Recipe {
   /// train/step_graphs.h), or "" when they can. "" promises that forward() reads nothing of a batch
   /// on the host but its tensors' shapes and dtypes, makes no host sync, runs on the calling
   /// thread's current stream and computes the same ops every step: a graph captured on one batch
-  /// then replays any batch of the same shapes. Asked before setup(), from the options. The default
-  /// names the recipe as not declaring it.
-  virtual std::string graph_blocker() const {
+  /// then replays any batch of the same shapes. Asked before setup(), from the options (the
+  /// recipe's and the loop's, `train`). The default names the recipe as not declaring it.
+  virtual std::string graph_blocker(const TrainOptions& train) const {
     return "the recipe does not declare its micro-batches capturable (Recipe::graph_blocker)";
   }
   /// Model FLOPs of the micro-batch's forward and backward (for MFU); NaN when not counted.

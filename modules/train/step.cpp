@@ -350,7 +350,8 @@ StepOutcome train_step(const RunSetup& setup, TrainingState& training, StepSourc
   StepOutcome& out = step.outcome();
   set_learning_rate(*training.optimizer, lr);
   out.record.lr = lr;
-  setup.recipe.begin_step(global_step);
+  // A recipe whose forward changes from this step on (QAT's late switch) has its graphs captured again.
+  if (setup.recipe.begin_step(global_step) && training.graphs) training.graphs->forget();
   if (training.graphs) {
     zero_gradients(*training.optimizer);
   } else {

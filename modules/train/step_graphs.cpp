@@ -7,10 +7,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 
-#ifdef MGBENCH_HAVE_CUDA
+#if MGBENCH_HAVE_CUDA
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -68,7 +69,7 @@ GraphSchedule::GraphSchedule(int warmup, int max_graphs) : warmup_(warmup), max_
 GraphAction GraphSchedule::next(const std::string& key) {
   auto found = shapes_.find(key);
   if (found == shapes_.end()) {
-    if (graphs_ >= max_graphs_) {  // no graph left for a new shape: not tracked, eager for the rest of the run
+    if (live_ >= max_graphs_) {  // no graph left for a new shape: not tracked, eager (until forget)
       ++eager_;
       return GraphAction::kEager;
     }
@@ -79,18 +80,24 @@ GraphAction GraphSchedule::next(const std::string& key) {
     ++replays_;
     return GraphAction::kReplay;
   }
-  if (shape.eager < warmup_ || graphs_ >= max_graphs_) {
+  if (shape.eager < warmup_ || live_ >= max_graphs_) {
     ++shape.eager;
     ++eager_;
     return GraphAction::kEager;
   }
   shape.captured = true;
+  ++live_;
   ++graphs_;
   ++replays_;  // a captured micro-batch is computed by its graph's first replay
   return GraphAction::kCapture;
 }
 
-#ifdef MGBENCH_HAVE_CUDA
+void GraphSchedule::forget() {
+  shapes_.clear();
+  live_ = 0;
+}
+
+#if MGBENCH_HAVE_CUDA
 
 namespace {
 
@@ -175,6 +182,14 @@ struct MicroBatchGraphs::Impl {
     (void)cudaGetLastError();
   }
 
+  /// Every graph destroyed once the device is idle (none still replaying), and their pool with them:
+  /// the next capture makes a new one.
+  void forget() {
+    c10::cuda::device_synchronize();
+    graphs.clear();
+    pool = {0, 0};
+  }
+
   MicroBatchLoss replay(const std::string& key, const data::Batch& input) {
     ShapeGraph& g = *graphs.at(key);
     for (std::size_t k = 0; k < input.tensors.size(); ++k) {
@@ -189,6 +204,11 @@ MicroBatchGraphs::MicroBatchGraphs(const torch::Device& device, int warmup, int 
     : schedule_(warmup, max_graphs) {
   MGBENCH_REQUIRE(device.is_cuda(), ConfigError, "--cuda-graphs: {} is not a CUDA device", device.str());
   impl_ = std::make_unique<Impl>(device);
+}
+
+void MicroBatchGraphs::forget() {
+  schedule_.forget();
+  impl_->forget();
 }
 
 MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchWork& work) {
@@ -230,6 +250,8 @@ MicroBatchGraphs::MicroBatchGraphs(const torch::Device&, int warmup, int max_gra
   throw ConfigError("--cuda-graphs on: this build has no CUDA");
 }
 
+void MicroBatchGraphs::forget() { schedule_.forget(); }
+
 MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchWork& work) {
   return work(input, /*capturing=*/false);
 }
@@ -239,8 +261,8 @@ MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchW
 MicroBatchGraphs::~MicroBatchGraphs() = default;
 
 std::string MicroBatchGraphs::totals() const {
-  return fmt::format("cuda graphs: {} shape(s) captured, {} micro-batch(es) replayed, {} run eagerly",
-                     schedule_.graphs(), schedule_.replays(), schedule_.eager());
+  return fmt::format("cuda graphs: {} capture(s), {} micro-batch(es) replayed, {} run eagerly", schedule_.graphs(),
+                     schedule_.replays(), schedule_.eager());
 }
 
 }  // namespace mgbench::train

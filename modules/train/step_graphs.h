@@ -33,7 +33,7 @@ struct GraphFacts {
   bool cuda = false;            // the rank computes on a CUDA device
   int world_size = 1;           // ranks of the run
   bool single_process = false;  // --strategy dp: one process drives every GPU, replicas on threads
-  std::string recipe_blocker;   // Recipe::graph_blocker(): "" when its micro-batches can be captured
+  std::string recipe_blocker;   // Recipe::graph_blocker(train): "" when its micro-batches can be captured
 };
 
 /// Whether the run uses graphs, and why not where it does not (the run attribute
@@ -71,7 +71,10 @@ class GraphSchedule {
  public:
   GraphSchedule(int warmup, int max_graphs);
   GraphAction next(const std::string& key);
-  /// Micro-batches so far by what they did; graphs() shapes captured.
+  /// Every shape forgotten, with its graph (forward changed): each warms up and is captured again,
+  /// within the bound afresh. The totals go on counting.
+  void forget();
+  /// Micro-batches so far by what they did; graphs() captures made (a shape captured again counts again).
   std::int64_t eager() const { return eager_; }
   std::int64_t replays() const { return replays_; }
   std::int64_t graphs() const { return graphs_; }
@@ -83,6 +86,7 @@ class GraphSchedule {
   };
   int warmup_, max_graphs_;
   std::map<std::string, Shape, std::less<>> shapes_;  // the shapes seen while a graph was left
+  int live_ = 0;                                      // shapes with a graph now (the bound's count)
   std::int64_t eager_ = 0, replays_ = 0, graphs_ = 0;
 };
 
@@ -107,7 +111,11 @@ class MicroBatchGraphs {
   /// input: the host's, not the captured batch's). Throws std::runtime_error naming
   /// the shape and --cuda-graphs when a capture fails, and what work throws.
   MicroBatchLoss run(const data::Batch& input, const MicroBatchWork& work);
-  /// "cuda graphs: S shape(s) captured, R micro-batch(es) replayed, E run eagerly" (the run's log).
+  /// Drops every graph (GraphSchedule::forget): the recipe's forward changed (Recipe::begin_step),
+  /// so each shape is captured again after its warm-up. Waits for the device first (a graph may
+  /// still be replaying).
+  void forget();
+  /// "cuda graphs: S capture(s), R micro-batch(es) replayed, E run eagerly" (the run's log).
   std::string totals() const;
 
   static constexpr int kWarmup = 2;      // eager micro-batches of a shape before its capture

@@ -101,12 +101,14 @@ def test_graphs_pairs_each_run_with_and_without_graphs(printed):
         pairs.setdefault(setting, set()).add(a[a.index("--cuda-graphs") + 1])
     assert {size for size, _ in pairs} == {"100", "224", "500"}, out
     assert all(modes == {"off", "on"} for modes in pairs.values()), pairs
-    # The LLM step: each model with and without graphs, both sides padded alike (one workload).
+    # The LLM step: each model, padded and packed, with and without graphs, both sides rounded alike
+    # (one workload).
     llm = {}
     for a in (args for cmd, args in mgbench_commands(commands) if cmd == "llm"):
         assert a[a.index("--pad-to-multiple") + 1] == "64", a
-        llm.setdefault(a[a.index("--model") + 1], set()).add(a[a.index("--cuda-graphs") + 1])
-    assert set(llm) == {"llama3.2-1b", "llama3-8b"}, out
+        setting = (a[a.index("--model") + 1], a[a.index("--padding") + 1])
+        llm.setdefault(setting, set()).add(a[a.index("--cuda-graphs") + 1])
+    assert set(llm) == {(m, p) for m in ("llama3.2-1b", "llama3-8b") for p in ("pad", "none")}, out
     assert all(modes == {"off", "on"} for modes in llm.values()), llm
 
 

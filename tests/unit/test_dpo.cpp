@@ -97,7 +97,22 @@ TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {
       EXPECT_TRUE(batch.tensors[0].narrow(1, ids.size(1), length - ids.size(1)).eq(2004).all().item<bool>());
     } else {
       EXPECT_EQ(length, static_layout ? (real + 15) / 16 * 16 : real);
-      EXPECT_EQ(batch.host_tensors[0].sum().item<std::int64_t>(), length);
+      // The runs: each sequence's length, the padding in the last; attention's bound the longest run,
+      // or the row (static: every batch of this shape launches the same kernels).
+      const auto packing = train::packing_of(batch);
+      ASSERT_TRUE(packing.has_value());
+      std::vector<std::int64_t> runs;
+      for (std::int64_t r = 0; r < 4; ++r) runs.push_back(lengths[r].item<std::int64_t>());
+      runs.back() += length - real;
+      EXPECT_EQ(packing->runs.lengths, runs);
+      EXPECT_EQ(packing->runs.max_length, static_layout ? length : *std::max_element(runs.begin(), runs.end()));
+      std::vector<std::int32_t> ends{0};
+      for (const std::int64_t n : runs) ends.push_back(ends.back() + static_cast<std::int32_t>(n));
+      ASSERT_EQ(packing->runs.cu_seqlens.scalar_type(), torch::kInt32);
+      EXPECT_EQ(std::vector<std::int32_t>(packing->runs.cu_seqlens.data_ptr<std::int32_t>(),
+                                          packing->runs.cu_seqlens.data_ptr<std::int32_t>() + 5),
+                ends);
+      EXPECT_EQ(train::sequences_of(batch), 4);
     }
     EXPECT_EQ(batch.tokens, real);
     EXPECT_EQ(batch.padded_tokens, batch.tensors[0].numel());
@@ -188,6 +203,55 @@ TEST(LlamaBatches, AStaticLayoutTrainsAsTheRealTargets) {
       EXPECT_EQ(none[i].abs().max().item<double>(), 0.0) << i;
     }
   }
+}
+
+// DPO's logits means (logits/chosen, logits/rejected) split a batch's positions between its first
+// sequences and the rest: padded, whole rows (their padding in each); packed, at the first rejected
+// sequence's start, read from the runs on the device, the padding to the multiple in the rest.
+TEST(LlamaBatches, PositionMeansSplitAtTheFirstRejectedSequence) {
+  std::vector<text::TokenizedSample> rows(4);
+  const std::int64_t lengths[4] = {3, 5, 4, 2};  // chosen 3 and 5, rejected 4 and 2
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    rows[r].tokens.assign(static_cast<std::size_t>(lengths[r]), 7);
+    rows[r].labels.assign(static_cast<std::size_t>(lengths[r]), 7);
+  }
+  const std::vector<const text::TokenizedSample*> all{&rows[0], &rows[1], &rows[2], &rows[3]};
+  for (const bool static_shapes : {false, true}) {
+    SCOPED_TRACE(static_shapes);
+    // Packed: positions 0..7 are the chosen, 8..13 the rejected, then the padding to 16.
+    const data::Batch packed = train::collate_sequences(all, {0, train::Padding::kNone, 8, static_shapes}, false);
+    ASSERT_EQ(packed.tensors[0].sizes(), (std::vector<std::int64_t>{1, 16}));
+    const torch::Tensor at = torch::arange(16, torch::kFloat64).reshape({1, 16});
+    const torch::Tensor means = train::split_position_means(packed, at, 2);
+    EXPECT_EQ(means[0].item<double>(), 3.5);   // (0 + ... + 7) / 8
+    EXPECT_EQ(means[1].item<double>(), 11.5);  // (8 + ... + 15) / 8
+    // Padded: rows of 8 positions; the chosen rows 0 and 1 hold 0..15, the rejected 16..31.
+    const data::Batch padded = train::collate_sequences(all, {0, train::Padding::kPad, 8, static_shapes}, false);
+    ASSERT_EQ(padded.tensors[0].sizes(), (std::vector<std::int64_t>{4, 8}));
+    const torch::Tensor rows_means =
+        train::split_position_means(padded, torch::arange(32, torch::kFloat64).reshape({4, 8}), 2);
+    EXPECT_EQ(rows_means[0].item<double>(), 7.5);
+    EXPECT_EQ(rows_means[1].item<double>(), 23.5);
+    test::expect_error<std::invalid_argument>([&] { train::split_position_means(packed, at, 4); },
+                                              {"the first 4 of 4 sequences"});
+    test::expect_error<std::invalid_argument>([&] { train::split_position_means(packed, torch::zeros({16}), 2); },
+                                              {"values [16] for tokens [1, 16]"});
+  }
+}
+
+// --cuda-graphs with rows padded only to their longest: one shape per length, said before the run.
+TEST(LlamaBatches, GraphsWithoutAPaddingMultipleAreWarnedOf) {
+  train::LlamaDataOptions o;
+  o.max_seq_len = 512;
+  EXPECT_EQ(o.graph_shapes_warning(false, 16), "");  // eager: any shape is fine
+  const std::string warning = o.graph_shapes_warning(true, 16);
+  for (const char* needle : {"--pad-to-multiple 1", "1 to 512 tokens", "past 16 shapes", "--pad-to-multiple 64"}) {
+    EXPECT_NE(warning.find(needle), std::string::npos) << needle << " in " << warning;
+  }
+  o.max_seq_len = 0;
+  EXPECT_NE(o.graph_shapes_warning(true, 16).find("unbounded: --max-seq-len 0"), std::string::npos);
+  o.pad_to_multiple = 64;
+  EXPECT_EQ(o.graph_shapes_warning(true, 16), "");
 }
 
 }  // namespace

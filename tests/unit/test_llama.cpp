@@ -462,7 +462,8 @@ TEST(Llama, PackedCausalAttentionEqualsSdpaPerSequence) {
                         v = v0.clone().requires_grad_();
     torch::Tensor out;
     if (ours) {
-      out = causal_attention(q, k, v, lengths);
+      const PackedRuns runs = PackedRuns::of(lengths);
+      out = causal_attention(q, k, v, &runs);
     } else {
       std::vector<torch::Tensor> parts;
       std::int64_t start = 0;
@@ -480,7 +481,8 @@ TEST(Llama, PackedCausalAttentionEqualsSdpaPerSequence) {
   for (std::size_t i = 0; i < ours.size(); ++i) {
     EXPECT_LT((ours[i] - reference[i]).abs().max().item<double>(), 1e-12) << i;
   }
-  test::expect_error<std::invalid_argument>([&] { causal_attention(q0, k0, v0, {600, 3}); }, {"603", "1134"});
+  const PackedRuns short_runs = PackedRuns::of({600, 3});
+  test::expect_error<std::invalid_argument>([&] { causal_attention(q0, k0, v0, &short_runs); }, {"603", "1134"});
 }
 
 // --padding none: sequences packed into one row (positions restarting, attention within each)
@@ -497,7 +499,7 @@ TEST(Llama, PackedSequencesEqualTheirPaddedRows) {
     positions.push_back(torch::arange(lengths[static_cast<std::size_t>(r)]));
   }
   const torch::Tensor packed = torch::cat(pieces).unsqueeze(0);
-  const SequencePacking packing{torch::cat(positions), lengths};
+  const SequencePacking packing{torch::cat(positions), PackedRuns::of(lengths)};
   for (const bool checkpointing : {false, true}) {
     SCOPED_TRACE(checkpointing);
     auto make = [] {
@@ -533,7 +535,7 @@ TEST(Llama, PackedSequencesEqualTheirPaddedRows) {
   }
   // Packing that does not describe the tokens is refused, saying what it needs.
   LlamaForCausalLM m(LlamaConfig::preset("tiny"));
-  const SequencePacking short_by_one{torch::arange(total - 1), {5, 17, 1, 10}};
+  const SequencePacking short_by_one{torch::arange(total - 1), PackedRuns::of({5, 17, 1, 10})};
   test::expect_error<std::invalid_argument>([&] { m->hidden_states(packed, &short_by_one); }, {"[1, S]", "33"});
 }
 

@@ -4,12 +4,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "axes/parallel_plan.h"
+#include "axes/precision.h"
 #include "core/error.h"
+#include "test_support.h"
 #include "train/job_config.h"
+#include "train/recipe.h"
 #include "train/step_graphs.h"
 
 namespace mgbench {
@@ -60,29 +65,32 @@ TEST(CudaGraphDecision, AutoAndOffNeverCaptureAndSayWhy) {
   EXPECT_EQ(blocked.text(), "off: the recipe's reason");
 }
 
-// The image recipe allows graphs; the LLM recipes do with padded micro-batches (their target lists then
-// laid out at a fixed length) and name each setting that still blocks them.
+// The image recipe allows graphs; the LLM recipes do (their target lists then laid out at a fixed
+// length, packed runs bounded by the row) and name each setting that still blocks them: packed
+// sequences in fp32, whose attention runs per sequence on the host's lengths.
 TEST(CudaGraphDecision, TheRecipesAllowGraphsOrNameTheSettingThatPreventsThem) {
-  EXPECT_EQ(train::configure("image")->recipe->graph_blocker(), "");
+  const auto image = train::configure("image");
+  EXPECT_EQ(image->recipe->graph_blocker(image->train), "");
   const auto blocker = [](const char* recipe, const std::vector<std::pair<std::string, std::string>>& settings) {
     auto c = train::configure("llm", recipe);
     for (const auto& [name, value] : settings) c->set(name, value);
-    return c->recipe->graph_blocker();
+    return c->recipe->graph_blocker(c->train);
   };
   for (const char* recipe : {"lora", "qlora", "dpo", "full"}) {
     SCOPED_TRACE(recipe);
     EXPECT_EQ(blocker(recipe, {}), "");
     EXPECT_EQ(blocker(recipe, {{"pad-to-multiple", "64"}}), "");
-    const std::string packed = blocker(recipe, {{"padding", "none"}});
-    EXPECT_NE(packed.find("--padding none"), std::string::npos) << packed;
+    const std::string packed = blocker(recipe, {{"padding", "none"}, {"precision", "fp32"}});
+    EXPECT_NE(packed.find("--padding none with --precision fp32"), std::string::npos) << packed;
+    EXPECT_EQ(blocker(recipe, {{"padding", "none"}, {"precision", "bf16"}}), "");
+    EXPECT_EQ(blocker(recipe, {{"padding", "pad"}, {"precision", "fp32"}}), "");
   }
   // LoRA dropout only blocks where the checkpointed layers would replay the generator's state.
   const std::string dropout = blocker("lora", {{"lora-dropout", "0.1"}, {"activation-checkpointing", "true"}});
   EXPECT_NE(dropout.find("--lora-dropout 0.1 under --activation-checkpointing"), std::string::npos) << dropout;
   EXPECT_EQ(blocker("lora", {{"lora-dropout", "0.1"}, {"activation-checkpointing", "false"}}), "");
   EXPECT_EQ(blocker("qat", {}), "");
-  const std::string late = blocker("qat", {{"fake-quant-after-steps", "5"}});
-  EXPECT_NE(late.find("--fake-quant-after-steps 5"), std::string::npos) << late;
+  EXPECT_EQ(blocker("qat", {{"fake-quant-after-steps", "5"}}), "");  // captured again at the switch
 }
 
 data::Batch batch_of(std::vector<torch::Tensor> tensors) {
@@ -121,6 +129,60 @@ TEST(CudaGraphShapes, EachShapeWarmsUpThenIsCapturedOnceThenReplaysWithinTheBoun
   EXPECT_EQ(s.eager(), 2 + 2 + 4 + 3);
   EXPECT_THROW(train::GraphSchedule(0, 1), std::invalid_argument);
   EXPECT_THROW(train::GraphSchedule(1, 0), std::invalid_argument);
+}
+
+// After forward changed (QAT's late switch), every shape warms up and is captured again, a new
+// shape too (the bound counts the graphs held now); the totals go on.
+TEST(CudaGraphShapes, ForgottenShapesWarmUpAndAreCapturedAgain) {
+  train::GraphSchedule s(1, 1);
+  EXPECT_EQ(s.next("a"), GraphAction::kEager);
+  EXPECT_EQ(s.next("a"), GraphAction::kCapture);
+  EXPECT_EQ(s.next("a"), GraphAction::kReplay);
+  EXPECT_EQ(s.next("b"), GraphAction::kEager);  // the bound: one graph
+  EXPECT_EQ(s.next("b"), GraphAction::kEager);
+  s.forget();
+  EXPECT_EQ(s.next("a"), GraphAction::kEager);  // the old graph computes the old forward: not replayed
+  EXPECT_EQ(s.next("a"), GraphAction::kCapture);
+  EXPECT_EQ(s.next("a"), GraphAction::kReplay);
+  s.forget();
+  EXPECT_EQ(s.next("b"), GraphAction::kEager);
+  EXPECT_EQ(s.next("b"), GraphAction::kCapture);  // the bound counts the graphs held now
+  EXPECT_EQ(s.graphs(), 3);
+  EXPECT_EQ(s.replays(), 5);
+  EXPECT_EQ(s.eager(), 5);
+}
+
+// QAT's late switch (--fake-quant-after-steps 3) tells the loop that forward changed at step 3 and
+// only then (its graphs are captured again), on a resume past the switch too; QAT from the start
+// never does.
+TEST(CudaGraphDecision, QatSaysWhenItsSwitchChangesForward) {
+  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  const auto changes = [&](const char* after, const std::vector<std::int64_t>& steps) {
+    auto c = train::configure("llm", "qat");
+    for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+             {"model", model},
+             {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
+             {"dataset", "alpaca"},
+             {"data", test::shared_data_dir() + "/text/alpaca/alpaca_cleaned_first5k.json"},
+             {"limit", "4"},
+             {"precision", "fp32"},
+             {"device", "cpu"},
+             {"qat-group-size", "32"},
+             {"fake-quant-after-steps", after}}) {
+      c->set(name, value);
+    }
+    c->validate();
+    const axes::ParallelPlan plan;
+    c->recipe->setup(
+        {c->train, torch::kCPU, {}, axes::precision_info(axes::Precision::kFp32), 0, plan, nullptr, {}, false});
+    std::vector<bool> changed;
+    for (const std::int64_t step : steps) changed.push_back(c->recipe->begin_step(step));
+    return changed;
+  };
+  EXPECT_EQ(changes("3", {0, 1, 2, 3, 4, 5}), (std::vector<bool>{false, false, false, true, false, false}));
+  EXPECT_EQ(changes("3", {4, 5}), (std::vector<bool>{true, false}));  // a resume at step 4
+  EXPECT_EQ(changes("0", {0, 1, 2}), (std::vector<bool>{false, false, false}));
 }
 
 }  // namespace

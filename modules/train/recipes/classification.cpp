@@ -220,7 +220,7 @@ class ClassificationRecipe final : public Recipe {
   }
   /// Images and labels of a fixed shape per batch size (the epoch's remainder batch is a second
   /// shape); the loss a mean (normaliser 1); --strategy dp is refused by the loop.
-  std::string graph_blocker() const override { return ""; }
+  std::string graph_blocker(const TrainOptions&) const override { return ""; }
 
   std::int64_t eval_size() const override { return test_set_->size(); }
   data::Batch assemble_eval(const std::vector<std::int64_t>& indices) const override {

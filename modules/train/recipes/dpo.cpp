@@ -14,7 +14,9 @@
 //  - metrics per step: TorchTune's rewards/chosen, rewards/rejected, rewards/accuracies (strict
 //    chosen > rejected), rewards/margins, log_probs/chosen, log_probs/rejected, and the means of the
 //    logits over every position and the vocabulary (logits/chosen, logits/rejected), computed
-//    without the logits: the mean of h W^T over the vocabulary is h times W's mean row.
+//    without the logits: the mean of h W^T over the vocabulary is h times W's mean row (positions:
+//    the padded rows' every one; packed, the real tokens and the padding to --pad-to-multiple,
+//    counted in the rejected: split_position_means).
 #include "core/error.h"
 #include "data/text/preference.h"
 #include "models/llama.h"
@@ -91,9 +93,11 @@ class DpoRecipe final : public LlamaRecipe {
       if (!head_mean_row_.defined()) {
         head_mean_row_ = llama_.model().output_weight().mean({0}, /*keepdim=*/false, torch::kFloat32);
       }
-      const auto [chosen, rejected] = chosen_and_rejected_states(batch, policy.hidden.detach().to(torch::kFloat32));
-      logits_chosen = chosen.mean(0).dot(head_mean_row_);
-      logits_rejected = rejected.mean(0).dot(head_mean_row_);
+      // Every position's mean logit, [R, T] or [1, S], then its means over the chosen and the rejected.
+      const torch::Tensor means =
+          split_position_means(batch, torch::matmul(policy.hidden.detach().to(torch::kFloat32), head_mean_row_), pairs);
+      logits_chosen = means[0];
+      logits_rejected = means[1];
     }
     const torch::Tensor metrics =
         torch::stack({d.chosen_rewards.mean(), d.rejected_rewards.mean(),
@@ -125,23 +129,6 @@ class DpoRecipe final : public LlamaRecipe {
 
  private:
   std::int64_t sequences_per_row() const override { return 2; }  // chosen and rejected
-
-  /// The final hidden states [P, H] of the chosen (the first half of the sequences) and of the
-  /// rejected sequences: every position of their rows when padded (TorchTune's mean is over the
-  /// padded logits), their real tokens when packed.
-  static std::pair<torch::Tensor, torch::Tensor> chosen_and_rejected_states(const data::Batch& batch,
-                                                                            const torch::Tensor& hidden) {
-    const std::int64_t pairs = batch.samples;
-    if (const auto packing = packing_of(batch)) {
-      std::int64_t chosen = 0;
-      for (std::int64_t i = 0; i < pairs; ++i) chosen += packing->lengths[static_cast<std::size_t>(i)];
-      const torch::Tensor h = hidden[0];  // the padding to --pad-to-multiple after the real tokens
-      return {h.narrow(0, 0, chosen), h.narrow(0, chosen, batch.tokens - chosen)};
-    }
-    const auto rows = [&](std::int64_t first) { return hidden.narrow(0, first, pairs).reshape({-1, hidden.size(-1)}); };
-    return {rows(0), rows(pairs)};
-  }
-
   DpoOptions options_;
   std::vector<text::PreferenceSample> pairs_;
   torch::Tensor head_mean_row_;  // fp32 [dim]: the frozen output projection's mean over the vocabulary

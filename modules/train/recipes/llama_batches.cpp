@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "models/state_dict.h"
 
 namespace mgbench::train {
 
@@ -46,6 +47,15 @@ void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelle
   }
 }
 
+std::string LlamaDataOptions::graph_shapes_warning(bool static_shapes, int max_graphs) const {
+  if (!static_shapes || pad_to_multiple > 1 || max_seq_len == 1) return "";
+  return fmt::format(
+      "--cuda-graphs with --pad-to-multiple 1: every micro-batch length ({}) is a shape of its own, "
+      "captured after its warm-up; past {} shapes the others run eagerly (--pad-to-multiple 64 bounds them)",
+      max_seq_len > 0 ? fmt::format("1 to {} tokens", max_seq_len) : std::string("unbounded: --max-seq-len 0"),
+      max_graphs);
+}
+
 data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, const Collation& how,
                               bool pin_memory) {
   std::int64_t longest = 0, total = 0;
@@ -59,7 +69,7 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
   const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pin_memory);
   torch::Tensor tokens = torch::full({packed ? 1 : rows, length}, how.pad_id, options);
   torch::Tensor position_ids = packed ? torch::empty({length}, options) : torch::Tensor();
-  torch::Tensor lengths = packed ? torch::empty({rows}, torch::kInt64) : torch::Tensor();
+  std::vector<std::int64_t> lengths;  // packed: each sequence's run, the padding in the last
   std::vector<std::int64_t> positions, targets, owners;
   auto* token_data = tokens.data_ptr<std::int64_t>();
   auto* position_data = packed ? position_ids.data_ptr<std::int64_t>() : nullptr;
@@ -81,14 +91,14 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
     if (packed) {
       if (r == rows - 1) n = length - start;  // the padding after the last sequence, in its run
       for (std::int64_t k = 0; k < n; ++k) position_data[start + k] = k;
-      lengths.data_ptr<std::int64_t>()[r] = n;
+      lengths.push_back(n);
     }
     start += packed ? n : length;
   }
   batch.samples = rows;
   batch.padded_tokens = tokens.numel();
   batch.loss_targets = static_cast<std::int64_t>(positions.size());
-  if (how.static_targets) {
+  if (how.static_shapes) {
     const auto grid = static_cast<std::size_t>(batch.padded_tokens);
     positions.resize(grid, 0);
     targets.resize(grid, 0);
@@ -101,28 +111,53 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
   };
   batch.tensors = {std::move(tokens), to_tensor(positions), to_tensor(targets), to_tensor(owners)};
   if (packed) {
+    // Attention's bound on a run: the longest, or the row itself where every batch of this shape must
+    // launch the same kernels (a graph's replay; flash's blocks past a run's end return at once).
+    models::PackedRuns runs = models::PackedRuns::of(std::move(lengths), pin_memory, how.static_shapes ? length : 0);
     batch.tensors.push_back(std::move(position_ids));
-    batch.host_tensors = {std::move(lengths)};
+    batch.tensors.push_back(std::move(runs.cu_seqlens));
+    torch::Tensor host = torch::empty({static_cast<std::int64_t>(runs.lengths.size()) + 1}, torch::kInt64);
+    std::copy(runs.lengths.begin(), runs.lengths.end(), host.data_ptr<std::int64_t>());
+    host.data_ptr<std::int64_t>()[host.numel() - 1] = runs.max_length;
+    batch.host_tensors = {std::move(host)};
   }
   return batch;
 }
 
 namespace {
 
-// Batches collated with Padding::kNone carry a fifth tensor, the position ids (collate_sequences).
-bool is_packed(const data::Batch& batch) { return batch.tensors.size() == 5; }
+// Batches collated with Padding::kNone carry the position ids and the runs' cumulative lengths
+// (collate_sequences).
+bool is_packed(const data::Batch& batch) { return batch.tensors.size() == 6; }
 
 }  // namespace
 
 std::optional<models::SequencePacking> packing_of(const data::Batch& batch) {
   if (!is_packed(batch)) return std::nullopt;
-  const torch::Tensor& lengths = batch.host_tensors.at(0);
-  const auto* n = lengths.data_ptr<std::int64_t>();
-  return models::SequencePacking{batch.tensors[4], std::vector<std::int64_t>(n, n + lengths.numel())};
+  const torch::Tensor& host = batch.host_tensors.at(0);  // the lengths, then max_length
+  const auto* n = host.data_ptr<std::int64_t>();
+  return models::SequencePacking{
+      batch.tensors[4], {std::vector<std::int64_t>(n, n + host.numel() - 1), batch.tensors[5], n[host.numel() - 1]}};
 }
 
 std::int64_t sequences_of(const data::Batch& batch) {
-  return is_packed(batch) ? batch.host_tensors.at(0).numel() : batch.tensors[0].size(0);
+  return is_packed(batch) ? batch.host_tensors.at(0).numel() - 1 : batch.tensors[0].size(0);
+}
+
+torch::Tensor split_position_means(const data::Batch& batch, const torch::Tensor& values, std::int64_t first) {
+  const std::int64_t rows = sequences_of(batch);
+  MGBENCH_REQUIRE(first > 0 && first < rows && values.sizes() == batch.tensors[0].sizes(), std::invalid_argument,
+                  "split_position_means: values {} for tokens {}, the first {} of {} sequences",
+                  models::shape_text(values.sizes()), models::shape_text(batch.tensors[0].sizes()), first, rows);
+  if (!is_packed(batch)) {
+    return torch::stack({values.narrow(0, 0, first).mean(), values.narrow(0, first, rows - first).mean()});
+  }
+  // Split where sequence `first` starts, read on the device: no host value of this batch is baked in.
+  const torch::Tensor v = values[0];
+  const torch::Tensor split = batch.tensors[5].narrow(0, first, 1);  // int32 [1]
+  const torch::Tensor first_sum = v.mul(torch::arange(v.size(0), split.options()).lt(split)).sum();
+  const torch::Tensor count = split.squeeze(0).to(v.scalar_type());
+  return torch::stack({first_sum / count, (v.sum() - first_sum) / (v.size(0) - count)});
 }
 
 torch::Tensor sequence_log_probs(const data::Batch& batch, const torch::Tensor& log_probs) {

@@ -38,11 +38,13 @@ struct Collation {
   /// row's sequence, or after the last packed sequence as part of its run (causal attention: no real
   /// token attends to them). 1: the longest sequence, the real tokens.
   std::int64_t pad_to_multiple = 1;
-  /// The target list as long as tokens' grid (R x T, or S), the real targets first and then
-  /// stand-ins (position 0, label 0, owned by an extra sequence R that sequence_log_probs drops):
-  /// every batch of one token shape has tensors of one shape, as a CUDA graph's replay needs
-  /// (RecipeContext::static_shapes). false: only the real targets (the head computes nothing else).
-  bool static_targets = false;
+  /// Every batch of one token shape has tensors of one shape and launches the same kernels, as a CUDA
+  /// graph's replay needs (RecipeContext::static_shapes): the target list as long as tokens' grid
+  /// (R x T, or S), the real targets first and then stand-ins (position 0, label 0, owned by an
+  /// extra sequence R that sequence_log_probs drops), and packed runs bounded by S for attention
+  /// (PackedRuns::max_length). false: only the real targets (the head computes nothing else), the
+  /// runs bounded by the longest.
+  bool static_shapes = false;
 };
 
 /// Sequences as one batch, as TorchTune's padded_collate_sft / padded_collate_dpo with the targets
@@ -50,10 +52,12 @@ struct Collation {
 /// right-padded with pad_id (kPad; T the longest, rounded up to pad_to_multiple) or [1, S] packed
 /// (kNone, S the real tokens, rounded up likewise); the flat indices, in tokens' grid, of the
 /// positions whose next label is not masked, int64 [N]; those labels, int64 [N]; each target's
-/// sequence, int64 [N] (N = R x T or S with static_targets, the stand-ins' sequence R); with kNone,
-/// each token's position in its sequence, int64 [S], and host_tensors {the sequences' lengths,
-/// int64 [R], the padding counted in the last}. samples = R; tokens: real tokens; padded_tokens =
-/// R x T (kPad) or S (kNone); loss_targets: the real targets.
+/// sequence, int64 [N] (N = R x T or S with static_shapes, the stand-ins' sequence R); with kNone,
+/// each token's position in its sequence, int64 [S], and the runs' cumulative lengths, int32
+/// [R + 1] (models::PackedRuns::cu_seqlens: 0, then each sequence's end, the padding counted in the
+/// last), and host_tensors {int64 [R + 1]: the runs' lengths, then their bound max_length}.
+/// samples = R; tokens: real tokens; padded_tokens = R x T (kPad) or S (kNone); loss_targets: the
+/// real targets. Pinned tensors (pin_memory) but the host one.
 data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, const Collation& how,
                               bool pin_memory);
 /// The packing of a batch collated with Padding::kNone (its tensors possibly on the device), or
@@ -61,6 +65,14 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
 std::optional<models::SequencePacking> packing_of(const data::Batch& batch);
 /// The sequences of a collated batch (R).
 std::int64_t sequences_of(const data::Batch& batch);
+/// Means of per-position values [R, T] (padded) or [1, S] (packed), as tokens, over the positions of
+/// the first `first` sequences and over those of the rest: float [2] in values' dtype. Padded: every
+/// position of the rows, padding included (TorchTune's DPO means over the padded logits); packed:
+/// split where sequence `first` starts, read from the runs' cumulative lengths on the device, the
+/// padding after the last sequence counted in the rest's (as a padded row's in its own). No host
+/// sync and no host value of the batch but its shapes: a CUDA graph replays it on any batch of the
+/// shape. Throws std::invalid_argument unless 0 < first < R and values has tokens' shape.
+torch::Tensor split_position_means(const data::Batch& batch, const torch::Tensor& values, std::int64_t first);
 /// Per sequence of a collated batch, the sum of its targets' log-probabilities (log_probs: [N], one
 /// per target position; a static target list's stand-ins dropped): float32 [R], differentiable.
 /// TorchTune's get_batch_log_probs.
@@ -83,6 +95,10 @@ struct LlamaDataOptions {
   /// --train-on-input (nothing to train on or evaluate: every step skipped, its loss NaN); some, a warning on
   /// rank 0 (their micro-batches train nothing).
   void refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const;
+  /// What to warn of when micro-batches are captured as CUDA graphs (static_shapes) with
+  /// --pad-to-multiple 1 and --max-seq-len above 1: each length is its own shape, and the shapes
+  /// past `max_graphs` run eagerly. "" otherwise.
+  std::string graph_shapes_warning(bool static_shapes, int max_graphs) const;
   /// The most tokens a padded row holds: --max-seq-len rounded up to --pad-to-multiple; 0 (unbounded)
   /// without --max-seq-len.
   std::int64_t longest_row() const { return padded_length(max_seq_len, pad_to_multiple); }

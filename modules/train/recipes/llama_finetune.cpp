@@ -207,8 +207,13 @@ void LlamaFinetune::build(const RecipeContext& ctx) {
   }
 }
 
-void LlamaFinetune::begin_step(std::int64_t global_step) {
-  if (fake_quant_ != FakeQuant::kNone) model_->set_fake_quant_enabled(global_step >= fake_quant_after_steps_);
+bool LlamaFinetune::begin_step(std::int64_t global_step) {
+  if (fake_quant_ == FakeQuant::kNone) return false;
+  const bool on = global_step >= fake_quant_after_steps_;
+  const bool changed = fake_quant_on_.has_value() && *fake_quant_on_ != on;
+  if (changed || !fake_quant_on_.has_value()) model_->set_fake_quant_enabled(on);
+  fake_quant_on_ = on;
+  return changed;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LlamaFinetune::checkpoint_tensors() const {
@@ -225,10 +230,6 @@ std::string LlamaFinetune::graph_blocker() const {
         "--lora-dropout {} under --activation-checkpointing: the recomputation replays the generator's "
         "state, which a capture cannot read (--lora-dropout 0, TorchTune's default, allows graphs)",
         lora_.dropout);
-  }
-  if (fake_quant_ != FakeQuant::kNone && fake_quant_after_steps_ > 0) {
-    return fmt::format("--fake-quant-after-steps {} changes forward after the first steps, after a graph was captured",
-                       fake_quant_after_steps_);
   }
   return "";
 }
@@ -254,7 +255,7 @@ double LlamaFinetune::flops(const data::Batch& batch) const {
   // Positions computed, and the sum over them of their sequence's length (attention's work).
   double positions = static_cast<double>(batch.padded_tokens), attended = 0;
   if (const auto packing = packing_of(batch)) {
-    for (const std::int64_t n : packing->lengths) attended += static_cast<double>(n) * static_cast<double>(n);
+    for (const std::int64_t n : packing->runs.lengths) attended += static_cast<double>(n) * static_cast<double>(n);
   } else {
     attended = positions * static_cast<double>(batch.tensors[0].size(1));
   }

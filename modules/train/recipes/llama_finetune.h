@@ -129,8 +129,9 @@ class LlamaFinetune {
   /// parallel plan, train/parallel/parallelize.h).
   bool activation_checkpointing() const { return activation_checkpointing_; }
   /// Before optimizer step `global_step` (0-based, on a resume too): fake quantisation is off for
-  /// the first --fake-quant-after-steps steps (TorchTune's fake_quant_after_n_steps).
-  void begin_step(std::int64_t global_step);
+  /// the first --fake-quant-after-steps steps (TorchTune's fake_quant_after_n_steps). Returns true
+  /// when this call switched it (Recipe::begin_step: forward changed).
+  bool begin_step(std::int64_t global_step);
 
   struct TargetLogProbs {
     torch::Tensor log_probs;  // float32 [N]: log p(target | prefix) at the batch's target positions
@@ -141,7 +142,8 @@ class LlamaFinetune {
   TargetLogProbs target_log_probs(const data::Batch& batch);
   /// Why this model's micro-batches cannot be captured as CUDA graphs (Recipe::graph_blocker), or "":
   /// LoRA dropout under activation checkpointing (the recomputation replays the generator's state,
-  /// which a capture cannot read), fake quantisation switched on after the first steps (forward changes).
+  /// which a capture cannot read). QAT's late switch does not block: begin_step says when it
+  /// changes forward, and the loop captures again.
   std::string graph_blocker() const;
 
   /// Model FLOPs of a forward and backward over a collated batch's computed positions (R x T padded,
@@ -196,7 +198,8 @@ class LlamaFinetune {
   FakeQuant fake_quant_ = FakeQuant::kNone;
   std::int64_t qat_group_size_ = 256;  // TorchTune's Int8DynActInt4WeightQATQuantizer(groupsize=256)
   std::int64_t fake_quant_after_steps_ = 0;
-  std::string output_dir_;  // what was trained written here at the end; "" = nowhere
+  std::optional<bool> fake_quant_on_;  // as the last begin_step set it (none before the first)
+  std::string output_dir_;             // what was trained written here at the end; "" = nowhere
 
   std::optional<models::LlamaConfig> config_;
   std::unique_ptr<text::Llama3Tokenizer> tokenizer_;

@@ -12,10 +12,12 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/option_table.h"
 #include "train/recipe.h"
 #include "train/recipes/llama_batches.h"
 #include "train/recipes/llama_finetune.h"
+#include "train/step_graphs.h"
 
 namespace mgbench::train {
 
@@ -41,15 +43,18 @@ class LlamaRecipe : public Recipe {
     return llama_.checkpoint_tensors();
   }
   bool activation_checkpointing() const override { return llama_.activation_checkpointing(); }
-  void begin_step(std::int64_t global_step) override { llama_.begin_step(global_step); }
+  bool begin_step(std::int64_t global_step) override { return llama_.begin_step(global_step); }
   bool counts_tokens() const override { return true; }
-  /// Padded micro-batches on a model without random draws in its recomputation can be captured: their
-  /// target lists are then laid out at a fixed length (Collation::static_targets) and the normaliser
-  /// is the host's (Recipe::loss_normalizer). Packed ones cannot yet (docs/design.md, CUDA graphs).
-  std::string graph_blocker() const override {
-    if (data_.padding == Padding::kNone) {
-      return "--padding none: packed sequences' attention takes their lengths on the host, per micro-batch "
-             "(--padding pad allows graphs)";
+  /// Micro-batches on a model without random draws in its recomputation can be captured: their
+  /// target lists are then laid out at a fixed length and packed runs bounded by the row
+  /// (Collation::static_shapes), the normaliser is the host's (Recipe::loss_normalizer). Packed ones
+  /// need flash attention's one call for all their sequences, which takes bf16 (docs/design.md, CUDA
+  /// graphs).
+  std::string graph_blocker(const TrainOptions& train) const override {
+    if (data_.padding == Padding::kNone && train.precision == axes::Precision::kFp32) {
+      return "--padding none with --precision fp32: packed sequences' attention runs one call per sequence on "
+             "the host's lengths (flash attention, one call for them all, takes bf16; --padding pad allows "
+             "graphs in fp32)";
     }
     return llama_.graph_blocker();
   }
@@ -83,14 +88,18 @@ class LlamaRecipe : public Recipe {
     const auto unlabelled = static_cast<std::size_t>(
         std::count_if(rows.begin(), rows.end(), [](const auto& row) { return label_tokens(row) == 0; }));  // text::
     data_.refuse_or_warn_unlabelled(ctx.rank, unlabelled, rows.size());
-    static_targets_ = ctx.static_shapes;
+    static_shapes_ = ctx.static_shapes;
+    if (const std::string warning = data_.graph_shapes_warning(static_shapes_, MicroBatchGraphs::kMaxGraphs);
+        !warning.empty() && ctx.rank == 0) {
+      log::warn("{}", warning);
+    }
     llama_.build(ctx);
   }
 
   /// The sequences as one micro-batch (collate_sequences) as the data options and the loop's graphs ask.
   data::Batch collate(const std::vector<const text::TokenizedSample*>& sequences, bool pin_memory) const {
     return collate_sequences(
-        sequences, {llama_.tokenizer().pad_id(), data_.padding, data_.pad_to_multiple, static_targets_}, pin_memory);
+        sequences, {llama_.tokenizer().pad_id(), data_.padding, data_.pad_to_multiple, static_shapes_}, pin_memory);
   }
 
   /// Sequences a row of the dataset makes in a batch: 1 (a sample), 2 for a preference pair.
@@ -100,7 +109,7 @@ class LlamaRecipe : public Recipe {
   LlamaDataOptions data_;
 
  private:
-  bool static_targets_ = false;  // RecipeContext::static_shapes
+  bool static_shapes_ = false;  // RecipeContext::static_shapes
 };
 
 }  // namespace mgbench::train
