@@ -116,10 +116,7 @@ data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& s
     models::PackedRuns runs = models::PackedRuns::of(std::move(lengths), pin_memory, how.static_shapes ? length : 0);
     batch.tensors.push_back(std::move(position_ids));
     batch.tensors.push_back(std::move(runs.cu_seqlens));
-    torch::Tensor host = torch::empty({static_cast<std::int64_t>(runs.lengths.size()) + 1}, torch::kInt64);
-    std::copy(runs.lengths.begin(), runs.lengths.end(), host.data_ptr<std::int64_t>());
-    host.data_ptr<std::int64_t>()[host.numel() - 1] = runs.max_length;
-    batch.host_tensors = {std::move(host)};
+    batch.host_tensors = {torch::tensor(runs.lengths, torch::kInt64), torch::tensor(runs.max_length, torch::kInt64)};
   }
   return batch;
 }
@@ -134,14 +131,15 @@ bool is_packed(const data::Batch& batch) { return batch.tensors.size() == 6; }
 
 std::optional<models::SequencePacking> packing_of(const data::Batch& batch) {
   if (!is_packed(batch)) return std::nullopt;
-  const torch::Tensor& host = batch.host_tensors.at(0);  // the lengths, then max_length
-  const auto* n = host.data_ptr<std::int64_t>();
-  return models::SequencePacking{
-      batch.tensors[4], {std::vector<std::int64_t>(n, n + host.numel() - 1), batch.tensors[5], n[host.numel() - 1]}};
+  const torch::Tensor& lengths = batch.host_tensors.at(0);
+  const auto* n = lengths.data_ptr<std::int64_t>();
+  return models::SequencePacking{batch.tensors[4],
+                                 {std::vector<std::int64_t>(n, n + lengths.numel()), batch.tensors[5],
+                                  batch.host_tensors.at(1).item<std::int64_t>()}};
 }
 
 std::int64_t sequences_of(const data::Batch& batch) {
-  return is_packed(batch) ? batch.host_tensors.at(0).numel() - 1 : batch.tensors[0].size(0);
+  return is_packed(batch) ? batch.host_tensors.at(0).numel() : batch.tensors[0].size(0);
 }
 
 torch::Tensor split_position_means(const data::Batch& batch, const torch::Tensor& values, std::int64_t first) {

@@ -55,7 +55,7 @@ struct Collation {
 /// sequence, int64 [N] (N = R x T or S with static_shapes, the stand-ins' sequence R); with kNone,
 /// each token's position in its sequence, int64 [S], and the runs' cumulative lengths, int32
 /// [R + 1] (models::PackedRuns::cu_seqlens: 0, then each sequence's end, the padding counted in the
-/// last), and host_tensors {int64 [R + 1]: the runs' lengths, then their bound max_length}.
+/// last), and host_tensors {the runs' lengths, int64 [R]; their bound max_length, int64 []}.
 /// samples = R; tokens: real tokens; padded_tokens = R x T (kPad) or S (kNone); loss_targets: the
 /// real targets. Pinned tensors (pin_memory) but the host one.
 data::Batch collate_sequences(const std::vector<const text::TokenizedSample*>& sequences, const Collation& how,

@@ -210,10 +210,11 @@ void LlamaFinetune::build(const RecipeContext& ctx) {
 bool LlamaFinetune::begin_step(std::int64_t global_step) {
   if (fake_quant_ == FakeQuant::kNone) return false;
   const bool on = global_step >= fake_quant_after_steps_;
-  const bool changed = fake_quant_on_.has_value() && *fake_quant_on_ != on;
-  if (changed || !fake_quant_on_.has_value()) model_->set_fake_quant_enabled(on);
+  if (fake_quant_on_ == on) return false;
+  const bool first = !fake_quant_on_.has_value();  // the set-up's call: nothing captured to drop
+  model_->set_fake_quant_enabled(on);
   fake_quant_on_ = on;
-  return changed;
+  return !first;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LlamaFinetune::checkpoint_tensors() const {
