@@ -18,7 +18,8 @@
 #                 cudaStreamSynchronize, NCCL kernels) at 100 and 500 px, pin_memory false / true; LoRA fp32 (Fig. 5)
 #   techniques    full, lora, qlora, qat, dpo on llama3.2-3b, then llama3-8b: s/it, peak VRAM, HtoD bytes per step,
 #                 J/token; `mgbench predict --ranks 1,2` of them: the inter-GPU bytes per step at 2 ranks
-#   graphs        issue 47: --cuda-graphs off vs on, MobileNetV2 at 100, 224 and 500 px, amp-bf16 and fp32;
+#   graphs        issue 47: --cuda-graphs off vs on, MobileNetV2 at 100, 224 and 500 px, amp-bf16 and fp32
+#                 (and DDP over the GPUs at 224 px where there are two or more: GRAPHS_DDP_NP);
 #                 LoRA bf16 on llama3.2-1b and llama3-8b shapes, padded and packed, to multiples of 64 tokens
 # Their results files are $OUT/<set>.h5 (`mgbench report [--cuda] FILE` prints them again; the
 # figures stage draws them).
@@ -666,6 +667,20 @@ if bench_set graphs; then
       done
     done
   done
+  # DDP over the node's GPUs (--backend auto: NCCL, one rank a GPU), each rank replaying its own micro-batches and the
+  # gradients all-reduced after backward (no overlap): what graphs win against what the overlap lost.
+  # On one GPU the 2-rank path is the GPU test CudaGraphs.DdpRanksReplaying... (MPI backend) instead.
+  GRAPHS_DDP_NP=${GRAPHS_DDP_NP:-$(visible_gpus)}
+  if ((GRAPHS_DDP_NP >= 2)); then
+    PAPER_LAUNCH=(mpirun -np "$GRAPHS_DDP_NP" --bind-to none)
+    for graphs in off on; do
+      paper_image graphs "ddp$GRAPHS_DDP_NP-224px-amp-bf16-$graphs" --precision amp-bf16 --image-size 224 \
+        --cuda-graphs "$graphs" --profile-window "steps:${BENCH_WARMUP:-10}:0"
+    done
+    PAPER_LAUNCH=()
+  else
+    echo "graphs: no DDP rows (one GPU; NCCL takes one rank a GPU)"
+  fi
   # The LLM step (LoRA, bf16, batch 2, alpaca; padded rows and packed ones, both rounded up to
   # multiples of 64 tokens on both sides: a bounded set of shapes, one graph each), where the host's
   # launches of every decoder layer's ops weigh.

@@ -30,4 +30,19 @@ struct BucketAssignment {
 std::vector<BucketAssignment> assign_buckets(std::span<const TensorSize> tensors, std::size_t first_bucket_bytes,
                                              std::size_t bucket_bytes);
 
+/// How GradSync (grad_sync.h) buckets and launches the gradients' all-reduce.
+struct GradSyncOptions {
+  std::size_t bucket_bytes = kDefaultBucketBytes;
+  std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  /// PyTorch DDP's gradient_as_bucket_view: each param.grad() becomes its slice of the bucket, so a
+  /// gradient is held once; false (PyTorch's default): the mean is copied back into gradients of
+  /// their own, held beside the buckets.
+  bool gradient_as_bucket_view = false;
+  /// true (DDP): hooks copy each gradient into its bucket as backward produces it and launch a
+  /// bucket's all-reduce as soon as it is complete, overlapping backward. false: no hooks; finish()
+  /// copies every gradient in and all-reduces every bucket after backward, nothing overlapped --
+  /// for a backward replayed from a CUDA graph (train/step_graphs.h), which runs no hook.
+  bool launch_in_backward = true;
+};
+
 }  // namespace mgbench::runtime

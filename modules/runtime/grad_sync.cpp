@@ -34,7 +34,10 @@ std::vector<BucketAssignment> GradSync::assign(const std::vector<torch::Tensor>&
 }
 
 GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSyncOptions options)
-    : params_(std::move(params)), comm_(comm), as_bucket_view_(options.gradient_as_bucket_view) {
+    : params_(std::move(params)),
+      comm_(comm),
+      as_bucket_view_(options.gradient_as_bucket_view),
+      hooked_(options.launch_in_backward) {
   assignment_ = assign(params_, options);
   bucket_of_.resize(params_.size());
   slot_of_.resize(params_.size());
@@ -61,6 +64,7 @@ GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSy
     // A dense layout (contiguous, channels_last, ...) spans exactly numel elements: the slice takes it.
     views_[i] = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides()) : slice.view(p.sizes());
   }
+  if (!hooked_) return;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReadyHook>(this, i));
   }
@@ -77,10 +81,16 @@ GradSync::~GradSync() {
       }
     }
   }
-  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  if (hooked_) {
+    for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  }
 }
 
 void GradSync::prepare() {
+  if (hooked_) forget_step();  // without hooks finish() does (a replayed step does not call this)
+}
+
+void GradSync::forget_step() {
   first_work_.reset();
   last_work_.reset();
   for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].pending = buckets_[b].params.size();
@@ -133,6 +143,7 @@ void GradSync::launch_ready_in_order() {
 
 void GradSync::finish() {
   const profile::NvtxRange range("gradsync finish");
+  if (!hooked_) forget_step();  // no hook took any gradient in: every one is copied in below
   in_backward_ = false;
   // Parameters that got no gradient this step still take part, with zeros.
   for (std::size_t i = 0; i < params_.size(); ++i) {

@@ -7,7 +7,8 @@
 // all-reduced at once (asynchronously) while backward goes on, buckets being launched strictly in
 // bucket order so every rank issues the same sequence of collectives. finish() launches what is
 // left, waits, and scales the buckets to the mean (copied back into the gradients without
-// gradient_as_bucket_view).
+// gradient_as_bucket_view). Without hooks (launch_in_backward false: a backward replayed from a
+// CUDA graph runs no host code), finish() copies every gradient in and launches every bucket.
 // Follows PyTorch DistributedDataParallel (torch/nn/parallel/distributed.py, c10d Reducer).
 #include <chrono>
 #include <cstddef>
@@ -20,15 +21,6 @@
 #include "runtime/communicator.h"
 
 namespace mgbench::runtime {
-
-struct GradSyncOptions {
-  std::size_t bucket_bytes = kDefaultBucketBytes;
-  std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
-  /// PyTorch DDP's gradient_as_bucket_view: each param.grad() becomes its slice of the bucket, so a
-  /// gradient is held once; false (PyTorch's default): the mean is copied back into gradients of
-  /// their own, held beside the buckets.
-  bool gradient_as_bucket_view = false;
-};
 
 class GradSync {
  public:
@@ -43,7 +35,9 @@ class GradSync {
   /// a parameter that does not require grad.
   static std::vector<BucketAssignment> assign(const std::vector<torch::Tensor>& params, const GradSyncOptions& options);
 
-  /// Before each backward: forget the previous step's readiness.
+  /// Before each backward: forget the previous step's readiness. Nothing without
+  /// launch_in_backward: finish() does it then (a replayed step calls neither this nor any hook,
+  /// and a capture must not release the previous step's collectives' handles).
   void prepare();
   /// After backward: all-reduce every bucket not yet launched (a parameter without gradient
   /// contributes zeros), wait for all (a stream wait with NCCL), and scale them: each param.grad()
@@ -60,7 +54,7 @@ class GradSync {
 
   std::size_t num_buckets() const { return buckets_.size(); }
   const std::vector<BucketAssignment>& assignment() const { return assignment_; }
-  /// Buckets launched from hooks, i.e. during backward, in the last step.
+  /// Buckets launched from hooks, i.e. during backward, in the last step (0 without launch_in_backward).
   std::size_t buckets_launched_in_backward() const { return launched_in_backward_; }
 
   /// Called by the hooks (autograd's thread): gradient of params[index] is final.
@@ -74,6 +68,7 @@ class GradSync {
     std::size_t pending = 0;            // gradients still to arrive this step
     std::unique_ptr<Work> work;
   };
+  void forget_step();  // prepare()'s work: no gradient ready, no bucket launched, no Work kept
   void launch_ready_in_order();
   void copy_in(std::size_t index);
 
@@ -93,6 +88,7 @@ class GradSync {
   std::size_t launched_in_backward_ = 0;
   bool in_backward_ = false;
   bool as_bucket_view_ = false;
+  bool hooked_ = true;  // launch_in_backward: hooks installed on the parameters
 };
 
 }  // namespace mgbench::runtime

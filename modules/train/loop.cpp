@@ -83,12 +83,7 @@ void set_up_training(const RunSetup& setup, TrainingState& training, UnitSharder
   if (setup.precision.loss_scaling) {
     training.scaler = std::make_unique<GradScaler>(GradScalerOptions{}, training.fsdp() ? &setup.comm : nullptr);
   }
-  // At least a byte: a positive --bucket-mb too small for one byte still means "one tensor a bucket".
-  training.sync_options.bucket_bytes =
-      std::max<std::size_t>(1, static_cast<std::size_t>(options.bucket_mb * 1024 * 1024));
-  training.sync_options.first_bucket_bytes =
-      std::max<std::size_t>(1, static_cast<std::size_t>(options.first_bucket_mb * 1024 * 1024));
-  training.sync_options.gradient_as_bucket_view = options.gradient_as_bucket_view;
+  training.sync_options = options.grad_sync_options(setup.cuda_graphs.use);
   training.shared_buffers = recipe.shared_buffers();
 }
 
@@ -146,10 +141,11 @@ TrainingLoop::TrainingLoop(const TrainOptions& train, Recipe& recipe, runtime::C
                   comm.world_size());
   setup.threads = thread_count(train, node.local_size);
   setup.device = to_torch_device(placement);
-  // Before the set-up's work: --cuda-graphs on that cannot be honoured fails here, on every rank alike.
-  setup.cuda_graphs = resolve_cuda_graphs(train.cuda_graphs, {setup.device.is_cuda(), comm.world_size(),
-                                                              strategy.single_process, recipe.graph_blocker(train)});
   setup.plan = train.parallel_plan(comm.world_size(), recipe.activation_checkpointing());
+  // Before the set-up's work: --cuda-graphs on that cannot be honoured fails here, on every rank alike.
+  setup.cuda_graphs =
+      resolve_cuda_graphs(train.cuda_graphs, {setup.device.is_cuda(), comm.world_size(), setup.plan.fully_sharded(),
+                                              strategy.single_process, recipe.graph_blocker(train)});
   const std::string allocator = configure_process(setup);
   {
     const Stopwatch clock;
@@ -403,8 +399,9 @@ void replicate(const RunSetup& setup, TrainingState& training) {
   if (training.shares_buffers(setup.world_size())) runtime::broadcast_coalesced(setup.comm, training.shared_buffers, 0);
   if (!setup.plan.replicated()) return;
   training.grad_sync = std::make_unique<runtime::GradSync>(training.trainable, setup.comm, training.sync_options);
-  log::info("gradient sync: {} bucket(s), first {:.2f} MiB, then up to {:.1f} MiB", training.grad_sync->num_buckets(),
-            setup.options.first_bucket_mb, setup.options.bucket_mb);
+  log::info("gradient sync: {} bucket(s), first {:.2f} MiB, then up to {:.1f} MiB, all-reduced {}",
+            training.grad_sync->num_buckets(), setup.options.first_bucket_mb, setup.options.bucket_mb,
+            training.sync_options.launch_in_backward ? "during backward" : "after backward (CUDA graphs)");
 }
 
 }  // namespace

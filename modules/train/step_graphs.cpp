@@ -27,10 +27,11 @@ GraphDecision resolve_cuda_graphs(CudaGraphs mode, const GraphFacts& facts) {
   std::string blocker;
   if (!facts.cuda) {
     blocker = "the rank computes on the CPU (CUDA graphs replay GPU work)";
-  } else if (facts.world_size > 1) {
+  } else if (facts.fully_sharded) {
     blocker = fmt::format(
-        "{} ranks: the gradients' all-reduce (DDP) and FSDP's all-gathers and reduce-scatters are issued by hooks on "
-        "the host during forward and backward, which a replayed graph would not run; graphs capture a one-rank run",
+        "--sharding fsdp over {} ranks: the units' all-gathers and reduce-scatters are issued by hooks on the host "
+        "inside forward and backward, which a replayed graph would not run (DDP's all-reduce, after backward, "
+        "allows graphs: --sharding none)",
         facts.world_size);
   } else if (facts.single_process) {
     blocker = "--strategy dp: its replicas run on threads of their own, one per GPU, outside the capture";

@@ -7,13 +7,19 @@
 // amp-fp16), the gradients added into the parameters' .grad in place; what is not: the data's copy
 // into the graph's static inputs (before each replay), the loss and metrics' sums (after), the
 // optimizer, clipping and the scaler's update (one fused kernel each already, and their step count
-// and learning rate change every step), and anything of another rank: one rank per run (the
-// collectives of DDP and FSDP are issued by hooks on the host during backward, which a replay
-// would not run). A shape's first micro-batches run eagerly (cuDNN's autotuning, lazy
-// initialisation and the gradients' first allocation happen outside a capture, as torch.cuda.graph
-// asks), the next is captured on a side stream and replayed, every later one of that shape replays.
-// Graphs share one memory pool (one shape's activations at a time). torch.cuda.graph /
-// torch.cuda.make_graphed_callables are the model; at::cuda::CUDAGraph does the capture.
+// and learning rate change every step), and anything of another rank. Under DDP (several ranks,
+// --sharding none) each rank captures and replays its own micro-batches and the gradients'
+// all-reduce runs after the step's last micro-batch, outside the graphs: GradSync without hooks
+// (runtime/grad_sync.h, launch_in_backward false), since a replay runs no host code. Nothing of
+// another rank is then inside a graph: the MPI backend (which cannot be captured) works as NCCL
+// does, and ranks whose batches differ in shape (padded lengths) capture at different steps. The
+// cost: backward no longer overlaps the all-reduce. FSDP is refused: its units' all-gathers and
+// reduce-scatters are issued by hooks inside forward and backward. A shape's first micro-batches
+// run eagerly (cuDNN's autotuning, lazy initialisation and the gradients' first allocation happen
+// outside a capture, as torch.cuda.graph asks), the next is captured on a side stream and
+// replayed, every later one of that shape replays. Graphs share one memory pool (one shape's
+// activations at a time). torch.cuda.graph / torch.cuda.make_graphed_callables are the model;
+// at::cuda::CUDAGraph does the capture.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +38,7 @@ namespace mgbench::train {
 struct GraphFacts {
   bool cuda = false;            // the rank computes on a CUDA device
   int world_size = 1;           // ranks of the run
+  bool fully_sharded = false;   // --sharding fsdp over several ranks (axes::ParallelPlan::fully_sharded)
   bool single_process = false;  // --strategy dp: one process drives every GPU, replicas on threads
   std::string recipe_blocker;   // Recipe::graph_blocker(train): "" when its micro-batches can be captured
 };
@@ -45,8 +52,8 @@ struct GraphDecision {
 };
 
 /// --cuda-graphs against the run's facts: off -> not used; on -> used, or ConfigError naming
-/// --cuda-graphs and what prevents it (a CPU rank, several ranks, --strategy dp, the recipe's
-/// blocker); auto ->
+/// --cuda-graphs and what prevents it (a CPU rank, FSDP over several ranks, --strategy dp, the
+/// recipe's blocker); auto ->
 /// not used, with the reason (not yet measured on a GPU: graphs are asked for with on until a GPU
 /// run has compared them with the eager step -- docs/design.md, CUDA graphs).
 GraphDecision resolve_cuda_graphs(CudaGraphs mode, const GraphFacts& facts);

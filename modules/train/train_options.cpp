@@ -1,5 +1,7 @@
 #include "train/train_options.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "profile/profile_window.h"
 #include "runtime/device.h"
@@ -153,6 +155,11 @@ void TrainOptions::declare(options::OptionTable& t) {
 
   declare_profiling(t);
   checkpoint.declare(t);
+}
+
+runtime::GradSyncOptions TrainOptions::grad_sync_options(bool cuda_graphs) const {
+  const auto bytes = [](double mb) { return std::max<std::size_t>(1, static_cast<std::size_t>(mb * 1024 * 1024)); };
+  return {bytes(bucket_mb), bytes(first_bucket_mb), gradient_as_bucket_view, !cuda_graphs};
 }
 
 TrainOptions TrainOptions::for_world(int world_size) const {

@@ -13,6 +13,7 @@
 #include "core/option_table.h"
 #include "profile/telemetry.h"
 #include "runtime/backend.h"
+#include "runtime/buckets.h"
 #include "runtime/device.h"
 #include "train/checkpoint/checkpoint_options.h"
 #include "train/optim/optim_options.h"
@@ -80,6 +81,10 @@ struct TrainOptions {
   axes::ParallelPlan parallel_plan(int world_size, bool activation_checkpointing) const {
     return {world_size, sharding, reshard_after_forward, activation_checkpointing};
   }
+  /// DDP's gradient buckets from --bucket-mb, --first-bucket-mb (at least a byte each: a positive
+  /// size too small for one byte still means "one tensor a bucket") and --gradient-as-bucket-view;
+  /// with CUDA graphs (a replayed backward runs no hook) the buckets are all-reduced after backward.
+  runtime::GradSyncOptions grad_sync_options(bool cuda_graphs) const;
   /// These options at world_size ranks: with --global-batch-size G (torchtitan's
   /// training.global_batch_size), grad_accum = G / (batch_size x world_size), so that a step takes G
   /// samples at any world size and a checkpoint can be resumed at another (checkpointer.h); without

@@ -39,6 +39,7 @@
 #include "train/device_pipeline.h"
 #include "train/job_config.h"
 #include "train/loop.h"
+#include "train/step_graphs.h"
 
 #if MGBENCH_HAVE_NCCL
 #include <c10/cuda/CUDAStream.h>
@@ -67,6 +68,13 @@ std::pair<int, int> node_position() {
   if (runtime::visible_cuda_devices() > 0) { \
   } else                                     \
     GTEST_SKIP() << "no CUDA device visible"
+
+/// Declares `model`, the tiny Llama oracle's directory (tests/oracles); the test SKIPPED without a
+/// GPU or without the oracle.
+#define TINY_LLAMA_ON_GPU(model)                                     \
+  SKIP_WITHOUT_GPU();                                                \
+  const std::string model = test::oracle_dir() + "/llama_tiny_2256"; \
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)"
 
 /// This rank's GPU. Collective (MPI_Comm_split_type over MPI_COMM_WORLD): every rank calls it,
 /// before any rank-0-only block (called inside one, rank 0 waited for a split that rank 1, at the
@@ -306,6 +314,52 @@ TEST(NcclOneRank, GradSyncOverNcclEqualsNoSyncAndOverlapsBackward) {
   nccl->barrier();
 }
 
+/// DDP under --cuda-graphs (train/step_graphs.h): a micro-batch's forward and backward captured
+/// and replayed by MicroBatchGraphs, then GradSync without hooks (launch_in_backward false) over a
+/// one-rank NCCL communicator all-reduces the gradients the replay accumulated: each step's
+/// gradients equal torch::autograd::grad's of that step's input (not the captured batch's, not the
+/// previous step's), the graph's warm-up, capture and replays counted.
+TEST(NcclOneRank, GradSyncAfterReplayedMicroBatchesEqualsTheirGradients) {
+  SKIP_WITHOUT_GPU();
+  const auto placement = my_gpu();
+  const torch::Device gpu = train::to_torch_device(placement);
+  auto nccl = runtime::make_nccl_communicator(MPI_COMM_SELF, placement.index, {/*timeout_s=*/60});
+  torch::manual_seed(11);
+  torch::nn::Sequential net(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 16, 3).padding(1)), torch::nn::ReLU(),
+                            torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(16, 10));
+  net->to(gpu);
+  const std::vector<torch::Tensor> params = net->parameters();
+  runtime::GradSyncOptions options;
+  options.launch_in_backward = false;
+  runtime::GradSync sync(params, *nccl, options);
+  train::MicroBatchGraphs graphs(gpu);
+  const train::MicroBatchWork work = [&](const data::Batch& b, bool) {
+    const torch::Tensor loss = net->forward(b.tensors[0]).pow(2).mean();
+    loss.backward();
+    return train::MicroBatchLoss{loss.detach(), {}};
+  };
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE(step);
+    data::Batch batch;
+    batch.tensors = {torch::randn({8, 3, 16, 16}, torch::TensorOptions().device(gpu))};
+    const std::vector<torch::Tensor> expected =
+        torch::autograd::grad({net->forward(batch.tensors[0]).pow(2).mean()}, params);
+    for (const torch::Tensor& p : params) {
+      if (p.grad().defined()) p.grad().zero_();  // in place, as train_step under graphs
+    }
+    const train::MicroBatchLoss loss = graphs.run(batch, work);
+    sync.finish();
+    EXPECT_EQ(sync.buckets_launched_in_backward(), 0U);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(params[i].grad(), expected[i], 1e-5, 1e-6)) << "param " << i;
+    }
+    EXPECT_TRUE(loss.loss.is_cuda());
+  }
+  // Two eager warm-up micro-batches, the third captured (its first replay), three more replayed.
+  EXPECT_EQ(graphs.totals(), "cuda graphs: 1 capture(s), 4 micro-batch(es) replayed, 2 run eagerly");
+  nccl->barrier();
+}
+
 TEST(MpiBackendOnGpu, RanksEqualOneRankWithWorldTimesTheBatch) {
   SKIP_WITHOUT_GPU();
   if (!have_data()) GTEST_SKIP() << "no shared MNIST";
@@ -363,6 +417,40 @@ TEST(CudaGraphs, ReplayedMicroBatchesTrainAsTheEagerStep) {
     EXPECT_GT(with[0].epochs[0][0].phases.backward_s, 0);     // the warm-up's eager micro-batches
     EXPECT_EQ(with[0].epochs[0][1].phases.backward_s, 0);     // every micro-batch replayed
     EXPECT_GT(without[0].epochs[0][1].phases.backward_s, 0);  // not vacuous: the eager step has one
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// --cuda-graphs on over the ranks of a DDP run (--sharding none): each rank replays its own
+// micro-batches, the gradients' all-reduce after the step's last (GradSync without hooks). Two ranks
+// on the one GPU over the MPI backend (NCCL refuses two ranks on one device): the same parameters
+// as the eager DDP run to 1e-9, under the settings that make eager runs repeat bit for bit (above).
+TEST(CudaGraphs, DdpRanksReplayingTheirMicroBatchesTrainAsTheEagerRanks) {
+  SKIP_WITHOUT_GPU();
+  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  SharedDir dir;
+  const auto placement = my_gpu();
+  const Settings exact{{"precision", "fp64"},        {"freeze-batchnorm", "true"}, {"dropout", "0"},
+                       {"cudnn-benchmark", "false"}, {"cupti", "false"},           {"device", "cuda"},
+                       {"grad-accum", "2"}};
+  Settings graphs = exact, eager = exact;
+  graphs.emplace_back("cuda-graphs", "on");
+  eager.emplace_back("cuda-graphs", "off");
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  const Trained replayed =
+      train_run(comm, MPI_COMM_WORLD, *small_config("ddp-ds", 8, graphs), dir.file("graphs.h5"), placement);
+  const Trained reference =
+      train_run(comm, MPI_COMM_WORLD, *small_config("ddp-ds", 8, eager), dir.file("eager.h5"), placement);
+  const double diff = (flat(replayed.parameters) - flat(reference.parameters)).abs().max().item<double>();
+  EXPECT_LT(diff, 1e-9) << "rank " << world_rank();
+  EXPECT_EQ(max_difference_across_ranks(comm, flat(replayed.parameters).cpu()), 0.0);
+  if (world_rank() == 0) {
+    const auto with = results::read_runs(dir.file("graphs.h5"));
+    ASSERT_EQ(with.size(), 1u);
+    EXPECT_EQ(with[0].text("cuda_graphs_decision"), "on");
+    ASSERT_GE(with[0].epochs[0].size(), 2u);
+    EXPECT_EQ(with[0].epochs[0][1].phases.backward_s, 0);   // replayed: no eager backward
+    EXPECT_GT(with[0].epochs[0][1].phases.allreduce_s, 0);  // the buckets after it
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -635,9 +723,7 @@ double tiny_llama_eval_loss(const std::string& model, const std::string& results
 }
 
 TEST(LlmOnGpu, EvalLossEqualsCpuAndUnpaddedEqualsPadded) {
-  SKIP_WITHOUT_GPU();
-  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  TINY_LLAMA_ON_GPU(model);
   SharedDir dir;
   const auto placement = my_gpu();
   if (world_rank() == 0) {
@@ -666,9 +752,7 @@ TEST(LlmOnGpu, EvalLossEqualsCpuAndUnpaddedEqualsPadded) {
 // real targets alone: the trained adapters within fp32's rounding of the head's other row count
 // (every position of the grid with graphs), the final loss likewise, the decision recorded.
 TEST(CudaGraphs, ReplayedLoraStepsTrainAsTheEagerSteps) {
-  SKIP_WITHOUT_GPU();
-  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  TINY_LLAMA_ON_GPU(model);
   SharedDir dir;
   const auto gpu = my_gpu();
   if (world_rank() == 0) {
@@ -711,10 +795,41 @@ TEST(CudaGraphs, ReplayedLoraStepsTrainAsTheEagerSteps) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// DDP's LoRA under --cuda-graphs on two ranks (MPI's communicator, the one GPU): rows padded to multiples of
+// 16 tokens up to 64 -- up to four shapes, met by each rank in its own order, so a rank captures a
+// shape while the other runs it eagerly or replays another; the all-reduce (and the sum loss's
+// token count) after backward, outside the graphs. The adapters as the eager DDP run's within
+// fp32's rounding of the head's row count (as ReplayedLoraSteps...), the same on both ranks.
+TEST(CudaGraphs, DdpLoraRanksCaptureEachAtTheirOwnShapes) {
+  TINY_LLAMA_ON_GPU(model);
+  SharedDir dir;
+  const auto placement = my_gpu();
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  const Settings common{{"device", "cuda"}, {"max-seq-len", "64"}, {"pad-to-multiple", "16"},
+                        {"max-steps", "6"}, {"cupti", "false"},    {"precision", "fp32"}};
+  Settings graphs = common, eager = common;
+  graphs.emplace_back("cuda-graphs", "on");
+  eager.emplace_back("cuda-graphs", "off");
+  const std::string with_file = dir.file("ddp-lora-graphs.h5"), without_file = dir.file("ddp-lora-eager.h5");
+  const Trained replayed =
+      train_run(comm, MPI_COMM_WORLD, *llm_config("lora", model, 2, with_file, graphs), with_file, placement);
+  const Trained reference =
+      train_run(comm, MPI_COMM_WORLD, *llm_config("lora", model, 2, without_file, eager), without_file, placement);
+  const torch::Tensor a = flat(replayed.parameters), b = flat(reference.parameters);
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-4 * (b.abs().max().item<double>() + 1e-3))
+      << "rank " << world_rank();
+  EXPECT_EQ(max_difference_across_ranks(comm, a.cpu()), 0.0);
+  if (world_rank() == 0) {
+    const auto with = results::read_runs(with_file);
+    ASSERT_EQ(with.size(), 1u);
+    EXPECT_EQ(with[0].text("cuda_graphs_decision"), "on");
+    EXPECT_EQ(with[0].epochs[0][0].steps, 6);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(LlmOnGpu, TrainingRecordsTheCopyToTheDevice) {
-  SKIP_WITHOUT_GPU();
-  const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  TINY_LLAMA_ON_GPU(model);
   SharedDir dir;
   const auto gpu = my_gpu();
   if (world_rank() == 0) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -208,13 +209,17 @@ TEST(Communicator, ABf16CollectiveAddsSegmentsNotCopiesOfTheTensor) {
       << "the collectives added " << (added >> 20) << " MiB; the input is " << (input.nbytes() >> 20) << " MiB";
 }
 
-// Both ways of holding the gradients (DDP's gradient_as_bucket_view false and true) average them
-// alike, two steps in a row; with bucket views each gradient is a slice of a bucket (one storage for
-// the bucket's parameters) and train::set_gradients_to_none drops them where LibTorch's zero_grad
-// throws.
-class GradSyncViews : public ::testing::TestWithParam<bool> {};
+// Both ways of holding the gradients (DDP's gradient_as_bucket_view false and true) and both ways
+// of launching the buckets (hooks during backward; after backward without hooks, as under CUDA
+// graphs) average them alike, three steps in a row whose gradients differ; with bucket views each
+// gradient is a slice of a bucket (one storage for the bucket's parameters) and
+// train::set_gradients_to_none drops them where LibTorch's zero_grad throws. Without hooks no
+// prepare() is called, as a replayed step calls none: finish() must take every gradient in afresh
+// (a stale readiness would all-reduce the buckets' previous means).
+class GradSyncViews : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(GradSyncViews, AveragesGradientsOverRanks) {
+  const auto [as_bucket_view, launch_in_backward] = GetParam();
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   torch::manual_seed(0);  // same weights everywhere
   torch::nn::Linear a(40, 300), b(300, 7);
@@ -223,33 +228,37 @@ TEST_P(GradSyncViews, AveragesGradientsOverRanks) {
   runtime::GradSyncOptions options;
   options.first_bucket_bytes = 1024;
   options.bucket_bytes = 16 * 1024;
-  options.gradient_as_bucket_view = GetParam();
+  options.gradient_as_bucket_view = as_bucket_view;
+  options.launch_in_backward = launch_in_backward;
   runtime::GradSync sync(params, comm, options);
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.0));
   torch::manual_seed(0);
   torch::nn::Linear a0(40, 300), b0(300, 7);
   b0->forward(a0->forward(torch::ones({2, 40}))).sum().backward();
   const int n = comm.world_size();
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(step);
     train::set_gradients_to_none(sgd);
-    // Rank r sees input scaled by (r + 1): its gradients are (r + 1) x rank 0's for the linear loss.
-    const torch::Tensor x = torch::ones({2, 40}) * static_cast<float>(comm.rank() + 1);
-    sync.prepare();
+    // Rank r sees input scaled by (r + 1)(step + 1): its first layer's gradients are (r + 1)(step + 1)
+    // x rank 0's first step's for the linear loss.
+    const torch::Tensor x = torch::ones({2, 40}) * static_cast<float>((comm.rank() + 1) * (step + 1));
+    if (launch_in_backward) sync.prepare();
     b->forward(a->forward(x)).sum().backward();
+    EXPECT_EQ(sync.buckets_launched_in_backward() > 0, launch_in_backward);
     sync.finish();
     // mean over ranks of (r + 1) for the first layer's weight gradient = (n + 1) / 2 x rank 0's.
-    EXPECT_TRUE(torch::allclose(a->weight.grad(), a0->weight.grad() * ((n + 1) / 2.0), 1e-5, 1e-5));
+    EXPECT_TRUE(torch::allclose(a->weight.grad(), a0->weight.grad() * ((n + 1) / 2.0 * (step + 1)), 1e-5, 1e-5));
     EXPECT_TRUE(torch::allclose(b->bias.grad(), b0->bias.grad(), 1e-6, 1e-6));
     // b's weight and bias fill one 16 KiB bucket: views of one storage, or gradients of their own.
-    EXPECT_EQ(b->weight.grad().is_alias_of(b->bias.grad()), GetParam());
+    EXPECT_EQ(b->weight.grad().is_alias_of(b->bias.grad()), as_bucket_view);
   }
-  if (GetParam()) {
+  if (as_bucket_view) {
     EXPECT_THROW(sgd.zero_grad(), c10::Error);  // why set_gradients_to_none exists
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AsBucketView, GradSyncViews, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(AsBucketViewLaunchInBackward, GradSyncViews,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 // A rank whose device fails to initialise ends the set-up on every rank in that stage, before any
 // rank enters the communicator's creation (NCCL's unique-id broadcast has no deadline: a rank that

@@ -112,6 +112,16 @@ def test_graphs_pairs_each_run_with_and_without_graphs(printed):
     assert all(modes == {"off", "on"} for modes in llm.values()), llm
 
 
+def test_graphs_adds_ddp_rows_where_there_are_several_gpus(printed, tmp_path):
+    # One GPU (the dry run's count): no DDP row, said so.
+    assert "graphs: no DDP rows" in printed["graphs"][1]
+    assert not any(a and Path(a[0]).name == "mpirun" for a in printed["graphs"][0])
+    commands, out = dry_run("graphs", tmp_path, GRAPHS_DDP_NP="2")
+    ddp = [argv for argv in commands if argv and Path(argv[0]).name == "mpirun"]
+    assert [argv[argv.index("-np") + 1] for argv in ddp] == ["2", "2"], out
+    assert {argv[argv.index("--cuda-graphs") + 1] for argv in ddp} == {"off", "on"}, out
+
+
 def test_no_option_given_twice(printed):
     """mgbench refuses an option given twice (program_options' multiple occurrences): a set that
     overrides one of its helper's options must not repeat it."""

@@ -36,31 +36,39 @@ std::string refusal(CudaGraphs mode, const GraphFacts& facts) {
 }
 
 TEST(CudaGraphDecision, OnIsHonouredOrRefusedNamingWhatPreventsIt) {
-  const GraphFacts ok{true, 1, false, ""};
+  const GraphFacts ok{true, 1, false, false, ""};
   EXPECT_TRUE(resolve_cuda_graphs(CudaGraphs::kOn, ok).use);
   EXPECT_EQ(resolve_cuda_graphs(CudaGraphs::kOn, ok).text(), "on");
+  // DDP over several ranks: each rank replays its own micro-batches, the all-reduce after them.
+  EXPECT_TRUE(resolve_cuda_graphs(CudaGraphs::kOn, {true, 4, false, false, ""}).use);
   // Each blocker alone, in the order a run meets them.
-  const std::string cpu = refusal(CudaGraphs::kOn, {false, 1, false, ""});
+  const std::string cpu = refusal(CudaGraphs::kOn, {false, 1, false, false, ""});
   EXPECT_NE(cpu.find("--cuda-graphs on: the rank computes on the CPU"), std::string::npos) << cpu;
   EXPECT_NE(cpu.find("--cuda-graphs auto or off"), std::string::npos) << cpu;
-  const std::string ranks = refusal(CudaGraphs::kOn, {true, 2, false, ""});
-  EXPECT_NE(ranks.find("2 ranks: the gradients' all-reduce (DDP) and FSDP's"), std::string::npos) << ranks;
-  const std::string dp = refusal(CudaGraphs::kOn, {true, 1, true, ""});
+  const std::string fsdp = refusal(CudaGraphs::kOn, {true, 2, true, false, ""});
+  EXPECT_NE(fsdp.find("--cuda-graphs on: --sharding fsdp over 2 ranks: the units' all-gathers"), std::string::npos)
+      << fsdp;
+  EXPECT_NE(fsdp.find("--sharding none"), std::string::npos) << fsdp;
+  const std::string dp = refusal(CudaGraphs::kOn, {true, 1, false, true, ""});
   EXPECT_NE(dp.find("--strategy dp"), std::string::npos) << dp;
-  const std::string recipe = refusal(CudaGraphs::kOn, {true, 1, false, "the recipe's reason"});
+  const std::string recipe = refusal(CudaGraphs::kOn, {true, 1, false, false, "the recipe's reason"});
   EXPECT_NE(recipe.find("--cuda-graphs on: the recipe's reason;"), std::string::npos) << recipe;
+  // A DDP run's recipe blocker still applies.
+  EXPECT_NE(refusal(CudaGraphs::kOn, {true, 2, false, false, "the recipe's reason"}).find("the recipe's reason"),
+            std::string::npos);
 }
 
 TEST(CudaGraphDecision, AutoAndOffNeverCaptureAndSayWhy) {
-  for (const GraphFacts& facts : std::vector<GraphFacts>{{true, 1, false, ""}, {false, 4, true, "x"}}) {
+  for (const GraphFacts& facts : std::vector<GraphFacts>{{true, 1, false, false, ""}, {false, 4, true, true, "x"}}) {
     const train::GraphDecision off = resolve_cuda_graphs(CudaGraphs::kOff, facts);
     EXPECT_FALSE(off.use);
     EXPECT_EQ(off.text(), "off: --cuda-graphs off");
   }
-  const train::GraphDecision capturable = resolve_cuda_graphs(CudaGraphs::kAuto, {true, 1, false, ""});
+  const train::GraphDecision capturable = resolve_cuda_graphs(CudaGraphs::kAuto, {true, 1, false, false, ""});
   EXPECT_FALSE(capturable.use);
   EXPECT_NE(capturable.why_not.find("not yet compared with the eager step on a GPU"), std::string::npos);
-  const train::GraphDecision blocked = resolve_cuda_graphs(CudaGraphs::kAuto, {true, 1, false, "the recipe's reason"});
+  const train::GraphDecision blocked =
+      resolve_cuda_graphs(CudaGraphs::kAuto, {true, 1, false, false, "the recipe's reason"});
   EXPECT_FALSE(blocked.use);
   EXPECT_EQ(blocked.text(), "off: the recipe's reason");
 }

@@ -368,6 +368,32 @@ TEST(GradSync, HooksLaunchBucketsDuringBackward) {
   for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i].grad(), expected[i]));
 }
 
+// The buckets' options from the command line: sizes in bytes (a byte at least), the view choice, and
+// the all-reduce after backward with CUDA graphs; without hooks no bucket launches inside backward.
+TEST(GradSync, OptionsFromTheCommandLineAndGraphsLaunchAfterBackward) {
+  auto c = train::configure("image");
+  c->set("bucket-mb", "4");
+  c->set("first-bucket-mb", "1e-9");
+  c->set("gradient-as-bucket-view", "true");
+  const runtime::GradSyncOptions eager = c->train.grad_sync_options(/*cuda_graphs=*/false);
+  EXPECT_EQ(eager.bucket_bytes, 4u << 20);
+  EXPECT_EQ(eager.first_bucket_bytes, 1u);
+  EXPECT_TRUE(eager.gradient_as_bucket_view);
+  EXPECT_TRUE(eager.launch_in_backward);
+  runtime::GradSyncOptions graphs = c->train.grad_sync_options(/*cuda_graphs=*/true);
+  EXPECT_FALSE(graphs.launch_in_backward);
+  runtime::MpiCommunicator comm(MPI_COMM_SELF);
+  torch::nn::Linear net(16, 8);
+  graphs.gradient_as_bucket_view = false;
+  runtime::GradSync sync(net->parameters(), comm, graphs);
+  sync.prepare();
+  net->forward(torch::randn({4, 16})).sum().backward();
+  EXPECT_EQ(sync.buckets_launched_in_backward(), 0u);
+  const torch::Tensor expected = net->weight.grad().clone();
+  sync.finish();
+  EXPECT_TRUE(torch::equal(net->weight.grad(), expected));  // one rank: the mean is the gradient
+}
+
 TEST(PeakFlops, EachGpuModelHasItsOwnDatasheetPeak) {
   using runtime::MathKind;
   const auto tflops = [](std::string_view name, int sms, MathKind kind) {
