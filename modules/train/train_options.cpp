@@ -15,8 +15,8 @@ constexpr options::Choice<CudaGraphs> kCudaGraphs[] = {
     {"auto", CudaGraphs::kAuto,
      "eager for now: graphs are used where asked for, until a GPU run has compared them with the eager step"},
     {"on", CudaGraphs::kOn,
-     "each micro-batch shape's forward and backward captured once and replayed (one rank on a GPU, a recipe whose "
-     "micro-batches allow it; an error otherwise)"},
+     "each micro-batch shape's forward and backward captured once and replayed (GPU ranks: one, or several under "
+     "DDP, the all-reduce then after backward; not FSDP; a recipe whose micro-batches allow it; an error otherwise)"},
     {"off", CudaGraphs::kOff, "every micro-batch run eagerly, op by op"},
 };
 
