@@ -108,6 +108,9 @@ struct MeasuredScaling {
   double spread = 1;                 // 1 when unmeasured
   std::vector<std::string> sources;  // run ids used
 };
+/// From the workload's multi-rank runs: the share of the all-reduce window hidden behind backward
+/// (runs under CUDA graphs, cuda_graphs_decision "on", left out: their all-reduce follows backward
+/// by construction) and the ranks' spread outside the collectives (every run).
 MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& multi_rank);
 
 /// From multi-rank FSDP runs of the workload: the share of their all-gathers and reduce-scatters

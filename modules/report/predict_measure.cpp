@@ -161,9 +161,13 @@ MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& mu
   std::int64_t spreads = 0;
   for (const auto* r : multi_rank) {
     s.sources.push_back(r->run_id);
-    const AllReduceTimes t = all_reduce_times(*r);
-    window += t.window_s;
-    exposed += t.exposed_s;
+    // A run under CUDA graphs all-reduces after backward by construction (train/step_graphs.h):
+    // nothing to learn of the overlap from it; its ranks' spread counts.
+    if (r->text("cuda_graphs_decision").value_or("") != "on") {
+      const AllReduceTimes t = all_reduce_times(*r);
+      window += t.window_s;
+      exposed += t.exposed_s;
+    }
     // Synchronous ranks end their epochs together; where they differ is the time outside the
     // collectives (the faster rank waits in them): compare that.
     const std::size_t epochs = r->epochs.empty() ? 0 : r->epochs.front().size();

@@ -41,7 +41,9 @@ struct GradSyncOptions {
   /// true (DDP): hooks copy each gradient into its bucket as backward produces it and launch a
   /// bucket's all-reduce as soon as it is complete, overlapping backward. false: no hooks; finish()
   /// copies every gradient in and all-reduces every bucket after backward, nothing overlapped --
-  /// for a backward replayed from a CUDA graph (train/step_graphs.h), which runs no hook.
+  /// for a backward replayed from a CUDA graph (train/step_graphs.h), which runs no hook. Without
+  /// hooks and with gradient_as_bucket_view the gradients are the buckets' views from the start
+  /// (their addresses never change: zero them in place, never set them to none).
   bool launch_in_backward = true;
 };
 

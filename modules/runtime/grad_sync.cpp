@@ -64,7 +64,15 @@ GradSync::GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSy
     // A dense layout (contiguous, channels_last, ...) spans exactly numel elements: the slice takes it.
     views_[i] = p.is_non_overlapping_and_dense() ? slice.as_strided(p.sizes(), p.strides()) : slice.view(p.sizes());
   }
-  if (!hooked_) return;
+  if (!hooked_) {
+    // No hook makes the gradients the buckets' views at their first backward: they are from the
+    // start, so a CUDA graph captured before the first finish() accumulates into them (it records
+    // the address its AccumulateGrad adds into; a later swap would leave it adding into freed memory).
+    if (as_bucket_view_) {
+      for (std::size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = views_[i];
+    }
+    return;
+  }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReadyHook>(this, i));
   }

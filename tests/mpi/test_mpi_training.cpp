@@ -213,7 +213,8 @@ TEST(Communicator, ABf16CollectiveAddsSegmentsNotCopiesOfTheTensor) {
 // of launching the buckets (hooks during backward; after backward without hooks, as under CUDA
 // graphs) average them alike, three steps in a row whose gradients differ; with bucket views each
 // gradient is a slice of a bucket (one storage for the bucket's parameters) and
-// train::set_gradients_to_none drops them where LibTorch's zero_grad throws. Without hooks no
+// train::set_gradients_to_none drops them where LibTorch's zero_grad throws (the eager step's
+// way; under graphs the step zeroes them in place, train::zero_gradients). Without hooks no
 // prepare() is called, as a replayed step calls none: finish() must take every gradient in afresh
 // (a stale readiness would all-reduce the buckets' previous means).
 class GradSyncViews : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
@@ -236,16 +237,29 @@ TEST_P(GradSyncViews, AveragesGradientsOverRanks) {
   torch::nn::Linear a0(40, 300), b0(300, 7);
   b0->forward(a0->forward(torch::ones({2, 40}))).sum().backward();
   const int n = comm.world_size();
+  // Without hooks (CUDA graphs) a gradient keeps its address from the first backward on -- with
+  // bucket views from the start -- since a graph captured then adds into it: zeroed in place.
+  if (!launch_in_backward) {
+    EXPECT_EQ(a->weight.grad().defined(), as_bucket_view);
+  }
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(step);
-    train::set_gradients_to_none(sgd);
+    if (launch_in_backward) {
+      train::set_gradients_to_none(sgd);
+    } else {
+      train::zero_gradients(sgd);
+    }
     // Rank r sees input scaled by (r + 1)(step + 1): its first layer's gradients are (r + 1)(step + 1)
     // x rank 0's first step's for the linear loss.
     const torch::Tensor x = torch::ones({2, 40}) * static_cast<float>((comm.rank() + 1) * (step + 1));
     if (launch_in_backward) sync.prepare();
     b->forward(a->forward(x)).sum().backward();
     EXPECT_EQ(sync.buckets_launched_in_backward() > 0, launch_in_backward);
+    const void* accumulated_into = a->weight.grad().data_ptr();
     sync.finish();
+    if (!launch_in_backward) {
+      EXPECT_EQ(a->weight.grad().data_ptr(), accumulated_into);
+    }
     // mean over ranks of (r + 1) for the first layer's weight gradient = (n + 1) / 2 x rank 0's.
     EXPECT_TRUE(torch::allclose(a->weight.grad(), a0->weight.grad() * ((n + 1) / 2.0 * (step + 1)), 1e-5, 1e-5));
     EXPECT_TRUE(torch::allclose(b->bias.grad(), b0->bias.grad(), 1e-6, 1e-6));

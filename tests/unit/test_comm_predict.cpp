@@ -360,6 +360,20 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   const auto s = report::measure_scaling({&two});
   EXPECT_NEAR(s.overlap, 0.75, 1e-12);
   EXPECT_NEAR(s.spread, 1.2, 1e-12);
+  // A run under CUDA graphs all-reduces after backward (nothing hidden): left out of the overlap,
+  // not of the spread (its ranks 1.0 and 1.0 outside the collectives).
+  results::RunRecord graphs = two;
+  graphs.run_id = "graphs";
+  h5::merge_attributes(graphs.attributes, {{"cuda_graphs_decision", std::string("on")}});
+  for (auto& rank : graphs.epochs) {
+    rank[0].phases.allreduce_s = rank[0].allreduce_window_s;
+    rank[0].train_s = 2.0;
+  }
+  const auto both = report::measure_scaling({&two, &graphs});
+  EXPECT_NEAR(both.overlap, 0.75, 1e-12);
+  EXPECT_NEAR(both.spread, (1.2 + 1.0) / 2, 1e-12);
+  EXPECT_EQ(both.sources, (std::vector<std::string>{"two", "graphs"}));
+  EXPECT_NEAR(report::measure_scaling({&graphs}).overlap, 0.0, 1e-12);  // unmeasured
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
   const results::RunRecord base = hand_made_run();
