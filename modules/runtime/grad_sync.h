@@ -25,7 +25,8 @@ namespace mgbench::runtime {
 class GradSync {
  public:
   /// params: the trainable parameters (requires_grad), in registration order. Installs hooks on
-  /// them. Throws CommError for parameters the backend cannot reduce.
+  /// them (launch_in_backward), or, without hooks and with gradient_as_bucket_view, makes their
+  /// gradients the buckets' views. Throws CommError for parameters the backend cannot reduce.
   GradSync(std::vector<torch::Tensor> params, Communicator& comm, GradSyncOptions options = {});
   ~GradSync();
   GradSync(const GradSync&) = delete;
