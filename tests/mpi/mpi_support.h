@@ -97,7 +97,9 @@ inline std::unique_ptr<train::JobConfig> small_config(const std::string& strateg
 
 /// The LLM jobs of the tests: the tiny Llama oracle (tests/python/make_oracles.py) with its small
 /// tokenizer, 3 optimizer steps of batch_size x 2 in fp32 on the CPU; the lora recipe on alpaca rows,
-/// the dpo recipe on HH-RLHF pairs (24 rows per rank); then `more`.
+/// the dpo recipe on HH-RLHF pairs (24 rows per rank); then `more`. One thread a rank, as for the
+/// image job: train_run's default placement says one rank on the node, so each of 3 ranks on 2 cores
+/// took both cores' threads and spent three quarters of the CPU in OpenMP's barrier spins (perf).
 inline std::unique_ptr<train::JobConfig> llm_config(const std::string& recipe, const std::string& model,
                                                     std::int64_t batch_size, const std::string& results,
                                                     const Settings& more = {}) {
@@ -117,6 +119,7 @@ inline std::unique_ptr<train::JobConfig> llm_config(const std::string& recipe, c
                                             {"warmup-steps", "1"},
                                             {"lr", "1e-3"},
                                             {"lora-rank", "4"},
+                                            {"threads", "1"},
                                             {"precision", "fp32"},
                                             {"device", "cpu"},
                                             {"results", results}}) {
