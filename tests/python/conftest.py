@@ -41,10 +41,88 @@ def mnist():
 RANK_ENV = dict(ENV, OMP_NUM_THREADS="1")
 
 
-def start(args, np=2):
-    """Starts mgbench under mpirun -np without waiting (one thread per rank); returns the Popen."""
-    cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", BIN, *map(str, args)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RANK_ENV)
+def start(args, np=2, hold_at=None):
+    """Starts mgbench under mpirun -np without waiting (one thread per rank); returns the Popen.
+    hold_at: the rank that commits the run's first checkpoint at or after this global step stops
+    itself there (SIGSTOP, from a preloaded library: hold_library), so that what the test does next
+    -- a signal, a kill, a second job -- lands at that step however fast the machine runs the steps
+    after it (polling the directory for the checkpoint raced the run's end on a slow or busy machine).
+    wait_for_hold gives its pid; SIGCONT continues it."""
+    hold = ["-x", f"LD_PRELOAD={hold_library()}", "-x", "MGBENCH_TEST_HOLD_STEP"] if hold_at is not None else []
+    cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", *hold, BIN, *map(str, args)]
+    env = dict(RANK_ENV, MGBENCH_TEST_HOLD_STEP=str(hold_at)) if hold_at is not None else RANK_ENV
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+# rename(2) interposed: the checkpointer's rank 0 commits step N by renaming step-<9 digits>.partial
+# to step-<9 digits> (modules/train/checkpoint/checkpointer.cpp); once, at the first N at or after
+# MGBENCH_TEST_HOLD_STEP, the process stops itself after the rename.
+HOLD_SOURCE = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rename(const char* from, const char* to) {
+  static int (*real)(const char*, const char*);
+  static int held;
+  if (real == NULL) real = (int (*)(const char*, const char*))dlsym(RTLD_NEXT, "rename");
+  const int rc = real(from, to);
+  const char* step = getenv("MGBENCH_TEST_HOLD_STEP");
+  const char* slash = strrchr(to, '/');
+  const char* name = slash != NULL ? slash + 1 : to;
+  if (rc == 0 && !held && step != NULL && strncmp(name, "step-", 5) == 0 && strlen(name) == 14 &&
+      strspn(name + 5, "0123456789") == 9 && atol(name + 5) >= atol(step)) {
+    held = 1;
+    raise(SIGSTOP);
+  }
+  return rc;
+}
+"""
+_hold_library = []
+
+
+def hold_library():
+    """The preloaded library of start(hold_at=...), compiled once per test process."""
+    if not _hold_library:
+        import tempfile
+        directory = Path(tempfile.mkdtemp(prefix="mgbench-hold-"))
+        (directory / "hold.c").write_text(HOLD_SOURCE)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", directory / "libhold.so", directory / "hold.c", "-ldl"],
+                       check=True)
+        _hold_library.append(directory / "libhold.so")
+    return _hold_library[0]
+
+
+def stopped(pid):
+    """The process is stopped (state T)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def pending(pid, sig):
+    """sig is pending for the process (ShdPnd or SigPnd in /proc): sent, not yet delivered."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            masks = [int(line.split()[1], 16) for line in f if line.startswith(("ShdPnd:", "SigPnd:"))]
+        return any(mask & (1 << (sig - 1)) for mask in masks)
+    except OSError:
+        return False
+
+
+def wait_for_hold(proc, step, timeout=240):
+    """The pid of the rank of start(..., hold_at=step) stopped after committing that checkpoint."""
+    held = []
+
+    def holds():
+        held[:] = [pid for pid in rank_pids(proc) if stopped(pid)]
+        return bool(held)
+
+    wait_for(holds, proc, timeout=timeout, what=f"a rank held at checkpoint {step}", interval=0.02)
+    return held[0]
 
 
 def wait_for(condition, proc, timeout=120, what="the condition", interval=0.01):
@@ -62,12 +140,16 @@ def wait_for(condition, proc, timeout=120, what="the condition", interval=0.01):
     pytest.fail(f"no {what} after {timeout} s")
 
 
-def wait_for_checkpoint(directory, step, proc, timeout=240):
-    """Waits until checkpoint step-<step> (or a later one) is committed."""
-    def committed():
-        return any(int(p.rsplit("-", 1)[1]) >= step for p in glob.glob(f"{directory}/*/step-?????????"))
+def checkpoint_steps(directory):
+    """The global steps of the checkpoints committed in a --checkpoint-dir."""
+    return [int(p.rsplit("-", 1)[1]) for p in glob.glob(f"{directory}/*/step-?????????")]
 
-    wait_for(committed, proc, timeout=timeout, what=f"checkpoint {step} in {directory}", interval=0.05)
+
+def wait_for_checkpoint(directory, step, proc, timeout=240):
+    """Waits until checkpoint step-<step> (or a later one) is committed. The run goes on meanwhile:
+    where the test must act at that step, start(..., hold_at=step) and wait_for_hold."""
+    wait_for(lambda: max(checkpoint_steps(directory), default=-1) >= step, proc, timeout=timeout,
+             what=f"checkpoint {step} in {directory}", interval=0.05)
 
 
 def rank_pids(proc):
@@ -105,10 +187,17 @@ EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: the batch scripts requeue on it
 def preempt(args, checkpoint_dir, step, np=2):
     """Starts mgbench with args (its --checkpoint-dir being checkpoint_dir), waits for checkpoint
     `step`, sends mpirun SIGUSR1 (what `#SBATCH --signal=B:USR1@120` and the batch script's trap do),
-    and checks the run stopped with exit 75. Returns its stderr."""
-    proc = start(args, np=np)
-    wait_for_checkpoint(checkpoint_dir, step, proc)
+    and checks the run stopped with exit 75. Returns its stderr. The rank that commits the checkpoint
+    is held there (start's hold_at) until mpirun has forwarded the signal to it: the stop comes at
+    the next step boundaries, never after a run that finished first."""
+    proc = start(args, np=np, hold_at=step)
+    held = wait_for_hold(proc, step)
+    assert max(checkpoint_steps(checkpoint_dir), default=-1) >= step, f"no checkpoint {step} in {checkpoint_dir}"
     proc.send_signal(signal.SIGUSR1)
+    try:
+        wait_for(lambda: pending(held, signal.SIGUSR1), proc, timeout=60, what="SIGUSR1 forwarded to the held rank")
+    finally:
+        os.kill(held, signal.SIGCONT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == EXIT_PREEMPTED, err
     return err

@@ -14,8 +14,8 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import (EXIT_PREEMPTED, MNIST, SHARED, SMALL, catches, mgbench, not_here, rank_pids, run_with_rusage, start,
-                      wait_for, wait_for_checkpoint)
+from conftest import (EXIT_PREEMPTED, MNIST, SHARED, SMALL, catches, mgbench, not_here, preempt, rank_pids,
+                      run_with_rusage, start, wait_for)
 
 IMAGE = ["image", *SMALL, "--data", MNIST, "--limit-train", "512", "--limit-test", "64", "--batch-size", "32",
          "--precision", "fp64"]
@@ -116,11 +116,7 @@ def test_a_stop_whose_checkpoint_fails_resumes_from_the_earlier_one(tmp_path, sm
     ck = small_fs("ck", str(int(1.5 * CHECKPOINT_BYTES)))
     results = tmp_path / "r.h5"
     args = [*IMAGE, "--epochs", "4", "--checkpoint-dir", ck, "--checkpoint-every", "2", "--results", results]
-    proc = start(args)
-    wait_for_checkpoint(ck, 2, proc)
-    proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=180)
-    assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, err[-3000:])
+    err = preempt(args, ck, 2)
     assert "continues from the earlier checkpoint at global step 2" in err, err[-3000:]
     resumed = mgbench(*args, "--resume", np=2, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

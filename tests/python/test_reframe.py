@@ -22,7 +22,7 @@ MAKE_REFERENCES = ROOT / "reframe" / "make_references.py"
 MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
 METRICS = {"MgbenchImage": {"img_per_s_per_rank", "s_per_epoch"}, "MgbenchLora": {"tokens_per_s"},
            "MgbenchComm": {"busbw"}}
-TOLERANCE = 2.0  # a slowdown up to 3x: CI runs another test beside this one on the machine's two cores
+TOLERANCE = 2.0  # a slowdown up to 3x, the references' bounds
 
 
 def reframe(config, prefix, env, references=None, report=None, extra=()):
@@ -58,12 +58,21 @@ def check_nights(config, env, tmp_path):
     doc = json.loads(references.read_text())
     (partition,) = doc
     assert {check: set(metrics) for check, metrics in doc[partition].items()} == METRICS, doc
-    # A second night against the first's references: holds, and says what it was held to.
-    held = reframe(config, tmp_path / "held", env, references=references)
-    assert passed(held), held.stdout[-4000:] + held.stderr[-2000:]
     value, lower, upper, _unit = doc[partition]["MgbenchImage"]["img_per_s_per_rank"]
     assert lower == pytest.approx(-TOLERANCE / (1 + TOLERANCE)) and upper is None, doc
-    assert f"(r:{value}, l:{lower}, u:None)" in held.stdout, held.stdout[-3000:]
+    # A second night against the first's references, their bounds widened to a 100x slowdown: holds,
+    # and says what it was held to. (At the site's 3x, a second night timed beside whatever else CI
+    # runs on two cores -- a 2-rank all-reduce's busbw above all -- would judge the machine's load,
+    # not the file's path into ReFrame; the bounds' arithmetic is make_references' tests', below.)
+    wide = json.loads(references.read_text())
+    for metrics in wide[partition].values():
+        for t in metrics.values():
+            t[1], t[2] = (-0.99 if t[1] is not None else None), (99.0 if t[2] is not None else None)
+    widened = tmp_path / "widened.json"
+    widened.write_text(json.dumps(wide))
+    held = reframe(config, tmp_path / "held", env, references=widened)
+    assert passed(held), held.stdout[-4000:] + held.stderr[-2000:]
+    assert f"(r:{value}, l:-0.99, u:None)" in held.stdout, held.stdout[-3000:]
     # References a thousand times out of reach: every metric fails.
     for metrics in doc[partition].values():
         for t in metrics.values():

@@ -18,6 +18,18 @@ slurm_cluster_skip() {
   return 77
 }
 
+# The pid a daemon writes to FILE once it has daemonised: waited for (up to 30 s), never read early
+# (a pid read before it is written would be lost, and the daemon left running by stop).
+pid_from() {
+  local file=$1 i
+  for ((i = 0; i < 300; i++)); do
+    [[ -s $file ]] && head -n 1 "$file" && return 0
+    sleep 0.1
+  done
+  echo "tests/slurm/cluster.sh: no pid in $file after 30 s" >&2
+  return 1
+}
+
 slurm_cluster_start() {
   local dir=$1 nodes=${2:-}
   [[ $(id -u) -eq 0 ]] || { slurm_cluster_skip "a test SLURM needs root (slurmd, munged as user munge)"; return; }
@@ -115,8 +127,7 @@ CONF
   fi
   export SLURM_CONF="$dir/slurm.conf"
   "${on_node[@]}" ${on_node:+node1} slurmctld -f "$SLURM_CONF" -i || { cat "$dir/log/slurmctld.log" >&2; return 1; }
-  sleep 1
-  SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmctld.pid")")
+  SLURM_CLUSTER_PIDS+=("$(pid_from "$dir/slurmctld.pid")") || return 1
   echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
   local i names=("$host")
   ((n_nodes > 0)) && names=($(seq -f 'node%g' 1 "$n_nodes"))
@@ -129,8 +140,7 @@ CONF
     else
       slurmd -f "$SLURM_CONF" || { cat "$dir/log/slurmd-$name.log" >&2; return 1; }
     fi
-    sleep 1
-    SLURM_CLUSTER_PIDS+=("$(cat "$dir/slurmd-$name.pid")")
+    SLURM_CLUSTER_PIDS+=("$(pid_from "$dir/slurmd-$name.pid")") || return 1
     echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
   done
   for i in $(seq 60); do
