@@ -28,9 +28,9 @@ class Nf4Weight {
   static constexpr std::int64_t kNumelMultiple = kBlockSize * kScalerBlockSize;
 
   Nf4Weight() = default;
-  /// Quantises weight (bf16, fp16 or fp32, 1-D or 2-D, contiguous) on its device, with torchao's
-  /// operations (bitwise equal to to_nf4 on CPU). Throws std::invalid_argument for another dtype or
-  /// rank, or a numel that is not a multiple of 16384 (the message gives the shape).
+  /// Quantises weight (bf16, fp16 or fp32, 1-D or 2-D) on its device, bitwise equal to torchao's to_nf4
+  /// on CPU (bf16 / fp16: each index looked up in a table of the search run on every 16-bit value).
+  /// Throws std::invalid_argument for another dtype or rank, or a numel not a multiple of 16384.
   static Nf4Weight quantize(const torch::Tensor& weight);
   /// From torchao's inner tensors (a checkpoint, a saved graph). Throws std::invalid_argument when
   /// their sizes do not fit shape.

@@ -6,7 +6,7 @@ make_oracles.py in a process of its own, with the folder TorchTune is installed 
 
 Writes OUT_FILE (torch.save of a dict of tensors), keys by case:
   nf4.<case>.{weight,quantized_data,quantized_scalers,quantization_factor,scaler_mean,dequantized}
-      torchao's to_nf4 and get_original_weight, bf16 and fp32, random normal and uniform weights and a
+      torchao's to_nf4 and get_original_weight, bf16, fp16 and fp32, random normal and uniform weights and a
       real trained one (stories260K's token embedding table, [512, 64]);
   qlora.{weight,lora_a,lora_b,x,grad_y,y,y_disabled,grad_x,grad_lora_a,grad_lora_b}
       TorchTune's LoRALinear(256 -> 128, rank 8, alpha 16, quantize_base=True) in bf16 on CPU;
@@ -48,7 +48,7 @@ with open(stories, "rb") as f:  # llama2.c legacy: 7 int32 (dim, hidden, layers,
     weights["stories260k_embedding"] = torch.frombuffer(bytearray(f.read(4 * vocab * dim)),
                                                         dtype=torch.float32).view(vocab, dim).clone()
 for name, w in weights.items():
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
         key = f"nf4.{name}.{str(dtype).split('.')[-1]}"
         t = w.to(dtype).contiguous()
         n = to_nf4(t)

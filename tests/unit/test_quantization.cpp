@@ -60,7 +60,7 @@ TEST(Nf4, PackedDataScalersFactorsMeanAndDequantisedWeightBitwiseEqualTorchao) {
   SKIP_WITHOUT_QUANT_ORACLE();
   int cases = 0;
   for (const char* weight : {"normal_128x128", "uniform_256x512", "ties_64x256", "stories260k_embedding"}) {
-    for (const char* dtype : {"bfloat16", "float32"}) {
+    for (const char* dtype : {"bfloat16", "float16", "float32"}) {
       const std::string key = std::string("nf4.") + weight + "." + dtype;
       SCOPED_TRACE(key);
       const Nf4Weight nf4 = Nf4Weight::quantize(at(key + ".weight"));
@@ -77,7 +77,7 @@ TEST(Nf4, PackedDataScalersFactorsMeanAndDequantisedWeightBitwiseEqualTorchao) {
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 8);
+  EXPECT_EQ(cases, 12);
 }
 
 // The code tables are built once per (dtype, device) and then handed out as they are: a layer call
