@@ -126,7 +126,7 @@ Nf4Weight Nf4Weight::quantize(const torch::Tensor& weight) {
 
   // Nearest code of w / a_b with the raw absmax (torchao's convert_to_norm_float_weight). A 16-bit
   // dtype looks each element up in the table of its every value (one gather where the search computes
-  // 16 differences: QLoRA's set-up of a 1.2B-parameter model on one CPU core, 79 -> 23 s); fp32
+  // 16 differences: QLoRA's set-up of a 1.2B-parameter model on one CPU core 79 -> 23 s); fp32
   // searches, in chunks.
   const torch::Tensor scaled = (flat.view({n / kBlockSize, kBlockSize}) / absmax.unsqueeze(-1)).flatten();
   torch::Tensor indices;

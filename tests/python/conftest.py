@@ -86,8 +86,11 @@ _hold_library = []
 def hold_library():
     """The preloaded library of start(hold_at=...), compiled once per test process."""
     if not _hold_library:
+        import atexit
+        import shutil
         import tempfile
         directory = Path(tempfile.mkdtemp(prefix="mgbench-hold-"))
+        atexit.register(shutil.rmtree, directory, True)
         (directory / "hold.c").write_text(HOLD_SOURCE)
         subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", directory / "libhold.so", directory / "hold.c", "-ldl"],
                        check=True)
