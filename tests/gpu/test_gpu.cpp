@@ -425,34 +425,41 @@ TEST(CudaGraphs, ReplayedMicroBatchesTrainAsTheEagerStep) {
 // micro-batches, the gradients' all-reduce after the step's last (GradSync without hooks). Two ranks
 // on the one GPU over the MPI backend (NCCL refuses two ranks on one device): the same parameters
 // as the eager DDP run to 1e-9, under the settings that make eager runs repeat bit for bit (above).
+// With --gradient-as-bucket-view too: the captured backward then accumulates into the buckets'
+// views, which must be the gradients from GradSync's construction on (a graph records the address).
 TEST(CudaGraphs, DdpRanksReplayingTheirMicroBatchesTrainAsTheEagerRanks) {
   SKIP_WITHOUT_GPU();
   if (!have_data()) GTEST_SKIP() << "no shared MNIST";
   SharedDir dir;
   const auto placement = my_gpu();
-  const Settings exact{{"precision", "fp64"},        {"freeze-batchnorm", "true"}, {"dropout", "0"},
-                       {"cudnn-benchmark", "false"}, {"cupti", "false"},           {"device", "cuda"},
-                       {"grad-accum", "2"}};
-  Settings graphs = exact, eager = exact;
-  graphs.emplace_back("cuda-graphs", "on");
-  eager.emplace_back("cuda-graphs", "off");
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
-  const Trained replayed =
-      train_run(comm, MPI_COMM_WORLD, *small_config("ddp-ds", 8, graphs), dir.file("graphs.h5"), placement);
-  const Trained reference =
-      train_run(comm, MPI_COMM_WORLD, *small_config("ddp-ds", 8, eager), dir.file("eager.h5"), placement);
-  const double diff = (flat(replayed.parameters) - flat(reference.parameters)).abs().max().item<double>();
-  EXPECT_LT(diff, 1e-9) << "rank " << world_rank();
-  EXPECT_EQ(max_difference_across_ranks(comm, flat(replayed.parameters).cpu()), 0.0);
-  if (world_rank() == 0) {
-    const auto with = results::read_runs(dir.file("graphs.h5"));
-    ASSERT_EQ(with.size(), 1u);
-    EXPECT_EQ(with[0].text("cuda_graphs_decision"), "on");
-    ASSERT_EQ(with[0].epochs[0].size(), 2u);                // rank 0's two epochs
-    EXPECT_EQ(with[0].epochs[0][1].phases.backward_s, 0);   // the second's all replayed: no eager backward
-    EXPECT_GT(with[0].epochs[0][1].phases.allreduce_s, 0);  // the buckets after the replays
+  for (const char* as_bucket_view : {"false", "true"}) {
+    SCOPED_TRACE(std::string("--gradient-as-bucket-view ") + as_bucket_view);
+    const Settings exact{{"precision", "fp64"}, {"freeze-batchnorm", "true"},
+                         {"dropout", "0"},      {"cudnn-benchmark", "false"},
+                         {"cupti", "false"},    {"device", "cuda"},
+                         {"grad-accum", "2"},   {"gradient-as-bucket-view", as_bucket_view}};
+    Settings graphs = exact, eager = exact;
+    graphs.emplace_back("cuda-graphs", "on");
+    eager.emplace_back("cuda-graphs", "off");
+    const std::string with_graphs = dir.file(std::string("graphs-") + as_bucket_view + ".h5");
+    const Trained replayed =
+        train_run(comm, MPI_COMM_WORLD, *small_config("ddp-ds", 8, graphs), with_graphs, placement);
+    const Trained reference = train_run(comm, MPI_COMM_WORLD, *small_config("ddp-ds", 8, eager),
+                                        dir.file(std::string("eager-") + as_bucket_view + ".h5"), placement);
+    const double diff = (flat(replayed.parameters) - flat(reference.parameters)).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-9) << "rank " << world_rank();
+    EXPECT_EQ(max_difference_across_ranks(comm, flat(replayed.parameters).cpu()), 0.0);
+    if (world_rank() == 0) {
+      const auto with = results::read_runs(with_graphs);
+      ASSERT_EQ(with.size(), 1u);
+      EXPECT_EQ(with[0].text("cuda_graphs_decision"), "on");
+      ASSERT_EQ(with[0].epochs[0].size(), 2u);                // rank 0's two epochs
+      EXPECT_EQ(with[0].epochs[0][1].phases.backward_s, 0);   // the second's all replayed: no eager backward
+      EXPECT_GT(with[0].epochs[0][1].phases.allreduce_s, 0);  // the buckets after the replays
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
