@@ -106,7 +106,7 @@ Nf4Weight Nf4Weight::quantize(const torch::Tensor& weight) {
                   fmt::join(weight.sizes(), ", "), n, kNumelMultiple, kBlockSize, kScalerBlockSize);
   torch::NoGradGuard no_grad;
   const torch::Tensor flat = weight.detach().contiguous().flatten();
-  const torch::Tensor codes = nf4_codes(dtype, flat.device());
+  const CodeTables& tables = code_tables(dtype, flat.device());
   Nf4Weight out;
   out.shape_ = weight.sizes().vec();
   out.dtype_ = dtype;
@@ -130,7 +130,7 @@ Nf4Weight Nf4Weight::quantize(const torch::Tensor& weight) {
   // searches, in chunks.
   const torch::Tensor scaled = (flat.view({n / kBlockSize, kBlockSize}) / absmax.unsqueeze(-1)).flatten();
   torch::Tensor indices;
-  if (const torch::Tensor& nearest = code_tables(dtype, flat.device()).nearest; nearest.defined()) {
+  if (const torch::Tensor& nearest = tables.nearest; nearest.defined()) {
     indices = torch::empty({n}, flat.options().dtype(torch::kUInt8));
     for (std::int64_t start = 0; start < n; start += kLookupChunk) {
       const std::int64_t len = std::min(kLookupChunk, n - start);
@@ -138,7 +138,7 @@ Nf4Weight Nf4Weight::quantize(const torch::Tensor& weight) {
       torch::index_select_out(out, nearest, 0, bit_pattern_index(scaled.narrow(0, start, len)));
     }
   } else {
-    indices = search_nearest_codes(scaled, codes);
+    indices = search_nearest_codes(scaled, tables.codes);
   }
   const torch::Tensor pairs = indices.view({n / 2, 2});
   out.quantized_data_ = pairs.select(1, 0).bitwise_left_shift(4).bitwise_or(pairs.select(1, 1)).contiguous();

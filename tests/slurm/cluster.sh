@@ -127,7 +127,9 @@ CONF
   fi
   export SLURM_CONF="$dir/slurm.conf"
   "${on_node[@]}" ${on_node:+node1} slurmctld -f "$SLURM_CONF" -i || { cat "$dir/log/slurmctld.log" >&2; return 1; }
-  SLURM_CLUSTER_PIDS+=("$(pid_from "$dir/slurmctld.pid")") || return 1
+  local pid
+  pid=$(pid_from "$dir/slurmctld.pid") || return 1
+  SLURM_CLUSTER_PIDS+=("$pid")
   echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
   local i names=("$host")
   ((n_nodes > 0)) && names=($(seq -f 'node%g' 1 "$n_nodes"))
@@ -140,7 +142,8 @@ CONF
     else
       slurmd -f "$SLURM_CONF" || { cat "$dir/log/slurmd-$name.log" >&2; return 1; }
     fi
-    SLURM_CLUSTER_PIDS+=("$(pid_from "$dir/slurmd-$name.pid")") || return 1
+    pid=$(pid_from "$dir/slurmd-$name.pid") || return 1
+    SLURM_CLUSTER_PIDS+=("$pid")
     echo "${SLURM_CLUSTER_PIDS[@]}" >"$dir/pids"
   done
   for i in $(seq 60); do
