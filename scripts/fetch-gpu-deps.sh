@@ -41,6 +41,15 @@ PIP=${PIP:-$(command -v pip3 || echo "${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
 mkdir -p "$DIR/wheels"
 "$PIP" download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON_VERSION:-3.12}" \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$DIR/wheels" torchvision==0.26.0 pillow
+# TorchTune 0.6.1 and what its recipes import that the GPU machine's Python lacks (the torchtune set's peer,
+# bench/peer_torchtune.py): unpacked by gpu-check.sh into a folder of its own (pyarrow and xxhash are there).
+mkdir -p "$DIR/wheels/torchtune-site"
+"$PIP" download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON_VERSION:-3.12}" \
+  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+  -d "$DIR/wheels/torchtune-site" torchtune==0.6.1 torchao==0.11.0 omegaconf==2.3.0 torchdata==0.11.0 datasets==3.6.0 \
+  dill==0.3.8 multiprocess==0.70.16
+# omegaconf's parser runtime exists only as a source archive (pure Python: its src/antlr4 is the package).
+"$PIP" download -q --no-deps --no-binary=:all: -d "$DIR/wheels/torchtune-site" antlr4-python3-runtime==4.9.3
 # nvJPEG's header and library (--decode device) for a machine whose CUDA toolkit and torch lack them.
 "$PIP" download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 -d "$DIR/wheels" \
   nvidia-nvjpeg==13.3.2.43

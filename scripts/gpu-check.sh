@@ -21,6 +21,10 @@
 #   graphs        issue 47: --cuda-graphs off vs on, MobileNetV2 at 100, 224 and 500 px, amp-bf16 and fp32
 #                 (and DDP over the GPUs at 224 px where there are two or more: GRAPHS_DDP_NP);
 #                 LoRA bf16 on llama3.2-1b and llama3-8b shapes, padded and packed, to multiples of 64 tokens
+#   torchtune     issue 47 item 1: mgbench beside TorchTune 0.6.1's own single-device recipes on the same GPU, shape,
+#                 rows, batch and precision (bench/peer_torchtune.py): LoRA on llama3-8b bf16 padded and packed,
+#                 TorchTune eager and compiled, the paper's fp32 padded, CUPTI's cost, DPO and full on llama3.2-1b;
+#                 $OUT/llm_peers.csv and the table (bench/llm_peers.py). PEERS_RUNS picks runs (default all)
 # Their results files are $OUT/<set>.h5 (`mgbench report [--cuda] FILE` prints them again; the
 # figures stage draws them).
 #   DRY_RUN=1 BENCH_SETS="table2 fig2 table3 cuda-metrics techniques graphs" scripts/gpu-check.sh
@@ -82,6 +86,7 @@ fi
 cd "$(dirname "$0")/.."
 DEPS=${DEPS:-.gpu-deps}
 PREFIX=${PREFIX:-/tmp/mgbench-deps}
+TORCHTUNE_SITE=${TORCHTUNE_SITE:-$PREFIX/torchtune-site}  # TorchTune for the torchtune set's peer (below)
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-$BUILD/out}
 if [[ -z ${DATA:-} ]]; then
@@ -146,6 +151,15 @@ for module in torchvision PIL; do
   "$PYTHON" -m zipfile -e "$wheel" "$PREFIX/python" && echo "python: $module from $wheel"
   export PYTHONPATH=$PREFIX/python${PYTHONPATH:+:$PYTHONPATH}
 done
+# TorchTune 0.6.1 and what its recipes import (the `torchtune` set's peer), unpacked into a folder of its own
+# that only the peer's runs put on PYTHONPATH: its torchao 0.11 is older than what peft on the machine wants.
+if [[ -d $DEPS/wheels/torchtune-site && ! -d $TORCHTUNE_SITE/torchtune ]]; then
+  for wheel in "$DEPS"/wheels/torchtune-site/*.whl; do "$PYTHON" -m zipfile -e "$wheel" "$TORCHTUNE_SITE"; done
+  for sdist in "$DEPS"/wheels/torchtune-site/antlr4-python3-runtime-*.tar.gz; do  # pure Python, src/antlr4
+    [[ -f $sdist ]] && tar -xzf "$sdist" -C "$TORCHTUNE_SITE" --strip-components=2 --wildcards '*/src/antlr4'
+  done
+  echo "python: TorchTune for the torchtune set's peer in $TORCHTUNE_SITE"
+fi
 "$PYTHON" - <<'PY'
 import importlib
 found = []
@@ -316,7 +330,7 @@ fi  # DRY_RUN
 
 BENCH_SETS=${BENCH_SETS:-image images io comm llm fsdp recipes}
 # The sets whose commands go through run_cmd (below), and so can be shown by a dry run.
-PAPER_SETS="table2 fig2 table3 cuda-metrics techniques graphs"
+PAPER_SETS="table2 fig2 table3 cuda-metrics techniques graphs torchtune"
 for set in $BENCH_SETS; do
   [[ " image images io comm llm fsdp recipes $PAPER_SETS " == *" $set "* ]] || echo "gpu-check.sh: BENCH_SETS: no set '$set'"
 done
@@ -697,6 +711,74 @@ if bench_set graphs; then
     done
   done
   paper_report graphs --cuda
+fi
+if bench_set torchtune; then
+  # Issue 47 item 1: each side's runs on the same rows (alpaca's first, in order: --shuffle false on both),
+  # batch, grad-accum 1, precision, no activation checkpointing, LoRA r 8 on q, v, o and the MLP, the
+  # prompt's tokens in the loss on both for SFT (so TorchTune's logged tokens are the real ones). The first
+  # PEERS_WARMUP steps are left out on both sides (TorchTune's compile, mgbench's first allocations).
+  # Packed: TorchTune's packs of 2 x 2048 tokens against mgbench's --padding none micro-batches of as many
+  # rows as a TorchTune step held (its samples_per_step; PEERS_PACKED_ROWS until one ran).
+  set_start "TorchTune beside mgbench (issue 47): llama3-8b LoRA bf16 batch 2 alpaca; DPO and full on llama3.2-1b"
+  PEERS_STEPS=${PEERS_STEPS:-20}
+  PEERS_WARMUP=${PEERS_WARMUP:-5}
+  SAME=(--tokenizer "$SHARED_DATA/llama3/tokenizer.model" --grad-accum 1 --shuffle false
+    --warmup-steps-excluded "$PEERS_WARMUP")
+  ALPACA_DATA=(--dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --train-on-input
+    --max-steps "$PEERS_STEPS")
+  PAIRS_DATA=(--dataset stack_exchange_paired --data "$SHARED_DATA/text/dpo/stack_exchange_paired_tiny_torchtune.json"
+    --max-steps 10)  # its 25 pairs: 12 steps of 2
+  PEER_JSONL=$OUT/torchtune-peer.jsonl
+  peers_wanted() { [[ " ${PEERS_RUNS:-all} " == *" all "* || " ${PEERS_RUNS:-} " == *" $1 "* ]] && set_has_time "torchtune: $1"; }
+  ours() {  # $1: the run's key; the rest: mgbench llm's options beyond SAME
+    local key=$1
+    shift
+    peers_wanted "$key" || return 0
+    run_cmd --log "$OUT/torchtune-$key.log" "$MGBENCH" llm "${SAME[@]}" --device cuda --init random \
+      --results "$OUT/torchtune.h5" --run-name "mgbench-$key" --progress-interval 1000 "$@" ||
+      echo "gpu-check.sh: torchtune set, $key failed (above); going on"
+  }
+  theirs() {  # the same for bench/peer_torchtune.py
+    local key=$1
+    shift
+    peers_wanted "$key" || return 0
+    run_cmd --log "$OUT/torchtune-$key.log" env "PYTHONPATH=$TORCHTUNE_SITE" "HF_DATASETS_CACHE=$OUT/hf-datasets" \
+      "$PYTHON" bench/peer_torchtune.py "${SAME[@]}" --device cuda --init random --out "$PEER_JSONL" --run-name "$key" "$@" ||
+      echo "gpu-check.sh: torchtune set, $key failed (above); going on"
+  }
+  # LoRA and DPO on both sides: cosine after 100 warm-up steps (TorchTune's configs; mgbench's defaults).
+  LORA8B=(--recipe lora --model llama3-8b --batch-size 2 "${ALPACA_DATA[@]}" --precision bf16)
+  ours lora-pad-bf16 "${LORA8B[@]}" --cupti false
+  theirs torchtune-lora-pad-bf16-eager "${LORA8B[@]}"
+  theirs torchtune-lora-packed-bf16-eager "${LORA8B[@]}" --padding none --max-seq-len 2048
+  PACKED_ROWS=${PEERS_PACKED_ROWS:-21}
+  if [[ $DRY_RUN != 1 && -f $PEER_JSONL ]]; then
+    PACKED_ROWS=$("$PYTHON" -c "import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r['run_name'] == 'torchtune-lora-packed-bf16-eager']
+print(round(rows[-1]['samples_per_step']) if rows else sys.argv[2])" "$PEER_JSONL" "$PACKED_ROWS")
+  fi
+  ours lora-packed-bf16 --recipe lora --model llama3-8b "${ALPACA_DATA[@]}" --precision bf16 --cupti false \
+    --padding none --max-seq-len 2048 --batch-size "$PACKED_ROWS"
+  theirs torchtune-lora-pad-bf16-compile "${LORA8B[@]}" --compile true
+  theirs torchtune-lora-packed-bf16-compile "${LORA8B[@]}" --padding none --max-seq-len 2048 --compile true
+  # The paper's Table 5 setting: FP32, padded (0.77 s/it on one H100 there).
+  ours lora-pad-fp32 --recipe lora --model llama3-8b --batch-size 2 "${ALPACA_DATA[@]}" --precision fp32 --cupti false
+  theirs torchtune-lora-pad-fp32-eager --recipe lora --model llama3-8b --batch-size 2 "${ALPACA_DATA[@]}" --precision fp32
+  # CUPTI's own cost: the first run again, traced (not paired with TorchTune's rows).
+  ours lora-pad-bf16-cupti "${LORA8B[@]}" --cupti true
+  # One row each of DPO (lr 5e-4, weight decay 0.05: its TorchTune config's) and full fine-tuning.
+  DPO1B=(--recipe dpo --model llama3.2-1b --batch-size 2 --max-seq-len 1024 "${PAIRS_DATA[@]}" --precision bf16
+    --lr 5e-4 --weight-decay 0.05)
+  ours dpo-pad-bf16 "${DPO1B[@]}" --cupti false
+  theirs torchtune-dpo-pad-bf16-eager "${DPO1B[@]}"
+  FULL1B=(--recipe full --model llama3.2-1b --batch-size 2 --max-seq-len 512 "${ALPACA_DATA[@]}" --precision bf16
+    --lr 2e-5 --lr-schedule constant --warmup-steps 0)  # mgbench's full defaults (TorchTune's full configs')
+  ours full-pad-bf16 "${FULL1B[@]}" --cupti false
+  theirs torchtune-full-pad-bf16-eager "${FULL1B[@]}"
+  if [[ $DRY_RUN == 1 || (-f $OUT/torchtune.h5 && -f $PEER_JSONL) ]]; then
+    run_cmd "$PYTHON" bench/llm_peers.py "$OUT/torchtune.h5" "$PEER_JSONL" --csv "$OUT/llm_peers.csv" || true
+  fi
+  paper_report torchtune --cuda
 fi
 if [[ ${SKIP_BENCH:-0} != 1 && $DRY_RUN != 1 ]] && command -v nsys >/dev/null; then
   # Issue 32 item 8: the GPU time under each NVTX range, projected from the thread that launched it

@@ -57,14 +57,16 @@ fi
 [[ -x "$MGBENCH_VENV/bin/reframe" ]] || "$PY" -m pip install -q "reframe-hpc==4.10.4"
 # Code checks: lizard (function lengths, scripts/check-shape.sh).
 "$PY" -c "import lizard" 2>/dev/null || "$PY" -m pip install -q "lizard==1.24.3"
-# TorchTune (templates and masks oracle) in a folder of its own, added to sys.path only by the
-# tests that use it: it needs an old torchao (0.11, for nf4tensor) that peft refuses. Without its
-# dependency tree: its message transforms and Llama 3 tokenizer need only these, and the tests stub
-# Hugging Face `datasets`, which they never call.
+# TorchTune (templates and masks oracle; its single-device recipes as the GPU peer,
+# bench/peer_torchtune.py) in a folder of its own, added to sys.path only by what uses it: it needs an
+# old torchao (0.11, for nf4tensor) that peft refuses. Without its dependency tree: its message
+# transforms, Llama 3 tokenizer and recipes need only these (the recipes' data loader is torchdata's,
+# their data sets load through Hugging Face `datasets`, with pyarrow, dill, multiprocess and xxhash).
 TORCHTUNE_SITE="$MGBENCH_VENV/torchtune-site"
-TORCHTUNE=("torchtune==0.6.1" "torchao==0.11.0" "sentencepiece==0.2.1" "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3")
-[[ -d "$TORCHTUNE_SITE/torchtune" ]] ||
-  "$PY" -m pip install -q --no-deps --target "$TORCHTUNE_SITE" "${TORCHTUNE[@]}"
+TORCHTUNE=("torchtune==0.6.1" "torchao==0.11.0" "sentencepiece==0.2.1" "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3"
+  "torchdata==0.11.0" "datasets==3.6.0" "pyarrow==20.0.0" "dill==0.3.8" "multiprocess==0.70.16" "xxhash==3.5.0")
+[[ -d "$TORCHTUNE_SITE/torchtune" && -d "$TORCHTUNE_SITE/datasets" ]] ||
+  "$PY" -m pip install -q --no-deps --upgrade --target "$TORCHTUNE_SITE" "${TORCHTUNE[@]}"
 # nvJPEG beside torch's CUDA libraries (nvidia/cu13, where CUPTI comes from): --decode device builds
 # and its CPU-side tests compile here too; only a GPU runs it.
 "$PY" -c "import glob, sys, torch; sys.exit(not torch.version.cuda or bool(glob.glob(sys.prefix + '/lib/python3*/site-packages/nvidia/cu13/include/nvjpeg.h')))" 2>/dev/null &&

@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from conftest import BIN, ENV, MNIST
 
 ROOT = Path(__file__).resolve().parents[2]
-SETS = ("table2", "fig2", "table3", "cuda-metrics", "techniques", "graphs")
+SETS = ("table2", "fig2", "table3", "cuda-metrics", "techniques", "graphs", "torchtune")
 
 
 def dry_run(sets, tmp_path, **env):
@@ -153,3 +154,44 @@ def test_mgbench_accepts_every_printed_command(printed, name):
                                   env=ENV, timeout=120)
         assert proc.returncode == 0, \
             f"mgbench {cmd} {shlex.join(args)} --dry-run: exit {proc.returncode}\n{proc.stderr}"
+
+
+def peer_commands(commands):
+    """The arguments of each bench/peer_torchtune.py line (its `env PYTHONPATH=...` launcher left out)."""
+    return [argv[i + 1:] for argv in commands for i, a in enumerate(argv) if Path(a).name == "peer_torchtune.py"]
+
+
+def test_torchtune_set_pairs_each_mgbench_run_with_the_peer(printed):
+    """Issue 47 item 1: every setting on both sides with the same shape, rows, batch and precision; TorchTune eager
+    and compiled where it has the choice; the CSV of both."""
+    commands, out = printed["torchtune"]
+    ours = {a[a.index("--run-name") + 1].removeprefix("mgbench-"): a
+            for cmd, a in mgbench_commands(commands) if cmd == "llm"}
+    theirs = {a[a.index("--run-name") + 1].removeprefix("torchtune-"): a for a in peer_commands(commands)}
+    assert {"lora-pad-bf16-eager", "lora-pad-bf16-compile", "lora-packed-bf16-eager", "lora-packed-bf16-compile",
+            "lora-pad-fp32-eager", "dpo-pad-bf16-eager", "full-pad-bf16-eager"} == set(theirs), out
+    same = ("--recipe", "--model", "--dataset", "--data", "--precision", "--tokenizer", "--grad-accum", "--shuffle",
+            "--max-steps", "--max-seq-len", "--lr", "--weight-decay", "--lr-schedule", "--warmup-steps",
+            "--warmup-steps-excluded", "--train-on-input", "--init", "--device")
+    for key, peer in theirs.items():
+        mine = ours[key.rsplit("-", 1)[0]]
+        for option in same:
+            given = [a[a.index(option) + 1] if option in a and option != "--train-on-input" else option in a
+                     for a in (mine, peer)]
+            assert given[0] == given[1], f"{key}: {option} {given}"
+        if "--padding" not in peer:  # padded rows: the same batch; packed: rows as many as a pack held
+            assert mine[mine.index("--batch-size") + 1] == peer[peer.index("--batch-size") + 1], key
+    assert all(ours[k][ours[k].index("--cupti") + 1] == "false" for k in ours if not k.endswith("-cupti")), out
+    assert ours["lora-pad-bf16-cupti"][ours["lora-pad-bf16-cupti"].index("--cupti") + 1] == "true", out
+    assert any(Path(a).name == "llm_peers.py" for argv in commands for a in argv), out
+
+
+def test_peer_accepts_every_printed_command(printed):
+    """Each peer line passes the peer's own --dry-run (its checks of the options and files, its config)."""
+    site = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "torchtune-site")
+    if not os.path.isdir(os.path.join(site, "torchtune")):
+        pytest.skip(f"no TorchTune in {site} (scripts/install-deps.sh)")
+    for args in peer_commands(printed["torchtune"][0]):
+        proc = subprocess.run([sys.executable, ROOT / "bench" / "peer_torchtune.py", *args, "--dry-run"], cwd=ROOT,
+                              capture_output=True, text=True, env=dict(ENV, PYTHONPATH=site), timeout=120)
+        assert proc.returncode == 0, f"peer_torchtune.py {shlex.join(args)} --dry-run: {proc.stderr}"
