@@ -24,9 +24,8 @@ PAIRS = SHARED / "text" / "dpo" / "stack_exchange_paired_tiny_torchtune.json"
 PEER_ENV = dict(ENV, PYTHONPATH=TORCHTUNE_SITE, OMP_NUM_THREADS="2")
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    """A random Llama with Llama 3's vocabulary (the real tokenizer's ids), 2 layers of hidden 64."""
+def random_llama(out, hidden, intermediate):
+    """A random Llama with Llama 3's vocabulary (the real tokenizer's ids): 2 layers, 8 heads, 4 KV heads."""
     for path in (TOKENIZER, ALPACA, PAIRS):
         if not path.exists():
             pytest.skip(f"no {path}")
@@ -34,13 +33,17 @@ def llama(tmp_path_factory):
         pytest.skip(f"no TorchTune with Hugging Face datasets in {TORCHTUNE_SITE} (scripts/install-deps.sh)")
     import torch
     import transformers
-    out = tmp_path_factory.mktemp("llama")
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=128256, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
-                                   num_attention_heads=8, num_key_value_heads=4, head_dim=8,
-                                   max_position_embeddings=4096, rope_theta=500000.0)
+    cfg = transformers.LlamaConfig(vocab_size=128256, hidden_size=hidden, intermediate_size=intermediate,
+                                   num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                                   head_dim=hidden // 8, max_position_embeddings=4096, rope_theta=500000.0)
     transformers.LlamaForCausalLM(cfg).save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return random_llama(tmp_path_factory.mktemp("llama"), 64, 172)
 
 
 def both(tmp_path, llama, *args, ours=(), peer=()):
@@ -119,6 +122,17 @@ def test_full_peer_computes_what_mgbench_computes(tmp_path, llama):
     assert theirs["step_tokens"] == ours["tokens"]
     assert theirs["losses"] == pytest.approx(ours["loss"], rel=1e-4)
     assert theirs["losses"][-1] < theirs["losses"][0] - 0.5  # trained, not only evaluated
+    assert timed_flops(theirs) == pytest.approx(ours["flops"], rel=1e-9)
+
+
+def test_qlora_peer_computes_what_mgbench_computes(tmp_path_factory, tmp_path):
+    """QLoRA: both sides' NF4 bases (torchao's in TorchTune) give the same losses. NF4 takes weights of whole
+    blocks of 64 x 256 values: hidden 256, MLP 512."""
+    llama = random_llama(tmp_path_factory.mktemp("nf4-llama"), 256, 512)
+    ours, theirs = both(tmp_path, llama, "--recipe", "qlora", "--dataset", "alpaca", "--data", ALPACA, "--limit", 64,
+                        "--batch-size", 2, "--grad-accum", 1, "--max-steps", 4, "--train-on-input")
+    assert theirs["step_tokens"] == ours["tokens"]
+    assert theirs["losses"] == pytest.approx(ours["loss"], rel=1e-5)
     assert timed_flops(theirs) == pytest.approx(ours["flops"], rel=1e-9)
 
 
