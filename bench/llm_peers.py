@@ -114,10 +114,14 @@ def main(argv=None):
         print(f"{r['side']:<10} {r['recipe']:<6} {r['padding']:<7} {r['precision']:<9} {r['compile'] or '-':<7} "
               f"{r['batch_size']:>5} {r['tokens_per_step']:>11.0f} {r['tokens_per_s']:>10.0f} {r['s_per_it']:>8.4f} "
               f"{100 * r['mfu']:>6.1f}  {r['run_name']}")
-    print("# mgbench / TorchTune, tokens/s (> 1: mgbench faster)")
+    print("# mgbench / TorchTune, tokens/s (> 1: mgbench faster); the real tokens per timed step of each side")
     for mine, peer in pairs(rows):
+        same = abs(mine["tokens_per_step"] - peer["tokens_per_step"]) <= 1e-6 * peer["tokens_per_step"]
+        # Padded rows in the same order are the same work token for token; packed steps hold about as many.
+        warning = "" if same or mine["padding"] != "pad" else "  NOT THE SAME ROWS: compare with care"
         print(f"{mine['recipe']} {mine['padding']} {mine['precision']} vs TorchTune compile={peer['compile']}: "
-              f"{mine['tokens_per_s'] / peer['tokens_per_s']:.2f}x ({mine['run_name']} / {peer['run_name']})")
+              f"{mine['tokens_per_s'] / peer['tokens_per_s']:.2f}x ({mine['run_name']} / {peer['run_name']}; "
+              f"tokens/step {mine['tokens_per_step']:.0f} / {peer['tokens_per_step']:.0f}){warning}")
 
 
 if __name__ == "__main__":

@@ -125,8 +125,13 @@ def model_config(a):
         section = {"_component_": PRESETS[a.model].format(prefix)}
     else:
         hf = json.loads((Path(a.model) / "config.json").read_text())
-        if hf.get("tie_word_embeddings", False):
-            fail(f"--model {a.model}: tied embeddings; TorchTune's generic llama3 builder has an output projection of its own")
+        unlike = {"tie_word_embeddings": hf.get("tie_word_embeddings", False), "rope_scaling": hf.get("rope_scaling"),
+                  "head_dim": hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
+                  != hf["hidden_size"] // hf["num_attention_heads"]}
+        for key, value in unlike.items():  # what TorchTune's generic llama3 builder cannot take from a config.json
+            if value:
+                fail(f"--model {a.model}: config.json's {key} ({hf.get(key)}) is not what TorchTune's generic llama3 "
+                     "builder builds (untied, no RoPE scaling, head_dim = hidden / heads); use a preset")
         section = {"_component_": "torchtune.models.llama3." + ("llama3" if not prefix else "lora_llama3"),
                    "vocab_size": hf["vocab_size"], "num_layers": hf["num_hidden_layers"],
                    "num_heads": hf["num_attention_heads"], "num_kv_heads": hf["num_key_value_heads"],
@@ -204,7 +209,7 @@ def random_weights(a, dtype, device):
     import torch
     from omegaconf import OmegaConf
     from torchtune import config, training
-    section = {k: v for k, v in model_config(argparse.Namespace(**{**vars(a), "recipe": "full"})).items()}
+    section = model_config(argparse.Namespace(**{**vars(a), "recipe": "full"}))
     torch.manual_seed(a.seed)
     with training.set_default_dtype(dtype), device:
         base = config.instantiate(OmegaConf.create(section))

@@ -101,6 +101,7 @@ def test_lora_peer_computes_what_mgbench_computes(tmp_path, llama):
     assert float(peer["mfu"]) == pytest.approx(theirs["flops_per_s"] / 1e12, rel=1e-9)  # mgbench's peak: 1 TFLOP/s
     assert float(peer["tokens_per_step"]) == pytest.approx(sum(ours["tokens"][2:]) / 3, rel=1e-9)
     assert "lora pad fp32 vs TorchTune compile=false:" in proc.stdout
+    assert "NOT THE SAME ROWS" not in proc.stdout
 
 
 def test_dpo_peer_computes_what_mgbench_computes(tmp_path, llama):
