@@ -216,15 +216,38 @@ def random_weights(a, dtype, device):
     return base.state_dict()
 
 
+def check_on_meta(a, cfg):
+    """--dry-run: the recipe's model and the random base built on the meta device (no memory), the base loaded into
+    the model as the recipe loads a checkpoint, and for LoRA TorchTune's own check of what was missing."""
+    import torch
+    from omegaconf import OmegaConf
+    from torchtune import config
+    from torchtune.modules.peft import validate_missing_and_unexpected_for_lora
+    with torch.device("meta"):
+        model = config.instantiate(cfg.model)
+        base = config.instantiate(OmegaConf.create(model_config(argparse.Namespace(**{**vars(a), "recipe": "full"}))))
+    missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
+    if RECIPES[a.recipe][2]:
+        validate_missing_and_unexpected_for_lora(
+            lora_attn_modules=list(cfg.model.lora_attn_modules), apply_lora_to_mlp=cfg.model.apply_lora_to_mlp,
+            apply_lora_to_output=False, base_missing=missing, base_unexpected=unexpected)
+    elif missing or unexpected:
+        fail(f"--model {a.model}: the base's weights do not load into the full model: {missing} {unexpected}")
+    parameters = sum(p.numel() for p in base.parameters())
+    print(json.dumps({"recipe": RECIPES[a.recipe][1], "model": cfg.model["_component_"], "parameters": parameters}))
+
+
 class StepClock:
     """The recipe's metric logger: the time of each per-step log call and what the recipe logged."""
 
     def __init__(self):
-        self.times, self.logged = [], []
+        self.times, self.logged, self.graphs = [], [], []
 
     def log_dict(self, payload, step):
         self.times.append(time.perf_counter())
         self.logged.append({k: float(v) for k, v in payload.items()})
+        from torch._dynamo.utils import counters  # graphs compiled so far (torch.compile: recompiles show here)
+        self.graphs.append(counters["stats"]["unique_graphs"])
 
     def log(self, name, data, step):
         pass
@@ -302,13 +325,15 @@ def run(a, out_dir):
     import torch
     cfg = recipe_config(a, out_dir)
     if a.dry_run:
-        print(json.dumps({"recipe": RECIPES[a.recipe][1], "model": cfg.model["_component_"]}))
+        check_on_meta(a, cfg)
         return
     Peer = load_recipe(a)
     recipe = Peer(cfg=cfg)
     t_setup = time.perf_counter()
     recipe.setup(cfg=cfg)
     setup_s = time.perf_counter() - t_setup
+    if a.device.startswith("cuda"):  # the peak of the training steps, not of the set-up's random base beside the model
+        torch.cuda.reset_peak_memory_stats()
     clock = StepClock()
     recipe._metric_logger = clock
     loader = recipe._dataloader
@@ -338,6 +363,8 @@ def run(a, out_dir):
                            for i in range(steps)],
            "step_s": [t1 - t0 for t0, t1 in zip(clock.times, clock.times[1:])],
            "losses": [d["loss"] for d in clock.logged],
+           # torch.compile's graphs compiled during the timed steps (a recompile there is in the timing: 0 expected)
+           "graphs_compiled_in_timed_steps": clock.graphs[-1] - clock.graphs[k - 1],
            "peak_memory_bytes": torch.cuda.max_memory_allocated() if a.device.startswith("cuda") else None,
            "versions": {"torch": torch.__version__, "torchtune": version_of("torchtune")}}
     with open(a.out, "a") as f:
@@ -345,6 +372,9 @@ def run(a, out_dir):
     print(f"torchtune {a.recipe} {a.padding} {a.precision} compile={a.compile}: {row['s_per_it']:.4f} s/it, "
           f"{row['tokens_per_s']:.0f} tokens/s (its metric logger: {row['logged_tokens_per_s']:.0f}), "
           f"first loss {row['losses'][0]:.6f}")
+    if row["graphs_compiled_in_timed_steps"]:
+        print(f"peer_torchtune.py: {row['graphs_compiled_in_timed_steps']} graph(s) compiled during the timed steps: "
+              f"their compile time is in the timing; raise --warmup-steps-excluded", file=sys.stderr)
 
 
 def version_of(name):

@@ -724,10 +724,12 @@ if bench_set torchtune; then
   set_start "TorchTune beside mgbench (issue 47): llama3-8b LoRA bf16 batch 2 alpaca; DPO and full on llama3.2-1b"
   PEERS_STEPS=${PEERS_STEPS:-20}
   PEERS_WARMUP=${PEERS_WARMUP:-5}
-  SAME=(--tokenizer "$SHARED_DATA/llama3/tokenizer.model" --grad-accum 1 --shuffle false
-    --warmup-steps-excluded "$PEERS_WARMUP")
-  ALPACA_DATA=(--dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --train-on-input
-    --max-steps "$PEERS_STEPS")
+  # Stated on both sides where a recipe's defaults differ (mgbench's dpo and full turn activation checkpointing on).
+  SAME=(--tokenizer "$SHARED_DATA/llama3/tokenizer.model" --grad-accum 1 --shuffle false --seed 42
+    --activation-checkpointing false --warmup-steps-excluded "$PEERS_WARMUP")
+  # The first 1,000 rows (20 packed steps take ~900; TorchTune packs every row it is given before step 1).
+  ALPACA_DATA=(--dataset alpaca --data "$SHARED_DATA/text/alpaca/alpaca_cleaned_first5k.json" --limit 1000
+    --train-on-input --max-steps "$PEERS_STEPS")
   PAIRS_DATA=(--dataset stack_exchange_paired --data "$SHARED_DATA/text/dpo/stack_exchange_paired_tiny_torchtune.json"
     --max-steps 10)  # its 25 pairs: 12 steps of 2
   PEER_JSONL=$OUT/torchtune-peer.jsonl

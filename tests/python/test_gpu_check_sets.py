@@ -1,6 +1,7 @@
 """scripts/gpu-check.sh's paper sets (issue 49) without a GPU: DRY_RUN=1 prints every command a set
 would run; each `mgbench image` / `mgbench llm` line must be one the binary accepts (`--dry-run`), so a
 set cannot reach a lent GPU machine with an option mgbench refuses."""
+import json
 import os
 import re
 import shlex
@@ -170,7 +171,8 @@ def test_torchtune_set_pairs_each_mgbench_run_with_the_peer(printed):
     theirs = {a[a.index("--run-name") + 1].removeprefix("torchtune-"): a for a in peer_commands(commands)}
     assert {"lora-pad-bf16-eager", "lora-pad-bf16-compile", "lora-packed-bf16-eager", "lora-packed-bf16-compile",
             "lora-pad-fp32-eager", "dpo-pad-bf16-eager", "full-pad-bf16-eager"} == set(theirs), out
-    same = ("--recipe", "--model", "--dataset", "--data", "--precision", "--tokenizer", "--grad-accum", "--shuffle",
+    same = ("--recipe", "--model", "--dataset", "--data", "--limit", "--seed", "--activation-checkpointing",
+            "--precision", "--tokenizer", "--grad-accum", "--shuffle",
             "--max-steps", "--max-seq-len", "--lr", "--weight-decay", "--lr-schedule", "--warmup-steps",
             "--warmup-steps-excluded", "--train-on-input", "--init", "--device")
     for key, peer in theirs.items():
@@ -187,7 +189,8 @@ def test_torchtune_set_pairs_each_mgbench_run_with_the_peer(printed):
 
 
 def test_peer_accepts_every_printed_command(printed):
-    """Each peer line passes the peer's own --dry-run (its checks of the options and files, its config)."""
+    """Each peer line passes the peer's own --dry-run: its checks of the options and files, and its model and random
+    base (llama3-8b, llama3.2-1b) built on the meta device and loaded as the recipe loads them."""
     site = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "torchtune-site")
     if not os.path.isdir(os.path.join(site, "torchtune")):
         pytest.skip(f"no TorchTune in {site} (scripts/install-deps.sh)")
@@ -195,3 +198,7 @@ def test_peer_accepts_every_printed_command(printed):
         proc = subprocess.run([sys.executable, ROOT / "bench" / "peer_torchtune.py", *args, "--dry-run"], cwd=ROOT,
                               capture_output=True, text=True, env=dict(ENV, PYTHONPATH=site), timeout=120)
         assert proc.returncode == 0, f"peer_torchtune.py {shlex.join(args)} --dry-run: {proc.stderr}"
+        # The shapes' parameter counts as Meta's model cards give them (Llama 3 8B, Llama 3.2 1B, tied embeddings).
+        model = args[args.index("--model") + 1]
+        assert json.loads(proc.stdout.splitlines()[-1])["parameters"] == {"llama3-8b": 8_030_261_248,
+                                                                          "llama3.2-1b": 1_235_814_400}[model], args
