@@ -2,8 +2,10 @@
 # Downloads the Debian packages that scripts/gpu-check.sh unpacks on a GPU machine that has CUDA,
 # PyTorch, a compiler, CMake and ninja but no MPI, HDF5 or Boost, and no network (this
 # workplace's H100/H200 machines). Run it on a Debian 12 machine with network, then carry
-# .gpu-deps/ (git-ignored, ~25 MB) to the GPU machine beside the checkout.
+# .gpu-deps/ (git-ignored, ~37-51 MB) to the GPU machine beside the checkout.
 #   scripts/fetch-gpu-deps.sh [DIR]      (default DIR: .gpu-deps)
+#   GPU_HAS="torchvision pillow" scripts/fetch-gpu-deps.sh   # this workplace's H100/H200 image has both:
+#                                        # their wheels (14.7 MB) are not fetched, and the carry stays small
 # The list: Open MPI 4.1 and its runtime libraries, parallel HDF5 1.10, Boost.Program_options,
 # spdlog/fmt, nlohmann-json, GoogleTest, Google Benchmark, zlib headers, PCRE2, libcsv, TurboJPEG, libspng. Base libraries a CUDA
 # image always has (libc, libstdc++, libgcc, zlib, OpenSSL, libcurl's TLS stack) are left out on
@@ -39,8 +41,13 @@ mkdir -p "$DIR/tools"
 # GPU_PYTHON_VERSION: that machine's python3 (3.12 on this workplace's H100/H200 machines).
 PIP=${PIP:-$(command -v pip3 || echo "${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}/bin/pip")}
 mkdir -p "$DIR/wheels"
-"$PIP" download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON_VERSION:-3.12}" \
-  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$DIR/wheels" torchvision==0.26.0 pillow
+PEER_WHEELS=()
+for wheel in torchvision==0.26.0 pillow; do
+  [[ " ${GPU_HAS:-} " == *" ${wheel%%==*} "* ]] || PEER_WHEELS+=("$wheel")
+done
+((${#PEER_WHEELS[@]} == 0)) ||
+  "$PIP" download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON_VERSION:-3.12}" \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$DIR/wheels" "${PEER_WHEELS[@]}"
 # TorchTune 0.6.1 and what its recipes import that the GPU machine's Python lacks (the torchtune set's peer,
 # bench/peer_torchtune.py): unpacked by gpu-check.sh into a folder of its own (pyarrow and xxhash are there).
 mkdir -p "$DIR/wheels/torchtune-site"

@@ -43,7 +43,7 @@
 # 4.1.4 (+ PMIx, hwloc, libevent, libfabric, UCX, verbs), parallel HDF5 1.10.8, Boost 1.74
 # (program_options), spdlog 1.10 / fmt 9, nlohmann-json 3.11, GoogleTest 1.12, Google Benchmark
 # 1.7, zlib headers; wheels: torchvision and Pillow (unpacked where the machine lacks them: this workplace's
-# image has both, leave them behind to keep the carry small), nvJPEG, and in wheels/torchtune-site TorchTune
+# image has both, so fetch-gpu-deps.sh's GPU_HAS leaves them out), nvJPEG, and in wheels/torchtune-site TorchTune
 # 0.6.1 with what its recipes import (the torchtune set's peer only). Used from the machine: python3 with torch (LibTorch, and NCCL / CUPTI from its
 # nvidia-* packages), torchvision, h5py, pytest; the CUDA toolkit (nvcc 13.0); g++, cmake, ninja.
 #
