@@ -95,12 +95,28 @@ def pairs(rows):
                 yield mine, peer
 
 
+def print_markdown(rows):
+    """The rows as docs/benchmarks.md's tables have them, each side's tokens/s beside its pair's ratio."""
+    ratios = {}
+    for mine, peer in pairs(rows):
+        ratios.setdefault(mine["run_name"], []).append(f"{mine['tokens_per_s'] / peer['tokens_per_s']:.2f}x "
+                                                      f"(compile={peer['compile']})")
+    print("| side | recipe | padding | precision | compile | batch | tokens/step | tokens/s | s/it | MFU % | "
+          "mgbench / TorchTune |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['side']} | {r['recipe']} | {r['padding']} | {r['precision']} | {r['compile'] or '-'} | "
+              f"{r['batch_size']} | {r['tokens_per_step']:,.0f} | {r['tokens_per_s']:,.0f} | {r['s_per_it']:.4f} | "
+              f"{100 * r['mfu']:.1f} | {', '.join(ratios.get(r['run_name'], [])) or '-'} |")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results")
     p.add_argument("peer")
     p.add_argument("--csv", required=True)
     p.add_argument("--peak-tflops", type=float, default=0.0)
+    p.add_argument("--markdown", action="store_true", help="also the rows as a Markdown table (docs/benchmarks.md)")
     a = p.parse_args(argv)
     ours, peaks = mgbench_rows(a.results)
     rows = ours + peer_rows(a.peer, peaks, a.peak_tflops)
@@ -117,6 +133,8 @@ def main(argv=None):
         print(f"{r['side']:<10} {r['recipe']:<6} {r['padding']:<7} {r['precision']:<9} {r['compile'] or '-':<7} "
               f"{r['batch_size']:>5} {r['tokens_per_step']:>11.0f} {r['tokens_per_s']:>10.0f} {r['s_per_it']:>8.4f} "
               f"{100 * r['mfu']:>6.1f}  {r['run_name']}")
+    if a.markdown:
+        print_markdown(rows)
     print("# mgbench / TorchTune, tokens/s (> 1: mgbench faster); the real tokens per timed step of each side")
     for mine, peer in pairs(rows):
         same = abs(mine["tokens_per_step"] - peer["tokens_per_step"]) <= 1e-6 * peer["tokens_per_step"]

@@ -780,7 +780,7 @@ print(round(rows[-1]['samples_per_step']) if rows else sys.argv[2])" "$PEER_JSON
   ours full-pad-bf16 "${FULL1B[@]}" --cupti false
   theirs torchtune-full-pad-bf16-eager "${FULL1B[@]}"
   if [[ $DRY_RUN == 1 || (-f $OUT/torchtune.h5 && -f $PEER_JSONL) ]]; then
-    run_cmd "$PYTHON" bench/llm_peers.py "$OUT/torchtune.h5" "$PEER_JSONL" --csv "$OUT/llm_peers.csv" || true
+    run_cmd "$PYTHON" bench/llm_peers.py "$OUT/torchtune.h5" "$PEER_JSONL" --csv "$OUT/llm_peers.csv" --markdown || true
   fi
   paper_report torchtune --cuda
 fi

@@ -91,7 +91,7 @@ def test_lora_peer_computes_what_mgbench_computes(tmp_path, llama):
     assert theirs["logged_tokens_per_s"] == pytest.approx(theirs["tokens_per_s"], rel=0.05)
     table = tmp_path / "llm_peers.csv"
     proc = subprocess.run([sys.executable, ROOT / "bench" / "llm_peers.py", ours["results"], tmp_path / "peer.jsonl",
-                           "--csv", table], capture_output=True, text=True, env=ENV)
+                           "--csv", table, "--markdown"], capture_output=True, text=True, env=ENV)
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(table.open()))
     assert list(rows[0])[:9] == ["side", "recipe", "padding", "precision", "compile", "batch_size", "tokens_per_s",
@@ -102,6 +102,8 @@ def test_lora_peer_computes_what_mgbench_computes(tmp_path, llama):
     assert float(peer["tokens_per_step"]) == pytest.approx(sum(ours["tokens"][2:]) / 3, rel=1e-9)
     assert "lora pad fp32 vs TorchTune compile=false:" in proc.stdout
     assert "NOT THE SAME ROWS" not in proc.stdout
+    markdown = [line for line in proc.stdout.splitlines() if line.startswith("| mgbench |")]
+    assert len(markdown) == 1 and f"{float(rows[0]['tokens_per_s']) / theirs['tokens_per_s']:.2f}x" in markdown[0]
 
 
 def test_dpo_peer_computes_what_mgbench_computes(tmp_path, llama):
