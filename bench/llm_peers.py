@@ -3,7 +3,8 @@ run and a table of the pairs.
 
     llm_peers.py RESULTS.h5 PEER.jsonl --csv llm_peers.csv [--peak-tflops X]
 
-RESULTS.h5: mgbench's runs whose names start with `mgbench-` (the rest are ignored); PEER.jsonl: the lines
+RESULTS.h5: mgbench's LLM runs whose names start with `mgbench-` (the rest are ignored; one that did not
+complete is named and left out); PEER.jsonl: the lines
 bench/peer_torchtune.py appended. Columns: side, recipe, padding, precision, compile, batch_size,
 tokens_per_s, s_per_it, mfu (the issue's), then model, tokens_per_step, cupti, run_name. tokens_per_s is
 real tokens (not padding; DPO: chosen and rejected) over the timed steps on both sides; mfu the model
@@ -11,15 +12,21 @@ FLOPs by mgbench's formula over the device's peak: mgbench's own for its rows, a
 peak mgbench used at the same precision (its runs' `mfu_peak_tflops`), or --peak-tflops. A pair is the
 two sides' rows of one recipe, padding, precision and compile setting (mgbench has no compile: its rows
 pair with both of TorchTune's); ratio = mgbench / TorchTune tokens/s (> 1: mgbench faster).
-Exits 2 naming the file when a file is missing or holds no run."""
+Exits 2 naming the file (and line) when a file is missing, not a results file or not the peer's, or holds no run."""
 import argparse
 import csv
 import json
 import math
 import sys
+from pathlib import Path
 
 COLUMNS = ("side", "recipe", "padding", "precision", "compile", "batch_size", "tokens_per_s", "s_per_it", "mfu",
            "model", "tokens_per_step", "cupti", "run_name")
+
+
+# What a peer line must hold (bench/peer_torchtune.py writes them).
+PEER_KEYS = ("recipe", "padding", "precision", "compile", "batch_size", "tokens_per_s", "s_per_it", "flops_per_s",
+             "model", "run_name")
 
 
 def fail(message):
@@ -27,37 +34,37 @@ def fail(message):
     sys.exit(2)
 
 
-def text(value):
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def mgbench_rows(path):
-    """One row per mgbench run named mgbench-*, from its attributes and summary."""
-    import h5py
-    rows, peaks = [], {}
+    """One row per LLM run named mgbench-*, read by the analysis package (python/mgbench_analysis: its checks of the
+    file, schema and run status); a run that did not complete is named and left out."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    import mgbench_analysis as mga
+    from mgbench_analysis.attributes import display, is_llm
     try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        fail(f"{path}: not an HDF5 results file ({e})")
-    with f:
-        for run in f["runs"].values() if "runs" in f else []:
-            a = run.attrs
-            name = text(a.get("run_name", ""))
-            if not name.startswith("mgbench-") or "summary" not in run:
-                continue
-            s = run["summary"][0]
-            steps = run["rank_0/steps"][:]
-            timed = max(len(steps) - int(a.get("warmup_steps_excluded", 0)), 1)
-            precision = text(a["precision"])
-            peak = float(a.get("mfu_peak_tflops", math.nan))
-            if math.isfinite(peak):
-                peaks[precision] = peak
-            rows.append({"side": "mgbench", "recipe": text(a["recipe"]), "padding": text(a["padding"]),
-                         "precision": precision, "compile": "", "batch_size": int(a["batch_size"]),
-                         "tokens_per_s": float(s["tokens_per_s"]), "s_per_it": float(s["s_per_it"]),
-                         "mfu": float(s["mfu"]), "model": text(a.get("model", "")),
-                         "tokens_per_step": float(steps["tokens"][-timed:].sum()) / timed,
-                         "cupti": text(a.get("cupti", "")), "run_name": name})
+        runs = mga.read_file(path)
+    except mga.ResultsError as e:
+        fail(str(e))
+    rows, peaks = [], {}
+    for run in runs:
+        a = run.attributes
+        name = display(a.get("run_name"))
+        if not name.startswith("mgbench-") or not is_llm(run):
+            continue
+        if run.status != "completed":
+            print(f"# {name}: {run.status} ({run.error}): left out")
+            continue
+        steps = run.steps[0]
+        timed = max(len(steps) - int(a.get("warmup_steps_excluded", 0)), 1)
+        peak = float(a.get("mfu_peak_tflops", math.nan))
+        if math.isfinite(peak):
+            peaks[display(a["precision"])] = peak
+        s = run.summary
+        rows.append({"side": "mgbench", "recipe": display(a["recipe"]), "padding": display(a["padding"]),
+                     "precision": display(a["precision"]), "compile": "", "batch_size": int(a["batch_size"]),
+                     "tokens_per_s": float(s["tokens_per_s"]), "s_per_it": float(s["s_per_it"]),
+                     "mfu": float(s["mfu"]), "model": display(a.get("model")),
+                     "tokens_per_step": float(steps["tokens"].iloc[-timed:].sum()) / timed,
+                     "cupti": display(a.get("cupti")), "run_name": name})
     return rows, peaks
 
 
@@ -72,6 +79,9 @@ def peer_rows(path, peaks, peak_tflops):
             r = json.loads(line)
         except json.JSONDecodeError as e:
             fail(f"{path}:{n}: not a JSON line ({e.msg})")
+        missing = [k for k in PEER_KEYS if k not in r]
+        if missing:
+            fail(f"{path}:{n}: no {', '.join(missing)}: not a line of bench/peer_torchtune.py")
         peak = peak_tflops or peaks.get(r["precision"], math.nan)
         rows.append({"side": "torchtune", "recipe": r["recipe"], "padding": r["padding"], "precision": r["precision"],
                      "compile": str(r["compile"]).lower(), "batch_size": r["batch_size"],

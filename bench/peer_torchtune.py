@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+from itertools import accumulate
 from pathlib import Path
 
 # mgbench's presets and TorchTune's builders of the same shapes (prefix: "", "lora_" or "qlora_").
@@ -48,7 +49,7 @@ RECIPES = {
 }
 DATASETS = {"alpaca": "torchtune.datasets.alpaca_dataset",
             "stack_exchange_paired": "torchtune.datasets.stack_exchange_paired_dataset"}
-PRECISIONS = {"bf16": "bf16", "fp32": "fp32"}
+PRECISIONS = ("bf16", "fp32")  # TorchTune's `dtype` names, as mgbench's --precision
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "output_proj", "mlp")
 
 
@@ -105,6 +106,8 @@ def parse_args(argv):
               (a.model in PRESETS or (Path(a.model) / "config.json").is_file(),
                f"--model {a.model}: expected a preset ({', '.join(PRESETS)}) or a directory with config.json"),
               (a.init == "random" or a.model not in PRESETS, f"--model {a.model}: a preset has no weights; --init random"),
+              (a.init == "random" or a.model in PRESETS or any(Path(a.model).glob("*.safetensors")),
+               f"--model {a.model}: no *.safetensors to load (--init checkpoint)"),
               (Path(a.tokenizer).is_file(), f"--tokenizer {a.tokenizer}: no such file"),
               (Path(a.data).is_file(), f"--data {a.data}: no such file")]
     targets = a.lora_targets.split(",")
@@ -171,7 +174,7 @@ def recipe_config(a, out_dir):
         "epochs": 1, "max_steps_per_epoch": a.max_steps, "gradient_accumulation_steps": a.grad_accum,
         "clip_grad_norm": None, "compile": a.compile == "true", "optimizer_in_bwd": False,
         "metric_logger": {"_component_": "torchtune.training.metric_logging.StdoutLogger"},
-        "log_every_n_steps": 1, "log_peak_memory_stats": False, "device": a.device, "dtype": PRECISIONS[a.precision],
+        "log_every_n_steps": 1, "log_peak_memory_stats": False, "device": a.device, "dtype": a.precision,
         "enable_activation_checkpointing": a.activation_checkpointing == "true", "enable_activation_offloading": False,
         "profiler": {"_component_": "torchtune.training.setup_torch_profiler", "enabled": False},
     }
@@ -184,9 +187,10 @@ def load_recipe(a):
     import torchtune
     folder = Path(torchtune.__file__).resolve().parent.parent / "recipes"
     module_name, class_name, _ = RECIPES[a.recipe]
-    spec = importlib.util.spec_from_file_location(f"torchtune_recipe_{module_name}", folder / f"{module_name}.py")
-    if spec is None:
-        fail(f"no {module_name}.py in {folder}: TorchTune's recipes are installed beside the package")
+    path = folder / f"{module_name}.py"
+    if not path.is_file():
+        fail(f"no {path}: TorchTune's recipes are installed beside its package (pip's torchtune wheel has them)")
+    spec = importlib.util.spec_from_file_location(f"torchtune_recipe_{module_name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     base = getattr(module, class_name)
@@ -203,16 +207,20 @@ def load_recipe(a):
     return Peer
 
 
+def base_config(a):
+    """The `model` section of --model's base (no adapters): what --init random initialises."""
+    from omegaconf import OmegaConf
+    return OmegaConf.create(model_config(argparse.Namespace(**{**vars(a), "recipe": "full"})))
+
+
 def random_weights(a, dtype, device):
     """A base model of --model's shape initialised by TorchTune's builder on the device (as mgbench's --init random
     initialises its own): its state dict, which the recipe loads as it would a checkpoint's."""
     import torch
-    from omegaconf import OmegaConf
     from torchtune import config, training
-    section = model_config(argparse.Namespace(**{**vars(a), "recipe": "full"}))
     torch.manual_seed(a.seed)
     with training.set_default_dtype(dtype), device:
-        base = config.instantiate(OmegaConf.create(section))
+        base = config.instantiate(base_config(a))
     return base.state_dict()
 
 
@@ -220,12 +228,11 @@ def check_on_meta(a, cfg):
     """--dry-run: the recipe's model and the random base built on the meta device (no memory), the base loaded into
     the model as the recipe loads a checkpoint, and for LoRA TorchTune's own check of what was missing."""
     import torch
-    from omegaconf import OmegaConf
     from torchtune import config
     from torchtune.modules.peft import validate_missing_and_unexpected_for_lora
     with torch.device("meta"):
         model = config.instantiate(cfg.model)
-        base = config.instantiate(OmegaConf.create(model_config(argparse.Namespace(**{**vars(a), "recipe": "full"}))))
+        base = config.instantiate(base_config(a))
     missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
     if RECIPES[a.recipe][2]:
         validate_missing_and_unexpected_for_lora(
@@ -241,13 +248,14 @@ class StepClock:
     """The recipe's metric logger: the time of each per-step log call and what the recipe logged."""
 
     def __init__(self):
+        from torch._dynamo.utils import counters  # graphs compiled so far (torch.compile: recompiles show here)
+        self.counters = counters
         self.times, self.logged, self.graphs = [], [], []
 
     def log_dict(self, payload, step):
         self.times.append(time.perf_counter())
         self.logged.append({k: float(v) for k, v in payload.items()})
-        from torch._dynamo.utils import counters  # graphs compiled so far (torch.compile: recompiles show here)
-        self.graphs.append(counters["stats"]["unique_graphs"])
+        self.graphs.append(self.counters["stats"]["unique_graphs"])
 
     def log(self, name, data, step):
         pass
@@ -277,10 +285,8 @@ class BatchCount:
         elif "input_pos" in batch:  # packed: each pack's sequences start at BOS; its padding is a last run without
             real = attended = sequences = 0
             for pack in samples:
-                starts = [0]
-                for n in pack["seq_lens"].tolist()[:-1]:
-                    starts.append(starts[-1] + n)
-                for start, n in zip(starts, pack["seq_lens"].tolist()):
+                lengths = pack["seq_lens"].tolist()
+                for start, n in zip(accumulate([0] + lengths[:-1]), lengths):
                     if int(pack["tokens"][start]) == self.bos_id:
                         real, attended, sequences = real + n, attended + n * n, sequences + 1
             self.record(real, batch["tokens"].numel(), attended, sequences)

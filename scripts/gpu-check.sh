@@ -751,25 +751,26 @@ if bench_set torchtune; then
       echo "gpu-check.sh: torchtune set, $key failed (above); going on"
   }
   # LoRA and DPO on both sides: cosine after 100 warm-up steps (TorchTune's configs; mgbench's defaults).
-  LORA8B=(--recipe lora --model llama3-8b --batch-size 2 "${ALPACA_DATA[@]}" --precision bf16)
-  ours lora-pad-bf16 "${LORA8B[@]}" --cupti false
-  theirs torchtune-lora-pad-bf16-eager "${LORA8B[@]}"
-  theirs torchtune-lora-packed-bf16-eager "${LORA8B[@]}" --padding none --max-seq-len 2048
+  LORA8B=(--recipe lora --model llama3-8b "${ALPACA_DATA[@]}")
+  PAD_BF16=(--batch-size 2 --precision bf16)
+  PACKED_BF16=(--precision bf16 --padding none --max-seq-len 2048)  # mgbench's batch: PACKED_ROWS, below
+  ours lora-pad-bf16 "${LORA8B[@]}" "${PAD_BF16[@]}" --cupti false
+  theirs torchtune-lora-pad-bf16-eager "${LORA8B[@]}" "${PAD_BF16[@]}"
+  theirs torchtune-lora-packed-bf16-eager "${LORA8B[@]}" "${PACKED_BF16[@]}" --batch-size 2
   PACKED_ROWS=${PEERS_PACKED_ROWS:-21}
   if [[ $DRY_RUN != 1 && -f $PEER_JSONL ]]; then
     PACKED_ROWS=$("$PYTHON" -c "import json, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if r['run_name'] == 'torchtune-lora-packed-bf16-eager']
 print(round(rows[-1]['samples_per_step']) if rows else sys.argv[2])" "$PEER_JSONL" "$PACKED_ROWS")
   fi
-  ours lora-packed-bf16 --recipe lora --model llama3-8b "${ALPACA_DATA[@]}" --precision bf16 --cupti false \
-    --padding none --max-seq-len 2048 --batch-size "$PACKED_ROWS"
-  theirs torchtune-lora-pad-bf16-compile "${LORA8B[@]}" --compile true
-  theirs torchtune-lora-packed-bf16-compile "${LORA8B[@]}" --padding none --max-seq-len 2048 --compile true
+  ours lora-packed-bf16 "${LORA8B[@]}" "${PACKED_BF16[@]}" --batch-size "$PACKED_ROWS" --cupti false
+  theirs torchtune-lora-pad-bf16-compile "${LORA8B[@]}" "${PAD_BF16[@]}" --compile true
+  theirs torchtune-lora-packed-bf16-compile "${LORA8B[@]}" "${PACKED_BF16[@]}" --batch-size 2 --compile true
   # The paper's Table 5 setting: FP32, padded (0.77 s/it on one H100 there).
-  ours lora-pad-fp32 --recipe lora --model llama3-8b --batch-size 2 "${ALPACA_DATA[@]}" --precision fp32 --cupti false
-  theirs torchtune-lora-pad-fp32-eager --recipe lora --model llama3-8b --batch-size 2 "${ALPACA_DATA[@]}" --precision fp32
+  ours lora-pad-fp32 "${LORA8B[@]}" --batch-size 2 --precision fp32 --cupti false
+  theirs torchtune-lora-pad-fp32-eager "${LORA8B[@]}" --batch-size 2 --precision fp32
   # CUPTI's own cost: the first run again, traced (not paired with TorchTune's rows).
-  ours lora-pad-bf16-cupti "${LORA8B[@]}" --cupti true
+  ours lora-pad-bf16-cupti "${LORA8B[@]}" "${PAD_BF16[@]}" --cupti true
   # One row each of DPO (lr 5e-4, weight decay 0.05: its TorchTune config's) and full fine-tuning.
   DPO1B=(--recipe dpo --model llama3.2-1b --batch-size 2 --max-seq-len 1024 "${PAIRS_DATA[@]}" --precision bf16
     --lr 5e-4 --weight-decay 0.05)

@@ -168,6 +168,7 @@ def test_packed_peer_counts_the_real_tokens_of_torchtunes_packs(tmp_path, llama)
     (["--model", "llama3-8b", "--init", "checkpoint"], "--model llama3-8b: a preset has no weights"),
     (["--warmup-steps-excluded", "0"], "--warmup-steps-excluded: expected >= 1"),
     (["--lr-schedule", "constant"], "--lr-schedule constant: TorchTune's lora recipe always has a scheduler"),
+    (["--model", "/tmp"], "--model /tmp: expected a preset"),
 ])
 def test_peer_refuses_bad_input_naming_the_option(tmp_path, llama, args, message):
     base = {"--model": str(llama), "--tokenizer": str(TOKENIZER), "--data": str(ALPACA), "--max-steps": "3"}
@@ -180,4 +181,22 @@ def test_peer_refuses_bad_input_naming_the_option(tmp_path, llama, args, message
 def test_llm_peers_refuses_a_missing_file(tmp_path):
     proc = subprocess.run([sys.executable, ROOT / "bench" / "llm_peers.py", tmp_path / "none.h5", tmp_path / "none.jsonl",
                            "--csv", tmp_path / "t.csv"], capture_output=True, text=True, env=ENV)
-    assert proc.returncode == 2 and "none.h5: not an HDF5 results file" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and f"results file '{tmp_path / 'none.h5'}' does not exist" in proc.stderr, proc.stderr
+
+
+def test_peer_refuses_a_checkpoint_without_weights(tmp_path, llama):
+    empty = tmp_path / "no-weights"
+    empty.mkdir()
+    (empty / "config.json").write_text((llama / "config.json").read_text())
+    stderr = run_peer(tmp_path, "--model", empty, "--tokenizer", TOKENIZER, "--data", ALPACA, "--max-steps", 3, expect=2)
+    assert f"--model {empty}: no *.safetensors to load" in stderr
+
+
+def test_llm_peers_refuses_a_line_not_of_the_peer(tmp_path, llama):
+    ours, _ = both(tmp_path, llama, "--recipe", "lora", "--dataset", "alpaca", "--data", ALPACA, "--limit", 8,
+                   "--batch-size", 2, "--grad-accum", 1, "--max-steps", 3)
+    lines = tmp_path / "other.jsonl"
+    lines.write_text('{"recipe": "lora"}\n')
+    proc = subprocess.run([sys.executable, ROOT / "bench" / "llm_peers.py", ours["results"], lines, "--csv",
+                           tmp_path / "t.csv"], capture_output=True, text=True, env=ENV)
+    assert proc.returncode == 2 and f"{lines}:1: no padding, precision" in proc.stderr, proc.stderr
