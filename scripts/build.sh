@@ -2,6 +2,7 @@
 # Configures and builds mgbench in BUILD_DIR (default: build) against the venv's LibTorch.
 #   scripts/build.sh [extra cmake -D options]      MGBENCH_TARGETS="mgbench ...": only those targets
 # MGBENCH_WERROR=ON|OFF (scripts/test.sh, i.e. CI: ON): warnings in mgbench's own code are errors.
+# MGBENCH_SHARED_DATA=DIR: the tests read their inputs there (default ../shared/data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MGBENCH_VENV=${MGBENCH_VENV:-$HOME/.cache/mgbench/venv}
@@ -24,6 +25,10 @@ if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
 fi
 if [[ -n ${MGBENCH_WERROR:-} ]] && ! grep -q "^MGBENCH_WERROR:BOOL=$MGBENCH_WERROR\$" "$BUILD_DIR/CMakeCache.txt"; then
   cmake -S . -B "$BUILD_DIR" -DMGBENCH_WERROR="$MGBENCH_WERROR" >/dev/null
+fi
+# MGBENCH_SHARED_DATA (scripts/test.sh: what scripts/get-test-data.sh found): the tests' input directory.
+if [[ -n ${MGBENCH_SHARED_DATA:-} ]] && ! grep -qxF "MGBENCH_SHARED_DATA:PATH=$MGBENCH_SHARED_DATA" "$BUILD_DIR/CMakeCache.txt"; then
+  cmake -S . -B "$BUILD_DIR" -DMGBENCH_SHARED_DATA="$MGBENCH_SHARED_DATA" >/dev/null
 fi
 # MGBENCH_TARGETS: only these targets (scripts/demo.sh builds the binary, not the tests and benchmarks).
 targets=()

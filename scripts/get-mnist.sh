@@ -8,6 +8,7 @@
 #      on stderr. Its files are recompressed by Debian (other md5s than upstream's); their IDX headers
 #      are checked instead, the package itself by apt's signatures.
 #   scripts/get-mnist.sh            -> prints e.g. /root/.cache/mgbench/data/mnist
+#   scripts/get-mnist.sh --official -> steps 2-3 only (the official files or exit 1: scripts/get_test_data.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,9 @@ SHARED_MNIST=${MGBENCH_SHARED_MNIST:-../shared/data/mnist}
 have_all() { for f in "${FILES[@]}"; do [[ -s "$1/$f" ]] || return 1; done; }
 verified() { have_all "$1" && for f in "${FILES[@]}"; do echo "${MD5[$f]}  $1/$f"; done | md5sum --quiet -c - >/dev/null 2>&1; }
 
-if have_all "$SHARED_MNIST"; then
+OFFICIAL=0
+[[ ${1:-} == --official ]] && OFFICIAL=1
+if ((!OFFICIAL)) && have_all "$SHARED_MNIST"; then
   echo "get-mnist: using the shared copy $SHARED_MNIST" >&2
   realpath "$SHARED_MNIST"
   exit 0
@@ -61,6 +64,10 @@ if ((fetched)) && verified "$CACHE"; then
   exit 0
 fi
 
+if ((OFFICIAL)); then
+  echo "get-mnist: MNIST could not be downloaded from ${MIRRORS[*]} (no network?)" >&2
+  exit 1
+fi
 echo "get-mnist: MNIST could not be downloaded from ${MIRRORS[*]} (no network?):" \
   "falling back to Fashion-MNIST from Debian's package dataset-fashion-mnist" >&2
 if ! have_all "$FASHION"; then

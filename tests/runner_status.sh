@@ -13,6 +13,9 @@ pytest_fail=$(MGBENCH_RUNNER_STATUS_FAIL=1 status "$2" -m pytest -q -p no:cachep
 missing=$(MGBENCH_CI=0 MGBENCH_RUNNER_STATUS_MISSING=1 status "$2" -m pytest -q -p no:cacheprovider "$3")
 ci_missing=$(MGBENCH_CI=1 MGBENCH_RUNNER_STATUS_MISSING=1 status "$2" -m pytest -q -p no:cacheprovider "$3")
 ci_not_here=$(MGBENCH_CI=1 status "$2" -m pytest -q -p no:cacheprovider "$3")
-echo "all skipped: gtest $gtest, pytest $pytest (expected 77); one failed beside a skipped one: gtest $gtest_fail, pytest $pytest_fail (expected 1); one rank failed before a collective: gtest $collective (expected 1); a missing input: $missing, in CI $ci_missing (expected 77, 1); the machine's skips in CI: $ci_not_here (expected 77)"
+gtest_missing=$(MGBENCH_CI=0 MGBENCH_RUNNER_STATUS_MISSING=1 status "$1")
+gtest_ci_missing=$(MGBENCH_CI=1 MGBENCH_RUNNER_STATUS_MISSING=1 status "$1")
+echo "all skipped: gtest $gtest, pytest $pytest (expected 77); one failed beside a skipped one: gtest $gtest_fail, pytest $pytest_fail (expected 1); one rank failed before a collective: gtest $collective (expected 1); a missing input: pytest $missing, gtest $gtest_missing, in CI pytest $ci_missing, gtest $gtest_ci_missing (expected 77, 77, 1, 1); the machine's skips in CI: $ci_not_here (expected 77)"
 [ "$collective" = 1 ] && [ "$gtest" = 77 ] && [ "$pytest" = 77 ] && [ "$gtest_fail" = 1 ] && [ "$pytest_fail" = 1 ] &&
-  [ "$missing" = 77 ] && [ "$ci_missing" = 1 ] && [ "$ci_not_here" = 77 ]
+  [ "$missing" = 77 ] && [ "$ci_missing" = 1 ] && [ "$ci_not_here" = 77 ] && [ "$gtest_missing" = 77 ] &&
+  [ "$gtest_ci_missing" = 1 ]

@@ -74,7 +74,7 @@ std::pair<int, int> node_position() {
 #define TINY_LLAMA_ON_GPU(model)                                     \
   SKIP_WITHOUT_GPU();                                                \
   const std::string model = test::oracle_dir() + "/llama_tiny_2256"; \
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)"
+  MGBENCH_REQUIRE_INPUTS(test::llm_inputs(model))
 
 /// This rank's GPU. Collective (MPI_Comm_split_type over MPI_COMM_WORLD): every rank calls it,
 /// before any rank-0-only block (called inside one, rank 0 waited for a split that rank 1, at the
@@ -153,7 +153,9 @@ TEST(DeviceDecode, NvjpegCropsMatchTheHostPathWithinAFewLevels) {
   if (!data::nvjpeg_available()) GTEST_SKIP() << "this build has no nvJPEG";
   std::int64_t on_host = 0;  // files nvJPEG does not decode
   const data::EncodedImages set = oracle_image_set(on_host);
-  if (set.size() == 0) GTEST_SKIP() << "no image oracles (tests/python/image_oracles.py)";
+  if (set.size() == 0) {
+    MGBENCH_SKIP_MISSING("no image oracles (tests/python/image_oracles.py)");
+  }
   ASSERT_GE(set.size(), 5);
   constexpr std::int64_t kRepeats = 8;
   data::PlannedBatch plan{0, {}, true, 3};
@@ -362,7 +364,7 @@ TEST(NcclOneRank, GradSyncAfterReplayedMicroBatchesEqualsTheirGradients) {
 
 TEST(MpiBackendOnGpu, RanksEqualOneRankWithWorldTimesTheBatch) {
   SKIP_WITHOUT_GPU();
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   const auto placement = my_gpu();  // ranks may share a GPU: the MPI backend stages through the host
   const Settings exact{{"precision", "fp64"},        {"freeze-batchnorm", "true"}, {"dropout", "0"},
@@ -389,7 +391,7 @@ TEST(MpiBackendOnGpu, RanksEqualOneRankWithWorldTimesTheBatch) {
 // first is captured, everything after replays -- the second epoch has no backward phase of its own.
 TEST(CudaGraphs, ReplayedMicroBatchesTrainAsTheEagerStep) {
   SKIP_WITHOUT_GPU();
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   const auto gpu = my_gpu();
   if (world_rank() == 0) {
@@ -429,7 +431,7 @@ TEST(CudaGraphs, ReplayedMicroBatchesTrainAsTheEagerStep) {
 // views, which must be the gradients from GradSync's construction on (a graph records the address).
 TEST(CudaGraphs, DdpRanksReplayingTheirMicroBatchesTrainAsTheEagerRanks) {
   SKIP_WITHOUT_GPU();
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   const auto placement = my_gpu();
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
@@ -464,7 +466,7 @@ TEST(CudaGraphs, DdpRanksReplayingTheirMicroBatchesTrainAsTheEagerRanks) {
 
 TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
   SKIP_WITHOUT_GPU();
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   const auto gpu = my_gpu();
   if (world_rank() == 0) {
@@ -524,7 +526,7 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
 // one before, and J/sample is positive.
 TEST(Telemetry, EnergyRisesThroughAGpuRunAndJoulesPerSampleArePositive) {
   SKIP_WITHOUT_GPU();
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   const auto gpu = my_gpu();
   if (world_rank() == 0) {
@@ -565,7 +567,9 @@ TEST(DeviceDecode, BehindTheFeedersCopiesEqualsDecodingAlone) {
   if (!data::nvjpeg_available()) GTEST_SKIP() << "this build has no nvJPEG";
   std::int64_t on_host = 0;
   const data::EncodedImages set = oracle_image_set(on_host);
-  if (set.size() == 0) GTEST_SKIP() << "no image oracles (tests/python/image_oracles.py)";
+  if (set.size() == 0) {
+    MGBENCH_SKIP_MISSING("no image oracles (tests/python/image_oracles.py)");
+  }
   const data::ImageTransform t{data::ImageTransform::Kind::kRandomResizedCrop, 64, 42};
   std::vector<data::PlannedBatch> plan;
   for (std::int64_t k = 0; k < 6; ++k) {     // batches of 56 (nvJPEG's batched Huffman path), other epochs' crops

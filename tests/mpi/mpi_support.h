@@ -70,6 +70,23 @@ inline double max_difference_across_ranks(runtime::Communicator& comm, const tor
   return diff.item<double>();
 }
 
+/// The shared data's tokenizer and text rows of the LLM jobs of the tests (llm_config): the small
+/// tokenizer; HH-RLHF pairs for the dpo recipe, alpaca rows for the others.
+inline std::string llm_tokenizer_file() { return test::shared_data_dir() + "/llama3/tiktoken_small.model"; }
+inline std::string llm_data_file(const std::string& recipe) {
+  return test::shared_data_dir() + (recipe == "dpo" ? "/text/dpo/hh_rlhf_harmless_base_test.jsonl.gz"
+                                                    : "/text/alpaca/alpaca_cleaned_first5k.json");
+}
+
+/// The inputs of llm_config's jobs with `model` (an oracle directory), every recipe's: for
+/// MGBENCH_REQUIRE_INPUTS.
+inline std::vector<std::string> llm_inputs(const std::string& model) {
+  return {model, llm_tokenizer_file(), llm_data_file("lora"), llm_data_file("dpo")};
+}
+
+/// The shared MNIST directory of the image jobs.
+inline std::string mnist_dir() { return test::shared_data_dir() + "/mnist"; }
+
 /// Option values by name, as the command line would give them.
 using Settings = std::vector<std::pair<std::string, std::string>>;
 
@@ -78,7 +95,7 @@ using Settings = std::vector<std::pair<std::string, std::string>>;
 inline std::unique_ptr<train::JobConfig> small_config(const std::string& strategy, std::int64_t batch_size,
                                                       const Settings& more = {}) {
   auto c = train::configure("image");
-  for (const auto& [name, value] : Settings{{"data", test::shared_data_dir() + "/mnist"},
+  for (const auto& [name, value] : Settings{{"data", mnist_dir()},
                                             {"image-size", "32"},
                                             {"limit-train", "96"},
                                             {"limit-test", "60"},
@@ -104,14 +121,12 @@ inline std::unique_ptr<train::JobConfig> llm_config(const std::string& recipe, c
                                                     std::int64_t batch_size, const std::string& results,
                                                     const Settings& more = {}) {
   auto c = train::configure("llm", recipe);
-  const std::string text = test::shared_data_dir() + "/text/";
-  const Settings data = recipe == "dpo"
-                            ? Settings{{"dataset", "hh_rlhf"},
-                                       {"data", text + "dpo/hh_rlhf_harmless_base_test.jsonl.gz"},
-                                       {"activation-checkpointing", "false"}}
-                            : Settings{{"dataset", "alpaca"}, {"data", text + "alpaca/alpaca_cleaned_first5k.json"}};
+  const Settings data =
+      recipe == "dpo"
+          ? Settings{{"dataset", "hh_rlhf"}, {"data", llm_data_file(recipe)}, {"activation-checkpointing", "false"}}
+          : Settings{{"dataset", "alpaca"}, {"data", llm_data_file(recipe)}};
   for (const auto& [name, value] : Settings{{"model", model},
-                                            {"tokenizer", test::shared_data_dir() + "/llama3/tiktoken_small.model"},
+                                            {"tokenizer", llm_tokenizer_file()},
                                             {"limit", std::to_string(24 * world_size())},
                                             {"batch-size", std::to_string(batch_size)},
                                             {"grad-accum", "2"},
@@ -162,7 +177,5 @@ inline Trained train_run(MPI_Comm comm, train::JobConfig& config, const std::str
   runtime::MpiCommunicator communicator(comm);
   return train_run(communicator, comm, config, results);
 }
-
-inline bool have_data() { return std::filesystem::exists(test::shared_data_dir() + "/mnist"); }
 
 }  // namespace mgbench::test

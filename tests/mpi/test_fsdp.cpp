@@ -29,7 +29,6 @@ namespace mgbench {
 namespace {
 
 using test::flat;
-using test::have_data;
 using test::Settings;
 using test::SharedDir;
 using test::world_rank;
@@ -186,7 +185,7 @@ std::string nf4_shardable_llama(const SharedDir& dir) {
 // --eval-only over rows that do not split evenly: the ranks run as many batches as the largest
 // shard (the gathers are collective) and the loss is the replicated run's.
 TEST(FsdpRun, EvaluationOfAnUnevenSplitIsTheReplicatedOne) {
-  if (!std::filesystem::exists(tiny_llama())) GTEST_SKIP() << "oracle " << tiny_llama() << " not found";
+  MGBENCH_REQUIRE_INPUTS(test::llm_inputs(tiny_llama()));
   SharedDir dir;
   const auto eval_loss = [&](const std::string& sharding) {
     auto config = test::lora_config(
@@ -214,7 +213,7 @@ std::int64_t attribute(const train::TrainingLoop& loop, const std::string& name)
 // shards' (replicated: DDP's buckets, a copy of every gradient); AdamW's two states per trained
 // element.
 TEST(FsdpRun, MemoryAttributesAreTheShardSizes) {
-  if (!std::filesystem::exists(tiny_llama())) GTEST_SKIP() << "oracle " << tiny_llama() << " not found";
+  MGBENCH_REQUIRE_INPUTS(test::llm_inputs(tiny_llama()));
   SharedDir dir;
   const models::LlamaConfig c = models::LlamaConfig::from_hf_json(tiny_llama() + "/config.json");
   ASSERT_FALSE(c.tie_word_embeddings);
@@ -337,7 +336,7 @@ TEST_P(FsdpRun, TrainsWhatTheReplicatedRunTrains) {
   const bool qlora = std::string(rc.recipe) == "qlora";
   SharedDir dir;
   const std::string model = qlora ? nf4_shardable_llama(dir) : tiny_llama();
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found";
+  MGBENCH_REQUIRE_INPUTS(test::llm_inputs(model));
   const auto trained = [&](const std::string& sharding, const Settings& extra) {
     Settings settings = rc.settings;
     if (qlora) settings.emplace_back("init", "random");
@@ -406,7 +405,7 @@ struct ImageCase {
 class FsdpImage : public ::testing::TestWithParam<ImageCase> {};
 
 TEST_P(FsdpImage, TrainsWhatTheReplicatedRunTrains) {
-  if (!have_data()) GTEST_SKIP() << "no MNIST under " << test::shared_data_dir();
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   const auto [channels_last, precision, tolerance, steps, freeze_batchnorm] = GetParam();
   SharedDir dir;
   const auto trained = [&](const std::string& sharding, const std::string& lr) {
@@ -453,7 +452,7 @@ INSTANTIATE_TEST_SUITE_P(Images, FsdpImage,
 // world trains alone here).
 TEST(FsdpRun, OneRankIsTheReplicatedRunBitwise) {
   const std::string model = tiny_llama();
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found";
+  MGBENCH_REQUIRE_INPUTS(test::llm_inputs(model));
   test::TempDir dir;
   const auto trained = [&](const std::string& sharding) {
     auto config = test::llm_config("full", model, 2, dir.file(sharding + ".h5"), {{"sharding", sharding}});

@@ -312,7 +312,7 @@ TEST(GradSync, Fp16GradientsAreDividedBeforeTheSum) {
 }
 
 TEST(Training, ParametersAndBuffersIdenticalOnAllRanks) {
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   for (const std::string strategy : {"ddp", "ddp-rr", "ddp-ds"}) {
@@ -331,7 +331,7 @@ TEST(Training, ParametersAndBuffersIdenticalOnAllRanks) {
 }
 
 TEST(Training, DdpDsEqualsOneRankWithWorldTimesTheBatch) {
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   // fp64, frozen BatchNorm (per-sample maths independent of the batch) and no dropout: the
   // only difference left is the order of floating-point sums.
@@ -421,7 +421,7 @@ TEST(TrainingLoop, ANormaliserSummedOnTheDeviceTrainsAsOneRankAndSkipsAStepWitho
 }
 
 TEST(Training, HostUpscaleEqualsDeviceUpscale) {
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   const Settings fp64{{"precision", "fp64"}, {"epochs", "1"}};
@@ -434,7 +434,7 @@ TEST(Training, HostUpscaleEqualsDeviceUpscale) {
 }
 
 TEST(Training, MixedPrecisionKeepsRanksInStep) {
-  if (!have_data()) GTEST_SKIP() << "no shared MNIST";
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir());
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   for (const std::string precision : {"bf16", "amp-bf16", "amp-fp16"}) {
@@ -473,7 +473,7 @@ class LlmTuning : public ::testing::TestWithParam<const char*> {};
 TEST_P(LlmTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
   const std::string recipe = GetParam();
   const std::string model = test::oracle_dir() + (recipe == "qlora" ? "/llama_tiny_nf4" : "/llama_tiny_2256");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  MGBENCH_REQUIRE_INPUTS(test::llm_inputs(model));
   SharedDir dir;
   // QAT in fp64 (torchao's fake quantisation allows it): in fp32 the order of the gradient sums
   // flips an int4 rounding now and then, and a full-QAT weight then moves by a whole AdamW step.
@@ -525,7 +525,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, LlmTuning, ::testing::Values("lora", "qlora", 
 
 TEST(DpoTuning, RanksTimesBatchEqualsOneRankWithTheWholeBatch) {
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  MGBENCH_REQUIRE_INPUTS(test::llm_inputs(model));
   SharedDir dir;
   // The mean over a micro-batch's pairs, averaged over ranks and micro-batches, is the mean over the
   // global batch: the same pairs per step (DistributedSampler), the same adapters.
@@ -552,7 +552,7 @@ std::int64_t allreduce_buckets(const train::TrainingLoop& loop) {
 
 TEST(TrainingLoop, EveryRecipeHonoursTheBucketSizes) {
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  if (!have_data() || !std::filesystem::exists(model)) GTEST_SKIP() << "no shared MNIST or no oracle " << model;
+  MGBENCH_REQUIRE_INPUTS(test::mnist_dir(), test::llm_inputs(model));
   SharedDir dir;
   runtime::MpiCommunicator comm(MPI_COMM_WORLD);
   auto buckets = [&](train::JobConfig& config, const std::string& mib) {

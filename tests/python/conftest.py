@@ -228,7 +228,8 @@ def _skip_reason(report):
 
 def _fail_a_ci_skip(report):
     if CI and report.skipped and not hasattr(report, "wasxfail") and not _skip_reason(report).startswith(NOT_HERE):
-        report.longrepr = f"skipped in CI, where every input and tool of the suite must be present: {_skip_reason(report)}"
+        report.longrepr = (f"skipped in CI, where every input and tool of the suite must be present (the inputs: "
+                           f"scripts/get-test-data.sh): {_skip_reason(report)}")
         report.outcome = "failed"
 
 

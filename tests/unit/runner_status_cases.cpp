@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_inputs.h"
+
 namespace {
 
 TEST(RunnerStatus, Skips) { GTEST_SKIP() << "skipped on purpose"; }
@@ -15,6 +17,12 @@ TEST(RunnerStatus, Skips) { GTEST_SKIP() << "skipped on purpose"; }
 TEST(RunnerStatus, FailsWhenAsked) {
   if (std::getenv("MGBENCH_RUNNER_STATUS_FAIL") == nullptr) GTEST_SKIP() << "MGBENCH_RUNNER_STATUS_FAIL not set";
   ADD_FAILURE() << "failed on purpose";
+}
+
+// A test input that is not there: skipped, and failed in CI (MGBENCH_CI=1).
+TEST(RunnerStatus, MissingInput) {
+  if (std::getenv("MGBENCH_RUNNER_STATUS_MISSING") == nullptr) GTEST_SKIP() << "MGBENCH_RUNNER_STATUS_MISSING not set";
+  MGBENCH_REQUIRE_INPUTS("/nonexistent/mgbench-runner-status-input");
 }
 
 // Rank 0 throws before the barrier rank 1 waits in (as a rank-0-only section of a GPU test did on an

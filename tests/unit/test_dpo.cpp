@@ -53,7 +53,7 @@ TEST(DpoLoss, TorchTunesLiteralCaseAndTheStartingPoint) {
 
 TEST(DpoLogProbs, PolicyAndReferenceEqualTransformersAndPeft) {
   const std::string root = test::oracle_dir();
-  if (!std::filesystem::exists(root + "/dpo_log_probs.pt")) GTEST_SKIP() << "oracle dpo_log_probs.pt (needs peft)";
+  MGBENCH_REQUIRE_INPUTS(root + "/dpo_log_probs.pt");
   const auto oracle = models::read_torch_state_dict(root + "/dpo_log_probs.pt");
   models::LlamaForCausalLM model(models::LlamaConfig::from_hf_json(root + "/llama_tiny_2256/config.json"));
   model->load_hf_checkpoint(root + "/llama_tiny_2256");

@@ -117,7 +117,7 @@ TEST(Mnist, ValidatesTheSplitAsAWhole) {
 
 TEST(Mnist, ReadsTheRealFiles) {
   const std::string dir = test::shared_data_dir() + "/mnist";
-  if (test::shared_data_dir().empty() || !std::filesystem::exists(dir)) GTEST_SKIP() << "no shared MNIST at " << dir;
+  MGBENCH_REQUIRE_INPUTS(dir);
   const MnistSplit train = load_mnist(dir, Split::kTrain);
   const MnistSplit test = load_mnist(dir, Split::kTest);
   EXPECT_EQ(train.size(), 10000);  // the shared training file holds the first 10,000 images

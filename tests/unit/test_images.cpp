@@ -64,7 +64,9 @@ TEST(ImageCodec, DecodesAsPilConvertsToRgb) {
     photos += name.starts_with("photo_");
   }
   EXPECT_GE(images, 11);
-  if (photos == 0) GTEST_SKIP() << "generated files only: scikit-image's photos are not installed (install-deps.sh)";
+  if (photos == 0) {
+    MGBENCH_SKIP_MISSING("generated files only: scikit-image's photos are not installed (install-deps.sh)");
+  }
 }
 
 TEST(ImageCodec, RefusesBadFilesNamingThem) {

@@ -217,7 +217,7 @@ TEST(LlamaConfig, ConfigJsonErrorsNameFileAndField) {
 TEST(Llama, LogitsEqualTransformers) {
   const std::string root = test::oracle_dir();
   const std::string io_path = root + "/llama_tiny_io.pt";
-  if (!std::filesystem::exists(io_path)) GTEST_SKIP() << "oracle " << io_path << " not found (needs transformers)";
+  MGBENCH_REQUIRE_INPUTS(io_path);
   const auto io = read_torch_state_dict(io_path);
   for (const std::string tag : {"llama_tiny", "llama_tiny_tied", "llama_tiny_sharded"}) {
     SCOPED_TRACE(tag);
@@ -269,7 +269,7 @@ TEST(Llama, BuildsOnTheDeviceOneUnitAtATime) {
 
 TEST(Llama, CheckpointMismatchesAreNamed) {
   const std::string dir = test::oracle_dir() + "/llama_tiny";
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "oracle " << dir << " not found (needs transformers)";
+  MGBENCH_REQUIRE_INPUTS(dir);
   LlamaConfig wrong = LlamaConfig::from_hf_json(dir + "/config.json");
   wrong.intermediate_size = 96;
   LlamaForCausalLM model(wrong);
@@ -298,7 +298,7 @@ TEST(Llama, CheckpointMismatchesAreNamed) {
 TEST(Lora, GradientsEqualPeft) {
   const std::string root = test::oracle_dir();
   const std::string grads_path = root + "/llama_tiny_lora_grads.pt";
-  if (!std::filesystem::exists(grads_path)) GTEST_SKIP() << "oracle " << grads_path << " not found (needs peft)";
+  MGBENCH_REQUIRE_INPUTS(grads_path);
   const auto oracle = read_torch_state_dict(grads_path);
   const auto io = read_torch_state_dict(root + "/llama_tiny_io.pt");
   LlamaForCausalLM model(LlamaConfig::from_hf_json(root + "/llama_tiny/config.json"));

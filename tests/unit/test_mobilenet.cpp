@@ -52,7 +52,7 @@ MobileNetV2 torchvision_model(const std::string& tag, double width) {
 }
 
 TEST(MobileNetV2, ForwardAndGradientsEqualTorchvisionOnGrayscale) {
-  if (!std::filesystem::exists(test::oracle_dir() + "/mobilenet_w1_io.pt")) GTEST_SKIP() << "no oracle files";
+  MGBENCH_REQUIRE_INPUTS(test::oracle_dir() + "/mobilenet_w1_io.pt");
   for (const auto& [tag, width] :
        std::vector<std::pair<std::string, double>>{{"w1", 1.0}, {"w0.5", 0.5}, {"w0.25", 0.25}}) {
     MobileNetV2 model = torchvision_model(tag, width);

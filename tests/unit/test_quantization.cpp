@@ -32,10 +32,7 @@ const std::map<std::string, torch::Tensor>& oracle() {
   return tensors;
 }
 
-#define SKIP_WITHOUT_QUANT_ORACLE()                                              \
-  if (oracle().empty())                                                          \
-  GTEST_SKIP() << "oracle quant_oracles.pt not found in '" << test::oracle_dir() \
-               << "' (needs torchao 0.11 and TorchTune 0.6.1 beside the venv: scripts/install-deps.sh)"
+#define SKIP_WITHOUT_QUANT_ORACLE() MGBENCH_REQUIRE_INPUTS(test::oracle_dir() + "/quant_oracles.pt")
 
 const torch::Tensor& at(const std::string& key) {
   const auto it = oracle().find(key);

@@ -80,7 +80,7 @@ TEST(ResNet, NamesShapesAndCountEqualTorchvision) {
 
 TEST(ResNet, InitialisationEqualsTorchvisionsForTheSameSeed) {
   const std::string path = test::oracle_dir() + "/resnet50.pt";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no oracle file " << path;
+  MGBENCH_REQUIRE_INPUTS(path);
   const auto expected = read_torch_state_dict(path);  // torch.manual_seed(0); resnet50(num_classes=10)
   torch::manual_seed(0);
   ResNet model;
@@ -103,7 +103,7 @@ ResNet torchvision_model() {
 
 TEST(ResNet, ForwardGradientsAndStatisticsEqualTorchvision) {
   const std::string io_path = test::oracle_dir() + "/resnet50_io.pt";
-  if (!std::filesystem::exists(io_path)) GTEST_SKIP() << "no oracle file " << io_path;
+  MGBENCH_REQUIRE_INPUTS(io_path);
   const auto io = read_torch_state_dict(io_path);
   // fp64 throughout: the tolerances are rounding of fp64 sums in another order, not fp32's.
   for (const std::string item : {"rgb", "gray"}) {  // [2, 3 or 1, 64, 64]; torchvision saw gray replicated

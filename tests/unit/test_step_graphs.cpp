@@ -165,7 +165,7 @@ TEST(CudaGraphShapes, ForgottenShapesWarmUpAndAreCapturedAgain) {
 // never does.
 TEST(CudaGraphDecision, QatSaysWhenItsSwitchChangesForward) {
   const std::string model = test::oracle_dir() + "/llama_tiny_2256";
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "oracle " << model << " not found (needs transformers)";
+  MGBENCH_REQUIRE_INPUTS(model);
   const auto changes = [&](const char* after, const std::vector<std::int64_t>& steps) {
     auto c = train::configure("llm", "qat");
     for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{

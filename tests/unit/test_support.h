@@ -15,21 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/durable.h"
+#include "test_inputs.h"
 #include "test_paths.h"
 
 namespace mgbench::test {
-
-/// Directory of the files written by tests/python/make_oracles.py (env MGBENCH_ORACLE_DIR).
-inline std::string oracle_dir() {
-  const char* d = std::getenv("MGBENCH_ORACLE_DIR");
-  return d != nullptr ? d : paths::default_oracle_dir();
-}
-
-/// ../shared/data (env MGBENCH_SHARED_DATA).
-inline std::string shared_data_dir() {
-  const char* d = std::getenv("MGBENCH_SHARED_DATA");
-  return d != nullptr ? d : paths::default_shared_data();
-}
 
 /// Loads an oracle JSON file; empty json when missing (the caller skips).
 inline nlohmann::json load_oracle_json(const std::string& name) {
@@ -39,11 +28,11 @@ inline nlohmann::json load_oracle_json(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
-#define MGBENCH_SKIP_WITHOUT_ORACLE(json, name)                                                                  \
-  if (!(json).is_null()) {                                                                                       \
-  } else                                                                                                         \
-    GTEST_SKIP() << "oracle " << (name) << " not found in MGBENCH_ORACLE_DIR='" << ::mgbench::test::oracle_dir() \
-                 << "' (needs Python torch/torchvision: tests/python/make_oracles.py)"
+/// Skips (fails in CI) when the oracle JSON `json`, loaded from file `name`, was not found.
+#define MGBENCH_SKIP_WITHOUT_ORACLE(json, name) \
+  if (!(json).is_null()) {                      \
+  } else                                        \
+    MGBENCH_REQUIRE_INPUTS(::mgbench::test::oracle_dir() + "/" + (name))
 
 /// Expects fn() to throw Exception with a message containing every one of needles.
 template <class Exception, class Fn>

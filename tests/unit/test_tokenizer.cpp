@@ -76,7 +76,7 @@ TEST(Tiktoken, InvalidUtf8IsAnError) {
 
 TEST(Llama3Tokenizer, SpecialTokensFollowTheBaseVocabulary) {
   const std::string path = test::shared_data_dir() + "/llama3/tokenizer.model";
-  if (!std::ifstream(path).good()) GTEST_SKIP() << path << " not found";
+  MGBENCH_REQUIRE_INPUTS(path);
   const Llama3Tokenizer tok(path);
   EXPECT_EQ(tok.bos_id(), 128000);
   EXPECT_EQ(tok.eos_id(), 128001);

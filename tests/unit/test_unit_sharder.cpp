@@ -96,7 +96,7 @@ TEST(UnitSharder, RandomInitialisationCutAtBuildEqualsTheWholeModelsRows) {
 TEST(UnitSharder, CheckpointRowsReadAtBuildEqualTheWholeModelsRows) {
   for (const char* name : {"llama_tiny", "llama_tiny_sharded", "llama_tiny_tied"}) {
     const std::string dir = test::oracle_dir() + "/" + name;
-    if (!std::filesystem::exists(dir)) GTEST_SKIP() << "oracle " << dir << " not found (needs transformers)";
+    MGBENCH_REQUIRE_INPUTS(dir);
     expect_sharded_builds_equal_whole(LlamaConfig::from_hf_json(dir + "/config.json"), BaseWeights::kDense, dir,
                                       {2, 3});
   }
@@ -108,7 +108,7 @@ TEST(UnitSharder, CheckpointRowsReadAtBuildEqualTheWholeModelsRows) {
 
 TEST(UnitSharder, Nf4ProjectionsQuantisedWholeThenCutInWholeBlocks) {
   const std::string dir = test::oracle_dir() + "/llama_tiny_nf4";
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "oracle " << dir << " not found (needs transformers)";
+  MGBENCH_REQUIRE_INPUTS(dir);
   const LlamaConfig c = LlamaConfig::from_hf_json(dir + "/config.json");
   expect_sharded_builds_equal_whole(c, BaseWeights::kNf4, dir, {2});
   expect_sharded_builds_equal_whole(c, BaseWeights::kNf4, "", {2});
@@ -120,7 +120,7 @@ TEST(UnitSharder, Nf4ProjectionsQuantisedWholeThenCutInWholeBlocks) {
 
 TEST(UnitSharder, ANonFiniteValueInARanksRowsIsNamedByItsIndexInTheWholeTensor) {
   const std::string dir = test::oracle_dir() + "/llama_tiny";
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "oracle " << dir << " not found (needs transformers)";
+  MGBENCH_REQUIRE_INPUTS(dir);
   const LlamaConfig c = LlamaConfig::from_hf_json(dir + "/config.json");
   test::TempDir bad;
   std::filesystem::copy_file(dir + "/config.json", bad.file("config.json"));
