@@ -246,31 +246,43 @@ def official_mnist() -> Path:
     return Path(lines[-1])
 
 
+class Sources:
+    """Each upstream fetched once, its failure too: a URL's bytes (checked against its sha256), or the
+    directory of MNIST's official files."""
+
+    def __init__(self):
+        self._got: dict[str, bytes | Path | OSError] = {}
+
+    def _once(self, key: str, get):
+        if key not in self._got:
+            try:
+                self._got[key] = get()
+            except OSError as e:
+                self._got[key] = e
+        if isinstance(self._got[key], OSError):
+            raise self._got[key]
+        return self._got[key]
+
+    def upstream_of(self, i: Input) -> bytes:
+        if i.mnist:
+            return (self._once("mnist", official_mnist) / i.mnist).read_bytes()
+        data = self._once(i.url, lambda: download(i.url))
+        expected = i.url_sha256 or i.sha256
+        if sha256(data) != expected:
+            raise ValueError(f"the download's sha256 is {sha256(data)}, expected {expected}")
+        return data
+
+
 def build(cache: Path) -> list[str]:
     """Fetches into `cache` every input not already there and verified; returns the failures."""
     failures = []
-    downloads: dict[str, bytes | Exception] = {}  # by URL ("mnist": the official files' directory)
+    sources = Sources()
     for i in INPUTS:
         target = cache / i.path
         if target.is_file() and not i.check(target.read_bytes()):
             continue
-        key = i.url or "mnist"
-        if key not in downloads:  # each source fetched once, its failure too
-            try:
-                downloads[key] = download(i.url) if i.url else str(official_mnist()).encode()
-            except OSError as e:
-                downloads[key] = e
         try:
-            if isinstance(downloads[key], Exception):
-                raise downloads[key]
-            if i.mnist:
-                data = (Path(downloads[key].decode()) / i.mnist).read_bytes()
-            else:
-                data = downloads[key]
-                expected = i.url_sha256 or i.sha256
-                if sha256(data) != expected:
-                    raise ValueError(f"the download's sha256 is {sha256(data)}, expected {expected}")
-            result = i.convert(data)
+            result = i.convert(sources.upstream_of(i))
             why = i.check(result)
             if why:
                 raise ValueError(f"converted from the download: {why}")
