@@ -19,7 +19,8 @@ inline std::string oracle_dir() {
   return d != nullptr ? d : paths::default_oracle_dir();
 }
 
-/// ../shared/data (env MGBENCH_SHARED_DATA).
+/// The suite's input directory: env MGBENCH_SHARED_DATA (scripts/test.sh sets it to what
+/// scripts/get-test-data.sh found), else CMake's MGBENCH_SHARED_DATA (default ../shared/data).
 inline std::string shared_data_dir() {
   const char* d = std::getenv("MGBENCH_SHARED_DATA");
   return d != nullptr ? d : paths::default_shared_data();
