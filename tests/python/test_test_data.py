@@ -162,3 +162,19 @@ def test_a_mirror_fills_the_cache_and_every_file_is_checked(tmp_path):
     proc = run(env)
     assert proc.returncode == 0, proc.stderr
     assert csv.read_bytes() == read("text/grammar/c4_200m_first1k.csv")
+
+
+def test_the_cluster_makefile_passes_the_input_directory_to_cmake():
+    # Makefile.hpc's route (module systems, no scripts/test.sh): TEST_DATA becomes CMake's MGBENCH_SHARED_DATA.
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make (scripts/install-deps.sh)")
+
+    def configure(*args):
+        proc = subprocess.run([make, "-s", "-n", "-f", "Makefile.hpc", "configure", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert "-DMGBENCH_SHARED_DATA=/data/mgbench-inputs " in configure("TEST_DATA=/data/mgbench-inputs")
+    assert "MGBENCH_SHARED_DATA" not in configure()
