@@ -155,13 +155,14 @@ def test_a_mirror_fills_the_cache_and_every_file_is_checked(tmp_path):
     proc = run(env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(cache / "test-inputs")
-    assert "checksums verified" in proc.stderr
+    assert "(0 file(s) fetched, the others' checksums verified)" in proc.stderr
     shutil.copy(SHARED / hh.path, corrupt)
     csv = cache / "test-inputs" / "text/grammar/c4_200m_first1k.csv"
     csv.write_bytes(b"input,target\n")
     proc = run(env)
     assert proc.returncode == 0, proc.stderr
     assert csv.read_bytes() == read("text/grammar/c4_200m_first1k.csv")
+    assert "(1 file(s) fetched" in proc.stderr
 
 
 def test_the_cluster_makefile_passes_the_input_directory_to_cmake():
