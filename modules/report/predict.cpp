@@ -196,7 +196,9 @@ void price(Prediction& p, const MeasuredStep& m, const BaseShape& shape, const S
   const double loads = strategy.loads_every_batch ? n : 1;
   // FSDP's optimizer updates this rank's shards: 1/n of the parameters.
   const double optimizer_s = m.optimizer_s / plan.shard_world();
-  p.compute_s = m.h2d_s * loads + m.transform_s + m.forward_s + m.backward_s + optimizer_s + m.other_s;
+  // What ranks beside one another cost each (measured; 1 at 1 rank) slows the device's work, not the copies.
+  p.compute_s =
+      m.h2d_s * loads + (m.transform_s + m.forward_s + m.backward_s + optimizer_s + m.other_s) * p.scaling.contention;
   p.data_s = m.data_s * loads;
   // FSDP's per micro-batch, grad_accum of them a step.
   const double micro_batches = static_cast<double>(shape.grad_accum);
@@ -241,25 +243,26 @@ std::vector<Prediction> predict(const results::RunRecord& base,
   std::vector<Prediction> out;
   for (const axes::Strategy value : strategies) {
     const axes::StrategyInfo& strategy = axes::strategy_info(value);
-    std::vector<const results::RunRecord*> same_strategy;
-    for (const auto* r : multi_rank) {
-      if (r->display("strategy") == strategy.name) same_strategy.push_back(r);
-    }
-    const MeasuredScaling scaling = measure_scaling(same_strategy.empty() ? multi_rank : same_strategy);
-    const double fsdp_overlap = m.plan.sharding == axes::Sharding::kFsdp
-                                    ? measure_fsdp_overlap(measured, same_strategy.empty() ? multi_rank : same_strategy)
-                                    : 0;
     double one_rank_total = NAN;
     for (const std::int64_t ranks_n : ranks) {
       const int n = static_cast<int>(ranks_n);
       const int nodes = ranks_per_node > 0 ? static_cast<int>((ranks_n + ranks_per_node - 1) / ranks_per_node) : 1;
+      // Learnt from the other placements' runs only, of the strategy where there are.
+      std::vector<const results::RunRecord*> others, same_strategy;
+      for (const auto* r : multi_rank) {
+        if (r->integer("world_size").value_or(1) == n && r->integer("nodes").value_or(1) == nodes) continue;
+        others.push_back(r);
+        if (r->display("strategy") == strategy.name) same_strategy.push_back(r);
+      }
+      const auto& learnt_from = same_strategy.empty() ? others : same_strategy;
       Prediction p;
       p.base = &base;
       p.strategy = &strategy;
       p.ranks = n;
       p.nodes = nodes;
-      p.scaling = n > 1 ? scaling : MeasuredScaling{};
-      p.fsdp_overlap = n > 1 ? fsdp_overlap : 0;
+      p.scaling = n > 1 ? measure_scaling(measured, learnt_from) : MeasuredScaling{};
+      p.fsdp_overlap =
+          n > 1 && m.plan.sharding == axes::Sharding::kFsdp ? measure_fsdp_overlap(measured, learnt_from) : 0;
       if (model != nullptr) p.model = *model;
       const std::optional<StepCollectives> c = priced_collectives(m, costs, n, nodes, link, notes);
       if (!c) continue;

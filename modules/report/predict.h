@@ -83,17 +83,15 @@ struct MeasuredStep {
   std::vector<double>
       buffer_broadcast_bytes;       // a micro-batch's buffer broadcasts (buffer_broadcast_bytes; none: no buffers)
   double loss_allreduce_bytes = 0;  // a step's loss normaliser all-reduce (0: a mean loss, none)
+  bool cuda_graphs = false;         // the run replayed its steps as CUDA graphs (cuda_graphs_decision "on")
+  /// The compute a step that ranks beside one another slow down: every phase but data and the copies.
+  double device_compute_s() const { return transform_s + forward_s + backward_s + optimizer_s + other_s; }
 };
 /// Throws ResultsError naming the run when it has no completed epoch, lacks the attributes (an FSDP
 /// run of an mgbench before its collectives were recorded too) or has a precision this mgbench does
 /// not know.
 MeasuredStep measure_step(const results::RunRecord& one_rank);
 
-/// From multi-rank runs of the workload: the share of the all-reduce window hidden behind backward
-/// (1 - exposed / window, summed over their ranks and epochs) and the straggler spread (mean over
-/// runs and epochs of the slowest rank's time outside the collectives, train_s - allreduce_s - buffer_broadcast_s -
-/// loss_reduce_s, over
-/// the ranks' mean: synchronous ranks end each step together, the faster one waiting).
 /// The bytes one rank's link carries in an optimizer step's collectives at plan.world ranks: each
 /// message's bytes times its nccl-tests bus factor (axes/bus_bandwidth.h, ring algorithms) -- FSDP's
 /// all-gathers and reduce-scatters per micro-batch, or the gradient buckets' all-reduce once a step,
@@ -106,12 +104,26 @@ double link_bytes_per_step(const MeasuredStep& m, const axes::ParallelPlan& plan
 struct MeasuredScaling {
   double overlap = 0;                // 0 when unmeasured
   double spread = 1;                 // 1 when unmeasured
+  double contention = 1;             // 1 when unmeasured
   std::vector<std::string> sources;  // run ids used
 };
-/// From the workload's multi-rank runs: the share of the all-reduce window hidden behind backward
-/// (runs under CUDA graphs, cuda_graphs_decision "on", left out: their all-reduce follows backward
-/// by construction) and the ranks' spread outside the collectives (every run).
-MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& multi_rank);
+/// From multi-rank runs of the workload (summed over their ranks and epochs):
+/// - overlap: the share of the all-reduce window hidden behind backward, 1 - exposed / window (runs
+///   under CUDA graphs, cuda_graphs_decision "on", left out: their all-reduce follows backward by
+///   construction);
+/// - spread: the slowest rank's own time a step over the ranks' mean, summed over the runs' steps
+///   (RunRecord::step_skew): synchronous ranks end each step together, the faster ones waiting in its
+///   collectives (every run);
+/// - contention: their compute a step (MeasuredStep::device_compute_s: train_s less the collectives,
+///   data and h2d), the first epoch less the base's warm-up, over the base's: what a rank pays for
+///   ranks beside it (a node's shared caches, memory bandwidth, host threads, power) and for the
+///   collectives' own work on the device that computes (on a CPU the rank's core reduces the
+///   gradients inside backward; on a GPU NCCL's kernels take SMs). Runs with sharding fsdp are left
+///   out (their forward and backward hold the collectives they wait for: measure_fsdp_overlap reads
+///   that excess as exposed), and runs whose CUDA graphs decision differs from the base's.
+/// `base`: the 1-rank run's step (measure_step). Each of the three keeps its unmeasured value where
+/// no run measures it.
+MeasuredScaling measure_scaling(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank);
 
 /// From multi-rank FSDP runs of the workload: the share of their all-gathers and reduce-scatters
 /// (allgather_s + reducescatter_s per step: launch -> completion) hidden behind compute, 1 - exposed
@@ -166,8 +178,12 @@ struct Prediction {
 /// Predicts the workload of `base` (a completed 1-rank run) at each of ranks x strategies, n ranks
 /// on ceil(n / ranks_per_node) nodes (ranks_per_node 0: one node). costs: per collective, world size
 /// and node count (a placement without the collectives the base needs uses `link`, or is skipped
-/// with a note when none). notes: what was skipped or assumed, one line each. model: the step
-/// rescaled to another model (rescaled); nullptr: the base's own.
+/// with a note when none). multi_rank: the workload's measured multi-rank runs, which the overlap,
+/// spread, contention and FSDP's hidden share are measured from (measure_scaling) -- for each
+/// placement, those of the same strategy when there are, and never a run of the placement predicted
+/// (its rank and node count): a prediction does not learn from the run the report compares it with.
+/// notes: what was skipped or assumed, one line each. model: the step rescaled to another model
+/// (rescaled); nullptr: the base's own.
 std::vector<Prediction> predict(const results::RunRecord& base,
                                 const std::vector<const results::RunRecord*>& multi_rank, const CommCosts& costs,
                                 const LinkAssumption* link, const std::vector<std::int64_t>& ranks,

@@ -135,6 +135,7 @@ MeasuredStep measure_step(const results::RunRecord& r) {
   m.buffer_broadcast_bytes = recorded_byte_list(r, "buffer_broadcast_bytes");
   m.loss_allreduce_bytes = static_cast<double>(r.integer("loss_allreduce_bytes").value_or(0));
   m.plan = parallel_plan_of(r);
+  m.cuda_graphs = r.text("cuda_graphs_decision").value_or("") == "on";
   if (m.plan.sharding == axes::Sharding::kFsdp) {
     m.allgather_bytes = byte_list(r, "fsdp_allgather_bytes");
     m.reducescatter_bytes = byte_list(r, "fsdp_reducescatter_bytes");
@@ -155,40 +156,37 @@ MeasuredStep rescaled(MeasuredStep m, const ModelScaling& model) {
   return m;
 }
 
-MeasuredScaling measure_scaling(const std::vector<const results::RunRecord*>& multi_rank) {
+MeasuredScaling measure_scaling(const MeasuredStep& base, const std::vector<const results::RunRecord*>& multi_rank) {
   MeasuredScaling s;
-  double window = 0, exposed = 0, spread = 0;
-  std::int64_t spreads = 0;
+  double window = 0, exposed = 0, slowest = 0, mean = 0, compute = 0, base_compute = 0;
+  // Each rank pays the warm-up once, in its first epoch; its share outside the data and the copies.
+  const double warmup = base.compute_s() > 0 ? base.warmup_s * base.device_compute_s() / base.compute_s() : 0.0;
   for (const auto* r : multi_rank) {
     s.sources.push_back(r->run_id);
+    const bool graphs = r->text("cuda_graphs_decision").value_or("") == "on";
     // A run under CUDA graphs all-reduces after backward by construction (train/step_graphs.h):
     // nothing to learn of the overlap from it; its ranks' spread counts.
-    if (r->text("cuda_graphs_decision").value_or("") != "on") {
+    if (!graphs) {
       const AllReduceTimes t = all_reduce_times(*r);
       window += t.window_s;
       exposed += t.exposed_s;
     }
-    // Synchronous ranks end their epochs together; where they differ is the time outside the
-    // collectives (the faster rank waits in them): compare that.
-    const std::size_t epochs = r->epochs.empty() ? 0 : r->epochs.front().size();
-    for (std::size_t k = 0; k < epochs; ++k) {
-      double sum = 0, slowest = 0;
-      std::size_t n = 0;
-      for (const auto& rank : r->epochs) {
-        if (k >= rank.size()) continue;
-        const double own = rank[k].train_s - results::collective_s(rank[k].phases);
-        sum += own;
-        slowest = std::max(slowest, own);
-        ++n;
-      }
-      if (n > 1 && sum > 0) {
-        spread += slowest / (sum / static_cast<double>(n));
-        ++spreads;
+    // Synchronous ranks end each step together, the faster ones waiting in its collectives.
+    slowest += r->step_skew.slowest_s;
+    mean += r->step_skew.mean_s;
+    if (graphs != base.cuda_graphs || parallel_plan_of(*r).sharding == axes::Sharding::kFsdp) continue;
+    for (const auto& rank : r->epochs) {
+      for (std::size_t k = 0; k < rank.size(); ++k) {
+        const auto& e = rank[k];
+        if (e.steps <= 0) continue;
+        compute += e.train_s - results::collective_s(e.phases) - e.phases.data_s - e.phases.h2d_s;
+        base_compute += static_cast<double>(e.steps) * base.device_compute_s() + (k == 0 ? warmup : 0.0);
       }
     }
   }
   if (window > 0) s.overlap = std::clamp(1.0 - exposed / window, 0.0, 1.0);
-  if (spreads > 0) s.spread = spread / static_cast<double>(spreads);
+  if (mean > 0) s.spread = slowest / mean;
+  if (base_compute > 0 && compute > 0) s.contention = compute / base_compute;
   return s;
 }
 

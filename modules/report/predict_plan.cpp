@@ -136,6 +136,7 @@ h5::Attributes prediction_attributes(const Prediction& p, const std::string& com
           {"prediction_comm", p.comm_source},
           {"prediction_overlap", p.scaling.overlap},
           {"prediction_spread", p.scaling.spread},
+          {"prediction_contention", p.scaling.contention},
           {"prediction_scaling_runs", fmt::format("{}", fmt::join(p.scaling.sources, ","))},
           {"prediction_steps_per_epoch", p.steps},
           {"prediction_compute_s_per_step", p.compute_s},

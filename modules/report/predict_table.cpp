@@ -79,19 +79,24 @@ void print_predictions(std::ostream& out, const std::vector<Prediction>& predict
     if (parallel_plan_of(*p.base).at(p.ranks).fully_sharded()) {
       const MeasuredStep m = p.model ? rescaled(measure_step(*p.base), *p.model) : measure_step(*p.base);
       out << fmt::format(
-          "# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as {}; "
-          "{:.1f} % of them hidden behind compute{}\n",
+          "# fsdp: per micro-batch {} all-gathers and {} reduce-scatters as {}; the share hidden behind compute "
+          "as measured for each placement below (none measured: all exposed)\n",
           m.allgather_bytes.size(), m.reducescatter_bytes.size(),
-          p.model ? "its units issue them" : "the base recorded them", 100 * p.fsdp_overlap,
-          p.fsdp_overlap > 0 ? " (measured)" : " (none measured: all exposed)");
+          p.model ? "its units issue them" : "the base recorded them");
       break;
     }
   }
+  // Each placement learns from the other placements' runs (predict): its own line.
   for (const auto& p : predictions) {
     if (p.ranks > 1 && !p.scaling.sources.empty()) {
-      out << fmt::format("# {} {} ranks: overlap {:.1f} %, straggler spread {:.3f} measured in {}\n", p.strategy->name,
-                         p.ranks, 100 * p.scaling.overlap, p.scaling.spread, fmt::join(p.scaling.sources, ", "));
-      break;
+      out << fmt::format(
+          "# {} {} ranks on {} node(s): overlap {:.1f} %, straggler spread {:.3f}, contention {:.3f}{} measured in "
+          "{}\n",
+          p.strategy->name, p.ranks, p.nodes, 100 * p.scaling.overlap, p.scaling.spread, p.scaling.contention,
+          parallel_plan_of(*p.base).at(p.ranks).fully_sharded()
+              ? fmt::format(", FSDP's collectives {:.1f} % hidden", 100 * p.fsdp_overlap)
+              : "",
+          fmt::join(p.scaling.sources, ", "));
     }
   }
 }

@@ -87,32 +87,44 @@ std::vector<Record> read_table(hid_t group, const char* name, hid_t type, const 
   return rows;
 }
 
-/// Rank `rank_group`'s first steps' wall times (RunRecord::first_step_s): step_s of its steps table's
-/// first kFirstSteps rows, while they are of the first written epoch. Read as (epoch, step_s): fields
-/// every schema's steps table has.
-std::vector<double> read_first_step_s(hid_t rank_group, const std::string& where) {
+/// Every row of rank `rank_group`'s steps table as (epoch, step_s, collective_s), unwritten rows
+/// kept in place (epoch -1): fields every schema's steps table has, or reads as 0 (the broadcast's and
+/// the loss normaliser's phases before schema 6).
+std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where) {
   if (!h5::link_exists(rank_group, "steps")) return {};
   struct Row {
-    std::int32_t epoch;
-    double step_s;
+    std::int32_t epoch = -1;
+    double step_s = 0, allreduce_s = 0, buffer_broadcast_s = 0, loss_reduce_s = 0;
   };
   h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "steps", H5P_DEFAULT), "open " + where + "/steps");
   h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + where + "/steps");
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   if (n <= 0) return {};
-  const hsize_t start[1] = {0};
-  const hsize_t count[1] = {std::min(static_cast<hsize_t>(n), static_cast<hsize_t>(kFirstSteps))};
-  check_status(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr),
-               "select " + where + "/steps");
-  h5::Handle memory = h5::wrap_space(H5Screate_simple(1, count, nullptr), "memory space of " + where + "/steps");
   h5::Handle type = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(Row)), "step time type");
   check_status(H5Tinsert(type, "epoch", offsetof(Row, epoch), H5T_NATIVE_INT32), "compound member epoch");
-  check_status(H5Tinsert(type, "step_s", offsetof(Row, step_s), H5T_NATIVE_DOUBLE), "compound member step_s");
-  std::vector<Row> rows(count[0]);
-  check_status(H5Dread(ds, type, memory, space, H5P_DEFAULT, rows.data()), "read " + where + "/steps");
-  std::vector<double> out;
+  for (const auto& [name, offset] :
+       {std::pair{"step_s", offsetof(Row, step_s)}, std::pair{"allreduce_s", offsetof(Row, allreduce_s)},
+        std::pair{"buffer_broadcast_s", offsetof(Row, buffer_broadcast_s)},
+        std::pair{"loss_reduce_s", offsetof(Row, loss_reduce_s)}}) {
+    check_status(H5Tinsert(type, name, offset, H5T_NATIVE_DOUBLE), fmt::format("compound member {}", name));
+  }
+  std::vector<Row> rows(static_cast<std::size_t>(n));
+  check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), "read " + where + "/steps");
+  std::vector<StepTime> out;
+  out.reserve(rows.size());
   for (const Row& row : rows) {
-    if (row.epoch < 0 || row.epoch != rows.front().epoch || !std::isfinite(row.step_s)) break;
+    const bool written = row.epoch >= 0 && std::isfinite(row.step_s);
+    out.push_back({written ? row.epoch : -1, row.step_s, row.allreduce_s + row.buffer_broadcast_s + row.loss_reduce_s});
+  }
+  return out;
+}
+
+/// RunRecord::first_step_s of rank 0's rows: the first kFirstSteps, while they are of the first
+/// written epoch.
+std::vector<double> first_step_s(const std::vector<StepTime>& rows) {
+  std::vector<double> out;
+  for (const StepTime& row : rows) {
+    if (out.size() == kFirstSteps || row.epoch < 0 || row.epoch != rows.front().epoch) break;
     out.push_back(row.step_s);
   }
   return out;
@@ -237,6 +249,7 @@ void read_metrics(hid_t rank_group, const std::string& what, RunRecord& run) {
 /// Every rank_<r> group of a run (`where` its path), r = 0, 1, ... while there is one: its attributes
 /// and tables appended to the run's, their unwritten rows left out.
 void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunRecord& run) {
+  StepSkewSum skew;
   for (int r = 0;; ++r) {
     const std::string rank_name = fmt::format("rank_{}", r);
     if (!h5::link_exists(group, rank_name)) break;
@@ -246,7 +259,9 @@ void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunReco
     auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
     std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
     run.epochs.push_back(std::move(epochs));
-    if (r == 0) run.first_step_s = read_first_step_s(rank_group, where + "/" + rank_name);
+    const std::vector<StepTime> steps = read_step_times(rank_group, where + "/" + rank_name);
+    if (r == 0) run.first_step_s = first_step_s(steps);
+    skew.add_rank(steps);
     if (h5::link_exists(rank_group, "cuda_summary")) read_cuda_tables(rank_group, where + "/" + rank_name, run);
     if (h5::link_exists(rank_group, "comm")) {
       auto rows = read_table<CommRecord>(rank_group, "comm", comm_record_type(), where + "/" + rank_name);
@@ -263,6 +278,7 @@ void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunReco
     }
     if (h5::link_exists(rank_group, "metrics")) read_metrics(rank_group, where + "/" + rank_name + "/metrics", run);
   }
+  run.step_skew = skew.result();
 }
 
 /// The run /runs/<id> of the file at path. `written`: a job holds the file, so a run stored
@@ -299,6 +315,34 @@ RunRecord read_run(hid_t runs, const std::string& path, const std::string& id, b
 }
 
 }  // namespace
+
+void StepSkewSum::add_rank(const std::vector<StepTime>& rows) {
+  if (rows.size() > slowest_.size()) {
+    slowest_.resize(rows.size(), 0.0);
+    sum_.resize(rows.size(), 0.0);
+    ranks_.resize(rows.size(), 0);
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].epoch < 0) continue;
+    const double own = rows[i].step_s - rows[i].collective_s;
+    slowest_[i] = ranks_[i] == 0 ? own : std::max(slowest_[i], own);
+    sum_[i] += own;
+    ++ranks_[i];
+  }
+  ++added_;
+}
+
+StepSkew StepSkewSum::result() const {
+  StepSkew s;
+  if (added_ < 2) return s;
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i] != added_) continue;  // a row some rank did not write
+    s.slowest_s += slowest_[i];
+    s.mean_s += sum_[i] / added_;
+    ++s.steps;
+  }
+  return s;
+}
 
 std::vector<RunRecord> read_runs(const std::string& path) {
   h5::silence_error_stack();

@@ -150,39 +150,43 @@ def own_core(tmp_path):
     return wrap
 
 
-PREDICTION_BOUND_PCT = 25  # issue 50 asks 15: not met here, see the test's docstring
-ROUNDS = 3  # of the base and the bounded placements, interleaved; each side's fastest run is compared
+PREDICTION_BOUND_PCT = 15  # issue 50
+ROUNDS = 5  # of the base and the 2-rank placements, interleaved; each side's median run is compared
 
 
-def fastest(paths):
-    """The file among `paths` whose (only) run took the least total_s, and every run's total_s."""
+def median_run(paths):
+    """The file among `paths` (an odd count) whose (only) run took the median total_s, and every
+    run's total_s."""
     totals = {}
     for path in paths:
         with h5py.File(path, "r") as f:
             (run,) = f["runs"].values()
             totals[path] = float(run["summary"][0]["total_s"])
-    return min(totals, key=totals.get), totals
+    ordered = sorted(totals, key=totals.get)
+    return ordered[len(ordered) // 2], totals
 
 
 def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
-    """Issue 50: `mgbench predict --ranks-per-node K` from a 1-rank run and the comm run of each
-    placement -- 2 ranks on one node, 2 nodes x 1 rank, 2 nodes x 2 ranks -- each priced from its own
-    placement's comm run; the first two within PREDICTION_BOUND_PCT of the run measured there.
+    """Issue 50: `mgbench predict` from a 1-rank run, the comm run of each placement and the measured
+    runs of the other placements -- 2 ranks on one node, 2 nodes x 1 rank, 2 nodes x 2 ranks -- each
+    priced from its own placement's comm run and learning its overlap, spread and contention from the
+    other placements' runs (never its own: predict leaves those out), within PREDICTION_BOUND_PCT of
+    the run measured there.
 
     The machine's speed is not steady from one run to the next: on this VM six identical 1-rank runs
-    in a row took 6.3 to 11.5 s (session 65), and a base run taken a minute before the runs it
-    predicts made the error +27 % one time, -30 % another. So the base and the two bounded placements
-    run ROUNDS times, interleaved (base, one node, two nodes; again), and the fastest run of each --
-    the one least slowed by whatever else the machine did, as benchmark harnesses take the minimum
-    -- is predicted from and compared with; the spread of the others is printed.
+    in a row took 6.3 to 11.5 s (session 65), and a rank alone on the machine computed 25-50 % slower
+    than with the other core busy on one day (44-54 against 35 ms a step, 2026-12-01), 10 % faster on
+    another (21.5 against 23.8-25.7 ms). A 1-rank base alone cannot see that: the contention a
+    measured 2-rank run shows (its compute a step over the base's) carries it to the other placements
+    (docs/design.md, The scaling predictor). The base and the 2-rank placements run ROUNDS times,
+    interleaved, and the median run of each is predicted from and compared with: the fastest of
+    several, which a run slowed by whatever else the machine did cannot move, is moved by one that
+    ran unusually fast (a one-node run 15 % faster than its three others made the errors +9.8 and
+    -11.6 %, their medians +1.1 and -4.1 %).
 
-    Not the issue's 15 %: five runs of this test (Intel Xeon VM, 2026-11-29) measured errors of
-    +0.7 / -7.3, +5.1 / +2.9, +3.5 / +1.1, -2.3 / +4.0 and +17.1 / +8.0 % (one node / two nodes), the
-    fastest of three runs apart by up to 25 % of each other. Another day the same VM had a rank compute
-    10-15 % slower beside another than alone (each on its own core; 21.5 vs 23.8-25.7 ms a step), which
-    a 1-rank base cannot see and predict does not model (docs/design.md, The scaling predictor); the
-    older design, one run of each, measured -4 to -19 % over eleven runs. 2 nodes x 2 ranks puts two
-    ranks on each of the 2 cores: its prediction is made and paired, not bounded."""
+    The simulated nodes share the machine's cores: 2 nodes x 2 ranks gives each rank a core of its own
+    only where there are 4; with fewer its ranks share cores, which no prediction of a device per rank
+    can see: predicted and paired, not bounded."""
     image = ["image", "--data", MNIST, "--image-size", "32", "--width-mult", "0.25", "--threads", "1", "--device",
              "cpu", "--limit-train", "4096", "--limit-test", "64", "--epochs", "1", "--batch-size", "32",
              "--progress-interval", "1000"]
@@ -191,6 +195,7 @@ def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
     placements = {"one-rank": (1, ["--host", "10.77.0.1"]), "one-node": (2, ["--host", "10.77.0.1:2"]),
                   "two-nodes": (2, ["--host", "10.77.0.1,10.77.0.2"]),
                   "two-by-two": (4, ["--host", "10.77.0.1:2,10.77.0.2:2"])}
+    own_cores = len(os.sched_getaffinity(0)) >= 4
 
     def run(name, *args):
         np_, where = placements[name]
@@ -203,7 +208,7 @@ def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
     repeats = {name: [] for name in placements}
     for k in range(ROUNDS):
         for name in placements:
-            if name == "two-by-two" and k > 0:
+            if name == "two-by-two" and k > 0 and not own_cores:
                 continue  # not bounded: one run
             repeats[name].append(tmp_path / f"{name}-{k}.h5")
             run(name, *image, "--results", repeats[name][-1], "--run-name", name)
@@ -211,21 +216,33 @@ def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
                 run(name, *comm, "--results", tmp_path / "comm.h5", "--run-name", name)
     measured = {}
     for name, paths in repeats.items():
-        measured[name], totals = fastest(paths)
+        measured[name], totals = median_run(paths)
         print(f"{name}: total_s of the {len(paths)} run(s): {sorted(round(t, 2) for t in totals.values())}")
+    # The 2-rank placements learn from each other; 2 x 2 from both (not from itself, nor, with its
+    # ranks sharing cores, does it teach the others).
     predictions = tmp_path / "predictions.h5"
+    given = [measured["one-rank"], measured["one-node"], measured["two-nodes"]]
     for ranks, per_node in ((2, 2), (2, 1), (4, 2)):
-        proc = subprocess.run([BIN, "predict", *measured.values(), "--comm", tmp_path / "comm.h5", "--ranks",
-                               str(ranks), "--ranks-per-node", str(per_node), "--strategies", "ddp-ds", "--results",
-                               predictions], capture_output=True, text=True, env=ENV)
+        proc = subprocess.run([BIN, "predict", *given, "--comm", tmp_path / "comm.h5", "--ranks", str(ranks),
+                               "--ranks-per-node", str(per_node), "--strategies", "ddp-ds", "--results", predictions],
+                              capture_output=True, text=True, env=ENV)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        print(*(l for l in proc.stdout.splitlines() if "contention" in l))
+    run_ids = {}
+    for name, path in measured.items():
+        with h5py.File(path, "r") as f:
+            (run_,) = f["runs"].values()
+            run_ids[name] = run_.attrs["run_id"]
     with h5py.File(predictions, "r") as f:
-        by_placement = {(int(r.attrs["world_size"]), int(r.attrs["nodes"])): r.attrs["prediction_comm"]
-                        for r in f["runs"].values()}
-    expected = {(2, 1): "_one-node", (2, 2): "_two-nodes", (4, 2): "_two-by-two"}
-    assert set(by_placement) == set(expected)
-    for placement, name in expected.items():
-        assert name in by_placement[placement], by_placement  # each priced from its own placement's comm run
+        by_placement = {(int(r.attrs["world_size"]), int(r.attrs["nodes"])): r.attrs for r in f["runs"].values()}
+        expected = {(2, 1): "one-node", (2, 2): "two-nodes", (4, 2): "two-by-two"}
+        learnt = {(2, 1): ["two-nodes"], (2, 2): ["one-node"], (4, 2): ["one-node", "two-nodes"]}
+        assert set(by_placement) == set(expected)
+        for placement, name in expected.items():
+            attrs = by_placement[placement]
+            assert f"_{name}" in attrs["prediction_comm"], attrs["prediction_comm"]  # its own placement's comm run
+            assert sorted(attrs["prediction_scaling_runs"].split(",")) == sorted(run_ids[n] for n in learnt[placement])
+            assert attrs["prediction_contention"] != 1.0 and attrs["prediction_spread"] > 1.0  # measured there
     report = subprocess.run([BIN, "report", *measured.values(), predictions], capture_output=True, text=True,
                             env=ENV).stdout
     checks = [l.split() for l in report.splitlines() if l.startswith("  ") and "_predicted-" in l]
@@ -237,7 +254,8 @@ def test_predictions_across_nodes_are_bounded(cluster, tmp_path, own_core):
         errors[placement] = float(row[-1])
         print(f"{placement[0]} ranks on {placement[1]} node(s): predicted {row[6]} s, measured {row[8]} s, "
               f"error {row[-1]} %")
-    assert all(abs(errors[p]) <= PREDICTION_BOUND_PCT for p in ((2, 1), (2, 2))), errors
+    bounded = [(2, 1), (2, 2)] + ([(4, 2)] if own_cores else [])
+    assert all(abs(errors[p]) <= PREDICTION_BOUND_PCT for p in bounded), errors
 
 
 def ranks_alive(results):

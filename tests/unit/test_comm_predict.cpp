@@ -351,17 +351,19 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   two.run_id = "two";
   std::vector<results::EpochRecord> rank0(1), rank1(1);
   rank0[0].epoch = rank1[0].epoch = 0;
-  rank0[0].train_s = 1.0;  // outside the collectives: 0.8 and 1.2, the slowest over the mean 1.2
+  rank0[0].train_s = 1.0;
   rank1[0].train_s = 1.5;
+  two.step_skew = {12.0, 10.0, 10};  // the slowest rank's steps 1.2x the ranks' mean
   rank0[0].allreduce_window_s = rank1[0].allreduce_window_s = 1.0;
   rank0[0].phases.allreduce_s = 0.2;
   rank1[0].phases.allreduce_s = 0.3;  // 0.5 exposed of a 2.0 window: 75 % hidden
   two.epochs = {rank0, rank1};
-  const auto s = report::measure_scaling({&two});
+  const report::MeasuredStep base_step = report::measure_step(hand_made_run());
+  const auto s = report::measure_scaling(base_step, {&two});
   EXPECT_NEAR(s.overlap, 0.75, 1e-12);
   EXPECT_NEAR(s.spread, 1.2, 1e-12);
   // A run under CUDA graphs all-reduces after backward (nothing hidden): left out of the overlap,
-  // not of the spread (its ranks 1.0 and 1.0 outside the collectives).
+  // not of the spread (its ranks equal at every step), which sums the runs' steps.
   results::RunRecord graphs = two;
   graphs.run_id = "graphs";
   h5::merge_attributes(graphs.attributes, {{"cuda_graphs_decision", std::string("on")}});
@@ -369,11 +371,12 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
     rank[0].phases.allreduce_s = rank[0].allreduce_window_s;
     rank[0].train_s = 2.0;
   }
-  const auto both = report::measure_scaling({&two, &graphs});
+  graphs.step_skew = {30.0, 30.0, 10};
+  const auto both = report::measure_scaling(base_step, {&two, &graphs});
   EXPECT_NEAR(both.overlap, 0.75, 1e-12);
-  EXPECT_NEAR(both.spread, (1.2 + 1.0) / 2, 1e-12);
+  EXPECT_NEAR(both.spread, (12.0 + 30.0) / (10.0 + 30.0), 1e-12);
   EXPECT_EQ(both.sources, (std::vector<std::string>{"two", "graphs"}));
-  EXPECT_NEAR(report::measure_scaling({&graphs}).overlap, 0.0, 1e-12);  // unmeasured
+  EXPECT_NEAR(report::measure_scaling(base_step, {&graphs}).overlap, 0.0, 1e-12);  // unmeasured
   const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
   std::vector<std::string> notes;
   const results::RunRecord base = hand_made_run();
@@ -381,6 +384,62 @@ TEST(Predict, OverlapAndStragglersFromAMeasuredMultiRankRun) {
   ASSERT_EQ(p.size(), 1U);
   EXPECT_NEAR(p[0].allreduce_s, 0.006 * 0.25, 1e-12);
   EXPECT_NEAR(p[0].epoch_s, 10 * (0.2 + 0.0015) * 1.2, 1e-12);
+}
+
+// Contention: a measured 2-rank run whose ranks compute 1.1x the base's step outside the collectives,
+// data and copies (its first epoch paying the base's warm-up once, 1.1x too) slows the predicted
+// compute by 1.1, not the copies; FSDP runs and runs of another CUDA graphs decision are not read
+// for it; a prediction never learns from a run of its own placement.
+TEST(Predict, ContentionFromTheOtherPlacementsRuns) {
+  results::RunRecord base = hand_made_run();
+  base.first_step_s = {0.5, 0.2, 0.2, 0.2};  // 0.3 s of warm-up
+  for (auto& e : base.epochs.front()) e.phases.h2d_s = 0.1;
+  const report::MeasuredStep m = report::measure_step(base);
+  ASSERT_GT(m.warmup_s, 0.0);
+  const double warmup_device = m.warmup_s * m.device_compute_s() / m.compute_s();
+  results::RunRecord two = base;
+  two.run_id = "two";
+  h5::merge_attributes(two.attributes, {{"world_size", std::int64_t{2}}});
+  two.epochs.clear();
+  for (int r = 0; r < 2; ++r) {
+    std::vector<results::EpochRecord> epochs(2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      auto& e = epochs[k];
+      e.epoch = static_cast<std::int64_t>(k);
+      e.steps = 10;
+      e.phases.data_s = 0.1;
+      e.phases.h2d_s = 0.05;
+      e.phases.allreduce_s = 0.05 * (r + 1);
+      e.train_s = 1.1 * (10 * m.device_compute_s() + (k == 0 ? warmup_device : 0.0)) + e.phases.data_s +
+                  e.phases.h2d_s + e.phases.allreduce_s;
+    }
+    two.epochs.push_back(epochs);
+  }
+  EXPECT_NEAR(report::measure_scaling(m, {&two}).contention, 1.1, 1e-12);
+  results::RunRecord fsdp = two, graphs = two;
+  h5::merge_attributes(fsdp.attributes, {{"sharding", std::string("fsdp")}});
+  h5::merge_attributes(graphs.attributes, {{"cuda_graphs_decision", std::string("on")}});
+  EXPECT_EQ(report::measure_scaling(m, {&fsdp}).contention, 1.0);
+  EXPECT_EQ(report::measure_scaling(m, {&graphs}).contention, 1.0);
+  EXPECT_NEAR(report::measure_scaling(m, {&two, &fsdp, &graphs}).contention, 1.1, 1e-12);
+
+  const report::LinkAssumption link{"test", 1e-3, 1.0, "test"};
+  std::vector<std::string> notes;
+  const auto p = report::predict(base, {&two}, report::CommCosts{}, &link, {1, 2, 4}, 0, {kDdpDs}, notes);
+  ASSERT_EQ(p.size(), 3U);
+  EXPECT_EQ(p[0].scaling.contention, 1.0);  // 1 rank: its own measurement
+  EXPECT_NEAR(p[0].compute_s, m.compute_s(), 1e-12);
+  EXPECT_TRUE(p[1].scaling.sources.empty());  // 2 ranks on 1 node: the run measured there is left out
+  EXPECT_EQ(p[1].scaling.contention, 1.0);
+  EXPECT_NEAR(p[1].compute_s, m.compute_s(), 1e-12);
+  EXPECT_EQ(p[2].scaling.sources, std::vector<std::string>{"two"});
+  EXPECT_NEAR(p[2].scaling.contention, 1.1, 1e-12);
+  EXPECT_NEAR(p[2].compute_s, m.h2d_s + 1.1 * m.device_compute_s(), 1e-12);
+  // Spread over nodes, the same 2 ranks are another placement: learnt from the 1-node run.
+  const auto nodes = report::predict(base, {&two}, report::CommCosts{}, &link, {2}, 1, {kDdpDs}, notes);
+  ASSERT_EQ(nodes.size(), 1U);
+  EXPECT_EQ(nodes[0].nodes, 2);
+  EXPECT_NEAR(nodes[0].scaling.contention, 1.1, 1e-12);
 }
 
 // The plan a run ran with, as the predictor reads it: its sharding and reshard_after_forward, FSDP
@@ -517,16 +576,27 @@ TEST(Predict, BufferBroadcastsAndTheLossNormaliserArePricedAtTheirSizes) {
   EXPECT_NEAR(unpriced[0].loss_reduce_s, 1e-5, 1e-15);
   ASSERT_EQ(notes.size(), 1U);
   EXPECT_NE(notes[0].find("broadcasts not priced: no broadcast measured at 2 ranks"), std::string::npos) << notes[0];
-  // The straggler spread compares the time outside every collective phase.
-  results::RunRecord two = base;
-  results::EpochRecord fast, slow;
-  fast.steps = slow.steps = 5;
-  fast.train_s = 1.0;
-  slow.train_s = 1.0;
-  fast.phases.buffer_broadcast_s = 0.3;  // rank 0 waited 0.3 s for rank 1 in the broadcasts
-  fast.phases.loss_reduce_s = 0.1;
-  two.epochs = {{fast}, {slow}};
-  EXPECT_NEAR(report::measure_scaling({&two}).spread, 1.0 / 0.8, 1e-12);
+}
+
+// The straggler wait, step by step: each step row's slowest own time (step_s less every collective
+// phase) against the ranks' mean, rows some rank did not write left out; nothing at 1 rank.
+TEST(Predict, StepSkewSumsEachStepsSlowestRank) {
+  results::StepSkewSum sum;
+  // Step 0: rank 0 waited 0.4 s for rank 1 in the broadcasts and the loss normaliser: own 0.6 and 1.0.
+  // Step 1: rank 1 the faster. Step 2: rank 1 did not write it (stopped).
+  sum.add_rank({{0, 1.0, 0.4}, {0, 0.5, 0.0}, {0, 0.7, 0.0}});
+  sum.add_rank({{0, 1.0, 0.0}, {0, 0.5, 0.2}, {-1, 0.0, 0.0}});
+  const results::StepSkew skew = sum.result();
+  EXPECT_EQ(skew.steps, 2);
+  EXPECT_NEAR(skew.slowest_s, 1.0 + 0.5, 1e-12);
+  EXPECT_NEAR(skew.mean_s, 0.8 + 0.4, 1e-12);
+  results::StepSkewSum one;
+  one.add_rank({{0, 1.0, 0.0}});
+  EXPECT_EQ(one.result().steps, 0);
+  // The predictor's spread: the sums' ratio.
+  results::RunRecord two = hand_made_run();
+  two.step_skew = skew;
+  EXPECT_NEAR(report::measure_scaling(report::measure_step(hand_made_run()), {&two}).spread, 1.5 / 1.2, 1e-12);
 }
 
 }  // namespace
