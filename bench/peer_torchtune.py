@@ -14,7 +14,8 @@ written, and its metric logger is `StepClock` below. Data files load through Hug
 as TorchTune's do (`source="json"`), offline.
 
 Appends one JSON line to --out: the recipe's own metric (`tokens_per_second_per_gpu`, what its
-metric logger reports: label tokens for SFT, padded positions for DPO) and, over the same timed
+metric logger reports: label tokens for SFT, padded positions for DPO; and the tokens it counted
+each step, that rate times its step time) and, over the same timed
 steps (the first --warmup-steps-excluded left out), the wall time between the recipe's per-step log
 calls (each after the step's `loss.item()`, a device sync), the real tokens (not padding; DPO: chosen
 and rejected), the positions computed, and the model FLOPs of those steps counted by mgbench's
@@ -270,15 +271,19 @@ class StepClock:
 class BatchCount:
     """Wraps the data loader's collate function: each micro-batch's real tokens, positions computed, attended
     pairs (sum over its sequences of length x positions attended: padded rows attend their padded length as
-    mgbench's formula counts; a pack's sequences only within themselves) and sequences (DPO: pairs), in the
-    order the loop takes them. On the host, before the batch goes to the device."""
+    mgbench's formula counts; a pack's sequences only within themselves) and sequences (DPO: pairs), and its
+    tokens as the recipe's metric counts them, in the order the loop takes them. On the host, before the batch goes to the device."""
 
     def __init__(self, collate, pad_id, bos_id):
-        self.collate, self.pad_id, self.bos_id = collate, pad_id, bos_id
+        from torchtune.data import CROSS_ENTROPY_IGNORE_IDX
+        self.collate, self.pad_id, self.bos_id, self.ignore = collate, pad_id, bos_id, CROSS_ENTROPY_IGNORE_IDX
         self.batches = []
+        self.metric = []  # each micro-batch's tokens as the recipe's tokens_per_second_per_gpu counts them
 
     def __call__(self, samples):
         batch = self.collate(samples)
+        # SFT: the labels not ignored; DPO: every position of the chosen and rejected rows.
+        self.metric.append(batch[0].numel() if isinstance(batch, tuple) else int((batch["labels"] != self.ignore).sum()))
         if isinstance(batch, tuple):  # DPO: (input ids [2B, T], labels [2B, T]), chosen then rejected
             ids = batch[0]
             self.record(int((ids != self.pad_id).sum()), ids.numel(), ids.numel() * ids.shape[1], ids.shape[0] // 2)
@@ -365,8 +370,15 @@ def run(a, out_dir):
            "padded_tokens_per_s": positions / span_s, "flops_per_s": flops / span_s,
            "samples_per_step": sum(b[3] for b in timed) / (steps - k),
            "logged_tokens_per_s": sum(logged_tps) / len(logged_tps),
+           # The tokens its metric counted in each step after the first: its rate times its own step time,
+           # which runs from just after one log call to just before the next (the clock's interval).
+           "logged_step_tokens": [d["tokens_per_second_per_gpu"] * (t1 - t0)
+                                  for d, t0, t1 in zip(clock.logged[1:], clock.times, clock.times[1:])],
            "step_tokens": [sum(b[0] for b in counter.batches[i * a.grad_accum:(i + 1) * a.grad_accum])
                            for i in range(steps)],
+           "step_sequences": [sum(b[3] for b in counter.batches[i * a.grad_accum:(i + 1) * a.grad_accum])
+                              for i in range(steps)],
+           "step_metric_tokens": [sum(counter.metric[i * a.grad_accum:(i + 1) * a.grad_accum]) for i in range(steps)],
            "step_s": [t1 - t0 for t0, t1 in zip(clock.times, clock.times[1:])],
            "losses": [d["loss"] for d in clock.logged],
            # torch.compile's graphs compiled during the timed steps (a recompile there is in the timing: 0 expected)
