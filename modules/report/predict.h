@@ -68,7 +68,9 @@ axes::ParallelPlan parallel_plan_of(const results::RunRecord& run);
 struct MeasuredStep {
   double data_s = 0, h2d_s = 0, transform_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, other_s = 0;
   /// A step's compute at 1 rank: every phase above but data.
-  double compute_s() const { return h2d_s + transform_s + forward_s + backward_s + optimizer_s + other_s; }
+  double compute_s() const { return h2d_s + device_compute_s(); }
+  /// Of it, what ranks beside one another slow down: every phase but data and the copies.
+  double device_compute_s() const { return transform_s + forward_s + backward_s + optimizer_s + other_s; }
   double eval_s = 0;     // per evaluated epoch
   double startup_s = 0;  // total_s - train_s - eval_s
   /// The warm-up every rank pays once, whatever its steps (oneDNN's primitives or cuDNN's plans, the
@@ -84,8 +86,6 @@ struct MeasuredStep {
       buffer_broadcast_bytes;       // a micro-batch's buffer broadcasts (buffer_broadcast_bytes; none: no buffers)
   double loss_allreduce_bytes = 0;  // a step's loss normaliser all-reduce (0: a mean loss, none)
   bool cuda_graphs = false;         // the run replayed its steps as CUDA graphs (cuda_graphs_decision "on")
-  /// The compute a step that ranks beside one another slow down: every phase but data and the copies.
-  double device_compute_s() const { return transform_s + forward_s + backward_s + optimizer_s + other_s; }
 };
 /// Throws ResultsError naming the run when it has no completed epoch, lacks the attributes (an FSDP
 /// run of an mgbench before its collectives were recorded too) or has a precision this mgbench does

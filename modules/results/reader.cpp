@@ -87,19 +87,27 @@ std::vector<Record> read_table(hid_t group, const char* name, hid_t type, const 
   return rows;
 }
 
-/// Every row of rank `rank_group`'s steps table as (epoch, step_s, collective_s), unwritten rows
-/// kept in place (epoch -1): fields every schema's steps table has, or reads as 0 (the broadcast's and
-/// the loss normaliser's phases before schema 6).
+/// Rank `rank_group`'s steps table as (epoch, step_s, collective_s), unwritten rows kept in place
+/// (epoch -1): fields every schema's steps table has, or reads as 0 (the broadcast's and the loss
+/// normaliser's phases before schema 6). Read kStepBlock rows at a time, up to the first block
+/// without a written row: the loop writes its rows in order, and a table's extent can be far larger
+/// than what was written (preallocated for the planned steps; a damaged file's 10^12 zero rows). Throws
+/// ResultsError when the table is not one-dimensional or cannot be read as those fields.
 std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where) {
   if (!h5::link_exists(rank_group, "steps")) return {};
   struct Row {
     std::int32_t epoch = -1;
     double step_s = 0, allreduce_s = 0, buffer_broadcast_s = 0, loss_reduce_s = 0;
   };
-  h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "steps", H5P_DEFAULT), "open " + where + "/steps");
-  h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + where + "/steps");
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  if (n <= 0) return {};
+  constexpr hsize_t kStepBlock = 4096;
+  const std::string table = where + "/steps";
+  h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "steps", H5P_DEFAULT), "open " + table);
+  h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + table);
+  MGBENCH_REQUIRE(H5Sget_simple_extent_ndims(space) == 1, ResultsError,
+                  "{}: {} dimensions where mgbench writes one (not an mgbench table)", table,
+                  H5Sget_simple_extent_ndims(space));
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space, &n, nullptr);
   h5::Handle type = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(Row)), "step time type");
   check_status(H5Tinsert(type, "epoch", offsetof(Row, epoch), H5T_NATIVE_INT32), "compound member epoch");
   for (const auto& [name, offset] :
@@ -108,13 +116,23 @@ std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where
         std::pair{"loss_reduce_s", offsetof(Row, loss_reduce_s)}}) {
     check_status(H5Tinsert(type, name, offset, H5T_NATIVE_DOUBLE), fmt::format("compound member {}", name));
   }
-  std::vector<Row> rows(static_cast<std::size_t>(n));
-  check_status(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), "read " + where + "/steps");
   std::vector<StepTime> out;
-  out.reserve(rows.size());
-  for (const Row& row : rows) {
-    const bool written = row.epoch >= 0 && std::isfinite(row.step_s);
-    out.push_back({written ? row.epoch : -1, row.step_s, row.allreduce_s + row.buffer_broadcast_s + row.loss_reduce_s});
+  std::vector<Row> rows;
+  for (hsize_t start = 0; start < n; start += kStepBlock) {
+    const hsize_t count = std::min(kStepBlock, n - start);
+    check_status(H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr), "select " + table);
+    h5::Handle memory = h5::wrap_space(H5Screate_simple(1, &count, nullptr), "memory space of " + table);
+    rows.assign(count, Row{});
+    check_status(H5Dread(ds, type, memory, space, H5P_DEFAULT, rows.data()), "read " + table);
+    bool any_written = false;
+    for (const Row& row : rows) {
+      // A step takes time: a zero-filled row (a table another tool made, or a damaged one) is none.
+      const bool written = row.epoch >= 0 && std::isfinite(row.step_s) && row.step_s > 0;
+      any_written = any_written || written;
+      out.push_back(
+          {written ? row.epoch : -1, row.step_s, row.allreduce_s + row.buffer_broadcast_s + row.loss_reduce_s});
+    }
+    if (!any_written) break;
   }
   return out;
 }

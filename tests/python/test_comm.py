@@ -158,6 +158,27 @@ def test_predict_writes_prediction_runs_that_report_compares(tmp_path):
     assert len(image_rows) == 2
 
 
+def test_predict_reads_the_steps_a_rank_wrote_of_a_table_far_larger(tmp_path, mnist):
+    """The predictor reads every rank's steps (the per-step straggler wait) up to the rows written: a
+    steps table of 10^12 zero rows (a damaged file, or one another tool rewrote; 40 TB if read whole)
+    is read to its first block and the prediction made, where reading it whole died of bad_alloc."""
+    image = ["image", "--data", mnist, "--limit-train", "128", "--limit-test", "32", "--epochs", "1", "--batch-size",
+             "32", "--width-mult", "0.25", "--image-size", "32", "--threads", "1", "--device", "cpu",
+             "--progress-interval", "1000"]
+    one, two = tmp_path / "one.h5", tmp_path / "two.h5"
+    mgbench(*image, "--results", one, np=1, check=True)
+    mgbench(*image, "--results", two, np=2, check=True)
+    with h5py.File(two, "r+") as f:
+        (run,) = f["runs"].values()
+        dtype = run["rank_1/steps"].dtype
+        del run["rank_1/steps"]
+        run.create_dataset("rank_1/steps", shape=(10**12,), maxshape=(None,), chunks=(1024,), dtype=dtype)
+    proc = mgbench("predict", one, two, "--ranks", "4", "--link", "h100-nvlink", "--results", tmp_path / "p.h5",
+                   timeout=120, check=True)
+    assert "4 ranks on 1 node(s): overlap" in proc.stdout, proc.stdout  # learnt from the 2-rank run
+    mgbench("report", one, two, timeout=120, check=True)
+
+
 def test_predict_without_a_one_rank_run_says_so(tmp_path):
     comm = tmp_path / "comm.h5"
     mgbench("comm", "--max-bytes", "1K", "--iters", "1", "--results", comm, np=2, check=True)
