@@ -41,9 +41,15 @@ std::string clean_kernel_name(std::string_view raw) {
     if (status == 0 && demangled) name = demangled.get();
   }
   if (name.rfind("void ", 0) == 0) name.erase(0, 5);
-  // Drop the argument list: the first '(' outside template brackets.
+  // Drop the argument list: the first '(' outside template brackets that does not open
+  // "(anonymous namespace)" (a scope of the name: ATen's kernels in unnamed namespaces).
+  constexpr std::string_view kAnonymous = "(anonymous namespace)";
   int depth = 0;
   for (std::size_t i = 0; i < name.size(); ++i) {
+    if (name.compare(i, kAnonymous.size(), kAnonymous) == 0) {
+      i += kAnonymous.size() - 1;
+      continue;
+    }
     if (name[i] == '<') ++depth;
     if (name[i] == '>') --depth;
     if (name[i] == '(' && depth == 0 && i > 0) {

@@ -26,7 +26,8 @@ enum class CopyPurpose : std::uint64_t { kOther = 0, kTrainBatch = 1, kEvalBatch
 inline constexpr const char* kReportedApis[] = {
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync",       "cudaStreamSynchronize", "cudaEventSynchronize",
     "cudaEventDestroy", "cudaEventRecord",     "cudaEventQuery",        "cudaStreamWaitEvent",   "cudaMalloc",
-    "cudaFree",         "cudaHostAlloc",       "cudaDeviceSynchronize", "cuLaunchKernel",        "cuLaunchKernelEx"};
+    "cudaFree",         "cudaHostAlloc",       "cudaDeviceSynchronize", "cuLaunchKernel",        "cuLaunchKernelEx",
+    "cudaGraphLaunch",  "cuGraphLaunch"};
 
 /// "cudaLaunchKernel_v7000" -> "cudaLaunchKernel" (CUPTI's callback names carry the version).
 std::string clean_api_name(std::string_view raw);

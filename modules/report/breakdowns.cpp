@@ -77,14 +77,16 @@ double api_calls(const results::RunRecord& run, std::size_t r, std::initializer_
 /// the window, the window per step, kernels, launch calls and host waits per step, the GPU-busy
 /// share (kernel_busy_s / window_s). Launch calls are the runtime's and the driver's launch functions
 /// (CUPTI records the driver calls an application or library makes itself, not those inside the
-/// runtime's); waits are the stream, event and device synchronisations.
+/// runtime's), a CUDA graph's launch one call for all its kernels (--cuda-graphs); waits are the
+/// stream, event and device synchronisations.
 std::vector<TextRow> cuda_step_rows(const results::RunRecord& run) {
   std::vector<TextRow> rows;
   for (std::size_t r = 0; r < run.cuda.size(); ++r) {
     const auto& c = run.cuda[r];
     const double steps = c.steps > 0 ? static_cast<double>(c.steps) : NAN;
-    const double launches =
-        api_calls(run, r, {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"});
+    const double launches = api_calls(run, r,
+                                      {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                                       "cudaGraphLaunch", "cuGraphLaunch"});
     const double waits = api_calls(run, r, {"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize"});
     rows.push_back({std::to_string(r), c.steps >= 0 ? std::to_string(c.steps) : std::string("-"),
                     number(1e3 * c.window_s / steps, 2), number(static_cast<double>(c.kernel_count) / steps, 1),

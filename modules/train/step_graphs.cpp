@@ -15,6 +15,8 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -72,6 +74,7 @@ GraphAction GraphSchedule::next(const std::string& key) {
   if (found == shapes_.end()) {
     if (live_ >= max_graphs_) {  // no graph left for a new shape: not tracked, eager (until forget)
       ++eager_;
+      ++beyond_bound_;
       return GraphAction::kEager;
     }
     found = shapes_.emplace(key, Shape{}).first;
@@ -82,6 +85,7 @@ GraphAction GraphSchedule::next(const std::string& key) {
     return GraphAction::kReplay;
   }
   if (shape.eager < warmup_ || live_ >= max_graphs_) {
+    if (shape.eager >= warmup_) ++beyond_bound_;  // warmed up, but no graph is left
     ++shape.eager;
     ++eager_;
     return GraphAction::kEager;
@@ -127,13 +131,32 @@ class AutocastCacheOff {
 
 }  // namespace
 
+/// A stream of this object's own on device d: not one of c10's pool, whose 32 streams a device are
+/// handed out in turn (CUDAStream.h), so that the loader's per-epoch copy stream is never the stream
+/// a capture runs on (its copies would join the graph). Destroyed by ~Impl.
+c10::cuda::CUDAStream own_stream(const torch::Device& d) {
+  const c10::cuda::CUDAGuard on(d);
+  cudaStream_t stream = nullptr;
+  C10_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return c10::cuda::getStreamFromExternal(stream, d.index());
+}
+
 struct MicroBatchGraphs::Impl {
   torch::Device device;
   c10::cuda::CUDAStream side;  // captures run on it (a graph cannot be captured on the default stream)
   c10::MempoolId_t pool{0, 0};
   std::map<std::string, std::unique_ptr<ShapeGraph>, std::less<>> graphs;
 
-  explicit Impl(const torch::Device& d) : device(d), side(c10::cuda::getStreamFromPool(false, d.index())) {}
+  explicit Impl(const torch::Device& d) : device(d), side(own_stream(d)) {}
+  /// Nothing replaying when the graphs and their pool go (the pool's memory is then free to others),
+  /// then the stream. Errors are not thrown from here: a failing run's device may be in error.
+  ~Impl() {
+    (void)cudaStreamSynchronize(side.stream());
+    graphs.clear();
+    (void)cudaStreamDestroy(side.stream());
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   /// On the side stream (current): input's static copies made, work captured, the graph replayed.
   MicroBatchLoss capture(const std::string& key, const data::Batch& input, const MicroBatchWork& work) {
@@ -155,7 +178,7 @@ struct MicroBatchGraphs::Impl {
         g.outputs = work(g.inputs, /*capturing=*/true);
         g.graph.capture_end();
       } catch (const std::exception& e) {
-        abandon_capture();
+        abandon_capture(pool);
         throw std::runtime_error(
             fmt::format("--cuda-graphs on: capturing a micro-batch of shape {} failed ({}); "
                         "give --cuda-graphs off to run the step eagerly",
@@ -169,10 +192,13 @@ struct MicroBatchGraphs::Impl {
     return out;
   }
 
-  /// After a failed capture: the side stream's capture ended (its partial graph dropped) and the
-  /// CUDA error it left cleared, so that the run's error report and results file can still use the
-  /// device.
-  void abandon_capture() const {
+  /// After a failed capture: the side stream's capture ended (its partial graph dropped), the CUDA
+  /// error it left cleared, and the caching allocator out of its capture mode for `captured` --
+  /// CUDAGraph::capture_begin began allocating to that pool and only capture_end ends it (in that
+  /// mode the allocator neither frees cached blocks nor retries on out-of-memory) -- with the
+  /// capture's use of the pool released, so that the run's error report and results file can still
+  /// use the device.
+  void abandon_capture(c10::MempoolId_t captured) const {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
       cudaGraph_t partial = nullptr;
@@ -181,6 +207,8 @@ struct MicroBatchGraphs::Impl {
       }
     }
     (void)cudaGetLastError();
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), captured);
+    c10::cuda::CUDACachingAllocator::releasePool(device.index(), captured);
   }
 
   /// Every graph destroyed once the device is idle (none still replaying), and their pool with them:
@@ -215,6 +243,13 @@ void MicroBatchGraphs::forget() {
 MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchWork& work) {
   const std::string key = shape_key(input);
   const GraphAction action = schedule_.next(key);
+  if (schedule_.beyond_bound() > 0 && !warned_beyond_bound_) {
+    warned_beyond_bound_ = true;
+    log::warn(
+        "cuda graphs: {} shapes hold a graph, the bound: a micro-batch of shape {} and those of every further "
+        "shape run eagerly (LLM recipes: a larger --pad-to-multiple gives fewer padded lengths)",
+        schedule_.max_graphs(), key);
+  }
   // Every micro-batch on the side stream, eager ones too (torch.cuda.graph's warm-up on the capture
   // stream: cuBLAS's workspace for it made outside a capture), joined both ways with the current
   // stream: the side waits for the batch's data, the current for the micro-batch's results.
@@ -240,6 +275,13 @@ MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchW
   at::cuda::CUDAEvent done;
   done.record(impl_->side);
   done.block(current);
+  if (action != GraphAction::kEager) {
+    // The graph's static outputs copied on the current stream, after the replay (done) and before the
+    // next (its `ready`): the caller's sums must not alias what the next replay of this graph -- or of
+    // another graph of the shared pool, in blocks this one's capture had freed -- writes.
+    out.loss = out.loss.clone();
+    if (out.metrics.defined()) out.metrics = out.metrics.clone();
+  }
   return out;
 }
 
@@ -262,8 +304,10 @@ MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchW
 MicroBatchGraphs::~MicroBatchGraphs() = default;
 
 std::string MicroBatchGraphs::totals() const {
-  return fmt::format("cuda graphs: {} capture(s), {} micro-batch(es) replayed, {} run eagerly", schedule_.graphs(),
-                     schedule_.replays(), schedule_.eager());
+  return fmt::format(
+      "cuda graphs: {} capture(s), {} micro-batch(es) replayed, {} run eagerly ({} beyond the bound of "
+      "{} graphs)",
+      schedule_.graphs(), schedule_.replays(), schedule_.eager(), schedule_.beyond_bound(), schedule_.max_graphs());
 }
 
 }  // namespace mgbench::train

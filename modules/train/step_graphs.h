@@ -81,8 +81,11 @@ class GraphSchedule {
   /// Every shape forgotten, with its graph (forward changed): each warms up and is captured again,
   /// within the bound afresh. The totals go on counting.
   void forget();
-  /// Micro-batches so far by what they did; graphs() captures made (a shape captured again counts again).
+  /// Micro-batches so far by what they did; graphs() captures made (a shape captured again counts again);
+  /// beyond_bound() those of eager() that ran eagerly only because max_graphs shapes held a graph.
   std::int64_t eager() const { return eager_; }
+  std::int64_t beyond_bound() const { return beyond_bound_; }
+  int max_graphs() const { return max_graphs_; }
   std::int64_t replays() const { return replays_; }
   std::int64_t graphs() const { return graphs_; }
 
@@ -94,7 +97,7 @@ class GraphSchedule {
   int warmup_, max_graphs_;
   std::map<std::string, Shape, std::less<>> shapes_;  // the shapes seen while a graph was left
   int live_ = 0;                                      // shapes with a graph now (the bound's count)
-  std::int64_t eager_ = 0, replays_ = 0, graphs_ = 0;
+  std::int64_t eager_ = 0, replays_ = 0, graphs_ = 0, beyond_bound_ = 0;
 };
 
 /// A micro-batch's forward and backward as the step runs it (step.cpp), returning its loss and
@@ -112,9 +115,9 @@ class MicroBatchGraphs {
   MicroBatchGraphs& operator=(const MicroBatchGraphs&) = delete;
 
   /// input's forward and backward: work(input, false) eagerly, or its shape's graph captured from
-  /// work(static inputs, true) and replayed, or replayed, on the current stream. A replay's loss and
-  /// metrics are the graph's static outputs, overwritten by the next replay of that shape (read them
-  /// into new tensors first); the normaliser is left to the caller (Recipe::loss_normalizer of
+  /// work(static inputs, true) and replayed, or replayed, ordered with the current stream. A replay's
+  /// loss and metrics are copies of the graph's static outputs, made on the current stream (the
+  /// next replay overwrites the outputs); the normaliser is left to the caller (Recipe::loss_normalizer of
   /// input: the host's, not the captured batch's). Throws std::runtime_error naming
   /// the shape and --cuda-graphs when a capture fails, and what work throws.
   MicroBatchLoss run(const data::Batch& input, const MicroBatchWork& work);
@@ -122,7 +125,8 @@ class MicroBatchGraphs {
   /// so each shape is captured again after its warm-up. Waits for the device first (a graph may
   /// still be replaying).
   void forget();
-  /// "cuda graphs: S capture(s), R micro-batch(es) replayed, E run eagerly" (the run's log).
+  /// "cuda graphs: S capture(s), R micro-batch(es) replayed, E run eagerly (B beyond the bound of N
+  /// graphs)" (the run's log).
   std::string totals() const;
 
   static constexpr int kWarmup = 2;      // eager micro-batches of a shape before its capture
@@ -131,6 +135,7 @@ class MicroBatchGraphs {
  private:
   struct Impl;
   GraphSchedule schedule_;
+  bool warned_beyond_bound_ = false;  // the first micro-batch beyond the bound is named in a warning
   std::unique_ptr<Impl> impl_;
 };
 

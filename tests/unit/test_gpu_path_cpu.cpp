@@ -173,6 +173,9 @@ TEST(CudaActivity, NamesAreCleaned) {
       "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
   EXPECT_EQ(profile::clean_kernel_name("void at::native::kern<(int)4, float>(int, float*)"),
             "at::native::kern<(int)4, float>");
+  // A kernel in an unnamed namespace keeps its name (not cut at "(anonymous namespace)"'s parenthesis).
+  EXPECT_EQ(profile::clean_kernel_name("_ZN2at6native12_GLOBAL__N_13fooIfEEvi"),
+            "at::native::(anonymous namespace)::foo<float>");
   EXPECT_TRUE(profile::is_nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
   EXPECT_TRUE(profile::is_nccl_kernel("ncclKernel_AllReduce_RING_LL_Sum_float"));
   EXPECT_FALSE(profile::is_nccl_kernel("at::native::kern"));

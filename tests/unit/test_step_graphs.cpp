@@ -135,6 +135,7 @@ TEST(CudaGraphShapes, EachShapeWarmsUpThenIsCapturedOnceThenReplaysWithinTheBoun
   EXPECT_EQ(s.graphs(), 2);
   EXPECT_EQ(s.replays(), 5);  // a: its capture and three replays; b: its capture
   EXPECT_EQ(s.eager(), 2 + 2 + 4 + 3);
+  EXPECT_EQ(s.beyond_bound(), 4 + 1);  // d's four and c's third (warmed up, no graph left); no warm-up
   EXPECT_THROW(train::GraphSchedule(0, 1), std::invalid_argument);
   EXPECT_THROW(train::GraphSchedule(1, 0), std::invalid_argument);
 }
@@ -158,6 +159,7 @@ TEST(CudaGraphShapes, ForgottenShapesWarmUpAndAreCapturedAgain) {
   EXPECT_EQ(s.graphs(), 3);
   EXPECT_EQ(s.replays(), 5);
   EXPECT_EQ(s.eager(), 5);
+  EXPECT_EQ(s.beyond_bound(), 2);  // b's two before the first forget
 }
 
 // QAT's late switch (--fake-quant-after-steps 3) tells the loop that forward changed at step 3 and
