@@ -1,6 +1,7 @@
 #include "runtime/nccl_communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -44,6 +45,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, NcclOptions)
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "core/log.h"
@@ -253,7 +255,8 @@ class NcclCommunicator final : public Communicator {
     op->start = timing_events_.acquire();
     op->done = timing_events_.acquire();
     op->start->record(stream_);
-    call(stream_.stream());  // returns ncclInProgress where it cannot enqueue yet (lazy connection)
+    // ncclInProgress where it cannot enqueue yet (lazy connection): settled below.
+    if (!while_not_aborting([&](ncclComm_t) { call(stream_.stream()); })) wait_for_the_abort();
     settle(fmt::format("{} #{}", what, op->seq), op->launched_s + options_.timeout_s);
     op->done->record(stream_);
     // The caching allocator must not hand the tensors' memory out again before the collective
@@ -271,14 +274,18 @@ class NcclCommunicator final : public Communicator {
   /// asynchronous error throws CommError naming `what`; not settled by deadline_s (a peer rank died
   /// or never made the matching call) ends the job (fail).
   void settle(const std::string& what, double deadline_s) {
-    ncclComm_t comm = comm_;
     for (;;) {
       ncclResult_t state = ncclSuccess;
-      MGBENCH_CHECK_NCCL(ncclCommGetAsyncError(comm, &state));
+      std::string last_error;
+      const bool polled = while_not_aborting([&](ncclComm_t comm) {
+        MGBENCH_CHECK_NCCL(ncclCommGetAsyncError(comm, &state));
+        if (state != ncclSuccess && state != ncclInProgress) last_error = ncclGetLastError(comm);
+      });
+      if (!polled) wait_for_the_abort();
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
         throw CommError(
-            fmt::format("NCCL: {} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm)));
+            fmt::format("NCCL: {} failed: {} ({}){}", what, ncclGetErrorString(state), last_error, nccl_warnings()));
       }
       if (now_s() > deadline_s) {
         fail(fmt::format(
@@ -299,11 +306,14 @@ class NcclCommunicator final : public Communicator {
       // leave this thread through std::terminate.
       try {
         const double now = now_s();
-        if (ncclComm_t comm = comm_; comm != nullptr) {
-          ncclResult_t async = ncclSuccess;
-          if (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
-            fail(fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async), ncclGetLastError(comm)));
-          }
+        ncclResult_t async = ncclSuccess;
+        std::string last_error;
+        while_not_aborting([&](ncclComm_t comm) {
+          if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) async = ncclSuccess;
+          if (async != ncclSuccess && async != ncclInProgress) last_error = ncclGetLastError(comm);
+        });
+        if (async != ncclSuccess && async != ncclInProgress) {
+          fail(fmt::format("NCCL asynchronous error: {} ({})", ncclGetErrorString(async), last_error));
         }
         while (!inflight_.empty() && inflight_.front()->done->query()) inflight_.pop_front();
         if (!inflight_.empty() && now - inflight_.front()->launched_s > options_.timeout_s) {
@@ -317,12 +327,42 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  /// f(comm) under calls_ unless the communicator is being aborted (then not called: false), so
+  /// that no NCCL call of this rank's threads runs on the communicator while or after
+  /// ncclCommAbort frees it. f must not call fail(). Throws std::logic_error where the
+  /// communicator is gone (after the destructor).
+  template <class F>
+  bool while_not_aborting(F&& f) {
+    const std::lock_guard<std::mutex> lock(*calls_);
+    if (aborting_) return false;
+    ncclComm_t comm = comm_;
+    if (comm == nullptr) throw std::logic_error("NCCL backend: a call on a destroyed communicator");
+    f(comm);
+    return true;
+  }
+
+  /// "; NCCL warned: <line> | <line>" -- the last of NCCL's own warnings this communicator logged
+  /// (nccl_log_warnings; its log is removed at exit) -- or "".
+  std::string nccl_warnings() const {
+    constexpr std::size_t kLines = 4;
+    const std::vector<std::string> lines = nccl_log_warnings(log_, log_offset_, kLines);
+    return lines.empty() ? std::string() : fmt::format("; NCCL warned: {}", fmt::join(lines, " | "));
+  }
+
+  /// A thread that finds the communicator being aborted waits for fail(), on another thread, to
+  /// end the job (watchdog::abort_job) -- neither calling NCCL again nor going on without it.
+  [[noreturn]] static void wait_for_the_abort() {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
   /// ncclCommAbort can itself hang (NVIDIA/nccl#1013, pytorch#119250): it runs on a detached
-  /// thread and this one waits at most kAbortWait_s for it.
+  /// thread (once the NCCL call another thread may be making has returned: calls_) and this one
+  /// waits at most kAbortWait_s for it.
   void abort_bounded(ncclComm_t comm) const {
     constexpr double kAbortWait_s = 5;  // the job still ends within --comm-timeout + 10 s
     auto done = std::make_shared<std::atomic<bool> >(false);
-    std::thread([comm, done] {
+    std::thread([comm, done, calls = calls_] {
+      const std::lock_guard<std::mutex> lock(*calls);
       ncclCommAbort(comm);
       done->store(true);
     }).detach();
@@ -333,9 +373,11 @@ class NcclCommunicator final : public Communicator {
   }
 
   /// Ends the job: the reason logged, the communicator aborted (bounded), then the job
-  /// (watchdog::abort_job).
+  /// (watchdog::abort_job). Once: a second caller (the watchdog and a settle timing out together)
+  /// waits for the first to end the job.
   [[noreturn]] void fail(const std::string& why) {
-    log::error("rank {}: {}; aborting the NCCL communicator and the job", rank_, why);
+    if (aborting_.exchange(true)) wait_for_the_abort();
+    log::error("rank {}: {}{}; aborting the NCCL communicator and the job", rank_, why, nccl_warnings());
     if (ncclComm_t comm = comm_; comm != nullptr) abort_bounded(comm);
     watchdog::abort_job(1);
   }
@@ -360,6 +402,10 @@ class NcclCommunicator final : public Communicator {
   Events timing_events_{[] { return std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault); }};
   Events sync_events_{[] { return std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming); }};
   std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog
+  // Held around every NCCL call on comm_ after its creation (while_not_aborting) and around its
+  // abort: shared with the detached thread that aborts it.
+  std::shared_ptr<std::mutex> calls_ = std::make_shared<std::mutex>();
+  std::atomic<bool> aborting_{false};  // fail() has begun: no NCCL call on comm_ any more
   std::uint64_t seq_ = 0;
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -54,6 +56,24 @@ std::string nccl_log_transports(const NcclLog& log, std::uintmax_t offset) {
   if (!in) return "unread: NCCL wrote no log (initialised in this process before mgbench routed it)";
   in.seekg(static_cast<std::streamoff>(offset));
   return format_transports(parse_nccl_transports(in));
+}
+
+std::vector<std::string> nccl_log_warnings(const NcclLog& log, std::uintmax_t offset, std::size_t max_lines) {
+  std::vector<std::string> warnings;
+  if (log.path.empty() || max_lines == 0) return warnings;
+  std::ifstream in(log.path);
+  if (!in) return warnings;
+  in.seekg(static_cast<std::streamoff>(offset));
+  constexpr std::string_view kWarn = " NCCL WARN ";
+  std::deque<std::string> last;
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find(kWarn);
+    if (at == std::string::npos) continue;
+    last.push_back(line.substr(at + kWarn.size()));
+    if (last.size() > max_lines) last.pop_front();
+  }
+  warnings.assign(last.begin(), last.end());
+  return warnings;
 }
 
 }  // namespace mgbench::runtime

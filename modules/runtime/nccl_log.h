@@ -4,8 +4,10 @@
 // all (a file in the temporary directory, removed at exit, holding the connection lines of the P2P,
 // SHM and NET subsystems: setup-time lines only, nothing per collective). A user's own NCCL_DEBUG /
 // NCCL_DEBUG_FILE is left alone. Internal to runtime/ (the NCCL backend); free of NCCL and CUDA.
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mgbench::runtime {
 
@@ -26,5 +28,10 @@ std::uintmax_t nccl_log_size(const NcclLog& log);
 /// ("P2P/CUMEM/read x24"), or why they cannot be read: the log's `unread`, or "unread: NCCL wrote no
 /// log ..." when the file is missing.
 std::string nccl_log_transports(const NcclLog& log, std::uintmax_t offset);
+
+/// NCCL's own warnings ("NCCL WARN" lines) logged from byte `offset` on, the last `max_lines` of
+/// them, their "host:pid:tid [dev] NCCL WARN " prefix dropped: what a failing communicator's error
+/// shows, since the routed log is removed at exit. Empty when the log is not routed or holds none.
+std::vector<std::string> nccl_log_warnings(const NcclLog& log, std::uintmax_t offset, std::size_t max_lines);
 
 }  // namespace mgbench::runtime

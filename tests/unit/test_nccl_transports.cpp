@@ -2,9 +2,14 @@
 // src/transport/p2p.cc, shm.cc, net.cc, with the "hostname:pid:tid [dev] NCCL INFO " prefix).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
+#include "runtime/nccl_log.h"
 #include "runtime/nccl_transports.h"
 
 namespace mgbench::runtime {
@@ -59,6 +64,32 @@ TEST(NcclTransports, ALogIsCountedPerTransportAndFormattedMostFirst) {
   EXPECT_THROW(parse_transports("P2P/CUMEM/read"), std::invalid_argument);
   EXPECT_THROW(parse_transports("P2P/CUMEM/read x"), std::invalid_argument);
   EXPECT_THROW(parse_transports("P2P/CUMEM/read x3, NET/IB x2b"), std::invalid_argument);
+}
+
+// A failing communicator shows NCCL's own warnings from its part of the routed log: the WARN lines
+// after its offset (an earlier communicator's left out), the last ones, their prefix dropped.
+TEST(NcclLog, WarningsAreTheWarnLinesAfterTheOffsetTheLastOnesKept) {
+  const std::string path = testing::TempDir() + "mgbench-nccl-warnings.log";
+  const std::string earlier = "gpu-node07:412934:413001 [0] NCCL WARN an earlier communicator's\n";
+  {
+    std::ofstream out(path);
+    out << earlier << line("NCCL version 2.28.9+cuda13.0\n")
+        << "gpu-node07:412934:413007 [0] NCCL WARN Cuda failure 'out of memory'\n"
+        << line("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n")
+        << "gpu-node07:412934:413007 [0] NCCL WARN socket.cc:428 Connection closed by remote peer\n"
+        << "gpu-node07:412934:413007 [0] NCCL WARN proxy.cc:1520 NCCL WARN [Service thread] Error\n";
+  }
+  const NcclLog log{path, ""};
+  EXPECT_EQ(nccl_log_warnings(log, earlier.size(), 8),
+            (std::vector<std::string>{"Cuda failure 'out of memory'", "socket.cc:428 Connection closed by remote peer",
+                                      "proxy.cc:1520 NCCL WARN [Service thread] Error"}));
+  EXPECT_EQ(nccl_log_warnings(log, earlier.size(), 1),
+            (std::vector<std::string>{"proxy.cc:1520 NCCL WARN [Service thread] Error"}));
+  EXPECT_EQ(nccl_log_warnings(log, 0, 8).front(), "an earlier communicator's");
+  EXPECT_TRUE(nccl_log_warnings(log, earlier.size(), 0).empty());
+  EXPECT_TRUE(nccl_log_warnings(NcclLog{"", "unread: set outside"}, 0, 8).empty());
+  EXPECT_TRUE(nccl_log_warnings(NcclLog{path + ".missing", ""}, 0, 8).empty());
+  std::remove(path.c_str());
 }
 
 }  // namespace
