@@ -33,7 +33,8 @@
 #
 #   scripts/fetch-gpu-deps.sh            # beforehand, on a Debian 12 machine with network
 #   scripts/gpu-check.sh                 # on the GPU machine, in the checkout (.gpu-deps/ beside it;
-#                                        # with this workplace's device tool: carry [".gpu-deps"])
+#                                        # with this workplace's device tool: carry [".gpu-deps"],
+#                                        # through scripts/gpu-lease.sh: three files come back)
 #
 # Data: MNIST (tests, image benchmarks), the Llama 3 tokenizer and the text samples (LLM stage):
 # ../shared/data does not travel to a lent machine; copy it to shared/data inside the checkout
@@ -71,8 +72,8 @@
 # TABLE2_PRECISIONS ("fp16 fp64 fp32 tf32 amp-bf16"), TABLE2_TRAIN (2048 images an epoch), TABLE2_EPOCHS (3),
 # FIG2_SIZES ("100 200 300 400 500"), PAPER_TRAIN (2048 images: fig2, table3, cuda-metrics), CUDA_METRICS_NP
 # (the visible GPUs, at most 4: the paper's Fig. 3 had 2 and 4), TECHNIQUES_MODELS ("llama3.2-3b llama3-8b"),
-# TECHNIQUES_RECIPES ("full lora qlora qat dpo"), TECHNIQUES_STEPS (10), GRAPHS_SIZES ("100 224 500"),
-# GRAPHS_PRECISIONS ("amp-bf16 fp32").
+# TECHNIQUES_RECIPES ("full lora qlora qat dpo"), TECHNIQUES_STEPS (10), GRAPHS_SIZES ("100 224 500"; "": no image rows),
+# GRAPHS_PRECISIONS ("amp-bf16 fp32"), GRAPHS_LLM_MODELS ("llama3.2-1b llama3-8b"), GRAPHS_LLM_PADDINGS ("pad none").
 set -euo pipefail
 # SIGUSR1 / SIGTERM blocked or ignored by whatever started this script stay so in mpirun (the mask
 # and ignored signals survive exec), which then never forwards the preemption notice (the second
@@ -480,7 +481,8 @@ if bench_set fsdp; then
     mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe full --model llama3.2-1b --init random \
       "${LLM_ALPACA[@]}" --batch-size 2 --max-steps 10 \
       --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" \
-      --run-name "full-$sharding" --progress-interval 5 2>&1 | tail -3 || true
+      --run-name "full-$sharding" --progress-interval 5 2>&1 | tail -3 ||
+    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
   done
   "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee "$OUT/fsdp-report.txt" || true  # s/it and peak memory of both
   "$PYTHON" -c "import h5py, sys
@@ -493,12 +495,14 @@ for run in h5py.File(sys.argv[1])['runs'].values():
   mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe qlora --model llama3.2-1b --init random \
     "${LLM_ALPACA[@]}" --batch-size 2 --max-steps 10 \
     --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding fsdp --results "$OUT/fsdp.h5" \
-    --run-name qlora-fsdp --progress-interval 5 2>&1 | tail -3 || true
+    --run-name qlora-fsdp --progress-interval 5 2>&1 | tail -3 ||
+    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
   for sharding in fsdp none; do
     mpirun -np 2 --bind-to none "$BUILD/app/mgbench" image --data "$SHARED_DATA/mnist" --image-size 224 \
       --limit-train 2048 --limit-test 512 --epochs 1 --batch-size 64 --precision amp-fp16 --channels-last true \
       --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" --run-name "image-$sharding" \
-      --progress-interval 5 2>&1 | tail -2 || true
+      --progress-interval 5 2>&1 | tail -2 ||
+    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
   done
   "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt" || true
   # HtoD by what made it (issue 32 item 1): with the MPI backend, the collectives' staging apart.
@@ -509,10 +513,12 @@ for run in h5py.File(sys.argv[1])['runs'].values():
   stage "FSDP: llama3.2-3b loaded from a checkpoint a shard per rank, LoRA, 2 ranks over $FSDP_BACKEND"
   mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe full --model llama3.2-3b --init random \
     "${LLM_ALPACA[@]}" --batch-size 1 --max-steps 1 --max-seq-len 256 --backend "$FSDP_BACKEND" --sharding fsdp \
-    --results "$OUT/fsdp-export.h5" --output-dir "$OUT/llama3.2-3b-random" 2>&1 | tail -2 || true
+    --results "$OUT/fsdp-export.h5" --output-dir "$OUT/llama3.2-3b-random" 2>&1 | tail -2 ||
+    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
   mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe lora --model "$OUT/llama3.2-3b-random" \
     "${LLM_ALPACA[@]}" --batch-size 2 --max-steps 10 --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding fsdp \
-    --results "$OUT/fsdp.h5" --run-name lora-3b-loaded --progress-interval 5 2>&1 | tail -3 || true
+    --results "$OUT/fsdp.h5" --run-name lora-3b-loaded --progress-interval 5 2>&1 | tail -3 ||
+    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
   rm -rf "$OUT/llama3.2-3b-random"  # 6.4 GB: not a result
   "$PYTHON" -c "import h5py, sys
 for run in h5py.File(sys.argv[1])['runs'].values():
@@ -674,8 +680,25 @@ if bench_set graphs; then
   # Issue 47, item 4: --cuda-graphs on against off, the same runs otherwise, where the host's launches
   # weigh most (small images) and least (the paper's 500 px). Their first BENCH_WARMUP steps (the
   # warm-up and the captures) are left out of img/s; `report --cuda` puts the kernel launches beside.
-  set_start "CUDA graphs (issue 47): MobileNetV2, 1 GPU, batch 64, ${GRAPHS_PRECISIONS:-amp-bf16 fp32},"     "${GRAPHS_SIZES:-100 224 500} px, --cuda-graphs off vs on"
-  for size in ${GRAPHS_SIZES:-100 224 500}; do
+  set_start "CUDA graphs (issue 47), --cuda-graphs off vs on, 1 GPU: LoRA bf16 on ${GRAPHS_LLM_MODELS:-llama3.2-1b llama3-8b}," \
+    "then MobileNetV2, batch 64, ${GRAPHS_PRECISIONS:-amp-bf16 fp32} at ${GRAPHS_SIZES-100 224 500} px"
+  # First (the set's budget may stop it before the rest), the LLM step (LoRA, bf16, batch 2, alpaca;
+  # padded rows and packed ones, both rounded up to multiples of 64 tokens on both sides: a bounded
+  # set of shapes, one graph each), where the host's launches of every decoder layer's ops weigh.
+  for model in ${GRAPHS_LLM_MODELS:-llama3.2-1b llama3-8b}; do
+    for padding in ${GRAPHS_LLM_PADDINGS:-pad none}; do
+      for graphs in off on; do
+        set_has_time "graphs: $model LoRA $padding --cuda-graphs $graphs" || continue
+        run_cmd --log "$OUT/graphs-$model-$padding-$graphs.log" "$MGBENCH" llm --model "$model" --init random \
+          "${LLM_ALPACA[@]}" --batch-size 2 --max-steps "${GRAPHS_LLM_STEPS:-30}" --max-seq-len 512 \
+          --padding "$padding" --pad-to-multiple 64 --device cuda --cuda-graphs "$graphs" \
+          --warmup-steps-excluded 10 --cupti false --results "$OUT/graphs.h5" \
+          --run-name "$model-lora-$padding-$graphs" --progress-interval 1000 ||
+          echo "gpu-check.sh: graphs $graphs on $model ($padding) failed (above); going on"
+      done
+    done
+  done
+  for size in ${GRAPHS_SIZES-100 224 500}; do
     for precision in ${GRAPHS_PRECISIONS:-amp-bf16 fp32}; do
       for graphs in off on; do
         PAPER_CUPTI=true paper_image graphs "${size}px-$precision-$graphs" --precision "$precision" \
@@ -697,21 +720,6 @@ if bench_set graphs; then
   else
     echo "graphs: no DDP rows (one GPU; NCCL takes one rank a GPU)"
   fi
-  # The LLM step (LoRA, bf16, batch 2, alpaca; padded rows and packed ones, both rounded up to
-  # multiples of 64 tokens on both sides: a bounded set of shapes, one graph each), where the host's
-  # launches of every decoder layer's ops weigh.
-  for model in ${GRAPHS_LLM_MODELS:-llama3.2-1b llama3-8b}; do
-    for padding in ${GRAPHS_LLM_PADDINGS:-pad none}; do
-      for graphs in off on; do
-        run_cmd --log "$OUT/graphs-$model-$padding-$graphs.log" "$MGBENCH" llm --model "$model" --init random \
-          "${LLM_ALPACA[@]}" --batch-size 2 --max-steps "${GRAPHS_LLM_STEPS:-30}" --max-seq-len 512 \
-          --padding "$padding" --pad-to-multiple 64 --device cuda --cuda-graphs "$graphs" \
-          --warmup-steps-excluded 10 --cupti false --results "$OUT/graphs.h5" \
-          --run-name "$model-lora-$padding-$graphs" --progress-interval 1000 ||
-          echo "gpu-check.sh: graphs $graphs on $model ($padding) failed (above); going on"
-      done
-    done
-  done
   paper_report graphs --cuda
 fi
 if bench_set torchtune; then

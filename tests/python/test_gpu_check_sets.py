@@ -7,6 +7,8 @@ import re
 import shlex
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -202,3 +204,68 @@ def test_peer_accepts_every_printed_command(printed):
         model = args[args.index("--model") + 1]
         assert json.loads(proc.stdout.splitlines()[-1])["parameters"] == {"llama3-8b": 8_030_261_248,
                                                                           "llama3.2-1b": 1_235_814_400}[model], args
+
+
+def lease(tmp_path, stand_in, **env):
+    """scripts/gpu-lease.sh with `stand_in` (a bash script's text) as gpu-check.sh: (its exit status and
+    output, the folder that comes back)."""
+    script = tmp_path / "stand-in.sh"
+    script.write_text("#!/usr/bin/env bash\nset -e\n" + stand_in)
+    script.chmod(0o755)
+    back = tmp_path / "back"
+    run_env = dict(os.environ, OUT=str(back), GPU_CHECK=str(script), LEASE_SCRATCH=str(tmp_path / "scratch"), **env)
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu-lease.sh")], cwd=ROOT, env=run_env, capture_output=True,
+                          text=True, timeout=120)
+    return proc, back
+
+
+def test_lease_brings_back_the_summary_the_results_files_and_the_logs_as_three_files(tmp_path):
+    """The device tool brings back at most 8 files, two folders deep: a set writes ~20 files and a dataset
+    cache deeper than that. Three files come back, holding every results file and every log, not the
+    cache or the figures; gpu-check.sh's exit status is the lease's."""
+    proc, back = lease(tmp_path, """
+cd "$OUT"
+echo "the tables" > summary.txt
+echo h5 > torchtune.h5; echo '{"s_per_it": 1}' > torchtune-peer.jsonl; echo side > llm_peers.csv
+echo log > torchtune-lora.log; mkdir -p sub hf-datasets/a/b figures; echo ctest > sub/ctest-gpu.log
+echo cache > hf-datasets/a/b/data.arrow; echo png > figures/fig2.png
+exit 3
+""")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert sorted(p.name for p in back.iterdir()) == ["logs.tgz", "results.tgz", "summary.txt"]
+    assert (back / "summary.txt").read_text() == "the tables\n"
+    with tarfile.open(back / "results.tgz") as t:
+        assert sorted(Path(n).name for n in t.getnames() if not n.endswith("/")) == [
+            "llm_peers.csv", "torchtune-peer.jsonl", "torchtune.h5"]
+    with tarfile.open(back / "logs.tgz") as t:
+        names = {Path(n).as_posix().lstrip("./") for n in t.getnames()}
+    assert {"torchtune-lora.log", "sub/ctest-gpu.log"} <= names, names
+    assert not any(n.startswith(("hf-datasets", "figures")) or n.endswith((".h5", ".jsonl", ".csv")) for n in names)
+    assert "gpu-check.sh exit 3" in proc.stdout
+
+
+def test_lease_stops_gpu_check_and_its_runs_at_its_time_limit_and_still_brings_back_what_they_wrote(tmp_path):
+    """A set that overruns is stopped at LEASE_TIMEOUT_S with every process it started (a run left on the
+    GPU would outlive the call), exit 124, and what it wrote comes back."""
+    pid_file = tmp_path / "run.pid"
+    started = time.monotonic()
+    proc, back = lease(tmp_path, f"""
+cd "$OUT"
+echo "half the tables" > summary.txt
+echo h5 > graphs.h5
+sleep 300 & echo $! > {pid_file}
+wait
+""", LEASE_TIMEOUT_S="2")
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 30
+    assert "stopped at LEASE_TIMEOUT_S" in proc.stdout
+    assert (back / "summary.txt").read_text() == "half the tables\n"
+    run = int(pid_file.read_text())
+    assert not Path(f"/proc/{run}").exists() or "Z" in Path(f"/proc/{run}/stat").read_text().split()[2], \
+        "the set's run outlived the lease's limit"
+
+
+def test_lease_refuses_a_time_limit_that_is_not_whole_seconds(tmp_path):
+    proc, back = lease(tmp_path, "exit 0\n", LEASE_TIMEOUT_S="5m")
+    assert proc.returncode == 2 and "LEASE_TIMEOUT_S '5m'" in proc.stderr
+    assert not back.exists()

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include "models/row_gradient.h"
@@ -76,7 +77,10 @@ class BlockCache {
 
   /// Frees (nbytes 0) or re-allocates a tensor's whole storage in place, as FSDP2's
   /// storage().resize_(): the tensor, its views and autograd's saved references keep pointing at it.
+  /// On the tensor's device (the caching allocator allocates on the thread's current one), as
+  /// resize_bytes_cuda guards it.
   void resize_storage(const torch::Tensor& t, std::size_t nbytes) {
+    const c10::OptionalDeviceGuard on(t.device());
     c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
     const std::size_t old = storage->nbytes();
     if (old == nbytes) return;
