@@ -476,13 +476,14 @@ if bench_set fsdp; then
   # (storage freed and regathered, the reduce-scatter, the optimizer on shards) and its memory.
   FSDP_GPUS=$(visible_gpus)
   FSDP_BACKEND=$( ((FSDP_GPUS >= 2)) && echo nccl || echo mpi)
+  fsdp_failed() { echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"; }
   stage "FSDP: llama3.2-1b shape, full fine-tuning, bf16, AdamW, 2 ranks over $FSDP_BACKEND: --sharding fsdp vs none"
   for sharding in fsdp none; do
     mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe full --model llama3.2-1b --init random \
       "${LLM_ALPACA[@]}" --batch-size 2 --max-steps 10 \
       --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" \
       --run-name "full-$sharding" --progress-interval 5 2>&1 | tail -3 ||
-    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
+    fsdp_failed
   done
   "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee "$OUT/fsdp-report.txt" || true  # s/it and peak memory of both
   "$PYTHON" -c "import h5py, sys
@@ -496,13 +497,13 @@ for run in h5py.File(sys.argv[1])['runs'].values():
     "${LLM_ALPACA[@]}" --batch-size 2 --max-steps 10 \
     --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding fsdp --results "$OUT/fsdp.h5" \
     --run-name qlora-fsdp --progress-interval 5 2>&1 | tail -3 ||
-    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
+    fsdp_failed
   for sharding in fsdp none; do
     mpirun -np 2 --bind-to none "$BUILD/app/mgbench" image --data "$SHARED_DATA/mnist" --image-size 224 \
       --limit-train 2048 --limit-test 512 --epochs 1 --batch-size 64 --precision amp-fp16 --channels-last true \
       --backend "$FSDP_BACKEND" --sharding "$sharding" --results "$OUT/fsdp.h5" --run-name "image-$sharding" \
       --progress-interval 5 2>&1 | tail -2 ||
-    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
+    fsdp_failed
   done
   "$BUILD/app/mgbench" report "$OUT/fsdp.h5" | tee -a "$OUT/fsdp-report.txt" || true
   # HtoD by what made it (issue 32 item 1): with the MPI backend, the collectives' staging apart.
@@ -514,11 +515,11 @@ for run in h5py.File(sys.argv[1])['runs'].values():
   mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe full --model llama3.2-3b --init random \
     "${LLM_ALPACA[@]}" --batch-size 1 --max-steps 1 --max-seq-len 256 --backend "$FSDP_BACKEND" --sharding fsdp \
     --results "$OUT/fsdp-export.h5" --output-dir "$OUT/llama3.2-3b-random" 2>&1 | tail -2 ||
-    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
+    fsdp_failed
   mpirun -np 2 --bind-to none "$BUILD/app/mgbench" llm --recipe lora --model "$OUT/llama3.2-3b-random" \
     "${LLM_ALPACA[@]}" --batch-size 2 --max-steps 10 --max-seq-len 512 --backend "$FSDP_BACKEND" --sharding fsdp \
     --results "$OUT/fsdp.h5" --run-name lora-3b-loaded --progress-interval 5 2>&1 | tail -3 ||
-    echo "gpu-check.sh: fsdp: the run above FAILED (its last lines above)"
+    fsdp_failed
   rm -rf "$OUT/llama3.2-3b-random"  # 6.4 GB: not a result
   "$PYTHON" -c "import h5py, sys
 for run in h5py.File(sys.argv[1])['runs'].values():

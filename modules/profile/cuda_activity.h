@@ -23,6 +23,8 @@ enum class MemcpyKind { kHtoD, kDtoH, kDtoD, kOther };
 enum class CopyPurpose : std::uint64_t { kOther = 0, kTrainBatch = 1, kEvalBatch = 2, kCollectiveStaging = 3 };
 
 /// API functions always listed in cuda_api (zero when not called), in this order.
+/// The cuda_api table's first rows, in this order, called or not: results::kLaunchApis and
+/// kHostWaitApis among them (a unit test checks).
 inline constexpr const char* kReportedApis[] = {
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync",       "cudaStreamSynchronize", "cudaEventSynchronize",
     "cudaEventDestroy", "cudaEventRecord",     "cudaEventQuery",        "cudaStreamWaitEvent",   "cudaMalloc",

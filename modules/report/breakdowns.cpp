@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -62,11 +63,12 @@ std::vector<TextRow> cuda_rank_rows(const results::RunRecord& run) {
   return rows;
 }
 
-/// Calls of rank r's API functions named in `names` (a launch, a host wait) in the window.
-double api_calls(const results::RunRecord& run, std::size_t r, std::initializer_list<std::string_view> names) {
+/// Calls of rank r's API functions named in `names` (results::kLaunchApis, kHostWaitApis) in the window.
+template <std::size_t N>
+double api_calls(const results::RunRecord& run, std::size_t r, const char* const (&names)[N]) {
   double calls = 0;
   for (const auto& a : run.cuda_api[r]) {
-    if (std::find(names.begin(), names.end(), std::string_view(a.name)) != names.end()) {
+    if (std::find(std::begin(names), std::end(names), std::string_view(a.name)) != std::end(names)) {
       calls += static_cast<double>(a.calls);
     }
   }
@@ -75,19 +77,16 @@ double api_calls(const results::RunRecord& run, std::size_t r, std::initializer_
 
 /// A run's steps on the device, one row per rank (schema 12; "-" before): the steps that started in
 /// the window, the window per step, kernels, launch calls and host waits per step, the GPU-busy
-/// share (kernel_busy_s / window_s). Launch calls are the runtime's and the driver's launch functions
-/// (CUPTI records the driver calls an application or library makes itself, not those inside the
-/// runtime's), a CUDA graph's launch one call for all its kernels (--cuda-graphs); waits are the
-/// stream, event and device synchronisations.
+/// share (kernel_busy_s / window_s). Launch calls are results::kLaunchApis' (CUPTI records the driver
+/// calls an application or library makes itself, not those inside the runtime's); waits
+/// results::kHostWaitApis'.
 std::vector<TextRow> cuda_step_rows(const results::RunRecord& run) {
   std::vector<TextRow> rows;
   for (std::size_t r = 0; r < run.cuda.size(); ++r) {
     const auto& c = run.cuda[r];
     const double steps = c.steps > 0 ? static_cast<double>(c.steps) : NAN;
-    const double launches = api_calls(run, r,
-                                      {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                                       "cudaGraphLaunch", "cuGraphLaunch"});
-    const double waits = api_calls(run, r, {"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize"});
+    const double launches = api_calls(run, r, results::kLaunchApis);
+    const double waits = api_calls(run, r, results::kHostWaitApis);
     rows.push_back({std::to_string(r), c.steps >= 0 ? std::to_string(c.steps) : std::string("-"),
                     number(1e3 * c.window_s / steps, 2), number(static_cast<double>(c.kernel_count) / steps, 1),
                     number(launches / steps, 1), number(waits / steps, 1),

@@ -190,6 +190,14 @@ struct CudaKernelRecord {
   std::int8_t nccl = 0;  // 1: an NCCL kernel (ncclDevKernel_* / ncclKernel_*)
 };
 
+/// The cuda_api rows `report --cuda` counts per step: the runtime's and the driver's kernel launches
+/// (a CUDA graph's launch one call for all its kernels), and the host's waits for the device.
+/// profile::kReportedApis records each of them, called or not.
+inline constexpr const char* kLaunchApis[] = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                                              "cuLaunchKernelEx", "cudaGraphLaunch",     "cuGraphLaunch"};
+inline constexpr const char* kHostWaitApis[] = {"cudaStreamSynchronize", "cudaEventSynchronize",
+                                                "cudaDeviceSynchronize"};
+
 inline constexpr std::int64_t kCudaApiRows = 32;     // fixed table sizes: created at run start
 inline constexpr std::int64_t kCudaKernelRows = 48;  // (unused rows: empty name, count 0)
 

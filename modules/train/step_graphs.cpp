@@ -129,9 +129,7 @@ class AutocastCacheOff {
   bool before_;
 };
 
-}  // namespace
-
-/// A stream of this object's own on device d: not one of c10's pool, whose 32 streams a device are
+/// A stream of the graphs' own on device d: not one of c10's pool, whose 32 streams a device are
 /// handed out in turn (CUDAStream.h), so that the loader's per-epoch copy stream is never the stream
 /// a capture runs on (its copies would join the graph). Destroyed by ~Impl.
 c10::cuda::CUDAStream own_stream(const torch::Device& d) {
@@ -140,6 +138,8 @@ c10::cuda::CUDAStream own_stream(const torch::Device& d) {
   C10_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return c10::cuda::getStreamFromExternal(stream, d.index());
 }
+
+}  // namespace
 
 struct MicroBatchGraphs::Impl {
   torch::Device device;

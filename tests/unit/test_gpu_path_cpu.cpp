@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -292,6 +293,10 @@ TEST(CudaActivity, TotalsTablesAndNcclKernels) {
   EXPECT_DOUBLE_EQ(api[0].time_s, 10000e-9);
   EXPECT_EQ(api[3].calls, 0);  // cudaStreamSynchronize: listed although never called
   EXPECT_STREQ(api[std::size(profile::kReportedApis)].name, "cudaGetDevice");
+  // What report --cuda counts per step is always among the recorded rows (a zero is a zero, not absent).
+  const std::set<std::string_view> reported(std::begin(profile::kReportedApis), std::end(profile::kReportedApis));
+  for (const char* name : results::kLaunchApis) EXPECT_TRUE(reported.count(name)) << name;
+  for (const char* name : results::kHostWaitApis) EXPECT_TRUE(reported.count(name)) << name;
 
   const auto kernels = a.kernel_rows();
   EXPECT_EQ(static_cast<std::int64_t>(kernels.size()), results::kCudaKernelRows);
