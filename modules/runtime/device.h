@@ -21,6 +21,10 @@ enum class DeviceKind { kCpu, kCuda };
 struct DevicePlacement {
   DeviceKind kind = DeviceKind::kCpu;
   int index = -1;  // CUDA device ordinal among the visible devices; -1 on the CPU
+  /// The node's ranks placed on this rank's GPU, itself included (check_gpu_sharing's count, set by
+  /// session::connect; 2 under `--backend mpi` with two ranks a GPU): a plan measured against the
+  /// GPU's memory gives the rank this share of it. 1 on the CPU.
+  int ranks_on_device = 1;
 
   bool is_cuda() const { return kind == DeviceKind::kCuda; }
   /// "cpu" or "cuda:N".

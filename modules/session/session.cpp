@@ -98,6 +98,7 @@ Connection connect(runtime::MpiEnvironment& env, runtime::DeviceRequest device, 
   if (!runtime::all_succeed(env, "device placement", [&] {
         if (!c.placement.is_cuda()) return;
         const int sharing = runtime::check_gpu_sharing(node_gpus, env.local_rank(), backend, env.hostname());
+        c.placement.ranks_on_device = sharing;
         if (sharing > 1 && env.local_rank() == 0) {
           log::warn("{} ranks share each GPU on {} (--backend {}): timings are not per-GPU figures", sharing,
                     env.hostname(), runtime::backend_name(backend));

@@ -22,6 +22,7 @@
 #include "mpi_support.h"
 #include "runtime/mpi_communicator.h"
 #include "train/optim/grad_scaler.h"
+#include "train/optim/optimizer.h"
 #include "train/parallel/fsdp.h"
 #include "train/tensor_export.h"
 
@@ -385,6 +386,24 @@ TEST(FsdpGradScaler, RanksAgreeOnANonFiniteShard) {
   EXPECT_EQ(scaler.get_scale(), 32768.0);                                // backed off once, on every rank
 }
 
+// Clipping over gradient shards where only rank 0's shard has a gradient (the others' stayed
+// undefined): every rank sends its square of the norm in the parameters' float64, so the norm is
+// rank 0's alone, on every rank, and rank 0's gradient is clipped by it. (The norm's dtype once came
+// from the gradients: a rank without one sent a float32 zero into its peers' float64 all-reduce.)
+TEST(FsdpClipGradNorm, ARankWithoutGradientsSendsThePeersDtype) {
+  runtime::MpiCommunicator comm(MPI_COMM_WORLD);
+  torch::Tensor shard = torch::zeros({2}, torch::TensorOptions(torch::kFloat64).requires_grad(true));
+  if (world_rank() == 0) shard.mutable_grad() = torch::tensor({3.0, 4.0}, torch::kFloat64);
+  const torch::Tensor norm = train::clip_grad_norm({shard}, 1.0, &comm);
+  EXPECT_EQ(norm.scalar_type(), torch::kFloat64) << "rank " << world_rank();
+  EXPECT_DOUBLE_EQ(norm.item<double>(), 5.0) << "rank " << world_rank();
+  if (world_rank() == 0) {
+    EXPECT_TRUE(torch::allclose(shard.grad(), torch::tensor({0.6, 0.8}, torch::kFloat64), 1e-6, 0)) << shard.grad();
+  } else {
+    EXPECT_FALSE(shard.grad().defined());
+  }
+  EXPECT_THROW(train::clip_grad_norm({}, 1.0, &comm), std::invalid_argument);
+}
 // The image recipe's MobileNetV2 sharded in its units (the root: stem, last convolution and
 // classifier; each inverted-residual block) trains what the replicated (DDP) run trains: fp64, both
 // memory formats (channels_last convolution weights keep their strides and are regathered through

@@ -1,5 +1,6 @@
 #include "train/optim/optimizer.h"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -60,10 +61,13 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double ma
     total = torch::linalg_vector_norm(torch::stack(norms), 2, std::nullopt, false, std::nullopt);
   }
   if (sharded_over != nullptr) {
-    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-    const bool fp64 = total.defined() && total.scalar_type() == torch::kFloat64;
-    torch::Tensor squares = total.defined() ? total.to(fp64 ? torch::kFloat64 : torch::kFloat32).square()
-                                            : torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(device));
+    // The collective's dtype and device from the parameters, which every rank holds alike (a shard
+    // of each), never from the gradients: a rank without one would send another dtype than its peers.
+    if (params.empty()) throw std::invalid_argument("clip_grad_norm: a sharded norm needs this rank's parameters");
+    const bool fp64 = std::any_of(params.begin(), params.end(),
+                                  [](const torch::Tensor& p) { return p.scalar_type() == torch::kFloat64; });
+    const auto options = torch::TensorOptions(fp64 ? torch::kFloat64 : torch::kFloat32).device(params.front().device());
+    torch::Tensor squares = total.defined() ? total.to(options).square() : torch::zeros({}, options);
     squares = squares.reshape({1}).contiguous();
     sharded_over->all_reduce(squares, runtime::ReduceOp::kSum)->wait();
     total = squares.sqrt().reshape({});

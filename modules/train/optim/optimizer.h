@@ -42,8 +42,10 @@ void zero_gradients(torch::optim::Optimizer& optimizer);
 /// synchronising the host every step). sharded_over: params are this rank's shards of parameters
 /// sharded over that communicator's ranks (FSDP): the norm is the whole parameters', as torch's
 /// clip_grad_norm_ takes it of DTensors -- the norm of this rank's shards, squared, summed over the
-/// ranks in one all-reduce (float32, or float64 for float64 gradients), its square root; collective
-/// then, on every rank alike. Throws std::invalid_argument for max_norm <= 0.
+/// ranks in one all-reduce on the parameters' device (float64 where a parameter is float64, float32
+/// otherwise: a rank whose shards got no gradient sends a zero of its peers' dtype), its square
+/// root; collective then, on every rank alike. Throws std::invalid_argument for max_norm <= 0, and
+/// for sharded_over with no params (the collective's device is theirs).
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                              runtime::Communicator* sharded_over = nullptr);
 

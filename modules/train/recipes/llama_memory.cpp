@@ -22,16 +22,24 @@ namespace fs = std::filesystem;
 /// memory (RecipeContext::host_memory); bytes <= 0: unknown.
 struct RankMemory {
   double bytes = 0;
-  std::string source;  // what limits host memory ("" on a GPU)
-  /// "this rank's GPU has 79.1 GiB", "this rank's host memory has 12.0 GiB (physical memory, ...)".
+  std::string source;       // what limits host memory ("" on a GPU)
+  int ranks_on_device = 1;  // on a GPU: the ranks sharing it (bytes is this rank's share)
+  /// "this rank's GPU has 79.1 GiB", "this rank's share of its GPU (1 of 2 ranks) has 69.9 GiB",
+  /// "this rank's host memory has 12.0 GiB (physical memory, ...)".
   std::string text() const {
-    return fmt::format("this rank's {} has {:.1f} GiB{}", source.empty() ? "GPU" : "host memory", bytes / (1 << 30),
+    const std::string what = !source.empty()        ? "host memory"
+                             : ranks_on_device == 1 ? "GPU"
+                                                    : fmt::format("share of its GPU (1 of {} ranks)", ranks_on_device);
+    return fmt::format("this rank's {} has {:.1f} GiB{}", what, bytes / (1 << 30),
                        source.empty() ? std::string() : fmt::format(" ({})", source));
   }
 };
 
 RankMemory rank_memory(const RecipeContext& ctx) {
-  if (ctx.placement.is_cuda()) return {static_cast<double>(runtime::cuda_total_memory(ctx.placement.index)), ""};
+  if (ctx.placement.is_cuda()) {
+    const int sharing = std::max(1, ctx.placement.ranks_on_device);
+    return {static_cast<double>(runtime::cuda_total_memory(ctx.placement.index)) / sharing, "", sharing};
+  }
   return {static_cast<double>(ctx.host_memory.bytes), ctx.host_memory.source};
 }
 
