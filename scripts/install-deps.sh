@@ -78,7 +78,7 @@ SKIMAGE_SITE="$MGBENCH_VENV/skimage-site"
   "$PY" -m pip install -q --no-deps --target "$SKIMAGE_SITE" "scikit-image==0.26.0"
 # The analysis package of this checkout (reinstalled when its version differs from the installed one).
 ANALYSIS_DIR="$(cd "$(dirname "$0")/.." && pwd)/python"
-ANALYSIS_VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ANALYSIS_DIR/pyproject.toml")
+ANALYSIS_VERSION=$(sed -n 's/^__version__ = "\([^"]*\)".*/\1/p' "$ANALYSIS_DIR/mgbench_analysis/__init__.py")
 "$PY" -c "import mgbench_analysis, pandas, matplotlib, sys; sys.exit(mgbench_analysis.__version__ != '$ANALYSIS_VERSION')" \
   2>/dev/null || "$PY" -m pip install -q "$ANALYSIS_DIR"
 echo "install-deps: ok (python: $PY, $("$PY" -c 'import torch; print("torch", torch.__version__)'))"

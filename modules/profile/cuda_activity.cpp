@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 namespace mgbench::profile {
@@ -111,11 +112,14 @@ void ActivityAggregator::add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::u
               : kind == MemcpyKind::kDtoD ? &dtod_
                                           : nullptr;
   if (t == nullptr) return;
+  const bool between = between_steps(start_ns);
+  if (between) t = &between_copies_;
   ++t->count;
   t->bytes += bytes;
   t->ns += end_ns > start_ns ? end_ns - start_ns : 0;
   if (kind != MemcpyKind::kHtoD) return;
-  if (pinned_host) ++htod_pinned_;
+  if (pinned_host && !between) ++htod_pinned_;
+  // Labelled by purpose in the gaps too: the evaluation's batches are copied there.
   for (const std::uint32_t id : correlation_ids) {
     const auto label = id != 0 ? labels_.find(id) : labels_.end();
     if (label == labels_.end()) continue;
@@ -149,6 +153,11 @@ void ActivityAggregator::add_htod(CopyPurpose purpose, std::int64_t count, std::
 }
 
 void ActivityAggregator::add_api(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns) {
+  if (between_steps(start_ns)) {
+    ++between_apis_.count;
+    between_apis_.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+    return;
+  }
   auto it = apis_.find(raw_name);
   if (it == apis_.end()) it = apis_.emplace(std::string(raw_name), Totals{}).first;
   ++it->second.count;
@@ -156,6 +165,11 @@ void ActivityAggregator::add_api(std::string_view raw_name, std::uint64_t start_
 }
 
 void ActivityAggregator::add_kernel(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns) {
+  if (between_steps(start_ns)) {
+    ++between_kernels_.count;
+    between_kernels_.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+    return;
+  }
   auto it = kernels_.find(raw_name);
   if (it == kernels_.end()) it = kernels_.emplace(std::string(raw_name), Totals{}).first;
   ++it->second.count;
@@ -166,6 +180,25 @@ void ActivityAggregator::add_kernel(std::string_view raw_name, std::uint64_t sta
     merge_intervals(kernel_intervals_);
     merged_intervals_ = kernel_intervals_.size();
   }
+}
+
+void ActivityAggregator::begin_between_steps(std::uint64_t ns) {
+  if (!gaps_.empty() && gaps_.back().second == std::numeric_limits<std::uint64_t>::max()) return;
+  gaps_.emplace_back(ns, std::numeric_limits<std::uint64_t>::max());
+}
+
+void ActivityAggregator::end_between_steps(std::uint64_t ns) {
+  if (gaps_.empty() || gaps_.back().second != std::numeric_limits<std::uint64_t>::max()) return;
+  gaps_.back().second = std::max(ns, gaps_.back().first);
+}
+
+bool ActivityAggregator::between_steps(std::uint64_t start_ns) const {
+  // Records come roughly in time order: the newest gaps are searched first.
+  for (auto gap = gaps_.rbegin(); gap != gaps_.rend(); ++gap) {
+    if (start_ns >= gap->second) return false;
+    if (start_ns >= gap->first) return true;
+  }
+  return false;
 }
 
 void ActivityAggregator::fill_summary(results::CudaSummaryRecord& s) const {
@@ -205,6 +238,16 @@ void ActivityAggregator::fill_summary(results::CudaSummaryRecord& s) const {
   for (const auto& [start, end] : busy) busy_ns += end - start;
   s.kernel_busy_s = seconds(busy_ns);
   s.dropped_records = static_cast<std::int64_t>(dropped_);
+  std::uint64_t gaps_ns = 0;
+  for (const auto& [begin, end] : gaps_) {
+    if (end != std::numeric_limits<std::uint64_t>::max()) gaps_ns += end - begin;
+  }
+  s.between_steps_s = seconds(gaps_ns);
+  s.between_steps_api_calls = between_apis_.count;
+  s.between_steps_kernel_count = between_kernels_.count;
+  s.between_steps_kernel_s = seconds(between_kernels_.ns);
+  s.between_steps_copy_count = between_copies_.count;
+  s.between_steps_copy_bytes = static_cast<std::int64_t>(between_copies_.bytes);
 }
 
 std::vector<results::CudaApiRecord> ActivityAggregator::api_rows() const {

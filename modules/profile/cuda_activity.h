@@ -55,9 +55,18 @@ class ActivityAggregator {
   /// CUPTI delivers each buffer's records as they completed, streams interleaved.
   void add_kernel(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns);
   void add_dropped(std::uint64_t records) { dropped_ += records; }
+  /// The gaps between training steps, on CUPTI's clock (the records' timestamps): from a step's end
+  /// (begin_between_steps, after its host sync) to the next step's start (end_between_steps). A
+  /// record that starts in a gap -- an API call, a kernel, a copy; one still open at the record's
+  /// delivery included -- goes to the between-steps totals instead of the steps' (fill_summary,
+  /// api_rows, kernel_rows); the HtoD copies' purposes count every copy. A second begin while a
+  /// gap is open, or an end without one, is ignored.
+  void begin_between_steps(std::uint64_t ns);
+  void end_between_steps(std::uint64_t ns);
 
-  /// Totals into summary (the memcpy, kernel, kernel_busy_s and dropped fields; the caller sets the
-  /// window, steps, samples and memory peaks).
+  /// Totals into summary (the memcpy, kernel, kernel_busy_s, between_steps_* and dropped fields;
+  /// between_steps_s sums the closed gaps; the caller sets the window less that, steps, samples and
+  /// memory peaks).
   void fill_summary(results::CudaSummaryRecord& summary) const;
   /// kReportedApis first, then the other APIs by time, at most results::kCudaApiRows rows.
   std::vector<results::CudaApiRecord> api_rows() const;
@@ -88,6 +97,11 @@ class ActivityAggregator {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> kernel_intervals_;
   std::size_t merged_intervals_ = 0;
   std::uint64_t dropped_ = 0;
+  /// Whether a record starting at start_ns falls in a gap between steps (an open one included).
+  bool between_steps(std::uint64_t start_ns) const;
+  // The gaps, in order, each [begin, end); an open one ends at UINT64_MAX.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps_;
+  Totals between_apis_, between_kernels_, between_copies_;
 };
 
 }  // namespace mgbench::profile

@@ -44,6 +44,12 @@ class CuptiCollector {
   /// Stops recording and flushes the buffers into the totals.
   virtual void stop() = 0;
   virtual bool running() const = 0;
+  /// A gap between training steps begins / ends now (CUPTI's clock): what CUPTI records from here
+  /// to the end is kept apart from the steps' totals (ActivityAggregator::begin_between_steps). The
+  /// caller makes sure the step's device work is complete before the begin (the step's host sync),
+  /// and the gap's before the end.
+  virtual void begin_between_steps() = 0;
+  virtual void end_between_steps() = 0;
   /// Totals so far (flushes completed buffers first).
   virtual const ActivityAggregator& totals() = 0;
 };

@@ -77,9 +77,10 @@ double api_calls(const results::RunRecord& run, std::size_t r, const char* const
 
 /// A run's steps on the device, one row per rank (schema 12; "-" before): the steps that started in
 /// the window, the window per step, kernels, launch calls and host waits per step, the GPU-busy
-/// share (kernel_busy_s / window_s). Launch calls are results::kLaunchApis' (CUPTI records the driver
-/// calls an application or library makes itself, not those inside the runtime's); waits
-/// results::kHostWaitApis'.
+/// share (kernel_busy_s / window_s), and the window's time between the steps with the kernels
+/// launched there (schema 13: left out of the others; "-" before, whose window held them). Launch calls are
+/// results::kLaunchApis' (CUPTI records the driver calls an application or library makes itself, not those inside the
+/// runtime's); waits results::kHostWaitApis'.
 std::vector<TextRow> cuda_step_rows(const results::RunRecord& run) {
   std::vector<TextRow> rows;
   for (std::size_t r = 0; r < run.cuda.size(); ++r) {
@@ -87,10 +88,12 @@ std::vector<TextRow> cuda_step_rows(const results::RunRecord& run) {
     const double steps = c.steps > 0 ? static_cast<double>(c.steps) : NAN;
     const double launches = api_calls(run, r, results::kLaunchApis);
     const double waits = api_calls(run, r, results::kHostWaitApis);
-    rows.push_back({std::to_string(r), c.steps >= 0 ? std::to_string(c.steps) : std::string("-"),
-                    number(1e3 * c.window_s / steps, 2), number(static_cast<double>(c.kernel_count) / steps, 1),
-                    number(launches / steps, 1), number(waits / steps, 1),
-                    number(c.window_s > 0 ? 100 * c.kernel_busy_s / c.window_s : NAN, 1)});
+    rows.push_back(
+        {std::to_string(r), c.steps >= 0 ? std::to_string(c.steps) : std::string("-"),
+         number(1e3 * c.window_s / steps, 2), number(static_cast<double>(c.kernel_count) / steps, 1),
+         number(launches / steps, 1), number(waits / steps, 1),
+         number(c.window_s > 0 ? 100 * c.kernel_busy_s / c.window_s : NAN, 1), number(c.between_steps_s, 2),
+         c.between_steps_kernel_count >= 0 ? std::to_string(c.between_steps_kernel_count) : std::string("-")});
   }
   return rows;
 }
@@ -222,7 +225,9 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
                                           {"kernels", "(/step)", 10},
                                           {"launches", "(/step)", 10},
                                           {"host waits", "(/step)", 11},
-                                          {"GPU busy", "(%)", 9}});
+                                          {"GPU busy", "(%)", 9},
+                                          {"between", "steps (s)", 10},
+                                          {"kernels", "(between)", 10}});
   const auto api_columns =
       text_columns({{"API (mean over ranks)", "", -28}, {"calls", "", 12}, {"time", "(s)", 10}, {"", "(%)", 8}});
   const auto kernel_columns =

@@ -124,6 +124,12 @@ h5::Handle cuda_summary_type() {
   MGBENCH_FIELD(htod_staging_bytes, H5T_NATIVE_INT64);
   MGBENCH_FIELD(steps, H5T_NATIVE_INT64);
   MGBENCH_FIELD(kernel_busy_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(between_steps_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(between_steps_api_calls, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(between_steps_kernel_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(between_steps_kernel_s, H5T_NATIVE_DOUBLE);
+  MGBENCH_FIELD(between_steps_copy_count, H5T_NATIVE_INT64);
+  MGBENCH_FIELD(between_steps_copy_bytes, H5T_NATIVE_INT64);
 #undef MGBENCH_FIELD
   return t;
 }

@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 12;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 13;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -173,6 +173,17 @@ struct CudaSummaryRecord {
   // -1 / NaN in runs before version 12.
   std::int64_t steps = -1;
   double kernel_busy_s = kNaN;
+  // The window's time between the training steps -- from a step's end (its host sync) to the next
+  // step's start: evaluation, checkpoints, the run's end -- and what CUPTI recorded there (by its
+  // start: API calls, kernels, copies), kept out of window_s, the API, kernel and copy totals and
+  // the cuda_api / cuda_kernels rows (the HtoD copies by purpose above count every copy of the
+  // window, the evaluation's among them). NaN / -1 before version 13, whose window held them.
+  double between_steps_s = kNaN;
+  std::int64_t between_steps_api_calls = -1;
+  std::int64_t between_steps_kernel_count = -1;
+  double between_steps_kernel_s = kNaN;
+  std::int64_t between_steps_copy_count = -1;
+  std::int64_t between_steps_copy_bytes = -1;
 };
 
 /// A row of rank_<r>/cuda_api: one CUDA runtime/driver API function in the window.

@@ -25,6 +25,7 @@ std::unique_ptr<profile::CuptiCollector> make_cupti(const torch::Device& device,
 
 void CuptiWindow::update(double elapsed_s, std::int64_t step, const torch::Device& device, double run_start_s) {
   if (!cupti_) return;
+  if (cupti_->running()) cupti_->end_between_steps();
   const bool inside = window_.contains(elapsed_s, step);
   if (inside && !cupti_->running() && !std::isfinite(closed_s_)) {
     cupti_->start();
@@ -39,6 +40,7 @@ void CuptiWindow::update(double elapsed_s, std::int64_t step, const torch::Devic
 void CuptiWindow::close(const torch::Device& device, double run_start_s) {
   if (!cupti_ || !cupti_->running()) return;
   synchronize(device);
+  cupti_->end_between_steps();
   cupti_->stop();
   closed_s_ = now_s() - run_start_s;
 }

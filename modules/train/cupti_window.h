@@ -22,10 +22,17 @@ class CuptiWindow {
   profile::CuptiCollector* collector() const { return cupti_.get(); }
   /// Whether the window holds a step that starts elapsed_s into the run, at global step `step`.
   bool contains(double elapsed_s, std::int64_t step) const { return window_.contains(elapsed_s, step); }
-  /// Before global step `step`, starting elapsed_s into the run that started at run_start_s: opens
-  /// or closes the window (once closed, it stays closed).
+  /// Before global step `step`, starting elapsed_s into the run that started at run_start_s: ends
+  /// the gap since the last step (step_ended), then opens or closes the window (once closed, it
+  /// stays closed). No sync for the gap: what ran in it (an evaluation, a checkpoint) ended in a
+  /// host sync of its own, and the feeder's copies for this step may still be in flight.
   void update(double elapsed_s, std::int64_t step, const torch::Device& device, double run_start_s);
-  /// At the end of the run: closes the window if still open.
+  /// After a step (its host sync read its values): a gap between steps begins, whose CUDA activity
+  /// the collector keeps out of the steps' totals until the next update() or close().
+  void step_ended() {
+    if (cupti_ && cupti_->running()) cupti_->begin_between_steps();
+  }
+  /// At the end of the run: closes the window if still open, its last gap with it.
   void close(const torch::Device& device, double run_start_s);
   /// Counts a step and its samples when it started inside the window (what the CUDA metrics cover).
   void count(double start_s, std::int64_t step, std::int64_t samples) {

@@ -139,6 +139,7 @@ bool EpochStage::train() {
     std::optional<OpCounter> ops;
     if (run.global_step - run.first_step == op_counted_step(options.warmup_steps_excluded)) ops.emplace();
     StepOutcome out = train_step(setup, state_.training, {feeder, clock_}, lr, run.global_step);
+    state_.cupti.step_ended();  // what follows until the next step (its record, evaluation, a checkpoint)
     if (ops && out.micro_batches > 0) run.summary.ops_per_step = ops->count();
     run.position += out.loaded_batches;
     run.epoch_record.loaded_samples += out.loaded_samples;

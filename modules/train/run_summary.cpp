@@ -44,7 +44,7 @@ void write_cuda_metrics(LoopState& state, const RunSinks& sinks) {
   const auto& totals = cupti->totals();
   totals.fill_summary(cuda);
   cuda.window_start_s = state.cupti.opened_s();
-  cuda.window_s = state.cupti.closed_s() - state.cupti.opened_s();
+  cuda.window_s = state.cupti.closed_s() - state.cupti.opened_s() - cuda.between_steps_s;  // the steps' time
   cuda.samples = state.cupti.samples();
   cuda.steps = state.cupti.steps();
   std::tie(cuda.peak_allocated_bytes, cuda.peak_reserved_bytes) = device_memory_peaks(device);

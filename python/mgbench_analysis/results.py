@@ -19,14 +19,18 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
 PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("buffer_broadcast", "buffer_broadcast_s"), ("transform", "transform_s"),
           ("forward", "forward_s"), ("backward", "backward_s"), ("allreduce", "allreduce_s"),
           ("loss_reduce", "loss_reduce_s"), ("optimizer", "optimizer_s"))
 
-# Fields of cuda_summary that runs before schema 12 lack, with the writer's defaults.
-_CUDA_SUMMARY_DEFAULTS = {"steps": -1, "kernel_busy_s": np.nan}
+# Fields of cuda_summary that runs before schema 12 (steps, kernel_busy_s) and 13 (between_steps_*)
+# lack, with the writer's defaults.
+_CUDA_SUMMARY_DEFAULTS = {"steps": -1, "kernel_busy_s": np.nan, "between_steps_s": np.nan,
+                          "between_steps_api_calls": -1, "between_steps_kernel_count": -1,
+                          "between_steps_kernel_s": np.nan, "between_steps_copy_count": -1,
+                          "between_steps_copy_bytes": -1}
 
 # Fields of the summary record, with the values of a run that has not written it (the writer's fill values).
 _SUMMARY_DEFAULTS = {"total_s": np.nan, "train_s": np.nan, "eval_s": np.nan, "samples_per_s": np.nan,

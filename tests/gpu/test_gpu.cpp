@@ -507,7 +507,13 @@ TEST(Cupti, TotalsNonZeroAndConsistentWithPhaseTimers) {
     EXPECT_GT(c.htod_staging_bytes, 0);
     EXPECT_LT(c.htod_staging_bytes, 1024)
         << "more than metric scalars staged: a gradient all-reduce in a 1-rank world?";
-    EXPECT_GE(c.htod_bytes, c.htod_train_bytes + c.htod_eval_bytes);
+    // Schema 13: the evaluations' copies started between steps (a prefetched training batch's may too).
+    EXPECT_GE(c.htod_bytes + c.between_steps_copy_bytes, c.htod_train_bytes + c.htod_eval_bytes);
+    EXPECT_GE(c.between_steps_copy_bytes, c.htod_eval_bytes);
+    // ... and their kernels, a forward pass a batch of 16 at least, are counted there, not as the steps'.
+    EXPECT_GT(c.between_steps_s, 0);
+    EXPECT_GE(c.between_steps_kernel_count, (eval_samples + 15) / 16);
+    EXPECT_GT(c.between_steps_api_calls, 0);
     EXPECT_GT(c.htod_pinned_count, 0);  // --pin-memory true
     bool launches = false;
     for (const auto& a : runs[0].cuda_api[0]) launches |= std::string_view(a.name) == "cudaLaunchKernel" && a.calls > 0;

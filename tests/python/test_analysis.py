@@ -79,8 +79,8 @@ def matrix(tmp_path_factory):
 def add_cuda_tables(path, step_fields=False):
     """Adds CUPTI tables of the documented layout (docs/results-schema.md) to every run of a copied
     results file, with values drawn from a seeded generator: the CUDA figures' input without a GPU.
-    step_fields: with schema 12's `steps` and `kernel_busy_s` and the names in UTF-8, as mgbench writes
-    them (without: schema 11's layout, the names and the run's status as h5py writes bytes by default,
+    step_fields: with schema 12's `steps` and `kernel_busy_s`, schema 13's `between_steps_*` and the names
+    in UTF-8, as mgbench writes them (without: schema 11's layout, the names and the run's status as h5py writes bytes by default,
     ASCII, which `mgbench report` reads too)."""
     rng = np.random.default_rng(7)
     summary_type = np.dtype([(n, "<f8") for n in ("window_start_s", "window_s")] +
@@ -90,7 +90,10 @@ def add_cuda_tables(path, step_fields=False):
                              ("kernel_count", "<i8"), ("kernel_s", "<f8"), ("nccl_kernel_count", "<i8"),
                              ("nccl_kernel_s", "<f8"), ("samples", "<i8"), ("peak_allocated_bytes", "<i8"),
                              ("peak_reserved_bytes", "<i8"), ("dropped_records", "<i8")] +
-                            ([("steps", "<i8"), ("kernel_busy_s", "<f8")] if step_fields else []))
+                            ([("steps", "<i8"), ("kernel_busy_s", "<f8"), ("between_steps_s", "<f8"),
+                              ("between_steps_api_calls", "<i8"), ("between_steps_kernel_count", "<i8"),
+                              ("between_steps_kernel_s", "<f8"), ("between_steps_copy_count", "<i8"),
+                              ("between_steps_copy_bytes", "<i8")] if step_fields else []))
     def text(length):
         return h5py.string_dtype("utf-8", length) if step_fields else f"S{length}"
 
@@ -106,6 +109,8 @@ def add_cuda_tables(path, step_fields=False):
                 s["kernel_count"], s["kernel_s"] = rng.integers(10_000, 90_000), rng.uniform(5, 9)
                 if step_fields:
                     s["steps"], s["kernel_busy_s"] = 37 + r, s["kernel_s"] * rng.uniform(0.5, 1)
+                    s["between_steps_s"], s["between_steps_kernel_count"] = rng.uniform(0.5, 2), 500 + r
+                    s["between_steps_api_calls"], s["between_steps_kernel_s"] = 600 + r, rng.uniform(0, 0.5)
                 g.create_dataset("cuda_summary", data=s)
                 api = np.zeros(32, api_type)
                 for i, name in enumerate([b"cudaLaunchKernel", b"cudaMemcpyAsync", b"cudaStreamSynchronize"]):
@@ -145,8 +150,9 @@ def cuda_step_tables(report):
 
 
 def test_report_cuda_counts_kernels_launches_and_waits_per_step_and_the_busy_share(matrix, tmp_path):
-    """Issue 47 (schema 12): `report --cuda`'s per-step table -- the steps in the window, the window per
-    step, kernels, launch calls and host waits per step, kernel_busy_s over the window -- equals the same
+    """Issue 47 (schema 12, 13): `report --cuda`'s per-step table -- the steps in the window, the window per
+    step, kernels, launch calls and host waits per step, kernel_busy_s over the window, the time between
+    the steps and the kernels there -- equals the same
     arithmetic on the file's cuda tables read with h5py; a file of schema 11's layout (no step fields)
     prints '-' where they are needed, and mgbench_analysis reads it with the writer's defaults. The second
     file's names and statuses are ASCII (h5py's bytes), which HDF5 does not convert to the UTF-8 mgbench
@@ -168,19 +174,22 @@ def test_report_cuda_counts_kernels_launches_and_waits_per_step_and_the_busy_sha
                     s, api, row = run[f"rank_{r}/cuda_summary"][0], run[f"rank_{r}/cuda_api"][:], tables[run_id][r]
                     calls = {name.decode(): int(n) for name, n in zip(api["name"], api["calls"]) if name}
                     if not step_fields:
-                        assert row == ["-"] * 6, row
+                        assert row == ["-"] * 8, row
                         continue
                     steps = int(s["steps"])
                     expected = [str(steps), f"{1e3 * s['window_s'] / steps:.2f}", f"{s['kernel_count'] / steps:.1f}",
                                 f"{calls['cudaLaunchKernel'] / steps:.1f}",
                                 f"{calls['cudaStreamSynchronize'] / steps:.1f}",
-                                f"{100 * s['kernel_busy_s'] / s['window_s']:.1f}"]
+                                f"{100 * s['kernel_busy_s'] / s['window_s']:.1f}",
+                                f"{s['between_steps_s']:.2f}", str(s["between_steps_kernel_count"])]
                     assert row == expected, (run_id, r, row, expected)
         frame = mga.cuda(str(path))  # every run's ranks
         if step_fields:
             assert (frame["steps"] >= 37).all() and (frame["kernel_busy_s"] > 0).all(), frame
+            assert (frame["between_steps_kernel_count"] >= 500).all(), frame
         else:
             assert (frame["steps"] == -1).all() and frame["kernel_busy_s"].isna().all(), frame
+            assert (frame["between_steps_kernel_count"] == -1).all() and frame["between_steps_s"].isna().all(), frame
 
 
 def report_csv_tables(directory):

@@ -31,6 +31,7 @@
 #include "runtime/event_pool.h"
 #include "runtime/nccl_communicator.h"
 #include "test_support.h"
+#include "train/cupti_window.h"
 #include "train/device_pipeline.h"
 
 namespace mgbench {
@@ -339,6 +340,115 @@ TEST(CudaActivity, KernelBusyTimeIsTheUnionOfTheKernelsIntervals) {
   EXPECT_DOUBLE_EQ(s.kernel_busy_s, busy * 1e-9);
   EXPECT_LT(s.kernel_busy_s, s.kernel_s);  // not vacuous: the kernels overlap
   EXPECT_GT(s.kernel_busy_s, 0.5 * s.kernel_s);
+}
+
+// The window's gaps between training steps (an evaluation, a checkpoint, the run's end): what starts
+// in one -- by its start, delivered before or after the gap closed -- is kept out of the steps'
+// totals and rows, counted apart; the copies' purposes count every copy.
+TEST(CudaActivity, WhatStartsBetweenStepsIsKeptApart) {
+  profile::ActivityAggregator a;
+  const auto step = [&](std::uint64_t t) {  // one step's work starting at t
+    a.add_api("cudaLaunchKernel_v7000", t, t + 10);
+    a.add_kernel("gemm", t + 20, t + 120);
+    a.add_memcpy(profile::MemcpyKind::kHtoD, 100, t + 5, t + 15, true, {static_cast<std::uint32_t>(t + 1), 0});
+  };
+  step(1000);
+  a.begin_between_steps(2000);
+  // The evaluation: an eval-labelled copy (its label first), its launches and kernels.
+  a.add_external_correlation(7, static_cast<std::uint64_t>(profile::CopyPurpose::kEvalBatch));
+  a.add_memcpy(profile::MemcpyKind::kHtoD, 4000, 2100, 2200, true, {7, 0});
+  for (std::uint64_t t = 2300; t < 2800; t += 100) {
+    a.add_api("cudaLaunchKernel_v7000", t, t + 10);
+    a.add_kernel("conv", t + 20, t + 90);
+  }
+  a.add_api("cudaStreamSynchronize_v3020", 2900, 2990);
+  a.add_kernel("gemm", 1500, 1600);  // a step's kernel delivered while the gap is open
+  a.end_between_steps(3000);
+  step(3000);                        // the next step starts where the gap ends
+  a.add_kernel("late", 2500, 2600);  // a gap's kernel delivered after the gap closed
+  a.begin_between_steps(4000);       // the run's end: a gap still open (CuptiWindow::close ends it)
+  a.add_api("cudaFree_v3020", 4100, 4200);
+
+  results::CudaSummaryRecord s;
+  a.fill_summary(s);
+  EXPECT_DOUBLE_EQ(s.between_steps_s, 1000e-9);     // the closed gap only
+  EXPECT_EQ(s.between_steps_api_calls, 5 + 1 + 1);  // the launches, the sync, cudaFree
+  EXPECT_EQ(s.between_steps_kernel_count, 5 + 1);   // conv, late
+  EXPECT_DOUBLE_EQ(s.between_steps_kernel_s, (5 * 70 + 100) * 1e-9);
+  EXPECT_EQ(s.between_steps_copy_count, 1);  // the evaluation's
+  EXPECT_EQ(s.between_steps_copy_bytes, 4000);
+  // The steps': two of them, and the late gemm.
+  EXPECT_EQ(s.kernel_count, 3);
+  EXPECT_DOUBLE_EQ(s.kernel_busy_s, 300e-9);
+  EXPECT_EQ(s.htod_count, 2);
+  EXPECT_EQ(s.htod_bytes, 200);
+  EXPECT_EQ(s.htod_pinned_count, 2);
+  EXPECT_EQ(s.htod_eval_count, 1);  // by purpose: in a gap too
+  EXPECT_EQ(s.htod_eval_bytes, 4000);
+  const auto api = a.api_rows();
+  EXPECT_STREQ(api[0].name, "cudaLaunchKernel");
+  EXPECT_EQ(api[0].calls, 2);
+  EXPECT_EQ(api[3].calls, 0);  // cudaStreamSynchronize: the evaluation's only
+  const auto kernels = a.kernel_rows();
+  ASSERT_EQ(kernels.size(), 1U);
+  EXPECT_STREQ(kernels[0].name, "gemm");
+  EXPECT_EQ(kernels[0].count, 3);
+  // A second begin inside an open gap and an end without one change nothing.
+  profile::ActivityAggregator b;
+  b.end_between_steps(10);
+  b.begin_between_steps(100);
+  b.begin_between_steps(150);
+  b.end_between_steps(300);
+  b.end_between_steps(400);
+  b.add_kernel("k", 120, 130);
+  b.add_kernel("k", 350, 360);
+  b.fill_summary(s);
+  EXPECT_DOUBLE_EQ(s.between_steps_s, 200e-9);
+  EXPECT_EQ(s.between_steps_kernel_count, 1);
+  EXPECT_EQ(s.kernel_count, 1);
+}
+/// A stand-in CUPTI collector: the calls a CuptiWindow makes, in order.
+class RecordingCollector final : public profile::CuptiCollector {
+ public:
+  explicit RecordingCollector(std::vector<std::string>& calls) : calls_(calls) {}
+  void start() override {
+    calls_.emplace_back("start");
+    running_ = true;
+  }
+  void stop() override {
+    calls_.emplace_back("stop");
+    running_ = false;
+  }
+  bool running() const override { return running_; }
+  const profile::ActivityAggregator& totals() override { return totals_; }
+  void begin_between_steps() override { calls_.emplace_back("begin"); }
+  void end_between_steps() override { calls_.emplace_back("end"); }
+
+ private:
+  std::vector<std::string>& calls_;
+  profile::ActivityAggregator totals_;
+  bool running_ = false;
+};
+
+// The loop's window over steps 1 and 2 of four: a gap begins after each step inside it and ends as
+// the next step starts, before the window closes there; a window open at the run's end closes its
+// last gap (the evaluation, the export after the last step) with it.
+TEST(CuptiWindow, EachGapBetweenStepsEndsAtTheNextStepOrTheClose) {
+  const torch::Device cpu(torch::kCPU);
+  const auto calls_of = [&](const char* window) {
+    std::vector<std::string> calls;
+    train::CuptiWindow w;
+    w.set(std::make_unique<RecordingCollector>(calls), profile::parse_profile_window(window));
+    for (std::int64_t step = 0; step < 4; ++step) {
+      w.update(static_cast<double>(step), step, cpu, 0.0);
+      w.step_ended();
+    }
+    w.close(cpu, 0.0);
+    return calls;
+  };
+  using Calls = std::vector<std::string>;
+  EXPECT_EQ(calls_of("steps:1:2"), (Calls{"start", "begin", "end", "begin", "end", "stop"}));
+  EXPECT_EQ(calls_of("all"), (Calls{"start", "begin", "end", "begin", "end", "begin", "end", "begin", "end", "stop"}));
 }
 
 TEST(CudaActivity, AnExternalProfilerIsRecognised) {
