@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <memory>
 
 namespace mgbench::profile {
@@ -114,9 +113,7 @@ void ActivityAggregator::add_memcpy(MemcpyKind kind, std::uint64_t bytes, std::u
   if (t == nullptr) return;
   const bool between = between_steps(start_ns);
   if (between) t = &between_copies_;
-  ++t->count;
-  t->bytes += bytes;
-  t->ns += end_ns > start_ns ? end_ns - start_ns : 0;
+  t->add(start_ns, end_ns, bytes);
   if (kind != MemcpyKind::kHtoD) return;
   if (pinned_host && !between) ++htod_pinned_;
   // Labelled by purpose in the gaps too: the evaluation's batches are copied there.
@@ -154,26 +151,22 @@ void ActivityAggregator::add_htod(CopyPurpose purpose, std::int64_t count, std::
 
 void ActivityAggregator::add_api(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns) {
   if (between_steps(start_ns)) {
-    ++between_apis_.count;
-    between_apis_.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+    between_apis_.add(start_ns, end_ns);
     return;
   }
   auto it = apis_.find(raw_name);
   if (it == apis_.end()) it = apis_.emplace(std::string(raw_name), Totals{}).first;
-  ++it->second.count;
-  it->second.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+  it->second.add(start_ns, end_ns);
 }
 
 void ActivityAggregator::add_kernel(std::string_view raw_name, std::uint64_t start_ns, std::uint64_t end_ns) {
   if (between_steps(start_ns)) {
-    ++between_kernels_.count;
-    between_kernels_.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+    between_kernels_.add(start_ns, end_ns);
     return;
   }
   auto it = kernels_.find(raw_name);
   if (it == kernels_.end()) it = kernels_.emplace(std::string(raw_name), Totals{}).first;
-  ++it->second.count;
-  it->second.ns += end_ns > start_ns ? end_ns - start_ns : 0;
+  it->second.add(start_ns, end_ns);
   if (end_ns <= start_ns) return;
   kernel_intervals_.emplace_back(start_ns, end_ns);
   if (kernel_intervals_.size() >= std::max(kMergeAtLeast, 2 * merged_intervals_)) {
@@ -183,12 +176,12 @@ void ActivityAggregator::add_kernel(std::string_view raw_name, std::uint64_t sta
 }
 
 void ActivityAggregator::begin_between_steps(std::uint64_t ns) {
-  if (!gaps_.empty() && gaps_.back().second == std::numeric_limits<std::uint64_t>::max()) return;
-  gaps_.emplace_back(ns, std::numeric_limits<std::uint64_t>::max());
+  if (!gaps_.empty() && gaps_.back().second == kOpenGap) return;
+  gaps_.emplace_back(ns, kOpenGap);
 }
 
 void ActivityAggregator::end_between_steps(std::uint64_t ns) {
-  if (gaps_.empty() || gaps_.back().second != std::numeric_limits<std::uint64_t>::max()) return;
+  if (gaps_.empty() || gaps_.back().second != kOpenGap) return;
   gaps_.back().second = std::max(ns, gaps_.back().first);
 }
 
@@ -240,7 +233,7 @@ void ActivityAggregator::fill_summary(results::CudaSummaryRecord& s) const {
   s.dropped_records = static_cast<std::int64_t>(dropped_);
   std::uint64_t gaps_ns = 0;
   for (const auto& [begin, end] : gaps_) {
-    if (end != std::numeric_limits<std::uint64_t>::max()) gaps_ns += end - begin;
+    if (end != kOpenGap) gaps_ns += end - begin;
   }
   s.between_steps_s = seconds(gaps_ns);
   s.between_steps_api_calls = between_apis_.count;

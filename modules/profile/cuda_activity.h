@@ -6,6 +6,7 @@
 // the top kernels by time. Pure bookkeeping, no CUDA: tested without a GPU.
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -80,6 +81,12 @@ class ActivityAggregator {
     std::int64_t count = 0;
     std::uint64_t bytes = 0;
     std::uint64_t ns = 0;
+    /// One record of [start_ns, end_ns) (a reversed interval adds no time) and its bytes.
+    void add(std::uint64_t start_ns, std::uint64_t end_ns, std::uint64_t record_bytes = 0) {
+      ++count;
+      bytes += record_bytes;
+      ns += end_ns > start_ns ? end_ns - start_ns : 0;
+    }
   };
   void add_htod(CopyPurpose purpose, std::int64_t count, std::uint64_t bytes);
   Totals htod_, dtoh_, dtod_;
@@ -99,7 +106,8 @@ class ActivityAggregator {
   std::uint64_t dropped_ = 0;
   /// Whether a record starting at start_ns falls in a gap between steps (an open one included).
   bool between_steps(std::uint64_t start_ns) const;
-  // The gaps, in order, each [begin, end); an open one ends at UINT64_MAX.
+  // The gaps, in order, each [begin, end); an open one ends at kOpenGap.
+  static constexpr std::uint64_t kOpenGap = std::numeric_limits<std::uint64_t>::max();
   std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps_;
   Totals between_apis_, between_kernels_, between_copies_;
 };

@@ -134,24 +134,21 @@ class Collector final : public CuptiCollector {
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   }
   bool running() const override { return running_; }
-  void begin_between_steps() override {
-    std::uint64_t now = 0;
-    check_cupti(cuptiGetTimestamp(&now), "cuptiGetTimestamp");
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_totals.begin_between_steps(now);
-  }
-  void end_between_steps() override {
-    std::uint64_t now = 0;
-    check_cupti(cuptiGetTimestamp(&now), "cuptiGetTimestamp");
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_totals.end_between_steps(now);
-  }
+  void begin_between_steps() override { stamp(&ActivityAggregator::begin_between_steps); }
+  void end_between_steps() override { stamp(&ActivityAggregator::end_between_steps); }
   const ActivityAggregator& totals() override {
     cuptiActivityFlushAll(0);
     return g_totals;
   }
 
  private:
+  /// Hands CUPTI's time now to the aggregator's `mark` (its records' clock).
+  static void stamp(void (ActivityAggregator::*mark)(std::uint64_t)) {
+    std::uint64_t now = 0;
+    check_cupti(cuptiGetTimestamp(&now), "cuptiGetTimestamp");
+    std::lock_guard<std::mutex> lock(g_mutex);
+    (g_totals.*mark)(now);
+  }
   bool running_ = false;
 };
 
