@@ -20,9 +20,10 @@
 # sees one GPU and NCCL falls back to slower paths: mgbench warns at start and records it.
 # Several nodes: `sbatch --nodes=N` (tested on a simulated 2-node cluster, docs/cluster.md).
 # Preemption: the scripts ask for `--signal=B:USR1@120`, so SLURM signals this batch shell two minutes
-# before the time limit; the trap below forwards SIGUSR1 to the launcher, which passes it to every
-# rank; mgbench stops at the next step, checkpoints, marks the run preempted and exits 75; the job is
-# requeued (same job id, same outputs directory) and the next start continues with --resume.
+# before the time limit; the trap below forwards SIGUSR1 (and a SIGTERM as SIGUSR1) to the launcher,
+# which passes it to every rank; mgbench stops at the next step, checkpoints, marks the run preempted
+# and exits 75; the job is requeued (same job id, same outputs directory) and the next start
+# continues with --resume.
 
 mgbench_fail() {
   echo "${MGBENCH_SCRIPT:-slurm}: $*" >&2
@@ -87,15 +88,18 @@ mgbench_run() {
       --output="$MGBENCH_JOB_DIR/nsys/rank%q{SLURM_PROCID}")
   fi
   local pid rc
-  "${launcher[@]}" "${wrapper[@]}" "$MGBENCH" "$@" &
+  # Both launchers answer a SIGTERM of their own by ending the job: srun "forcing job termination"
+  # SIGKILLs the tasks, Open MPI's mpirun kills the job (exit 1): no checkpoint, no requeue. So the
+  # launcher runs in a session of its own (setsid: this non-interactive shell's background child is
+  # no process group leader, so setsid execs it, $! is the launcher), out of reach of a signal SLURM
+  # sends to the batch step's processes (its time limit, preemption, `scancel --full`), and the
+  # traps below hand it SIGUSR1 instead, which both pass to every rank and mgbench takes as the same
+  # request as SIGTERM (checkpoint, stop, exit 75). The ranks' own step may be signalled too: each
+  # rank takes the first signal as the request (runtime/stop_request.h).
+  setsid "${launcher[@]}" "${wrapper[@]}" "$MGBENCH" "$@" &
   pid=$!
-  # Forward the stop signals to the launcher, which passes them to every rank. Open MPI's mpirun
-  # forwards SIGUSR1/2 but answers SIGTERM by killing the job itself (exit 1, no requeue): to it a
-  # SIGTERM goes as SIGUSR1, which mgbench takes as the same request (checkpoint, stop, exit 75).
-  local term_as=TERM
-  [[ "${MGBENCH_LAUNCHER:-srun}" == mpirun ]] && term_as=USR1
   trap 'echo "# SIGUSR1: asking mgbench to checkpoint and stop"; kill -USR1 "$pid" 2>/dev/null || true' USR1
-  trap 'echo "# SIGTERM: asking mgbench to checkpoint and stop (as SIG$term_as)"; kill -$term_as "$pid" 2>/dev/null || true' TERM
+  trap 'echo "# SIGTERM: asking mgbench to checkpoint and stop (as SIGUSR1)"; kill -USR1 "$pid" 2>/dev/null || true' TERM
   while :; do
     rc=0
     wait "$pid" || rc=$?

@@ -5,7 +5,7 @@
 #   mgbench report '<outputs>/*/results.h5'          (add --csv for a spreadsheet)
 #
 #   slurm/matrix.sh image [--dry-run] [--test-only] [--cpu] [--local] [-- extra mgbench image options]
-#   slurm/matrix.sh llm   [--dry-run] [--test-only] [--cpu] [--local] [-- extra mgbench llm options]
+#   slurm/matrix.sh llm   [--dry-run] [--test-only] [--cpu] [--local] -- --model DIR [extra mgbench llm options]
 #
 # image (Lawenda et al. 2025, Figs. 1-6, Table 2): GPUS x STRATEGIES x PRECISIONS x PIN x SIZES
 # llm   (Lawenda et al. 2025, sec. 4, Table 3):    GPUS x DATASETS x PIN
@@ -14,6 +14,7 @@
 #   MNIST          --data of the image points (default $HOME/mnist)
 #   DATA_DIR       directory of the LLM datasets: <DATA_DIR>/<dataset>.jsonl (or .json, .csv, .tsv)
 #   SBATCH_ARGS    extra sbatch options (account, partition, QoS, time)
+#   MGBENCH        the binary (default: the module's, else build/app/mgbench; --local too)
 # --cpu: CPU variants (no GPUs requested, --device cpu), for workstations and the CI's test SLURM.
 # --dry-run: print the sbatch commands only. --test-only: sbatch --test-only (validates, runs nothing).
 # --local: no SLURM: run the points one after another here with mpirun (a workstation; with --cpu and
@@ -37,6 +38,10 @@ while (($#)); do
   shift
 done
 
+# --local's binary, found as slurm/common.sh finds the jobs'.
+local_binary=${MGBENCH:-}
+[[ -z "$local_binary" && -n "${MGBENCH_ROOT:-}" ]] && local_binary=$MGBENCH_ROOT/bin/mgbench
+local_binary=${local_binary:-build/app/mgbench}
 GPUS=${GPUS:-"1 2 3 4"}
 OUTPUTS=${OUTPUTS:-outputs/matrix-$task-$(date -u +%Y%m%dT%H%M%SZ)}
 read -r -a sbatch_args <<<"${SBATCH_ARGS:-}"
@@ -44,6 +49,15 @@ device=()
 ((cpu)) && device=(--device cpu)
 
 ((local)) && ((${#test_only[@]})) && { echo "slurm/matrix.sh: --local runs without SLURM: --test-only does not apply" >&2; exit 2; }
+# The LLM points fine-tune llama3-8b from its checkpoint by default, which only --model names: say so
+# before submitting a matrix of jobs that would each fail at set-up.
+if [[ "$task" == llm ]]; then
+  model_given=0
+  for arg in "${extra[@]}"; do
+    [[ "$arg" =~ ^--(model|config|init)(=.*)?$ ]] && model_given=1
+  done
+  ((model_given)) || { echo "slurm/matrix.sh llm: name the model after --: -- --model DIR (a Hugging Face checkpoint folder, e.g. Meta-Llama-3-8B-Instruct), or -- --init random for the preset's shape without weights" >&2; exit 2; }
+fi
 
 run_here() {  # run_here RANKS NAME SCRIPT ARGS...: the point with mpirun, results in OUTPUTS/NAME/results.h5
   local ranks=$1 name=$2 task_of_script
@@ -51,7 +65,7 @@ run_here() {  # run_here RANKS NAME SCRIPT ARGS...: the point with mpirun, resul
   shift 3
   local dir="$OUTPUTS/$name" outputs=()
   [[ "$task_of_script" == llm ]] && outputs=(--output-dir "$dir/adapter")
-  local cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none build/app/mgbench "$task_of_script" "$@" "${device[@]}"
+  local cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none "$local_binary" "$task_of_script" "$@" "${device[@]}"
     "${extra[@]}" --results "$dir/results.h5" "${outputs[@]}")
   if ((dry_run)); then
     printf '%q ' "${cmd[@]}"

@@ -244,6 +244,10 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
     }
     out << fmt::format(", profile window {}\n", run.display("profile_window"));
     write_table(out, rank_columns, cuda_rank_rows(run), /*csv=*/false);
+    if (run.integer("schema_version").value_or(0) >= 13) {
+      out << "# HtoD count, MiB, s: the steps' copies; train/smp, eval, staging: by what made them, copies "
+             "between steps included (the evaluation's are)\n";
+    }
     write_table(out, step_columns, cuda_step_rows(run), /*csv=*/false);
     for (std::size_t r = 0; r < run.cuda.size(); ++r) {
       if (run.cuda[r].dropped_records > 0) {

@@ -20,7 +20,7 @@ struct ReportOptions {
       "own.\nusage: mgbench report [--csv] [--phases] [--cuda] [--energy] [--paper] [--plot DIR] "
       "FILE|DIR|'PATTERN'...\n"
       "       mgbench report --reference REF [--tolerance PCT] [--csv] FILE|DIR|'PATTERN'...   (exit 0: every metric "
-      "holds, 1: one regressed or a run failed, 2: bad input or nothing to compare)\n"
+      "holds, 1: one regressed, 2: a run failed or was aborted, bad input or nothing to compare)\n"
       "  DIR: every *.h5 below it; PATTERN: a quoted shell glob (e.g. 'outputs/*/results.h5'), expanded here.";
 
   std::vector<std::string> files;  // results files, directories, quoted patterns (positional)

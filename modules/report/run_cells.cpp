@@ -49,6 +49,10 @@ void print_notes(std::ostream& out, const results::RunRecord& r) {
         "checkpoint writing, and include each restart's warm-up\n",
         r.run_id, resumes(r));
   }
+  if (r.summary.checkpoint_s > 0) {  // NaN before schema 14
+    out << fmt::format("# {} wrote checkpoints for {:.3g} s at step boundaries, left out of its times\n", r.run_id,
+                       r.summary.checkpoint_s);
+  }
 }
 
 }  // namespace mgbench::report

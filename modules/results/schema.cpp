@@ -90,6 +90,7 @@ h5::Handle run_summary_type() {
   insert(t, "ops_per_step", offsetof(RunSummary, ops_per_step), H5T_NATIVE_INT64);
   const h5::Handle transports = h5::fixed_string_type(kTransportsBytes);
   insert(t, "nccl_transports", offsetof(RunSummary, nccl_transports), transports);
+  insert(t, "checkpoint_s", offsetof(RunSummary, checkpoint_s), H5T_NATIVE_DOUBLE);
   return t;
 }
 

@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 13;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 14;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -266,7 +266,7 @@ inline constexpr std::int64_t kTelemetryRows = 1024;
 
 /// /runs/<id>/summary, written by rank 0 when the run ends.
 struct RunSummary {
-  double total_s = kNaN;        // wall time from the start of training to the end of the run
+  double total_s = kNaN;        // wall time from the start of training to the end of the run, less checkpoint_s
   double train_s = kNaN;        // sum of epoch training times (rank 0)
   double eval_s = kNaN;         // sum of evaluation times (rank 0)
   double samples_per_s = kNaN;  // samples computed on by all ranks / train_s [img/s]
@@ -288,6 +288,9 @@ struct RunSummary {
   // NCCL runs: the transports of all ranks' connections (runtime::gather_transports), e.g.
   // "P2P/CUMEM/read x24, NET/IB/GDRDMA x8"; "" for other backends and files before schema 7.
   std::array<char, kTransportsBytes> nccl_transports{};
+  // Rank 0's time writing checkpoints at step boundaries (--checkpoint-every, a stop) over the run's
+  // segments [s], left out of total_s, train_s and the steps' start_s; NaN: files before schema 14.
+  double checkpoint_s = kNaN;
 
   /// nccl_transports as a string (up to its first NUL).
   std::string transports() const {

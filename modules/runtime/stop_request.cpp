@@ -3,8 +3,12 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <tuple>
 
@@ -16,8 +20,27 @@
 namespace mgbench::runtime {
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-volatile std::sig_atomic_t g_in_setup = 1;  // until defer_stops_to_step_boundaries()
+// Lock-free atomics: safe in a handler, and handlers may run on two threads at once.
+std::atomic<int> g_stop_signal{0};
+std::atomic<std::int64_t> g_first_signal_ns{0};  // CLOCK_MONOTONIC when g_stop_signal was set
+volatile std::sig_atomic_t g_in_setup = 1;       // until defer_stops_to_step_boundaries()
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<std::int64_t>::is_always_lock_free);
+
+std::int64_t monotonic_ns() noexcept {  // clock_gettime is async-signal-safe (POSIX, signal-safety(7))
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
+
+// Records the first stop signal and when it came; later ones leave both.
+void record_first(int signal_number) noexcept {
+  if (g_stop_signal.load() != 0) return;
+  g_first_signal_ns.store(monotonic_ns());  // first: a handler that sees the signal sees its time
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, signal_number);
+}
+
+constexpr auto kRepeatIsTheSameRequestNs = static_cast<std::int64_t>(kRepeatIsTheSameRequestS * 1e9);
 
 // The set-up stop messages, formatted ahead (a handler may only write(2) them).
 constexpr std::size_t kMessageBytes = 512;
@@ -45,13 +68,15 @@ extern "C" void on_stop_signal(int signal_number) {
     (void)ignored;
     ::_exit(kExitStopped);
   }
-  if (g_stop_signal == signal_number) {
-    // Asked twice: stop waiting for a step boundary.
+  if (g_stop_signal.load() == signal_number) {
+    // The same request delivered along several paths arrives within moments: one request.
+    if (monotonic_ns() - g_first_signal_ns.load() < kRepeatIsTheSameRequestNs) return;
+    // Asked again: stop waiting for a step boundary.
     std::signal(signal_number, SIG_DFL);
     std::raise(signal_number);
     return;
   }
-  if (g_stop_signal == 0) g_stop_signal = signal_number;
+  record_first(signal_number);
 }
 
 }  // namespace
@@ -91,13 +116,11 @@ void name_process_for_stop_message(const std::string& who) {
 
 void defer_stops_to_step_boundaries() noexcept { g_in_setup = 0; }
 
-int stop_signal_received() noexcept { return g_stop_signal; }
+int stop_signal_received() noexcept { return g_stop_signal.load(); }
 
-void request_stop(int signal_number) noexcept {
-  if (g_stop_signal == 0) g_stop_signal = signal_number;
-}
+void request_stop(int signal_number) noexcept { record_first(signal_number); }
 
-void clear_stop_request() noexcept { g_stop_signal = 0; }
+void clear_stop_request() noexcept { g_stop_signal.store(0); }
 
 const char* stop_signal_name(int signal_number) noexcept {
   switch (signal_number) {
@@ -133,7 +156,7 @@ bool StopAgreement::poll() {
       return true;
     }
   }
-  local_ = g_stop_signal;
+  local_ = g_stop_signal.load();
   MGBENCH_CHECK_MPI(MPI_Iallreduce(&local_, &reduced_, 1, MPI_INT, MPI_MAX, comm_, &request_));
   return false;
 }

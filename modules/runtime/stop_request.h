@@ -17,10 +17,15 @@ namespace mgbench::runtime {
 /// The exit status of a job that stopped on a signal with nothing lost (the batch scripts requeue it).
 inline constexpr int kExitStopped = 75;
 
+/// A stop signal of the kind already received, sooner than this after the first [s], is the same
+/// request delivered along another path (a task's step signalled while a launcher or a site's
+/// preemption tool forwards its own): one request, not an operator insisting.
+inline constexpr double kRepeatIsTheSameRequestS = 5.0;
+
 /// Installs handlers for SIGTERM and SIGUSR1 that record the request (async-signal-safe: a flag).
-/// A second signal of the same kind ends the process as the default action would, so an operator
-/// can still force it. Both are unblocked in the calling thread (and so in the threads it starts
-/// afterwards), whatever mask the launcher left. Idempotent.
+/// A second signal of the same kind, kRepeatIsTheSameRequestS or more after the first, ends the
+/// process as the default action would, so an operator can still force it. Both are unblocked in the calling thread
+/// (and so in the threads it starts afterwards), whatever mask the launcher left. Idempotent.
 ///
 /// Until defer_stops_to_step_boundaries() is called, the process is in its set-up (MPI start,
 /// options, loading the model and data), which no step boundary interrupts and which may block (a

@@ -23,26 +23,27 @@ std::unique_ptr<profile::CuptiCollector> make_cupti(const torch::Device& device,
   return profile::CuptiCollector::create();
 }
 
-void CuptiWindow::update(double elapsed_s, std::int64_t step, const torch::Device& device, double run_start_s) {
+void CuptiWindow::update(double elapsed_s, std::int64_t step, const torch::Device& device) {
   if (!cupti_) return;
   if (cupti_->running()) cupti_->end_between_steps();
   const bool inside = window_.contains(elapsed_s, step);
-  if (inside && !cupti_->running() && !std::isfinite(closed_s_)) {
+  if (inside && !cupti_->running() && !std::isfinite(closed_wall_s_)) {
     cupti_->start();
     opened_s_ = elapsed_s;
+    opened_wall_s_ = now_s();
   } else if (!inside && cupti_->running()) {
     synchronize(device);
     cupti_->stop();
-    closed_s_ = now_s() - run_start_s;
+    closed_wall_s_ = now_s();
   }
 }
 
-void CuptiWindow::close(const torch::Device& device, double run_start_s) {
+void CuptiWindow::close(const torch::Device& device) {
   if (!cupti_ || !cupti_->running()) return;
   synchronize(device);
   cupti_->end_between_steps();
   cupti_->stop();
-  closed_s_ = now_s() - run_start_s;
+  closed_wall_s_ = now_s();
 }
 
 }  // namespace mgbench::train

@@ -45,7 +45,7 @@ void EpochStage::record_step(StepOutcome& out, double step_start) {
   epoch_record.skipped_steps += step.skipped;
   step.epoch = static_cast<std::int32_t>(run.epoch);
   step.step = static_cast<std::int64_t>(run.steps.size());
-  step.start_s = step_start - sinks_.run_start_s;
+  step.start_s = sinks_.run_time(step_start, run);
   step.step_s = now_s() - step_start;
   if (out.divergence || (!std::isfinite(step.loss) && out.normalizer > 0 && !state_.training.scaler)) {
     const std::string cause =
@@ -98,7 +98,7 @@ void EpochStage::report_step(const StepOutcome& out) {
   const RunSetup& setup = state_.setup;
   const RunProgress& run = state_.progress;
   const std::int64_t total_steps = setup.steps_per_epoch * setup.options.epochs;
-  const double elapsed = now_s() - sinks_.run_start_s;
+  const double elapsed = sinks_.run_time(now_s(), run);
   const double rate = setup.recipe.counts_tokens()
                           ? static_cast<double>(run.real_tokens) / elapsed
                           : static_cast<double>(run.epoch_record.samples) / epoch_clock_.elapsed();
@@ -134,7 +134,7 @@ bool EpochStage::train() {
   while (true) {
     const double step_start = now_s();
     const std::int64_t faults_at_start = host_memory::minor_page_faults();
-    state_.cupti.update(step_start - sinks_.run_start_s, run.global_step, setup.device, sinks_.run_start_s);
+    state_.cupti.update(sinks_.run_time(step_start, run), run.global_step, setup.device);
     const double lr = lr_at_step(options.optim.lr, run.global_step, options.optim.warmup_steps, total_steps, cosine);
     std::optional<OpCounter> ops;
     if (run.global_step - run.first_step == op_counted_step(options.warmup_steps_excluded)) ops.emplace();
@@ -150,7 +150,7 @@ bool EpochStage::train() {
     take_warmup_when_over();
     report_step(out);
     // Step boundary: every rank learns of a stop request at the same step.
-    if (at_step_boundary(sinks_.control, run, checkpoint, now_s() - sinks_.run_start_s, epoch_clock_.elapsed())) {
+    if (at_step_boundary(sinks_.control, run, checkpoint, sinks_.run_time(now_s(), run), epoch_clock_.elapsed())) {
       sinks_.writer.write_steps(run.epoch, run.steps);
       if (setup.metric_count > 0) sinks_.writer.write_metrics(run.epoch, run.metric_rows);
       if (options.record_indices) sinks_.writer.write_indices(run.epoch, run.computed_indices);

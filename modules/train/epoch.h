@@ -36,6 +36,14 @@ struct RunSinks {
   Progress& progress;              // rank 0's progress lines
   RunControl& control;             // the stop agreement and checkpoints
   double run_start_s = 0;          // the run's start on now_s()'s clock (earlier by the time before a resume)
+  double checkpoint_s_before = 0;  // the run's checkpoint writing before this process took it over [s]
+
+  /// t (on now_s()'s clock) as the run's time [s]: since its start, less the time away before a
+  /// resume and the checkpoints written at step boundaries (run.summary.checkpoint_s), which are not
+  /// the run's time (docs/results-schema.md).
+  double run_time(double t, const RunProgress& run) const {
+    return t - run_start_s - (run.summary.checkpoint_s - checkpoint_s_before);
+  }
 };
 
 /// One epoch of the run, from where its progress stands (a resumed epoch continues at its position).

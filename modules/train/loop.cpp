@@ -418,6 +418,7 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   run = RunProgress{};
   run.summary.train_s = 0;
   run.summary.eval_s = 0;
+  run.summary.checkpoint_s = 0;
   if (control.resume != nullptr) {
     load_state_dict(*control.resume);
     if (control.resume_world_size != state.setup.world_size()) {
@@ -428,13 +429,13 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   }
   replicate(state.setup, state.training);
   state.energy.start(run);
-  const RunSinks sinks{writer, progress, control, now_s() - run.elapsed_s};
+  const RunSinks sinks{writer, progress, control, now_s() - run.elapsed_s, run.summary.checkpoint_s};
   state.setup.recipe.model().train();
   PhaseClock clock(state.setup.device);
   for (; run.epoch < state.setup.options.epochs; ++run.epoch) {
     EpochStage epoch(state, *this, clock, sinks);
     if (!epoch.train()) {
-      run.summary.total_s = now_s() - sinks.run_start_s;  // stopped: the partial summary, not written
+      run.summary.total_s = sinks.run_time(now_s(), run);  // stopped: the partial summary, not written
       return run.summary;
     }
     epoch.end();

@@ -39,12 +39,12 @@ void write_cuda_metrics(LoopState& state, const RunSinks& sinks) {
   profile::CuptiCollector* cupti = state.cupti.collector();
   if (cupti == nullptr) return;
   const torch::Device& device = state.setup.device;
-  state.cupti.close(device, sinks.run_start_s);
+  state.cupti.close(device);
   results::CudaSummaryRecord cuda;
   const auto& totals = cupti->totals();
   totals.fill_summary(cuda);
   cuda.window_start_s = state.cupti.opened_s();
-  cuda.window_s = state.cupti.closed_s() - state.cupti.opened_s() - cuda.between_steps_s;  // the steps' time
+  cuda.window_s = state.cupti.open_s() - cuda.between_steps_s;  // the steps' time
   cuda.samples = state.cupti.samples();
   cuda.steps = state.cupti.steps();
   std::tie(cuda.peak_allocated_bytes, cuda.peak_reserved_bytes) = device_memory_peaks(device);
@@ -97,7 +97,7 @@ void complete_summary(const RunSetup& setup, results::RunSummary& summary, resul
 results::RunSummary finish_run(LoopState& state, const TrainingLoop& loop, const RunSinks& sinks) {
   RunProgress& run = state.progress;
   results::RunSummary& summary = run.summary;
-  summary.total_s = now_s() - sinks.run_start_s;
+  summary.total_s = sinks.run_time(now_s(), run);
   write_cuda_metrics(state, sinks);
   state.energy.write(run, sinks.writer);
   summarise_all_ranks(state, summary);

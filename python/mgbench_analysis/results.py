@@ -19,7 +19,7 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
 PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("buffer_broadcast", "buffer_broadcast_s"), ("transform", "transform_s"),
           ("forward", "forward_s"), ("backward", "backward_s"), ("allreduce", "allreduce_s"),
@@ -37,7 +37,15 @@ _SUMMARY_DEFAULTS = {"total_s": np.nan, "train_s": np.nan, "eval_s": np.nan, "sa
                      "final_loss": np.nan, "test_accuracy": np.nan, "epochs_completed": 0,
                      "finished_unix_s": np.nan, "s_per_it": np.nan, "tokens_per_s": np.nan, "mfu": np.nan,
                      "eval_loss": np.nan, "peak_memory_bytes": -1, "padded_tokens_per_s": np.nan,
-                     "nccl_transports": "", "ops_per_step": -1}
+                     "nccl_transports": "", "ops_per_step": -1, "checkpoint_s": np.nan}
+
+# Fields of the steps and epochs tables that earlier versions lack, with the writer's defaults
+# (results/schema.h's StepRecord, EpochRecord; the phases are PHASES, 0).
+_STEP_DEFAULTS = {"batch_index": -1, "allreduce_window_s": np.nan, "loss_scale": np.nan, "skipped": 0, "tokens": 0,
+                  "padded_tokens": 0, "lr": np.nan, "allgather_s": 0.0, "reducescatter_s": 0.0, "page_faults": -1}
+_EPOCH_DEFAULTS = {"loaded_samples": 0, "eval_s": np.nan, "test_correct": -1, "test_samples": -1,
+                   "test_accuracy": np.nan, "allreduce_window_s": 0.0, "skipped_steps": 0, "eval_loss": np.nan,
+                   "allgather_s": 0.0, "reducescatter_s": 0.0, "skipped_images": 0}
 
 PathsOrGlobs = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
 
@@ -206,11 +214,11 @@ def _read_run(path: str, run_id: str, group: h5py.Group) -> Run:
         epochs = _table(rank_group, "epochs")
         if "epoch" in epochs:
             epochs = epochs[epochs["epoch"] >= 0].reset_index(drop=True)
-        for table in (steps, epochs):  # phases a version lacked (schema 6's) were not timed apart: 0
-            if "epoch" in table:
-                for _, phase in PHASES:
-                    if phase not in table:
-                        table[phase] = 0.0
+        for table, defaults in ((steps, _STEP_DEFAULTS), (epochs, _EPOCH_DEFAULTS)):
+            if "epoch" in table:  # phases a version lacked (schema 6's) were not timed apart: 0
+                for column, default in [*((phase, 0.0) for _, phase in PHASES), *defaults.items()]:
+                    if column not in table:
+                        table[column] = default
         run.steps.append(steps)
         run.epochs.append(epochs)
         if "comm" in rank_group:

@@ -311,6 +311,40 @@ def test_per_rank_frames_equal_the_files(matrix):
     assert mga.cuda(runs).empty  # CPU runs: no CUPTI tables
 
 
+def drop_fields(table, names):
+    """A compound dataset rewritten without the fields `names` (an older schema's layout)."""
+    data = table[()]
+    kept = [n for n in data.dtype.names if n not in names]
+    group, name = table.parent, table.name.split("/")[-1]
+    del group[name]
+    group.create_dataset(name, data=np.array(data[kept].tolist(), dtype=[(n, data.dtype[n]) for n in kept]))
+
+
+def test_fields_an_older_schema_lacks_read_as_the_writers_defaults(matrix, tmp_path):
+    """Steps and epochs of a file written before a field existed (page_faults: schema 11; allgather_s,
+    reducescatter_s: 5; skipped_images: 8; eval_loss: 3) read as mgbench's own reader reads them: the
+    writer's defaults (results/schema.h), not NaN or a missing column; the summary's checkpoint_s
+    (schema 14) as NaN."""
+    path = tmp_path / "old.h5"
+    shutil.copy(matrix / "image.h5", path)
+    with h5py.File(path, "a") as f:
+        for run in f["runs"].values():
+            for r in range(int(run.attrs["world_size"])):
+                drop_fields(run[f"rank_{r}/steps"], {"page_faults", "allgather_s", "reducescatter_s", "lr"})
+                drop_fields(run[f"rank_{r}/epochs"], {"skipped_images", "eval_loss", "allgather_s"})
+            drop_fields(run["summary"], {"checkpoint_s"})
+    runs = mga.read(path)
+    steps, epochs, frame = mga.steps(runs), mga.epochs(runs), mga.runs(runs)
+    assert len(steps) > 0 and len(epochs) > 0
+    assert (steps["page_faults"] == -1).all() and (steps["allgather_s"] == 0).all()
+    assert (steps["reducescatter_s"] == 0).all() and steps["lr"].isna().all()
+    assert (epochs["skipped_images"] == 0).all() and epochs["eval_loss"].isna().all() and (epochs["allgather_s"] == 0).all()
+    assert frame["checkpoint_s"].isna().all()
+    # The file as written holds them: a run's own rows keep their values.
+    fresh = mga.steps(mga.read(matrix / "image.h5"))
+    assert (fresh["page_faults"] >= 0).all() and fresh["lr"].notna().all()
+
+
 def lines(ax):
     return {line.get_label(): line.get_xydata() for line in ax.get_lines() if not line.get_label().startswith("_")}
 

@@ -74,6 +74,8 @@ def test_dpo_starts_at_ln2_learns_the_preferences_and_writes_adapters(tmp_path):
     base = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
     model = peft.PeftModel.from_pretrained(base, str(out))  # PEFT loads the DPO-trained adapter
     assert any(p.abs().sum() > 0 for k, p in model.named_parameters() if "lora_B" in k)
+    from test_llm import assert_peft_computes_mgbenchs_loss
+    assert_peft_computes_mgbenchs_loss(out, tmp_path, "--lora-rank", "8")
 
 
 def test_dpo_on_stack_exchange_paired_as_the_issue_runs_it(tmp_path):

@@ -21,7 +21,7 @@ def test_main_job_two_ranks(tmp_path, mnist):
                    "--batch-size", "32", "--results", results, "--run-name", "e2e", np=2, check=True)
     assert "test accuracy" in proc.stderr
     with h5py.File(results, "r") as f:
-        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 13
+        assert f.attrs["schema"] == "mgbench-results" and f.attrs["schema_version"] == 14
         (run_id,) = f["runs"].keys()
         assert run_id.endswith("_e2e")
         run = f["runs"][run_id]
@@ -35,7 +35,7 @@ def test_main_job_two_ranks(tmp_path, mnist):
             assert run.attrs[key], key
         for key in ("cuda_runtime_version", "cuda_driver_version", "cudnn_version", "nccl_version"):
             assert key in run.attrs, key  # empty where the library is absent (a CPU machine has no driver)
-        assert run.attrs["schema_version"] == 13 and run.attrs["recipe"] == "classification"
+        assert run.attrs["schema_version"] == 14 and run.attrs["recipe"] == "classification"
         # The platform record (issue 29): this machine, outside SLURM.
         model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
         fabric = sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else []

@@ -1,6 +1,6 @@
 """Energy per rank (--telemetry, profile/telemetry.h) end to end on the CPU: a stand-in powercap tree
-(MGBENCH_POWERCAP_ROOT) whose RAPL counter a thread advances -- through its wrap -- while two ranks
-train; the results file's energy tables read with h5py, `mgbench report --energy` and
+(MGBENCH_POWERCAP_ROOT) whose RAPL counter a thread advances -- through its wrap, once the run has
+begun -- while two ranks train; the results file's energy tables read with h5py, `mgbench report --energy` and
 mgbench_analysis.energy checked against them; the refusals and the "no energy counter" record."""
 import os
 import subprocess
@@ -25,18 +25,23 @@ def run(*args, np=2, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(ENV, **(env or {})))
 
 
-def image_args(mnist, results, *extra):
-    return ["image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "16", "--batch-size", "8", "--epochs", "1",
+def image_args(mnist, results, *extra, limit_train=64):
+    return ["image", "--data", mnist, *SMALL, "--limit-train", str(limit_train), "--limit-test", "16", "--batch-size", "8", "--epochs", "1",
             "--results", results, *extra]
 
 
 class AdvancingCounter:
-    """A RAPL package (intel-rapl:0) whose energy_uj grows by STEP_UJ every few milliseconds, starting
-    just below its wrap, replaced atomically (rename) so that a reader never sees half a number."""
+    """A RAPL package (intel-rapl:0) whose energy_uj grows by STEP_UJ every few milliseconds, replaced
+    atomically (rename) so that a reader never sees half a number. It holds BEFORE_WRAP_UJ below its
+    wrap until `begun` exists (the results file: the run is created, its ranks' telemetry starts
+    within milliseconds), so that it wraps ~0.2 s into the training, between the ranks' first and
+    last readings, not while the ranks still load their libraries."""
 
-    BEFORE_WRAP_UJ = 10 * STEP_UJ
+    BEFORE_WRAP_UJ = 40 * STEP_UJ
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, begun: Path):
+        self.begun = begun
+        self.wrapped = False
         self.package = root / "intel-rapl:0"
         self.package.mkdir(parents=True)
         (self.package / "max_energy_range_uj").write_text(f"{WRAP_UJ - 1}\n")
@@ -54,6 +59,9 @@ class AdvancingCounter:
 
     def _advance(self):
         while not self.stop.wait(0.005):
+            if not self.begun.exists():
+                continue
+            self.wrapped |= self.value + STEP_UJ >= WRAP_UJ
             self.value = (self.value + STEP_UJ) % WRAP_UJ
             self.written_uj += STEP_UJ
             self._write()
@@ -70,11 +78,11 @@ class AdvancingCounter:
 def test_rapl_energy_per_sample_over_two_ranks_of_one_node(tmp_path, mnist):
     results = tmp_path / "r.h5"
     root = tmp_path / "powercap"
-    with AdvancingCounter(root) as counter:
-        proc = run(*image_args(mnist, results, "--telemetry", "rapl", "--telemetry-interval", "20"),
-                   env={"MGBENCH_POWERCAP_ROOT": str(root)})
+    with AdvancingCounter(root, begun=results) as counter:
+        proc = run(*image_args(mnist, results, "--telemetry", "rapl", "--telemetry-interval", "20",
+                               limit_train=1024), env={"MGBENCH_POWERCAP_ROOT": str(root)})
     assert proc.returncode == 0, proc.stderr
-    assert counter.written_uj > 2 * counter.BEFORE_WRAP_UJ  # the counter wrapped early in the run
+    assert counter.wrapped and counter.written_uj > 2 * counter.BEFORE_WRAP_UJ, counter.written_uj
     with h5py.File(results, "r") as f:
         (run_id,) = f["runs"].keys()
         ranks = [f["runs"][run_id][f"rank_{r}"] for r in (0, 1)]
@@ -83,10 +91,11 @@ def test_rapl_energy_per_sample_over_two_ranks_of_one_node(tmp_path, mnist):
     total_j = 0.0
     for row, table in zip(rows, readings):
         assert row["source"] == b"rapl" and row["node_share"] == 0.5  # two ranks share the node's package
-        assert row["samples"] == 32 and row["tokens"] == 0  # 64 images over 2 ranks, one epoch
+        assert row["samples"] == 512 and row["tokens"] == 0  # 1024 images over 2 ranks, one epoch
         # The wrap undone: the counter's difference is what the thread added between the first and the
-        # last reading, never more than all it added, and the readings never fall.
-        assert 0 < row["energy_j"] <= counter.written_uj / 1e6
+        # last reading -- across the wrap, so at least most of what it added before it -- never more than
+        # all it added, and the readings never fall.
+        assert counter.BEFORE_WRAP_UJ / 2e6 < row["energy_j"] <= counter.written_uj / 1e6
         written = table[~(table["t_s"] != table["t_s"])]  # NaN rows: unwritten
         assert len(written) == row["readings"] >= 2
         assert all(b >= a for a, b in zip(written["energy_j"], written["energy_j"][1:]))
@@ -103,7 +112,7 @@ def test_rapl_energy_per_sample_over_two_ranks_of_one_node(tmp_path, mnist):
     fields = dict(zip(lines[header].split(","), lines[header + 1].split(",")))
     assert fields["run"] == run_id and fields["source"] == "rapl" and fields["ranks"] == "2"
     assert float(fields["energy_j"]) == pytest.approx(total_j, rel=1e-5)
-    assert float(fields["j_per_sample"]) == pytest.approx(total_j / 64, rel=1e-5)
+    assert float(fields["j_per_sample"]) == pytest.approx(total_j / 1024, rel=1e-5)
     # mgbench_analysis reads the same rows.
     frame = mga.energy(str(results))
     assert list(frame["rank"]) == [0, 1] and list(frame["source"]) == ["rapl", "rapl"]

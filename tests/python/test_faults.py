@@ -155,13 +155,15 @@ def test_inputs_that_are_pipes_are_refused_instead_of_blocking_the_set_up(tmp_pa
     ]
     for args, role in cases:
         if args is None:
-            continue
+            continue  # said below, once the other cases have run
         t = time.time()
         proc = mgbench(*args, np=2 if args[0] in ("image", "llm") else None, timeout=60)
         assert proc.returncode != 0, (args, proc.stderr[-1500:])
         assert role in proc.stderr and ("FIFO" in proc.stderr or "not a regular file" in proc.stderr), \
             (args, proc.stderr[-1500:])
         assert time.time() - t < 50
+    if any(args is None for args, _ in cases):
+        pytest.skip(f"the LLM cases need the oracle model at {MODEL}")  # CI fails on a skip (conftest)
 
 
 # --- stop signals during a blocked set-up; a frozen rank ---------------------------------------------

@@ -178,6 +178,21 @@ def test_predict_prices_another_models_step_from_its_shapes(tmp_path):
     # cut to --max-seq-len 128.
     assert rescaled[1]["prediction_padded_tokens_per_sample"] == 128
     assert rescaled[1]["prediction_compute_factor"] == pytest.approx(flops("large") / flops("small"), rel=1e-9)
+
+    def lora_flops_per_position(model):
+        """From config.json alone (not mgbench's formula): 4 x the matmul parameters -- the layers'
+        seven projections and the output head -- for a forward and the backward to the activations
+        through frozen weights, plus causal attention's 6 x layers x heads x head_dim x the 128
+        positions each attends (padded: every row is cut to 128)."""
+        c = json.loads((model / "config.json").read_text())
+        h, kv, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        per_layer = c["hidden_size"] * (2 * h * d + 2 * kv * d) + 3 * c["hidden_size"] * c["intermediate_size"]
+        matmul = c["num_hidden_layers"] * per_layer + c["vocab_size"] * c["hidden_size"]
+        return 4 * matmul + 6 * c["num_hidden_layers"] * h * d * 128
+
+    analytic = lora_flops_per_position(large) / lora_flops_per_position(small)
+    assert 4 < analytic < 8  # these shapes: a layer count or the head left out would move it out of here
+    assert rescaled[1]["prediction_compute_factor"] == pytest.approx(analytic, rel=1e-9)
     assert rescaled[2]["prediction_link_bytes_per_step"] == own[2]["prediction_link_bytes_per_step"] > 0
     plan = mgbench(*llm(large), "--dry-run", "--ranks", "2", check=True).stdout
     row = next(l for l in plan.splitlines() if re.match(r"#\s+2\s+fsdp\s", l))

@@ -43,6 +43,31 @@ def reference_loss(model, texts):
     return total / count
 
 
+def assert_peft_computes_mgbenchs_loss(adapter, tmp_path, *lora_args):
+    """PEFT's model of the base and mgbench's adapter folder `adapter` computes the loss `mgbench llm
+    --eval-only --adapter` computes (to 1e-4, over six alpaca outputs), and PEFT found every tensor
+    it expects in the file: a tensor misnamed or missing would leave PEFT's initial A and zero B,
+    a wrong lora_alpha in adapter_config.json another scale."""
+    import peft
+    import torch
+    import transformers
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import load_file
+    texts = [row["output"] for row in json.load(open(ALPACA, encoding="utf-8"))[20:26]]
+    data = tmp_path / "adapter_text.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "text", "--data", data,
+                   "--precision", "fp32", "--eval-only", "--batch-size", "2", "--adapter", adapter, *lora_args,
+                   "--results", tmp_path / "adapter_eval.h5", np=1, check=True)
+    ours = float(proc.stdout.split("eval loss:")[1].split()[0])
+    base = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+    model = peft.PeftModel.from_pretrained(base, str(adapter)).eval()
+    stored = load_file(os.path.join(adapter, "adapter_model.safetensors"))
+    loaded = get_peft_model_state_dict(model)
+    assert stored.keys() == loaded.keys() and all(torch.equal(stored[k], loaded[k]) for k in stored)
+    assert abs(ours - reference_loss(model, texts)) < 1e-4, ours
+
+
 def test_eval_only_loss_equals_transformers(tmp_path):
     need_model()
     torch = pytest.importorskip("torch")
@@ -133,6 +158,7 @@ def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
     loaded = {k for k, _ in model.named_parameters() if "lora_" in k}
     assert len(loaded) == 2 * 6 * 2
     assert any(p.abs().sum() > 0 for k, p in model.named_parameters() if "lora_B" in k)  # trained: B moved off zero
+    assert_peft_computes_mgbenchs_loss(out, tmp_path, "--lora-rank", "4")
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -69,6 +69,32 @@ def uninterrupted_image(tmp_path_factory, request):
     return d
 
 
+def test_checkpoint_writing_is_recorded_apart_and_left_out_of_the_run_times(tmp_path, mnist):
+    """A checkpoint after every step (one rank: no peer to wait for between steps): the summary's
+    checkpoint_s holds their writing, and the steps' start_s leave it out as the epochs' train_s do --
+    between one step's end and the next one's start only the step's record is left (schema 14; before,
+    start_s and total_s held every write while train_s did not)."""
+    results = tmp_path / "r.h5"
+    mgbench(*IMAGE, "--checkpoint-dir", tmp_path / "ck", "--checkpoint-every", "1", "--results", results, np=1,
+            check=True)
+    f, (run,) = open_runs(results)
+    with f:
+        summary = run["summary"][0]
+        steps = run["rank_0"]["steps"][:]
+        epochs = run["rank_0"]["epochs"][:]
+    written = len(steps)  # one checkpoint a step
+    assert written == 32 and summary["checkpoint_s"] > 0
+    gaps = [b["start_s"] - a["start_s"] - a["step_s"] for a, b in zip(steps, steps[1:]) if a["epoch"] == b["epoch"]]
+    assert len(gaps) == written - 2 and min(gaps) > -1e-6
+    # What a checkpoint costs here (its mean) against what is left between two steps.
+    assert sum(gaps) < 0.25 * summary["checkpoint_s"] * len(gaps) / written, (sum(gaps), summary["checkpoint_s"])
+    # The run's time is its epochs' training and evaluation, and little else.
+    between_epochs = summary["total_s"] - epochs["train_s"].sum() - epochs["eval_s"].sum()
+    assert between_epochs < 0.25 * summary["checkpoint_s"], (between_epochs, summary["checkpoint_s"])
+    report = subprocess.run([BIN, "report", results], capture_output=True, text=True)
+    assert report.returncode == 0 and "wrote checkpoints for" in report.stdout, report.stdout + report.stderr
+
+
 def test_sigusr1_to_mpirun_stops_checkpoints_and_resume_equals_uninterrupted(tmp_path, uninterrupted_image):
     ck, results = tmp_path / "ck", tmp_path / "r.h5"
     err = preempt([*IMAGE, "--checkpoint-dir", ck, "--checkpoint-every", "3", "--results", results], ck, 3)

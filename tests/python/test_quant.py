@@ -249,11 +249,28 @@ def test_full_finetune_checkpoint_loads_in_transformers_with_the_same_loss(tmp_p
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     base = transformers.LlamaForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-    model = transformers.LlamaForCausalLM.from_pretrained(out, dtype=torch.float32)
-    assert model.config.hidden_size == base.config.hidden_size and model.config.vocab_size == 2256
+    model, loading = transformers.LlamaForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+    # Every weight from the file (transformers fills a missing one at random and only warns).
+    assert not any(loading[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), loading
+    # The architecture's settings are the base's (a wrong rope_theta or rms_norm_eps loads silently).
+    exported, original = model.config.to_dict(), base.config.to_dict()
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size", "rope_theta", "rope_scaling", "rms_norm_eps",
+                "tie_word_embeddings", "max_position_embeddings", "bos_token_id", "eos_token_id"):
+        assert exported.get(key) == original.get(key), (key, exported.get(key), original.get(key))
     moved = [name for name, p in model.named_parameters()
              if not torch.equal(p, dict(base.named_parameters())[name])]
     assert len(moved) == len(list(base.parameters()))  # every parameter trained
+    # transformers computes on the export the loss mgbench computes on it.
+    from test_llm import reference_loss
+    texts = [row["output"] for row in json.load(open(ALPACA, encoding="utf-8"))[:8]]
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    proc = mgbench("llm", "--model", out, "--tokenizer", TOKENIZER, "--dataset", "text", "--data", data,
+                   "--precision", "fp32", "--eval-only", "--batch-size", "2", "--results", tmp_path / "e.h5", np=1,
+                   check=True)
+    ours = float(proc.stdout.split("eval loss:")[1].split()[0])
+    assert abs(ours - reference_loss(model.eval(), texts)) < 1e-4, ours
     # The trained model learnt the rows it saw.
     assert eval_loss(str(out)) < eval_loss(MODEL)
 

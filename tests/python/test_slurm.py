@@ -99,9 +99,14 @@ def test_every_script_passes_sbatch_test_only(slurm, tmp_path):
     proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "image", "--cpu", "--test-only"], capture_output=True,
                           text=True, env=env)
     assert proc.returncode == 0 and "2 job(s)" in proc.stderr, proc.stderr
+    # The LLM points need the model (the default preset loads a checkpoint): refused before any job without it.
     proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "llm", "--dry-run"], capture_output=True, text=True,
                           env=dict(slurm, GPUS="1 2 4"))
+    assert proc.returncode == 2 and "-- --model DIR" in proc.stderr and not proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "llm", "--dry-run", "--", "--model", "/models/llama"],
+                          capture_output=True, text=True, env=dict(slurm, GPUS="1 2 4"))
     assert proc.returncode == 0 and proc.stdout.count("slurm/llm.sbatch") == 3 * 4 * 2, proc.stdout + proc.stderr
+    assert proc.stdout.count("--model /models/llama") == 3 * 4 * 2
 
 
 def test_image_script_runs_one_rank_per_task_under_srun_pmix(slurm, tmp_path):
@@ -165,11 +170,15 @@ def test_matrix_points_are_analysed_together(slurm, tmp_path):
     assert sorted(r.split(",")[3] for r in rows) == ["1", "2"]  # the ranks column
 
 
-@pytest.mark.parametrize("launcher, stop", [("srun", "USR1"), ("mpirun", "TERM")])
-def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launcher, stop):
-    """USR1 is what `#SBATCH --signal=B:USR1@120` sends two minutes before the time limit; TERM is
-    scancel's. With Open MPI's mpirun as the launcher, which kills the job on SIGTERM (exit 1, no
-    requeue), the batch script forwards SIGTERM as SIGUSR1: the job still exits 75 and requeues."""
+@pytest.mark.parametrize("launcher, stop, scope", [("srun", "USR1", "--batch"), ("mpirun", "TERM", "--batch"),
+                                                   ("srun", "TERM", "--batch"), ("srun", "TERM", "--full")])
+def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launcher, stop, scope):
+    """USR1 is what `#SBATCH --signal=B:USR1@120` sends two minutes before the time limit, to the batch
+    shell; TERM is scancel's. Both launchers answer a SIGTERM of their own by ending the job (srun:
+    "forcing job termination", the tasks SIGKILLed; Open MPI's mpirun: exit 1), so the batch script
+    forwards SIGTERM as SIGUSR1, and starts the launcher in a session of its own, out of reach of a
+    signal to the batch step's processes (`scancel --full`, as SLURM's time limit and preemption
+    signal the job): the job exits 75, requeues and resumes. Before, both srun cases ended killed."""
     env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_CHECKPOINT_EVERY="2", MGBENCH_LAUNCHER=launcher)
     proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/job.out", "slurm/image.sbatch",
                   *IMAGE_ARGS, "--limit-train", "1024", "--epochs", "2", "--precision", "fp64", wait=False)
@@ -180,7 +189,7 @@ def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launche
     while time.time() < deadline and not glob.glob(f"{checkpoints}/*/step-?????????"):
         assert job_state(env, job)[0] in ("PENDING", "RUNNING", "CONFIGURING"), (tmp_path / "job.out").read_text()
         time.sleep(0.2)
-    subprocess.run(["scancel", "--batch", f"--signal={stop}", job], check=True, env=env)
+    subprocess.run(["scancel", scope, f"--signal={stop}", job], check=True, env=env)
     deadline = time.time() + 500
     released = False
     while time.time() < deadline:
@@ -197,7 +206,7 @@ def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launche
         time.sleep(0.5)
     log = (tmp_path / "job.out").read_text()
     assert (state, restarts) == ("COMPLETED", 1), log + controller_log(env, job)
-    assert "requeueing job" in log and "stopped on SIGUSR1" in log, log  # mpirun: SIGTERM forwarded as SIGUSR1
+    assert "requeueing job" in log and "stopped on SIGUSR1" in log, log  # SIGTERM forwarded as SIGUSR1
     f, run = only_run(tmp_path / "out" / job / "results.h5")
     with f:
         assert run["status"][0] == b"completed" and run.attrs["resumes"] == 1

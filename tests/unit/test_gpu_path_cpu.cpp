@@ -440,10 +440,10 @@ TEST(CuptiWindow, EachGapBetweenStepsEndsAtTheNextStepOrTheClose) {
     train::CuptiWindow w;
     w.set(std::make_unique<RecordingCollector>(calls), profile::parse_profile_window(window));
     for (std::int64_t step = 0; step < 4; ++step) {
-      w.update(static_cast<double>(step), step, cpu, 0.0);
+      w.update(static_cast<double>(step), step, cpu);
       w.step_ended();
     }
-    w.close(cpu, 0.0);
+    w.close(cpu);
     return calls;
   };
   using Calls = std::vector<std::string>;

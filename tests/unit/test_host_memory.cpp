@@ -95,7 +95,9 @@ TEST_F(CgroupTree, NoLimitMissingDirectoriesAndMalformedFilesLeavePhysicalMemory
 
 TEST(HostMemoryLimit, ThisProcessHasOneAtMostItsPhysicalMemory) {
   const auto l = host_memory::host_memory_limit();
+  const auto physical = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
   EXPECT_GT(l.bytes, 0);
+  EXPECT_LE(l.bytes, physical);  // sysconf(3), independent of /proc/meminfo and the cgroup files read
   EXPECT_FALSE(l.source.empty());
 }
 

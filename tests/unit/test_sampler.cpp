@@ -50,6 +50,10 @@ TEST(ShardSampler, RanksReadWholeDisjointShardsAndRunTheSameSteps) {
         EXPECT_TRUE(expected.count(shard_of(i))) << "rank " << rank << " sample " << i;
         shards[static_cast<std::size_t>(rank)].insert(shard_of(i));
       }
+      // Every shard dealt is read (26 of >= 27 samples cannot miss a shard of 7 or 10), its samples
+      // each once: the rank's samples are 26 distinct ones of its shards, none repeated.
+      EXPECT_EQ(shards[static_cast<std::size_t>(rank)], expected) << "rank " << rank;
+      EXPECT_EQ(std::set<std::int64_t>(mine.begin(), mine.end()).size(), mine.size()) << "rank " << rank;
       // Shuffled within: not the shards' order.
       EXPECT_FALSE(std::is_sorted(mine.begin(), mine.end()));
       // The same epoch gives the same order; the plan of ddp-ds is this one.

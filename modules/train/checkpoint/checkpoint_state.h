@@ -27,7 +27,7 @@ namespace mgbench::train {
 class CheckpointState {
  public:
   CheckpointState();
-  /// A state read from file (mapped; tensors are CPU views until copied).
+  /// A state read from file: its header now, each tensor read (pread) when asked for.
   explicit CheckpointState(const std::string& path);
   ~CheckpointState();
   CheckpointState(CheckpointState&&) noexcept;

@@ -93,6 +93,7 @@ RunProgress RunProgress::continued(std::int64_t from_grad_accum, std::int64_t gr
   next.summary.final_loss = summary.final_loss;
   next.summary.train_s = 0;
   next.summary.eval_s = 0;
+  next.summary.checkpoint_s = 0;
   return next;
 }
 
@@ -122,7 +123,9 @@ bool at_step_boundary(RunControl& control, RunProgress& progress, const Checkpoi
     progress.elapsed_s = run_elapsed_s;
     progress.epoch_elapsed_s = epoch_elapsed_before + epoch_clock_s;
     saved = save_checkpoint(control, progress, /*completed=*/false, source);
-    progress.epoch_elapsed_s = epoch_elapsed_before - checkpoint_clock.elapsed();
+    const double writing_s = checkpoint_clock.elapsed();
+    progress.epoch_elapsed_s = epoch_elapsed_before - writing_s;
+    progress.summary.checkpoint_s += writing_s;
   }
   if (!stop) return false;
   control.preempted = true;

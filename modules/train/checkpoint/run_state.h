@@ -91,9 +91,9 @@ bool save_checkpoint(RunControl& control, const RunProgress& progress, bool comp
 
 /// The step boundary, after each optimizer step on every rank: polls the agreed stop and writes a
 /// checkpoint when one is due (--checkpoint-every) or the run stops. progress.elapsed_s and
-/// epoch_elapsed_s are updated for the checkpoint; writing it is not counted as training time
-/// (epoch_elapsed_s is lowered by its duration). run_elapsed_s: the run's time so far;
-/// epoch_clock_s: time since this process began the epoch. Returns true when the job agreed to stop
+/// epoch_elapsed_s are updated for the checkpoint; writing it is not the run's time: epoch_elapsed_s
+/// is lowered by its duration and summary.checkpoint_s raised by it (RunSinks::run_time). run_elapsed_s: the run's time
+/// so far; epoch_clock_s: time since this process began the epoch. Returns true when the job agreed to stop
 /// (control.preempted is then set and the stop is logged). When the stop's checkpoint could not be
 /// written, the latest earlier checkpoint of the run is where --resume continues (said so); with
 /// none, control.not_resumable says why.
