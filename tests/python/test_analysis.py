@@ -660,10 +660,8 @@ def test_get_mnist_prefers_the_shared_copy_and_refuses_a_wrong_checksum(tmp_path
     proc = subprocess.run([GET_MNIST], capture_output=True, text=True, timeout=60,
                           env=dict(ENV, MGBENCH_SHARED_MNIST=str(MNIST), MGBENCH_DATA_CACHE=str(tmp_path / "cache")))
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == str(MNIST.resolve()), proc.stderr
-    if not Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists():
-        not_here("Debian's dataset-fashion-mnist is not installed (the fallback would install it)")
-    # A mirror that serves files of the right names and the wrong content: each is refused, then the
-    # script falls back to Debian's Fashion-MNIST and says so.
+    # A mirror that serves files of the right names and the wrong content: each is refused; with
+    # --official (the tests' data script) that is the end, exit 1, nothing unverified kept.
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
@@ -673,17 +671,24 @@ def test_get_mnist_prefers_the_shared_copy_and_refuses_a_wrong_checksum(tmp_path
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         port = server.stdout.readline().split("port ")[1].split()[0]
-        proc = subprocess.run([GET_MNIST], capture_output=True, text=True, timeout=120,
-                              env=dict(ENV, MGBENCH_SHARED_MNIST=str(tmp_path / "none"),
-                                       MGBENCH_DATA_CACHE=str(tmp_path / "cache"),
-                                       MGBENCH_MNIST_MIRRORS=f"http://127.0.0.1:{port}/"))
+        env = dict(ENV, MGBENCH_SHARED_MNIST=str(tmp_path / "none"), MGBENCH_DATA_CACHE=str(tmp_path / "cache"),
+                   MGBENCH_MNIST_MIRRORS=f"http://127.0.0.1:{port}/")
+        official = subprocess.run([GET_MNIST, "--official"], capture_output=True, text=True, timeout=120, env=env)
+        fashion = Path("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").exists()
+        fallback = (subprocess.run([GET_MNIST], capture_output=True, text=True, timeout=120, env=env)
+                    if fashion else None)
     finally:
         server.kill()
-    assert proc.returncode == 0, proc.stderr
-    assert f"http://127.0.0.1:{port}/train-images-idx3-ubyte.gz: wrong md5" in proc.stderr
-    assert "falling back to Fashion-MNIST" in proc.stderr
-    assert proc.stdout.splitlines()[-1] == "/usr/share/datasets/fashion-mnist"
+    assert official.returncode == 1, official.stderr
+    assert f"http://127.0.0.1:{port}/train-images-idx3-ubyte.gz: wrong md5" in official.stderr
     assert not list((tmp_path / "cache" / "mnist").glob("*.gz"))  # nothing unverified kept
+    if not fashion:
+        not_here("Debian's dataset-fashion-mnist is not installed (the fallback would install it)")
+    # Without --official the script falls back to Debian's Fashion-MNIST and says so.
+    assert fallback.returncode == 0, fallback.stderr
+    assert "falling back to Fashion-MNIST" in fallback.stderr
+    assert fallback.stdout.splitlines()[-1] == "/usr/share/datasets/fashion-mnist"
+    assert not list((tmp_path / "cache" / "mnist").glob("*.gz"))
 
 
 def test_stragglers_names_the_rank_slow_outside_the_collectives():

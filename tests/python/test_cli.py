@@ -147,18 +147,32 @@ def test_report_names_the_object_at_fault(tmp_path):
     assert proc.returncode == 1 and "/runs/r1/rank_0" in proc.stderr and "broken.h5" in proc.stderr, proc.stderr
 
 
-def test_report_names_an_unreadable_directory(tmp_path):
+def test_report_names_an_unreadable_directory():
+    """A directory the user may not read is named, exit 1. Root reads every directory: as root the
+    report runs as nobody (setpriv), its LibTorch-free binary (the venv's libraries lie below /root),
+    the same directory walk as `mgbench report`'s."""
     import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    command = [BIN, "report"]
     if os.geteuid() == 0:
-        not_here("root reads every directory: permissions cannot make one unreadable")
-    locked = tmp_path / "runs" / "locked"
-    locked.mkdir(parents=True)
-    (locked / "r.h5").write_text("x")
-    locked.chmod(0)
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            not_here("root reads every directory, and setpriv (util-linux) is missing to drop root")
+        command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                   str(Path(BIN).parent / "mgbench-report")]
+    base = Path(tempfile.mkdtemp(prefix="mgbench-unreadable-"))  # not below pytest's 0700 base: nobody walks it
     try:
-        proc = mgbench("report", tmp_path / "runs")
-    finally:
+        base.chmod(0o755)
+        locked = base / "runs" / "locked"
+        locked.mkdir(parents=True)
+        (locked / "r.h5").write_text("x")
+        locked.chmod(0)
+        proc = subprocess.run([*command, str(base / "runs")], capture_output=True, text=True, timeout=60, env=ENV)
         locked.chmod(0o755)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     assert proc.returncode == 1 and "cannot read below" in proc.stderr and "locked" in proc.stderr, proc.stderr
 
 

@@ -34,10 +34,10 @@ class AdvancingCounter:
     """A RAPL package (intel-rapl:0) whose energy_uj grows by STEP_UJ every few milliseconds, replaced
     atomically (rename) so that a reader never sees half a number. It holds BEFORE_WRAP_UJ below its
     wrap until `begun` exists (the results file: the run is created, its ranks' telemetry starts
-    within milliseconds), so that it wraps ~0.2 s into the training, between the ranks' first and
+    within milliseconds), so that it wraps ~0.5 s into the training (of ~3 s), between the ranks' first and
     last readings, not while the ranks still load their libraries."""
 
-    BEFORE_WRAP_UJ = 40 * STEP_UJ
+    BEFORE_WRAP_UJ = 100 * STEP_UJ
 
     def __init__(self, root: Path, begun: Path):
         self.begun = begun
