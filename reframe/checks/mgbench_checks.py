@@ -196,11 +196,16 @@ class MgbenchLora(MgbenchBase):
 
     @run_after("init")
     def set_options(self):
-        # A checkpoint folder brings its own tokenizer (mgbench finds original/tokenizer.model); the
-        # preset with random weights takes the data tree's small one.
+        # A checkpoint folder with a tokenizer of its own trains with it (mgbench finds
+        # original/tokenizer.model or tokenizer.model); the preset with random weights, or a folder
+        # without one, takes the data tree's small one.
         checkpoint = os.path.isdir(self.model)
-        tokenizer = [] if checkpoint else ["--init", "random", "--tokenizer", f"{DATA}/llama3/tiktoken_small.model"]
-        self.executable_opts = ["llm", "--recipe", "lora", "--model", self.model, *tokenizer, "--dataset", "alpaca", "--data",
+        own = checkpoint and any(os.path.isfile(os.path.join(self.model, name))
+                                 for name in ("original/tokenizer.model", "tokenizer.model"))
+        tokenizer = [] if own else ["--tokenizer", f"{DATA}/llama3/tiktoken_small.model"]
+        init = [] if checkpoint else ["--init", "random"]
+        self.executable_opts = ["llm", "--recipe", "lora", "--model", self.model, *init, *tokenizer, "--dataset",
+                                "alpaca", "--data",
                                 f"{DATA}/text/alpaca/alpaca_cleaned_first5k.json", "--limit", "64", "--batch-size", "2",
                                 "--max-steps", "6", "--lora-rank", "4", "--precision", "fp32", "--threads", "1",
                                 "--progress-interval", "1000", "--results", "results.h5"]

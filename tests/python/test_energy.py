@@ -33,13 +33,13 @@ def image_args(mnist, results, *extra, limit_train=64):
 class AdvancingCounter:
     """A RAPL package (intel-rapl:0) whose energy_uj grows by STEP_UJ every few milliseconds, replaced
     atomically (rename) so that a reader never sees half a number. It holds BEFORE_WRAP_UJ below its
-    wrap until `begun` exists (the results file: the run is created, its ranks' telemetry starts
+    wrap until `begun` exists, where given (the results file: the run is created, its ranks' telemetry starts
     within milliseconds), so that it wraps ~0.5 s into the training (of ~3 s), between the ranks' first and
     last readings, not while the ranks still load their libraries."""
 
     BEFORE_WRAP_UJ = 100 * STEP_UJ
 
-    def __init__(self, root: Path, begun: Path):
+    def __init__(self, root: Path, begun: Path = None):
         self.begun = begun
         self.wrapped = False
         self.package = root / "intel-rapl:0"
@@ -59,7 +59,7 @@ class AdvancingCounter:
 
     def _advance(self):
         while not self.stop.wait(0.005):
-            if not self.begun.exists():
+            if self.begun is not None and not self.begun.exists():
                 continue
             self.wrapped |= self.value + STEP_UJ >= WRAP_UJ
             self.value = (self.value + STEP_UJ) % WRAP_UJ
