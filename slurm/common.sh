@@ -30,11 +30,16 @@ mgbench_fail() {
   exit 2
 }
 
-mgbench_setup() {
-  if [[ -z ${MGBENCH:-} && -n ${MGBENCH_ROOT:-} ]]; then
-    MGBENCH=$MGBENCH_ROOT/bin/mgbench
+# The binary: MGBENCH, else the loaded module's, else build/app/mgbench (relative to the checkout).
+mgbench_binary() {
+  if [[ -n ${MGBENCH:-} ]]; then echo "$MGBENCH"
+  elif [[ -n ${MGBENCH_ROOT:-} ]]; then echo "$MGBENCH_ROOT/bin/mgbench"
+  else echo build/app/mgbench
   fi
-  MGBENCH=${MGBENCH:-build/app/mgbench}
+}
+
+mgbench_setup() {
+  MGBENCH=$(mgbench_binary)
   [[ -x "$MGBENCH" ]] || mgbench_fail "mgbench binary '$MGBENCH' not found or not executable (build it, or set MGBENCH)"
   MGBENCH_JOB_DIR=${MGBENCH_JOB_DIR:-${MGBENCH_OUTPUTS:-outputs}/${SLURM_JOB_ID}}
   mkdir -p "$MGBENCH_JOB_DIR" || mgbench_fail "cannot create '$MGBENCH_JOB_DIR'"

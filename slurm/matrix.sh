@@ -38,10 +38,9 @@ while (($#)); do
   shift
 done
 
-# --local's binary, found as slurm/common.sh finds the jobs'.
-local_binary=${MGBENCH:-}
-[[ -z "$local_binary" && -n "${MGBENCH_ROOT:-}" ]] && local_binary=$MGBENCH_ROOT/bin/mgbench
-local_binary=${local_binary:-build/app/mgbench}
+# --local's binary, found as the jobs' is.
+source slurm/common.sh
+local_binary=$(mgbench_binary)
 GPUS=${GPUS:-"1 2 3 4"}
 OUTPUTS=${OUTPUTS:-outputs/matrix-$task-$(date -u +%Y%m%dT%H%M%SZ)}
 read -r -a sbatch_args <<<"${SBATCH_ARGS:-}"

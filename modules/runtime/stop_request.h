@@ -24,8 +24,9 @@ inline constexpr double kRepeatIsTheSameRequestS = 5.0;
 
 /// Installs handlers for SIGTERM and SIGUSR1 that record the request (async-signal-safe: a flag).
 /// A second signal of the same kind, kRepeatIsTheSameRequestS or more after the first, ends the
-/// process as the default action would, so an operator can still force it. Both are unblocked in the calling thread
-/// (and so in the threads it starts afterwards), whatever mask the launcher left. Idempotent.
+/// process as the default action would, so an operator can still force it. Both are unblocked in
+/// the calling thread (and so in the threads it starts afterwards), whatever mask the launcher
+/// left. Idempotent.
 ///
 /// Until defer_stops_to_step_boundaries() is called, the process is in its set-up (MPI start,
 /// options, loading the model and data), which no step boundary interrupts and which may block (a
