@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
+#include <optional>
+#include <span>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -70,28 +73,106 @@ std::string read_fixed_string(hid_t group, const char* name, std::size_t bytes, 
   return value;
 }
 
-template <class Record>
-std::vector<Record> read_table(hid_t group, const char* name, hid_t type, const std::string& where) {
-  if (!h5::link_exists(group, name)) return {};
-  h5::Handle ds = h5::wrap_dataset(H5Dopen2(group, name, H5P_DEFAULT), fmt::format("open {}/{}", where, name));
-  h5::Handle space = h5::wrap_space(H5Dget_space(ds), fmt::format("space of {}/{}", where, name));
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  std::vector<Record> rows(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
-  if (!rows.empty()) {
-    const std::string what = fmt::format("type of {}/{}", where, name);
-    h5::Handle stored = h5::wrap_type(H5Dget_type(ds), what);
-    h5::Handle memory = with_stored_charsets(type, stored, what);
-    check_status(H5Dread(ds, memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()),
-                 fmt::format("read {}/{}", where, name));
+constexpr hsize_t kBlockRows = 4096;
+
+/// The rows of the table `ds` (its dataspace `space`, `table` its path) that its file stores, at most `extent`: all of
+/// a contiguous one's allocated storage (`row_bytes` each, as stored) and of a compact one; of a chunked one, the rows
+/// its allocated chunks can hold (rows of chunks never written read as the fill value and carry nothing). What bounds a
+/// read whatever the extent claims: a table another tool rewrote, or a damaged one, may claim 10^12 rows it never
+/// stored.
+hsize_t stored_rows(hid_t ds, hid_t space, hsize_t extent, hsize_t row_bytes, const std::string& table) {
+  h5::Handle dcpl = h5::wrap_plist(H5Dget_create_plist(ds), "creation property list of " + table);
+  switch (H5Pget_layout(dcpl)) {
+    case H5D_CONTIGUOUS:
+      return std::min(extent, row_bytes == 0 ? extent : H5Dget_storage_size(ds) / row_bytes);
+    case H5D_CHUNKED: {
+      hsize_t chunk[H5S_MAX_RANK] = {};
+      MGBENCH_REQUIRE(H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) >= 1, ResultsError, "{}: unreadable chunk layout", table);
+      hsize_t chunks = 0;
+      check_status(H5Dget_num_chunks(ds, space, &chunks), "count the chunks of " + table);
+      return chunks > extent / std::max<hsize_t>(chunk[0], 1) ? extent : std::min(extent, chunks * chunk[0]);
+    }
+    default:
+      return extent;
   }
+}
+
+/// Reads the one- or two-dimensional table `ds` (`table` its path) kBlockRows rows at a time as
+/// `memory` elements, up to the rows its file stores (stored_rows), and calls
+/// `block(elements, width)` with each block (rows x width elements, row-major; width 1 for a 1-D
+/// table or a scalar, read as one row) while it returns true: one block in memory at a time, whatever
+/// the table's extent. Throws ResultsError when the table has another rank or cannot be read as
+/// `memory`.
+template <class Element, class Block>
+void read_blocks(hid_t ds, hid_t memory, const std::string& table, Block&& block) {
+  h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + table);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<Element> buffer;
+  if (rank == 0) {  // a scalar: one row (a one-row table as another tool may write it)
+    buffer.assign(1, Element{});
+    check_status(H5Dread(ds, memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()), "read " + table);
+    block(std::span<const Element>(buffer), hsize_t{1});
+    return;
+  }
+  MGBENCH_REQUIRE(rank == 1 || (rank == 2 && H5Tget_class(memory) != H5T_COMPOUND), ResultsError,
+                  "{}: {} dimensions where mgbench writes {} (not an mgbench table)", table, rank,
+                  H5Tget_class(memory) == H5T_COMPOUND ? "one" : "one or two");
+  hsize_t dims[2] = {0, 1};
+  H5Sget_simple_extent_dims(space, dims, nullptr);
+  const hsize_t width = dims[1];
+  if (width == 0) return;
+  h5::Handle stored = h5::wrap_type(H5Dget_type(ds), "type of " + table);
+  const hsize_t rows = stored_rows(ds, space, dims[0], H5Tget_size(stored) * width, table);
+  for (hsize_t start = 0; start < rows; start += kBlockRows) {
+    const hsize_t count = std::min(kBlockRows, rows - start);
+    const hsize_t offset[2] = {start, 0}, shape[2] = {count, width};
+    check_status(H5Sselect_hyperslab(space, H5S_SELECT_SET, offset, nullptr, shape, nullptr), "select " + table);
+    h5::Handle in_memory = h5::wrap_space(H5Screate_simple(rank, shape, nullptr), "memory space of " + table);
+    buffer.assign(count * width, Element{});
+    check_status(H5Dread(ds, memory, in_memory, space, H5P_DEFAULT, buffer.data()), "read " + table);
+    if (!block(std::span<const Element>(buffer), width)) break;
+  }
+}
+
+/// The rows of the 1-D record table `name` of `group` (absent: none) for which `written(row)` holds,
+/// read in blocks up to the first block without one (the writer fills its rows in order; a table's
+/// extent may be far larger than what was written) and up to `limit` rows. String members are read in
+/// the table's character set. Throws ResultsError as read_blocks does.
+template <class Record, class Written>
+std::vector<Record> read_table(hid_t group, const char* name, hid_t type, const std::string& where, Written written,
+                               std::size_t limit = std::numeric_limits<std::size_t>::max()) {
+  std::vector<Record> rows;
+  if (!h5::link_exists(group, name)) return rows;
+  const std::string table = fmt::format("{}/{}", where, name);
+  h5::Handle ds = h5::wrap_dataset(H5Dopen2(group, name, H5P_DEFAULT), "open " + table);
+  h5::Handle stored = h5::wrap_type(H5Dget_type(ds), "type of " + table);
+  h5::Handle memory = with_stored_charsets(type, stored, "type of " + table);
+  read_blocks<Record>(ds, memory, table, [&](std::span<const Record> block, hsize_t) {
+    bool any_written = false;
+    for (const Record& row : block) {
+      if (!written(row)) continue;
+      any_written = true;
+      rows.push_back(row);
+      if (rows.size() == limit) return false;
+    }
+    return any_written;
+  });
   return rows;
+}
+
+/// The first row of the one-row table `name` of `group`, as stored (fill values where unwritten);
+/// nullopt where there is none.
+template <class Record>
+std::optional<Record> read_row(hid_t group, const char* name, hid_t type, const std::string& where) {
+  auto rows = read_table<Record>(
+      group, name, type, where, [](const Record&) { return true; }, 1);
+  return rows.empty() ? std::nullopt : std::optional<Record>(rows.front());
 }
 
 /// Rank `rank_group`'s steps table as (epoch, step_s, collective_s), unwritten rows kept in place
 /// (epoch -1): fields every schema's steps table has, or reads as 0 (the broadcast's and the loss
-/// normaliser's phases before schema 6). Read kStepBlock rows at a time, up to the first block
-/// without a written row: the loop writes its rows in order, and a table's extent can be far larger
-/// than what was written (preallocated for the planned steps; a damaged file's 10^12 zero rows). Throws
+/// normaliser's phases before schema 6). Read in blocks up to the first block without a written row:
+/// the loop writes its rows in order, and the table is preallocated for the planned steps. Throws
 /// ResultsError when the table is not one-dimensional or cannot be read as those fields.
 std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where) {
   if (!h5::link_exists(rank_group, "steps")) return {};
@@ -99,15 +180,6 @@ std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where
     std::int32_t epoch = -1;
     double step_s = 0, allreduce_s = 0, buffer_broadcast_s = 0, loss_reduce_s = 0;
   };
-  constexpr hsize_t kStepBlock = 4096;
-  const std::string table = where + "/steps";
-  h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "steps", H5P_DEFAULT), "open " + table);
-  h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + table);
-  MGBENCH_REQUIRE(H5Sget_simple_extent_ndims(space) == 1, ResultsError,
-                  "{}: {} dimensions where mgbench writes one (not an mgbench table)", table,
-                  H5Sget_simple_extent_ndims(space));
-  hsize_t n = 0;
-  H5Sget_simple_extent_dims(space, &n, nullptr);
   h5::Handle type = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(Row)), "step time type");
   check_status(H5Tinsert(type, "epoch", offsetof(Row, epoch), H5T_NATIVE_INT32), "compound member epoch");
   for (const auto& [name, offset] :
@@ -116,24 +188,20 @@ std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where
         std::pair{"loss_reduce_s", offsetof(Row, loss_reduce_s)}}) {
     check_status(H5Tinsert(type, name, offset, H5T_NATIVE_DOUBLE), fmt::format("compound member {}", name));
   }
+  const std::string table = where + "/steps";
+  h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "steps", H5P_DEFAULT), "open " + table);
   std::vector<StepTime> out;
-  std::vector<Row> rows;
-  for (hsize_t start = 0; start < n; start += kStepBlock) {
-    const hsize_t count = std::min(kStepBlock, n - start);
-    check_status(H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr), "select " + table);
-    h5::Handle memory = h5::wrap_space(H5Screate_simple(1, &count, nullptr), "memory space of " + table);
-    rows.assign(count, Row{});
-    check_status(H5Dread(ds, type, memory, space, H5P_DEFAULT, rows.data()), "read " + table);
+  read_blocks<Row>(ds, type, table, [&](std::span<const Row> block, hsize_t) {
     bool any_written = false;
-    for (const Row& row : rows) {
+    for (const Row& row : block) {
       // A step takes time: a zero-filled row (a table another tool made, or a damaged one) is none.
       const bool written = row.epoch >= 0 && std::isfinite(row.step_s) && row.step_s > 0;
       any_written = any_written || written;
       out.push_back(
           {written ? row.epoch : -1, row.step_s, row.allreduce_s + row.buffer_broadcast_s + row.loss_reduce_s});
     }
-    if (!any_written) break;
-  }
+    return any_written;
+  });
   return out;
 }
 
@@ -225,12 +293,12 @@ h5::Handle open_to_read(const std::string& path) {
 /// A rank's CUDA tables (rank_<r>/cuda_summary, cuda_api, cuda_kernels) appended to the run's, their
 /// unwritten rows left out.
 void read_cuda_tables(hid_t rank_group, const std::string& rank_where, RunRecord& run) {
-  auto summary = read_table<CudaSummaryRecord>(rank_group, "cuda_summary", cuda_summary_type(), rank_where);
-  auto api = read_table<CudaApiRecord>(rank_group, "cuda_api", cuda_api_type(), rank_where);
-  auto kernels = read_table<CudaKernelRecord>(rank_group, "cuda_kernels", cuda_kernel_type(), rank_where);
-  std::erase_if(api, [](const CudaApiRecord& a) { return a.name[0] == '\0'; });
-  std::erase_if(kernels, [](const CudaKernelRecord& k) { return k.name[0] == '\0'; });
-  run.cuda.push_back(summary.empty() ? CudaSummaryRecord{} : summary.front());
+  const auto summary = read_row<CudaSummaryRecord>(rank_group, "cuda_summary", cuda_summary_type(), rank_where);
+  auto api = read_table<CudaApiRecord>(rank_group, "cuda_api", cuda_api_type(), rank_where,
+                                       [](const CudaApiRecord& a) { return a.name[0] != '\0'; });
+  auto kernels = read_table<CudaKernelRecord>(rank_group, "cuda_kernels", cuda_kernel_type(), rank_where,
+                                              [](const CudaKernelRecord& k) { return k.name[0] != '\0'; });
+  run.cuda.push_back(summary.value_or(CudaSummaryRecord{}));
   run.cuda_api.push_back(std::move(api));
   run.cuda_kernels.push_back(std::move(kernels));
 }
@@ -240,13 +308,7 @@ void read_cuda_tables(hid_t rank_group, const std::string& rank_where, RunRecord
 void read_metrics(hid_t rank_group, const std::string& what, RunRecord& run) {
   h5::Handle ds = h5::wrap_dataset(H5Dopen2(rank_group, "metrics", H5P_DEFAULT), "open " + what);
   h5::Handle space = h5::wrap_space(H5Dget_space(ds), "space of " + what);
-  hsize_t dims[2] = {0, 0};
   MGBENCH_REQUIRE(H5Sget_simple_extent_ndims(space) == 2, ResultsError, "{}: expected a 2-D table", what);
-  H5Sget_simple_extent_dims(space, dims, nullptr);
-  std::vector<double> values(static_cast<std::size_t>(dims[0] * dims[1]));
-  if (!values.empty()) {
-    check_status(H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "read " + what);
-  }
   if (run.metric_names.empty()) {
     for (const auto& [name, value] : h5::read_attributes(ds)) {
       if (name != "columns" || !std::holds_alternative<std::string>(value)) continue;
@@ -255,12 +317,17 @@ void read_metrics(hid_t rank_group, const std::string& what, RunRecord& run) {
     }
   }
   std::vector<std::vector<double>> rows;
-  for (hsize_t i = 0; i < dims[0]; ++i) {
-    std::vector<double> row(values.begin() + static_cast<std::ptrdiff_t>(i * dims[1]),
-                            values.begin() + static_cast<std::ptrdiff_t>((i + 1) * dims[1]));
-    // Unwritten rows keep their NaN fill.
-    if (std::any_of(row.begin(), row.end(), [](double v) { return std::isfinite(v); })) rows.push_back(row);
-  }
+  // Rows are written in step order; unwritten ones keep their NaN fill.
+  read_blocks<double>(ds, H5T_NATIVE_DOUBLE, what, [&](std::span<const double> block, hsize_t width) {
+    bool any_written = false;
+    for (auto row = block.begin(); row != block.end(); row += static_cast<std::ptrdiff_t>(width)) {
+      const auto end = row + static_cast<std::ptrdiff_t>(width);
+      if (std::none_of(row, end, [](double v) { return std::isfinite(v); })) continue;
+      any_written = true;
+      rows.emplace_back(row, end);
+    }
+    return any_written;
+  });
   run.metrics.push_back(std::move(rows));
 }
 
@@ -274,25 +341,22 @@ void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunReco
     h5::Handle rank_group =
         h5::wrap_group(H5Gopen2(group, rank_name.c_str(), H5P_DEFAULT), "open " + where + "/" + rank_name);
     run.rank_attributes.push_back(h5::read_attributes(rank_group));
-    auto epochs = read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name);
-    std::erase_if(epochs, [](const EpochRecord& e) { return e.epoch < 0; });
-    run.epochs.push_back(std::move(epochs));
+    run.epochs.push_back(read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name,
+                                                 [](const EpochRecord& e) { return e.epoch >= 0; }));
     const std::vector<StepTime> steps = read_step_times(rank_group, where + "/" + rank_name);
     if (r == 0) run.first_step_s = first_step_s(steps);
     skew.add_rank(steps);
     if (h5::link_exists(rank_group, "cuda_summary")) read_cuda_tables(rank_group, where + "/" + rank_name, run);
     if (h5::link_exists(rank_group, "comm")) {
-      auto rows = read_table<CommRecord>(rank_group, "comm", comm_record_type(), where + "/" + rank_name);
-      std::erase_if(rows, [](const CommRecord& c) { return c.bytes < 0; });
-      run.comm.push_back(std::move(rows));
+      run.comm.push_back(read_table<CommRecord>(rank_group, "comm", comm_record_type(), where + "/" + rank_name,
+                                                [](const CommRecord& c) { return c.bytes >= 0; }));
     }
     if (h5::link_exists(rank_group, "energy")) {
-      auto energy = read_table<EnergyRecord>(rank_group, "energy", energy_record_type(), where + "/" + rank_name);
-      auto readings =
-          read_table<TelemetryRecord>(rank_group, "telemetry", telemetry_record_type(), where + "/" + rank_name);
-      std::erase_if(readings, [](const TelemetryRecord& t) { return !std::isfinite(t.t_s); });
-      run.energy.push_back(energy.empty() ? EnergyRecord{} : energy.front());
-      run.telemetry.push_back(std::move(readings));
+      const auto energy = read_row<EnergyRecord>(rank_group, "energy", energy_record_type(), where + "/" + rank_name);
+      run.energy.push_back(energy.value_or(EnergyRecord{}));
+      run.telemetry.push_back(
+          read_table<TelemetryRecord>(rank_group, "telemetry", telemetry_record_type(), where + "/" + rank_name,
+                                      [](const TelemetryRecord& t) { return std::isfinite(t.t_s); }));
     }
     if (h5::link_exists(rank_group, "metrics")) read_metrics(rank_group, where + "/" + rank_name + "/metrics", run);
   }
@@ -326,8 +390,7 @@ RunRecord read_run(hid_t runs, const std::string& path, const std::string& id, b
           "recorded why";
     }
   }
-  const auto summary = read_table<RunSummary>(group, "summary", summary_type, where);
-  if (!summary.empty()) run.summary = summary.front();
+  if (const auto summary = read_row<RunSummary>(group, "summary", summary_type, where)) run.summary = *summary;
   read_ranks(group, where, epoch_type, run);
   return run;
 }

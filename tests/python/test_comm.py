@@ -179,6 +179,47 @@ def test_predict_reads_the_steps_a_rank_wrote_of_a_table_far_larger(tmp_path, mn
     mgbench("report", one, two, timeout=120, check=True)
 
 
+def rewrite_far_larger(path, tables):
+    """Each table at `tables` (paths inside the file's one run) of the results file at `path` rewritten as
+    another tool might: chunked, its extent 10^12 rows, holding the rows it held (the rest its fill)."""
+    with h5py.File(path, "r+") as f:
+        (run,) = f["runs"].values()
+        for name in tables:
+            old = run[name]
+            data, attrs, fill = old[()], dict(old.attrs), old.fillvalue
+            del run[name]
+            tail = data.shape[1:]
+            new = run.create_dataset(name, shape=(10**12, *tail), maxshape=(None, *tail), chunks=(1024, *tail),
+                                     dtype=data.dtype, fillvalue=fill)
+            new[:len(data)] = data
+            new.attrs.update(attrs)
+
+
+def test_report_and_predict_read_every_table_to_the_rows_its_file_stores(tmp_path, mnist):
+    """Every table mgbench reads (the run's summary; a rank's steps, epochs, energy, telemetry, comm) is
+    read in blocks up to the rows written and stored, whatever its extent: with rank 1's tables claiming
+    10^12 rows (hundreds of terabytes if read as claimed: every table but steps was read whole, and died
+    of bad_alloc) report and predict print what they printed before."""
+    image = ["image", "--data", mnist, "--limit-train", "128", "--limit-test", "32", "--epochs", "2", "--batch-size",
+             "32", "--width-mult", "0.25", "--image-size", "32", "--threads", "1", "--device", "cpu",
+             "--progress-interval", "1000"]
+    one, two, comm = tmp_path / "one.h5", tmp_path / "two.h5", tmp_path / "comm.h5"
+    mgbench(*image, "--results", one, np=1, check=True)
+    mgbench(*image, "--results", two, np=2, check=True)
+    mgbench("comm", "--max-bytes", "4K", "--iters", "2", "--results", comm, np=2, check=True)
+    predict = ["predict", one, two, "--ranks", "4", "--link", "h100-nvlink"]
+    before = [mgbench("report", one, two, comm, check=True).stdout, mgbench(*predict, check=True).stdout]
+    with h5py.File(two, "r") as f:
+        (run,) = f["runs"].values()
+        tables = ["summary", *(f"rank_1/{name}" for name in run["rank_1"])]
+    assert {"summary", "rank_1/steps", "rank_1/epochs", "rank_1/energy", "rank_1/telemetry"} <= set(tables)
+    rewrite_far_larger(two, tables)
+    rewrite_far_larger(comm, ["summary", "rank_1/comm"])
+    after = [mgbench("report", one, two, comm, timeout=120, check=True).stdout,
+             mgbench(*predict, timeout=120, check=True).stdout]
+    assert after == before
+
+
 def test_predict_without_a_one_rank_run_says_so(tmp_path):
     comm = tmp_path / "comm.h5"
     mgbench("comm", "--max-bytes", "1K", "--iters", "1", "--results", comm, np=2, check=True)
