@@ -33,9 +33,16 @@ TelemetrySampler::TelemetrySampler(std::unique_ptr<TelemetrySource> source, doub
 
 TelemetrySampler::~TelemetrySampler() { stop(); }
 
+void TelemetrySampler::read_and_add() {
+  // The reading's time: the middle of the read, which may take milliseconds (NVML).
+  const double before = seconds_now();
+  const TelemetryReading reading = source_->read();
+  add(0.5 * (before + seconds_now()), reading);
+}
+
 void TelemetrySampler::start() {
   if (!source_ || thread_.joinable()) return;
-  add(seconds_now(), source_->read());
+  read_and_add();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -47,16 +54,14 @@ void TelemetrySampler::stop() {
   }
   wake_.notify_all();
   thread_.join();
-  add(seconds_now(), source_->read());
+  read_and_add();
 }
 
 void TelemetrySampler::run() {
   std::unique_lock lock(mutex_);
   while (!wake_.wait_for(lock, std::chrono::duration<double>(interval_s_), [this] { return stopping_; })) {
     lock.unlock();  // a reading may take milliseconds (NVML): not under the lock
-    const double t = seconds_now();
-    const TelemetryReading reading = source_->read();
-    add(t, reading);
+    read_and_add();
     lock.lock();
   }
 }

@@ -94,6 +94,8 @@ class TelemetrySampler {
   std::vector<results::TelemetryRecord> readings() const;
 
  private:
+  /// Reads the source once and adds the reading, timed at the middle of the read.
+  void read_and_add();
   void run();
 
   std::unique_ptr<TelemetrySource> source_;

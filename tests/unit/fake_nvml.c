@@ -1,34 +1,33 @@
 /* A stand-in for libnvidia-ml.so.1 (the entry points profile/telemetry_sources.cpp resolves), so that
  * the NVML path -- dlopen, the symbols, the handle by PCI bus id, the readings -- runs in CPU tests.
- * One GPU at bus id 0000:65:00.0 drawing a constant 300 W since nvmlInit_v2: its energy counter is
- * 300 W x the time since then, so a sampler's J/s must read 300. FAKE_NVML_NO_ENERGY=1: the energy
+ * One GPU at bus id 0000:65:00.0 reporting a constant 300 W, whose energy counter starts at 5,000 J and
+ * advances kJoulesPerRead (6 J: 300 W over a 20 ms sampling interval) at every read, so that what a
+ * sampler sums is known exactly, whatever the time between its readings: a counter of wall time
+ * differs from the sampler's timestamps by the time between the two clock reads (the thread
+ * descheduled between them on a loaded machine). FAKE_NVML_NO_ENERGY=1: the energy
  * counter is not supported (a pre-Volta GPU), FAKE_NVML_INIT_FAILS=1: nvmlInit_v2 fails. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef int nvmlReturn_t;
 typedef struct fake_device* nvmlDevice_t;
 
 enum { kSuccess = 0, kUninitialized = 1, kInvalidArgument = 2, kNotSupported = 3, kNotFound = 6, kDriverNotLoaded = 9 };
 static struct fake_device { int unused; } the_gpu;
-static double init_s = -1;
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
+static int initialised = 0;
+static const unsigned long long kJoulesPerRead = 6;
+static unsigned long long energy_reads = 0;
 
 nvmlReturn_t nvmlInit_v2(void) {
   const char* fails = getenv("FAKE_NVML_INIT_FAILS");
   if (fails != NULL && strcmp(fails, "1") == 0) return kDriverNotLoaded;
-  init_s = now_s();
+  initialised = 1;
+  energy_reads = 0;
   return kSuccess;
 }
 
 nvmlReturn_t nvmlShutdown(void) {
-  init_s = -1;
+  initialised = 0;
   return kSuccess;
 }
 
@@ -43,7 +42,7 @@ const char* nvmlErrorString(nvmlReturn_t status) {
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
-  if (init_s < 0) return kUninitialized;
+  if (!initialised) return kUninitialized;
   if (bus_id == NULL || strcmp(bus_id, "0000:65:00.0") != 0) return kNotFound;
   *device = &the_gpu;
   return kSuccess;
@@ -53,7 +52,7 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
   const char* none = getenv("FAKE_NVML_NO_ENERGY");
   if (none != NULL && strcmp(none, "1") == 0) return kNotSupported;
   if (device != &the_gpu) return kInvalidArgument;
-  *energy_mj = 5000000ULL + (unsigned long long)((now_s() - init_s) * 300.0 * 1e3);
+  *energy_mj = (5000ULL + kJoulesPerRead * energy_reads++) * 1000ULL;
   return kSuccess;
 }
 
