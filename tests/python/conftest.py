@@ -41,28 +41,32 @@ def mnist():
 RANK_ENV = dict(ENV, OMP_NUM_THREADS="1")
 
 
-def start(args, np=2, hold_at=None):
+def start(args, np=2, hold_at=None, env=None):
     """Starts mgbench under mpirun -np without waiting (one thread per rank); returns the Popen.
     hold_at: the rank that commits the run's first checkpoint at or after this global step stops
     itself there (SIGSTOP, from a preloaded library: hold_library), so that what the test does next
     -- a signal, a kill, a second job -- lands at that step however fast the machine runs the steps
     after it (polling the directory for the checkpoint raced the run's end on a slow or busy machine).
-    wait_for_hold gives its pid; SIGCONT continues it."""
+    wait_for_hold gives its pid; SIGCONT continues it. env: variables the ranks get besides RANK_ENV."""
     hold = ["-x", f"LD_PRELOAD={hold_library()}", "-x", "MGBENCH_TEST_HOLD_STEP"] if hold_at is not None else []
     cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", *hold, BIN, *map(str, args)]
-    env = dict(RANK_ENV, MGBENCH_TEST_HOLD_STEP=str(hold_at)) if hold_at is not None else RANK_ENV
+    env = dict(RANK_ENV, **(env or {}), **({"MGBENCH_TEST_HOLD_STEP": str(hold_at)} if hold_at is not None else {}))
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 # rename(2) interposed: the checkpointer's rank 0 commits step N by renaming step-<9 digits>.partial
 # to step-<9 digits> (modules/train/checkpoint/checkpointer.cpp); once, at the first N at or after
-# MGBENCH_TEST_HOLD_STEP, the process stops itself after the rename.
+# MGBENCH_TEST_HOLD_STEP, the process stops itself after the rename. MGBENCH_TEST_HOLD_ONCE (a path):
+# once for every process of the environment -- a requeued batch job's resumed ranks included --, the
+# first to hold creating the file, none holding where it exists.
 HOLD_SOURCE = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int rename(const char* from, const char* to) {
   static int (*real)(const char*, const char*);
@@ -75,7 +79,10 @@ int rename(const char* from, const char* to) {
   if (rc == 0 && !held && step != NULL && strncmp(name, "step-", 5) == 0 && strlen(name) == 14 &&
       strspn(name + 5, "0123456789") == 9 && atol(name + 5) >= atol(step)) {
     held = 1;
-    raise(SIGSTOP);
+    const char* once = getenv("MGBENCH_TEST_HOLD_ONCE");
+    const int fd = once != NULL ? open(once, O_CREAT | O_EXCL | O_WRONLY, 0644) : -1;
+    if (fd >= 0) close(fd);
+    if (once == NULL || fd >= 0) raise(SIGSTOP);
   }
   return rc;
 }

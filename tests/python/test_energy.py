@@ -1,8 +1,9 @@
 """Energy per rank (--telemetry, profile/telemetry.h) end to end on the CPU: a stand-in powercap tree
-(MGBENCH_POWERCAP_ROOT) whose RAPL counter a thread advances -- through its wrap, once the run has
-begun -- while two ranks train; the results file's energy tables read with h5py, `mgbench report --energy` and
+(MGBENCH_POWERCAP_ROOT) whose RAPL counter a thread advances -- through its wrap, while the run is
+held mid-training -- as two ranks train; the results file's energy tables read with h5py, `mgbench report --energy` and
 mgbench_analysis.energy checked against them; the refusals and the "no energy counter" record."""
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import BIN, ENV, MPIEXEC, SMALL
+from conftest import BIN, ENV, MPIEXEC, SMALL, start, wait_for, wait_for_hold
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import mgbench_analysis as mga  # noqa: E402
@@ -32,15 +33,15 @@ def image_args(mnist, results, *extra, limit_train=64):
 
 class AdvancingCounter:
     """A RAPL package (intel-rapl:0) whose energy_uj grows by STEP_UJ every few milliseconds, replaced
-    atomically (rename) so that a reader never sees half a number. It holds BEFORE_WRAP_UJ below its
-    wrap until `begun` exists, where given (the results file: the run is created, its ranks' telemetry starts
-    within milliseconds), so that it wraps ~0.5 s into the training (of ~3 s), between the ranks' first and
-    last readings, not while the ranks still load their libraries."""
+    atomically (rename) so that a reader never sees half a number. Where `release` (an Event) is given,
+    it holds BEFORE_WRAP_UJ below its wrap until the event is set (the test sets it while the run is
+    held mid-training, so that the ranks' first reading is before the wrap and their last after it,
+    however fast the machine trains); else it advances from the start."""
 
     BEFORE_WRAP_UJ = 100 * STEP_UJ
 
-    def __init__(self, root: Path, begun: Path = None):
-        self.begun = begun
+    def __init__(self, root: Path, release: threading.Event = None):
+        self.release = release
         self.wrapped = False
         self.package = root / "intel-rapl:0"
         self.package.mkdir(parents=True)
@@ -59,7 +60,7 @@ class AdvancingCounter:
 
     def _advance(self):
         while not self.stop.wait(0.005):
-            if self.begun is not None and not self.begun.exists():
+            if self.release is not None and not self.release.is_set():
                 continue
             self.wrapped |= self.value + STEP_UJ >= WRAP_UJ
             self.value = (self.value + STEP_UJ) % WRAP_UJ
@@ -78,11 +79,18 @@ class AdvancingCounter:
 def test_rapl_energy_per_sample_over_two_ranks_of_one_node(tmp_path, mnist):
     results = tmp_path / "r.h5"
     root = tmp_path / "powercap"
-    with AdvancingCounter(root, begun=results) as counter:
-        proc = run(*image_args(mnist, results, "--telemetry", "rapl", "--telemetry-interval", "20",
-                               limit_train=1024), env={"MGBENCH_POWERCAP_ROOT": str(root)})
-    assert proc.returncode == 0, proc.stderr
-    assert counter.wrapped and counter.written_uj > 2 * counter.BEFORE_WRAP_UJ, counter.written_uj
+    # Rank 0 stops itself once it has committed step 16's checkpoint (of 64 steps); the counter then
+    # wraps, and the rank goes on.
+    with AdvancingCounter(root, release=threading.Event()) as counter:
+        proc = start(image_args(mnist, results, "--telemetry", "rapl", "--telemetry-interval", "20", "--checkpoint-dir",
+                                tmp_path / "ck", "--checkpoint-every", "16", limit_train=1024),
+                     hold_at=16, env={"MGBENCH_POWERCAP_ROOT": str(root)})
+        held = wait_for_hold(proc, 16)
+        counter.release.set()
+        wait_for(lambda: counter.wrapped, proc, timeout=60, what="the counter's wrap")
+        os.kill(held, signal.SIGCONT)
+        _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
     with h5py.File(results, "r") as f:
         (run_id,) = f["runs"].keys()
         ranks = [f["runs"][run_id][f"rank_{r}"] for r in (0, 1)]
@@ -92,10 +100,10 @@ def test_rapl_energy_per_sample_over_two_ranks_of_one_node(tmp_path, mnist):
     for row, table in zip(rows, readings):
         assert row["source"] == b"rapl" and row["node_share"] == 0.5  # two ranks share the node's package
         assert row["samples"] == 512 and row["tokens"] == 0  # 1024 images over 2 ranks, one epoch
-        # The wrap undone: the counter's difference is what the thread added between the first and the
-        # last reading -- across the wrap, so at least most of what it added before it -- never more than
-        # all it added, and the readings never fall.
-        assert counter.BEFORE_WRAP_UJ / 2e6 < row["energy_j"] <= counter.written_uj / 1e6
+        # The wrap undone: the counter's difference is what the thread added between the first reading
+        # (before the release) and the last (after the wrap) -- at least what it took to wrap, never
+        # more than all it added -- and the readings never fall.
+        assert counter.BEFORE_WRAP_UJ / 1e6 <= row["energy_j"] <= counter.written_uj / 1e6
         written = table[~(table["t_s"] != table["t_s"])]  # NaN rows: unwritten
         assert len(written) == row["readings"] >= 2
         assert all(b >= a for a, b in zip(written["energy_j"], written["energy_j"][1:]))
