@@ -33,8 +33,17 @@ LLM_WORKLOAD = ["recipe", "model", "precision", "batch_size", "grad_accum", "max
 def _workload_keys(frame: pd.DataFrame, varied: Sequence[str]) -> List[str]:
     """The strategy and the identity's attributes the frame has, less the plotted axes `varied`."""
     return [k for k in ["strategy", *workload.ATTRIBUTES] if k not in varied and k in frame.columns]
-# The four metrics of the paper's Fig. 3 (Nsight Systems there, CUPTI here).
-FIG3_METRICS = ("CUDA memcpy HtoD", "cudaLaunchKernel", "cudaStreamSynchronize", "NCCL kernels")
+# The CUPTI API rows `mgbench report --cuda` counts as kernel launches and as the host's waits for the
+# device (results/schema.h kLaunchApis, kHostWaitApis): the paper's eager PyTorch launched through
+# cudaLaunchKernel and waited in cudaStreamSynchronize; mgbench's CUDA graphs launch through
+# cudaGraphLaunch, its driver-level launches through cuLaunchKernel, and some waits are on events.
+LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
+               "cuGraphLaunch")
+HOST_WAIT_APIS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
+LAUNCHES, HOST_WAITS = "kernel launches", "host waits"
+# The four metrics of the paper's Fig. 3 (Nsight Systems there, CUPTI here): its cudaLaunchKernel and
+# cudaStreamSynchronize rows are mgbench's LAUNCHES and HOST_WAITS.
+FIG3_METRICS = ("CUDA memcpy HtoD", LAUNCHES, HOST_WAITS, "NCCL kernels")
 
 
 class Data:
@@ -319,21 +328,23 @@ def pin_memory_scaling(data: Data, overlay: bool) -> Optional[Figure]:
 # --- Fig. 3: the four profiler metrics in percent ------------------------------------------------
 
 def _api_time(data: Data) -> pd.DataFrame:
-    """Per run and rank: seconds in cudaLaunchKernel and cudaStreamSynchronize (CUPTI API table)."""
+    """Per run and rank: seconds in the kernel-launch and the host-wait calls (CUPTI API table; the
+    columns LAUNCHES and HOST_WAITS, each summed over its APIs)."""
     api = data.cuda_api
+    columns = ["file", "run_id", "rank", LAUNCHES, HOST_WAITS]
     if api.empty:
-        return pd.DataFrame(columns=["file", "run_id", "rank", "cudaLaunchKernel", "cudaStreamSynchronize"])
-    wide = api.pivot_table(index=["file", "run_id", "rank"], columns="name", values="time_s", aggfunc="sum")
-    for name in ("cudaLaunchKernel", "cudaStreamSynchronize"):
-        if name not in wide:
-            wide[name] = 0.0
-    return wide[["cudaLaunchKernel", "cudaStreamSynchronize"]].fillna(0.0).reset_index()
+        return pd.DataFrame(columns=columns)
+    kind = api["name"].map({**{n: LAUNCHES for n in LAUNCH_APIS}, **{n: HOST_WAITS for n in HOST_WAIT_APIS}})
+    wide = api.assign(kind=kind).dropna(subset=["kind"]).pivot_table(
+        index=["file", "run_id", "rank"], columns="kind", values="time_s", aggfunc="sum")
+    wide = wide.reindex(pd.MultiIndex.from_frame(api[["file", "run_id", "rank"]].drop_duplicates()))
+    return wide.reindex(columns=[LAUNCHES, HOST_WAITS]).fillna(0.0).reset_index()[columns]
 
 
 def cuda_metrics(data: Data) -> pd.DataFrame:
     """Per run and rank, the seconds of the paper's Fig. 3 / 5 / 6 metrics (HtoD copies' device time,
-    cudaLaunchKernel and cudaStreamSynchronize host time, NCCL kernels' device time) and the profile
-    window's length (s)."""
+    the host's time in kernel launches and in waits for the device, as `mgbench report --cuda` counts
+    them: LAUNCH_APIS, HOST_WAIT_APIS; NCCL kernels' device time) and the profile window's length (s)."""
     summary = data.cuda_summary
     if summary.empty:
         return pd.DataFrame()
@@ -356,14 +367,15 @@ def fig3_profiler_metrics(data: Data, overlay: bool) -> Optional[Figure]:
     image = data.completed(llm=False)
     if metrics.empty or image.empty:
         return None
-    per_run = metrics.groupby(["file", "run_id"]).mean(numeric_only=True).reset_index()
+    # Each rank's share of its own window, then the mean over ranks (as `report --cuda`'s shares).
+    shares = metrics[["file", "run_id"]].assign(**{m: 100 * metrics[m] / metrics["window_s"] for m in FIG3_METRICS})
+    per_run = shares.groupby(["file", "run_id"]).mean().reset_index()
     per_run = per_run.merge(image[["file", "run_id", "label"]], on=["file", "run_id"])
     if per_run.empty:
         return None
     fig = Figure(figsize=(max(8, 1.2 * len(per_run) + 3), 4.8))
     ax = fig.subplots()
-    _grouped_bars(ax, list(per_run["label"]),
-                  {m: (100 * per_run[m] / per_run["window_s"]).tolist() for m in FIG3_METRICS})
+    _grouped_bars(ax, list(per_run["label"]), {m: per_run[m].tolist() for m in FIG3_METRICS})
     ax.set(ylabel="% of the profile window (mean over ranks)")
     return _finish(fig, "Fig. 3: profiler metrics in percent of the profile window (CUPTI)")
 
@@ -420,7 +432,7 @@ def fig5_cuda_api_by_dataset(data: Data, overlay: bool) -> Optional[Figure]:
     # The paper profiles one GPU; with no 1-rank run, the mean over ranks of the others.
     if (frame["ranks"] == 1).any():
         frame = frame[frame["ranks"] == 1]
-    names = ["cudaLaunchKernel", "cudaStreamSynchronize", "CUDA memcpy HtoD"]
+    names = [LAUNCHES, HOST_WAITS, "CUDA memcpy HtoD"]
     means = frame.groupby("dataset")[names].mean()
     fig = Figure(figsize=(9, 4.5))
     ax = fig.subplots()
@@ -433,7 +445,7 @@ def fig6_cuda_api_pin_memory(data: Data, overlay: bool) -> Optional[Figure]:
     frame = _llm_cuda(data)
     if frame.empty or frame["pin_memory"].nunique() < 2:
         return None
-    names = ["cudaLaunchKernel", "CUDA memcpy HtoD", "NCCL kernels"]
+    names = [LAUNCHES, "CUDA memcpy HtoD", "NCCL kernels"]
     # Summed over ranks, as the paper sums its accelerators (its totals may exceed the window).
     per_run = frame.groupby(["file", "run_id", "ranks", "pin_memory"])[names + ["window_s"]].sum().reset_index()
     groups = per_run.groupby(["ranks", "pin_memory"])[names + ["window_s"]].mean()

@@ -113,7 +113,8 @@ def add_cuda_tables(path, step_fields=False):
                     s["between_steps_api_calls"], s["between_steps_kernel_s"] = 600 + r, rng.uniform(0, 0.5)
                 g.create_dataset("cuda_summary", data=s)
                 api = np.zeros(32, api_type)
-                for i, name in enumerate([b"cudaLaunchKernel", b"cudaMemcpyAsync", b"cudaStreamSynchronize"]):
+                for i, name in enumerate([b"cudaLaunchKernel", b"cudaMemcpyAsync", b"cudaStreamSynchronize",
+                                          b"cudaGraphLaunch", b"cudaEventSynchronize"]):
                     api[i] = (name, 1000 * (i + 1), rng.uniform(0.1, 3))
                 g.create_dataset("cuda_api", data=api)
                 kernels = np.zeros(48, kernel_type)
@@ -178,8 +179,8 @@ def test_report_cuda_counts_kernels_launches_and_waits_per_step_and_the_busy_sha
                         continue
                     steps = int(s["steps"])
                     expected = [str(steps), f"{1e3 * s['window_s'] / steps:.2f}", f"{s['kernel_count'] / steps:.1f}",
-                                f"{calls['cudaLaunchKernel'] / steps:.1f}",
-                                f"{calls['cudaStreamSynchronize'] / steps:.1f}",
+                                f"{(calls['cudaLaunchKernel'] + calls['cudaGraphLaunch']) / steps:.1f}",
+                                f"{(calls['cudaStreamSynchronize'] + calls['cudaEventSynchronize']) / steps:.1f}",
                                 f"{100 * s['kernel_busy_s'] / s['window_s']:.1f}",
                                 f"{s['between_steps_s']:.2f}", str(s["between_steps_kernel_count"])]
                     assert row == expected, (run_id, r, row, expected)
@@ -320,6 +321,21 @@ def drop_fields(table, names):
     group.create_dataset(name, data=np.array(data[kept].tolist(), dtype=[(n, data.dtype[n]) for n in kept]))
 
 
+def test_the_figures_count_the_launch_and_wait_apis_report_counts():
+    """Figs. 3, 5 and 6 sum the CUPTI API rows `report --cuda` sums (results/schema.h's kLaunchApis and
+    kHostWaitApis), so that a figure and the report never disagree on what a launch is."""
+    from mgbench_analysis import figures
+    header = (Path(__file__).resolve().parents[2] / "modules" / "results" / "schema.h").read_text()
+
+    def names(array):
+        body = re.search(rf"{array}\[\] = {{(.*?)}};", header, re.S)
+        assert body, array
+        return tuple(re.findall(r'"(\w+)"', body.group(1)))
+
+    assert figures.LAUNCH_APIS == names("kLaunchApis")
+    assert figures.HOST_WAIT_APIS == names("kHostWaitApis")
+
+
 def test_fields_an_older_schema_lacks_read_as_the_writers_defaults(matrix, tmp_path):
     """Steps and epochs of a file written before a field existed (page_faults: schema 11; allgather_s,
     reducescatter_s: 5; skipped_images: 8; eval_loss: 3) read as mgbench's own reader reads them: the
@@ -391,14 +407,19 @@ def test_every_figure_is_drawn_and_shows_the_frames_data(matrix, gpu_like, tmp_p
     # Fig. 3: the four metrics, % of the profile window, mean over ranks, per image run.
     fig3 = figs.draw("fig3_profiler_metrics", data)
     summary, api = mga.cuda(sources), mga.cuda(sources, "api")
-    first = image.iloc[0]
+    first = image[image["ranks"] == 2].iloc[0]  # two ranks, two windows
     s = summary[(summary["file"] == first["file"]) & (summary["run_id"] == first["run_id"])]
     a = api[(api["file"] == first["file"]) & (api["run_id"] == first["run_id"])]
-    launch = a[a["name"] == "cudaLaunchKernel"].set_index("rank")["time_s"]
+    # Launches: eager and graph launches; waits: stream and event syncs (report --cuda's sums).
+    window = s.set_index("rank")["window_s"]
+    launch = a[a["name"].isin(["cudaLaunchKernel", "cudaGraphLaunch"])].groupby("rank")["time_s"].sum()
+    wait = a[a["name"].isin(["cudaStreamSynchronize", "cudaEventSynchronize"])].groupby("rank")["time_s"].sum()
     got = bars(fig3.axes[0])
     labels = [t.get_text() for t in fig3.axes[0].get_xticklabels()]
     k = labels.index(first["label"])
-    assert math.isclose(got["cudaLaunchKernel"][k], 100 * (launch / s.set_index("rank")["window_s"]).mean())
+    assert len(window) == 2 and window.nunique() == 2  # each rank's share of its own window, then the mean
+    assert math.isclose(got["kernel launches"][k], 100 * (launch / window).mean())
+    assert math.isclose(got["host waits"][k], 100 * (wait / window).mean())
     assert math.isclose(got["CUDA memcpy HtoD"][k], 100 * (s["htod_s"] / s["window_s"]).mean())
 
     # Fig. 4: s/it per dataset and rank count (lora runs).
