@@ -26,9 +26,14 @@ fi
 if [[ -n ${MGBENCH_WERROR:-} ]] && ! grep -q "^MGBENCH_WERROR:BOOL=$MGBENCH_WERROR\$" "$BUILD_DIR/CMakeCache.txt"; then
   cmake -S . -B "$BUILD_DIR" -DMGBENCH_WERROR="$MGBENCH_WERROR" >/dev/null
 fi
-# MGBENCH_SHARED_DATA (scripts/test.sh: what scripts/get-test-data.sh found): the tests' input directory.
-if [[ -n ${MGBENCH_SHARED_DATA:-} ]] && ! grep -qxF "MGBENCH_SHARED_DATA:PATH=$MGBENCH_SHARED_DATA" "$BUILD_DIR/CMakeCache.txt"; then
-  cmake -S . -B "$BUILD_DIR" -DMGBENCH_SHARED_DATA="$MGBENCH_SHARED_DATA" >/dev/null
+# MGBENCH_SHARED_DATA (scripts/test.sh: what scripts/get-test-data.sh found): the tests' input directory,
+# absolute and without "." / ".." / a trailing slash (symbolic links kept), as the cache holds it, so
+# that the same directory spelt differently does not reconfigure every build.
+if [[ -n ${MGBENCH_SHARED_DATA:-} ]]; then
+  shared_data=$(realpath -ms -- "$MGBENCH_SHARED_DATA")
+  if ! grep -qxF "MGBENCH_SHARED_DATA:PATH=$shared_data" "$BUILD_DIR/CMakeCache.txt"; then
+    cmake -S . -B "$BUILD_DIR" -DMGBENCH_SHARED_DATA="$shared_data" >/dev/null
+  fi
 fi
 # MGBENCH_TARGETS: only these targets (scripts/demo.sh builds the binary, not the tests and benchmarks).
 targets=()
