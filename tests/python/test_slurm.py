@@ -7,6 +7,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ENV, SHARED, SMALL
+from conftest import BIN, ENV, SHARED, SMALL, hold_library, pending, stopped
 
 h5py = pytest.importorskip("h5py")
 
@@ -49,6 +50,22 @@ def slurm():
     finally:
         subprocess.run([str(CLUSTER), "stop", str(d)])
         shutil.rmtree(d, ignore_errors=True)
+
+
+def held_rank(job):
+    """The pid of SLURM job `job`'s mgbench rank stopped by conftest.hold_library, or None."""
+    binary = os.path.realpath(BIN)
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.readlink(proc / "exe") != binary:
+                continue
+            if f"SLURM_JOB_ID={job}".encode() not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+        except OSError:
+            continue
+        if stopped(int(proc.name)):
+            return int(proc.name)
+    return None
 
 
 def sbatch(env, *args, wait=True, cwd=ROOT):
@@ -179,17 +196,28 @@ def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launche
     forwards SIGTERM as SIGUSR1, and starts the launcher in a session of its own, out of reach of a
     signal to the batch step's processes (`scancel --full`, as SLURM's time limit and preemption
     signal the job): the job exits 75, requeues and resumes. Before, both srun cases ended killed."""
-    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_CHECKPOINT_EVERY="2", MGBENCH_LAUNCHER=launcher)
+    # Rank 0 stops itself once it has committed the checkpoint of step 2 (conftest.hold_library; once in
+    # the job, not again when it resumes), so that the signal lands mid-run however fast the steps after
+    # it run: polling for the checkpoint raced the run's end on a slow or busy machine.
+    env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_CHECKPOINT_EVERY="2", MGBENCH_LAUNCHER=launcher,
+               LD_PRELOAD=str(hold_library()), MGBENCH_TEST_HOLD_STEP="2", MGBENCH_TEST_HOLD_ONCE=str(tmp_path / "held"))
     proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/job.out", "slurm/image.sbatch",
                   *IMAGE_ARGS, "--limit-train", "1024", "--epochs", "2", "--precision", "fp64", wait=False)
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip().split(";")[0]
-    checkpoints = tmp_path / "out" / job / "checkpoints"
     deadline = time.time() + 300
-    while time.time() < deadline and not glob.glob(f"{checkpoints}/*/step-?????????"):
-        assert job_state(env, job)[0] in ("PENDING", "RUNNING", "CONFIGURING"), (tmp_path / "job.out").read_text()
-        time.sleep(0.2)
+    while (held := held_rank(job)) is None:
+        assert time.time() < deadline and job_state(env, job)[0] in ("PENDING", "RUNNING", "CONFIGURING"), \
+            (tmp_path / "job.out").read_text()
+        time.sleep(0.1)
     subprocess.run(["scancel", scope, f"--signal={stop}", job], check=True, env=env)
+    # The batch script forwards the signal as SIGUSR1 through the launcher (--full: the step's own
+    # SIGTERM may come first); once it is pending, the rank continues and takes it.
+    deadline = time.time() + 60
+    while not (pending(held, signal.SIGUSR1) or pending(held, signal.SIGTERM)):
+        assert time.time() < deadline, "the stop signal never reached the held rank\n" + (tmp_path / "job.out").read_text()
+        time.sleep(0.02)
+    os.kill(held, signal.SIGCONT)
     deadline = time.time() + 500
     released = False
     while time.time() < deadline:
