@@ -75,11 +75,10 @@ std::string read_fixed_string(hid_t group, const char* name, std::size_t bytes, 
 
 constexpr hsize_t kBlockRows = 4096;
 
-/// The rows of the table `ds` (its dataspace `space`, `table` its path) that its file stores, at most `extent`: all of
-/// a contiguous one's allocated storage (`row_bytes` each, as stored) and of a compact one; of a chunked one, the rows
-/// its allocated chunks can hold (rows of chunks never written read as the fill value and carry nothing). What bounds a
-/// read whatever the extent claims: a table another tool rewrote, or a damaged one, may claim 10^12 rows it never
-/// stored.
+/// The rows of the table `ds` (dataspace `space`, path `table`) that its file stores, at most `extent`:
+/// a contiguous one's allocated storage over `row_bytes` (as stored), a compact one's extent, a chunked
+/// one's allocated chunks x their rows (rows of chunks never written are fill and carry nothing). The
+/// bound of a read: a table another tool rewrote, or a damaged one, may claim 10^12 rows never stored.
 hsize_t stored_rows(hid_t ds, hid_t space, hsize_t extent, hsize_t row_bytes, const std::string& table) {
   h5::Handle dcpl = h5::wrap_plist(H5Dget_create_plist(ds), "creation property list of " + table);
   switch (H5Pget_layout(dcpl)) {

@@ -207,8 +207,10 @@ def test_report_and_predict_read_every_table_to_the_rows_its_file_stores(tmp_pat
     mgbench(*image, "--results", one, np=1, check=True)
     mgbench(*image, "--results", two, np=2, check=True)
     mgbench("comm", "--max-bytes", "4K", "--iters", "2", "--results", comm, np=2, check=True)
-    predict = ["predict", one, two, "--ranks", "4", "--link", "h100-nvlink"]
+    predictions = tmp_path / "predictions.h5"
+    predict = ["predict", one, two, "--ranks", "4", "--link", "h100-nvlink", "--results", predictions]
     before = [mgbench("report", one, two, comm, check=True).stdout, mgbench(*predict, check=True).stdout]
+    predictions.unlink()
     with h5py.File(two, "r") as f:
         (run,) = f["runs"].values()
         tables = ["summary", *(f"rank_1/{name}" for name in run["rank_1"])]
