@@ -200,7 +200,8 @@ def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launche
     # the job, not again when it resumes), so that the signal lands mid-run however fast the steps after
     # it run: polling for the checkpoint raced the run's end on a slow or busy machine.
     env = dict(slurm, MGBENCH_OUTPUTS=str(tmp_path / "out"), MGBENCH_CHECKPOINT_EVERY="2", MGBENCH_LAUNCHER=launcher,
-               LD_PRELOAD=str(hold_library()), MGBENCH_TEST_HOLD_STEP="2", MGBENCH_TEST_HOLD_ONCE=str(tmp_path / "held"))
+               LD_PRELOAD=str(hold_library()), MGBENCH_TEST_HOLD_STEP="2",
+               MGBENCH_TEST_HOLD_ONCE=str(tmp_path / "held"))
     proc = sbatch(env, *CPU, "--ntasks-per-node=2", f"--output={tmp_path}/job.out", "slurm/image.sbatch",
                   *IMAGE_ARGS, "--limit-train", "1024", "--epochs", "2", "--precision", "fp64", wait=False)
     assert proc.returncode == 0, proc.stderr
@@ -215,7 +216,7 @@ def test_a_stop_signal_checkpoints_requeues_and_resumes(slurm, tmp_path, launche
     # SIGTERM may come first); once it is pending, the rank continues and takes it.
     deadline = time.time() + 60
     while not (pending(held, signal.SIGUSR1) or pending(held, signal.SIGTERM)):
-        assert time.time() < deadline, "the stop signal never reached the held rank\n" + (tmp_path / "job.out").read_text()
+        assert time.time() < deadline, "the signal never reached the held rank\n" + (tmp_path / "job.out").read_text()
         time.sleep(0.02)
     os.kill(held, signal.SIGCONT)
     deadline = time.time() + 500
