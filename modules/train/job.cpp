@@ -113,9 +113,13 @@ std::string done_line(const results::RunSummary& s, const char* unit) {
       fmt::format("done: {} epoch(s) in {:.1f} s | loss {:.4f}", s.epochs_completed, s.total_s, s.final_loss);
   if (std::isfinite(s.test_accuracy)) line += fmt::format(" | test accuracy {:.2f} %", 100 * s.test_accuracy);
   if (std::isfinite(s.eval_loss)) line += fmt::format(" | eval loss {:.4f}", s.eval_loss);
-  line += std::isfinite(s.tokens_per_s) ? fmt::format(" | {:.0f} tokens/s", s.tokens_per_s)
-                                        : fmt::format(" | {:.1f} {}", s.samples_per_s, unit);
-  line += fmt::format(" (all ranks) | {:.3f} s/it", s.s_per_it);
+  if (!std::isfinite(s.s_per_it)) {
+    line += " | no step timed after the warm-up";
+  } else {
+    line += std::isfinite(s.tokens_per_s) ? fmt::format(" | {:.0f} tokens/s", s.tokens_per_s)
+                                          : fmt::format(" | {:.1f} {}", s.samples_per_s, unit);
+    line += fmt::format(" (all ranks) | {:.3f} s/it", s.s_per_it);
+  }
   if (std::isfinite(s.mfu)) line += fmt::format(" | MFU {:.1f} %", 100 * s.mfu);
   line += fmt::format(" | peak memory {:.0f} MiB", static_cast<double>(s.peak_memory_bytes) / (1024.0 * 1024.0));
   return line;

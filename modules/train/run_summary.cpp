@@ -53,8 +53,8 @@ void write_cuda_metrics(LoopState& state, const RunSinks& sinks) {
 
 /// The rates of all ranks into summary: samples and tokens computed and FLOPs, summed over the
 /// ranks, over rank 0's training time (train_s); the mean final loss over ranks; with
-/// --warmup-steps-excluded K, what came after each rank's K-th step (NaN rates when a rank never
-/// got past it). One all-reduce.
+/// --warmup-steps-excluded K, what came after each rank's K-th step (NaN rates when no step came
+/// after it). One all-reduce.
 void summarise_all_ranks(const LoopState& state, results::RunSummary& summary) {
   const RunSetup& setup = state.setup;
   const RunProgress& run = state.progress;
@@ -72,7 +72,9 @@ void summarise_all_ranks(const LoopState& state, results::RunSummary& summary) {
   // The time and steps the rates are over: rank 0's training time, as train_s, less its warm-up.
   double span_s = summary.train_s - w.train_s;
   const std::int64_t span_steps = run.global_step - run.first_step - warmup_steps;
-  if (warmup_steps > 0 && totals[5].item<double>() < world) {
+  // No step after the warm-up -- fewer steps than K, or exactly K (the warm-up taken as the last one
+  // ended): no rates, rather than the few microseconds before the run's end.
+  if (warmup_steps > 0 && (totals[5].item<double>() < world || span_steps <= 0)) {
     log::warn("--warmup-steps-excluded {}: the run has {} optimizer step(s): no throughput after the warm-up",
               warmup_steps, run.global_step - run.first_step);
     span_s = results::kNaN;

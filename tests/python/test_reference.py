@@ -176,10 +176,15 @@ def test_warmup_steps_excluded_leave_the_first_steps_out_of_the_throughput(tmp_p
     mgbench(*common, check=True)
     whole = mga.read(results)[-1].summary
     assert whole["samples_per_s"] * whole["train_s"] == pytest.approx(steps["samples"].sum(), rel=1e-9)
-    # More steps excluded than the run has: no throughput (NaN) and a warning, not a number of nothing.
-    proc = mgbench(*common, "--warmup-steps-excluded", "100")
-    assert proc.returncode == 0 and "--warmup-steps-excluded 100: the run has 16 optimizer step(s)" in proc.stderr
-    assert math.isnan(mga.read(results)[-1].summary["samples_per_s"])
+    # As many steps excluded as the run has, or more: no throughput (NaN) and a warning, not a number of
+    # nothing (with 16 of 16, the warm-up ended with the last step: 0 img/s over its last microseconds).
+    for excluded in (16, 100):
+        proc = mgbench(*common, "--warmup-steps-excluded", str(excluded))
+        assert proc.returncode == 0, proc.stderr
+        assert f"--warmup-steps-excluded {excluded}: the run has 16 optimizer step(s)" in proc.stderr, proc.stderr
+        assert "no step timed after the warm-up" in proc.stderr and "s/it" not in proc.stderr.splitlines()[-1]
+        summary = mga.read(results)[-1].summary
+        assert math.isnan(summary["samples_per_s"]) and math.isnan(summary["s_per_it"]), summary
 
 
 def test_the_warmup_survives_a_resume(tmp_path, mnist):
