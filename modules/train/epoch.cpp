@@ -136,11 +136,20 @@ bool EpochStage::train() {
     const std::int64_t faults_at_start = host_memory::minor_page_faults();
     state_.cupti.update(sinks_.run_time(step_start, run), run.global_step, setup.device);
     const double lr = lr_at_step(options.optim.lr, run.global_step, options.optim.warmup_steps, total_steps, cosine);
+    // The host's ATen ops of one step: op_counted_step's, or with CUDA graphs the first step from
+    // there whose micro-batches all replayed (a warm-up or capture step dispatches the eager step's).
     std::optional<OpCounter> ops;
-    if (run.global_step - run.first_step == op_counted_step(options.warmup_steps_excluded)) ops.emplace();
+    if (!state_.ops_counted && run.global_step - run.first_step >= op_counted_step(options.warmup_steps_excluded)) {
+      ops.emplace();
+    }
+    const MicroBatchGraphs* graphs = state_.training.graphs.get();
+    const std::int64_t replays_before = graphs != nullptr ? graphs->replays() : 0;
     StepOutcome out = train_step(setup, state_.training, {feeder, clock_}, lr, run.global_step);
     state_.cupti.step_ended();  // what follows until the next step (its record, evaluation, a checkpoint)
-    if (ops && out.micro_batches > 0) run.summary.ops_per_step = ops->count();
+    if (ops && out.micro_batches > 0) {
+      run.summary.ops_per_step = ops->count();
+      state_.ops_counted = graphs == nullptr || graphs->replays() - replays_before == out.micro_batches;
+    }
     run.position += out.loaded_batches;
     run.epoch_record.loaded_samples += out.loaded_samples;
     run.epoch_record.skipped_images += out.skipped_images;

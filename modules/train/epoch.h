@@ -27,7 +27,9 @@ std::vector<data::PlannedBatch> cut_plan(std::vector<data::PlannedBatch> plan, s
 /// The step of a run (0-based, counted from its first) whose ATen operators the loop counts into the
 /// summary's ops_per_step (train/op_counter.h): the second, past the first step's one-time work (the
 /// optimizer's state created), or the last warm-up step where --warmup-steps-excluded leaves 2 or
-/// more out of the timing, so that no timed step pays for the counting.
+/// more out of the timing, so that no timed step pays for the counting. With --cuda-graphs on, the
+/// loop counts each step from there until one whose micro-batches all replayed (the last counted
+/// stands when none does).
 std::int64_t op_counted_step(std::int64_t warmup_steps_excluded);
 
 /// Where the run's epochs report to, for the whole run.

@@ -96,9 +96,10 @@ struct LoopState {
 
   RunSetup setup;
   TrainingState training;
-  CuptiWindow cupti;       // GPU runs with --cupti
-  TelemetryWindow energy;  // --telemetry other than off
-  RunProgress progress;    // where the run stands (what a checkpoint carries besides model and optimizer)
+  CuptiWindow cupti;         // GPU runs with --cupti
+  TelemetryWindow energy;    // --telemetry other than off
+  RunProgress progress;      // where the run stands (what a checkpoint carries besides model and optimizer)
+  bool ops_counted = false;  // progress.summary.ops_per_step is this process's final count (epoch.cpp)
 
   /// The recipe's checkpoint tensors, each sharded parameter replaced by this rank's shard (with
   /// the whole parameter's shape).

@@ -13,6 +13,7 @@
 
 #if MGBENCH_HAVE_CUDA
 #include <ATen/autocast_mode.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -146,6 +147,9 @@ struct MicroBatchGraphs::Impl {
   c10::cuda::CUDAStream side;  // captures run on it (a graph cannot be captured on the default stream)
   c10::MempoolId_t pool{0, 0};
   std::map<std::string, std::unique_ptr<ShapeGraph>, std::less<>> graphs;
+  // Each micro-batch's joins of the current stream and the side one, recorded anew each time (an
+  // event made and destroyed per micro-batch costs two context-locking driver calls: event_pool.h).
+  at::cuda::CUDAEvent ready, done;
 
   explicit Impl(const torch::Device& d) : device(d), side(own_stream(d)) {}
   /// Nothing replaying when the graphs and their pool go (the pool's memory is then free to others),
@@ -166,8 +170,12 @@ struct MicroBatchGraphs::Impl {
     for (torch::Tensor& t : g.inputs.tensors) {
       if (t.defined()) t = t.clone();  // outside the graph's pool; layout kept
     }
-    // As torch.cuda.graph: nothing of the eager work still running while the capture starts.
+    // As torch.cuda.graph: nothing of the eager work still running while the capture starts, and
+    // the allocator's cached blocks freed -- during a capture it neither frees them nor retries on
+    // out-of-memory, so the eager warm-up's cache (a micro-batch's activations, on this stream) would
+    // otherwise stand beside the graph's pool: a capture out of memory where the eager step fits.
     c10::cuda::device_synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
     if (pool.first == 0 && pool.second == 0) pool = at::cuda::graph_pool_handle();
     {
       const AutocastCacheOff no_cache;
@@ -193,11 +201,14 @@ struct MicroBatchGraphs::Impl {
   }
 
   /// After a failed capture: the side stream's capture ended (its partial graph dropped), the CUDA
-  /// error it left cleared, and the caching allocator out of its capture mode for `captured` --
-  /// CUDAGraph::capture_begin began allocating to that pool and only capture_end ends it (in that
-  /// mode the allocator neither frees cached blocks nor retries on out-of-memory) -- with the
-  /// capture's use of the pool released, so that the run's error report and results file can still
-  /// use the device.
+  /// error it left cleared, and the caching allocators out of their capture mode for `captured` --
+  /// torch 2.11's CUDAGraph::capture_begin begins allocating to that pool in the device's caching
+  /// allocator and in the pinned host one, and only capture_end ends both (in that mode the device
+  /// allocator neither frees cached blocks nor retries on out-of-memory) -- with the capture's use
+  /// of the pool released, so that the run's error report and results file can still use the
+  /// device. Where capture_end itself failed after ending them (instantiating the graph), the device
+  /// allocator refuses a second end, and the CUDAGraph releases the pool when destroyed: nothing to
+  /// do here (a second release would take another graph's use of the shared pool).
   void abandon_capture(c10::MempoolId_t captured) const {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
@@ -207,7 +218,17 @@ struct MicroBatchGraphs::Impl {
       }
     }
     (void)cudaGetLastError();
-    c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), captured);
+    try {
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), captured);
+    } catch (const c10::Error&) {
+      return;  // "not currently recording to mempool_id": capture_end ended both allocators' modes
+    }
+    try {
+      at::HostAllocator* host = at::getHostAllocator(at::kCUDA);
+      host->end_allocate_to_pool(captured);
+      host->release_pool(captured);
+    } catch (const c10::Error&) {  // a build whose capture_begin left the host allocator alone
+    }
     c10::cuda::CUDACachingAllocator::releasePool(device.index(), captured);
   }
 
@@ -254,9 +275,8 @@ MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchW
   // stream: cuBLAS's workspace for it made outside a capture), joined both ways with the current
   // stream: the side waits for the batch's data, the current for the micro-batch's results.
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(impl_->device.index());
-  at::cuda::CUDAEvent ready;
-  ready.record(current);
-  ready.block(impl_->side);
+  impl_->ready.record(current);
+  impl_->ready.block(impl_->side);
   MicroBatchLoss out;
   {
     const c10::cuda::CUDAStreamGuard on_side(impl_->side);
@@ -272,12 +292,11 @@ MicroBatchLoss MicroBatchGraphs::run(const data::Batch& input, const MicroBatchW
         break;
     }
   }
-  at::cuda::CUDAEvent done;
-  done.record(impl_->side);
-  done.block(current);
+  impl_->done.record(impl_->side);
+  impl_->done.block(current);
   if (action != GraphAction::kEager) {
     // The graph's static outputs copied on the current stream, after the replay (done) and before the
-    // next (its `ready`): the caller's sums must not alias what the next replay of this graph -- or of
+    // next (its `ready` join): the caller's sums must not alias what the next replay of this graph -- or of
     // another graph of the shared pool, in blocks this one's capture had freed -- writes.
     out.loss = out.loss.clone();
     if (out.metrics.defined()) out.metrics = out.metrics.clone();

@@ -128,6 +128,8 @@ class MicroBatchGraphs {
   /// "cuda graphs: S capture(s), R micro-batch(es) replayed, E run eagerly (B beyond the bound of N
   /// graphs)" (the run's log).
   std::string totals() const;
+  /// The micro-batches replayed so far (a step of n micro-batches all replayed when it adds n).
+  std::int64_t replays() const { return schedule_.replays(); }
 
   static constexpr int kWarmup = 2;      // eager micro-batches of a shape before its capture
   static constexpr int kMaxGraphs = 16;  // shapes with a graph at most (their memory is one pool)

@@ -420,6 +420,11 @@ TEST(CudaGraphs, ReplayedMicroBatchesTrainAsTheEagerStep) {
     EXPECT_GT(with[0].epochs[0][0].phases.backward_s, 0);     // the warm-up's eager micro-batches
     EXPECT_EQ(with[0].epochs[0][1].phases.backward_s, 0);     // every micro-batch replayed
     EXPECT_GT(without[0].epochs[0][1].phases.backward_s, 0);  // not vacuous: the eager step has one
+    // The host's ops: counted on the first step from the second whose micro-batches all replayed
+    // (the third: the second captures one), not on a warm-up or capture step, which dispatch the
+    // eager step's forward and backward.
+    EXPECT_GT(with[0].summary.ops_per_step, 0);
+    EXPECT_LT(with[0].summary.ops_per_step, without[0].summary.ops_per_step / 2);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
