@@ -26,14 +26,9 @@ std::size_t read_bytes(gzFile f, void* out, std::size_t n, const std::string& pa
   auto* bytes = static_cast<unsigned char*>(out);
   while (done < n) {
     const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
-    const int got = gzread(f, bytes + done, chunk);
-    if (got < 0) {
-      int errnum = 0;
-      const char* msg = gzerror(f, &errnum);
-      throw DataError(fmt::format("{}: corrupt gzip data ({})", path, msg != nullptr ? msg : "unknown zlib error"));
-    }
+    const std::size_t got = gz_read(f, bytes + done, chunk, path, "IDX file");
     if (got == 0) break;
-    done += static_cast<std::size_t>(got);
+    done += got;
   }
   return done;
 }

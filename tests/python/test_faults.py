@@ -224,6 +224,40 @@ def test_a_dataset_of_a_gibibyte_is_streamed_not_read_whole(tmp_path):
     assert peak_big - peak_small < 64 * 1024, (peak_small, peak_big)  # KiB: not the GiB of text
 
 
+def test_a_gzip_file_cut_short_is_refused_not_read_in_part(tmp_path, mnist):
+    """zlib's gzread returns what it could of a gzip stream without its end and says so only through
+    gzerror (Z_BUF_ERROR): a dataset cut at a flush point loaded its first rows as the whole file, and
+    MNIST's labels without their trailer trained. Both are refused, naming the file."""
+    import gzip
+    import json
+    import shutil
+    import zlib
+    rows = [{"instruction": f"Say {i}", "input": "", "output": str(i)} for i in range(200)]
+    whole, cut = tmp_path / "whole.jsonl.gz", tmp_path / "cut.jsonl.gz"
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31)  # a gzip stream, flushed after row 100
+    first = "".join(json.dumps(r) + "\n" for r in rows[:100]).encode()
+    rest = "".join(json.dumps(r) + "\n" for r in rows[100:]).encode()
+    head = packer.compress(first) + packer.flush(zlib.Z_FULL_FLUSH)
+    whole.write_bytes(head + packer.compress(rest) + packer.flush())
+    cut.write_bytes(head)
+    assert len(gzip.decompress(whole.read_bytes()).splitlines()) == 200
+    args = ["data", "stats", "--dataset", "alpaca", "--tokenizer", TOKENIZER]
+    good = mgbench(*args, "--data", whole)
+    assert good.returncode == 0 and "200 rows" in good.stdout + good.stderr, good.stdout + good.stderr
+    bad = mgbench(*args, "--data", cut)
+    assert bad.returncode != 0, bad.stdout + bad.stderr
+    assert f"dataset '{cut}': the gzip stream ends before its trailer" in bad.stderr, bad.stderr
+    # MNIST's test labels without the last 9 bytes (the 8-byte trailer and the last deflate byte).
+    copy = tmp_path / "mnist"
+    shutil.copytree(mnist, copy)
+    labels = copy / "t10k-labels-idx1-ubyte.gz"
+    labels.write_bytes(labels.read_bytes()[:-9])
+    proc = mgbench("image", "--data", copy, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
+                   "--results", tmp_path / "r.h5")
+    assert proc.returncode != 0, proc.stderr
+    assert f"IDX file '{labels}': the gzip stream ends before its trailer" in proc.stderr, proc.stderr[-2000:]
+
+
 # --- what the fuzz targets found (tests/fuzz; each a regression test here) -------------------------
 
 def test_a_config_line_quoting_a_boost_placeholder_is_an_error_not_a_hang(tmp_path, mnist):

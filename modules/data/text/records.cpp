@@ -40,13 +40,9 @@ class GzText final : public std::streambuf {
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    const int n = gzread(file_, buffer_.data(), static_cast<unsigned>(buffer_.size()));
-    if (n < 0) {
-      int err = 0;
-      throw DataError(fmt::format("dataset '{}': read failed ({})", path_, gzerror(file_, &err)));
-    }
+    const std::size_t n = gz_read(file_, buffer_.data(), static_cast<unsigned>(buffer_.size()), path_, "dataset");
     if (n == 0) return traits_type::eof();
-    total_ += static_cast<std::size_t>(n);
+    total_ += n;
     // A small .gz can expand to anything: stop at the documented limit instead of exhausting memory.
     MGBENCH_REQUIRE(total_ <= kMaxDatasetBytes, DataError,
                     "dataset '{}': more than {} GiB of text (decompressed), mgbench's limit for one dataset file: "
