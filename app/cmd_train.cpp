@@ -76,7 +76,7 @@ int train_command(const std::string& task, int argc, char** argv) {
       std::cerr << "mgbench " << task << ": " << e.what() << "\n";
       return 2;
     } catch (const std::exception& e) {
-      std::cerr << "mgbench " << task << ": " << e.what() << "\n";
+      std::cerr << "mgbench " << task << ": " << error_message(e) << "\n";
       return 1;
     }
     return 0;

@@ -185,8 +185,12 @@ void CommOptions::declare(options::OptionTable& t) {
   t.add("min-bytes", min_bytes, "smallest message [bytes; suffixes K, M, G: powers of 1024] (-b)");
   t.add("max-bytes", max_bytes, "largest message [bytes; K, M, G] (-e)");
   t.add("step-factor", step_factor, "size multiplier from one row to the next (-f)").at_least(2);
-  t.add("warmup-iters", warmup_iters, "untimed launches before each size's timing (-w)").at_least(0).same_workload();
-  t.add("iters", iters, "timed launches per size and placement (-n)").at_least(1).same_workload();
+  // Bounded: each launch's handle is kept until the size's wait (~140 bytes a launch).
+  t.add("warmup-iters", warmup_iters, "untimed launches before each size's timing (-w)")
+      .at_least(0)
+      .at_most(1000000)
+      .same_workload();
+  t.add("iters", iters, "timed launches per size and placement (-n)").at_least(1).at_most(1000000).same_workload();
   t.add("check", check, "check each size's result against the expected values: the #wrong column (-c)").same_workload();
   t.add("dtype", dtype, axes::dtype_choices(), "element type (-d)");
   t.add("op", op, reduce_op_choices(), "reduction of all-reduce and reduce-scatter (-o)");

@@ -23,7 +23,7 @@ Agreement agree(MPI_Comm comm, std::string_view stage, const std::function<void(
   try {
     step();
   } catch (const std::exception& e) {
-    error = e.what();
+    error = error_message(e);
   }
   Agreement a;
   const double timeout_s = watchdog::default_timeout();

@@ -6,6 +6,12 @@ namespace mgbench {
 
 int exit_code_for(const std::exception& e) noexcept { return dynamic_cast<const ConfigError*>(&e) != nullptr ? 2 : 1; }
 
+std::string error_message(const std::exception& e) {
+  std::string text = e.what();
+  if (const auto at = text.find("\nException raised from "); at != std::string::npos) text.resize(at);
+  return text;
+}
+
 namespace detail {
 void throw_mpi_error(int code, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {};

@@ -45,6 +45,12 @@ class CommError : public Error {
 /// Process exit code for an error: 2 for configuration errors, 1 for everything else.
 int exit_code_for(const std::exception& e) noexcept;
 
+/// e.what() as a user reads it: without the C++ backtrace LibTorch's c10::Error appends to its
+/// message ("\nException raised from <function> at <file>:<line> (most recent call first):\nframe
+/// #0: ...", c10/util/Exception.cpp) -- fifty frames in a log or a results file's `error` say
+/// nothing to a user. Other exceptions' text whole.
+std::string error_message(const std::exception& e);
+
 namespace detail {
 [[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);
 }  // namespace detail

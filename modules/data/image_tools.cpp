@@ -107,7 +107,7 @@ int make_images(const MakeImagesOptions& o, std::ostream& out, std::ostream& err
     }
     return 0;
   } catch (const std::exception& e) {
-    err << "mgbench data make-images: " << e.what() << "\n";
+    err << "mgbench data make-images: " << error_message(e) << "\n";
     return 1;
   }
 }
@@ -158,7 +158,7 @@ int read_images(const ReadImagesOptions& o, std::ostream& out, std::ostream& err
         << "\n";
     return 0;
   } catch (const std::exception& e) {
-    err << "mgbench data read-images: " << e.what() << "\n";
+    err << "mgbench data read-images: " << error_message(e) << "\n";
     return 1;
   }
 }

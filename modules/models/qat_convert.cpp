@@ -166,7 +166,7 @@ int quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err) {
         r.converted, r.group_size, static_cast<double>(r.dense_bytes) / kMiB, static_cast<double>(r.int4_bytes) / kMiB,
         static_cast<double>(r.int4_bytes) / static_cast<double>(r.dense_bytes), o.output);
   } catch (const std::exception& e) {
-    err << "mgbench quantize: " << e.what() << "\n";
+    err << "mgbench quantize: " << error_message(e) << "\n";
     return 1;
   }
   return 0;

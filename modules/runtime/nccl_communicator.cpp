@@ -322,7 +322,7 @@ class NcclCommunicator final : public Communicator {
                            op.seq, options_.timeout_s));
         }
       } catch (const std::exception& e) {
-        fail(fmt::format("the NCCL watchdog stopped on an error: {}", e.what()));
+        fail(fmt::format("the NCCL watchdog stopped on an error: {}", error_message(e)));
       }
     }
   }

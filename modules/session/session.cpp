@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/build_info.h"
+#include "core/error.h"
 #include "core/host_memory.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -178,8 +179,9 @@ void run_or_abort(runtime::MpiEnvironment& env, results::ResultsWriter& writer, 
   try {
     body();
   } catch (const std::exception& e) {
-    log::error("{} failed on rank {} ({}): {}", what, env.rank(), env.hostname(), e.what());
-    writer.mark_failed(e.what());
+    const std::string message = error_message(e);
+    log::error("{} failed on rank {} ({}): {}", what, env.rank(), env.hostname(), message);
+    writer.mark_failed(message);
     env.abort(1);
   }
   const bool stopped = preempted != nullptr && *preempted;

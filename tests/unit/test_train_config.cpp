@@ -527,5 +527,21 @@ TEST(MemoryPlan, ThePrintedPlanSaysWhichGpuMemoryFitsFromWhichRankCount) {
             std::string::npos);
 }
 
+// What a failing rank logs and writes into the results file's `error`: LibTorch's message without
+// the backtrace c10::Error appends (a failed allocation in `mgbench comm` stored 52 frames).
+TEST(ErrorMessage, LibTorchErrorsLoseTheirBacktraceOthersStayWhole) {
+  try {
+    (void)torch::zeros({2, 3}).view({4});
+    FAIL() << "expected c10::Error";
+  } catch (const c10::Error& e) {
+    const std::string whole = e.what();
+    ASSERT_NE(whole.find("\nException raised from "), std::string::npos) << whole;  // not vacuous
+    EXPECT_EQ(error_message(e), e.what_without_backtrace());
+    EXPECT_EQ(error_message(e).find("frame #"), std::string::npos);
+  }
+  const DataError plain("dataset 'x.json': row 3: expected an object\nsecond line");
+  EXPECT_EQ(error_message(plain), plain.what());
+}
+
 }  // namespace
 }  // namespace mgbench::train

@@ -64,7 +64,7 @@ int tokenize(const TokenizeOptions& o, std::istream& in, std::ostream& out, std:
     }
     out << line << "\n";
   } catch (const std::exception& e) {
-    err << "mgbench tokenize: " << e.what() << "\n";
+    err << "mgbench tokenize: " << error_message(e) << "\n";
     return 1;
   }
   return 0;
@@ -172,7 +172,7 @@ int dataset_stats(const DatasetStatsOptions& o, std::ostream& out, std::ostream&
                        pct(99), lengths.empty() ? 0 : lengths.back());
     if (o.max_seq_len > 0) out << fmt::format("{:<18} {}\n", "truncated rows", truncated);
   } catch (const std::exception& e) {
-    err << "mgbench data: " << e.what() << "\n";
+    err << "mgbench data: " << error_message(e) << "\n";
     return 1;
   }
   return 0;

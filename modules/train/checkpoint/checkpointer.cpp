@@ -180,7 +180,7 @@ std::optional<CheckpointManifest> Checkpointer::scan() {
       if (!best_dir.empty())
         answer = "M" + read_text_file((best_dir / kManifestFile).string()) + '\n' + best_dir.string();
     } catch (const std::exception& e) {
-      answer = std::string("E") + e.what();
+      answer = std::string("E") + error_message(e);
     }
   }
   answer = broadcast_string(env_.world(), answer);
@@ -215,7 +215,7 @@ std::optional<CheckpointManifest> Checkpointer::find_start() {
     try {
       other = other_configuration();
     } catch (const std::exception& e) {
-      other = fmt::format("--resume: cannot read {}: {}", options_.dir, e.what());
+      other = fmt::format("--resume: cannot read {}: {}", options_.dir, error_message(e));
     }
   }
   other = broadcast_string(env_.world(), other);
