@@ -62,6 +62,20 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
       MGBENCH_REQUIRE(type == "llama", DataError, "model config '{}': model_type \"{}\", expected \"llama\"", path,
                       type);
     }
+    // What this Llama computes -- SwiGLU over SiLU, projections without bias -- where a config says
+    // otherwise (transformers' LlamaConfig reads these), the checkpoint is another model.
+    const std::string act = j.contains("hidden_act") && !j["hidden_act"].is_null() ? j["hidden_act"].get<std::string>()
+                                                                                   : std::string("silu");
+    MGBENCH_REQUIRE(
+        act == "silu", DataError,
+        "model config '{}': hidden_act \"{}\", expected \"silu\" (Llama's SwiGLU; mgbench computes no other)", path,
+        act);
+    for (const char* bias : {"attention_bias", "mlp_bias"}) {
+      MGBENCH_REQUIRE(!j.contains(bias) || j[bias].is_null() || !j[bias].get<bool>(), DataError,
+                      "model config '{}': {} true, expected false (Llama's projections have no bias; mgbench's "
+                      "neither, and would leave the checkpoint's biases out)",
+                      path, bias);
+    }
     c.vocab_size = json_integer(field("vocab_size"));
     c.hidden_size = json_integer(field("hidden_size"));
     c.intermediate_size = json_integer(field("intermediate_size"));

@@ -212,6 +212,23 @@ TEST(LlamaConfig, ConfigJsonErrorsNameFileAndField) {
       "num_hidden_layers": 1, "num_attention_heads": 3, "num_key_value_heads": 2, "head_dim": 4})";
   }
   test::expect_error<DataError>([&] { LlamaConfig::from_hf_json(dir.file("h.json")); }, {"h.json", "multiple"});
+  // Another model's config (an activation other than SiLU, projections with biases): refused, not
+  // read as a Llama that would leave the checkpoint's biases out. Llama 3's own values pass.
+  const std::string base = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+      "num_attention_heads": 2)";
+  for (const auto& [extra, needle] : std::vector<std::pair<std::string, std::string>>{
+           {R"("hidden_act": "gelu")", "hidden_act \"gelu\", expected \"silu\""},
+           {R"("attention_bias": true)", "attention_bias true, expected false"},
+           {R"("mlp_bias": true)", "mlp_bias true, expected false"}}) {
+    SCOPED_TRACE(extra);
+    { std::ofstream(dir.file("o.json")) << "{" << base << ", " << extra << "}"; }
+    test::expect_error<DataError>([&] { LlamaConfig::from_hf_json(dir.file("o.json")); }, {"o.json", needle});
+  }
+  {
+    std::ofstream(dir.file("l.json")) << "{" << base
+                                      << R"(, "hidden_act": "silu", "attention_bias": false, "mlp_bias": false})";
+  }
+  EXPECT_EQ(LlamaConfig::from_hf_json(dir.file("l.json")).hidden_size, 8);
 }
 
 TEST(Llama, LogitsEqualTransformers) {
