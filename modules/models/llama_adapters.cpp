@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "models/llama.h"
+#include "models/llama_checkpoint.h"
 #include "models/safetensors.h"
 #include "models/state_dict.h"
 
@@ -98,6 +99,9 @@ void LlamaForCausalLMImpl::load_lora_adapter(const std::string& path) {
     MGBENCH_REQUIRE(t.sizes() == tensor.sizes(), DataError,
                     "adapter '{}': tensor '{}' has shape {}, expected {} (another --lora-rank?)", path, name,
                     shape_text(t.sizes()), shape_text(tensor.sizes()));
+    MGBENCH_REQUIRE(t.is_floating_point(), DataError, "adapter '{}': tensor '{}' is {}, expected a float dtype", path,
+                    name, c10::toString(t.scalar_type()));
+    require_finite(t, 0, fmt::format("adapter '{}': tensor '{}'", path, name));
     tensor.copy_(t);
     unused.erase(name);
     ++loaded;

@@ -13,14 +13,7 @@
 
 namespace mgbench::models {
 
-namespace {
-/// A base weight with NaN or Inf would evaluate to `eval loss: nan` and train nothing: refused at
-/// load, naming the tensor and its first bad element by its flat index in the whole tensor (t holds
-/// the elements from flat index `offset` on: a rank's rows). Checked in pieces of 4 Mi elements:
-/// isfinite's temporaries over a whole embedding were 2.5x its bytes (~330 MB for a 1536 x 128,256
-/// bf16 one), the peak of a sharded load.
-void require_finite(const torch::Tensor& t, std::int64_t offset, const std::string& dir, const std::string& name,
-                    const std::string& file) {
+void require_finite(const torch::Tensor& t, std::int64_t offset, const std::string& where) {
   if (!t.is_floating_point()) return;
   constexpr std::int64_t kPiece = std::int64_t{1} << 22;
   const torch::Tensor flat = t.reshape({-1});
@@ -29,13 +22,10 @@ void require_finite(const torch::Tensor& t, std::int64_t offset, const std::stri
     if (torch::isfinite(piece).all().item<bool>()) continue;
     const torch::Tensor bad = torch::nonzero(~torch::isfinite(flat));
     const std::int64_t first = bad[0][0].item<std::int64_t>();
-    throw DataError(
-        fmt::format("checkpoint '{}': tensor '{}' in {} holds {} non-finite value(s), the first {} at flat "
-                    "index {}",
-                    dir, name, file, bad.size(0), flat[first].item<double>(), offset + first));
+    throw DataError(fmt::format("{} holds {} non-finite value(s), the first {} at flat index {}", where, bad.size(0),
+                                flat[first].item<double>(), offset + first));
   }
 }
-}  // namespace
 
 LlamaCheckpointReader::LlamaCheckpointReader(const std::string& dir, bool tied) : dir_(dir), checkpoint_(dir) {
   for (const auto& name : checkpoint_.names()) {
@@ -56,7 +46,10 @@ void LlamaCheckpointReader::load_nf4(const std::string& prefix, torch::nn::Modul
     MGBENCH_REQUIRE(t.dim() == 2 && t.size(0) == layer->out_features && t.size(1) == layer->in_features, DataError,
                     "checkpoint '{}': tensor '{}' in {} has shape {}, the model (config.json) expects [{}, {}]", dir_,
                     name, checkpoint_.file_of(name), shape_text(t.sizes()), layer->out_features, layer->in_features);
-    require_finite(t, 0, dir_, name, checkpoint_.file_of(name));
+    MGBENCH_REQUIRE(t.is_floating_point(), DataError,
+                    "checkpoint '{}': tensor '{}' in {} is {}, expected a float dtype", dir_, name,
+                    checkpoint_.file_of(name), c10::toString(t.scalar_type()));
+    require_finite(t, 0, fmt::format("checkpoint '{}': tensor '{}' in {}", dir_, name, checkpoint_.file_of(name)));
     try {
       layer->quantize_base(t.to(device));
     } catch (const std::invalid_argument& e) {
@@ -76,7 +69,8 @@ void LlamaCheckpointReader::read_rows(const std::string& name, c10::IntArrayRef 
   torch::NoGradGuard no_grad;
   checkpoint_.read_rows(name, first_row, rows);
   const std::int64_t row_numel = sizes.empty() ? 1 : c10::multiply_integers(sizes.begin() + 1, sizes.end());
-  require_finite(rows, first_row * row_numel, dir_, name, checkpoint_.file_of(name));
+  require_finite(rows, first_row * row_numel,
+                 fmt::format("checkpoint '{}': tensor '{}' in {}", dir_, name, checkpoint_.file_of(name)));
   unused_.erase(name);
 }
 

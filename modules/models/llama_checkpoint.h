@@ -15,6 +15,13 @@
 
 namespace mgbench::models {
 
+/// A weight with NaN or Inf would evaluate to `eval loss: nan` and train nothing: refused at load.
+/// Throws DataError "<where> holds N non-finite value(s), the first X at flat index I" for a float
+/// t holding any (t: the elements from flat index `offset` of the whole tensor on, a rank's rows).
+/// Checked in pieces of 4 Mi elements: isfinite's temporaries over a whole embedding were 2.5x its
+/// bytes (~330 MB for a 1536 x 128,256 bf16 one), the peak of a sharded load.
+void require_finite(const torch::Tensor& t, std::int64_t offset, const std::string& where);
+
 class LlamaCheckpointReader {
  public:
   /// Opens the checkpoint directory; tied: the model ties its output head to the embedding, so a

@@ -129,6 +129,10 @@ void SafetensorsFile::read_rows(const std::string& name, std::int64_t first_row,
   MGBENCH_REQUIRE(same_row_shape && first_row >= 0 && first_row + count <= total, DataError,
                   "safetensors '{}': tensor '{}' is [{}]: rows {}..{} of shape [{}] do not fit it", path_, name,
                   fmt::join(e.shape, ", "), first_row, first_row + count, fmt::join(rows.sizes(), ", "));
+  MGBENCH_REQUIRE(!rows.is_floating_point() || c10::isFloatingType(e.dtype), DataError,
+                  "safetensors '{}': tensor '{}' is {}, read into {} weights: expected a float dtype (F32, BF16, F16, "
+                  "F64)",
+                  path_, name, c10::toString(e.dtype), c10::toString(rows.scalar_type()));
   const std::size_t row_bytes = total == 0 ? 0 : (e.end - e.begin) / static_cast<std::size_t>(total);
   const std::size_t offset = e.begin + static_cast<std::size_t>(first_row) * row_bytes;
   const std::size_t bytes = static_cast<std::size_t>(count) * row_bytes;

@@ -41,8 +41,8 @@ class SafetensorsFile {
   /// tensor's other dims], any device and floating dtype: converted as Tensor::copy_ converts).
   /// Rows of a row-major tensor are one byte range: pread straight into `rows` when it is a
   /// contiguous CPU tensor of the file's dtype, else through one host buffer of the range. Throws
-  /// DataError naming the file and tensor when the rows or the shape do not fit it, or the read
-  /// fails (a file shortened since it was opened).
+  /// DataError naming the file and tensor when the rows or the shape do not fit it, an integer or
+  /// bool tensor is read into float rows, or the read fails (a file shortened since it was opened).
   void read_rows(const std::string& name, std::int64_t first_row, const torch::Tensor& rows) const;
   /// "__metadata__" (string -> string), empty when absent.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

@@ -310,6 +310,14 @@ TEST(Llama, CheckpointMismatchesAreNamed) {
   LlamaForCausalLM fresh(LlamaConfig::from_hf_json(dir + "/config.json"));
   test::expect_error<DataError>([&] { fresh->load_hf_checkpoint(bad.path()); },
                                 {"model.layers.1.self_attn.v_proj.weight", "1 non-finite", "flat index 5"});
+  // An integer tensor of the right shape is no weight (it loaded as one, converted): refused, named.
+  for (auto& [name, t] : tensors) {
+    if (name == "model.layers.1.self_attn.v_proj.weight") t = checkpoint.tensor(name).to(torch::kInt8);
+  }
+  write_safetensors(bad.file("model.safetensors"), tensors);
+  LlamaForCausalLM again(LlamaConfig::from_hf_json(dir + "/config.json"));
+  test::expect_error<DataError>([&] { again->load_hf_checkpoint(bad.path()); },
+                                {"model.layers.1.self_attn.v_proj.weight", "Char", "expected a float dtype"});
 }
 
 TEST(Lora, GradientsEqualPeft) {
@@ -581,6 +589,21 @@ TEST(Lora, AdapterRoundTripsInPeftFormat) {
   third->apply_lora(fewer);
   test::expect_error<DataError>([&] { third->load_lora_adapter(dir.file("adapter_model.safetensors")); },
                                 {"adapter_model.safetensors", "not an adapter of this model"});
+  // A NaN, or an integer tensor, in an adapter evaluated to `eval loss: nan` or a wrong loss: refused.
+  for (const bool integer : {false, true}) {
+    auto tensors = model->lora_state_dict();
+    const std::string name = tensors[1].first;
+    torch::Tensor changed = tensors[1].second.detach().clone();
+    if (integer) {
+      changed = changed.to(torch::kInt8);
+    } else {
+      changed.view({-1})[3] = std::numeric_limits<float>::quiet_NaN();
+    }
+    tensors[1].second = changed;
+    write_safetensors(dir.file("bad.safetensors"), tensors);
+    test::expect_error<DataError>([&] { other->load_lora_adapter(dir.file("bad.safetensors")); },
+                                  {"bad.safetensors", name, integer ? "expected a float dtype" : "1 non-finite"});
+  }
   LoraOptions bad;
   bad.targets = {"wq"};
   test::expect_error<ConfigError>([&] { third->apply_lora(bad); }, {"--lora-targets", "'wq'"});
