@@ -39,11 +39,13 @@ void ReportOptions::declare(options::OptionTable& t) {
   t.add("plot", plot,
         "also write every figure the runs support, and DIR/index.html with the figures and tables, into DIR "
         "(mgbench-plot, the Python package in python/)")
+      .not_empty_when_given("a directory")
       .value_name("DIR");
   t.add("reference", reference,
         "compare FILES with the runs of these results files (comma-separated; directories and patterns as FILES) "
         "instead: per workload and metric the medians, their ratio and a verdict; exit 0 all hold, 1 a regression, "
         "2 a run of either side that did not complete, or bad input (a nightly regression check)")
+      .not_empty_when_given("results files (an empty REF compares nothing)")
       .value_name("REF[,REF...]");
   t.add("tolerance", tolerance_pct,
         "with --reference: how much slower than the reference a run may be [%] (10 or 10%): a time or size may "
@@ -167,14 +169,18 @@ int run_predict(const PredictOptions& o, const std::string& command_line, std::o
     return 1;
   }
   print_plan(out, plan);
+  std::size_t n = 0;
+  for (const auto& w : plan.workloads) n += w.size();
+  if (n == 0) {  // every workload refused (the notes above say why): nothing to append, a failure
+    err << "mgbench predict: nothing predicted (the notes above say why); " << o.results << " left as it was\n";
+    return 1;
+  }
   try {
     write_predictions(o.results, plan, command_line);
   } catch (const Error& e) {
     err << "mgbench predict: writing " << o.results << ": " << e.what() << "\n";
     return 1;
   }
-  std::size_t n = 0;
-  for (const auto& w : plan.workloads) n += w.size();
   out << fmt::format(
       "# {} prediction(s) appended to {} (task prediction; mgbench report shows them beside the measured runs)\n", n,
       o.results);

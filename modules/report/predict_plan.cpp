@@ -36,9 +36,10 @@ void PredictOptions::declare(options::OptionTable& t) {
       .check(
           [](const std::vector<std::int64_t>& v) {
             return !v.empty() &&
-                   std::all_of(v.begin(), v.end(), [](std::int64_t n) { return n >= 1 && n <= kMaxRanks; });
+                   std::all_of(v.begin(), v.end(), [](std::int64_t n) { return n >= 1 && n <= kMaxRanks; }) &&
+                   std::set<std::int64_t>(v.begin(), v.end()).size() == v.size();
           },
-          fmt::format("comma-separated rank counts from 1 to {} (1,2,4)", kMaxRanks));
+          fmt::format("comma-separated rank counts from 1 to {}, each once (1,2,4)", kMaxRanks));
   // The strategies of several ranks: a single-process one (dp) has no other rank counts.
   static const std::vector<axes::StrategyInfo> multi_rank = [] {
     std::vector<axes::StrategyInfo> rows;

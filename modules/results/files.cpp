@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iterator>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -46,7 +47,17 @@ std::vector<std::string> expand_results_files(const std::vector<std::string>& ar
     }
   }
   std::sort(files.begin(), files.end());
-  return files;
+  // Each file once however it was named (a directory and a file in it, ./a.h5 and a.h5): its runs
+  // read twice were two repeats of one run.
+  std::set<std::filesystem::path> seen;
+  std::vector<std::string> unique;
+  for (auto& f : files) {
+    std::error_code ec;
+    std::filesystem::path key = std::filesystem::weakly_canonical(f, ec);
+    if (ec) key = f;
+    if (seen.insert(key).second) unique.push_back(std::move(f));
+  }
+  return unique;
 }
 
 std::vector<RunRecord> read_results_files(const std::vector<std::string>& files) {

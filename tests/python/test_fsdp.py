@@ -209,15 +209,20 @@ def test_predict_prices_another_models_step_from_its_shapes(tmp_path):
     measured_s = measured["large"][1]["total_s"]
     print(f"large at 1 rank from small's run: predicted {predicted_s:.2f} s, measured {measured_s:.2f} s")
     assert 0.5 <= predicted_s / measured_s <= 2.0, (predicted_s, measured_s)
-    # An image run is no LLM run: a note names it, nothing is predicted from it.
+    # An image run is no LLM run: a note names it, nothing is predicted from it, and that is a failure
+    # (exit 1, the file not made): a nightly predict whose --model is wrong must not pass.
     mnist = os.path.join(SHARED, "mnist")
     image = tmp_path / "image.h5"
     mgbench("image", "--data", mnist, "--limit-train", "64", "--limit-test", "32", "--epochs", "1", "--batch-size", "16",
             "--width-mult", "0.25", "--image-size", "32", "--threads", "1", "--device", "cpu", "--results", image,
             np=1, check=True)
     noted = mgbench("predict", image, "--ranks", "2", "--link", "h100-nvlink", "--model", large, "--results",
-                    tmp_path / "none.h5", check=True)
-    assert "not an LLM run" in noted.stdout and "# 0 prediction(s)" in noted.stdout, noted.stdout
+                    tmp_path / "none.h5")
+    assert noted.returncode == 1 and "not an LLM run" in noted.stdout, noted.stdout + noted.stderr
+    assert "nothing predicted" in noted.stderr and not (tmp_path / "none.h5").exists(), noted.stderr
+    # Rank counts each once: 2,2,2 appended every prediction three times.
+    twice = mgbench("predict", image, "--ranks", "2,2", "--results", tmp_path / "none.h5")
+    assert twice.returncode == 2 and "each once" in twice.stderr, twice.stderr
 
 
 def test_image_recipe_shards_mobilenet_v2(tmp_path):

@@ -189,6 +189,20 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
     assert proc.returncode == 1 and "--init random" in proc.stderr
     proc = mgbench("llm", "--model", tmp_path / "no-such-model", "--data", ALPACA, "--results", tmp_path / "r.h5")
     assert proc.returncode == 1 and "no-such-model': unknown preset" in proc.stderr
+    # A --pad-to-multiple within its bound but past the model's context (1,024 positions): refused at
+    # set-up, not padded to 131,072 tokens a row until the kernel kills the rank for its memory.
+    with open(os.path.join(MODEL, "config.json")) as f:
+        context = json.load(f)["max_position_embeddings"]
+    for multiple, ok in ((context, True), (context + 1, False)):
+        proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--limit", "4",
+                       "--batch-size", "1", "--max-steps", "1", "--max-seq-len", "32", "--train-on-input",
+                       "--pad-to-multiple", multiple,
+                       "--results", tmp_path / "p.h5")
+        if ok:
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        else:
+            assert proc.returncode != 0 and (f"--pad-to-multiple {multiple} pads every micro-batch to at least "
+                                             f"{multiple} tokens, past the model's context of {context}") in proc.stderr
 
 
 def test_rows_the_cut_leaves_without_labels_are_counted_or_refused(tmp_path):

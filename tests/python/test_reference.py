@@ -126,6 +126,12 @@ def test_bad_input_and_nothing_to_compare_exit_2(tmp_path, mnist):
     assert nothing.returncode == 2, nothing.stdout + nothing.stderr
     assert "nothing to compare" in nothing.stderr and "differs in" in nothing.stderr
     assert mgbench("report", "--reference", other, "--tolerance", "0", run).returncode == 2
+    # An empty --reference (a nightly job's unset $REF) compared nothing and passed: refused.
+    empty = mgbench("report", "--reference", "", run)
+    assert empty.returncode == 2 and "--reference '': expected results files" in empty.stderr, empty.stderr
+    # A file named twice (itself and its directory) is read once: its run is no repeat of itself.
+    once = mgbench("report", "--csv", tmp_path, run, tmp_path / "." / run.name)
+    assert once.returncode == 0 and len(pd.read_csv(StringIO(once.stdout))) == 2, once.stdout  # run.h5, other.h5
 
 
 def test_repeat_runs_the_job_n_times_and_the_report_gives_their_spread(tmp_path, mnist):

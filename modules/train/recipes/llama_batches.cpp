@@ -47,6 +47,13 @@ void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelle
   }
 }
 
+void LlamaDataOptions::refuse_padding_beyond(std::int64_t context) const {
+  MGBENCH_REQUIRE(pad_to_multiple <= context, ConfigError,
+                  "--pad-to-multiple {} pads every micro-batch to at least {} tokens, past the model's context of {} "
+                  "(config.json's max_position_embeddings): expected at most {}",
+                  pad_to_multiple, pad_to_multiple, context, context);
+}
+
 std::string LlamaDataOptions::graph_shapes_warning(bool static_shapes, int max_graphs) const {
   if (!static_shapes || pad_to_multiple > 1 || max_seq_len == 1) return "";
   return fmt::format(

@@ -95,6 +95,10 @@ struct LlamaDataOptions {
   /// --train-on-input (nothing to train on or evaluate: every step skipped, its loss NaN); some, a warning on
   /// rank 0 (their micro-batches train nothing).
   void refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const;
+  /// Throws ConfigError for a --pad-to-multiple beyond the model's context [tokens]: every
+  /// micro-batch would be padded past any position the model has (131,072 on a 256-token model
+  /// padded each row to 131,072 tokens, and the kernel killed the rank for its memory).
+  void refuse_padding_beyond(std::int64_t context) const;
   /// What to warn of when micro-batches are captured as CUDA graphs (static_shapes) with
   /// --pad-to-multiple 1 and --max-seq-len above 1: each length is its own shape, and the shapes
   /// past `max_graphs` run eagerly. "" otherwise.

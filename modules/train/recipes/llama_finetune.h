@@ -84,6 +84,8 @@ class LlamaFinetune {
   /// without --init random, no tokenizer) or DataError naming the file.
   void load_tokenizer();
   const text::Llama3Tokenizer& tokenizer() const { return *tokenizer_; }
+  /// The model's context, max_position_embeddings [tokens] (after load_tokenizer).
+  std::int64_t context_length() const { return config_->max_position_embeddings; }
   /// What a rank holds of the model at each of world_sizes ranks (TrainOptions' sharding, precision and
   /// optimizer; FSDP's arithmetic, train/parallel/fsdp.h's sharded_memory), for `--dry-run`: what runs of
   /// those sizes record as their memory attributes. NF4 projections (QLoRA) are not parameters and
