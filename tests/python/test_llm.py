@@ -203,6 +203,13 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
         else:
             assert proc.returncode != 0 and (f"--pad-to-multiple {multiple} pads every micro-batch to at least "
                                              f"{multiple} tokens, past the model's context of {context}") in proc.stderr
+    # An --output-dir that cannot be one (a file): refused at set-up, not after training, its result lost.
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--limit", "4",
+                   "--batch-size", "1", "--max-steps", "1", "--output-dir", taken, "--results", tmp_path / "o.h5")
+    assert proc.returncode == 1 and f"--output-dir '{taken}': Not a directory" in proc.stderr, proc.stderr[-2000:]
+    assert "set-up failed" in proc.stderr and "epoch 1/1" not in proc.stdout + proc.stderr
 
 
 def test_rows_the_cut_leaves_without_labels_are_counted_or_refused(tmp_path):

@@ -2,6 +2,8 @@
 // written as PEFT adapters or a Hugging Face checkpoint (with QAT's configuration).
 #include "train/recipes/llama_finetune.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <vector>
@@ -85,6 +87,18 @@ std::vector<TensorExport> LlamaFinetune::exports() const {
     return {{(dir / "adapter_model.safetensors").string(), model_->lora_state_dict(), {{"format", "pt"}}}};
   }
   return {{(dir / "model.safetensors").string(), model_->hf_state_dict(), {{"format", "pt"}}}};
+}
+
+void LlamaFinetune::prepare_output_dir() const {
+  if (output_dir_.empty()) return;
+  std::error_code ec;
+  fs::create_directories(output_dir_, ec);  // every rank: concurrent creation of one path is no error
+  const bool dir = !ec && fs::is_directory(output_dir_, ec);
+  MGBENCH_REQUIRE(dir && ::access(output_dir_.c_str(), W_OK) == 0, ConfigError,
+                  "--output-dir '{}': {}: what the run trains would be lost at its end", output_dir_,
+                  ec    ? ec.message()
+                  : dir ? "not writable"
+                        : "not a directory");
 }
 
 void LlamaFinetune::save() const {

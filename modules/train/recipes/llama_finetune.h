@@ -169,6 +169,9 @@ class LlamaFinetune {
   /// G, "linears": [...]}, what `mgbench quantize` converts). Throws DataError naming the file on
   /// I/O errors.
   void save() const;
+  /// --output-dir made (if missing) at set-up and checked writable: throws ConfigError naming it
+  /// otherwise -- found only when the run ended, the trained adapters or model were lost with it.
+  void prepare_output_dir() const;
 
  private:
   enum class Init { kCheckpoint, kRandom };

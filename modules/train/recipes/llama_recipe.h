@@ -81,6 +81,7 @@ class LlamaRecipe : public Recipe {
   void setup_rows(const RecipeContext& ctx, Rows& rows, Load&& load) {
     llama_.load_tokenizer();
     data_.refuse_padding_beyond(llama_.context_length());
+    llama_.prepare_output_dir();
     rows = load(llama_.tokenizer());
     if (data_.limit > 0 && static_cast<std::int64_t>(rows.size()) > data_.limit) {
       rows.resize(static_cast<std::size_t>(data_.limit));
