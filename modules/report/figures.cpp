@@ -37,6 +37,10 @@ int write_figures(const std::vector<std::string>& files, const std::string& dire
   const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   int status = 0;
   if (rc == 0) waitpid(pid, &status, 0);
+  if (rc == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 2) {  // bad input, named in its message above
+    err << "mgbench report --plot: no figures written into " << directory << "\n";
+    return 1;
+  }
   if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     err << "mgbench report --plot: " << args[0]
         << (rc != 0 ? std::string(" could not be started: ") + std::strerror(rc) : " failed (its message is above)")

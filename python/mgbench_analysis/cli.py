@@ -70,11 +70,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not args.out and not args.html:
         parser.error("give --out DIR, --html DIR or both")
+    # Exit 2 for what the user gave (files that are no results, a folder that cannot be written): the
+    # message says it; `mgbench report --plot` then gives no install advice, as it does for exit 1.
     try:
         written, _ = plot_all(args.files, args.out, args.format, args.paper, args.html)
     except ResultsError as e:
         print(f"mgbench-plot: {e}", file=sys.stderr)
-        return 1
+        return 2
+    except OSError as e:
+        print(f"mgbench-plot: cannot write the figures: {e}", file=sys.stderr)
+        return 2
     if args.out and not written:
         print("mgbench-plot: no figure has data in these files", file=sys.stderr)
     return 0

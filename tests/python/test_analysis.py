@@ -583,6 +583,12 @@ def test_report_plot_writes_the_figures_and_the_page(matrix, tmp_path):
     assert "# mgbench report: 8 run(s)" in proc.stdout  # the tables are printed as without --plot
     assert (out / "fig1_strategy_scaling.png").exists() and (out / "index.html").exists()
     assert "table2_precision_scaling.png" in (out / "index.html").read_text()
+    # A folder that cannot be made (under a file): named, no traceback, no install advice, exit 1.
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    bad = mgbench("report", "--plot", blocked / "plots", matrix / "image.h5")
+    assert bad.returncode == 1 and "mgbench-plot: cannot write the figures" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr and "pip install" not in bad.stderr, bad.stderr
 
 
 def write_other_hdf5(path, **attrs):
@@ -630,7 +636,7 @@ def test_bad_input_is_named(tmp_path, case):
         mga.runs(target)
     assert expected in str(error.value)
     proc = plot_cli(target, "--out", tmp_path / "figs")
-    assert proc.returncode == 1 and expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     if release is not None:
         release.cancel()
 
