@@ -175,12 +175,7 @@ class Declared {
   /// Given, a value that is not empty; left out, its default (empty: off). `--reference ""`, a
   /// nightly job's unset variable, compared nothing and passed.
   Declared& not_empty_when_given(std::string expected) {
-    option_.checks.push_back([expected = std::move(expected), &field = field_, &o = option_] {
-      if (!o.given || !field.empty()) return;
-      if (o.positional != 0) fail_operand(o.value_name, o.text(), expected);
-      fail(o.name, o.text(), expected);
-    });
-    return *this;
+    return bound([&o = option_](const T& v) { return !o.given || !v.empty(); }, std::move(expected));
   }
   /// A word the option takes besides its type's values, standing for `value` (outside the bounds):
   /// `--image-size native` is 0 until the recipe resolves it. Parsed, shown and recorded as the word
