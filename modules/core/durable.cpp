@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -62,6 +64,14 @@ std::uintmax_t remove_tree(const std::string& path) {
   MGBENCH_REQUIRE(remove_error == 0, DataError, "cannot remove '{}' ({})", remove_failed_at,
                   std::strerror(remove_error));
   return removed_entries;
+}
+
+std::string make_writable_directory(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return ec.message();
+  if (!std::filesystem::is_directory(path, ec)) return ec ? ec.message() : "not a directory";
+  return ::access(path.c_str(), W_OK) == 0 ? "" : std::strerror(errno);
 }
 
 }  // namespace mgbench

@@ -19,4 +19,10 @@ void sync_to_disk(const std::string& path);
 /// first call jumps to address 0 (pytorch/pytorch#133437).
 std::uintmax_t remove_tree(const std::string& path);
 
+/// Makes `path` a directory this process may write into, creating it and its parents where missing
+/// (concurrent creation of one path by several ranks is no error). Returns "" when it is one, else
+/// why not: the system's reason (e.g. "Permission denied") or "not a directory". Throws nothing: the caller
+/// names its option in the error (--output-dir, --checkpoint-dir).
+std::string make_writable_directory(const std::string& path);
+
 }  // namespace mgbench

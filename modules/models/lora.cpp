@@ -1,6 +1,8 @@
 #include "models/lora.h"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -8,6 +10,7 @@
 
 #include "core/error.h"
 #include "models/fake_quant.h"
+#include "models/json_file.h"
 #include "models/state_dict.h"
 
 namespace mgbench::models {
@@ -259,6 +262,37 @@ AdaptersDisabled::AdaptersDisabled(torch::nn::Module& model) {
 
 AdaptersDisabled::~AdaptersDisabled() {
   for (auto* layer : layers_) layer->adapter_enabled = true;
+}
+
+LoraOptions read_adapter_config(const std::string& adapter_dir) {
+  const std::string path = (std::filesystem::path(adapter_dir) / "adapter_config.json").string();
+  const nlohmann::json config = read_json_file(path, "adapter configuration");
+  MGBENCH_REQUIRE(config.is_object(), DataError, "'{}': expected a JSON object (PEFT's adapter_config.json)", path);
+  for (const char* key : {"use_rslora", "use_dora"}) {
+    MGBENCH_REQUIRE(!config.contains(key) || !config[key].is_boolean() || !config[key].get<bool>(), ConfigError,
+                    "'{}' has \"{}\": true, which mgbench's LoRA does not compute", path, key);
+  }
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    MGBENCH_REQUIRE(!config.contains(key) || config[key].is_null() || config[key].empty(), ConfigError,
+                    "'{}' has a per-module \"{}\", which mgbench's LoRA does not take", path, key);
+  }
+  LoraOptions lora;
+  lora.dropout = 0.0;
+  const std::string expected =
+      "expected PEFT's \"r\" (a whole number >= 1), \"lora_alpha\" (a number above 0) and \"target_modules\" (a "
+      "list of module names)";
+  try {
+    lora.rank = json_integer(config.at("r"));
+    const nlohmann::json& alpha = config.at("lora_alpha");
+    MGBENCH_REQUIRE(alpha.is_number(), DataError, "'{}': \"lora_alpha\" {}: {}", path, alpha.dump(), expected);
+    lora.alpha = alpha.get<double>();
+    lora.targets = config.at("target_modules").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("'{}': {} ({})", path, expected, e.what()));
+  }
+  MGBENCH_REQUIRE(lora.rank >= 1 && lora.alpha > 0 && std::isfinite(lora.alpha), DataError,
+                  "'{}': \"r\" {}, \"lora_alpha\" {:g}: {}", path, lora.rank, lora.alpha, expected);
+  return lora;
 }
 
 }  // namespace mgbench::models

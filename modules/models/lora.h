@@ -26,6 +26,14 @@ struct LoraOptions {
   std::vector<std::string> hf_targets() const;
 };
 
+/// The LoRA settings of a PEFT adapter directory's adapter_config.json ("r", "lora_alpha",
+/// "target_modules"; dropout left at 0: an adapter is evaluated or merged, not trained). Throws
+/// DataError naming the file when it is missing, not JSON, or a field is absent or out of its
+/// bounds (r a whole number >= 1, lora_alpha a finite number above 0, target_modules a list of
+/// strings); ConfigError naming the file for PEFT variants mgbench's LoRA does not compute
+/// (use_rslora, use_dora, a per-module rank_pattern / alpha_pattern).
+LoraOptions read_adapter_config(const std::string& adapter_dir);
+
 /// How the decoder layers' projections hold their frozen base weights.
 enum class BaseWeights {
   kDense,  // a parameter in the model's dtype

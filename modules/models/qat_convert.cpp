@@ -84,16 +84,7 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
   }
   if (!adapter_dir.empty()) {
     const fs::path adapter_config = fs::path(adapter_dir) / "adapter_config.json";
-    const nlohmann::json a = read_json_file(adapter_config.string());
-    LoraOptions lora;
-    try {
-      lora.rank = json_integer(a.at("r"));
-      lora.alpha = a.at("lora_alpha").get<double>();
-      lora.targets = a.at("target_modules").get<std::vector<std::string>>();
-    } catch (const nlohmann::json::exception& e) {
-      throw DataError(fmt::format("'{}': expected PEFT's \"r\", \"lora_alpha\" and \"target_modules\" (a list): {}",
-                                  adapter_config.string(), e.what()));
-    }
+    const LoraOptions lora = read_adapter_config(adapter_dir);
     try {
       model->apply_lora(lora);
     } catch (const ConfigError& e) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -77,6 +78,11 @@ void ResultsWriter::open_file(bool create, std::uint64_t needed_bytes) {
           "results file '{}' exists and is not an HDF5 file; refusing to touch it "
           "(choose another --results path)",
           path_);
+    } else if (exists && access(path_.c_str(), W_OK) != 0) {
+      problem = fmt::format(
+          "results file '{}' is not writable ({}): each run is appended to the file given; make it writable "
+          "or choose another --results path",
+          path_, std::strerror(errno));
     }
   }
   problem = broadcast_string(comm_, problem);

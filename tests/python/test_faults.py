@@ -92,6 +92,27 @@ def test_a_full_file_system_leaves_an_existing_results_file_and_its_runs_untouch
     assert [s for s, _ in statuses(results)] == [b"completed"]
 
 
+def test_a_results_file_that_cannot_be_written_is_refused_naming_it(tmp_path):
+    """Was: an existing results file the user may not write (read-only, or immutable for root) failed in
+    HDF5's MPI-IO open with "MPI_ERR_OTHER" and a stack of HDF5 lines. Now rank 0 checks it first."""
+    results = tmp_path / "r.h5"
+    mgbench(*IMAGE, "--epochs", "1", "--results", results, np=2, check=True)
+    before = digest(results)
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(results)], capture_output=True).returncode != 0:
+            not_here("chattr +i is not supported on this file system")
+    else:
+        results.chmod(0o444)
+    try:
+        proc = mgbench(*IMAGE, "--epochs", "1", "--results", results, np=2, timeout=120)
+    finally:
+        subprocess.run(["chattr", "-i", str(results)], capture_output=True)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert f"results file '{results}' is not writable" in proc.stderr, proc.stderr[-2000:]
+    assert "MPI_ERR" not in proc.stderr and "epoch 1/1" not in proc.stdout + proc.stderr
+    assert digest(results) == before
+
+
 def test_a_stop_whose_checkpoint_cannot_be_written_is_not_reported_resumable(tmp_path, small_fs):
     """A checkpoint directory too small for any checkpoint: a stop signal's checkpoint fails, so the
     job must not say "continue with --resume" nor exit 75 (a requeued --resume would start afresh):
@@ -124,6 +145,23 @@ def test_a_stop_whose_checkpoint_fails_resumes_from_the_earlier_one(tmp_path, sm
     assert [s for s, _ in statuses(results)] == [b"completed"]
 
 
+def test_a_checkpoint_dir_that_cannot_be_written_is_refused_at_set_up(tmp_path, small_fs):
+    """Was: a --checkpoint-dir under a file, or on a read-only mount, trained every step, each checkpoint
+    failing with a warning, and exited 0: a preempted job could not be continued. Now the set-up makes
+    the directory and checks it is writable on every rank, and refuses naming the option and why."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    read_only = small_fs("ro", "1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only)], check=True, capture_output=True)
+    for where, why in ((blocked / "ck", "Not a directory"), (read_only / "ck", "Read-only file system")):
+        results = tmp_path / "r.h5"
+        proc = mgbench(*IMAGE, "--epochs", "1", "--checkpoint-dir", where, "--results", results, np=2, timeout=120)
+        assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+        assert f"--checkpoint-dir '{where}'" in proc.stderr and why in proc.stderr, proc.stderr[-2000:]
+        assert "could neither checkpoint nor be resumed" in proc.stderr
+        assert "epoch 1/1" not in proc.stdout + proc.stderr
+
+
 # --- inputs that are not regular files ---------------------------------------------------------------
 
 def test_inputs_that_are_pipes_are_refused_instead_of_blocking_the_set_up(tmp_path, mnist):
@@ -142,7 +180,7 @@ def test_inputs_that_are_pipes_are_refused_instead_of_blocking_the_set_up(tmp_pa
         (images / name).symlink_to(mnist / name)
     (images / "train-images-idx3-ubyte.gz").unlink()
     os.mkfifo(images / "train-images-idx3-ubyte.gz")
-    llm = ["llm", "--tokenizer", TOKENIZER, "--dataset", "alpaca", "--data", ALPACA, "--device", "cpu",
+    llm = ["llm", "--tokenizer", TOKENIZER, "--dataset", "alpaca", "--data", ALPACA, "--limit", "8", "--device", "cpu",
            "--results", tmp_path / "r.h5"]
     cases = [
         (["tokenize", "--tokenizer", fifo], "tokenizer"),

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/agreement.h"
 #include "core/build_info.h"
 #include "core/durable.h"
 #include "core/error.h"
@@ -206,10 +207,14 @@ std::optional<CheckpointManifest> Checkpointer::find_start() {
                     "(or after removing {})",
                     options_.dir, directory_, earlier->run_id, earlier->results, earlier->global_step,
                     earlier->completed ? ", completed" : "", directory_);
+    prepare_directory();
     return std::nullopt;
   }
   std::optional<CheckpointManifest> mine = latest();
-  if (mine) return mine;
+  if (mine) {
+    prepare_directory();
+    return mine;
+  }
   std::string other;
   if (env_.rank() == 0) {
     try {
@@ -220,7 +225,18 @@ std::optional<CheckpointManifest> Checkpointer::find_start() {
   }
   other = broadcast_string(env_.world(), other);
   MGBENCH_REQUIRE(other.empty(), ConfigError, "{}", other);
+  prepare_directory();
   return std::nullopt;
+}
+
+void Checkpointer::prepare_directory() const {
+  const Agreement made = agree(env_.world(), "preparing --checkpoint-dir", [&] {
+    const std::string problem = make_writable_directory(directory_);
+    MGBENCH_REQUIRE(problem.empty(), ConfigError,
+                    "--checkpoint-dir '{}': {}: {}: the run could neither checkpoint nor be resumed", options_.dir,
+                    directory_, problem);
+  });
+  MGBENCH_REQUIRE(made.ok(), ConfigError, "{}", made.error);
 }
 
 std::string Checkpointer::other_configuration() const {

@@ -76,7 +76,8 @@ class Checkpointer {
   ///    of an earlier run of this configuration (a later --resume could not tell them apart);
   ///  - ConfigError when the checkpoint was written by another number of ranks, unless
   ///    any_world_size;
-  ///  - DataError for an unreadable manifest of this configuration.
+  ///  - DataError for an unreadable manifest of this configuration;
+  ///  - ConfigError when directory() cannot be made or written (prepare_directory).
   std::optional<CheckpointManifest> find_start();
   /// Collective. The newest complete checkpoint of this configuration (rank 0 scans, every rank
   /// gets the same answer); nullopt when there is none. Throws DataError (on every rank) for an
@@ -99,6 +100,10 @@ class Checkpointer {
   /// Rank 0: the newest complete checkpoint of another configuration of this task in the
   /// checkpoint directory, as the refusal message's text; "" when there is none.
   std::string other_configuration() const;
+  /// Collective: makes directory() on every rank (a shared file system's one path, or each node's
+  /// own) and checks it is writable, at set-up rather than at the first checkpoint. Throws
+  /// ConfigError on every rank, naming --checkpoint-dir and the system's reason.
+  void prepare_directory() const;
 
   CheckpointOptions options_;
   const runtime::MpiEnvironment& env_;

@@ -2,8 +2,6 @@
 // written as PEFT adapters or a Hugging Face checkpoint (with QAT's configuration).
 #include "train/recipes/llama_finetune.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <vector>
@@ -12,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/durable.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "models/json_file.h"
@@ -25,45 +24,17 @@ namespace fs = std::filesystem;
 }  // namespace
 
 void LlamaFinetune::load_adapter(const std::string& dir) {
-  const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
-  const nlohmann::json config = models::read_json_file(config_path, "adapter configuration");
+  const models::LoraOptions adapter = models::read_adapter_config(dir);
   std::vector<std::string> differ;
   std::vector<std::string> fixes;
-  const auto number = [&](const char* key) -> double {
-    MGBENCH_REQUIRE(config.contains(key) && config[key].is_number(), DataError, "'{}': \"{}\" missing or not a number",
-                    config_path, key);
-    return config[key].get<double>();
-  };
-  // PEFT variants mgbench's LoRA does not compute: refused rather than evaluated wrongly.
-  for (const char* key : {"use_rslora", "use_dora"}) {
-    MGBENCH_REQUIRE(!config.contains(key) || !config[key].is_boolean() || !config[key].get<bool>(), ConfigError,
-                    "--adapter {}: adapter_config.json has \"{}\": true, which mgbench's LoRA does not compute", dir,
-                    key);
+  if (adapter.rank != lora_.rank) {
+    differ.push_back(fmt::format("r {} (--lora-rank {})", adapter.rank, lora_.rank));
+    fixes.push_back(fmt::format("--lora-rank {}", adapter.rank));
   }
-  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
-    MGBENCH_REQUIRE(!config.contains(key) || config[key].is_null() || config[key].empty(), ConfigError,
-                    "--adapter {}: adapter_config.json has a per-module \"{}\", which mgbench's LoRA does not take",
-                    dir, key);
+  if (adapter.alpha != lora_.alpha) {
+    differ.push_back(fmt::format("lora_alpha {:g} (--lora-alpha {:g})", adapter.alpha, lora_.alpha));
+    fixes.push_back(fmt::format("--lora-alpha {:g}", adapter.alpha));
   }
-  const double r = number("r");
-  const double alpha = number("lora_alpha");
-  if (r != static_cast<double>(lora_.rank)) {
-    differ.push_back(fmt::format("r {:g} (--lora-rank {})", r, lora_.rank));
-    fixes.push_back(fmt::format("--lora-rank {:g}", r));
-  }
-  if (alpha != lora_.alpha) {
-    differ.push_back(fmt::format("lora_alpha {:g} (--lora-alpha {:g})", alpha, lora_.alpha));
-    fixes.push_back(fmt::format("--lora-alpha {:g}", alpha));
-  }
-  MGBENCH_REQUIRE(config.contains("target_modules") && config["target_modules"].is_array(), DataError,
-                  "'{}': \"target_modules\" missing or not a list", config_path);
-  std::vector<std::string> theirs;
-  for (const auto& t : config["target_modules"]) {
-    MGBENCH_REQUIRE(t.is_string(), DataError, "'{}': \"target_modules\" holds a non-string", config_path);
-    theirs.push_back(t.get<std::string>());
-  }
-  models::LoraOptions adapter = lora_;
-  adapter.targets = theirs;
   std::vector<std::string> their_targets = adapter.hf_targets();  // PEFT's names, or TorchTune's
   std::vector<std::string> our_targets = lora_.hf_targets();
   std::sort(their_targets.begin(), their_targets.end());
@@ -91,14 +62,9 @@ std::vector<TensorExport> LlamaFinetune::exports() const {
 
 void LlamaFinetune::prepare_output_dir() const {
   if (output_dir_.empty()) return;
-  std::error_code ec;
-  fs::create_directories(output_dir_, ec);  // every rank: concurrent creation of one path is no error
-  const bool dir = !ec && fs::is_directory(output_dir_, ec);
-  MGBENCH_REQUIRE(dir && ::access(output_dir_.c_str(), W_OK) == 0, ConfigError,
-                  "--output-dir '{}': {}: what the run trains would be lost at its end", output_dir_,
-                  ec    ? ec.message()
-                  : dir ? "not writable"
-                        : "not a directory");
+  const std::string problem = make_writable_directory(output_dir_);
+  MGBENCH_REQUIRE(problem.empty(), ConfigError, "--output-dir '{}': {}: what the run trains would be lost at its end",
+                  output_dir_, problem);
 }
 
 void LlamaFinetune::save() const {
