@@ -115,6 +115,16 @@ bool has_image_extension(const std::string& filename) {
   return std::any_of(std::begin(kExtensions), std::end(kExtensions), [&](const char* e) { return lower.ends_with(e); });
 }
 
+std::vector<std::string> not_jpeg_or_png(const EncodedImages& set) {
+  std::vector<std::string> names;
+  for (const ImageRecord& r : set.records) {
+    std::string ext = fs::path(r.name).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (ext != ".jpg" && ext != ".jpeg" && ext != ".png") names.push_back(r.name);
+  }
+  return names;
+}
+
 EncodedImages scan_image_folder(const std::string& dir, std::int64_t limit) {
   MGBENCH_REQUIRE(fs::is_directory(dir), DataError, "{}: not a directory (expected an ImageFolder: {}/<class>/<image>)",
                   dir, dir);

@@ -40,6 +40,12 @@ struct EncodedImages {
 /// them, and refused when decoded: mgbench decodes JPEG and PNG.
 bool has_image_extension(const std::string& filename);
 
+/// The names of the records of `set` whose file extension is not .jpg, .jpeg or .png
+/// (case-insensitive): files ImageFolder lists that mgbench's decoders will refuse. The job checks
+/// them at set-up (refused, or with --skip-bad-images counted in a warning) instead of failing in
+/// the middle of an epoch.
+std::vector<std::string> not_jpeg_or_png(const EncodedImages& set);
+
 /// torchvision.datasets.ImageFolder(dir)'s samples: the class folders of dir sorted by name (label =
 /// position), and in each, every file with an image extension found walking it (symbolic links
 /// followed), directories and files in sorted order. limit > 0 keeps the first `limit` samples.

@@ -176,6 +176,9 @@ def test_bad_preference_rows_name_file_row_and_field(tmp_path):
          b'"rejected"'),
         ("preference", [{"conversations": [{"from": "bot", "value": "q"}], "chosen": {"from": "gpt", "value": "a"},
                          "rejected": {"from": "gpt", "value": "b"}}], b'"bot"'),
+        # An answer that is the user's turn: masked out of the loss, it trained nothing (was accepted).
+        ("preference", [{"conversations": [{"from": "human", "value": "q"}], "chosen": {"from": "human", "value": "a"},
+                         "rejected": {"from": "gpt", "value": "b"}}], b'field "chosen" is a user turn'),
     ]
     for kind, rows, needle in cases:
         path = tmp_path / f"{kind}.json"
@@ -183,6 +186,38 @@ def test_bad_preference_rows_name_file_row_and_field(tmp_path):
         proc = run_data(path, kind)
         assert proc.returncode == 1 and f"{kind}.json' row 1".encode() in proc.stderr and needle in proc.stderr, \
             proc.stderr
+
+
+def test_conversations_torchtune_refuses_are_refused_naming_the_turn(tmp_path):
+    """TorchTune's SFTDataset runs validate_messages on every row; slimorca rows it refuses were trained
+    by mgbench (a user turn answered by nothing, two answers in a row). Each case: TorchTune raises, and
+    mgbench refuses naming the file, the row and the turn; a valid row passes both."""
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    torchtune()
+    from torchtune.data import ShareGPTToMessages, validate_messages
+    turn = {"system": {"from": "system", "value": "s"}, "human": {"from": "human", "value": "q"},
+            "gpt": {"from": "gpt", "value": "a"}}
+    cases = [(["human"], "1 message(s)"), (["gpt", "human"], "turn 1: an assistant turn"),
+             (["human", "human", "gpt"], "turns 1 and 2: two user turns"),
+             (["human", "gpt", "gpt"], "turn 3: an assistant turn"), (["human", "system", "gpt"], "turn 2: a system turn"),
+             (["system", "human", "gpt", "human", "gpt"], None)]
+    for roles, needle in cases:
+        row = {"conversations": [turn[r] for r in roles]}
+        try:
+            validate_messages(ShareGPTToMessages(train_on_input=False)(row)["messages"])
+            torchtune_refuses = False
+        except ValueError:
+            torchtune_refuses = True
+        assert torchtune_refuses == (needle is not None), roles
+        path = tmp_path / "orca.json"
+        path.write_text(json.dumps([{"conversations": [turn["human"], turn["gpt"]]}, row]))
+        proc = run_data(path, "slimorca")
+        if needle is None:
+            assert proc.returncode == 0, proc.stderr
+        else:
+            assert proc.returncode == 1 and b"orca.json' row 2" in proc.stderr and needle.encode() in proc.stderr, \
+                (roles, proc.stderr)
 
 
 def test_text_kind_equals_torchtune_text_completion(tmp_path):

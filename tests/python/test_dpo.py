@@ -89,6 +89,7 @@ def test_dpo_on_stack_exchange_paired_as_the_issue_runs_it(tmp_path):
     (["--dataset", "alpaca", "--data", "x.json"], "--dataset 'alpaca': expected stack_exchange_paired, hh_rlhf or "
                                                   "preference"),
     (["--data", "x.json", "--dpo-beta", "0"], "--dpo-beta '0': expected > 0"),
+    (["--data", "x.json", "--dpo-beta", "1e308"], "--dpo-beta '1e+308': expected <= 1000"),
     (["--data", "x.json", "--label-smoothing", "0.7"], "--label-smoothing '0.7': expected < 0.5"),
     (["--data", "x.json", "--precision", "amp-bf16"], "--precision 'amp-bf16': expected bf16, fp32 or fp64"),
     (["--data", "x.json", "--eval-only"], "eval-only"),

@@ -23,7 +23,7 @@ MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
 # 240 samples, 12 a step: 20 steps an epoch at 2 ranks (6 micro-batches each) and at 3 (4 each).
 LLM = ["llm", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_small.model", "--dataset", "alpaca",
        "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json", "--limit", "240", "--batch-size", "1",
-       "--global-batch-size", "12", "--epochs", "2", "--warmup-steps", "2", "--lora-rank", "4", "--precision",
+       "--max-seq-len", "1024", "--global-batch-size", "12", "--epochs", "2", "--warmup-steps", "2", "--lora-rank", "4", "--precision",
        "fp32", "--record-indices", "--progress-interval", "1000", "--device", "cpu"]
 
 

@@ -134,6 +134,21 @@ def test_bad_files_are_named(folder, tmp_path):
     proc = mgbench("image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--device", "cpu",
                    "--decode", "device", "--results", tmp_path / "dev.h5", np=1)
     assert proc.returncode != 0 and "--decode device needs a GPU" in proc.stderr + proc.stdout
+    # A format ImageFolder lists and mgbench does not decode: refused at set-up (was: at its first batch,
+    # in the middle of an epoch), or with --skip-bad-images warned of and replaced.
+    (bad / "train" / "b" / "cut.jpg").unlink()
+    Image.new("RGB", (8, 8)).save(bad / "train" / "a" / "x.bmp")
+    common = ["image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--batch-size", 4, "--epochs", 1,
+              "--device", "cpu", "--results", tmp_path / "bmp.h5"]
+    proc = mgbench(*common, np=1)
+    expected = f"{bad / 'train'}: 1 of its 3 image files are not JPEG or PNG (the first: {bad / 'train' / 'a' / 'x.bmp'})"
+    assert proc.returncode == 1 and expected in proc.stderr, proc.stderr[-2000:]
+    assert "--skip-bad-images" in proc.stderr and "epoch 1/1" not in proc.stdout + proc.stderr
+    proc = mgbench(*common, "--skip-bad-images", "true", np=1)
+    assert proc.returncode == 0 and expected in proc.stderr, proc.stderr[-2000:]
+    with h5py.File(tmp_path / "bmp.h5") as f:
+        (run,) = f["runs"].values()
+        assert run["rank_0/epochs"]["skipped_images"].sum() == 1
     (bad / "val" / "b" / "ok.png").unlink()  # an empty class folder
     proc = mgbench("image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--device", "cpu",
                    "--results", tmp_path / "bad2.h5", np=1)

@@ -113,6 +113,30 @@ def test_eval_only_with_a_peft_adapter_equals_peft_and_checks_its_config(tmp_pat
     assert abs(ours - reference) < 1e-4, (ours, reference)
 
 
+def test_an_adapter_config_out_of_bounds_or_of_a_peft_variant_is_refused_naming_the_file(tmp_path):
+    """Was: "r": 0 was read and the refusal advised "give --lora-rank 0" (an option below its bound);
+    "lora_alpha" as a string threw nlohmann's message without the file. Each case now names the file."""
+    need_model()
+    source = os.path.join(ORACLES, "llama_tiny_2256_lora")
+    good = json.load(open(os.path.join(source, "adapter_config.json"), encoding="utf-8"))
+    cases = (({"r": 0}, '"r" 0, "lora_alpha" 8: expected PEFT\'s "r" (a whole number >= 1)'),
+             ({"r": 4.5}, "expected PEFT's"), ({"lora_alpha": "8"}, '"lora_alpha" "8": expected PEFT\'s'),
+             ({"lora_alpha": -8}, '"lora_alpha" -8: expected'), ({"use_dora": True}, '"use_dora": true, which'))
+    for change, needle in cases:
+        adapter = tmp_path / "adapter"
+        adapter.mkdir(exist_ok=True)
+        for name in os.listdir(source):
+            if name != "adapter_config.json":
+                (adapter / name).write_bytes(open(os.path.join(source, name), "rb").read())
+        (adapter / "adapter_config.json").write_text(json.dumps({**good, **change}), encoding="utf-8")
+        proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--limit", "4",
+                       "--eval-only", "--adapter", adapter, "--lora-rank", "4", "--lora-alpha", "8",
+                       "--results", tmp_path / "r.h5", np=1)
+        assert proc.returncode == 1, (change, proc.stderr[-2000:])
+        assert f"'{adapter / 'adapter_config.json'}'" in proc.stderr and needle in proc.stderr, (change, proc.stderr)
+        assert "--lora-rank 0" not in proc.stderr
+
+
 def test_two_rank_finetune_results_and_peft_adapter(tmp_path):
     need_model()
     results = tmp_path / "llm.h5"
@@ -203,6 +227,19 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
         else:
             assert proc.returncode != 0 and (f"--pad-to-multiple {multiple} pads every micro-batch to at least "
                                              f"{multiple} tokens, past the model's context of {context}") in proc.stderr
+    # Rows past the context: --max-seq-len beyond it refused at set-up; with --max-seq-len 0 a row longer
+    # than it refused naming the row (was: trained at positions the model never had, as TorchTune cannot).
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--limit", "4",
+                   "--max-seq-len", context + 1, "--results", tmp_path / "m.h5")
+    assert proc.returncode == 1 and (f"--max-seq-len {context + 1} is past the model's context of {context} "
+                                     "tokens") in proc.stderr, proc.stderr[-2000:]
+    long_rows = tmp_path / "long.jsonl"
+    long_rows.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("short", "word " * (context + 10))))
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--dataset", "text", "--data", long_rows,
+                   "--results", tmp_path / "m.h5")
+    assert proc.returncode == 1 and (f"dataset '{long_rows}': 1 row(s) are longer than the model's context of "
+                                     f"{context} tokens (the longest: row 2,") in proc.stderr, proc.stderr[-2000:]
+    assert f"give --max-seq-len {context}" in proc.stderr
     # An --output-dir that cannot be one (a file): refused at set-up, not after training, its result lost.
     taken = tmp_path / "a-file"
     taken.write_text("")
@@ -210,6 +247,19 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
                    "--batch-size", "1", "--max-steps", "1", "--output-dir", taken, "--results", tmp_path / "o.h5")
     assert proc.returncode == 1 and f"--output-dir '{taken}': Not a directory" in proc.stderr, proc.stderr[-2000:]
     assert "set-up failed" in proc.stderr and "epoch 1/1" not in proc.stdout + proc.stderr
+    # A tokenizer cut short (1,900 of the 2,000 ranks the checkpoint was made with): its special tokens
+    # move to ids 1900-2155, tokens the model learned as others (was: trained without a word). A warning,
+    # not a refusal: random weights shaped like Llama 3 with a small tokenizer are a benchmark's setting.
+    short = tmp_path / "short.model"
+    short.write_text("".join(open(SMALL_TOKENIZER, encoding="utf-8").readlines()[:1900]), encoding="utf-8")
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", short, "--data", ALPACA, "--limit", "4",
+                   "--batch-size", "1", "--max-steps", "1", "--results", tmp_path / "s.h5")
+    assert proc.returncode == 0 and (f"tokenizer '{short}' has 1900 ranks, so its special tokens take ids 1900-2155, "
+                                     f"but the checkpoint '{MODEL}' has a vocabulary of 2256") in proc.stderr, \
+        proc.stderr[-2000:]
+    proc = mgbench("llm", "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--limit", "4",
+                   "--batch-size", "1", "--max-steps", "1", "--results", tmp_path / "s.h5")
+    assert proc.returncode == 0 and "special tokens take ids" not in proc.stderr, proc.stderr[-2000:]
 
 
 def test_rows_the_cut_leaves_without_labels_are_counted_or_refused(tmp_path):
@@ -253,8 +303,8 @@ def test_absurd_model_sizes_are_refused_naming_config_json(tmp_path, sizes, need
     config.update(sizes)
     config.pop("head_dim", None)
     (model / "config.json").write_text(json.dumps(config))
-    proc = mgbench("llm", "--model", model, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--device", "cpu",
-                   "--results", tmp_path / "r.h5", timeout=120)
+    proc = mgbench("llm", "--model", model, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA, "--limit", "8",
+                   "--device", "cpu", "--results", tmp_path / "r.h5", timeout=120)
     assert proc.returncode == 1 and needle in proc.stderr and "config.json" in proc.stderr, proc.stderr
 
 

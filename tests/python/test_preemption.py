@@ -31,7 +31,7 @@ IMAGE = [*IMAGE_BASE, "--epochs", "2"]  # 2 ranks: 8 steps per epoch, 16 in all
 MODEL = Path(os.environ.get("MGBENCH_ORACLE_DIR", "")) / "llama_tiny_2256"
 LLM = ["llm", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_small.model", "--dataset", "alpaca",
        "--data", SHARED / "text" / "alpaca" / "alpaca_cleaned_first5k.json", "--limit", "400", "--batch-size", "2",
-       "--grad-accum", "2", "--max-steps", "60", "--warmup-steps", "2", "--lora-rank", "4", "--precision", "fp32",
+       "--max-seq-len", "1024", "--grad-accum", "2", "--max-steps", "60", "--warmup-steps", "2", "--lora-rank", "4", "--precision", "fp32",
        "--progress-interval", "1000", "--device", "cpu"]
 DPO = ["llm", "--recipe", "dpo", "--model", MODEL, "--tokenizer", SHARED / "llama3" / "tiktoken_small.model",
        "--dataset", "hh_rlhf", "--data", SHARED / "text" / "dpo" / "hh_rlhf_harmless_base_test.jsonl.gz", "--limit",

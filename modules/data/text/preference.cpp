@@ -1,5 +1,7 @@
 #include "data/text/preference.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -48,8 +50,12 @@ ChosenRejected preference_messages(const Records& records, std::size_t i, bool u
   for (const char* field : {"chosen", "rejected"}) {
     MGBENCH_REQUIRE(row.contains(field), DataError, "{}: missing field \"{}\" (a {{from, value}} turn)",
                     records.where(i), field);
-    (std::string_view(field) == "chosen" ? out.chosen : out.rejected)
-        .push_back(sharegpt_turn(records, i, row[field], fmt::format("field \"{}\"", field), user_masked));
+    Message answer = sharegpt_turn(records, i, row[field], fmt::format("field \"{}\"", field), user_masked);
+    // A user's turn as the answer would be masked out of the loss (LLaMA-Factory refuses it too).
+    MGBENCH_REQUIRE(answer.role == "assistant", DataError,
+                    "{}: field \"{}\" is a {} turn: expected the assistant's answer (from \"gpt\")", records.where(i),
+                    field, answer.role);
+    (std::string_view(field) == "chosen" ? out.chosen : out.rejected).push_back(std::move(answer));
   }
   return out;
 }

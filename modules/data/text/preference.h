@@ -61,6 +61,11 @@ inline std::int64_t label_tokens(const PreferenceSample& p) {
   return std::min(label_tokens(p.chosen), label_tokens(p.rejected));
 }
 
+/// The tokens of the pair's longer side.
+inline std::int64_t sequence_tokens(const PreferenceSample& p) {
+  return std::max(sequence_tokens(p.chosen), sequence_tokens(p.rejected));
+}
+
 /// The sample of row i. Throws DataError naming file, row and field.
 PreferenceSample make_preference_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tokenizer,
                                         const PreferenceOptions& options);

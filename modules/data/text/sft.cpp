@@ -102,6 +102,20 @@ constexpr DatasetInfo kDatasets[] = {
 
 std::span<const DatasetInfo> dataset_choices() { return kDatasets; }
 
+void validate_messages(const std::vector<Message>& messages) {
+  MGBENCH_REQUIRE(messages.size() >= 2, DataError,
+                  "{} message(s): expected a conversation of at least a user and an assistant turn", messages.size());
+  std::string_view last = "assistant";
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    MGBENCH_REQUIRE(role != "assistant" || last == "user", DataError,
+                    "turn {}: an assistant turn where a user turn was expected (turns alternate, user first)", i + 1);
+    MGBENCH_REQUIRE(role != "user" || last != "user", DataError, "turns {} and {}: two user turns in a row", i, i + 1);
+    MGBENCH_REQUIRE(role != "system" || i == 0, DataError, "turn {}: a system turn after the first", i + 1);
+    last = role;
+  }
+}
+
 Message sharegpt_turn(const Records& records, std::size_t i, const nlohmann::json& turn, const std::string& where,
                       bool user_masked) {
   MGBENCH_REQUIRE(turn.is_object() && turn.contains("from") && turn.contains("value") && turn["from"].is_string() &&
@@ -172,8 +186,9 @@ TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3T
       s.labels = s.tokens;
       return s;
     }
-    return tokenize_messages(dataset.messages(records, i, /*user_masked=*/!options.train_on_input), tok,
-                             options.max_seq_len);
+    const std::vector<Message> messages = dataset.messages(records, i, /*user_masked=*/!options.train_on_input);
+    validate_messages(messages);
+    return tokenize_messages(messages, tok, options.max_seq_len);
   } catch (const DataError& e) {
     const std::string where = records.where(i);
     if (std::string(e.what()).find(records.path) != std::string::npos) throw;

@@ -77,6 +77,14 @@ inline std::int64_t label_tokens(const TokenizedSample& s) {
   return n;
 }
 
+/// The tokens of s (its sequence's length).
+inline std::int64_t sequence_tokens(const TokenizedSample& s) { return static_cast<std::int64_t>(s.tokens.size()); }
+
+/// TorchTune 0.6.1's validate_messages (data/_messages.py), which its SFTDataset applies to every
+/// row: at least two messages, a system message only first, no two user messages in a row, no
+/// assistant message but after a user message. Throws DataError naming the turn (1-based).
+void validate_messages(const std::vector<Message>& messages);
+
 /// Messages as Llama 3 chat tokens and labels (TorchTune 0.6.1's Llama3Tokenizer.tokenize_messages
 /// with add_end_tokens): <|begin_of_text|>, each message's header and content and <|eot_id|>,
 /// <|end_of_text|>; labels -100 on masked messages and on the begin / end tokens; cut to

@@ -292,6 +292,7 @@ class ClassificationRecipe final : public Recipe {
     MGBENCH_REQUIRE(train.classes == val.classes, DataError,
                     "{}: train/ has {} class folders and val/ {}, or their names differ: the labels would not agree",
                     o.data_dir, train.classes.size(), val.classes.size());
+    for (const data::EncodedImages* split : {&train, &val}) refuse_other_formats(*split, o.skip_bad_images);
     if (o.image_size == kNativeImageSize) resolve_native_size(data::first_image_size(train), train.records[0].name);
     const auto on_device =
         o.decode == Decode::kDevice ? std::optional<data::NvjpegBackend>(o.nvjpeg_backend) : std::nullopt;
@@ -299,6 +300,23 @@ class ClassificationRecipe final : public Recipe {
                                             o.skip_bad_images, on_device);
     test_set_ = data::make_encoded_dataset(std::move(val), {data::ImageTransform::Kind::kCenter, o.image_size, seed},
                                            o.loader_threads, o.skip_bad_images, on_device);
+  }
+
+  /// Files ImageFolder lists whose format mgbench does not decode (.webp, .bmp, ...): refused at
+  /// set-up (not in the middle of an epoch), or with --skip-bad-images counted in a warning.
+  static void refuse_other_formats(const data::EncodedImages& split, bool skip_bad_images) {
+    const std::vector<std::string> others = data::not_jpeg_or_png(split);
+    if (others.empty()) return;
+    const std::string what = fmt::format(
+        "{}: {} of its {} image files are not JPEG or PNG (the first: {}); torchvision's ImageFolder lists them "
+        "as it does, mgbench decodes JPEG and PNG",
+        split.root, others.size(), split.size(), others.front());
+    MGBENCH_REQUIRE(skip_bad_images, DataError,
+                    "{}. Convert or remove them, or give --skip-bad-images to replace each by another image of its "
+                    "batch",
+                    what);
+    log::warn("{}: --skip-bad-images replaces each that is not a JPEG or PNG inside by another image of its batch",
+              what);
   }
 
   /// --image-size native: the size the files have, from now on the run's image size (its attribute).

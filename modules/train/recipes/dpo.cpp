@@ -40,7 +40,12 @@ class DpoRecipe final : public LlamaRecipe {
     declare_model_and_data(t, o.dataset, text::preference_choices(), "the preference data's format",
                            "preference rows (chosen and rejected sequences)");
     t.section("DPO");
-    t.add("dpo-beta", o.beta, "DPO's beta: the strength of the reference's regularisation").above(0).same_workload();
+    // Bounded: beta scales log-probability ratios of tens of nats; at 1,000 the loss is already a
+    // step function, and 1e308 overflowed float in the first step (a divergence naming no option).
+    t.add("dpo-beta", o.beta, "DPO's beta: the strength of the reference's regularisation (TorchTune's 0.1)")
+        .above(0)
+        .at_most(1000)
+        .same_workload();
     t.add("label-smoothing", o.label_smoothing, "conservative DPO's label smoothing (0: plain DPO)")
         .at_least(0)
         .below(0.5)

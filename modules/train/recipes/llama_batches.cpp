@@ -47,11 +47,23 @@ void LlamaDataOptions::refuse_or_warn_unlabelled(int rank, std::size_t unlabelle
   }
 }
 
-void LlamaDataOptions::refuse_padding_beyond(std::int64_t context) const {
+void LlamaDataOptions::refuse_beyond_context(std::int64_t context) const {
   MGBENCH_REQUIRE(pad_to_multiple <= context, ConfigError,
                   "--pad-to-multiple {} pads every micro-batch to at least {} tokens, past the model's context of {} "
                   "(config.json's max_position_embeddings): expected at most {}",
                   pad_to_multiple, pad_to_multiple, context, context);
+  MGBENCH_REQUIRE(max_seq_len <= context, ConfigError,
+                  "--max-seq-len {} is past the model's context of {} tokens (config.json's max_position_embeddings): "
+                  "positions it was never trained at; expected at most {}",
+                  max_seq_len, context, context);
+}
+
+void LlamaDataOptions::refuse_rows_beyond_context(std::int64_t context, std::size_t longer, std::int64_t longest,
+                                                  std::size_t longest_at) const {
+  MGBENCH_REQUIRE(longer == 0, DataError,
+                  "dataset '{}': {} row(s) are longer than the model's context of {} tokens (the longest: row {}, {} "
+                  "tokens), and --max-seq-len 0 cuts none: give --max-seq-len {} (or less)",
+                  data, longer, context, longest_at + 1, longest, context);
 }
 
 std::string LlamaDataOptions::graph_shapes_warning(bool static_shapes, int max_graphs) const {

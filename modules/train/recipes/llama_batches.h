@@ -95,10 +95,17 @@ struct LlamaDataOptions {
   /// --train-on-input (nothing to train on or evaluate: every step skipped, its loss NaN); some, a warning on
   /// rank 0 (their micro-batches train nothing).
   void refuse_or_warn_unlabelled(int rank, std::size_t unlabelled, std::size_t rows) const;
-  /// Throws ConfigError for a --pad-to-multiple beyond the model's context [tokens]: every
-  /// micro-batch would be padded past any position the model has (131,072 on a 256-token model
-  /// padded each row to 131,072 tokens, and the kernel killed the rank for its memory).
-  void refuse_padding_beyond(std::int64_t context) const;
+  /// Throws ConfigError for a --pad-to-multiple or --max-seq-len beyond the model's context
+  /// [tokens] (config.json's max_position_embeddings): every micro-batch would be padded past any
+  /// position the model has (131,072 on a 256-token model padded each row to 131,072 tokens, and
+  /// the kernel killed the rank for its memory), or rows would reach positions it was never
+  /// trained at (TorchTune's RoPE cache ends there: its recipes fail on such a row).
+  void refuse_beyond_context(std::int64_t context) const;
+  /// With --max-seq-len 0 (no cut): `longer` of the rows read are longer than the model's context,
+  /// the longest (row `longest_at`, 0-based) `longest` tokens. Throws DataError naming --data's
+  /// file, the row and --max-seq-len when longer > 0.
+  void refuse_rows_beyond_context(std::int64_t context, std::size_t longer, std::int64_t longest,
+                                  std::size_t longest_at) const;
   /// What to warn of when micro-batches are captured as CUDA graphs (static_shapes) with
   /// --pad-to-multiple 1 and --max-seq-len above 1: each length is its own shape, and the shapes
   /// past `max_graphs` run eagerly. "" otherwise.

@@ -142,9 +142,28 @@ void LlamaFinetune::load_tokenizer() {
   MGBENCH_REQUIRE(!path.empty(), ConfigError,
                   "--tokenizer: expected the Llama 3 tokenizer.model (the checkpoint '{}' has none)", model_name_);
   tokenizer_ = std::make_unique<text::Llama3Tokenizer>(path);
+  tokenizer_file_ = path;
   MGBENCH_REQUIRE(tokenizer_->vocab_size() <= config_->vocab_size, DataError,
                   "tokenizer '{}' has {} tokens but the model's vocabulary is {}: not a Llama 3 model?", path,
                   tokenizer_->vocab_size(), config_->vocab_size);
+}
+
+std::string LlamaFinetune::special_tokens_warning() const {
+  // A file smaller than Meta's puts the 256 special tokens after its last rank (TorchTune's small
+  // test tokenizer and models of its size). Against trained weights of another vocabulary they are
+  // ids the model learned as other tokens; against random weights (a benchmark's checkpoint shaped
+  // like Llama 3) they are harmless: which one a checkpoint holds cannot be told, so a warning.
+  const std::int32_t ranks = tokenizer_->bpe().base_vocab_size();
+  if (init_ == Init::kRandom || ranks >= text::Llama3Tokenizer::kBaseVocab ||
+      tokenizer_->vocab_size() == config_->vocab_size) {
+    return "";
+  }
+  return fmt::format(
+      "tokenizer '{}' has {} ranks, so its special tokens take ids {}-{}, but the checkpoint '{}' has a vocabulary "
+      "of {}: if its weights were trained, <|begin_of_text|> and <|eot_id|> are tokens it learned as others (a "
+      "tokenizer.model cut short? Meta's has {} ranks)",
+      tokenizer_file_, ranks, ranks, tokenizer_->vocab_size() - 1, model_name_, config_->vocab_size,
+      text::Llama3Tokenizer::kBaseVocab);
 }
 
 models::LlamaForCausalLM build_llama(const models::LlamaConfig& config, models::BaseWeights base, torch::Device device,

@@ -83,6 +83,11 @@ class LlamaFinetune {
   /// the checkpoint's original/tokenizer.model or tokenizer.model). Throws ConfigError (a preset
   /// without --init random, no tokenizer) or DataError naming the file.
   void load_tokenizer();
+  /// After load_tokenizer: "" or why the tokenizer's special tokens may not be the checkpoint's
+  /// (a tokenizer of fewer ranks than Meta's 128,000, whose specials follow its last rank, against a
+  /// checkpoint of another vocabulary size: a tokenizer.model cut short, or a benchmark's random
+  /// weights shaped like Llama 3 with a small test tokenizer). For rank 0 to warn of.
+  std::string special_tokens_warning() const;
   const text::Llama3Tokenizer& tokenizer() const { return *tokenizer_; }
   /// The model's context, max_position_embeddings [tokens] (after load_tokenizer).
   std::int64_t context_length() const { return config_->max_position_embeddings; }
@@ -196,6 +201,7 @@ class LlamaFinetune {
   std::string model_name_ = "llama3-8b";  // preset name or a directory with config.json + safetensors
   Init init_ = Init::kCheckpoint;
   std::string tokenizer_path_;  // tiktoken file; default: the checkpoint's
+  std::string tokenizer_file_;  // the file load_tokenizer read (--tokenizer or the checkpoint's)
   bool activation_checkpointing_ = false;
   models::BaseWeights base_ = models::BaseWeights::kDense;
   Finetune finetune_ = Finetune::kLora;

@@ -74,19 +74,34 @@ class LlamaRecipe : public Recipe {
 
   /// The set-up of an LLM recipe: the tokenizer, the rows `load(tokenizer)` reads from --data (the
   /// first --limit of them), then the model (LlamaFinetune::build). Throws DataError naming the
-  /// file when no row is left or no row keeps a label token within --max-seq-len (nothing would
-  /// train: every step skipped, every loss NaN), and what loading and building throw; warns (rank
-  /// 0) of the rows that keep none.
+  /// file when no row is left, a row is longer than the model's context (--max-seq-len 0), or no
+  /// row keeps a label token within --max-seq-len (nothing would train: every step skipped, every
+  /// loss NaN); ConfigError for --max-seq-len or --pad-to-multiple past the context; and what
+  /// loading and building throw; warns (rank 0) of the rows that keep none.
   template <typename Rows, typename Load>
   void setup_rows(const RecipeContext& ctx, Rows& rows, Load&& load) {
     llama_.load_tokenizer();
-    data_.refuse_padding_beyond(llama_.context_length());
+    if (const std::string warning = llama_.special_tokens_warning(); !warning.empty() && ctx.rank == 0) {
+      log::warn("{}", warning);
+    }
+    data_.refuse_beyond_context(llama_.context_length());
     llama_.prepare_output_dir();
     rows = load(llama_.tokenizer());
     if (data_.limit > 0 && static_cast<std::int64_t>(rows.size()) > data_.limit) {
       rows.resize(static_cast<std::size_t>(data_.limit));
     }
     MGBENCH_REQUIRE(!rows.empty(), DataError, "dataset '{}': no rows", data_.data);
+    std::size_t longer = 0, longest_at = 0;
+    std::int64_t longest = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::int64_t tokens = sequence_tokens(rows[i]);  // text::
+      longer += tokens > llama_.context_length() ? 1 : 0;
+      if (tokens > longest) {
+        longest = tokens;
+        longest_at = i;
+      }
+    }
+    data_.refuse_rows_beyond_context(llama_.context_length(), longer, longest, longest_at);
     const auto unlabelled = static_cast<std::size_t>(
         std::count_if(rows.begin(), rows.end(), [](const auto& row) { return label_tokens(row) == 0; }));  // text::
     data_.refuse_or_warn_unlabelled(ctx.rank, unlabelled, rows.size());
