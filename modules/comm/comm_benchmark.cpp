@@ -9,14 +9,18 @@
 #include <ctime>
 #include <iostream>
 #include <limits>
+#include <string_view>
+#include <tuple>
 
 #include <fmt/format.h>
 
+#include "core/agreement.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "results/writer.h"
 #include "runtime/communicator.h"
+#include "runtime/device.h"
 #include "runtime/scalar_type.h"
 #include "session/session.h"
 
@@ -255,6 +259,40 @@ std::string refusal(const CommOptions& o, int world_size) {
   return "";
 }
 
+/// Throws ConfigError naming --max-bytes when the sweep's largest case would not fit this rank's
+/// memory (an allocation beyond it failed with the allocator's message, or, under overcommit, the
+/// kernel killed the rank). A case holds, out of place, each rank's input and output twice (the
+/// timed buffers and the check's fresh ones, on the rank's device) and, with --check, the input
+/// pattern, the expected output in float64 and the output copied to float64 on the host.
+void refuse_beyond_memory(const CommOptions& o, const session::Connection& connection, int world_size, int rank) {
+  const auto element_size = static_cast<std::int64_t>(axes::dtype_info(o.dtype).bytes);
+  double device = 0, host = 0;
+  std::string_view largest;
+  for (const Collective collective : o.resolved_collectives) {
+    const CollectiveInfo& c = collective_info(collective);
+    const MessageCounts n = c.counts(o.sizes.back(), element_size, world_size, rank);
+    const double on_device = 2.0 * static_cast<double>(n.input + n.output) * static_cast<double>(element_size);
+    const double on_host =
+        o.check ? static_cast<double>(n.input * element_size) + 17.0 * static_cast<double>(n.output) : 0.0;
+    if (on_device + on_host > device + host) std::tie(device, host, largest) = std::tuple(on_device, on_host, c.name);
+  }
+  const auto gib = [](double bytes) { return bytes / (1 << 30); };
+  const double host_limit = static_cast<double>(connection.host_memory.bytes);
+  const auto refuse = [&](double needed, double limit, const std::string& memory) {
+    MGBENCH_REQUIRE(limit <= 0 || needed <= limit, ConfigError,
+                    "--max-bytes {}: its largest case ({} at {} ranks) holds about {:.1f} GiB per rank (the timed "
+                    "buffers and the check's), and this rank's {} has {:.1f} GiB: expected a smaller --max-bytes{}",
+                    o.max_bytes, largest, world_size, gib(needed), memory, gib(limit),
+                    o.check ? " (or --check false)" : "");
+  };
+  const std::string host_memory = fmt::format("host memory ({})", connection.host_memory.source);
+  if (!connection.placement.is_cuda()) return refuse(device + host, host_limit, host_memory);
+  const int sharing = std::max(1, connection.placement.ranks_on_device);
+  refuse(device, static_cast<double>(runtime::cuda_total_memory(connection.placement.index)) / sharing,
+         sharing == 1 ? "GPU" : fmt::format("share of its GPU (1 of {} ranks)", sharing));
+  refuse(host, host_limit, host_memory);
+}
+
 /// The '#' rows above one collective's table: its name and bus factor, the column headers of both
 /// halves (out of place, in place) and their units, as nccl-tests prints them.
 void print_collective_header(const CollectiveInfo& c, double factor) {
@@ -323,6 +361,12 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
   }
   session::Connection connection = session::connect(env, o.device, o.backend, o.comm_timeout_s);
   if (!connection.comm) return 1;
+  const Agreement fits = agree(env.world(), "checking --max-bytes against memory",
+                               [&] { refuse_beyond_memory(o, connection, env.world_size(), env.rank()); });
+  if (!fits.ok()) {
+    if (root_prints) std::cerr << "mgbench comm: " << fits.error << "\n";
+    return 2;
+  }
   const std::string backend(runtime::backend_name(connection.backend));
   const std::string device = connection.placement.is_cuda() ? "cuda" : "cpu";
 

@@ -101,6 +101,9 @@ def test_perturbing_a_broadcast_non_root_is_refused(tmp_path):
     # each launch's handle is kept until the wait: 10^12 launches ended in bad_alloc
     (["--iters", "1000000000000"], "--iters '1000000000000': expected <= 1000000"),
     (["--warmup-iters", "1000000000000"], "--warmup-iters '1000000000000': expected <= 1000000"),
+    # beyond this rank's memory: was the allocator's error (or the kernel's OOM killer) in the first case
+    (["--collective", "all-reduce,all-gather", "--min-bytes", "4096G", "--max-bytes", "4096G"],
+     "--max-bytes 4096G: its largest case (all-reduce at 2 ranks) holds about 37888.0 GiB per rank"),
 ])
 def test_bad_options_are_named(tmp_path, args, needle):
     proc = mgbench("comm", *args, "--results", tmp_path / "r.h5", np=2)
