@@ -8,7 +8,11 @@ int exit_code_for(const std::exception& e) noexcept { return dynamic_cast<const 
 
 std::string error_message(const std::exception& e) {
   std::string text = e.what();
-  if (const auto at = text.find("\nException raised from "); at != std::string::npos) text.resize(at);
+  // c10::Error appends its C++ backtrace after one of two headers: TORCH_CHECK's source location,
+  // or, for C10_ENFORCE (the CPU allocator's out-of-memory), the frames themselves.
+  for (const char* header : {"\nException raised from ", "\nframe #0: "}) {
+    if (const auto at = text.find(header); at != std::string::npos) text.resize(at);
+  }
   return text;
 }
 

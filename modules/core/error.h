@@ -47,8 +47,8 @@ int exit_code_for(const std::exception& e) noexcept;
 
 /// e.what() as a user reads it: without the C++ backtrace LibTorch's c10::Error appends to its
 /// message ("\nException raised from <function> at <file>:<line> (most recent call first):\nframe
-/// #0: ...", c10/util/Exception.cpp) -- fifty frames in a log or a results file's `error` say
-/// nothing to a user. Other exceptions' text whole.
+/// #0: ...", or for C10_ENFORCE only "\nframe #0: ...", c10/util/Exception.cpp) -- fifty frames in
+/// a log or a results file's `error` say nothing to a user. Other exceptions' text whole.
 std::string error_message(const std::exception& e);
 
 namespace detail {

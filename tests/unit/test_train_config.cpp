@@ -539,6 +539,17 @@ TEST(ErrorMessage, LibTorchErrorsLoseTheirBacktraceOthersStayWhole) {
     EXPECT_EQ(error_message(e), e.what_without_backtrace());
     EXPECT_EQ(error_message(e).find("frame #"), std::string::npos);
   }
+  // C10_ENFORCE's form (an allocation beyond memory, as `comm --max-bytes 100G` made): frames
+  // follow the message without "Exception raised from".
+  try {
+    (void)torch::empty({std::int64_t{1} << 46}, torch::kUInt8);
+    FAIL() << "expected c10::Error for 64 TiB";
+  } catch (const c10::Error& e) {
+    const std::string whole = e.what();
+    ASSERT_NE(whole.find("\nframe #0: "), std::string::npos) << whole;  // not vacuous
+    EXPECT_EQ(error_message(e), e.what_without_backtrace());
+    EXPECT_NE(error_message(e).find("can't allocate memory"), std::string::npos) << error_message(e);
+  }
   const DataError plain("dataset 'x.json': row 3: expected an object\nsecond line");
   EXPECT_EQ(error_message(plain), plain.what());
 }
