@@ -8,9 +8,11 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "report/report.h"
 #include "report/run_cells.h"
@@ -201,6 +203,25 @@ void print_host_ops(std::ostream& out, const results::RunRecord& run) {
       run.summary.ops_per_step, std::isfinite(per_layer) ? fmt::format(", {:.0f} per decoder layer", per_layer) : "");
 }
 
+/// Rank 0's steps by what CUDA graphs did in them (results::StepRecord::cuda_graph), with their
+/// mean wall times: a capture step pays a device sync and the capture, and the replayed steps' mean
+/// is the step once every shape has its graph. Nothing for a run without graphs.
+void print_graph_steps(std::ostream& out, const results::RunRecord& run) {
+  const results::GraphSteps& g = run.graph_steps;
+  if (!g.recorded() || run.text("cuda_graphs_decision").value_or("") != "on") return;
+  constexpr std::pair<std::int8_t, const char*> kKinds[] = {{results::kGraphReplayed, "replayed"},
+                                                            {results::kGraphCaptured, "captured"},
+                                                            {results::kGraphMixed, "mixed"},
+                                                            {results::kGraphEager, "eager"}};
+  std::vector<std::string> parts;
+  for (const auto& [kind, name] : kKinds) {
+    const std::int64_t n = g.steps[static_cast<std::size_t>(kind)];
+    parts.push_back(n > 0 ? fmt::format("{} {} (mean {:.2f} ms)", n, name, 1e3 * g.mean_s(kind))
+                          : fmt::format("0 {}", name));
+  }
+  out << fmt::format("# cuda graphs (rank 0's steps): {}\n", fmt::join(parts, ", "));
+}
+
 }  // namespace
 
 void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, std::size_t top_kernels) {
@@ -239,6 +260,7 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
     if (run.cuda.empty()) {
       out << ": none recorded (CPU run, or --cupti false)\n";
       print_host_ops(out, run);
+      print_graph_steps(out, run);
       out << "\n";
       continue;
     }
@@ -257,6 +279,7 @@ void print_cuda(std::ostream& out, const std::vector<results::RunRecord>& runs, 
     write_table(out, api_columns, cuda_api_rows(run), /*csv=*/false);
     write_table(out, kernel_columns, top_kernel_rows(run, top_kernels), /*csv=*/false);
     print_host_ops(out, run);
+    print_graph_steps(out, run);
     out << "\n";
   }
 }

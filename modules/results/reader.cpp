@@ -168,19 +168,21 @@ std::optional<Record> read_row(hid_t group, const char* name, hid_t type, const 
   return rows.empty() ? std::nullopt : std::optional<Record>(rows.front());
 }
 
-/// Rank `rank_group`'s steps table as (epoch, step_s, collective_s), unwritten rows kept in place
-/// (epoch -1): fields every schema's steps table has, or reads as 0 (the broadcast's and the loss
-/// normaliser's phases before schema 6). Read in blocks up to the first block without a written row:
-/// the loop writes its rows in order, and the table is preallocated for the planned steps. Throws
-/// ResultsError when the table is not one-dimensional or cannot be read as those fields.
+/// Rank `rank_group`'s steps table as (epoch, step_s, collective_s, cuda_graph), unwritten rows kept
+/// in place (epoch -1): fields every schema's steps table has, or reads as 0 (the broadcast's and the
+/// loss normaliser's phases before schema 6) or kGraphNotRecorded (cuda_graph before schema 15). Read in blocks up to
+/// the first block without a written row: the loop writes its rows in order, and the table is preallocated for the
+/// planned steps. Throws ResultsError when the table is not one-dimensional or cannot be read as those fields.
 std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where) {
   if (!h5::link_exists(rank_group, "steps")) return {};
   struct Row {
     std::int32_t epoch = -1;
     double step_s = 0, allreduce_s = 0, buffer_broadcast_s = 0, loss_reduce_s = 0;
+    std::int8_t cuda_graph = kGraphNotRecorded;
   };
   h5::Handle type = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(Row)), "step time type");
   check_status(H5Tinsert(type, "epoch", offsetof(Row, epoch), H5T_NATIVE_INT32), "compound member epoch");
+  check_status(H5Tinsert(type, "cuda_graph", offsetof(Row, cuda_graph), H5T_NATIVE_INT8), "member cuda_graph");
   for (const auto& [name, offset] :
        {std::pair{"step_s", offsetof(Row, step_s)}, std::pair{"allreduce_s", offsetof(Row, allreduce_s)},
         std::pair{"buffer_broadcast_s", offsetof(Row, buffer_broadcast_s)},
@@ -196,22 +198,11 @@ std::vector<StepTime> read_step_times(hid_t rank_group, const std::string& where
       // A step takes time: a zero-filled row (a table another tool made, or a damaged one) is none.
       const bool written = row.epoch >= 0 && std::isfinite(row.step_s) && row.step_s > 0;
       any_written = any_written || written;
-      out.push_back(
-          {written ? row.epoch : -1, row.step_s, row.allreduce_s + row.buffer_broadcast_s + row.loss_reduce_s});
+      out.push_back({written ? row.epoch : -1, row.step_s, row.allreduce_s + row.buffer_broadcast_s + row.loss_reduce_s,
+                     row.cuda_graph});
     }
     return any_written;
   });
-  return out;
-}
-
-/// RunRecord::first_step_s of rank 0's rows: the first kFirstSteps, while they are of the first
-/// written epoch.
-std::vector<double> first_step_s(const std::vector<StepTime>& rows) {
-  std::vector<double> out;
-  for (const StepTime& row : rows) {
-    if (out.size() == kFirstSteps || row.epoch < 0 || row.epoch != rows.front().epoch) break;
-    out.push_back(row.step_s);
-  }
   return out;
 }
 
@@ -343,7 +334,10 @@ void read_ranks(hid_t group, const std::string& where, hid_t epoch_type, RunReco
     run.epochs.push_back(read_table<EpochRecord>(rank_group, "epochs", epoch_type, where + "/" + rank_name,
                                                  [](const EpochRecord& e) { return e.epoch >= 0; }));
     const std::vector<StepTime> steps = read_step_times(rank_group, where + "/" + rank_name);
-    if (r == 0) run.first_step_s = first_step_s(steps);
+    if (r == 0) {
+      run.first_step_s = first_step_s(steps);
+      run.graph_steps = graph_steps(steps);
+    }
     skew.add_rank(steps);
     if (h5::link_exists(rank_group, "cuda_summary")) read_cuda_tables(rank_group, where + "/" + rank_name, run);
     if (h5::link_exists(rank_group, "comm")) {
@@ -395,34 +389,6 @@ RunRecord read_run(hid_t runs, const std::string& path, const std::string& id, b
 }
 
 }  // namespace
-
-void StepSkewSum::add_rank(const std::vector<StepTime>& rows) {
-  if (rows.size() > slowest_.size()) {
-    slowest_.resize(rows.size(), 0.0);
-    sum_.resize(rows.size(), 0.0);
-    ranks_.resize(rows.size(), 0);
-  }
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].epoch < 0) continue;
-    const double own = rows[i].step_s - rows[i].collective_s;
-    slowest_[i] = ranks_[i] == 0 ? own : std::max(slowest_[i], own);
-    sum_[i] += own;
-    ++ranks_[i];
-  }
-  ++added_;
-}
-
-StepSkew StepSkewSum::result() const {
-  StepSkew s;
-  if (added_ < 2) return s;
-  for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i] != added_) continue;  // a row some rank did not write
-    s.slowest_s += slowest_[i];
-    s.mean_s += sum_[i] / added_;
-    ++s.steps;
-  }
-  return s;
-}
 
 std::vector<RunRecord> read_runs(const std::string& path) {
   h5::silence_error_stack();

@@ -45,6 +45,7 @@ h5::Handle step_record_type() {
   insert(t, "reducescatter_s", offsetof(StepRecord, reducescatter_s), H5T_NATIVE_DOUBLE);
   insert(t, "lr", offsetof(StepRecord, lr), H5T_NATIVE_DOUBLE);
   insert(t, "page_faults", offsetof(StepRecord, page_faults), H5T_NATIVE_INT64);
+  insert(t, "cuda_graph", offsetof(StepRecord, cuda_graph), H5T_NATIVE_INT8);
   return t;
 }
 

@@ -15,7 +15,7 @@
 namespace mgbench::results {
 
 inline constexpr std::string_view kSchemaName = "mgbench-results";
-inline constexpr std::int64_t kSchemaVersion = 14;  // docs/results-schema.md, "Version history"
+inline constexpr std::int64_t kSchemaVersion = 15;  // docs/results-schema.md, "Version history"
 
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
@@ -92,6 +92,16 @@ inline PhaseTimes& operator+=(PhaseTimes& total, const PhaseTimes& more) {
   return total;
 }
 
+/// StepRecord::cuda_graph: what the step's micro-batches did under --cuda-graphs (train/step_graphs.h).
+inline constexpr std::int8_t kGraphNotRecorded = -1;  // a run before schema 15
+inline constexpr std::int8_t kGraphEager =
+    0;  // none captured or replayed: every step without graphs, a shape's warm-up
+inline constexpr std::int8_t kGraphCaptured = 1;  // one or more captured (the step paid a device sync and the capture)
+inline constexpr std::int8_t kGraphReplayed = 2;  // every micro-batch replayed its shape's graph
+inline constexpr std::int8_t kGraphMixed =
+    3;  // some replayed, the others eager (a shape warming up, or beyond the bound)
+inline constexpr std::int8_t kGraphKinds = 4;
+
 /// One row of rank_<r>/steps. Unwritten rows (run killed or stopped early) keep epoch = -1.
 struct StepRecord {
   std::int32_t epoch = -1;        // 0-based
@@ -111,6 +121,7 @@ struct StepRecord {
   double allgather_s = 0;            // fsdp: the step's all-gathers, each launch -> completion, summed (0: none)
   double reducescatter_s = 0;        // fsdp: the step's reduce-scatters, likewise
   std::int64_t page_faults = -1;     // minor page faults of the process in the step (all threads); -1: none
+  std::int8_t cuda_graph = kGraphNotRecorded;  // the step's micro-batches and CUDA graphs: kGraphEager ... kGraphMixed
 };
 
 /// One row of rank_<r>/epochs. Unwritten rows keep epoch = -1.

@@ -137,18 +137,23 @@ bool EpochStage::train() {
     state_.cupti.update(sinks_.run_time(step_start, run), run.global_step, setup.device);
     const double lr = lr_at_step(options.optim.lr, run.global_step, options.optim.warmup_steps, total_steps, cosine);
     // The host's ATen ops of one step: op_counted_step's, or with CUDA graphs the first step from
-    // there whose micro-batches all replayed (a warm-up or capture step dispatches the eager step's).
+    // there whose micro-batches all replayed without a capture (a warm-up or capture step
+    // dispatches the eager step's ops: a capture records them as the eager step launches them).
     std::optional<OpCounter> ops;
     if (!state_.ops_counted && run.global_step - run.first_step >= op_counted_step(options.warmup_steps_excluded)) {
       ops.emplace();
     }
     const MicroBatchGraphs* graphs = state_.training.graphs.get();
     const std::int64_t replays_before = graphs != nullptr ? graphs->replays() : 0;
+    const std::int64_t captures_before = graphs != nullptr ? graphs->captures() : 0;
     StepOutcome out = train_step(setup, state_.training, {feeder, clock_}, lr, run.global_step);
     state_.cupti.step_ended();  // what follows until the next step (its record, evaluation, a checkpoint)
+    out.record.cuda_graph = graphs == nullptr ? results::kGraphEager
+                                              : graph_use(out.micro_batches, graphs->captures() - captures_before,
+                                                          graphs->replays() - replays_before);
     if (ops && out.micro_batches > 0) {
       run.summary.ops_per_step = ops->count();
-      state_.ops_counted = graphs == nullptr || graphs->replays() - replays_before == out.micro_batches;
+      state_.ops_counted = graphs == nullptr || out.record.cuda_graph == results::kGraphReplayed;
     }
     run.position += out.loaded_batches;
     run.epoch_record.loaded_samples += out.loaded_samples;

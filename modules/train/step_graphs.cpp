@@ -98,6 +98,12 @@ GraphAction GraphSchedule::next(const std::string& key) {
   return GraphAction::kCapture;
 }
 
+std::int8_t graph_use(std::int64_t micro_batches, std::int64_t captured, std::int64_t replayed) {
+  if (captured > 0) return results::kGraphCaptured;
+  if (replayed == 0) return results::kGraphEager;
+  return replayed == micro_batches ? results::kGraphReplayed : results::kGraphMixed;
+}
+
 void GraphSchedule::forget() {
   shapes_.clear();
   live_ = 0;

@@ -29,6 +29,7 @@
 #include <torch/torch.h>
 
 #include "data/loader.h"
+#include "results/schema.h"
 #include "train/recipe.h"
 #include "train/train_options.h"
 
@@ -100,6 +101,12 @@ class GraphSchedule {
   std::int64_t eager_ = 0, replays_ = 0, graphs_ = 0, beyond_bound_ = 0;
 };
 
+/// The step's results::StepRecord::cuda_graph: of its `micro_batches`, `captured` were captured and
+/// `replayed` computed by a graph (the captured ones included, as GraphSchedule::replays counts) --
+/// kGraphCaptured when any was captured (the step paid the capture), else kGraphReplayed when all
+/// were replayed, kGraphEager when none was, kGraphMixed otherwise. Without graphs: kGraphEager.
+std::int8_t graph_use(std::int64_t micro_batches, std::int64_t captured, std::int64_t replayed);
+
 /// A micro-batch's forward and backward as the step runs it (step.cpp), returning its loss and
 /// metrics detached. capturing: inside a capture, where nothing may wait on the host or record the
 /// phase clock's events.
@@ -128,8 +135,10 @@ class MicroBatchGraphs {
   /// "cuda graphs: S capture(s), R micro-batch(es) replayed, E run eagerly (B beyond the bound of N
   /// graphs)" (the run's log).
   std::string totals() const;
-  /// The micro-batches replayed so far (a step of n micro-batches all replayed when it adds n).
+  /// The micro-batches replayed so far, those captured included (each computed by its graph's first
+  /// replay), and the captures so far: what a step adds to each is its graph_use.
   std::int64_t replays() const { return schedule_.replays(); }
+  std::int64_t captures() const { return schedule_.graphs(); }
 
   static constexpr int kWarmup = 2;      // eager micro-batches of a shape before its capture
   static constexpr int kMaxGraphs = 16;  // shapes with a graph at most (their memory is one pool)

@@ -16,4 +16,4 @@ from .results import (PHASES, SCHEMA_NAME, SUPPORTED_SCHEMA_VERSIONS, ResultsErr
 
 __all__ = ["compare", "exit_status", "passed", "repeats", "runs", "steps", "epochs", "cuda", "energy", "comm", "stragglers", "STRAGGLER_MARGIN", "report_table", "read", "read_file", "expand", "Run", "ResultsError",
            "PHASES", "SCHEMA_NAME", "SUPPORTED_SCHEMA_VERSIONS", "CSV_COLUMNS"]
-__version__ = "0.10.0"  # pyproject.toml reads it; schema 14
+__version__ = "0.11.0"  # pyproject.toml reads it; schema 15

@@ -19,7 +19,7 @@ import pandas as pd
 SCHEMA_NAME = "mgbench-results"
 #: Versions this package reads (docs/results-schema.md, "Version history"); fields a version lacks
 #: read as the writer's defaults.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #: The training phases of a step, in the order `mgbench report --phases` prints them: (name, field).
 PHASES = (("data", "data_s"), ("h2d", "h2d_s"), ("buffer_broadcast", "buffer_broadcast_s"), ("transform", "transform_s"),
           ("forward", "forward_s"), ("backward", "backward_s"), ("allreduce", "allreduce_s"),
@@ -42,7 +42,8 @@ _SUMMARY_DEFAULTS = {"total_s": np.nan, "train_s": np.nan, "eval_s": np.nan, "sa
 # Fields of the steps and epochs tables that earlier versions lack, with the writer's defaults
 # (results/schema.h's StepRecord, EpochRecord; the phases are PHASES, 0).
 _STEP_DEFAULTS = {"batch_index": -1, "allreduce_window_s": np.nan, "loss_scale": np.nan, "skipped": 0, "tokens": 0,
-                  "padded_tokens": 0, "lr": np.nan, "allgather_s": 0.0, "reducescatter_s": 0.0, "page_faults": -1}
+                  "padded_tokens": 0, "lr": np.nan, "allgather_s": 0.0, "reducescatter_s": 0.0, "page_faults": -1,
+                  "cuda_graph": -1}
 _EPOCH_DEFAULTS = {"loaded_samples": 0, "eval_s": np.nan, "test_correct": -1, "test_samples": -1,
                    "test_accuracy": np.nan, "allreduce_window_s": 0.0, "skipped_steps": 0, "eval_loss": np.nan,
                    "allgather_s": 0.0, "reducescatter_s": 0.0, "skipped_images": 0}

@@ -425,6 +425,15 @@ TEST(CudaGraphs, ReplayedMicroBatchesTrainAsTheEagerStep) {
     // eager step's forward and backward.
     EXPECT_GT(with[0].summary.ops_per_step, 0);
     EXPECT_LT(with[0].summary.ops_per_step, without[0].summary.ops_per_step / 2);
+    // The steps' records say so: the first eager, the second captured, the others replayed.
+    const results::GraphSteps& g = with[0].graph_steps;
+    const std::int64_t steps = with[0].epochs[0][0].steps + with[0].epochs[0][1].steps;
+    EXPECT_EQ(g.steps[results::kGraphEager], 1);
+    EXPECT_EQ(g.steps[results::kGraphCaptured], 1);
+    EXPECT_EQ(g.steps[results::kGraphReplayed], steps - 2);
+    EXPECT_EQ(g.steps[results::kGraphMixed], 0);
+    EXPECT_EQ(without[0].graph_steps.steps[results::kGraphEager], steps);
+    EXPECT_LT(g.mean_s(results::kGraphReplayed), g.mean_s(results::kGraphCaptured));
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

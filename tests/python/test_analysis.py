@@ -346,19 +346,59 @@ def test_fields_an_older_schema_lacks_read_as_the_writers_defaults(matrix, tmp_p
     with h5py.File(path, "a") as f:
         for run in f["runs"].values():
             for r in range(int(run.attrs["world_size"])):
-                drop_fields(run[f"rank_{r}/steps"], {"page_faults", "allgather_s", "reducescatter_s", "lr"})
+                drop_fields(run[f"rank_{r}/steps"],
+                            {"page_faults", "allgather_s", "reducescatter_s", "lr", "cuda_graph"})
                 drop_fields(run[f"rank_{r}/epochs"], {"skipped_images", "eval_loss", "allgather_s"})
             drop_fields(run["summary"], {"checkpoint_s"})
     runs = mga.read(path)
     steps, epochs, frame = mga.steps(runs), mga.epochs(runs), mga.runs(runs)
     assert len(steps) > 0 and len(epochs) > 0
     assert (steps["page_faults"] == -1).all() and (steps["allgather_s"] == 0).all()
+    assert (steps["cuda_graph"] == -1).all()
     assert (steps["reducescatter_s"] == 0).all() and steps["lr"].isna().all()
     assert (epochs["skipped_images"] == 0).all() and epochs["eval_loss"].isna().all() and (epochs["allgather_s"] == 0).all()
     assert frame["checkpoint_s"].isna().all()
     # The file as written holds them: a run's own rows keep their values.
     fresh = mga.steps(mga.read(matrix / "image.h5"))
     assert (fresh["page_faults"] >= 0).all() and fresh["lr"].notna().all()
+    assert (fresh["cuda_graph"] == 0).all()  # eager: a CPU run has no graphs
+
+
+def test_report_cuda_counts_rank_0s_steps_by_what_cuda_graphs_did_in_them(matrix, tmp_path):
+    """Schema 15: `report --cuda` counts rank 0's steps by their `cuda_graph` (eager, captured, replayed,
+    mixed) with each kind's mean step time, as the same arithmetic on the file's rows read with h5py,
+    for a run whose graphs were on; a run without graphs, or one of schema 14 (no field), prints no
+    such line."""
+    path, old = tmp_path / "graphs.h5", tmp_path / "old.h5"
+    shutil.copy(matrix / "image.h5", path)
+    with h5py.File(path, "a") as f:
+        run_id = sorted(f["runs"])[0]
+        run = f["runs"][run_id]
+        run.attrs["cuda_graphs_decision"] = "on"
+        steps = run["rank_0/steps"]
+        rows = steps[()]
+        written = np.flatnonzero(rows["epoch"] >= 0)
+        assert len(written) >= 5, len(written)
+        kinds = np.full(len(rows), -1, dtype=np.int8)
+        kinds[written] = 2  # replayed ...
+        kinds[written[:3]] = [0, 1, 3]  # ... but a warm-up, a capture and a mixed step
+        rows["cuda_graph"] = kinds
+        steps[...] = rows
+    shutil.copy(path, old)
+    with h5py.File(old, "a") as f:
+        for run in f["runs"].values():
+            for r in range(int(run.attrs["world_size"])):
+                drop_fields(run[f"rank_{r}/steps"], {"cuda_graph"})
+    line = re.compile(r"^# cuda graphs \(rank 0's steps\): (.*)$", re.M)
+    found = line.findall(mgbench("report", "--cuda", path, check=True).stdout)
+    assert len(found) == 1, found  # only the run whose graphs were on
+    step_s = rows["step_s"][written]
+    expected = [f"{len(written) - 3} replayed (mean {1e3 * step_s[3:].mean():.2f} ms)",
+                f"1 captured (mean {1e3 * step_s[1]:.2f} ms)", f"1 mixed (mean {1e3 * step_s[2]:.2f} ms)",
+                f"1 eager (mean {1e3 * step_s[0]:.2f} ms)"]
+    assert found[0] == ", ".join(expected), found
+    assert not line.search(mgbench("report", "--cuda", old, check=True).stdout)
+    assert (mga.steps(mga.read(old))["cuda_graph"] == -1).all()
 
 
 def lines(ax):

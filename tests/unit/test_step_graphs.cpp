@@ -12,6 +12,7 @@
 #include "axes/parallel_plan.h"
 #include "axes/precision.h"
 #include "core/error.h"
+#include "results/schema.h"
 #include "test_support.h"
 #include "train/job_config.h"
 #include "train/recipe.h"
@@ -138,6 +139,28 @@ TEST(CudaGraphShapes, EachShapeWarmsUpThenIsCapturedOnceThenReplaysWithinTheBoun
   EXPECT_EQ(s.beyond_bound(), 4 + 1);  // d's four and c's third (warmed up, no graph left); no warm-up
   EXPECT_THROW(train::GraphSchedule(0, 1), std::invalid_argument);
   EXPECT_THROW(train::GraphSchedule(1, 0), std::invalid_argument);
+}
+
+// Each step's record says what its micro-batches did (results::StepRecord::cuda_graph), from what the
+// schedule counted over the step, as the epoch loop reads it: two micro-batches a step of one shape
+// -- a warm-up step, then the step that captures (its second micro-batch already replays: counted
+// as replayed, but the step paid the capture and dispatched the eager ops), then replays -- and a
+// second shape arriving beside the first (mixed: one replays, one warms up).
+TEST(CudaGraphShapes, EachStepIsRecordedAsEagerCapturedReplayedOrMixed) {
+  train::GraphSchedule s(2, 16);
+  const auto step = [&s](const std::vector<std::string>& keys) {
+    const std::int64_t graphs = s.graphs(), replays = s.replays();
+    for (const std::string& key : keys) s.next(key);
+    return train::graph_use(static_cast<std::int64_t>(keys.size()), s.graphs() - graphs, s.replays() - replays);
+  };
+  EXPECT_EQ(step({"a", "a"}), results::kGraphEager);
+  EXPECT_EQ(step({"a", "a"}), results::kGraphCaptured);
+  EXPECT_EQ(step({"a", "a"}), results::kGraphReplayed);
+  EXPECT_EQ(step({"a", "b"}), results::kGraphMixed);
+  EXPECT_EQ(step({"b", "b"}), results::kGraphCaptured);
+  EXPECT_EQ(step({"b", "a"}), results::kGraphReplayed);
+  EXPECT_EQ(train::graph_use(3, 0, 0), results::kGraphEager);
+  EXPECT_EQ(train::graph_use(1, 1, 1), results::kGraphCaptured);  // a one-micro-batch step that captured
 }
 
 // After forward changed (QAT's late switch), every shape warms up and is captured again, a new
