@@ -200,7 +200,8 @@ def test_conversations_torchtune_refuses_are_refused_naming_the_turn(tmp_path):
             "gpt": {"from": "gpt", "value": "a"}}
     cases = [(["human"], "1 message(s)"), (["gpt", "human"], "turn 1: an assistant turn"),
              (["human", "human", "gpt"], "turns 1 and 2: two user turns"),
-             (["human", "gpt", "gpt"], "turn 3: an assistant turn"), (["human", "system", "gpt"], "turn 2: a system turn"),
+             (["human", "gpt", "gpt"], "turn 3: an assistant turn"),
+             (["human", "system", "gpt"], "turn 2: a system turn"),
              (["system", "human", "gpt", "human", "gpt"], None)]
     for roles, needle in cases:
         row = {"conversations": [turn[r] for r in roles]}

@@ -141,7 +141,8 @@ def test_bad_files_are_named(folder, tmp_path):
     common = ["image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--batch-size", 4, "--epochs", 1,
               "--device", "cpu", "--results", tmp_path / "bmp.h5"]
     proc = mgbench(*common, np=1)
-    expected = f"{bad / 'train'}: 1 of its 3 image files are not JPEG or PNG (the first: {bad / 'train' / 'a' / 'x.bmp'})"
+    first = bad / "train" / "a" / "x.bmp"
+    expected = f"{bad / 'train'}: 1 of its 3 image files are not JPEG or PNG (the first: {first})"
     assert proc.returncode == 1 and expected in proc.stderr, proc.stderr[-2000:]
     assert "--skip-bad-images" in proc.stderr and "epoch 1/1" not in proc.stdout + proc.stderr
     proc = mgbench(*common, "--skip-bad-images", "true", np=1)
