@@ -77,10 +77,14 @@ std::array<double, 3> reduced_by_residue(ReduceOp op, int world_size) {
   return out;
 }
 
-/// table[(first + i) mod 3] for i in [0, n), float64.
-torch::Tensor by_residue(const std::array<double, 3>& table, std::int64_t first, std::int64_t n) {
-  const torch::Tensor values = torch::tensor({table[0], table[1], table[2]}, torch::kFloat64);
-  return values.index_select(0, (torch::arange(n, torch::kInt64) + first) % 3);
+/// table[(first + i) mod 3] for i in [0, n), as `dtype`: the period repeated, n elements (and at
+/// most two more) in memory -- no index tensor (an int64 per element, and its temporaries: 32 bytes
+/// an element where the result holds 2 to 8).
+torch::Tensor periodic(const std::array<double, 3>& table, std::int64_t first, std::int64_t n,
+                       torch::ScalarType dtype) {
+  const auto at = [&](std::int64_t k) { return table[static_cast<std::size_t>((first + k) % 3)]; };
+  const torch::Tensor period = torch::tensor({at(0), at(1), at(2)}, torch::kFloat64).to(dtype);
+  return period.repeat({(n + 2) / 3}).narrow(0, 0, n);
 }
 
 }  // namespace
@@ -90,16 +94,17 @@ std::span<const CollectiveInfo> collective_choices() { return kCollectives; }
 const CollectiveInfo& collective_info(Collective c) { return options::row_of(collective_choices(), c); }
 
 torch::Tensor input_pattern(std::int64_t n, int rank, torch::ScalarType dtype, torch::Device device) {
-  return ((torch::arange(n, torch::kInt64) + rank) % 3 + 1).to(dtype).to(device);
+  const std::array<double, 3> values{pattern_value(0, 0), pattern_value(0, 1), pattern_value(0, 2)};
+  return periodic(values, rank, n, dtype).to(device);
 }
 
 torch::Tensor expected_output(const CollectiveInfo& c, const MessageCounts& counts, ReduceOp op, int root, int rank,
                               int world_size) {
   switch (c.value) {
     case Collective::kAllReduce:
-      return by_residue(reduced_by_residue(op, world_size), 0, counts.output);
+      return periodic(reduced_by_residue(op, world_size), 0, counts.output, torch::kFloat64);
     case Collective::kReduceScatter:
-      return by_residue(reduced_by_residue(op, world_size), rank * counts.output, counts.output);
+      return periodic(reduced_by_residue(op, world_size), rank * counts.output, counts.output, torch::kFloat64);
     case Collective::kBroadcast:
       return input_pattern(counts.output, root, torch::kFloat64, torch::kCPU);
     case Collective::kAllGather: {

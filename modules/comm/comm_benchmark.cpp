@@ -10,7 +10,6 @@
 #include <iostream>
 #include <limits>
 #include <string_view>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -259,38 +258,56 @@ std::string refusal(const CommOptions& o, int world_size) {
   return "";
 }
 
-/// Throws ConfigError naming --max-bytes when the sweep's largest case would not fit this rank's
-/// memory (an allocation beyond it failed with the allocator's message, or, under overcommit, the
-/// kernel killed the rank). A case holds, out of place, each rank's input and output twice (the
-/// timed buffers and the check's fresh ones, on the rank's device) and, with --check, the input
-/// pattern, the expected output in float64 and the output copied to float64 on the host.
+/// The bytes one case of the sweep holds at its peak on each side of a rank: its timed buffers
+/// (input and output, out of place) and, while they are filled, the input pattern beside them
+/// (built on the host in the dtype, copied to the device); with --check, also the check's fresh
+/// buffers on the device and, on the host, the check's input, the expected output in float64, the
+/// output copied to float64 and their comparison -- and on a GPU the output's float64 conversion
+/// made on the device before its copy.
+struct CaseBytes {
+  double device = 0, host = 0;
+};
+
+CaseBytes case_bytes(const MessageCounts& n, std::int64_t element_size, bool check, bool cuda) {
+  const auto in = static_cast<double>(n.input), out = static_cast<double>(n.output);
+  const auto es = static_cast<double>(element_size);
+  CaseBytes b;
+  b.device = check ? 2.0 * (in + out) * es + (cuda ? 8.0 * out : 0.0) : (2.0 * in + out) * es;
+  b.host = in * es + (check ? 17.0 * out : 0.0);
+  if (!cuda) b = {0.0, b.device + b.host};  // one memory
+  return b;
+}
+
+/// Throws ConfigError naming --max-bytes when the sweep's largest case (case_bytes) would not fit
+/// this rank's memory: an allocation beyond it failed with the allocator's message, or, under
+/// overcommit, the kernel killed the rank.
 void refuse_beyond_memory(const CommOptions& o, const session::Connection& connection, int world_size, int rank) {
   const auto element_size = static_cast<std::int64_t>(axes::dtype_info(o.dtype).bytes);
-  double device = 0, host = 0;
-  std::string_view largest;
+  const bool cuda = connection.placement.is_cuda();
+  const int sharing = std::max(1, connection.placement.ranks_on_device);
+  const double host_limit = static_cast<double>(connection.host_memory.bytes);
+  const double device_limit =
+      cuda ? static_cast<double>(runtime::cuda_total_memory(connection.placement.index)) / sharing : 0.0;
+  const std::string host_memory = fmt::format("host memory ({})", connection.host_memory.source);
+  const std::string device_memory = sharing == 1 ? "GPU" : fmt::format("share of its GPU (1 of {} ranks)", sharing);
+  const auto fits = [&](const CaseBytes& b) {
+    return (host_limit <= 0 || b.host <= host_limit) && (!cuda || device_limit <= 0 || b.device <= device_limit);
+  };
   for (const Collective collective : o.resolved_collectives) {
     const CollectiveInfo& c = collective_info(collective);
     const MessageCounts n = c.counts(o.sizes.back(), element_size, world_size, rank);
-    const double on_device = 2.0 * static_cast<double>(n.input + n.output) * static_cast<double>(element_size);
-    const double on_host =
-        o.check ? static_cast<double>(n.input * element_size) + 17.0 * static_cast<double>(n.output) : 0.0;
-    if (on_device + on_host > device + host) std::tie(device, host, largest) = std::tuple(on_device, on_host, c.name);
+    const CaseBytes needed = case_bytes(n, element_size, o.check, cuda);
+    if (fits(needed)) continue;
+    const bool device_short = cuda && device_limit > 0 && needed.device > device_limit;
+    const auto gib = [](double bytes) { return bytes / (1 << 30); };
+    throw ConfigError(fmt::format(
+        "--max-bytes {}: its largest case ({} at {} ranks) holds about {:.1f} GiB per rank ({}), and this rank's {} "
+        "has {:.1f} GiB: expected a smaller --max-bytes{}",
+        o.max_bytes, c.name, world_size, gib(device_short ? needed.device : needed.host),
+        o.check ? "the timed buffers and the check's" : "the timed buffers", device_short ? device_memory : host_memory,
+        gib(device_short ? device_limit : host_limit),
+        o.check && fits(case_bytes(n, element_size, false, cuda)) ? " (or --check false)" : ""));
   }
-  const auto gib = [](double bytes) { return bytes / (1 << 30); };
-  const double host_limit = static_cast<double>(connection.host_memory.bytes);
-  const auto refuse = [&](double needed, double limit, const std::string& memory) {
-    MGBENCH_REQUIRE(limit <= 0 || needed <= limit, ConfigError,
-                    "--max-bytes {}: its largest case ({} at {} ranks) holds about {:.1f} GiB per rank (the timed "
-                    "buffers and the check's), and this rank's {} has {:.1f} GiB: expected a smaller --max-bytes{}",
-                    o.max_bytes, largest, world_size, gib(needed), memory, gib(limit),
-                    o.check ? " (or --check false)" : "");
-  };
-  const std::string host_memory = fmt::format("host memory ({})", connection.host_memory.source);
-  if (!connection.placement.is_cuda()) return refuse(device + host, host_limit, host_memory);
-  const int sharing = std::max(1, connection.placement.ranks_on_device);
-  refuse(device, static_cast<double>(runtime::cuda_total_memory(connection.placement.index)) / sharing,
-         sharing == 1 ? "GPU" : fmt::format("share of its GPU (1 of {} ranks)", sharing));
-  refuse(host, host_limit, host_memory);
 }
 
 /// The '#' rows above one collective's table: its name and bus factor, the column headers of both

@@ -102,7 +102,7 @@ def test_perturbing_a_broadcast_non_root_is_refused(tmp_path):
     (["--iters", "1000000000000"], "--iters '1000000000000': expected <= 1000000"),
     (["--warmup-iters", "1000000000000"], "--warmup-iters '1000000000000': expected <= 1000000"),
     # beyond this rank's memory: was the allocator's error (or the kernel's OOM killer) in the first case
-    (["--collective", "all-reduce,all-gather", "--min-bytes", "4096G", "--max-bytes", "4096G"],
+    (["--collective", "all-reduce,all-gather", "--min-bytes", "4096G", "--max-bytes", "4096G", "--device", "cpu"],
      "--max-bytes 4096G: its largest case (all-reduce at 2 ranks) holds about 37888.0 GiB per rank"),
 ])
 def test_bad_options_are_named(tmp_path, args, needle):
