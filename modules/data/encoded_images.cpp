@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -120,7 +121,17 @@ std::vector<std::string> not_jpeg_or_png(const EncodedImages& set) {
   for (const ImageRecord& r : set.records) {
     std::string ext = fs::path(r.name).extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (ext != ".jpg" && ext != ".jpeg" && ext != ".png") names.push_back(r.name);
+    if (ext == ".jpg" || ext == ".jpeg" || ext == ".png") continue;
+    // The decoder goes by the first bytes, not the name: a JPEG saved as .bmp decodes.
+    std::array<std::uint8_t, 8> head{};
+    const auto n = static_cast<std::size_t>(std::clamp<std::int64_t>(r.size, 0, head.size()));
+    try {
+      read_record_into(r, std::span(head).first(n));
+    } catch (const DataError&) {
+      names.push_back(r.name);  // unreadable: its batch would fail on it as well
+      continue;
+    }
+    if (!image_format(std::span<const std::uint8_t>(head).first(n))) names.push_back(r.name);
   }
   return names;
 }

@@ -40,10 +40,12 @@ struct EncodedImages {
 /// them, and refused when decoded: mgbench decodes JPEG and PNG.
 bool has_image_extension(const std::string& filename);
 
-/// The names of the records of `set` whose file extension is not .jpg, .jpeg or .png
-/// (case-insensitive): files ImageFolder lists that mgbench's decoders will refuse. The job checks
-/// them at set-up (refused, or with --skip-bad-images counted in a warning) instead of failing in
-/// the middle of an epoch.
+/// The names of the records of `set` that mgbench's decoders will refuse for their format: of the
+/// files whose extension is not .jpg, .jpeg or .png (case-insensitive), those whose first bytes are
+/// not a JPEG or PNG signature (image_format), or that cannot be read -- the decoder goes by the
+/// bytes, so a JPEG named .bmp passes. The job checks them at set-up (refused, or with
+/// --skip-bad-images counted in a warning) instead of failing in the middle of an epoch. Reads 8
+/// bytes of each such file; files with a JPEG or PNG extension are not opened.
 std::vector<std::string> not_jpeg_or_png(const EncodedImages& set);
 
 /// torchvision.datasets.ImageFolder(dir)'s samples: the class folders of dir sorted by name (label =

@@ -131,17 +131,18 @@ void decode_png(std::span<const std::uint8_t> bytes, std::span<std::uint8_t> out
 
 std::string_view format_name(ImageFormat format) { return format == ImageFormat::kJpeg ? "jpeg" : "png"; }
 
+std::optional<ImageFormat> image_format(std::span<const std::uint8_t> first_bytes) {
+  if (starts_with(first_bytes, kJpegSignature)) return ImageFormat::kJpeg;
+  if (starts_with(first_bytes, kPngSignature)) return ImageFormat::kPng;
+  return std::nullopt;
+}
+
 ImageInfo read_image_info(std::span<const std::uint8_t> bytes, std::string_view name) {
   MGBENCH_REQUIRE(!bytes.empty(), DataError, "{}: an empty file, not an image", name);
-  ImageInfo info;
-  if (starts_with(bytes, kJpegSignature)) {
-    info = jpeg_info(bytes, name);
-  } else if (starts_with(bytes, kPngSignature)) {
-    info = png_info(bytes, name);
-  } else {
-    throw DataError(fmt::format("{}: neither a JPEG nor a PNG file (its first bytes: {:02x})", name,
-                                fmt::join(bytes.first(std::min<std::size_t>(bytes.size(), 8)), " ")));
-  }
+  const std::optional<ImageFormat> kind = image_format(bytes);
+  MGBENCH_REQUIRE(kind.has_value(), DataError, "{}: neither a JPEG nor a PNG file (its first bytes: {:02x})", name,
+                  fmt::join(bytes.first(std::min<std::size_t>(bytes.size(), 8)), " "));
+  ImageInfo info = *kind == ImageFormat::kJpeg ? jpeg_info(bytes, name) : png_info(bytes, name);
   const char* format = info.format == ImageFormat::kJpeg ? "JPEG" : "PNG";
   MGBENCH_REQUIRE(info.width > 0 && info.height > 0, DataError, "{}: a corrupt or truncated {} header ({} x {} px)",
                   name, format, info.width, info.height);

@@ -8,6 +8,7 @@
 // greyscale to 255 instead). libjpeg's warnings pass (as in PIL) except a premature end of the
 // file, refused as PIL refuses a truncated image. Torch-free (the fuzz targets build it alone).
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,5 +56,9 @@ std::vector<std::uint8_t> encode_png(std::span<const std::uint8_t> rgb, std::int
 
 /// "jpeg" or "png".
 std::string_view format_name(ImageFormat format);
+
+/// The format a file's first bytes (its first 8 suffice) name by signature: JPEG's FF D8 FF or
+/// PNG's 89 'PNG' 0D 0A 1A 0A; nullopt for any other (what read_image_info refuses).
+std::optional<ImageFormat> image_format(std::span<const std::uint8_t> first_bytes);
 
 }  // namespace mgbench::data

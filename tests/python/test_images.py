@@ -150,6 +150,14 @@ def test_bad_files_are_named(folder, tmp_path):
     with h5py.File(tmp_path / "bmp.h5") as f:
         (run,) = f["runs"].values()
         assert run["rank_0/epochs"]["skipped_images"].sum() == 1
+    # The decoder goes by a file's first bytes, not its name: a PNG named .tif is no bad file.
+    (bad / "train" / "a" / "x.bmp").unlink()
+    Image.new("RGB", (8, 8)).save(bad / "train" / "a" / "png.tif", "PNG")
+    proc = mgbench(*common[:-1], tmp_path / "tif.h5", np=1)
+    assert proc.returncode == 0 and "not JPEG or PNG" not in proc.stderr, proc.stderr[-2000:]
+    with h5py.File(tmp_path / "tif.h5") as f:
+        (run,) = f["runs"].values()
+        assert run["rank_0/epochs"]["skipped_images"].sum() == 0
     (bad / "val" / "b" / "ok.png").unlink()  # an empty class folder
     proc = mgbench("image", "--dataset", "imagefolder", "--data", bad, "--image-size", 8, "--device", "cpu",
                    "--results", tmp_path / "bad2.h5", np=1)

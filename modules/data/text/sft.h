@@ -93,7 +93,8 @@ TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Ll
                                   std::int64_t max_seq_len);
 
 /// The sample of row i of records. Throws DataError naming file, row and field for a missing or
-/// non-string field, a ShareGPT turn with an unknown role, or text that is not UTF-8.
+/// non-string field, a ShareGPT turn with an unknown role, a conversation validate_messages
+/// refuses, or text that is not UTF-8.
 TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3Tokenizer& tokenizer,
                             const SftOptions& options);
 
