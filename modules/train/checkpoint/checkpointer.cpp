@@ -212,7 +212,7 @@ std::optional<CheckpointManifest> Checkpointer::find_start() {
   }
   std::optional<CheckpointManifest> mine = latest();
   if (mine) {
-    prepare_directory();
+    if (!mine->completed) prepare_directory();  // a completed run has nothing left to write (every rank alike)
     return mine;
   }
   std::string other;
