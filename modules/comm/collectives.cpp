@@ -117,4 +117,14 @@ torch::Tensor expected_output(const CollectiveInfo& c, const MessageCounts& coun
   throw std::logic_error("expected_output: a collective without a rule");
 }
 
+CaseBytes case_bytes(const MessageCounts& counts, std::int64_t element_size, bool check, bool cuda) {
+  const auto in = static_cast<double>(counts.input), out = static_cast<double>(counts.output);
+  const auto es = static_cast<double>(element_size);
+  CaseBytes b;
+  b.device = check ? 2.0 * (in + out) * es + (cuda ? 8.0 * out : 0.0) : (2.0 * in + out) * es;
+  b.host = in * es + (check ? 17.0 * out : 0.0);
+  if (!cuda) b = {0.0, b.device + b.host};
+  return b;
+}
+
 }  // namespace mgbench::comm

@@ -63,4 +63,16 @@ torch::Tensor input_pattern(std::int64_t n, int rank, torch::ScalarType dtype, t
 torch::Tensor expected_output(const CollectiveInfo& c, const MessageCounts& counts, runtime::ReduceOp op, int root,
                               int rank, int world_size);
 
+/// The memory one case of `mgbench comm` holds at its peak on each side of a rank [bytes]: its timed
+/// buffers (input and output, out of place: `counts`' elements of `element_size` bytes) and, while
+/// they are filled, the input pattern beside them (built on the host in the dtype, copied to the
+/// device); with `check`, also the check's fresh buffers on the device and, on the host, the check's
+/// input, the expected output in float64, the output copied to float64 and their comparison (17
+/// bytes an output element) -- and on a GPU (`cuda`) the output's float64 conversion, made on the
+/// device before its copy. On the CPU (`cuda` false) both are one memory: all of it is `host`.
+struct CaseBytes {
+  double device = 0, host = 0;
+};
+CaseBytes case_bytes(const MessageCounts& counts, std::int64_t element_size, bool check, bool cuda);
+
 }  // namespace mgbench::comm

@@ -258,26 +258,6 @@ std::string refusal(const CommOptions& o, int world_size) {
   return "";
 }
 
-/// The bytes one case of the sweep holds at its peak on each side of a rank: its timed buffers
-/// (input and output, out of place) and, while they are filled, the input pattern beside them
-/// (built on the host in the dtype, copied to the device); with --check, also the check's fresh
-/// buffers on the device and, on the host, the check's input, the expected output in float64, the
-/// output copied to float64 and their comparison -- and on a GPU the output's float64 conversion
-/// made on the device before its copy.
-struct CaseBytes {
-  double device = 0, host = 0;
-};
-
-CaseBytes case_bytes(const MessageCounts& n, std::int64_t element_size, bool check, bool cuda) {
-  const auto in = static_cast<double>(n.input), out = static_cast<double>(n.output);
-  const auto es = static_cast<double>(element_size);
-  CaseBytes b;
-  b.device = check ? 2.0 * (in + out) * es + (cuda ? 8.0 * out : 0.0) : (2.0 * in + out) * es;
-  b.host = in * es + (check ? 17.0 * out : 0.0);
-  if (!cuda) b = {0.0, b.device + b.host};  // one memory
-  return b;
-}
-
 /// Throws ConfigError naming --max-bytes when the sweep's largest case (case_bytes) would not fit
 /// this rank's memory: an allocation beyond it failed with the allocator's message, or, under
 /// overcommit, the kernel killed the rank.

@@ -52,6 +52,23 @@ TEST(Collectives, MessageCountsRoundLikeNcclTests) {
   EXPECT_EQ(collective_info(Collective::kAllGather).counts(8, 4, 4, 0).output, 4);  // one per rank
 }
 
+// What `comm --max-bytes` is checked against (comm_benchmark.cpp): an all-reduce of 1 MiB of fp32
+// (262,144 elements in and out) at 2 ranks, by hand from the buffers the benchmark makes.
+TEST(Collectives, CaseBytesCountTheBuffersOfATimedAndACheckedCase) {
+  const comm::MessageCounts n = collective_info(Collective::kAllReduce).counts(1 << 20, 4, 2, 0);
+  ASSERT_EQ(n.input, 262144);
+  constexpr double kMiB = 1 << 20;
+  const comm::CaseBytes gpu = comm::case_bytes(n, 4, /*check=*/true, /*cuda=*/true);
+  EXPECT_DOUBLE_EQ(gpu.device, 2 * (1 + 1) * kMiB + 2 * kMiB);  // timed + check buffers, the float64 output
+  EXPECT_DOUBLE_EQ(gpu.host, kMiB + 17 * 262144.0);             // the check's input; expected, copy, comparison
+  const comm::CaseBytes timed = comm::case_bytes(n, 4, /*check=*/false, /*cuda=*/true);
+  EXPECT_DOUBLE_EQ(timed.device, 3 * kMiB);  // input, output, the pattern copied in
+  EXPECT_DOUBLE_EQ(timed.host, kMiB);        // the pattern built
+  const comm::CaseBytes cpu = comm::case_bytes(n, 4, /*check=*/true, /*cuda=*/false);
+  EXPECT_DOUBLE_EQ(cpu.device, 0);
+  EXPECT_DOUBLE_EQ(cpu.host, 4 * kMiB + kMiB + 17 * 262144.0);  // one memory; no float64 copy on a device
+}
+
 TEST(Collectives, ExpectedOutputsByHand) {
   // Rank r holds 1 + (r + i) mod 3 at element i.
   EXPECT_TRUE(
