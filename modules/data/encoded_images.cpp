@@ -106,22 +106,27 @@ void load_sample(const EncodedImages& images, std::int64_t index, std::int64_t e
   torch::from_blob(out, {t.size, t.size, 3}, torch::kUInt8).copy_(result.permute({1, 2, 0}));
 }
 
+// torchvision's IMG_EXTENSIONS in two parts: those of the formats mgbench decodes, and the rest.
+constexpr const char* kDecodedExtensions[] = {".jpg", ".jpeg", ".png"};
+constexpr const char* kOtherExtensions[] = {".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
+
+// Whether filename ends with one of extensions, case-insensitive (torchvision's has_file_allowed_extension).
+bool ends_with_any(const std::string& filename, std::span<const char* const> extensions) {
+  std::string lower = filename;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return std::any_of(extensions.begin(), extensions.end(), [&](const char* e) { return lower.ends_with(e); });
+}
+
 }  // namespace
 
 bool has_image_extension(const std::string& filename) {
-  static constexpr const char* kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
-                                                ".pgm", ".tif",  ".tiff", ".webp"};
-  std::string lower = filename;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return std::any_of(std::begin(kExtensions), std::end(kExtensions), [&](const char* e) { return lower.ends_with(e); });
+  return ends_with_any(filename, kDecodedExtensions) || ends_with_any(filename, kOtherExtensions);
 }
 
 std::vector<std::string> not_jpeg_or_png(const EncodedImages& set) {
   std::vector<std::string> names;
   for (const ImageRecord& r : set.records) {
-    std::string ext = fs::path(r.name).extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (ext == ".jpg" || ext == ".jpeg" || ext == ".png") continue;
+    if (ends_with_any(r.name, kDecodedExtensions)) continue;
     // The decoder goes by the first bytes, not the name: a JPEG saved as .bmp decodes.
     std::array<std::uint8_t, 8> head{};
     const auto n = static_cast<std::size_t>(std::clamp<std::int64_t>(r.size, 0, head.size()));
