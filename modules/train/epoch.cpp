@@ -182,7 +182,10 @@ void EpochStage::end() {
   // belong to the epoch, not a step: taken here, before evaluation, which is not training time.
   e.phases += clock_.take();
   e.train_s = run.epoch_elapsed_s + epoch_clock_.elapsed();
-  e.steps = static_cast<std::int64_t>(run.steps.size());
+  // This run's steps: a continuation at another world size holds the epoch's earlier ones as
+  // placeholders (epoch -1), which its samples and phases do not count either.
+  e.steps =
+      std::count_if(run.steps.begin(), run.steps.end(), [](const results::StepRecord& s) { return s.epoch >= 0; });
   e.loss_mean = run.loss_steps == 0 ? results::kNaN : run.loss_sum / static_cast<double>(run.loss_steps);
   e.samples_per_s = static_cast<double>(e.samples) / e.train_s;
   run.computed_samples += e.samples;
@@ -220,8 +223,8 @@ void EpochStage::end() {
   }
   sinks_.progress.message(fmt::format("epoch {}/{}: loss {:.4f} | {:.1f} {} per rank | {:.3f} s/it | train {:.1f} s{}",
                                       run.epoch + 1, options.epochs, e.loss_mean, rate, loop_.throughput_unit(),
-                                      e.train_s / static_cast<double>(std::max<std::size_t>(run.steps.size(), 1)),
-                                      e.train_s, evaluated));
+                                      e.train_s / static_cast<double>(std::max<std::int64_t>(e.steps, 1)), e.train_s,
+                                      evaluated));
   run.next_epoch();
 }
 

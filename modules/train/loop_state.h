@@ -85,8 +85,9 @@ struct TrainingState {
 /// A checkpoint written by from_world ranks, other than this run's (a run given
 /// --global-batch-size; TrainingLoop::check_resume accepted it), loaded into run: the run continues
 /// at the same sample of its epoch (RunProgress::continued), the epoch's earlier steps, metric rows
-/// and indices held as placeholders so that its records keep their places in the epoch. Throws
-/// DataError naming source for a position that is not at a step boundary. (train/resume.cpp)
+/// and indices held as placeholders so that its records keep their places in the epoch; a
+/// checkpoint at an epoch's last step continues with that epoch's end (nothing of its plan left).
+/// Throws DataError naming source for a position that is not at a step boundary. (train/resume.cpp)
 void continue_from_world(const RunSetup& setup, RunProgress& run, int from_world, const std::string& source);
 
 /// The loop's whole state on this rank.

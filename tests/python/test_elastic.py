@@ -103,6 +103,11 @@ def test_a_run_stopped_at_2_ranks_continues_at_3_and_ends_at_2_as_if_uninterrupt
         # Every sample of each epoch computed once, by one run or another.
         for epoch in (0, 1):
             assert sorted(sum((computed(run, epoch) for run in runs), [])) == sorted(computed(reference, epoch))
+        # An epoch's record counts the run's own steps, not a continuation's placeholders of the earlier ones.
+        for run in runs:
+            e, s = run["rank_0"]["epochs"][:], run["rank_0"]["steps"][:]
+            assert all(n == np.sum(s["epoch"] == k) for k, n in zip(e["epoch"], e["steps"]) if k >= 0), (e, s["epoch"])
+        assert int(runs[1]["rank_0"]["epochs"][0]["steps"]) < 20
         ids = [run.name.rsplit("/", 1)[1] for run in runs]
     report = mgbench("report", results, check=True).stdout
     assert f"# {ids[1]} continues run {ids[0]} (its 2 rank(s) stopped at global step" in report, report
@@ -126,17 +131,49 @@ def test_without_a_global_batch_size_another_number_of_ranks_is_refused(tmp_path
     assert uneven.returncode != 0 and "--global-batch-size 12: not a multiple of --batch-size 1 x 5" in uneven.stderr
 
 
-def test_an_epoch_of_another_number_of_steps_at_the_new_world_size_is_said(tmp_path):
-    """250 samples: 125 a rank make 20 steps of 6 at 2 ranks, 84 a rank 21 steps of 4 at 3 (padding)."""
+@pytest.mark.parametrize("stopped_at, resumed_at", [(2, 3), (3, 2)])
+def test_an_epoch_of_another_number_of_steps_at_the_new_world_size_is_said(tmp_path, stopped_at, resumed_at):
+    """250 samples: 125 a rank make 20 steps of 6 at 2 ranks, 84 a rank 21 steps of 4 at 3 (padding).
+    2 -> 3: stopped inside the epoch; 3 -> 2: stopped at its last step (21, past the 20 it has at 2
+    ranks: the epoch's end is all that is left)."""
     if not MODEL.exists():
         pytest.skip(f"no oracle model at {MODEL} (ctest runs the oracles fixture first)")
     args = [*with_values(LLM, {"--limit": "250", "--epochs": "1"}), "--checkpoint-dir", tmp_path / "ck",
-            "--checkpoint-every", "5", "--results", tmp_path / "r.h5"]
-    preempt(args, tmp_path / "ck", 5, np=2)
-    proc = mgbench(*args, "--resume", np=3)
+            "--checkpoint-every", "5" if stopped_at == 2 else "1", "--results", tmp_path / "r.h5"]
+    preempt(args, tmp_path / "ck", 5 if stopped_at == 2 else 19, np=stopped_at)
+    proc = mgbench(*args, "--resume", np=resumed_at)
     assert proc.returncode == 0, proc.stderr
-    assert ("an epoch has 21 optimizer steps here and 20 there (the ranks' padding of 250 samples), so the schedule "
-            "runs over 21 steps instead of 20") in proc.stderr, proc.stderr
+    steps = {2: 20, 3: 21}
+    assert (f"an epoch has {steps[resumed_at]} optimizer steps here and {steps[stopped_at]} there (the ranks' padding "
+            f"of 250 samples), so the schedule runs over {steps[resumed_at]} steps instead of {steps[stopped_at]}"
+            ) in proc.stderr, proc.stderr
+    if stopped_at == 3:
+        assert "epoch 1 at its end (its steps were all taken)" in proc.stderr, proc.stderr
+
+
+def test_a_checkpoint_at_an_epochs_last_step_resumes_at_another_number_of_ranks(tmp_path, mnist):
+    """A stop at the epoch's last step checkpoints before the epoch's end (records, evaluation) ran: its
+    position is the whole plan, not 0. ddp-rr continues it at 3 ranks (refused before: "inside epoch 1"),
+    ending epoch 1 there with nothing left to load, and trains epoch 2 at 3 ranks."""
+    image = ["image", *SMALL, "--data", mnist, "--limit-train", "2048", "--limit-test", "64", "--epochs", "2",
+             "--batch-size", "16", "--global-batch-size", "96", "--strategy", "ddp-rr", "--checkpoint-dir", tmp_path / "ck",
+             "--checkpoint-every", "1", "--record-indices", "--results", tmp_path / "r.h5"]
+    # 21 steps an epoch at 2 ranks: the stop after checkpoint 19 comes at step 21 (the stop agreement is
+    # read a step after it was started).
+    preempt(image, tmp_path / "ck", 19, np=2)
+    assert newest_checkpoint(tmp_path / "ck").endswith("step-000000021")
+    proc = mgbench(*image, "--resume", np=3)
+    assert proc.returncode == 0, proc.stderr
+    assert "epoch 1 at its end (its steps were all taken)" in proc.stderr, proc.stderr
+    f, (stopped, continued) = runs_by_start(tmp_path / "r.h5")
+    with f:
+        assert len(computed(stopped, 0)) == 21 * 6 * 16 and computed(stopped, 1) == []
+        # The continuation took no step of epoch 1 and wrote its end: the epoch's record and evaluation.
+        assert computed(continued, 0) == [] and len(computed(continued, 1)) == 21 * 6 * 16
+        epochs = continued["rank_0"]["epochs"][:]
+        assert list(epochs["epoch"]) == [0, 1] and list(epochs["steps"]) == [0, 21], epochs
+        assert list(epochs["test_samples"]) == [64, 64], epochs
+        assert int(continued["summary"]["epochs_completed"][0]) == 2
 
 
 def test_inside_an_epoch_only_distributed_sampler_order_resumes_at_another_number_of_ranks(tmp_path, mnist):

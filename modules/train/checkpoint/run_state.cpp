@@ -78,14 +78,10 @@ void RunProgress::next_epoch() {
   metric_rows.clear();
 }
 
-RunProgress RunProgress::continued(std::int64_t from_grad_accum, std::int64_t grad_accum,
-                                   const std::string& source) const {
-  MGBENCH_REQUIRE(from_grad_accum > 0 && position % from_grad_accum == 0, DataError,
-                  "checkpoint '{}': position {} in epoch {} is not a step boundary of {} micro-batches", source,
-                  position, epoch + 1, from_grad_accum);
+RunProgress RunProgress::continued(std::int64_t position) const {
   RunProgress next;
   next.epoch = epoch;
-  next.position = position / from_grad_accum * grad_accum;
+  next.position = position;
   next.global_step = global_step;
   next.first_step = global_step;
   next.summary.epochs_completed = summary.epochs_completed;

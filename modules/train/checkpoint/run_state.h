@@ -66,13 +66,10 @@ struct RunProgress {
   /// Clears the per-epoch part for the next epoch.
   void next_epoch();
   /// Where a run continuing this one at another world size starts (--resume with
-  /// --global-batch-size, a run of its own in the results file): the epoch, the global step, the
-  /// epochs completed and the position in the epoch's plan, converted from from_grad_accum
-  /// micro-batches a step to grad_accum (the same samples: DistributedSampler's ranks take the
-  /// shuffled indices in turn, so the first k steps of an epoch are its first k x global batch
-  /// indices at any world size); the records, times and totals start afresh. Throws DataError
-  /// naming the file (source) for a position that is not at a step boundary.
-  RunProgress continued(std::int64_t from_grad_accum, std::int64_t grad_accum, const std::string& source) const;
+  /// --global-batch-size, a run of its own in the results file, train/resume.cpp converts the
+  /// position): the epoch, the global step and the epochs completed, at `position` of the epoch's
+  /// plan there; the records, times and totals start afresh.
+  RunProgress continued(std::int64_t position) const;
 };
 
 /// What a checkpoint is written from besides the RunProgress: the state (model, optimizer, loss
