@@ -523,7 +523,10 @@ def phase_breakdown(data: Data, overlay: bool) -> Optional[Figure]:
     per_rank = ep.groupby(["file", "run_id", "rank"])[fields + ["train_s"]].sum()
     if data.steps.empty:
         return None
-    steps = data.steps.groupby(["file", "run_id", "rank"]).size()
+    # The step rows of epochs that have their record: a stopped run's unfinished epoch has steps but
+    # no epoch row (its phases are in no epoch sum), and a continuation's placeholders are no rows.
+    keys = ["file", "run_id", "rank", "epoch"]
+    steps = data.steps.merge(ep[keys].drop_duplicates(), on=keys).groupby(["file", "run_id", "rank"]).size()
     per_rank = per_rank.join(steps.rename("steps"), how="inner")
     per_rank = per_rank[per_rank["steps"] > 0]
     per_rank[fields + ["train_s"]] = per_rank[fields + ["train_s"]].div(per_rank["steps"], axis=0) * 1e3

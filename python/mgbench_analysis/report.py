@@ -78,10 +78,15 @@ def _image_efficiencies(runs: Sequence[Run]) -> Dict[int, tuple]:
 def _llm_efficiency(run: Run, runs: Sequence[Run]) -> float:
     if not _usable(run) or not math.isfinite(run.summary["tokens_per_s"]):
         return math.nan
+    # tokens/s leaves --warmup-steps-excluded steps out: rates compare only over the same steps.
+    def timed_from(r: Run) -> int:
+        return int(r.attributes.get("warmup_steps_excluded", 0))
+
     one = None
     for other in runs:
         if (is_llm(other) and _usable(other) and other.attributes.get("world_size") == 1
-                and workload.identity(other) == workload.identity(run) and math.isfinite(other.summary["tokens_per_s"])):
+                and workload.identity(other) == workload.identity(run) and timed_from(other) == timed_from(run)
+                and math.isfinite(other.summary["tokens_per_s"])):
             one = other
     if one is None:
         return math.nan

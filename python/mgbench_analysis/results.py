@@ -57,7 +57,7 @@ class ResultsError(Exception):
 
 def expand(paths_or_globs: PathsOrGlobs) -> List[str]:
     """The results files named by files, directories (every ``*.h5`` below) and quoted glob patterns,
-    sorted, as ``mgbench report`` expands its arguments.
+    sorted, each file once however it was named, as ``mgbench report`` expands its arguments.
 
     Raises ResultsError for a pattern that matches nothing, a directory without results files, a
     path that does not exist, or nothing given at all.
@@ -82,7 +82,12 @@ def expand(paths_or_globs: PathsOrGlobs) -> List[str]:
             files.append(item)
     if not files:
         raise ResultsError("no results file given")
-    return sorted(files)
+    # Each file once however it was named (a directory and a file in it, ./a.h5 and a.h5): its runs
+    # read twice were two repeats of one run.
+    unique: Dict[str, str] = {}
+    for f in sorted(files):
+        unique.setdefault(os.path.realpath(f), f)
+    return list(unique.values())
 
 
 def _text(value) -> str:

@@ -269,6 +269,23 @@ def test_efficiencies_pair_only_runs_of_one_workload_identity(matrix, tmp_path):
     assert frame.groupby("workload").ngroups == len(set(frame["workload"]))
 
 
+def test_llm_efficiency_pairs_only_runs_timed_over_the_same_steps(matrix, tmp_path):
+    """tokens/s leaves --warmup-steps-excluded steps out: the 1-rank runs re-labelled as timed after 3
+    steps are no baseline for the 2-rank run timed over all of its steps (its efficiency mixed the two)."""
+    shutil.copy(matrix / "llm.h5", tmp_path / "llm.h5")
+    before = mga.runs(tmp_path)
+    assert before[before["ranks"] == 2]["efficiency_vs_1_rank"].notna().all()
+    with h5py.File(tmp_path / "llm.h5", "r+") as f:
+        for run in f["runs"].values():
+            if run.attrs["world_size"] == 1:
+                run.attrs["warmup_steps_excluded"] = 3
+    frame = mga.runs(tmp_path)
+    llm = frame[frame["task"] == "llm"]
+    assert llm[llm["ranks"] == 2]["efficiency_vs_1_rank"].isna().all()
+    assert llm[llm["ranks"] == 1]["efficiency_vs_1_rank"].notna().all()  # a 1-rank run is its own peer
+    assert_frame_equals_csv(mga.report_table(frame, "llm"), report_csv_tables(tmp_path)[0])
+
+
 def test_reference_frame_equals_report_csv(matrix):
     """`mga.compare` equals `mgbench report --reference --csv` for every kind of run (image, LLM, comm
     busbw); the files against themselves hold everywhere."""
@@ -845,3 +862,17 @@ def test_phase_breakdown_puts_runs_of_any_length_on_one_axis():
     # Each step 0.5 s of train_s (synthetic_run), every phase and "other" included: 500 ms a step.
     assert totals == pytest.approx([500.0, 500.0]), totals
     assert ax.get_xlabel() == "time per optimizer step, mean over ranks (ms)"
+
+
+def test_phase_breakdown_leaves_out_the_steps_of_an_epoch_without_its_record():
+    """A preempted (or diverged) run keeps its unfinished epoch's steps but writes no epoch row for it:
+    the phases summed over the epoch rows are per step of those epochs (with the extra steps counted,
+    a stopped run's bars were short by their share)."""
+    stopped = synthetic_run("stopped", epochs=2)
+    for r, frame in enumerate(stopped.steps):
+        extra = [dict(epoch=2, step=k, start_s=20.0 + 0.5 * k, step_s=0.45) for k in range(3)]
+        stopped.steps[r] = pd.concat([frame, pd.DataFrame(extra)], ignore_index=True)
+    fig = figs.draw("phase_breakdown", figs.Data([stopped]))
+    (ax,) = fig.axes
+    total = sum(container.patches[0].get_width() for container in ax.containers)
+    assert total == pytest.approx(500.0), total

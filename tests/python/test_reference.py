@@ -132,6 +132,9 @@ def test_bad_input_and_nothing_to_compare_exit_2(tmp_path, mnist):
     # A file named twice (itself and its directory) is read once: its run is no repeat of itself.
     once = mgbench("report", "--csv", tmp_path, run, tmp_path / "." / run.name)
     assert once.returncode == 0 and len(pd.read_csv(StringIO(once.stdout))) == 2, once.stdout  # run.h5, other.h5
+    # The package expands its arguments alike: a run is no repeat of itself in mga.repeats either.
+    assert mga.expand([tmp_path, run, tmp_path / "." / run.name]) == sorted(map(str, [other, run]))
+    assert len(mga.runs([run, tmp_path / "." / run.name])) == 1
 
 
 def test_repeat_runs_the_job_n_times_and_the_report_gives_their_spread(tmp_path, mnist):
