@@ -81,16 +81,22 @@ mgbench_run() {
     launcher=(mpirun --map-by "ppr:${SLURM_NTASKS_PER_NODE:-1}:node:PE=${SLURM_CPUS_PER_TASK:-1}" --bind-to core)
   else
     # A rank's MPI_Abort reaches srun through PMIx and ends the step on every node; srun gives up on
-    # an unreachable node after KillWait (docs/cluster.md).
-    launcher=(srun --mpi=pmix --cpu-bind=cores)
+    # an unreachable node after KillWait (docs/cluster.md). Since SLURM 22.05 srun no longer inherits
+    # sbatch's --cpus-per-task: without it again each rank would be bound to one core (and mgbench,
+    # which sizes its thread pool from the rank's CPU affinity, would run one thread).
+    launcher=(srun --mpi=pmix --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" --cpu-bind=cores)
   fi
   local wrapper=()
   if [[ -n "${MGBENCH_NSYS:-}" ]]; then
     command -v nsys >/dev/null || mgbench_fail "MGBENCH_NSYS is set but nsys is not on PATH (module load nsight-systems?)"
     mkdir -p "$MGBENCH_JOB_DIR/nsys"
-    # %q{SLURM_PROCID}: one report per rank. NVTX ranges come from mgbench --nvtx true.
+    # One report per rank, named by the launcher's rank variable: ranks that mpirun starts inherit the
+    # batch step's SLURM_PROCID (0 on every rank), so under mpirun it is OMPI_COMM_WORLD_RANK.
+    # NVTX ranges come from mgbench --nvtx true.
+    local rank_variable=SLURM_PROCID
+    [[ "${MGBENCH_LAUNCHER:-srun}" == mpirun ]] && rank_variable=OMPI_COMM_WORLD_RANK
     wrapper=(nsys profile --trace=cuda,nvtx,mpi,osrt --cuda-memory-usage=true --sample=none --force-overwrite=true
-      --output="$MGBENCH_JOB_DIR/nsys/rank%q{SLURM_PROCID}")
+      --output="$MGBENCH_JOB_DIR/nsys/rank%q{$rank_variable}")
   fi
   local pid rc
   # Both launchers answer a SIGTERM of their own by ending the job: srun "forcing job termination"

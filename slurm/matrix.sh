@@ -10,7 +10,8 @@
 # image (Lawenda et al. 2025, Figs. 1-6, Table 2): GPUS x STRATEGIES x PRECISIONS x PIN x SIZES
 # llm   (Lawenda et al. 2025, sec. 4, Table 3):    GPUS x DATASETS x PIN
 # Each axis is an environment variable (space-separated), defaults below. Also:
-#   OUTPUTS        results root of this matrix (default outputs/matrix-<task>-<UTC time>)
+#   OUTPUTS        results root of this matrix (default outputs/matrix-<task>-<UTC time>, below the
+#                  directory it is run from: the jobs are submitted from there)
 #   MNIST          --data of the image points (default $HOME/mnist)
 #   DATA_DIR       directory of the LLM datasets: <DATA_DIR>/<dataset>.jsonl (or .json, .csv, .tsv)
 #   SBATCH_ARGS    extra sbatch options (account, partition, QoS, time)
@@ -20,7 +21,9 @@
 # --local: no SLURM: run the points one after another here with mpirun (a workstation; with --cpu and
 #   small settings after --, a miniature of the papers' matrix), then: mgbench-plot OUTPUTS --out DIR.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# Where the scripts are (the checkout, or the module's $MGBENCH_SHARE); the outputs go below the
+# directory it is run from (an installed tree may be read-only), where the jobs are submitted from.
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 task=${1:-}
 [[ "$task" == image || "$task" == llm ]] || { sed -n '2,23p' "$0" >&2; exit 2; }
@@ -38,9 +41,13 @@ while (($#)); do
   shift
 done
 
-# --local's binary, found as the jobs' is.
-source slurm/common.sh
+# The binary, found as the jobs' is (a checkout's build/app/mgbench by its path), and passed on to
+# them with the scripts' directory: sbatch exports the environment, so jobs submitted from any
+# directory find both.
+source "$root/slurm/common.sh"
 local_binary=$(mgbench_binary)
+[[ "$local_binary" == /* ]] || local_binary="$root/$local_binary"
+export MGBENCH=$local_binary MGBENCH_SHARE=${MGBENCH_SHARE:-$root}
 GPUS=${GPUS:-"1 2 3 4"}
 OUTPUTS=${OUTPUTS:-outputs/matrix-$task-$(date -u +%Y%m%dT%H%M%SZ)}
 read -r -a sbatch_args <<<"${SBATCH_ARGS:-}"
@@ -110,7 +117,7 @@ if [[ "$task" == image ]]; then
         for pin in ${PIN:-false true}; do
           for size in ${SIZES:-100 300 500 700}; do
             name="img-${gpus}g-$strategy-$precision-pin$pin-${size}px"
-            submit "$gpus" "$name" slurm/image.sbatch --config inputs/configs/paper-table2.ini --data "$MNIST" \
+            submit "$gpus" "$name" "$root/slurm/image.sbatch" --config "$root/inputs/configs/paper-table2.ini" --data "$MNIST" \
               --strategy "$strategy" --precision "$precision" --pin-memory "$pin" --image-size "$size" \
               --run-name "$name"
             n=$((n + 1))
@@ -133,7 +140,7 @@ else
           data="$DATA_DIR/$dataset.jsonl"
         fi
         name="llm-${gpus}g-$dataset-pin$pin"
-        submit "$gpus" "$name" slurm/llm.sbatch --dataset "$dataset" --data "$data" --pin-memory "$pin" --run-name "$name"
+        submit "$gpus" "$name" "$root/slurm/llm.sbatch" --dataset "$dataset" --data "$data" --pin-memory "$pin" --run-name "$name"
         n=$((n + 1))
       done
     done

@@ -164,14 +164,15 @@ def test_llm_script_runs_and_writes_adapters(slurm, tmp_path):
 
 
 def test_matrix_points_are_analysed_together(slurm, tmp_path):
-    outputs = tmp_path / "m"
-    env = dict(slurm, GPUS="1 2", STRATEGIES="ddp-ds", PRECISIONS="fp32", PIN="false", SIZES="32", MNIST=str(MNIST),
-               OUTPUTS=str(outputs))
+    """Run from a directory of the user's, not the checkout (as the module's $MGBENCH_SHARE/slurm/matrix.sh
+    is): the jobs find the scripts and the outputs land below that directory, not beside the scripts."""
+    env = dict(slurm, GPUS="1 2", STRATEGIES="ddp-ds", PRECISIONS="fp32", PIN="false", SIZES="32", MNIST=str(MNIST))
     proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "image", "--cpu", "--", "--width-mult", "0.25",
                            "--threads", "1", "--limit-train", "128", "--limit-test", "64", "--epochs", "1",
                            "--batch-size", "32", "--progress-interval", "1000"],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    (outputs,) = (tmp_path / "outputs").glob("matrix-image-*")
     jobs = proc.stdout.split()
     assert len(jobs) == 2
     deadline = time.time() + 400
