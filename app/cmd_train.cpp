@@ -52,7 +52,7 @@ int train_command(const std::string& task, int argc, char** argv) {
   GeneralFlags flags;
   const CommandSpec spec{task, usage(task), /*config_file=*/true, /*dry_run=*/true, /*verbose=*/true};
   if (auto exit_code = parse_command(
-          spec, config->table, argc, argv, flags, [&] { config->validate(); }, speak)) {
+          spec, config->table, argc, argv, flags, [&] { config->validate(flags.dry_run); }, speak)) {
     return *exit_code;
   }
   log::init(env.rank(), env.world_size(), flags.verbose);

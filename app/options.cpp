@@ -216,7 +216,7 @@ std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& 
     }
     flags.verbose = vm.count("verbose") != 0;
     apply_values(vm, table);
-    table.validate();
+    table.validate(flags.dry_run);
     if (validate) validate();
   } catch (const ConfigError& e) {
     // Every rank parses the same argv and fails alike: said once, every rank exits 2.

@@ -193,9 +193,9 @@ void OptionTable::set_defaults(std::string_view ini) {
   }
 }
 
-void OptionTable::validate() const {
+void OptionTable::validate(bool dry_run) const {
   for (const auto& o : options_) {
-    if (o.required && !o.given) {
+    if (o.required && !o.given && !(dry_run && o.planned_without)) {
       const std::string what = o.help.substr(0, o.help.find('\n'));
       // Operands have no option name to point at: say what is missing.
       if (o.positional != 0) throw ConfigError(fmt::format("no {} given: {}", o.value_name, what));

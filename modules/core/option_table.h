@@ -132,15 +132,16 @@ std::string_view value_name(const std::vector<std::int64_t>&);
 
 /// One declared option (type-erased; OptionTable::add builds it).
 struct Option {
-  std::string name;         // long name without dashes: "batch-size"
-  std::string section;      // its --help section
-  std::string help;         // the help text, with the choices of an enumeration appended
-  std::string value_name;   // "N", "X", "S", "true|false", "ddp|ddp-rr|..."
-  bool is_switch = false;   // given without a value: --resume
-  bool required = false;    // no usable default: must be given
-  int positional = 0;       // given without its name, as the command's operands: at most this many
-                            // (-1: all the remaining); 0: by name only
-  bool repeatable = false;  // a list whose name may be given several times, one item each (--comm A --comm B)
+  std::string name;              // long name without dashes: "batch-size"
+  std::string section;           // its --help section
+  std::string help;              // the help text, with the choices of an enumeration appended
+  std::string value_name;        // "N", "X", "S", "true|false", "ddp|ddp-rr|..."
+  bool is_switch = false;        // given without a value: --resume
+  bool required = false;         // no usable default: must be given
+  bool planned_without = false;  // required to run, not by --dry-run's plan (which reads no input)
+  int positional = 0;            // given without its name, as the command's operands: at most this many
+                                 // (-1: all the remaining); 0: by name only
+  bool repeatable = false;       // a list whose name may be given several times, one item each (--comm A --comm B)
   Effect effect = Effect::kWorkload;
   bool given = false;                              // set from the command line or a config file
   std::function<std::string()> text;               // the current value, exact
@@ -222,9 +223,15 @@ class Declared {
     option_.is_switch = true;
     return *this;
   }
-  /// Must be given (its default is unusable): --data.
+  /// Must be given (its default is unusable): --output.
   Declared& required() {
     option_.required = true;
+    return *this;
+  }
+  /// Must be given to run, not for --dry-run's plan, which reads no input: llm's --data.
+  Declared& required_to_run() {
+    option_.required = true;
+    option_.planned_without = true;
     return *this;
   }
   Declared& value_name(std::string name) {
@@ -349,9 +356,10 @@ class OptionTable {
   /// are comments, as in --config files. Throws as set(), and std::logic_error for another line
   /// that is not "name = value".
   void set_defaults(std::string_view ini);
-  /// Checks every option: given where required, within its bounds. Throws ConfigError naming
-  /// the first invalid option and what it expects.
-  void validate() const;
+  /// Checks every option: given where required (for a --dry-run, dry_run: not those only a run
+  /// needs), within its bounds. Throws ConfigError naming the first invalid option and what it
+  /// expects.
+  void validate(bool dry_run = false) const;
 
   /// "name = value" lines of every option, in declaration order: the resolved configuration,
   /// readable with --config.

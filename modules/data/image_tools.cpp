@@ -96,6 +96,16 @@ void MakeImagesOptions::declare(options::OptionTable& t) {
 int make_images(const MakeImagesOptions& o, std::ostream& out, std::ostream& err) {
   try {
     torch::set_num_threads(1);  // parallel over files, not inside each resize
+    // Files of an earlier make-images (more of them, or of another format) would stay in the
+    // dataset beside the new ones: an ImageFolder is every image below its split.
+    for (const char* name : {"train", "val"}) {
+      const fs::path split = fs::path(o.out) / name;
+      std::error_code ec;
+      MGBENCH_REQUIRE(!fs::exists(split, ec) || fs::is_empty(split, ec), ConfigError,
+                      "--out '{}': {} already holds files (an earlier dataset's?), which would stay in the new one: "
+                      "give a new or empty --out directory",
+                      o.out, split.string());
+    }
     for (const auto& [split, name, limit] :
          {std::tuple{Split::kTrain, "train", o.limit_train}, std::tuple{Split::kTest, "val", o.limit_test}}) {
       const auto start = std::chrono::steady_clock::now();
@@ -106,6 +116,9 @@ int make_images(const MakeImagesOptions& o, std::ostream& out, std::ostream& err
                          o.format, o.image_size, o.image_size, static_cast<double>(bytes) / (1 << 20), seconds);
     }
     return 0;
+  } catch (const ConfigError& e) {
+    err << "mgbench data make-images: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     err << "mgbench data make-images: " << error_message(e) << "\n";
     return 1;

@@ -15,7 +15,7 @@ constexpr ImageModelInfo kImageModels[] = {
      "ResNet-50 (He et al. 2016) as torchvision builds it (v1.5: stride on the 3x3 convolution); no dropout "
      "(--dropout is ignored), --width-mult 1 only; unless given, --lr 0.1 --weight-decay 1e-4 (torchvision's "
      "ImageNet reference: SGD, momentum 0.9, 8 x 32 images a step)",
-     "lr = 0.1\nweight-decay = 1e-4"},
+     "lr = 0.1\nweight-decay = 1e-4", 32, /*scales_width=*/false},
 };
 
 }  // namespace

@@ -35,6 +35,9 @@ struct ImageModelInfo {
   /// How much smaller the last feature map is than the input: five stride-2 stages (both models,
   /// as torchvision builds them), a side of s px ending as ceil(s / 32).
   std::int64_t output_stride = 32;
+  /// Whether --width-mult scales the channels (MobileNetV2's) or only 1 is accepted (torchvision's
+  /// ResNet has fixed widths).
+  bool scales_width = true;
 };
 
 /// Every image model; the first is the default.

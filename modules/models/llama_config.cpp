@@ -1,5 +1,6 @@
 #include "models/llama_config.h"
 
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,19 @@ void LlamaConfig::validate() const {
                   head_dim);
   MGBENCH_REQUIRE(rms_norm_eps > 0 && rope_theta > 0, ConfigError,
                   "Llama config: rms_norm_eps and rope_theta must be > 0");
+  if (rope_scaling) {
+    // What llama_inv_freq divides by: each must be finite and positive, and the two wavelength
+    // bounds apart (transformers only warns, and the frequencies came out NaN or infinite).
+    const Llama3RopeScaling& s = *rope_scaling;
+    MGBENCH_REQUIRE(std::isfinite(s.factor) && s.factor > 0 && std::isfinite(s.low_freq_factor) &&
+                        s.low_freq_factor > 0 && std::isfinite(s.high_freq_factor) &&
+                        s.high_freq_factor > s.low_freq_factor && s.original_max_position_embeddings > 0,
+                    ConfigError,
+                    "Llama config: rope scaling (llama3) factor {}, low_freq_factor {}, high_freq_factor {}, "
+                    "original_max_position_embeddings {}: expected factor > 0, 0 < low_freq_factor < "
+                    "high_freq_factor and original_max_position_embeddings > 0 (Llama 3.1: 8, 1, 4, 8192)",
+                    s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position_embeddings);
+  }
   // Bounds far above every Llama (3.1 405B: hidden 16384, intermediate 53248, 126 layers, 128
   // heads, vocabulary 128256), so that sizes are checked, and their products fit 64 bits, before
   // anything is allocated.

@@ -60,6 +60,15 @@ torch::ScalarType checkpoint_dtype(const std::string& dir) {
 
 QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std::string& adapter_dir,
                                         const std::string& output_dir) {
+  for (const auto& [input, option] : {std::pair{model_dir, "--model"}, std::pair{adapter_dir, "--adapter"}}) {
+    std::error_code ec;
+    MGBENCH_REQUIRE(input.empty() || !fs::equivalent(input, output_dir, ec), ConfigError,
+                    "--output '{}' is {} '{}': the trained weights would be overwritten by their int4 values; give "
+                    "another directory",
+                    output_dir, option, input);
+  }
+  const std::string shadowed = shadowing_index(output_dir);
+  MGBENCH_REQUIRE(shadowed.empty(), ConfigError, "--output '{}': {}; give another directory", output_dir, shadowed);
   const QatConfig qat = read_qat_config(fs::path(adapter_dir.empty() ? model_dir : adapter_dir) / "qat_config.json");
   const fs::path config_path = fs::path(model_dir) / "config.json";
   const LlamaConfig config = LlamaConfig::from_hf_json(config_path.string());
@@ -156,6 +165,9 @@ int quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err) {
         "quantize: {} linears to int4 (groups of {}): {:.2f} MiB -> {:.2f} MiB ({:.3f} of their bytes); {}\n",
         r.converted, r.group_size, static_cast<double>(r.dense_bytes) / kMiB, static_cast<double>(r.int4_bytes) / kMiB,
         static_cast<double>(r.int4_bytes) / static_cast<double>(r.dense_bytes), o.output);
+  } catch (const ConfigError& e) {
+    err << "mgbench quantize: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     err << "mgbench quantize: " << error_message(e) << "\n";
     return 1;

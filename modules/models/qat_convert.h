@@ -39,7 +39,9 @@ struct QatConvertResult {
 /// get_merged_lora_ckpt). qat_config.json ({"scheme": "8da4w", "group_size", "linears"}) is read
 /// from adapter_dir when given, else model_dir. Throws DataError naming the file and field for a
 /// missing or malformed qat_config.json, adapter or checkpoint, or a listed linear the model does
-/// not have or the group does not divide; I/O errors name the output file.
+/// not have or the group does not divide; ConfigError for an output_dir that is model_dir or
+/// adapter_dir (the trained weights would be overwritten by their int4 values) or holds a sharded
+/// checkpoint's index (shadowing_index); I/O errors name the output file.
 QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std::string& adapter_dir,
                                         const std::string& output_dir);
 

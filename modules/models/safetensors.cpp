@@ -146,6 +146,16 @@ void SafetensorsFile::read_rows(const std::string& name, std::int64_t first_row,
   rows.copy_(staged);
 }
 
+std::string shadowing_index(const std::string& dir) {
+  const std::filesystem::path index = std::filesystem::path(dir) / "model.safetensors.index.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(index, ec)) return "";
+  return fmt::format(
+      "it holds a sharded checkpoint's {}, which readers (mgbench, transformers) load instead of the "
+      "model.safetensors written there: the new model would be shadowed by the old shards",
+      index.string());
+}
+
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {
   namespace fs = std::filesystem;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";

@@ -64,6 +64,12 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+/// Why `dir` cannot take a single-file checkpoint (model.safetensors) written there: it holds a
+/// sharded one's index (model.safetensors.index.json), which readers prefer -- SafetensorsCheckpoint
+/// as transformers' from_pretrained -- so the new model would be shadowed by the old shards. "" when
+/// it can (no index, or no directory yet).
+std::string shadowing_index(const std::string& dir);
+
 /// A Hugging Face checkpoint directory: `model.safetensors`, or shards listed by
 /// `model.safetensors.index.json` ({"weight_map": {name: shard file}}). Throws DataError naming
 /// the directory or file when neither exists, the index is malformed or a shard is missing.

@@ -82,6 +82,14 @@ int run_reference(const ReportOptions& o, std::ostream& out, std::ostream& err) 
 }  // namespace
 
 int run_report(const ReportOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.csv && (o.phases || o.cuda)) {
+    // Their breakdowns are several tables and notes per run, text only: a CSV reader got those lines
+    // after the runs' rows. The same values are frames of mgbench_analysis.
+    err << "mgbench report: --csv with " << (o.phases ? "--phases" : "--cuda")
+        << ": those breakdowns are text; their values are mgbench_analysis's frames (epochs() for the phases, "
+           "cuda() for CUPTI's tables): drop --csv, or read them with Python\n";
+    return 2;
+  }
   if (!o.reference.empty()) return run_reference(o, out, err);
   std::vector<std::string> files;
   std::vector<results::RunRecord> runs;

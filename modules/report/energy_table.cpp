@@ -18,6 +18,7 @@ namespace {
 /// A run's energy over its ranks. A GPU's energy counts once per rank; a node's (RAPL) once per node,
 /// each of its ranks carrying its share.
 struct EnergyRow {
+  std::string file;
   std::string run;
   std::vector<std::string> sources;  // the ranks' sources, distinct, in rank order ("nvml", "rapl", "none")
   std::int64_t ranks = 0;
@@ -39,6 +40,7 @@ double max_present(double a, double b) { return std::isnan(a) ? b : std::isnan(b
 
 EnergyRow energy_row(const results::RunRecord& run) {
   EnergyRow row;
+  row.file = run.file;
   row.run = run.run_id;
   row.ranks = static_cast<std::int64_t>(run.energy.size());
   double energy = 0, clock_sum = 0;
@@ -84,7 +86,9 @@ std::vector<Column<EnergyRow>> energy_columns() {
       {"throttled", "(%)", 9, "throttled_pct", [](const EnergyRow& r) { return 100 * r.throttled_share; }, 1},
   };
   std::vector<Column<EnergyRow>> columns;
-  columns.push_back({"run", "", -24, "run", [](const EnergyRow& r) { return r.run; }});
+  // The key columns of the other tables (a run id is unique only within its file).
+  columns.push_back({"", "", 0, "file", [](const EnergyRow& r) { return r.file; }});
+  columns.push_back({"run", "", -24, "run_id", [](const EnergyRow& r) { return r.run; }});
   columns.push_back({"ranks", "", 5, "ranks", [](const EnergyRow& r) { return std::to_string(r.ranks); }});
   columns.push_back(
       {"source", "", 10, "source", [](const EnergyRow& r) { return fmt::format("{}", fmt::join(r.sources, ",")); }});
@@ -93,7 +97,10 @@ std::vector<Column<EnergyRow>> energy_columns() {
                        [get = n.get, digits = n.digits](const EnergyRow& r) {
                          return digits < 0 ? scaled_number(get(r)) : number(get(r), digits);
                        },
-                       [get = n.get](const EnergyRow& r) { return fmt::format("{:.6g}", get(r)); }});
+                       [get = n.get](const EnergyRow& r) {
+                         // "-" for a value not recorded, as every other table's CSV prints it
+                         return std::isfinite(get(r)) ? fmt::format("{:.6g}", get(r)) : std::string("-");
+                       }});
   }
   return columns;
 }

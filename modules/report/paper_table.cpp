@@ -171,9 +171,16 @@ RunValue run_value(const PaperCell& c, const results::RunRecord& r, PaperQuantit
     // A short run's total holds its warm-up (cuDNN's autotuning, the first steps), which scaling the
     // total would multiply: the training is projected at the throughput after the warm-up
     // (--warmup-steps-excluded), the evaluations scaled by the epochs.
+    // The rate includes the warm-up where none was excluded, and the evaluations are the run's own
+    // (its test set, which may be a --limit-test of the paper's): both said.
     const double target = static_cast<double>(c.train_samples > 0 ? c.train_samples : samples);
-    return {static_cast<double>(c.epochs) * target / rate + r.summary.eval_s * epoch_scale, true,
-            note + " at its throughput after the warm-up"};
+    const std::int64_t warmup = r.integer("warmup_steps_excluded").value_or(0);
+    note += warmup > 0 ? fmt::format(" at its throughput after the warm-up ({} step(s))", warmup)
+                       : std::string(" at its throughput, warm-up included (--warmup-steps-excluded 0)");
+    if (const std::int64_t tested = r.integer("test_samples").value_or(0); r.summary.eval_s > 0 && tested > 0) {
+      note += fmt::format(", its evaluation of {} test samples scaled by the epochs", tested);
+    }
+    return {static_cast<double>(c.epochs) * target / rate + r.summary.eval_s * epoch_scale, true, note};
   }
   return {r.summary.total_s * scale, other_epochs || other_size, note};
 }

@@ -12,12 +12,14 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
 
 #include "core/build_info.h"
 #include "core/log.h"
+#include "core/option_table.h"
 #include "core/progress.h"
 #include "core/timer.h"
 #include "results/writer.h"
@@ -72,7 +74,8 @@ std::unique_ptr<JobRun> start_run(runtime::MpiEnvironment& env, const TrainOptio
                               [&] { job->resume_state = job->checkpointer->load(*from); })) {
       return nullptr;
     }
-    if (from->results != train.results) {
+    std::error_code ec;
+    if (!std::filesystem::equivalent(from->results, train.results, ec)) {
       log::info("--resume: the run continues in its own results file {} (not --results {})", from->results,
                 train.results);
     }
@@ -139,6 +142,22 @@ struct JobContext {
   const std::string& command_line;
 };
 
+/// Whether every rank has the same `value` of `what`: ranks launched with other options (an MPMD
+/// launch, a script that differs per node) or that see other data (node-local copies that differ)
+/// would run other collectives -- MPI_ERR_TRUNCATE, a hang, a corrupted heap. Collective; rank 0
+/// says what differs.
+bool same_on_every_rank(const runtime::MpiEnvironment& env, double value, std::string_view what) {
+  const runtime::MpiEnvironment::Spread s = env.spread(value);
+  if (s.min == s.max) return true;
+  if (env.rank() == 0) {
+    log::error(
+        "the ranks differ in {} (from {:.0f} to {:.0f}): every rank must be started with the same options and see "
+        "the same data (one file system, or identical copies)",
+        what, s.min, s.max);
+  }
+  return false;
+}
+
 /// One run of the job: set-up, the run in the results file, training (or evaluation), its last line.
 /// Returns the exit code (kExitPreempted: stopped at a checkpoint).
 int run_once(const JobContext& c, std::unique_ptr<Checkpointer> checkpointer,
@@ -147,10 +166,18 @@ int run_once(const JobContext& c, std::unique_ptr<Checkpointer> checkpointer,
   runtime::MpiEnvironment& env = c.env;
   const bool eval_only = config.recipe->eval_only();
   std::unique_ptr<TrainingLoop> loop;
+  if (!same_on_every_rank(env, static_cast<double>(std::stoul(options::config_id(c.identity), nullptr, 16)),
+                          "their options (the workload identity's checksum, config_id)")) {
+    return 2;
+  }
   if (!runtime::all_succeed(env, "set-up", [&] {
         loop = std::make_unique<TrainingLoop>(config.train, *config.recipe, *c.connection.comm, c.connection.placement,
                                               NodeShare{env.local_size(), c.connection.host_memory});
       })) {
+    return 1;
+  }
+  if (!same_on_every_rank(env, static_cast<double>(config.recipe->train_size()), "their training samples") ||
+      !same_on_every_rank(env, static_cast<double>(config.recipe->eval_size()), "their evaluation samples")) {
     return 1;
   }
   if (from && !runtime::all_succeed(env, "checking the resume", [&] { loop->check_resume(*from); })) return 1;

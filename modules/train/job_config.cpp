@@ -4,9 +4,9 @@
 
 namespace mgbench::train {
 
-void JobConfig::validate() {
+void JobConfig::validate(bool dry_run) {
   recipe->resolve_defaults(table);
-  table.validate();
+  table.validate(dry_run);
   train.validate();
   recipe->validate(train);
 }

@@ -29,8 +29,9 @@ struct JobConfig {
   void set(std::string_view name, const std::string& text) { table.set(name, text); }
   /// Completes the configuration once every value is read -- the recipe's defaults that depend on
   /// other options (Recipe::resolve_defaults) -- then checks every option's bounds, the loop's
-  /// rules and the recipe's. Throws ConfigError naming the first invalid option and what it expects.
-  void validate();
+  /// rules and the recipe's (dry_run: for --dry-run's plan, which needs no input: --data may be
+  /// left out). Throws ConfigError naming the first invalid option and what it expects.
+  void validate(bool dry_run = false);
   /// The resolved configuration as INI text ("name = value" lines), readable with --config.
   std::string ini() const { return table.ini(); }
   /// The settings that change results: the checkpoint identity (checkpointer.h).

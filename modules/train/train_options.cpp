@@ -122,11 +122,14 @@ void TrainOptions::declare(options::OptionTable& t) {
   optim.declare(t);
   // At least one byte: smaller sizes are not sizes (1e-300 MiB failed in training, not here).
   constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
+  constexpr double kOneTiBInMiB = 1024.0 * 1024.0;  // past any model's gradients; the byte count fits size_t
   t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)")
       .at_least(kOneByteMiB)
+      .at_most(kOneTiBInMiB)
       .same_workload();
   t.add("first-bucket-mb", first_bucket_mb, "first bucket's size [MiB] (small, so communication starts early)")
       .at_least(kOneByteMiB)
+      .at_most(kOneTiBInMiB)
       .same_workload();
   t.add("gradient-as-bucket-view", gradient_as_bucket_view,
         "gradients held as views of the all-reduce buckets, once, not beside them (DDP's gradient_as_bucket_view)")

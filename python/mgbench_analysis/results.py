@@ -313,8 +313,9 @@ def energy(source, table: str = "energy") -> pd.DataFrame:
 
 
 def as_runs(source) -> List[Run]:
-    """Runs already read (a non-empty list of Run), or the runs of files, directories and patterns."""
-    if isinstance(source, (list, tuple)) and source and all(isinstance(r, Run) for r in source):
+    """Runs already read (a list of Run; an empty one: no runs, as a file may hold), or the runs of
+    files, directories and patterns."""
+    if isinstance(source, (list, tuple)) and all(isinstance(r, Run) for r in source):
         return list(source)
     return read(source)
 

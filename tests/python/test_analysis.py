@@ -631,6 +631,13 @@ def test_figures_without_data_are_skipped_saying_what_they_need(matrix, tmp_path
         assert written != (line in proc.stdout), (spec.name, proc.stdout)
     assert (tmp_path / "fig4_llm_iteration_times.svg").exists()
     assert "skipped fig1_strategy_scaling: needs completed image runs" in proc.stdout
+    # A results file may hold no runs (a job that failed before its first): every figure skipped, exit 0
+    # (was exit 2, "no results file given", from the CUDA frames of an empty run list).
+    empty = tmp_path / "no_runs.h5"
+    write_other_hdf5(empty, schema="mgbench-results", schema_version=15)
+    proc = plot_cli(empty, "--out", tmp_path / "none", "--format", "svg")
+    assert proc.returncode == 0 and proc.stdout.count("mgbench-plot: skipped ") == len(figs.FIGURES), proc.stdout
+    assert mga.steps(mga.read(empty)).empty
 
 
 def test_report_plot_writes_the_figures_and_the_page(matrix, tmp_path):

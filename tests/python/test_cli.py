@@ -25,6 +25,9 @@ from conftest import BIN, ENV, SMALL, mgbench, not_here, run_with_rusage
     (["--config", "/nonexistent.ini"], "/nonexistent.ini"),
     (["--threads", "100000"], "--threads '100000': expected <= "),
     (["--bucket-mb", "1e-300"], "--bucket-mb '1e-300': expected >= "),
+    (["--first-bucket-mb", "1e15"], "--first-bucket-mb '1000000000000000': expected <= 1048576"),
+    # A fact of the model's row, checked with the options (was: --dry-run passed, the run exited 1).
+    (["--model", "resnet50", "--width-mult", "0.5", "--dry-run"], "--width-mult 0.5: resnet50 has torchvision's fixed"),
     # A value after a switch, or a stray word, is an error, not silently dropped.
     (["--record-indices", "true"], "'true': unexpected"),
     (["--data", "d", "extra"], "'extra': unexpected (every option is --name"),
@@ -131,6 +134,10 @@ def test_report_errors(tmp_path):
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     proc = mgbench("report", tmp_path / "empty")
     assert proc.returncode == 1 and "no results file (*.h5) below" in proc.stderr, proc.stderr
+    # The text breakdowns are no CSV (their lines followed the rows, and a CSV reader took them for rows).
+    for breakdown in ("--phases", "--cuda"):
+        proc = mgbench("report", "--csv", breakdown, tmp_path / "absent.h5")
+        assert proc.returncode == 2 and f"--csv with {breakdown}" in proc.stderr, proc.stderr
     assert mgbench("unknown-command").returncode == 2
 
 
@@ -185,9 +192,12 @@ def test_every_shipped_config_is_valid():
         words = ini.read_text().splitlines()[0].split(":")[0].split()
         command = words[2:] if ini.parent.name == "recipes" else ["image"]
         assert ini.parent.name != "recipes" or words[:2] == ["#", "mgbench"], f"{ini}: no command on its first line"
-        extra = ["--data", "x.json"] if command[0] == "llm" else []
-        proc = mgbench(*command, "--config", ini, *extra, "--dry-run")
+        # --dry-run plans without reading input: an llm recipe's --data may be left out.
+        proc = mgbench(*command, "--config", ini, "--dry-run")
         assert proc.returncode == 0, f"{ini}: {proc.stderr}"
+        if command[0] == "llm":
+            ran = mgbench(*command, "--config", ini)
+            assert ran.returncode == 2 and "--data: required" in ran.stderr, f"{ini}: {ran.stderr}"
 
 
 def test_shell_scripts_parse():

@@ -116,9 +116,11 @@ def test_rapl_energy_per_sample_over_two_ranks_of_one_node(tmp_path, mnist):
     proc = subprocess.run([BIN, "report", "--energy", "--csv", results], capture_output=True, text=True, env=ENV)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    header = lines.index(next(l for l in lines if l.startswith("run,ranks,source")))
+    # Keyed as the other tables (file, run_id), a value not recorded "-" as theirs (was "nan").
+    header = lines.index(next(l for l in lines if l.startswith("file,run_id,ranks,source")))
     fields = dict(zip(lines[header].split(","), lines[header + 1].split(",")))
-    assert fields["run"] == run_id and fields["source"] == "rapl" and fields["ranks"] == "2"
+    assert fields["file"] == str(results) and fields["run_id"] == run_id, fields
+    assert fields["source"] == "rapl" and fields["ranks"] == "2" and fields["throttled_pct"] == "-", fields
     assert float(fields["energy_j"]) == pytest.approx(total_j, rel=1e-5)
     assert float(fields["j_per_sample"]) == pytest.approx(total_j / 1024, rel=1e-5)
     # mgbench_analysis reads the same rows.

@@ -319,3 +319,36 @@ def test_report_refuses_a_status_of_several_strings(tmp_path):
     proc = mgbench("report", path, timeout=60)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
     assert "/runs/run0/status: 5000 strings where mgbench writes one" in proc.stderr, proc.stderr
+
+
+def test_ranks_started_with_other_options_or_data_are_refused_before_training(tmp_path):
+    """An MPMD launch (`mpirun -np 1 A : -np 1 B`), or node-local copies of a dataset that differ: the
+    ranks ran other collectives, and the job ended in MPI_ERR_TRUNCATE and a corrupted heap (SIGABRT)."""
+    import gzip
+    from conftest import BIN, ENV, MPIEXEC
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {MNIST}")
+    args = [str(a) for a in IMAGE]
+    del args[args.index("--data"):args.index("--data") + 2]  # given per rank below
+    # Other options: refused before the set-up.
+    cmd = [MPIEXEC, "-np", "1", BIN, *args, "--data", MNIST, "--results", tmp_path / "a.h5", ":",
+           "-np", "1", BIN, *args, "--data", MNIST, "--drop-last", "true", "--results", tmp_path / "a.h5"]
+    proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 2 and "the ranks differ in their options" in proc.stderr, proc.stderr
+    # The same options, other data: the same relative --data in two working directories, one of them a copy
+    # of MNIST cut to 300 training images.
+    full, small = tmp_path / "full", tmp_path / "small"
+    full.mkdir(), (small / "mnist").mkdir(parents=True)
+    (full / "mnist").symlink_to(MNIST)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (small / "mnist" / name).symlink_to(MNIST / name)
+    for name, header, item in (("train-images-idx3-ubyte.gz", 16, 28 * 28), ("train-labels-idx1-ubyte.gz", 8, 1)):
+        raw = bytearray(gzip.decompress((MNIST / name).read_bytes())[: header + 300 * item])
+        raw[4:8] = (300).to_bytes(4, "big")
+        (small / "mnist" / name).write_bytes(gzip.compress(bytes(raw)))
+    same = [*args, "--data", "mnist", "--results", tmp_path / "b.h5"]
+    cmd = [MPIEXEC, "-np", "1", "-wdir", full, BIN, *same, ":", "-np", "1", "-wdir", small, BIN, *same]
+    proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 1 and "the ranks differ in their training samples (from 300 to 512)" in proc.stderr, \
+        proc.stderr
+    assert "MPI_ERR" not in proc.stderr and "malloc_consolidate" not in proc.stderr, proc.stderr

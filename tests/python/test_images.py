@@ -39,6 +39,12 @@ def test_make_images_is_an_image_folder_torchvision_reads(folder):
     assert label == 0  # the first file of class "0"
     # Files are named by their MNIST index: the first training digit is a 5.
     assert (folder / "train" / "5" / "000000.jpg").exists()
+    # Made again into the same --out (fewer files, or PNG), the old files stayed in the dataset: refused.
+    from conftest import MNIST
+    again = mgbench("data", "make-images", "--data", MNIST, "--out", folder, "--image-size", 8, "--limit-train", 20,
+                    "--limit-test", 20, "--format", "png")
+    assert again.returncode == 2 and "already holds files" in again.stderr, again.stderr
+    assert len(torchvision.datasets.ImageFolder(str(folder / "train"))) == 1200
 
 
 def write_shards(folder, split, out, maxcount):

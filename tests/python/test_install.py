@@ -36,6 +36,7 @@ def test_the_install_tree_loads_as_a_module_and_runs_from_anywhere(tmp_path, mni
 command -v mgbench mgbench-report mgbench-plot
 echo "share=$MGBENCH_SHARE"
 mgbench --version
+mgbench-report --version
 mpirun -np 2 --oversubscribe {run} >run.log 2>&1
 mgbench-report r.h5
 mgbench-plot r.h5 --out figures
@@ -46,6 +47,7 @@ test -x "$MGBENCH_SHARE/slurm/image.sbatch" && test -f "$MGBENCH_SHARE/slurm/com
     lines = proc.stdout.splitlines()
     assert lines[:3] == [str(prefix / "bin" / n) for n in ("mgbench", "mgbench-report", "mgbench-plot")]
     assert f"share={prefix / 'share' / 'mgbench'}" in lines and version in lines
+    assert "mgbench-report" + version[len("mgbench"):] in lines, proc.stdout
     assert any(line.startswith("  ") and " completed " in line for line in lines), proc.stdout
     assert (work / "figures" / "phase_breakdown.png").stat().st_size > 0
     # Moved: the modulefile finds the new prefix.

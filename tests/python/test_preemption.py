@@ -379,6 +379,21 @@ def test_resume_with_another_number_of_ranks_is_refused(tmp_path):
     assert "written by 2 rank(s); resume with the same number of ranks, not 3" in bad.stderr
 
 
+def test_a_checkpoint_names_its_results_file_by_an_absolute_path(tmp_path):
+    """Given relative paths, the manifest's results file was relative to the first run's directory: a
+    --resume from another directory failed ("results file 'r.h5' of the run to resume does not exist")."""
+    if not (SHARED / "mnist" / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip("no MNIST")
+    here = tmp_path / "first"
+    here.mkdir()
+    args = [*IMAGE_BASE, "--epochs", "1", "--checkpoint-dir", "ck", "--checkpoint-every", "4", "--results", "r.h5"]
+    proc = subprocess.run(list(map(str, [BIN, *args])), cwd=here, capture_output=True, text=True, env=RANK_ENV,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    manifests = glob.glob(f"{here}/ck/*/step-*/checkpoint.json")
+    assert manifests and {json.loads(Path(m).read_text())["results"] for m in manifests} == {str(here / "r.h5")}
+
+
 def test_checkpoint_options_need_a_directory():
     proc = mgbench(*IMAGE, "--resume")
     assert proc.returncode == 2 and "--checkpoint-dir" in proc.stderr

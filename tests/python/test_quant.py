@@ -200,6 +200,26 @@ def test_qat_trains_on_two_ranks_and_quantize_writes_torchaos_int4(tmp_path, rec
     report = json.loads(torchao(_CONVERT, out if recipe == "qat" else MODEL, out if recipe == "qat-lora" else "", q))
     assert len(report) == len(qat_config["linears"])
     assert all(all(checks) for checks in report.values()), report
+    # The output is no input: into the trained directory, the int4 values overwrote its weights.
+    before = (out / "model.safetensors").read_bytes() if recipe == "qat" else (out / "adapter_model.safetensors").read_bytes()
+    same = mgbench("quantize", *args, "--output", out)
+    assert same.returncode == 2 and "the trained weights would be overwritten" in same.stderr, same.stderr
+    assert before == ((out / "model.safetensors") if recipe == "qat" else (out / "adapter_model.safetensors")).read_bytes()
+    if recipe == "qat":
+        # Full fine-tuning into the same --output-dir: the QAT run's qat_config.json no longer describes the
+        # model (quantize took it for a QAT one), so it goes.
+        mgbench("llm", "--recipe", "full", "--model", MODEL, *TRAIN, "--results", results, "--output-dir", out,
+                check=True)
+        assert not (out / "qat_config.json").exists()
+        # A sharded checkpoint's index in the destination would shadow the model.safetensors written there.
+        sharded = tmp_path / "sharded"
+        sharded.mkdir()
+        (sharded / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+        shadowed = mgbench("llm", "--recipe", "full", "--model", MODEL, *TRAIN, "--results", results,
+                           "--output-dir", sharded)
+        assert shadowed.returncode != 0 and "model.safetensors.index.json" in shadowed.stderr, shadowed.stderr
+        shadowed = mgbench("quantize", "--model", out if recipe == "qat" else MODEL, "--output", sharded)
+        assert shadowed.returncode == 2 and "shadowed by the old shards" in shadowed.stderr, shadowed.stderr
 
 
 def test_quantize_refuses_what_is_not_a_qat_checkpoint(tmp_path):
@@ -297,3 +317,10 @@ def test_layers_nf4_or_the_group_cannot_hold_are_named_on_every_rank(tmp_path):
     proc = mgbench("llm", "--recipe", "qat-lora", "--model", MODEL, *TRAIN, "--qat-group-size", "48", "--results",
                    tmp_path / "r.h5", np=2, timeout=120)
     assert proc.returncode != 0 and "48" in proc.stderr and "proj" in proc.stderr, proc.stderr
+    # qat with torchao's default group (256) over in-features of 64 and 128: nothing to fake-quantise. It ran as
+    # plain full fine-tuning, exit 0, and wrote a qat_config.json that `mgbench quantize` then refused.
+    out = tmp_path / "qat"
+    proc = mgbench("llm", "--recipe", "qat", "--model", MODEL, *TRAIN, "--output-dir", out, "--results",
+                   tmp_path / "r.h5", np=2, timeout=120)
+    assert proc.returncode != 0 and "--qat-group-size 256: divides the in-features of none" in proc.stderr, proc.stderr
+    assert not (out / "qat_config.json").exists()

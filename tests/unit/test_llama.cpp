@@ -219,7 +219,14 @@ TEST(LlamaConfig, ConfigJsonErrorsNameFileAndField) {
   for (const auto& [extra, needle] : std::vector<std::pair<std::string, std::string>>{
            {R"("hidden_act": "gelu")", "hidden_act \"gelu\", expected \"silu\""},
            {R"("attention_bias": true)", "attention_bias true, expected false"},
-           {R"("mlp_bias": true)", "mlp_bias true, expected false"}}) {
+           {R"("mlp_bias": true)", "mlp_bias true, expected false"},
+           // Llama 3.1's RoPE scaling with values llama_inv_freq divides by (it gave NaN frequencies).
+           {R"("rope_scaling": {"rope_type": "llama3", "factor": 0.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})",
+            "factor 0, low_freq_factor 1, high_freq_factor 4"},
+           {R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})",
+            "0 < low_freq_factor < high_freq_factor"}}) {
     SCOPED_TRACE(extra);
     { std::ofstream(dir.file("o.json")) << "{" << base << ", " << extra << "}"; }
     test::expect_error<DataError>([&] { LlamaConfig::from_hf_json(dir.file("o.json")); }, {"o.json", needle});

@@ -301,12 +301,22 @@ TEST(PaperTable, AShortRunIsProjectedAtItsThroughputAfterTheWarmUp) {
   RunRecord run = image_run("short", 1, "fp16", 100, 3, 2048);  // 3 epochs of 2,048 images in 100 s
   run.summary.samples_per_s = 500;                              // after the warm-up
   run.summary.eval_s = 3;                                       // 1 s per epoch's evaluation
+  run.attributes.emplace_back("warmup_steps_excluded", std::int64_t{4});
+  run.attributes.emplace_back("test_samples", std::int64_t{512});
   const std::vector<PaperRow> rows = paper_rows(paper_values(), {run});
   const auto fp16 = rows_of(rows, cell("Table 2", 1, "FP16", "false", "total_time_20_epochs_s"));
   ASSERT_EQ(fp16.size(), 1u);
   EXPECT_NEAR(fp16[0]->mgbench, 20.0 * 60000 / 500 + 3.0 * 20 / 3, 1e-9);  // 2,400 s training + 20 s evaluation
   EXPECT_EQ(fp16[0]->kind, "projected");
-  EXPECT_EQ(fp16[0]->note, "projected from 3 epoch(s) x 2048 samples at its throughput after the warm-up");
+  EXPECT_EQ(fp16[0]->note,
+            "projected from 3 epoch(s) x 2048 samples at its throughput after the warm-up (4 step(s)), its "
+            "evaluation of 512 test samples scaled by the epochs");
+  // Without a warm-up excluded, its rate holds the warm-up: not said to be after it.
+  std::erase_if(run.attributes, [](const auto& a) { return a.first == "warmup_steps_excluded"; });
+  const std::vector<PaperRow> again = paper_rows(paper_values(), {run});
+  EXPECT_EQ(rows_of(again, cell("Table 2", 1, "FP16", "false", "total_time_20_epochs_s"))[0]->note,
+            "projected from 3 epoch(s) x 2048 samples at its throughput, warm-up included (--warmup-steps-excluded "
+            "0), its evaluation of 512 test samples scaled by the epochs");
 }
 
 TEST(PaperTable, PredictedWhereAGpuCountWasNotMeasuredAndNotRunWhereNothingWas) {

@@ -246,6 +246,7 @@ TEST(ResNet, TheTableRowTakesTheRecipesOptionsAndRefusesAWidth) {
         row.value({10, /*width_mult=*/0.5, 0.0, false});
       },
       {"--width-mult", "0.5", "resnet50"});
+  EXPECT_FALSE(row.scales_width);  // the image recipe refuses another --width-mult with the options (test_cli)
   EXPECT_THROW({ ResNet no_classes(ResNetOptions{0}); }, std::invalid_argument);
   EXPECT_THROW({ ResNet empty_stage(ResNetOptions{10, {3, 0, 6, 3}}); }, std::invalid_argument);
   // The recipe's defaults: dropout 0.2 (ResNet has none: ignored); BatchNorm frozen on request.

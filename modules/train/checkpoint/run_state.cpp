@@ -1,5 +1,7 @@
 #include "train/checkpoint/run_state.h"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -99,7 +101,9 @@ bool save_checkpoint(RunControl& control, const RunProgress& progress, bool comp
   source.state_dict(state);
   CheckpointManifest m = control.checkpointer->manifest(progress.global_step, progress.epoch, completed);
   m.position = progress.position;
-  m.results = source.writer.path();
+  // Absolute: a --resume from another working directory finds the run's file (std::filesystem::absolute
+  // does not touch the file system).
+  m.results = std::filesystem::absolute(source.writer.path()).lexically_normal().string();
   m.run_id = source.writer.run_id();
   if (control.stop != nullptr && control.stop->agreed_signal() != 0) {
     m.stop_signal = runtime::stop_signal_name(control.stop->agreed_signal());
@@ -140,7 +144,9 @@ bool at_step_boundary(RunControl& control, RunProgress& progress, const Checkpoi
   // The stop's checkpoint failed (a full disk, a quota): --resume continues from the latest one
   // written before, if this run has one; else nothing can be continued and the job must not say so.
   const std::optional<CheckpointManifest> earlier = control.checkpointer->latest();
-  if (earlier && earlier->run_id == source.writer.run_id() && earlier->results == source.writer.path()) {
+  std::error_code ec;
+  if (earlier && earlier->run_id == source.writer.run_id() &&
+      std::filesystem::equivalent(earlier->results, source.writer.path(), ec)) {
     log::warn(
         "{}; its checkpoint could not be written: {} continues from the earlier checkpoint at global step {} "
         "({}), repeating the steps since",

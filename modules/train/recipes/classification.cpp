@@ -141,9 +141,13 @@ class ClassificationRecipe final : public Recipe {
     table.set_defaults(options::row_of(models::image_models(), options_.model).defaults);
   }
 
-  // Every option combination is valid: --sharding fsdp shards the model's units (MobileNetV2's
-  // inverted-residual blocks and its root).
-  void validate(const TrainOptions&) const override {}
+  // --sharding fsdp shards the model's units (MobileNetV2's inverted-residual blocks and its root).
+  void validate(const TrainOptions&) const override {
+    const models::ImageModelInfo& model = options::row_of(models::image_models(), options_.model);
+    MGBENCH_REQUIRE(model.scales_width || options_.width_mult == 1.0, ConfigError,
+                    "--width-mult {}: {} has torchvision's fixed widths; only 1 is accepted", options_.width_mult,
+                    model.name);
+  }
 
   void setup(const RecipeContext& ctx) override {
     const auto& o = options_;

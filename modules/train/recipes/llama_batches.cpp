@@ -13,7 +13,7 @@ namespace mgbench::train {
 
 void LlamaDataOptions::declare(options::OptionTable& t, const std::string& rows) {
   t.add("data", data, "dataset file of " + rows + ": .json (array), .jsonl, .csv, .tsv, optionally .gz")
-      .required()
+      .required_to_run()
       .same_workload();
   t.add("max-seq-len", max_seq_len, "truncate each sequence to this many tokens (0: no truncation)").at_least(0);
   t.add("train-on-input", train_on_input, "the prompt's tokens carry loss too (TorchTune's train_on_input)")

@@ -65,6 +65,12 @@ void LlamaFinetune::prepare_output_dir() const {
   const std::string problem = make_writable_directory(output_dir_);
   MGBENCH_REQUIRE(problem.empty(), ConfigError, "--output-dir '{}': {}: what the run trains would be lost at its end",
                   output_dir_, problem);
+  if (finetune_ != Finetune::kLora) {
+    const std::string shadowed = models::shadowing_index(output_dir_);
+    MGBENCH_REQUIRE(shadowed.empty(), ConfigError,
+                    "--output-dir '{}': {}; give another --output-dir (or remove the index and its shards)",
+                    output_dir_, shadowed);
+  }
 }
 
 void LlamaFinetune::save() const {
@@ -89,9 +95,16 @@ void LlamaFinetune::save() const {
     models::write_json_file((dir / "config.json").string(), nlohmann::json::parse(model_->config().to_hf_json(dtype)));
     log::info("model: {} (Hugging Face format)", dir.string());
   }
+  const fs::path qat_config = dir / "qat_config.json";
   if (fake_quant_ == FakeQuant::k8da4w) {
-    models::write_json_file((dir / "qat_config.json").string(),
+    models::write_json_file(qat_config.string(),
                             {{"scheme", "8da4w"}, {"group_size", qat_group_size_}, {"linears", fake_quantized_}});
+  } else if (std::error_code ec; (finetune_ != Finetune::kLora || !fs::exists(dir / "model.safetensors", ec)) &&
+                                 fs::remove(qat_config, ec)) {
+    // An earlier QAT run's, of the model (or adapters) this run wrote over in a reused --output-dir:
+    // `mgbench quantize` would take them for QAT-trained ones. (Adapters written beside a QAT
+    // model leave that model's.)
+    log::info("{}: removed (an earlier QAT run's; this run trained without fake quantisation)", qat_config.string());
   }
 }
 

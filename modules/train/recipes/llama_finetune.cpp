@@ -217,6 +217,13 @@ void LlamaFinetune::build(const RecipeContext& ctx) {
   if (fake_quant_ == FakeQuant::k8da4w) {
     std::vector<std::string> skipped;
     fake_quantized_ = model_->enable_fake_quant(qat_group_size_, finetune_ == Finetune::kLora, &skipped);
+    // Nothing fake-quantised is plain fine-tuning under QAT's name, and a qat_config.json that
+    // `mgbench quantize` refuses at the end (qat-lora refuses a group its linears do not take alike).
+    MGBENCH_REQUIRE(!fake_quantized_.empty(), ConfigError,
+                    "--qat-group-size {}: divides the in-features of none of the model's {} linears (hidden_size {}, "
+                    "intermediate_size {}), so nothing would be fake-quantised: give a group size that divides them "
+                    "(torchao's default 256; 32 for small models)",
+                    qat_group_size_, skipped.size(), config_->hidden_size, config_->intermediate_size);
     log::info("QAT 8da4w: {} linears fake-quantised (groups of {})", fake_quantized_.size(), qat_group_size_);
     if (!skipped.empty()) {
       log::info("QAT 8da4w: {} linears left as they are ({} in-features not a multiple of {}, as torchao): {}",
