@@ -56,6 +56,11 @@ void TrainOptions::declare_profiling(options::OptionTable& t) {
       .no_effect();
 }
 
+// The bounds of the bucket sizes [MiB]: at least one byte (smaller sizes are not sizes: 1e-300 MiB
+// failed in training, not here), at most 1 TiB (past any model's gradients; the byte count fits size_t).
+constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
+constexpr double kOneTiBInMiB = 1024.0 * 1024.0;
+
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
   t.add("strategy", strategy, axes::strategy_choices(), "how the ranks share the dataset (Lawenda et al. 2025, 3.2)")
@@ -120,9 +125,6 @@ void TrainOptions::declare(options::OptionTable& t) {
 
   t.section("Optimisation");
   optim.declare(t);
-  // At least one byte: smaller sizes are not sizes (1e-300 MiB failed in training, not here).
-  constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
-  constexpr double kOneTiBInMiB = 1024.0 * 1024.0;  // past any model's gradients; the byte count fits size_t
   t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)")
       .at_least(kOneByteMiB)
       .at_most(kOneTiBInMiB)
