@@ -147,7 +147,7 @@ void SafetensorsFile::read_rows(const std::string& name, std::int64_t first_row,
 }
 
 std::string shadowing_index(const std::string& dir) {
-  const std::filesystem::path index = std::filesystem::path(dir) / "model.safetensors.index.json";
+  const std::filesystem::path index = std::filesystem::path(dir) / kSafetensorsIndexFile;
   std::error_code ec;
   if (!std::filesystem::exists(index, ec)) return "";
   return fmt::format(
@@ -158,7 +158,7 @@ std::string shadowing_index(const std::string& dir) {
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {
   namespace fs = std::filesystem;
-  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  const fs::path index = fs::path(dir) / kSafetensorsIndexFile;
   const fs::path single = fs::path(dir) / "model.safetensors";
   if (fs::exists(index)) {
     const nlohmann::json j = read_json_file(index.string());

@@ -64,6 +64,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+/// A sharded Hugging Face checkpoint's index: {"weight_map": {name: shard file}}.
+inline constexpr const char* kSafetensorsIndexFile = "model.safetensors.index.json";
+
 /// Why `dir` cannot take a single-file checkpoint (model.safetensors) written there: it holds a
 /// sharded one's index (model.safetensors.index.json), which readers prefer -- SafetensorsCheckpoint
 /// as transformers' from_pretrained -- so the new model would be shadowed by the old shards. "" when

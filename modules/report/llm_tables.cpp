@@ -23,10 +23,6 @@ std::string padding_of(const results::RunRecord& run) {
   return padding.empty() ? "pad" : padding;
 }
 
-/// --warmup-steps-excluded of a run (0 where not recorded): its tokens/s leaves those steps out, so
-/// two runs' rates compare only where it is the same.
-std::int64_t warmup_excluded(const results::RunRecord& run) { return run.integer("warmup_steps_excluded").value_or(0); }
-
 /// An LLM run with its per-rank tokens/s over the 1-rank run's of the same workload identity, timed
 /// over the same steps (the same --warmup-steps-excluded).
 struct LlmRow {
@@ -50,7 +46,7 @@ std::vector<LlmRow> llm_rows(const std::vector<results::RunRecord>& runs) {
       const results::RunRecord* one = nullptr;
       for (const auto& o : runs) {
         if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && identity_of(o) == identity_of(r) &&
-            warmup_excluded(o) == warmup_excluded(r) && std::isfinite(o.summary.tokens_per_s)) {
+            warmup_steps_excluded(o) == warmup_steps_excluded(r) && std::isfinite(o.summary.tokens_per_s)) {
           one = &o;
         }
       }

@@ -15,6 +15,7 @@
 #include "report/predict.h"
 #include "report/reference.h"
 #include "report/report.h"
+#include "report/run_cells.h"
 #include "report/table.h"
 
 namespace mgbench::report {
@@ -170,11 +171,10 @@ RunValue run_value(const PaperCell& c, const results::RunRecord& r, PaperQuantit
   if ((other_epochs || other_size) && std::isfinite(rate) && rate > 0 && std::isfinite(r.summary.eval_s)) {
     // A short run's total holds its warm-up (cuDNN's autotuning, the first steps), which scaling the
     // total would multiply: the training is projected at the throughput after the warm-up
-    // (--warmup-steps-excluded), the evaluations scaled by the epochs.
-    // The rate includes the warm-up where none was excluded, and the evaluations are the run's own
-    // (its test set, which may be a --limit-test of the paper's): both said.
+    // (--warmup-steps-excluded; where none was, the rate holds it: said), the evaluations -- the
+    // run's own test set, which may be a --limit-test of the paper's: said -- scaled by the epochs.
     const double target = static_cast<double>(c.train_samples > 0 ? c.train_samples : samples);
-    const std::int64_t warmup = r.integer("warmup_steps_excluded").value_or(0);
+    const std::int64_t warmup = warmup_steps_excluded(r);
     note += warmup > 0 ? fmt::format(" at its throughput after the warm-up ({} step(s))", warmup)
                        : std::string(" at its throughput, warm-up included (--warmup-steps-excluded 0)");
     if (const std::int64_t tested = r.integer("test_samples").value_or(0); r.summary.eval_s > 0 && tested > 0) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "report/report.h"
+#include "report/run_cells.h"
 #include "report/table.h"
 #include "report/workload.h"
 
@@ -55,7 +56,7 @@ std::vector<RunMetric> run_metrics(const results::RunRecord& r) {
 std::string comparison_group(const results::RunRecord& r) {
   return fmt::format("{}|ranks={}|nodes={}|strategy={}|backend={}|warmup_steps_excluded={}", workload_identity(r),
                      r.display("world_size"), r.display("nodes"), r.display("strategy"), r.display("backend"),
-                     r.integer("warmup_steps_excluded").value_or(0));
+                     warmup_steps_excluded(r));
 }
 
 std::string short_workload(const results::RunRecord& r) {

@@ -28,6 +28,10 @@ std::string batch_x_accum(const results::RunRecord& r) {
 
 std::int64_t resumes(const results::RunRecord& r) { return r.integer("resumes").value_or(0); }
 
+std::int64_t warmup_steps_excluded(const results::RunRecord& r) {
+  return r.integer("warmup_steps_excluded").value_or(0);
+}
+
 void print_notes(std::ostream& out, const results::RunRecord& r) {
   if ((r.status == results::kStatusFailed || r.status == results::kStatusAborted) && !r.error.empty()) {
     out << fmt::format("# {} {}: {}\n", r.run_id, r.status, r.error);

@@ -30,6 +30,10 @@ std::string batch_x_accum(const results::RunRecord& r);
 /// How often a run was resumed from a checkpoint (`mgbench ... --resume`); 0 when never.
 std::int64_t resumes(const results::RunRecord& r);
 
+/// --warmup-steps-excluded of a run (0 where not recorded): its rates (img/s, tokens/s, s/it) leave
+/// those steps out, so two runs' rates compare only where it is the same.
+std::int64_t warmup_steps_excluded(const results::RunRecord& r);
+
 /// '#' lines under a table: why a run failed, which runs were preempted or resumed.
 void print_notes(std::ostream& out, const results::RunRecord& r);
 

@@ -24,6 +24,12 @@ def is_llm(run: Run) -> bool:
     return str(run.attributes.get("task", "")).startswith("llm")
 
 
+def warmup_steps_excluded(run: Run) -> int:
+    """--warmup-steps-excluded of a run (0 where not recorded): its rates leave those steps out, so two
+    runs' rates compare only where it is the same."""
+    return int(run.attributes.get("warmup_steps_excluded", 0) or 0)
+
+
 def recipe_of(run: Run) -> str:
     """The run's recipe; runs written before recipes were recorded ran the only recipe of their job then."""
     recipe = display(run.attributes.get("recipe"))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import workload
-from .attributes import display, is_llm, recipe_of
+from .attributes import display, is_llm, recipe_of, warmup_steps_excluded
 from .results import Run, as_runs
 
 #: The columns of ``mgbench report --reference --csv``, in its order.
@@ -70,7 +70,7 @@ def _metrics(run: Run) -> List[Tuple[str, bool, float]]:
 def _group(run: Run) -> str:
     return (f"{workload.identity(run)}|ranks={_a(run, 'world_size')}|nodes={_a(run, 'nodes')}"
             f"|strategy={_a(run, 'strategy')}|backend={_a(run, 'backend')}"
-            f"|warmup_steps_excluded={int(run.attributes.get('warmup_steps_excluded', 0))}")
+            f"|warmup_steps_excluded={warmup_steps_excluded(run)}")
 
 
 def _short(run: Run) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import workload
-from .attributes import display, is_llm, recipe_of
+from .attributes import display, is_llm, recipe_of, warmup_steps_excluded
 from .results import Run, as_runs
 
 MIB = 1024.0 * 1024.0
@@ -78,14 +78,10 @@ def _image_efficiencies(runs: Sequence[Run]) -> Dict[int, tuple]:
 def _llm_efficiency(run: Run, runs: Sequence[Run]) -> float:
     if not _usable(run) or not math.isfinite(run.summary["tokens_per_s"]):
         return math.nan
-    # tokens/s leaves --warmup-steps-excluded steps out: rates compare only over the same steps.
-    def timed_from(r: Run) -> int:
-        return int(r.attributes.get("warmup_steps_excluded", 0))
-
     one = None
     for other in runs:
         if (is_llm(other) and _usable(other) and other.attributes.get("world_size") == 1
-                and workload.identity(other) == workload.identity(run) and timed_from(other) == timed_from(run)
+                and workload.identity(other) == workload.identity(run) and warmup_steps_excluded(other) == warmup_steps_excluded(run)
                 and math.isfinite(other.summary["tokens_per_s"])):
             one = other
     if one is None:
