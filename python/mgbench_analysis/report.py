@@ -81,7 +81,8 @@ def _llm_efficiency(run: Run, runs: Sequence[Run]) -> float:
     one = None
     for other in runs:
         if (is_llm(other) and _usable(other) and other.attributes.get("world_size") == 1
-                and workload.identity(other) == workload.identity(run) and warmup_steps_excluded(other) == warmup_steps_excluded(run)
+                and workload.identity(other) == workload.identity(run)
+                and warmup_steps_excluded(other) == warmup_steps_excluded(run)
                 and math.isfinite(other.summary["tokens_per_s"])):
             one = other
     if one is None:

@@ -156,8 +156,9 @@ def test_a_checkpoint_at_an_epochs_last_step_resumes_at_another_number_of_ranks(
     position is the whole plan, not 0. ddp-rr continues it at 3 ranks (refused before: "inside epoch 1"),
     ending epoch 1 there with nothing left to load, and trains epoch 2 at 3 ranks."""
     image = ["image", *SMALL, "--data", mnist, "--limit-train", "2048", "--limit-test", "64", "--epochs", "2",
-             "--batch-size", "16", "--global-batch-size", "96", "--strategy", "ddp-rr", "--checkpoint-dir", tmp_path / "ck",
-             "--checkpoint-every", "1", "--record-indices", "--results", tmp_path / "r.h5"]
+             "--batch-size", "16", "--global-batch-size", "96", "--strategy", "ddp-rr",
+             "--checkpoint-dir", tmp_path / "ck", "--checkpoint-every", "1", "--record-indices",
+             "--results", tmp_path / "r.h5"]
     # 21 steps an epoch at 2 ranks: the stop after checkpoint 19 comes at step 21 (the stop agreement is
     # read a step after it was started).
     preempt(image, tmp_path / "ck", 19, np=2)

@@ -201,10 +201,11 @@ def test_qat_trains_on_two_ranks_and_quantize_writes_torchaos_int4(tmp_path, rec
     assert len(report) == len(qat_config["linears"])
     assert all(all(checks) for checks in report.values()), report
     # The output is no input: into the trained directory, the int4 values overwrote its weights.
-    before = (out / "model.safetensors").read_bytes() if recipe == "qat" else (out / "adapter_model.safetensors").read_bytes()
+    trained = out / ("model.safetensors" if recipe == "qat" else "adapter_model.safetensors")
+    before = trained.read_bytes()
     same = mgbench("quantize", *args, "--output", out)
     assert same.returncode == 2 and "the trained weights would be overwritten" in same.stderr, same.stderr
-    assert before == ((out / "model.safetensors") if recipe == "qat" else (out / "adapter_model.safetensors")).read_bytes()
+    assert trained.read_bytes() == before
     if recipe == "qat":
         # Full fine-tuning into the same --output-dir: the QAT run's qat_config.json no longer describes the
         # model (quantize took it for a QAT one), so it goes.
