@@ -248,9 +248,9 @@ TEST(Telemetry, EnergyTablesRoundTripAndReportJoulesPerSample) {
   std::ostringstream csv;
   report::print_energy(csv, runs, /*csv=*/true);
   EXPECT_EQ(csv.str(),
-            "run,ranks,source,span_s,energy_j,j_per_sample,j_per_token,mean_power_w,max_power_w,"
+            "file,run_id,ranks,source,span_s,energy_j,j_per_sample,j_per_token,mean_power_w,max_power_w,"
             "mean_sm_clock_mhz,max_temperature_c,throttled_pct\n" +
-                run_id + ",1,nvml,4,1000,2.5,nan,250,250,1250,25,50\n");
+                path + "," + run_id + ",1,nvml,4,1000,2.5,-,250,250,1250,25,50\n");  // keyed as the others, "-"
 }
 
 }  // namespace
