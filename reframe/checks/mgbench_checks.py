@@ -60,12 +60,12 @@ STATUS_NOT_COMPLETED = r"^[^,]*,[^,]*,(failed|aborted|preempted|running),"
 
 
 def energy_row(path):
-    """The run's row of `mgbench report --energy --csv` (the block whose header starts "run,ranks,source")
-    as {column: text}. Raises SanityError naming the file when it has no such block."""
+    """The run's row of `mgbench report --energy --csv` (the block whose header starts
+    "file,run_id,ranks,source") as {column: text}. Raises SanityError naming the file when it has no such block."""
     with open(path) as f:
         rows = list(csv.reader(f))
     for i, row in enumerate(rows[:-1]):
-        if row[:3] == ["run", "ranks", "source"]:
+        if row[:4] == ["file", "run_id", "ranks", "source"]:
             return dict(zip(row, rows[i + 1]))
     raise SanityError(f"{path}: no energy table (mgbench report --energy --csv)")
 
