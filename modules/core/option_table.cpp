@@ -54,6 +54,12 @@ void fail_operand(std::string_view value_name, std::string_view text, std::strin
   throw ConfigError(fmt::format("{} '{}': expected {}", value_name, text, expected));
 }
 
+void add_only_with(Option& option, std::function<bool()> applies, std::string when) {
+  if (option.applies) throw std::logic_error("option --" + option.name + ": only_with given twice");
+  option.applies = std::move(applies);
+  option.applies_with = std::move(when);
+}
+
 std::string to_text(const std::string& v) { return v; }
 std::string to_text(bool v) { return v ? "true" : "false"; }
 std::string to_text(int v) { return std::to_string(v); }
@@ -160,6 +166,12 @@ Option* OptionTable::find(std::string_view name) {
 
 const Option* OptionTable::find(std::string_view name) const { return const_cast<OptionTable*>(this)->find(name); }
 
+void OptionTable::only_with(std::string_view name, std::function<bool()> applies, std::string when) {
+  Option* o = find(name);
+  if (o == nullptr) throw std::out_of_range("undeclared option --" + std::string(name));
+  add_only_with(*o, std::move(applies), std::move(when));
+}
+
 void OptionTable::set(std::string_view name, const std::string& text) {
   Option* o = find(name);
   if (o == nullptr) throw std::out_of_range("undeclared option --" + std::string(name));
@@ -189,7 +201,10 @@ void OptionTable::set_defaults(std::string_view ini) {
   for (const auto& [name, text] : ini_lines(settings)) {
     Option* o = find(name);
     if (o == nullptr) throw std::out_of_range("undeclared option --" + name);
-    if (!o->given) o->parse(text);
+    if (!o->given) {
+      o->parse(text);
+      o->default_text = o->text();
+    }
   }
 }
 
@@ -202,6 +217,15 @@ void OptionTable::validate(bool dry_run) const {
       throw ConfigError(fmt::format("--{}: required ({})", o.name, what));
     }
     for (const auto& check : o.checks) check();
+    if (o.applies && o.given && o.text() != o.default_text && !o.applies()) {
+      throw ConfigError(fmt::format("--{} '{}': only with {}", o.name, o.text(), o.applies_with));
+    }
+  }
+}
+
+void OptionTable::reset_unused() {
+  for (auto& o : options_) {
+    if (o.applies && o.text() != o.default_text && !o.applies()) o.parse(o.default_text);
   }
 }
 

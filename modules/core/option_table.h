@@ -144,6 +144,9 @@ struct Option {
   bool repeatable = false;       // a list whose name may be given several times, one item each (--comm A --comm B)
   Effect effect = Effect::kWorkload;
   bool given = false;                              // set from the command line or a config file
+  std::string default_text;                        // the value when not given: declared, or a recipe's default
+  std::function<bool()> applies;                   // Declared::only_with: whether the run uses it (empty: always)
+  std::string applies_with;                        // ... and what it needs: "--finetune lora"
   std::function<std::string()> text;               // the current value, exact
   std::function<Value()> value;                    // the current value, typed
   std::function<void(const std::string&)> parse;   // text -> field; throws ConfigError naming the option
@@ -151,6 +154,9 @@ struct Option {
   std::vector<std::function<void()>> checks;       // bounds; each throws ConfigError naming the option
   std::string named;                               // the named value given (Declared::named_value), if any
 };
+
+/// Declared::only_with on option. Throws std::logic_error for an option that has it already.
+void add_only_with(Option& option, std::function<bool()> applies, std::string when);
 
 /// What OptionTable::add returns: bounds and properties of the option just declared.
 template <typename T>
@@ -198,6 +204,15 @@ class Declared {
     option_.value = [typed = std::move(option_.value), word, holds_word] {
       return holds_word() ? Value(word) : typed();
     };
+    return *this;
+  }
+  /// An option of some runs only: given with a value other than its default where `applies()` is
+  /// false (read at validation, every option parsed), the run is refused -- ConfigError
+  /// "--crop 'center': only with --dataset imagefolder or webdataset" -- rather than the value
+  /// silently ignored. A run's resolved configuration (ini(), read back with --config) holds such
+  /// options at their defaults and passes.
+  Declared& only_with(std::function<bool()> applies, std::string when) {
+    add_only_with(option_, std::move(applies), std::move(when));
     return *this;
   }
   /// A unit the value may be written with, dropped before parsing: `--tolerance 10%` reads as 10.
@@ -286,6 +301,7 @@ class OptionTable {
     o.text = [&field] { return to_text(field); };
     o.value = [&field] { return to_value(field); };
     o.parse = [&field, &o](const std::string& text) { from_text(o.name, text, field); };
+    o.default_text = o.text();
     if constexpr (std::is_same_v<T, std::vector<std::string>>) {
       o.append = [&field](const std::string& item) { field.push_back(item); };
     }
@@ -307,6 +323,7 @@ class OptionTable {
       for (const auto v : field) text += (text.empty() ? "" : ",") + std::string(name_of(rows, v));
       return text;
     };
+    o.default_text = o.text();
     o.value = [&o] { return Value(o.text()); };
     o.parse = [&field, rows, &o](const std::string& text) {
       std::vector<std::string> items;
@@ -334,10 +351,16 @@ class OptionTable {
     }
     Option& o = declare(std::move(name), std::move(help), names);
     o.text = [&field, rows] { return std::string(name_of(rows, field)); };
+    o.default_text = o.text();
     o.value = [&field, rows] { return Value(std::string(name_of(rows, field))); };
     o.parse = [&field, rows, &o](const std::string& text) { field = parse_choice(rows, o.name, text); };
     return Declared<ValueOf<Row>>(o, field);
   }
+
+  /// Declared::only_with for --name, declared by another component: a recipe that has no use for a
+  /// shared option in some of its runs (sft's --eval-only writes no --output-dir). Throws
+  /// std::out_of_range for an undeclared name.
+  void only_with(std::string_view name, std::function<bool()> applies, std::string when);
 
   std::deque<Option>& options() { return options_; }
   const std::deque<Option>& options() const { return options_; }
@@ -352,14 +375,18 @@ class OptionTable {
   /// default. Other options: as set(). Throws as set().
   void append(std::string_view name, const std::string& item);
   /// Sets the defaults of several options from "name = value" lines (--config's format): those not
-  /// given (on the command line or in a config file) take these values; lines starting with '#'
-  /// are comments, as in --config files. Throws as set(), and std::logic_error for another line
-  /// that is not "name = value".
+  /// given (on the command line or in a config file) take these values, their defaults from then
+  /// on (Declared::only_with); lines starting with '#' are comments, as in --config files. Throws as set(), and
+  /// std::logic_error for another line that is not "name = value".
   void set_defaults(std::string_view ini);
   /// Checks every option: given where required (for a --dry-run, dry_run: not those only a run
-  /// needs), within its bounds. Throws ConfigError naming the first invalid option and what it
-  /// expects.
+  /// needs), within its bounds, used by the run where given (Declared::only_with). Throws
+  /// ConfigError naming the first invalid option and what it expects.
   void validate(bool dry_run = false) const;
+  /// Sets each option the run does not use (Declared::only_with) back to its default: a recorded
+  /// configuration read back (`predict` of a run written before the option was refused there), whose
+  /// such values had no effect on the run.
+  void reset_unused();
 
   /// "name = value" lines of every option, in declaration order: the resolved configuration,
   /// readable with --config.

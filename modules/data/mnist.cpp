@@ -35,7 +35,12 @@ std::string find_file(const std::string& dir, const std::string& prefix, const s
 }  // namespace
 
 MnistSplit load_mnist(const std::string& dir, Split split, std::int64_t limit) {
-  MGBENCH_REQUIRE(std::filesystem::is_directory(dir), DataError, "data directory '{}' does not exist", dir);
+  std::error_code ec;
+  MGBENCH_REQUIRE(std::filesystem::exists(dir, ec), DataError, "data directory '{}' does not exist", dir);
+  MGBENCH_REQUIRE(std::filesystem::is_directory(dir, ec), DataError,
+                  "data directory '{}': a file, not a directory (expected the directory holding the IDX files "
+                  "train-images-idx3-ubyte[.gz], ...)",
+                  dir);
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   MnistSplit out;
   out.images_path = find_file(dir, prefix, "images-idx3");

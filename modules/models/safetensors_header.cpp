@@ -109,6 +109,12 @@ SafetensorsHeader parse_safetensors_header(std::string_view head, std::uint64_t 
     end = e->end;
     previous = name;
   }
+  // And they end where the file does (safetensors' MetadataIncompleteBuffer): bytes past the last
+  // tensor are a file written over a larger one, or something appended.
+  MGBENCH_REQUIRE(end == data_bytes, DataError,
+                  "safetensors '{}': {} bytes after the last tensor (its data section holds {}, the tensors {}): "
+                  "not a whole safetensors file",
+                  path, data_bytes - end, data_bytes, end);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // `mgbench report`'s table of `mgbench comm` runs, in nccl-tests' columns: each collective, dtype,
 // placement and size with its time min / avg / max across ranks, algbw and busbw.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,8 @@ void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, 
   auto attribute = [](const char* name) { return [name](const L& l) { return l.run->display(name); }; };
   auto record = [](const L& l) -> const results::CommRecord& { return *l.row.first; };
   auto micro = [](double CommRow::*field) { return [field](const L& l) { return number(l.row.*field * 1e6, 2); }; };
+  // CSV: 9 significant digits, as the times (a small message's GB/s at 4 decimals read 0.0004 or 0).
+  auto significant = [](double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : std::string("-"); };
   auto seconds = [](double CommRow::*field) {
     return [field](const L& l) { return fmt::format("{:.9g}", l.row.*field); };
   };
@@ -82,9 +85,9 @@ void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, 
       {"time_avg", "(us)", 10, "time_avg_s", micro(&CommRow::avg_s), seconds(&CommRow::avg_s)},
       {"time_max", "(us)", 10, "time_max_s", micro(&CommRow::max_s), seconds(&CommRow::max_s)},
       {"algbw", "(GB/s)", 8, "algbw_gbs", [](const L& l) { return number(l.algbw, 3); },
-       [](const L& l) { return number(l.algbw, 4); }},
+       [&](const L& l) { return significant(l.algbw); }},
       {"busbw", "(GB/s)", 8, "busbw_gbs", [](const L& l) { return number(l.busbw, 3); },
-       [](const L& l) { return number(l.busbw, 4); }},
+       [&](const L& l) { return significant(l.busbw); }},
       {"#wrong", "", 6, "wrong", [](const L& l) { return l.row.checked ? std::to_string(l.row.wrong) : "N/A"; },
        [](const L& l) { return l.row.checked ? std::to_string(l.row.wrong) : ""; }},
   };

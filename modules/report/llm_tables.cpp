@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "report/reference.h"
 #include "report/report.h"
 #include "report/run_cells.h"
 #include "report/table.h"
@@ -23,8 +24,8 @@ std::string padding_of(const results::RunRecord& run) {
   return padding.empty() ? "pad" : padding;
 }
 
-/// An LLM run with its per-rank tokens/s over the 1-rank run's of the same workload identity, timed
-/// over the same steps (the same --warmup-steps-excluded).
+/// An LLM run with its per-rank tokens/s over the 1-rank runs' (their median) of the same workload
+/// identity, timed over the same steps (the same --warmup-steps-excluded).
 struct LlmRow {
   const results::RunRecord* run;
   std::optional<double> efficiency;
@@ -43,16 +44,16 @@ std::vector<LlmRow> llm_rows(const std::vector<results::RunRecord>& runs) {
     if (!is_llm_run(r)) continue;
     LlmRow row{&r, std::nullopt, baseline_note(r, runs)};
     if (is_completed(r) && std::isfinite(r.summary.tokens_per_s)) {
-      const results::RunRecord* one = nullptr;
+      std::vector<double> one_rank;  // tokens/s of the 1-rank runs (repeats: their median)
       for (const auto& o : runs) {
         if (is_llm_run(o) && is_completed(o) && o.integer("world_size") == 1 && identity_of(o) == identity_of(r) &&
             warmup_steps_excluded(o) == warmup_steps_excluded(r) && std::isfinite(o.summary.tokens_per_s)) {
-          one = &o;
+          one_rank.push_back(o.summary.tokens_per_s);
         }
       }
-      if (one != nullptr) {
-        row.efficiency = r.summary.tokens_per_s / static_cast<double>(r.integer("world_size").value_or(1)) /
-                         one->summary.tokens_per_s;
+      if (!one_rank.empty()) {
+        row.efficiency =
+            r.summary.tokens_per_s / static_cast<double>(r.integer("world_size").value_or(1)) / median(one_rank);
       }
     }
     rows.push_back(row);

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "report/reference.h"
 #include "report/run_cells.h"
 #include "report/table.h"
 #include "report/workload.h"
@@ -24,26 +26,24 @@ std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs) {
     if (is_completed(run)) {
       const std::string& identity = identities[static_cast<std::size_t>(&run - runs.data())];
       const std::string fp64_identity = workload_identity(run, {{"precision", "fp64"}});
-      const results::RunRecord* one_rank = nullptr;
-      const results::RunRecord* fp64 = nullptr;
+      // The 1-rank runs' times (the same strategy's where there are some) and the fp64 runs'.
+      std::vector<double> one_rank_s, same_strategy_s, fp64_s;
       for (const auto& other : runs) {
         if (!is_completed(other)) continue;
         const std::string& other_identity = identities[static_cast<std::size_t>(&other - runs.data())];
-        // Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
+        const bool same_strategy = other.display("strategy") == run.display("strategy");
         if (other.integer("world_size") == 1 && other_identity == identity) {
-          const bool same_strategy = other.display("strategy") == run.display("strategy");
-          if (one_rank == nullptr || same_strategy || one_rank->display("strategy") != run.display("strategy")) {
-            one_rank = &other;
-          }
+          (same_strategy ? same_strategy_s : one_rank_s).push_back(other.summary.total_s);
         }
-        if (other_identity == fp64_identity && other.display("strategy") == run.display("strategy") &&
+        if (other_identity == fp64_identity && same_strategy &&
             other.integer("world_size") == run.integer("world_size")) {
-          fp64 = &other;
+          fp64_s.push_back(other.summary.total_s);
         }
       }
-      if (one_rank != nullptr) row.efficiency_vs_1_rank = one_rank->summary.total_s / run.summary.total_s;
-      if (fp64 != nullptr && run.display("precision") != "fp64") {
-        row.efficiency_vs_fp64 = fp64->summary.total_s / run.summary.total_s;
+      if (!same_strategy_s.empty()) one_rank_s = std::move(same_strategy_s);
+      if (!one_rank_s.empty()) row.efficiency_vs_1_rank = median(one_rank_s) / run.summary.total_s;
+      if (!fp64_s.empty() && run.display("precision") != "fp64") {
+        row.efficiency_vs_fp64 = median(fp64_s) / run.summary.total_s;
       }
       row.baseline_note = baseline_note(run, runs);
     }

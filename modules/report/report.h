@@ -23,7 +23,8 @@ struct Row {
 /// Efficiency baselines: "vs 1 rank" pairs a run with a completed 1-rank run of the same
 /// workload identity (report/workload.h: what is computed, device and GPU model), preferring the
 /// same strategy; "vs FP64" with the completed fp64 run of the same identity but precision,
-/// strategy and world size. Among several candidates the latest run is used. A multi-rank run
+/// strategy and world size. Among several candidates (repeats) the median of their times is the
+/// baseline (reference.h's median: the mean of the middle two of an even count). A multi-rank run
 /// without a 1-rank run of its identity gets a note naming the nearest 1-rank run of its task
 /// and where it differs.
 std::vector<Row> build_rows(const std::vector<results::RunRecord>& runs);
@@ -42,7 +43,8 @@ void print(std::ostream& out, const std::vector<Row>& rows, Format format);
 
 /// LLM fine-tuning runs (task llm / llm-eval), as the paper's Table 5 and Fig. 4: status, ranks,
 /// model, dataset, precision, batch x grad-accum, s/it, tokens/s (all ranks), per-rank scaling
-/// efficiency vs the 1-rank run of the same workload ((tokens/s / ranks) / tokens/s of 1 rank), MFU,
+/// efficiency vs the 1-rank runs of the same workload and warm-up steps excluded ((tokens/s / ranks)
+/// / the median tokens/s of those), MFU,
 /// final (or eval) loss, the recipe, peak memory and weight bytes per parameter, and the notes of
 /// print(); the CSV's columns in the same order (with file, task, batch_size and grad_accum apart,
 /// and resumes), ending `resumes,recipe,peak_memory_mib,weight_bytes_per_param`.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "report/report.h"
+#include "report/run_cells.h"
 #include "workload_identity.h"
 
 namespace mgbench::report {
@@ -73,6 +74,12 @@ std::string baseline_note(const results::RunRecord& run, const std::vector<resul
       continue;
     }
     auto differences = workload_differences(run, other);
+    // An LLM run's efficiency also times the same steps (llm_tables.cpp): a 1-rank run that left out
+    // another warm-up is no baseline of it, and the note says so.
+    if (is_llm_run(run) && warmup_steps_excluded(run) != warmup_steps_excluded(other)) {
+      differences.push_back({"warmup_steps_excluded", std::to_string(warmup_steps_excluded(run)),
+                             std::to_string(warmup_steps_excluded(other))});
+    }
     if (differences.empty()) return {};
     if (nearest == nullptr || differences.size() <= nearest_differences.size()) {
       nearest = &other;

@@ -275,8 +275,9 @@ h5::Handle open_to_read(const std::string& path) {
   // A running job holds the file open; reading it while it runs is allowed.
   H5Pset_file_locking(fapl, false, true);
   h5::Handle file = h5::wrap_file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), fmt::format("open '{}'", path));
-  MGBENCH_REQUIRE(h5::link_exists(file, "runs"), ResultsError, "'{}' is not an mgbench results file (no /runs group)",
-                  path);
+  MGBENCH_REQUIRE(is_results_file(file), ResultsError,
+                  "'{}' is not an mgbench results file (no root attribute schema = \"{}\" with a /runs group)", path,
+                  kSchemaName);
   return file;
 }
 

@@ -1,9 +1,10 @@
 #include "results/schema.h"
 
 #include <algorithm>
-#include <cstring>
-
 #include <cstddef>
+#include <cstring>
+#include <string>
+#include <variant>
 
 namespace mgbench::results {
 namespace {
@@ -25,6 +26,16 @@ void insert_phases(hid_t type, std::size_t base) {
 }
 
 }  // namespace
+
+bool is_results_file(hid_t file) {
+  for (const auto& [name, value] : h5::read_attributes(file)) {
+    if (name == "schema") {
+      return std::holds_alternative<std::string>(value) && std::get<std::string>(value) == kSchemaName &&
+             h5::link_exists(file, "runs");
+    }
+  }
+  return false;
+}
 
 h5::Handle step_record_type() {
   auto t = h5::wrap_type(H5Tcreate(H5T_COMPOUND, sizeof(StepRecord)), "create step record type");

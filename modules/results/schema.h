@@ -17,6 +17,11 @@ namespace mgbench::results {
 inline constexpr std::string_view kSchemaName = "mgbench-results";
 inline constexpr std::int64_t kSchemaVersion = 15;  // docs/results-schema.md, "Version history"
 
+/// Whether the open HDF5 file is an mgbench results file: its root attribute schema is kSchemaName
+/// and it has the /runs group (the writer appends only to such a file, the readers read only such
+/// files; mgbench_analysis alike).
+bool is_results_file(hid_t file);
+
 /// Run states stored in /runs/<id>/status.
 inline constexpr std::string_view kStatusRunning = "running";
 inline constexpr std::string_view kStatusCompleted = "completed";

@@ -1,6 +1,7 @@
 #include "results/write_lock.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,17 +31,32 @@ std::string canonical_or_same(const std::string& path) {
 
 }  // namespace
 
-std::string lock_for_writing(const std::string& path, int& fd) {
+std::string lock_for_writing(const std::string& path, int& fd, bool& created) {
   const std::string lock_path = path + ".lock";
-  fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return fmt::format("cannot create the lock file '{}' of results file '{}' ({})", lock_path, path,
-                       std::strerror(errno));
+  // A lock taken on a lock file that its job removed meanwhile (remove_lock_file: opened before the
+  // removal, locked after its release) guards nothing: the path then names another file, or none.
+  // Taken again on the file the path names now (the usual remedy, as flock(1)-style tools do).
+  for (int attempt = 0;; ++attempt) {
+    fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return fmt::format("cannot create the lock file '{}' of results file '{}' ({})", lock_path, path,
+                         std::strerror(errno));
+    }
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    if (fcntl(fd, F_SETLK, &lock) != 0) break;
+    struct stat held {
+    }, named{};
+    if (attempt < 8 && (::fstat(fd, &held) != 0 || ::stat(lock_path.c_str(), &named) != 0 ||
+                        held.st_dev != named.st_dev || held.st_ino != named.st_ino)) {
+      ::close(fd);
+      continue;
+    }
+    return "";
   }
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  if (fcntl(fd, F_SETLK, &lock) == 0) return "";
   const int error = errno;
   std::string holder = "another process";
   struct flock probe {};
@@ -60,6 +76,10 @@ std::string lock_for_writing(const std::string& path, int& fd) {
       "cannot lock '{}' ({}): POSIX locks unavailable on this file system? (Lustre: mount with "
       "-o flock)",
       lock_path, std::strerror(error));
+}
+
+void remove_lock_file(const std::string& path) noexcept {
+  ::unlink((path + ".lock").c_str());  // while holding it: a job that opened it meanwhile takes it again
 }
 
 bool being_written(const std::string& path) {

@@ -256,6 +256,7 @@ void ResultsWriter::remove_created_file() noexcept {
   if (!created_) return;
   std::error_code ignored;
   if (std::filesystem::remove(path_, ignored)) log::warn("removed the half-made results file '{}'", path_);
+  if (lock_.created) remove_lock_file(path_);  // released by lock_.close(), after
 }
 
 void ResultsWriter::arm_abort_recorder() {

@@ -144,6 +144,7 @@ class ResultsWriter {
   /// handles, so that it is released after them, also when a constructor throws.
   struct LockFile {
     int fd = -1;
+    bool created = false;  // this job made the lock file: a failed start removes it (remove_lock_file)
     void close() noexcept;
     ~LockFile() { close(); }
   };

@@ -65,7 +65,7 @@ void ResultsWriter::open_file(bool create, std::uint64_t needed_bytes) {
   std::string problem;
   bool exists = false;
   if (rank_ == 0) {
-    problem = lock_for_writing(path_, lock_.fd);
+    problem = lock_for_writing(path_, lock_.fd, lock_.created);
     exists = access(path_.c_str(), F_OK) == 0;
     if (!problem.empty()) {
       // another job writes the file: touch nothing
@@ -86,7 +86,16 @@ void ResultsWriter::open_file(bool create, std::uint64_t needed_bytes) {
     }
   }
   problem = broadcast_string(comm_, problem);
-  if (!problem.empty()) throw ResultsError(problem);
+  // A start that fails before the file holds anything of this job's leaves no lock file it made (a
+  // resume whose results file is gone, a path that is not a results file); released as this throws.
+  const auto unlock_on_failure = [&] {
+    std::error_code ec;
+    if (lock_.created && (exists || !std::filesystem::exists(path_, ec))) remove_lock_file(path_);
+  };
+  if (!problem.empty()) {
+    unlock_on_failure();
+    throw ResultsError(problem);
+  }
   exists = broadcast_string(comm_, exists ? "1" : "0") == "1";
 
   const std::string open_what = fmt::format("{} results file '{}'", exists ? "open" : "create", path_);
@@ -95,23 +104,26 @@ void ResultsWriter::open_file(bool create, std::uint64_t needed_bytes) {
   check_status(H5Pset_all_coll_metadata_ops(fapl, true), open_what);
   check_status(H5Pset_coll_metadata_write(fapl, true), open_what);
   if (exists) {
-    file_ = h5::wrap_file(H5Fopen(path_.c_str(), H5F_ACC_RDWR, fapl), open_what);
-    const h5::Attributes root = h5::read_attributes(file_);
-    bool is_mgbench = false;
-    for (const auto& [name, value] : root) {
-      if (name == "schema" && std::holds_alternative<std::string>(value)) {
-        is_mgbench = std::get<std::string>(value) == kSchemaName;
+    try {
+      file_ = h5::wrap_file(H5Fopen(path_.c_str(), H5F_ACC_RDWR, fapl), open_what);
+      if (!is_results_file(file_)) {
+        throw ResultsError(
+            fmt::format("'{}' is an HDF5 file but not an mgbench results file (no schema=\"{}\" "
+                        "attribute or /runs group); choose another --results path",
+                        path_, kSchemaName));
       }
-    }
-    if (!is_mgbench || !h5::link_exists(file_, "runs")) {
-      throw ResultsError(
-          fmt::format("'{}' is an HDF5 file but not an mgbench results file (no schema=\"{}\" "
-                      "attribute or /runs group); choose another --results path",
-                      path_, kSchemaName));
+    } catch (...) {
+      unlock_on_failure();
+      throw;
     }
   } else {
     created_ = true;  // from here on a failed creation removes the file (abandon_creation)
-    file_ = h5::wrap_file(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
+    try {
+      file_ = h5::wrap_file(H5Fcreate(path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), open_what);
+    } catch (...) {
+      unlock_on_failure();  // only where nothing was made
+      throw;
+    }
     h5::write_attributes(file_, {{"schema", std::string(kSchemaName)}, {"schema_version", kSchemaVersion}});
     h5::wrap_group(H5Gcreate2(file_, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create /runs");
   }

@@ -111,7 +111,8 @@ void refuse_small_batches(const RunSetup& setup) {
 }
 
 /// The epochs' plan and the optimizer steps each holds. Throws ConfigError for an epoch without one,
-/// or with a batch the recipe cannot train on (refuse_small_batches).
+/// or with a batch the recipe cannot train on (refuse_small_batches); warns (rank 0) of what the
+/// recipe's steps_warning names.
 void plan_epochs(RunSetup& setup) {
   const TrainOptions& options = setup.options;
   const Recipe& recipe = setup.recipe;
@@ -127,6 +128,8 @@ void plan_epochs(RunSetup& setup) {
                   "{} samples over {} rank(s) at --batch-size {} x --grad-accum {} make no optimizer step",
                   recipe.train_size(), setup.world_size(), options.batch_size, options.grad_accum);
   refuse_small_batches(setup);
+  const std::string warning = recipe.steps_warning(setup.steps_per_epoch * options.epochs);
+  if (!warning.empty() && setup.rank() == 0) log::warn("{}", warning);
 }
 
 }  // namespace

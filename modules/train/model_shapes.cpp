@@ -24,7 +24,7 @@ std::string value_of(const std::vector<std::pair<std::string, std::string>>& lin
 }
 
 /// task's job as the lines configure it (each given, as on the command line), with --model `model`
-/// where not empty, validated.
+/// where not empty, validated (what the run did not use set to its defaults: OptionTable::reset_unused).
 std::unique_ptr<JobConfig> job_of(std::string_view task, const std::vector<std::pair<std::string, std::string>>& lines,
                                   const std::string& model) {
   std::unique_ptr<JobConfig> job = configure(task, value_of(lines, "recipe"));  // the recipe decides the options
@@ -36,6 +36,7 @@ std::unique_ptr<JobConfig> job_of(std::string_view task, const std::vector<std::
     }
   }
   if (!model.empty()) job->set("model", model);
+  job->table.reset_unused();  // a run recorded before such settings were refused (they had no effect)
   job->validate();
   return job;
 }

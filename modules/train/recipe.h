@@ -209,6 +209,10 @@ class Recipe {
   /// forward computes other ops from this step on than at the previous call: the loop then drops
   /// the CUDA graphs captured before (MicroBatchGraphs::forget). Nothing by default (false).
   virtual bool begin_step(std::int64_t global_step) { return false; }
+  /// Once the epochs are planned, with the run's optimizer steps (every epoch's): a warning naming an
+  /// option that so many steps leave without effect (QAT's --fake-quant-after-steps at or past the
+  /// last step: a run recorded as QAT that never fake-quantises), which rank 0 logs; "" for none.
+  virtual std::string steps_warning(std::int64_t optimizer_steps) const { return {}; }
   /// Device-side work on a batch just copied to the device that needs neither the model nor the step
   /// (the image recipe's --decode device: nvJPEG decoding, crops, normalisation): the DeviceFeeder runs
   /// it as it copies the batch, ahead of the step, on its copy stream where it has one (so it overlaps

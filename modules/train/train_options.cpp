@@ -70,9 +70,8 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("grad-accum", grad_accum, "micro-batches per optimizer step (gradient accumulation)").at_least(1);
   // Not in the workload identity: the run attribute grad_accum holds the micro-batches it resolves to.
   t.add("global-batch-size", global_batch_size,
-        "samples per optimizer step over all ranks (torchtitan's global_batch_size): the micro-batches per step are "
-        "this / (--batch-size x ranks), so a checkpoint resumes at another number of ranks with the same steps "
-        "(0: --grad-accum's)")
+        "samples per optimizer step over all ranks (torchtitan's global_batch_size; 0: --grad-accum's): micro-batches "
+        "per step = this / (--batch-size x ranks), so a checkpoint resumes at other rank counts with the same steps")
       .at_least(0)
       .same_workload();
   t.add("max-steps", max_steps, "optimizer steps per epoch (0: the whole epoch)").at_least(0);
@@ -83,7 +82,8 @@ void TrainOptions::declare(options::OptionTable& t) {
   t.add("reshard-after-forward", reshard_after_forward,
         "fsdp: free each unit's gathered parameters after its forward and gather them again for backward "
         "(false: keep them to the end of backward; more memory, one all-gather less per unit)")
-      .same_workload();
+      .same_workload()
+      .only_with([this] { return sharding == axes::Sharding::kFsdp; }, "--sharding fsdp");
 
   t.section("Compute");
   t.add("device", device, runtime::device_choices(), "where each rank computes");

@@ -3,10 +3,12 @@
 The definitions are the report's, so the frames equal its CSV (tested against ``mgbench report --csv``):
 - runs are the same workload when their workload identity is (``workload.py``: the attribute list
   both read, what is computed, device and GPU model);
-- image runs, "vs 1 rank" = T(1 rank) / T(n ranks): the completed 1-rank run of the same workload, a
-  same-strategy one preferred, the latest among several; "vs FP64" = T(fp64) / T(this precision), the
-  same workload but precision, same strategy and world size (Lawenda et al. 2025, Table 2);
-- LLM runs, "vs 1 rank" = (tokens/s / ranks) / tokens/s of the 1-rank run of the same workload;
+- image runs, "vs 1 rank" = T(1 rank) / T(n ranks): the completed 1-rank runs of the same workload,
+  same-strategy ones preferred, their median time among several (repeats); "vs FP64" = T(fp64) /
+  T(this precision), the same workload but precision, same strategy and world size, the median alike
+  (Lawenda et al. 2025, Table 2);
+- LLM runs, "vs 1 rank" = (tokens/s / ranks) / the median tokens/s of the 1-rank runs of the same
+  workload and ``warmup_steps_excluded``;
 - a multi-rank run without a 1-rank run of its workload has a ``baseline_note`` naming the nearest
   1-rank run of its task and where it differs (the report's '#' note);
 - DPO: the reward accuracy and margin at the end: the mean over ranks of each rank's last min(10, steps)
@@ -55,22 +57,21 @@ def _image_efficiencies(runs: Sequence[Run]) -> Dict[int, tuple]:
         vs_one = vs_fp64 = math.nan
         if _usable(run):
             identity, fp64_identity = workload.identity(run), workload.identity(run, precision="fp64")
-            one = fp64 = None
+            one_rank, same_strategy, fp64 = [], [], []  # the candidates' times; repeats: their median
             for other in runs:
                 if not _usable(other):
                     continue
+                same = _a(other, "strategy") == _a(run, "strategy")
                 if other.attributes.get("world_size") == 1 and workload.identity(other) == identity:
-                    same = _a(other, "strategy") == _a(run, "strategy")
-                    # Later runs replace earlier candidates; a same-strategy 1-rank run beats any other.
-                    if one is None or same or _a(one, "strategy") != _a(run, "strategy"):
-                        one = other
-                if (workload.identity(other) == fp64_identity and _a(other, "strategy") == _a(run, "strategy")
+                    (same_strategy if same else one_rank).append(other.summary["total_s"])
+                if (workload.identity(other) == fp64_identity and same
                         and other.attributes.get("world_size") == run.attributes.get("world_size")):
-                    fp64 = other
-            if one is not None:
-                vs_one = one.summary["total_s"] / run.summary["total_s"]
-            if fp64 is not None and _a(run, "precision") != "fp64":
-                vs_fp64 = fp64.summary["total_s"] / run.summary["total_s"]
+                    fp64.append(other.summary["total_s"])
+            one_rank = same_strategy or one_rank  # a same-strategy 1-rank run preferred
+            if one_rank:
+                vs_one = float(np.median(one_rank)) / run.summary["total_s"]
+            if fp64 and _a(run, "precision") != "fp64":
+                vs_fp64 = float(np.median(fp64)) / run.summary["total_s"]
         out[i] = (vs_one, vs_fp64)
     return out
 
@@ -78,16 +79,14 @@ def _image_efficiencies(runs: Sequence[Run]) -> Dict[int, tuple]:
 def _llm_efficiency(run: Run, runs: Sequence[Run]) -> float:
     if not _usable(run) or not math.isfinite(run.summary["tokens_per_s"]):
         return math.nan
-    one = None
-    for other in runs:
-        if (is_llm(other) and _usable(other) and other.attributes.get("world_size") == 1
+    one_rank = [other.summary["tokens_per_s"] for other in runs
+                if is_llm(other) and _usable(other) and other.attributes.get("world_size") == 1
                 and workload.identity(other) == workload.identity(run)
                 and warmup_steps_excluded(other) == warmup_steps_excluded(run)
-                and math.isfinite(other.summary["tokens_per_s"])):
-            one = other
-    if one is None:
+                and math.isfinite(other.summary["tokens_per_s"])]
+    if not one_rank:
         return math.nan
-    return run.summary["tokens_per_s"] / int(run.attributes.get("world_size", 1)) / one.summary["tokens_per_s"]
+    return run.summary["tokens_per_s"] / int(run.attributes.get("world_size", 1)) / float(np.median(one_rank))
 
 
 def baseline_note(run: Run, runs: Sequence[Run]) -> str:
@@ -101,6 +100,8 @@ def baseline_note(run: Run, runs: Sequence[Run]) -> str:
         if not _usable(other) or other.attributes.get("world_size") != 1 or _a(other, "task") != _a(run, "task"):
             continue
         diffs = workload.differences(run, other)
+        if is_llm(run) and warmup_steps_excluded(run) != warmup_steps_excluded(other):  # timed other steps
+            diffs.append(("warmup_steps_excluded", str(warmup_steps_excluded(run)), str(warmup_steps_excluded(other))))
         if not diffs:
             return ""
         if nearest is None or len(diffs) <= len(nearest_diffs):

@@ -133,13 +133,14 @@ inline std::unique_ptr<train::JobConfig> llm_config(const std::string& recipe, c
                                             {"max-steps", "3"},
                                             {"warmup-steps", "1"},
                                             {"lr", "1e-3"},
-                                            {"lora-rank", "4"},
                                             {"threads", "1"},
                                             {"precision", "fp32"},
                                             {"device", "cpu"},
                                             {"results", results}}) {
     c->set(name, value);
   }
+  // --lora-* only where the recipe trains adapters (full, qat: refused).
+  if (c->table.find("finetune")->text() == "lora") c->set("lora-rank", "4");
   for (const auto& [name, value] : data) c->set(name, value);
   for (const auto& [name, value] : more) c->set(name, value);
   return c;

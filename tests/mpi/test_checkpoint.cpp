@@ -109,6 +109,25 @@ TEST(Checkpointer, RefusesAnotherWorldSizeAndACorruptManifestOnEveryRank) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("same number of ranks"), std::string::npos) << e.what();
   }
+  // A global step other than the directory's (was: taken as written, and named in the messages).
+  for (const std::int64_t step : {std::int64_t{7}, std::int64_t{-1}}) {
+    if (world_rank() == 0) {
+      std::ifstream in(manifest);
+      nlohmann::json j = nlohmann::json::parse(in);
+      j["world_size"] = world_size();
+      j["global_step"] = step;
+      std::ofstream(manifest) << j.dump();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    try {
+      checkpointer.latest();
+      ADD_FAILURE() << "expected DataError for global step " << step;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(step < 0 ? "global_step -1" : "says global step 7"), std::string::npos)
+          << e.what();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   if (world_rank() == 0) std::ofstream(manifest) << "{ not json";
   MPI_Barrier(MPI_COMM_WORLD);
   try {

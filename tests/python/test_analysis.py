@@ -662,8 +662,8 @@ def write_other_hdf5(path, **attrs):
             f.attrs[k] = v
 
 
-@pytest.mark.parametrize("case", ["text", "other_schema", "newer_version", "no_match", "empty_dir", "missing",
-                                  "fifo"])
+@pytest.mark.parametrize("case", ["text", "other_schema", "no_schema", "newer_version", "no_match", "empty_dir",
+                                  "missing", "fifo"])
 def test_bad_input_is_named(tmp_path, case):
     release = None
     if case == "fifo":
@@ -683,6 +683,10 @@ def test_bad_input_is_named(tmp_path, case):
         target = tmp_path / "other.h5"
         write_other_hdf5(target, schema="something-else")
         expected = f"'{target}' is not an mgbench results file"
+    elif case == "no_schema":  # a /runs group alone: `mgbench report` read it, mgbench_analysis did not
+        target = tmp_path / "bare.h5"
+        write_other_hdf5(target)
+        expected = f"'{target}' is not an mgbench results file"
     elif case == "newer_version":
         target = tmp_path / "future.h5"
         write_other_hdf5(target, schema="mgbench-results", schema_version=99)
@@ -701,6 +705,9 @@ def test_bad_input_is_named(tmp_path, case):
     assert expected in str(error.value)
     proc = plot_cli(target, "--out", tmp_path / "figs")
     assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    if case in ("other_schema", "no_schema"):  # the C++ readers judge a file as mgbench_analysis does
+        proc = mgbench("report", target)
+        assert proc.returncode == 1 and expected in proc.stderr, proc.stderr
     if release is not None:
         release.cancel()
 

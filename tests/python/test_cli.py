@@ -28,6 +28,9 @@ from conftest import BIN, ENV, SMALL, mgbench, not_here, run_with_rusage
     (["--first-bucket-mb", "1e15"], "--first-bucket-mb '1000000000000000': expected <= 1048576"),
     # A fact of the model's row, checked with the options (was: --dry-run passed, the run exited 1).
     (["--model", "resnet50", "--width-mult", "0.5", "--dry-run"], "--width-mult 0.5: resnet50 has torchvision's fixed"),
+    # An option the run has no use for (was: silently ignored), refused with --dry-run too.
+    (["--crop", "center", "--dry-run"], "--crop 'center': only with --dataset imagefolder or webdataset"),
+    (["--reshard-after-forward", "false"], "--reshard-after-forward 'false': only with --sharding fsdp"),
     # A value after a switch, or a stray word, is an error, not silently dropped.
     (["--record-indices", "true"], "'true': unexpected"),
     (["--data", "d", "extra"], "'extra': unexpected (every option is --name"),
@@ -71,6 +74,12 @@ def test_missing_data_directory(tmp_path):
     assert proc.returncode != 0
     assert "absent" in proc.stderr and "does not exist" in proc.stderr
     assert not (tmp_path / "r.h5").exists()
+    # A file given for the directory: said so (was: "does not exist").
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    proc = mgbench("image", "--data", tmp_path / "train-images-idx3-ubyte.gz", *SMALL, "--results", tmp_path / "r.h5",
+                   np=1)
+    assert proc.returncode != 0 and "a file, not a directory" in proc.stderr and "does not exist" not in proc.stderr, \
+        proc.stderr
 
 
 def test_corrupt_and_truncated_files(tmp_path, mnist):
@@ -122,6 +131,8 @@ def test_results_path_that_is_not_hdf5_is_left_alone(tmp_path, mnist):
     assert proc.returncode != 0
     assert "not an HDF5 file" in proc.stderr
     assert target.read_text() == "my notes"
+    # Nor is a lock file left beside it (was: notes.h5.lock stayed, as after a --resume whose file was gone).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.h5"]
 
 
 def test_report_errors(tmp_path):

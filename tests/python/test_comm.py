@@ -58,6 +58,11 @@ def test_table_has_nccl_tests_layout_and_equals_the_results_file(tmp_path, np_):
     report = mgbench("report", "--csv", results, check=True).stdout.splitlines()
     assert report[0].startswith("file,run_id,status,ranks,backend,device,collective")
     assert len(report) == 1 + 2 * len(rows)
+    # Its bandwidths as exact as its times (were 4 decimals: an 8-byte message's GB/s read 0.0004 or 0).
+    import csv
+    for line in csv.DictReader(report):
+        size, mean = int(line["bytes"]), float(line["time_avg_s"])
+        assert math.isclose(float(line["algbw_gbs"]), size / mean / 1e9, rel_tol=1e-6), line
 
 
 def test_a_perturbed_rank_fails_the_check(tmp_path):

@@ -245,6 +245,21 @@ def run_data(path, kind="alpaca"):
                           capture_output=True, timeout=60)
 
 
+def test_a_byte_order_mark_opening_the_file_is_dropped(tmp_path):
+    """Was: a CSV saved as Excel's "CSV UTF-8" read its first column as "\ufeffinput", and the rows were
+    refused as missing "input". Python's utf-8-sig, pandas and HF datasets drop the mark; so does mgbench
+    (JSON and JSON Lines: nlohmann's parser always did)."""
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    plain = os.path.join(TEXT, "grammar/c4_200m_first1k.csv")
+    with open(plain, encoding="utf-8") as f:
+        text = f.read()
+    marked = tmp_path / "marked.csv"
+    marked.write_text(text, encoding="utf-8-sig")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert dump("grammar", str(marked)) == dump("grammar", plain)
+
+
 def test_bad_rows_name_file_and_row(tmp_path):
     if not os.path.exists(TOKENIZER):
         pytest.skip("no Llama 3 tokenizer")

@@ -38,7 +38,8 @@ def common(recipe):
             else ["--dataset", "alpaca", "--data", ALPACA])
     return ["llm", "--recipe", recipe, "--model", MODEL, "--tokenizer", SMALL_TOKENIZER, *data, "--limit", "24",
             "--batch-size", "2", "--grad-accum", "2", "--max-steps", "3", "--warmup-steps", "1", "--lr", "1e-3",
-            "--lora-rank", "4", "--precision", "fp32", "--threads", "1", "--device", "cpu"]
+            *(["--lora-rank", "4"] if recipe != "full" else []), "--precision", "fp32", "--threads", "1", "--device",
+            "cpu"]
 
 
 @pytest.mark.parametrize("recipe, exported", [("lora", "adapter_model.safetensors"),

@@ -31,8 +31,8 @@ TORCHTUNE_SITE = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), 
 # 2 ranks x batch 2, 3 optimizer steps on alpaca rows, fp32 on the CPU.
 TRAIN = ["--tokenizer", TOKENIZER, "--dataset", "alpaca", "--data", ALPACA, "--limit", "24", "--batch-size", "2",
          "--grad-accum", "1", "--max-steps", "3", "--warmup-steps", "0", "--lr-schedule", "constant",
-         "--precision", "fp32", "--device", "cpu", "--max-seq-len", "256", "--lora-rank", "4",
-         "--progress-interval", "1000"]
+         "--precision", "fp32", "--device", "cpu", "--max-seq-len", "256", "--progress-interval", "1000"]
+LORA_TRAIN = [*TRAIN, "--lora-rank", "4"]  # --lora-* only with --finetune lora (full, qat: refused)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -56,8 +56,8 @@ def torchao(script, *args):
 def eval_loss(model, *extra):
     """mgbench's --eval-only loss (per target token) over alpaca rows, 2 ranks."""
     with tempfile.TemporaryDirectory() as results:  # not the default outputs/ under the caller's directory
-        proc = mgbench("llm", "--model", model, *TRAIN, "--eval-only", *extra, "--results", f"{results}/r.h5", np=2,
-                       check=True)
+        proc = mgbench("llm", "--model", model, *LORA_TRAIN, "--eval-only", *extra, "--results", f"{results}/r.h5",
+                       np=2, check=True)
     return float(proc.stdout.split("eval loss:")[1].split()[0])
 
 
@@ -104,7 +104,7 @@ def test_qlora_trains_on_two_ranks_and_exports_adapters_peft_loads(tmp_path):
     h5py = pytest.importorskip("h5py")
     results, out = tmp_path / "q.h5", tmp_path / "adapter"
     for recipe in ("lora", "qlora"):
-        mgbench("llm", "--recipe", recipe, "--model", NF4_MODEL, *TRAIN, "--lr", "1e-3", "--results", results,
+        mgbench("llm", "--recipe", recipe, "--model", NF4_MODEL, *LORA_TRAIN, "--lr", "1e-3", "--results", results,
                 "--run-name", recipe, *(["--output-dir", out] if recipe == "qlora" else []), np=2, check=True)
     with h5py.File(results, "r") as f:
         runs = {run.attrs["run_name"]: run for run in f["runs"].values()}
@@ -181,8 +181,8 @@ def test_qat_trains_on_two_ranks_and_quantize_writes_torchaos_int4(tmp_path, rec
     need(MODEL)
     h5py = pytest.importorskip("h5py")
     results, out, q = tmp_path / "qat.h5", tmp_path / "trained", tmp_path / "int4"
-    mgbench("llm", "--recipe", recipe, "--model", MODEL, *TRAIN, "--lr", "1e-3", "--qat-group-size", "32",
-            "--results", results, "--output-dir", out, np=2, check=True)
+    mgbench("llm", "--recipe", recipe, "--model", MODEL, *(TRAIN if recipe == "qat" else LORA_TRAIN), "--lr", "1e-3",
+            "--qat-group-size", "32", "--results", results, "--output-dir", out, np=2, check=True)
     with h5py.File(results, "r") as f:
         (run,) = f["runs"].values()
         assert run["status"][0] == b"completed" and run.attrs["recipe"] == recipe
@@ -249,14 +249,18 @@ def test_quantize_refuses_what_is_not_a_qat_checkpoint(tmp_path):
 def test_fake_quant_after_steps_trains_as_full_finetuning_until_then(tmp_path):
     need(MODEL)
     safetensors = pytest.importorskip("safetensors.numpy")
-    trained = {}
+    trained, warned = {}, {}
+    qat = ["--recipe", "qat", "--qat-group-size", "32"]
     for name, args in {"full": ["--recipe", "full"],
-                       "qat_after_3": ["--recipe", "qat", "--fake-quant-after-steps", "3"],
-                       "qat_after_2": ["--recipe", "qat", "--fake-quant-after-steps", "2"]}.items():
+                       "qat_after_3": [*qat, "--fake-quant-after-steps", "3"],
+                       "qat_after_2": [*qat, "--fake-quant-after-steps", "2"]}.items():
         out = tmp_path / name
-        mgbench("llm", "--model", MODEL, *TRAIN, "--lr", "1e-3", "--qat-group-size", "32", "--results",
-                tmp_path / "r.h5", "--output-dir", out, *args, np=2, check=True)
+        proc = mgbench("llm", "--model", MODEL, *TRAIN, "--lr", "1e-3", "--results",
+                       tmp_path / "r.h5", "--output-dir", out, *args, np=2, check=True)
         trained[name] = safetensors.load_file(str(out / "model.safetensors"))
+        warned[name] = proc.stderr.count("trains without fake quantisation throughout")
+    # A switch at or past the run's last step is said (once, rank 0): the run never fake-quantises.
+    assert warned == {"full": 0, "qat_after_3": 1, "qat_after_2": 0}, warned
     keys = sorted(trained["full"])
     assert all(np.array_equal(trained["full"][k], trained["qat_after_3"][k]) for k in keys)
     assert not all(np.array_equal(trained["full"][k], trained["qat_after_2"][k]) for k in keys)
@@ -299,7 +303,7 @@ def test_full_finetune_checkpoint_loads_in_transformers_with_the_same_loss(tmp_p
 @pytest.mark.parametrize("args, needle", [
     (["--recipe", "qlora", "--finetune", "full"], "--quantize-base nf4: expected --finetune lora"),
     (["--recipe", "qlora", "--fake-quant", "8da4w"], "--quantize-base nf4 with --fake-quant 8da4w"),
-    (["--recipe", "lora", "--fake-quant-after-steps", "5"], "--fake-quant-after-steps 5: only with --fake-quant"),
+    (["--recipe", "lora", "--fake-quant-after-steps", "5"], "--fake-quant-after-steps '5': only with --fake-quant"),
     (["--recipe", "dpo", "--finetune", "full"], "--finetune full: the dpo recipe needs --finetune lora"),
     (["--recipe", "qat", "--qat-group-size", "0"], "--qat-group-size '0': expected >= 2"),
 ])
@@ -311,11 +315,11 @@ def test_options_that_do_not_combine_exit_2(args, needle):
 def test_layers_nf4_or_the_group_cannot_hold_are_named_on_every_rank(tmp_path):
     need(MODEL)
     # hidden 64: a 64 x 64 projection has 4096 elements, torchao's NF4 needs a multiple of 16384.
-    proc = mgbench("llm", "--recipe", "qlora", "--model", MODEL, *TRAIN, "--results", tmp_path / "r.h5", np=2,
+    proc = mgbench("llm", "--recipe", "qlora", "--model", MODEL, *LORA_TRAIN, "--results", tmp_path / "r.h5", np=2,
                    timeout=120)
     assert proc.returncode != 0 and "16384" in proc.stderr and "q_proj" in proc.stderr, proc.stderr
     # qat-lora refuses an adapted linear whose in-features the group does not divide (64 % 48).
-    proc = mgbench("llm", "--recipe", "qat-lora", "--model", MODEL, *TRAIN, "--qat-group-size", "48", "--results",
+    proc = mgbench("llm", "--recipe", "qat-lora", "--model", MODEL, *LORA_TRAIN, "--qat-group-size", "48", "--results",
                    tmp_path / "r.h5", np=2, timeout=120)
     assert proc.returncode != 0 and "48" in proc.stderr and "proj" in proc.stderr, proc.stderr
     # qat with torchao's default group (256) over in-features of 64 and 128: nothing to fake-quantise. It ran as

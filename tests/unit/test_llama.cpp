@@ -120,6 +120,12 @@ TEST(Safetensors, CorruptFilesNameTheProblem) {
   std::filesystem::resize_file(dir.file("cut.safetensors"), size - 10);
   test::expect_error<DataError>([&] { SafetensorsFile(dir.file("cut.safetensors")); },
                                 {"cut.safetensors", "truncated"});
+  // Bytes past the last tensor (safetensors refuses them: MetadataIncompleteBuffer); were accepted.
+  std::filesystem::copy_file(dir.file("ok.safetensors"), dir.file("long.safetensors"));
+  { std::ofstream(dir.file("long.safetensors"), std::ios::binary | std::ios::app) << "tail"; }
+  test::expect_error<DataError>([&] { SafetensorsFile(dir.file("long.safetensors")); },
+                                {"long.safetensors", "4 bytes after the last tensor"});
+  EXPECT_NO_THROW(SafetensorsFile(dir.file("ok.safetensors")));
   { std::ofstream(dir.file("short.safetensors")) << "abc"; }
   test::expect_error<DataError>([&] { SafetensorsFile(dir.file("short.safetensors")); },
                                 {"short.safetensors", "8-byte"});

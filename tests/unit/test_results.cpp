@@ -16,6 +16,7 @@
 #include "report/report.h"
 #include "report/stragglers.h"
 #include "report/table.h"
+#include "report/workload.h"
 #include "results/hdf5.h"
 #include "results/reader.h"
 #include "results/writer.h"
@@ -141,6 +142,17 @@ TEST(Results, RefusesForeignFilesWithoutTouchingThem) {
   const std::string other = dir.file("other.h5");
   H5Fclose(H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   test::expect_error<ResultsError>([&] { write_run(other, "x", 1.0); }, {other, "not an mgbench results file"});
+  // Nor does a refused start leave a lock file it made beside them (was: notes.h5.lock, other.h5.lock).
+  EXPECT_FALSE(std::filesystem::exists(text + ".lock"));
+  EXPECT_FALSE(std::filesystem::exists(other + ".lock"));
+  // The C++ readers refuse what mgbench_analysis refuses: an HDF5 file with /runs but no schema attribute.
+  const std::string bare = dir.file("bare.h5");
+  {
+    const hid_t f = H5Fcreate(bare.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Gclose(H5Gcreate2(f, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Fclose(f);
+  }
+  test::expect_error<ResultsError>([&] { read_runs(bare); }, {bare, "not an mgbench results file"});
 }
 
 TEST(Results, RefusesARunOfANewerSchema) {
@@ -287,6 +299,52 @@ TEST(Report, EfficienciesPairOnlyRunsOfOneWorkloadIdentity) {
   EXPECT_NE(csv.str().find(",cuda,\"NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90\","), std::string::npos) << csv.str();
   EXPECT_EQ(report::csv_field("a \"b\", c"), "\"a \"\"b\"\", c\"");
   EXPECT_EQ(report::csv_field("plain"), "plain");
+}
+
+// Repeated baselines: the median of the 1-rank (and fp64) runs' times, not the latest run's; an LLM run's
+// tokens/s over the median of the 1-rank runs that left out the same warm-up, and a note naming the
+// warm-up where only another's ran (was: no efficiency and no note).
+TEST(Report, RepeatedBaselinesTakeTheirMedianAndAnLlmRunNamesAnotherWarmup) {
+  const std::vector<RunRecord> image = {fake_run(1, "fp32", 90), fake_run(1, "fp32", 100), fake_run(1, "fp32", 200),
+                                        fake_run(2, "fp64", 60), fake_run(2, "fp64", 80),  fake_run(2, "fp32", 50)};
+  const auto rows = report::build_rows(image);
+  ASSERT_TRUE(rows[5].efficiency_vs_1_rank.has_value() && rows[5].efficiency_vs_fp64.has_value());
+  EXPECT_NEAR(*rows[5].efficiency_vs_1_rank, 100.0 / 50.0, 1e-12);  // the median of 90, 100, 200 (latest: 200)
+  EXPECT_NEAR(*rows[5].efficiency_vs_fp64, 70.0 / 50.0, 1e-12);     // the mean of the middle two of 60, 80
+  auto llm = [](std::int64_t ranks, double tokens_per_s, std::int64_t warmup) {
+    RunRecord r = fake_run(ranks, "bf16", 10);
+    r.run_id = fmt::format("llm-{}-{}", ranks, tokens_per_s);
+    r.summary.tokens_per_s = tokens_per_s;
+    r.attributes = {{"task", std::string("llm")},       {"world_size", ranks},
+                    {"precision", std::string("bf16")}, {"strategy", std::string("ddp")},
+                    {"model", std::string("tiny")},     {"warmup_steps_excluded", warmup}};
+    return r;
+  };
+  const auto efficiency = [](const std::vector<RunRecord>& runs) {
+    std::ostringstream csv;
+    report::print_llm(csv, runs, report::Format::kCsv);
+    std::istringstream lines(csv.str());
+    std::string header, row;
+    std::getline(lines, header);
+    std::string last;
+    while (std::getline(lines, row)) last = row;  // the 2-rank run, the last
+    const auto column = [](const std::string& line, std::size_t k) {
+      std::istringstream fields(line);
+      std::string f;
+      for (std::size_t i = 0; i <= k; ++i) std::getline(fields, f, ',');
+      return f;
+    };
+    std::size_t k = 0;
+    while (column(header, k) != "efficiency_vs_1_rank_pct") ++k;
+    return column(last, k);
+  };
+  EXPECT_EQ(efficiency({llm(1, 100, 2), llm(1, 300, 2), llm(1, 110, 2), llm(2, 180, 2)}), "81.82");  // 180/2/110
+  const std::vector<RunRecord> other_warmup = {llm(1, 100, 0), llm(2, 180, 2)};
+  EXPECT_EQ(efficiency(other_warmup), "-");
+  EXPECT_EQ(report::baseline_note(other_warmup[1], other_warmup),
+            "llm-2-180: no 1-rank run of this workload on -; the nearest, llm-1-100, differs in "
+            "warmup_steps_excluded '2' vs '0'");
+  EXPECT_EQ(report::baseline_note(other_warmup[1], {llm(1, 100, 2), llm(2, 180, 2)}), "");
 }
 
 // `report --reference`: medians over each side's repeats, the direction of each metric, the tolerance,

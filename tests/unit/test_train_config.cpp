@@ -86,7 +86,7 @@ TEST(JobConfig, EveryBadValueIsRefusedNamingTheOption) {
   expect_refused("llm", "precision", "fp16", "--precision 'fp16': expected bf16, fp32 or fp64");
   expect_refused("llm", "strategy", "dp", "--strategy 'dp'");
   expect_refused("llm", "lora-targets", "q_proj,attention", "attention");
-  expect_refused("llm", "adapter", "dir", "--adapter: only with --eval-only");
+  expect_refused("llm", "adapter", "dir", "--adapter 'dir': only with --eval-only");
   auto no_data = train::configure("llm");
   test::expect_error<ConfigError>([&] { no_data->validate(); }, {"--data: required"});
   test::expect_error<ConfigError>([] { train::configure("llm", "dpo-nope"); }, {"--recipe 'dpo-nope'", "lora"});
@@ -199,11 +199,66 @@ TEST(JobConfig, QuantisedRecipesTakeTorchTunesDefaultsAndRefuseWhatDoesNotCombin
   refused("qlora", {{"finetune", "full"}}, "--quantize-base nf4: expected --finetune lora");
   refused("qlora", {{"fake-quant", "8da4w"}}, "--quantize-base nf4 with --fake-quant 8da4w");
   refused("qlora", {{"precision", "fp64"}}, "--quantize-base nf4 with --precision fp64");
-  refused("lora", {{"fake-quant-after-steps", "10"}}, "--fake-quant-after-steps 10: only with --fake-quant 8da4w");
+  refused("lora", {{"fake-quant-after-steps", "10"}}, "--fake-quant-after-steps '10': only with --fake-quant 8da4w");
   refused("qat", {{"qat-group-size", "1"}}, "--qat-group-size '1': expected >= 2");
   refused("qat", {{"fake-quant", "int4"}}, "--fake-quant 'int4': expected none or 8da4w");
   refused("dpo", {{"finetune", "full"}}, "--finetune full: the dpo recipe needs --finetune lora");
   refused("lora", {{"quantize-base", "nf8"}}, "--quantize-base 'nf8': expected none or nf4");
+}
+
+// An option given where the run has no use for it is refused, naming what it needs (was: silently
+// ignored -- `--crop center` on MNIST, `--lora-targets q_proj,attention` with --recipe full); given at
+// its default, or read back from a run's resolved configuration, it passes.
+TEST(JobConfig, AnOptionThatDoesNotApplyIsRefusedNamingWhatItNeeds) {
+  const auto outcome = [](const std::string& task, const std::string& recipe,
+                          const std::vector<std::pair<std::string, std::string>>& settings) -> std::string {
+    auto config = train::configure(task, recipe);
+    if (task == "llm") config->set("data", "x.json");
+    try {
+      for (const auto& [option, text] : settings) config->set(option, text);
+      config->validate();
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string files = "only with --dataset imagefolder or webdataset";
+  for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{
+           {"crop", "center"}, {"loader-threads", "8"}, {"skip-bad-images", "true"}, {"decode", "device"}}) {
+    EXPECT_EQ(outcome("image", "", {{option, text}}), fmt::format("--{} '{}': {}", option, text, files));
+    EXPECT_EQ(outcome("image", "", {{"dataset", "imagefolder"}, {option, text}}), "") << option;
+  }
+  EXPECT_EQ(outcome("image", "", {{"nvjpeg-backend", "hardware"}}),
+            "--nvjpeg-backend 'hardware': only with --decode device");
+  EXPECT_EQ(outcome("image", "", {{"reshard-after-forward", "false"}}),
+            "--reshard-after-forward 'false': only with --sharding fsdp");
+  EXPECT_EQ(outcome("image", "", {{"sharding", "fsdp"}, {"reshard-after-forward", "false"}}), "");
+  for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{
+           {"lora-rank", "4"}, {"lora-alpha", "8"}, {"lora-dropout", "0.1"}, {"lora-targets", "q_proj,attention"}}) {
+    EXPECT_EQ(outcome("llm", "full", {{option, text}}),
+              fmt::format("--{} '{}': only with --finetune lora", option, text));
+    EXPECT_EQ(outcome("llm", "qat", {{option, text}}),
+              fmt::format("--{} '{}': only with --finetune lora", option, text));
+  }
+  EXPECT_EQ(outcome("llm", "lora", {{"qat-group-size", "32"}}), "--qat-group-size '32': only with --fake-quant 8da4w");
+  EXPECT_EQ(outcome("llm", "qat-lora", {{"qat-group-size", "32"}, {"lora-rank", "4"}}), "");
+  EXPECT_EQ(outcome("llm", "lora", {{"output-dir", "out"}, {"eval-only", "true"}}),
+            "--output-dir 'out': only with a training run (--eval-only writes nothing)");
+  // At its default (the recipe's: qat's group size is 256), or every option from a run's resolved
+  // configuration (--config of its ini(): each given, those that do not apply at their defaults).
+  EXPECT_EQ(outcome("llm", "full", {{"lora-rank", "8"}, {"qat-group-size", "256"}}), "");
+  for (const auto& [task, recipe] : std::vector<std::pair<std::string, std::string>>{{"image", ""}, {"llm", "full"}}) {
+    auto run = train::configure(task, recipe);
+    if (task == "llm") run->set("data", "x.json");
+    run->validate();
+    std::vector<std::pair<std::string, std::string>> resolved;
+    std::istringstream lines(run->ini());
+    for (std::string line; std::getline(lines, line);) {
+      const auto eq = line.find(" = ");
+      resolved.emplace_back(line.substr(0, eq), line.substr(eq + 3));
+    }
+    EXPECT_EQ(outcome(task, recipe, resolved), "") << task << " " << recipe;
+  }
 }
 
 TEST(JobConfig, IdentityHoldsTheSettingsThatChangeResultsOnly) {
@@ -298,6 +353,27 @@ TEST(OptionTable, DeclaresParsesAndChecks) {
   EXPECT_THROW(t.set_defaults("m=3\n"), std::logic_error);  // a recipe's defaults are --config lines
   t.set_defaults("# a header, as recipe files have = not a setting\nm = 4\n");  // comments as in --config files
   EXPECT_EQ(m, 4);
+  // An option of some runs only: refused given with another value than its default where it does
+  // not apply; the default a recipe sets is its default from then on.
+  bool applies = false;
+  std::int64_t group = 32;
+  t.add("group", group, "a group size").only_with([&applies] { return applies; }, "--quantized");
+  t.set_defaults("group = 256\n");
+  t.set("group", "256");
+  EXPECT_NO_THROW(t.validate());
+  t.set("group", "32");
+  test::expect_error<ConfigError>([&] { t.validate(); }, {"--group '32': only with --quantized"});
+  t.reset_unused();  // a recorded configuration read back (predict): what had no effect, its default
+  EXPECT_EQ(group, 256);
+  EXPECT_NO_THROW(t.validate());
+  t.set("group", "32");
+  applies = true;
+  t.reset_unused();
+  EXPECT_EQ(group, 32);
+  EXPECT_NO_THROW(t.validate());
+  EXPECT_THROW(t.only_with(
+                   "group", [] { return true; }, "twice"),
+               std::logic_error);
   EXPECT_FALSE(t.find("name")->is_switch);
   EXPECT_EQ(options::differences("a = 1\nb = 2\n", "b = 3\nc = 4\n"),
             (std::vector<std::string>{"--a: 1 -> (none)", "--b: 2 -> 3", "--c: (none) -> 4"}));

@@ -59,13 +59,15 @@ class GzText final : public std::streambuf {
   std::size_t total_ = 0;
 };
 
-/// Lines of a GzText ('\n' removed), with their 1-based numbers.
+/// Lines of a GzText ('\n' removed), with their 1-based numbers. A UTF-8 byte-order mark opening the
+/// file (Excel's "CSV UTF-8", Notepad) is dropped, as Python's utf-8-sig and pandas drop it: a CSV's
+/// first column's name held it (nlohmann's JSON parser skips it itself).
 class Lines {
  public:
   explicit Lines(const std::string& path) : text_(path), in_(&text_) { in_.exceptions(std::ios::badbit); }
   bool next(std::string& line) {
     if (!std::getline(in_, line)) return false;
-    ++number_;
+    if (++number_ == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
     return true;
   }
   std::size_t number() const { return number_; }

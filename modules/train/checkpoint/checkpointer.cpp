@@ -86,6 +86,9 @@ CheckpointManifest manifest_from_json(const std::string& text, const std::string
     m.position = models::json_integer(j.at("position"));
     MGBENCH_REQUIRE(m.position >= 0, DataError, "checkpoint manifest '{}': position {} is not a number of batches",
                     file, m.position);
+    MGBENCH_REQUIRE(m.global_step >= 0 && m.epoch >= 0, DataError,
+                    "checkpoint manifest '{}': global_step {} and epoch {}: expected counts (>= 0)", file,
+                    m.global_step, m.epoch);
     m.completed = j.at("completed").get<bool>();
     m.results = j.at("results").get<std::string>();
     m.run_id = j.at("run_id").get<std::string>();
@@ -194,6 +197,11 @@ std::optional<CheckpointManifest> Checkpointer::scan() {
   MGBENCH_REQUIRE(m.config == config_ && m.task == task_, DataError,
                   "checkpoint '{}' belongs to another configuration than its directory name says (edited by hand?)",
                   dir);
+  // The step the directory is named by (and found as the newest by) is the one the manifest means.
+  const std::int64_t named = parse_step_dir(fs::path(dir).filename().string());
+  MGBENCH_REQUIRE(m.global_step == named, DataError,
+                  "checkpoint '{}': its manifest says global step {}, its directory name {} (edited by hand?)", dir,
+                  m.global_step, named);
   return m;
 }
 

@@ -113,20 +113,28 @@ class ClassificationRecipe final : public Recipe {
     t.add("limit-test", o.limit_test, "use the first N test images (0: all)").at_least(0);
     t.add("upscale", o.upscale, std::span<const options::Choice<Upscale>>(kUpscales),
           "where the images are normalised (and MNIST's upscaled)");
+    // MNIST is upscaled whole, on the device or the host (--upscale): no files, no crops.
+    const auto image_files = [&o] { return o.dataset != DatasetKind::kMnist; };
+    const std::string of_image_files = "--dataset imagefolder or webdataset";
     t.add("crop", o.crop, std::span<const options::Choice<data::ImageTransform::Kind>>(kCrops),
-          "imagefolder, webdataset: the training crop on the host (evaluation: Resize(S) + CenterCrop(S))");
+          "imagefolder, webdataset: the training crop on the host (evaluation: Resize(S) + CenterCrop(S))")
+        .only_with(image_files, of_image_files);
     t.add("loader-threads", o.loader_threads, "imagefolder, webdataset: threads per rank decoding and cropping a batch")
         .at_least(1)
         .at_most(256)
-        .same_workload();
+        .same_workload()
+        .only_with(image_files, of_image_files);
     t.add("decode", o.decode, std::span<const options::Choice<Decode>>(kDecodes),
-          "imagefolder, webdataset: where JPEG files are decoded (PNG and CMYK JPEG: always on the host)");
+          "imagefolder, webdataset: where JPEG files are decoded (PNG and CMYK JPEG: always on the host)")
+        .only_with(image_files, of_image_files);
     t.add("nvjpeg-backend", o.nvjpeg_backend, std::span<const options::Choice<data::NvjpegBackend>>(kNvjpegBackends),
-          "--decode device: how nvJPEG decodes");
+          "--decode device: how nvJPEG decodes")
+        .only_with([&o] { return o.decode == Decode::kDevice; }, "--decode device");
     t.add("skip-bad-images", o.skip_bad_images,
           "imagefolder, webdataset: a file that cannot be decoded is named in a warning and replaced by another "
           "image of its batch, counted in the epochs' skipped_images (default: the job stops, naming it)")
-        .same_workload();
+        .same_workload()
+        .only_with(image_files, of_image_files);
     t.section("Model");
     t.add("model", o.model, models::image_models(), "the image classifier");
     t.add("width-mult", o.width_mult, "channel width multiplier").above(0).at_most(4);
@@ -154,8 +162,6 @@ class ClassificationRecipe final : public Recipe {
     dtype_ = runtime::scalar_type(ctx.precision.param_dtype);
     device_ = ctx.device;
     if (o.decode == Decode::kDevice) {
-      MGBENCH_REQUIRE(o.dataset != DatasetKind::kMnist, ConfigError,
-                      "--decode device decodes image files: it needs --dataset imagefolder or webdataset");
       data::resolve_nvjpeg_backend(o.nvjpeg_backend, ctx.device);  // refuses a CPU, or what this build or GPU lacks
       MGBENCH_REQUIRE(o.upscale == Upscale::kDevice && !o.skip_bad_images, ConfigError,
                       "--decode device works with --upscale device and without --skip-bad-images");

@@ -69,19 +69,31 @@ void LlamaFinetune::declare(options::OptionTable& t) {
         "format); empty: nothing")
       .no_effect();
   t.section("LoRA");
-  t.add("lora-rank", lora_.rank, "LoRA rank").at_least(1);
-  t.add("lora-alpha", lora_.alpha, "LoRA alpha (the adapter is scaled by alpha / rank)").above(0);
-  t.add("lora-dropout", lora_.dropout, "dropout before LoRA's A").at_least(0).below(1).same_workload();
+  const auto lora = [this] { return finetune_ == Finetune::kLora; };
+  t.add("lora-rank", lora_.rank, "LoRA rank").at_least(1).only_with(lora, "--finetune lora");
+  t.add("lora-alpha", lora_.alpha, "LoRA alpha (the adapter is scaled by alpha / rank)")
+      .above(0)
+      .only_with(lora, "--finetune lora");
+  t.add("lora-dropout", lora_.dropout, "dropout before LoRA's A")
+      .at_least(0)
+      .below(1)
+      .same_workload()
+      .only_with(lora, "--finetune lora");
   t.add("lora-targets", lora_.targets,
-        "comma-separated: q_proj, k_proj, v_proj, output_proj, mlp (or gate_proj, up_proj, down_proj)");
+        "comma-separated: q_proj, k_proj, v_proj, output_proj, mlp (or gate_proj, up_proj, down_proj)")
+      .only_with(lora, "--finetune lora");
   t.section("QAT");
   t.add("fake-quant", fake_quant_, std::span<const options::Choice<FakeQuant>>(kFakeQuants),
         "fake quantisation while training: with --finetune full every linear whose in-features the group divides "
         "(the untied output head too), with lora the adapted ones");
-  t.add("qat-group-size", qat_group_size_, "in-features per int4 weight scale").at_least(2);
+  const auto fake_quant = [this] { return fake_quant_ != FakeQuant::kNone; };
+  t.add("qat-group-size", qat_group_size_, "in-features per int4 weight scale")
+      .at_least(2)
+      .only_with(fake_quant, "--fake-quant 8da4w");
   t.add("fake-quant-after-steps", fake_quant_after_steps_,
         "train the first N optimizer steps without fake quantisation (0: from the start)")
-      .at_least(0);
+      .at_least(0)
+      .only_with(fake_quant, "--fake-quant 8da4w");
 }
 
 void LlamaFinetune::validate(const TrainOptions& train, std::string_view recipe, bool needs_adapters) const {
@@ -108,8 +120,6 @@ void LlamaFinetune::validate(const TrainOptions& train, std::string_view recipe,
   MGBENCH_REQUIRE(base_ == models::BaseWeights::kDense || fake_quant_ == FakeQuant::kNone, ConfigError,
                   "--quantize-base nf4 with --fake-quant {}: expected one of them (QAT fake-quantises dense weights)",
                   fake_quant_ == FakeQuant::k8da4w ? "8da4w" : "none");
-  MGBENCH_REQUIRE(fake_quant_after_steps_ == 0 || fake_quant_ != FakeQuant::kNone, ConfigError,
-                  "--fake-quant-after-steps {}: only with --fake-quant 8da4w", fake_quant_after_steps_);
   if (finetune_ == Finetune::kLora) {
     MGBENCH_REQUIRE(!lora_.targets.empty(), ConfigError, "--lora-targets: expected at least one target");
     lora_.hf_targets();  // names an unknown target
@@ -241,6 +251,14 @@ bool LlamaFinetune::begin_step(std::int64_t global_step) {
   model_->set_fake_quant_enabled(on);
   fake_quant_on_ = on;
   return !first;
+}
+
+std::string LlamaFinetune::steps_warning(std::int64_t optimizer_steps) const {
+  if (fake_quant_ == FakeQuant::kNone || fake_quant_after_steps_ < optimizer_steps) return {};
+  return fmt::format(
+      "--fake-quant-after-steps {}: the run has {} optimizer step(s), so it trains without fake "
+      "quantisation throughout (as --fake-quant none)",
+      fake_quant_after_steps_, optimizer_steps);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LlamaFinetune::checkpoint_tensors() const {

@@ -139,6 +139,8 @@ class LlamaFinetune {
   /// the first --fake-quant-after-steps steps (TorchTune's fake_quant_after_n_steps). Returns true
   /// when this call switched it (Recipe::begin_step: forward changed).
   bool begin_step(std::int64_t global_step);
+  /// Recipe::steps_warning: --fake-quant-after-steps at or past the run's optimizer steps.
+  std::string steps_warning(std::int64_t optimizer_steps) const;
 
   struct TargetLogProbs {
     torch::Tensor log_probs;  // float32 [N]: log p(target | prefix) at the batch's target positions

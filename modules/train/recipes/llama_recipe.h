@@ -44,6 +44,9 @@ class LlamaRecipe : public Recipe {
   }
   bool activation_checkpointing() const override { return llama_.activation_checkpointing(); }
   bool begin_step(std::int64_t global_step) override { return llama_.begin_step(global_step); }
+  std::string steps_warning(std::int64_t optimizer_steps) const override {
+    return llama_.steps_warning(optimizer_steps);
+  }
   bool counts_tokens() const override { return true; }
   /// Micro-batches on a model without random draws in its recomputation can be captured: their
   /// target lists are then laid out at a fixed length and packed runs bounded by the row

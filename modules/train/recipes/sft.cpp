@@ -39,13 +39,13 @@ class SftRecipe final : public LlamaRecipe {
     t.section("Evaluation");
     t.add("eval-only", o.eval_only, "print `eval loss: <value>` (token-weighted cross-entropy of --data) and exit")
         .as_switch();
-    t.add("adapter", o.adapter, "--eval-only: the PEFT adapter directory to load");
+    t.add("adapter", o.adapter, "--eval-only: the PEFT adapter directory to load")
+        .only_with([&o] { return o.eval_only; }, "--eval-only");
+    t.only_with(
+        "output-dir", [&o] { return !o.eval_only; }, "a training run (--eval-only writes nothing)");
   }
 
-  void validate(const TrainOptions& train) const override {
-    llama_.validate(train, "fine-tuning");
-    MGBENCH_REQUIRE(options_.adapter.empty() || options_.eval_only, ConfigError, "--adapter: only with --eval-only");
-  }
+  void validate(const TrainOptions& train) const override { llama_.validate(train, "fine-tuning"); }
 
   void setup(const RecipeContext& ctx) override {
     const auto& o = options_;
