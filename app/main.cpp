@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include <fmt/format.h>
+
 #include "commands.h"
 #include "core/build_info.h"
 #include "data/image_tools.h"
@@ -64,12 +66,25 @@ constexpr Command kCommands[] = {
      "`data stats`: rows and token lengths of a fine-tuning dataset; `data make-images`: MNIST as an\n"
      "ImageFolder of JPEG / PNG files at a given size; `data read-images`: the image loader alone (img/s)",
      [](int argc, char** argv) {
-       if (argc > 1 && std::string_view(argv[1]) == "read-images") {
+       const std::string_view first = argc > 1 ? argv[1] : "";
+       if (first == "--help" || first == "-h") {
+         std::cout << text::DatasetStatsOptions::kUsage << "\n\n"
+                   << data::MakeImagesOptions::kUsage << "\n\n"
+                   << data::ReadImagesOptions::kUsage << "\n\n(mgbench data <subcommand> --help: its options)\n";
+         return 0;
+       }
+       // The subcommand first (was: anything else read as `stats`, "ACTION 'make-images': expected stats").
+       if (first != "stats" && first != "make-images" && first != "read-images") {
+         std::cerr << "mgbench data: " << (first.empty() ? "no subcommand" : fmt::format("'{}'", first))
+                   << ": expected a subcommand first: stats, make-images or read-images (mgbench data --help)\n";
+         return 2;
+       }
+       if (first == "read-images") {
          return run_command<data::ReadImagesOptions>(
              {"data", data::ReadImagesOptions::kUsage}, argc, argv,
              [](const data::ReadImagesOptions& o) { return data::read_images(o, std::cout, std::cerr); });
        }
-       if (argc > 1 && std::string_view(argv[1]) == "make-images") {
+       if (first == "make-images") {
          return run_command<data::MakeImagesOptions>(
              {"data", data::MakeImagesOptions::kUsage}, argc, argv,
              [](const data::MakeImagesOptions& o) { return data::make_images(o, std::cout, std::cerr); });

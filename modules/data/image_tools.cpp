@@ -87,7 +87,10 @@ void MakeImagesOptions::declare(options::OptionTable& t) {
   t.add("image-size", image_size, "side of the square images [px]").at_least(1).at_most(4096);
   t.add("format", format, "jpeg or png")
       .check([](const std::string& f) { return f == "jpeg" || f == "png"; }, "jpeg, png");
-  t.add("quality", quality, "JPEG quality (libjpeg's scale; 4:2:0 chroma subsampling)").at_least(1).at_most(100);
+  t.add("quality", quality, "JPEG quality (libjpeg's scale; 4:2:0 chroma subsampling)")
+      .at_least(1)
+      .at_most(100)
+      .only_with([this] { return format == "jpeg"; }, "--format jpeg");
   t.add("limit-train", limit_train, "write the first N training images (0: all)").at_least(0);
   t.add("limit-test", limit_test, "write the first N test images (0: all)").at_least(0);
   t.add("threads", threads, "encoding threads").at_least(1).at_most(256);
@@ -106,10 +109,13 @@ int make_images(const MakeImagesOptions& o, std::ostream& out, std::ostream& err
                       "give a new or empty --out directory",
                       o.out, split.string());
     }
-    for (const auto& [split, name, limit] :
-         {std::tuple{Split::kTrain, "train", o.limit_train}, std::tuple{Split::kTest, "val", o.limit_test}}) {
+    // Both splits read before either is written: a missing or corrupt test split left the training
+    // split written, and the rerun was then refused for the files it left.
+    const MnistSplit train = load_mnist(o.data, Split::kTrain, o.limit_train);
+    const MnistSplit test = load_mnist(o.data, Split::kTest, o.limit_test);
+    for (const auto& [split, name] : {std::pair{&train, "train"}, std::pair{&test, "val"}}) {
+      const MnistSplit& images = *split;
       const auto start = std::chrono::steady_clock::now();
-      const MnistSplit images = load_mnist(o.data, split, limit);
       const std::int64_t bytes = write_split(images, fs::path(o.out) / name, o);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       out << fmt::format("{}/{}: {} {} files of {} x {} px, {:.1f} MiB, {:.1f} s\n", o.out, name, images.size(),

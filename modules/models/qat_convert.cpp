@@ -45,6 +45,12 @@ QatConfig read_qat_config(const fs::path& path) {
   }
   MGBENCH_REQUIRE(c.group_size >= 2, DataError, "'{}': \"group_size\" {} (expected >= 2)", path.string(), c.group_size);
   MGBENCH_REQUIRE(!c.linears.empty(), DataError, "'{}': \"linears\" is empty", path.string());
+  // A name twice was refused later as a tensor "given twice" to the output file, naming that file.
+  std::set<std::string> names;
+  for (const auto& name : c.linears) {
+    MGBENCH_REQUIRE(names.insert(name).second, DataError, "'{}': \"linears\" names layer '{}' twice", path.string(),
+                    name);
+  }
   return c;
 }
 

@@ -1,6 +1,7 @@
 #include "report/commands.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -41,6 +42,10 @@ void ReportOptions::declare(options::OptionTable& t) {
         "(mgbench-plot, the Python package in python/)")
       .not_empty_when_given("a directory")
       .value_name("DIR");
+  // --reference prints its comparison alone: the report's tables, breakdowns and figures are not made.
+  const auto report = [this] { return reference.empty(); };
+  const std::string without_reference = "a report (not with --reference)";
+  for (const char* name : {"phases", "cuda", "energy", "paper", "plot"}) t.only_with(name, report, without_reference);
   t.add("reference", reference,
         "compare FILES with the runs of these results files (comma-separated; directories and patterns as FILES) "
         "instead: per workload and metric the medians, their ratio and a verdict; exit 0 all hold, 1 a regression, "
@@ -52,7 +57,8 @@ void ReportOptions::declare(options::OptionTable& t) {
         "grow to (1 + PCT/100) x the reference's, a rate fall to 1 / (1 + PCT/100) of it")
       .above(0.0)
       .accepts_suffix("%")
-      .value_name("PCT");
+      .value_name("PCT")
+      .only_with([this] { return !reference.empty(); }, "--reference");
 }
 
 namespace {
@@ -61,8 +67,22 @@ int run_reference(const ReportOptions& o, std::ostream& out, std::ostream& err) 
   constexpr int kBadInput = 2;
   std::vector<results::RunRecord> reference, runs;
   try {
-    reference = results::read_results_files(results::expand_results_files(o.reference));
-    runs = results::read_results_files(results::expand_results_files(o.files));
+    const std::vector<std::string> reference_files = results::expand_results_files(o.reference);
+    const std::vector<std::string> files = results::expand_results_files(o.files);
+    // A file on both sides judges its runs by themselves: every metric holds (a REF directory that
+    // holds tonight's file pooled it into the reference too).
+    for (const auto& file : files) {
+      for (const auto& ref : reference_files) {
+        std::error_code ec;
+        if (std::filesystem::equivalent(file, ref, ec)) {
+          err << "mgbench report --reference: '" << file << "' is among both the reference (" << ref
+              << ") and the files judged: its runs would be compared with themselves; give the reference apart\n";
+          return kBadInput;
+        }
+      }
+    }
+    reference = results::read_results_files(reference_files);
+    runs = results::read_results_files(files);
   } catch (const Error& e) {
     err << "mgbench report --reference: " << e.what() << "\n";
     return kBadInput;
@@ -76,6 +96,9 @@ int run_reference(const ReportOptions& o, std::ostream& out, std::ostream& err) 
     return kBadInput;
   }
   print_reference(out, check, fmt::format("{}", fmt::join(o.reference, " ")), tolerance, o.csv);
+  if (o.csv) {
+    for (const auto& note : check.notes) err << "# " << note << "\n";  // the table's '#' lines, off the CSV
+  }
   return check.exit_status();
 }
 

@@ -51,8 +51,14 @@ void PredictOptions::declare(options::OptionTable& t) {
   t.add("ranks-per-node", ranks_per_node,
         "ranks on each node: n ranks spread over ceil(n / this) nodes, their collectives priced from a comm run "
         "on as many nodes; 0: every rank count on one node")
-      .at_least(0);
-  t.add("strategies", strategies, std::span<const axes::StrategyInfo>(multi_rank), "strategies to predict");
+      .at_least(0)
+      .at_most(kMaxRanks);
+  t.add("strategies", strategies, std::span<const axes::StrategyInfo>(multi_rank), "strategies to predict")
+      .check(
+          [](const std::vector<axes::Strategy>& v) {
+            return !v.empty() && std::set<axes::Strategy>(v.begin(), v.end()).size() == v.size();
+          },
+          "comma-separated strategies, each once (ddp,ddp-ds)");
   t.add("link", link,
         "where no comm run was measured at a rank count, assume this link (labelled as an assumption): " + link_names())
       .check([](const std::string& name) { return name.empty() || find_link(name) != nullptr; }, link_names());

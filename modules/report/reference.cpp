@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "report/predict.h"
 #include "report/report.h"
 #include "report/run_cells.h"
 #include "report/table.h"
@@ -158,8 +159,11 @@ ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& refer
                                     const std::vector<results::RunRecord>& runs, double tolerance) {
   ReferenceCheck check;
   std::map<std::string, std::vector<const results::RunRecord*>> references;
+  std::size_t predicted = 0;  // `mgbench predict`'s runs: no measurement to judge or judge by
   for (const auto& r : reference) {
-    if (is_completed(r)) {
+    if (is_prediction_run(r)) {
+      ++predicted;
+    } else if (is_completed(r)) {
       references[comparison_group(r)].push_back(&r);
     } else {
       check.rows.push_back(status_row(r, r.run_id));
@@ -169,6 +173,10 @@ ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& refer
   std::vector<std::string> order;
   std::map<std::string, std::vector<const results::RunRecord*>> measured;
   for (const auto& r : runs) {
+    if (is_prediction_run(r)) {
+      ++predicted;
+      continue;
+    }
     const std::string group = comparison_group(r);
     const auto ref = references.find(group);
     if (!is_completed(r)) {
@@ -182,6 +190,12 @@ ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& refer
     }
     if (!measured.contains(group)) order.push_back(group);
     measured[group].push_back(&r);
+  }
+  if (predicted > 0) {
+    check.notes.push_back(
+        fmt::format("{} predicted run(s) (mgbench predict) left out: predictions are not "
+                    "measurements",
+                    predicted));
   }
   for (const auto& group : order) {
     const auto& mine = measured[group];

@@ -73,6 +73,7 @@ double median(std::vector<double> values);
 /// = 10 % slower, so img/s below reference / 1.1, s/epoch above 1.1 x reference) and improves below
 /// 1 / (1 + tolerance). A run of either side that did not complete (failed, aborted, preempted,
 /// running) is a row of its own, metric "status", verdict kFailed, and a note with its error.
+/// Predicted runs (`mgbench predict`'s, in either list) are left out, with a note.
 /// Metrics: run_metrics(), where both sides have them (a comm run's largest size must be the
 /// reference's).
 ReferenceCheck compare_to_reference(const std::vector<results::RunRecord>& reference,

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "report/predict.h"
 #include "report/reference.h"
 #include "report/report.h"
 #include "report/table.h"
@@ -17,7 +18,7 @@ std::vector<RepeatRow> repeat_rows(const std::vector<results::RunRecord>& runs) 
   std::vector<std::string> order;
   std::map<std::string, std::vector<const results::RunRecord*>> groups;
   for (const auto& r : runs) {
-    if (!is_completed(r)) continue;
+    if (!is_completed(r) || is_prediction_run(r)) continue;  // a prediction repeats nothing measured
     const std::string group = comparison_group(r);
     if (!groups.contains(group)) order.push_back(group);
     groups[group].push_back(&r);

@@ -23,8 +23,8 @@ struct RepeatRow {
   double cv = 0;  // coefficient of variation: sample standard deviation / mean (a fraction)
 };
 
-/// The groups of two or more completed runs among `runs`, in the order their first run appears;
-/// per group the metrics of its latest run.
+/// The groups of two or more completed, measured (not predicted) runs among `runs`, in the order their first run
+/// appears; per group the metrics of its latest run.
 std::vector<RepeatRow> repeat_rows(const std::vector<results::RunRecord>& runs);
 
 /// The rows as a table ('#' metadata, header and units rows, data rows) or CSV.

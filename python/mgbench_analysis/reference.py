@@ -10,6 +10,7 @@ metric or the inverse of a higher-is-better one, regresses above 1 + tolerance a
 from __future__ import annotations
 
 import math
+import os
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 
 from . import workload
 from .attributes import display, is_llm, recipe_of, warmup_steps_excluded
-from .results import Run, as_runs
+from .results import ResultsError, Run, as_runs
 
 #: The columns of ``mgbench report --reference --csv``, in its order.
 COLUMNS = ["run_id", "workload", "ranks", "device", "metric", "better", "reference", "measured", "ratio",
@@ -97,19 +98,39 @@ def _status_row(run: Run, reference_run_id: str) -> dict:
                 reference_runs=0, measured_runs=0, verdict="FAILED", reference_run_id=reference_run_id)
 
 
+def _predicted(run: Run) -> bool:
+    """A run of `mgbench predict`: no measurement to judge, judge by, or repeat."""
+    return run.attributes.get("task") == "prediction"
+
+
 def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
     """The runs of ``source`` beside those of ``reference`` (files, directories, patterns or Runs):
     one row per workload and metric, columns COLUMNS (the report's CSV, unrounded); ``tolerance`` a
     fraction (0.1 = 10 %). Runs without a reference of their workload are left out (the report's
-    notes); ``passed(frame)`` is the report's exit status 0."""
+    notes); ``passed(frame)`` is the report's exit status 0. Predicted runs (`mgbench predict`'s) are left
+    out of both.
+
+    Raises ResultsError for a run among both (it would be judged by itself: everything holds; `mgbench
+    report --reference` takes whole files, and refuses a file on both sides)."""
+    reference_runs, source_runs = as_runs(reference), as_runs(source)
+    both = {(os.path.realpath(r.file), r.run_id) for r in reference_runs} & \
+        {(os.path.realpath(r.file), r.run_id) for r in source_runs}
+    if both:
+        file, run_id = sorted(both)[0]
+        raise ResultsError(f"'{file}' is among both the reference and the files judged (run {run_id}): its runs "
+                           "would be compared with themselves; give the reference apart")
     refs: Dict[str, List[Run]] = {}
     rows, measured = [], {}
-    for run in as_runs(reference):
+    for run in reference_runs:
+        if _predicted(run):
+            continue
         if _completed(run):
             refs.setdefault(_group(run), []).append(run)
         else:
             rows.append(_status_row(run, run.run_id))
-    for run in as_runs(source):
+    for run in source_runs:
+        if _predicted(run):
+            continue
         group = _group(run)
         if not _completed(run):
             ref = refs.get(group)
@@ -142,7 +163,7 @@ def repeats(source) -> pd.DataFrame:
     repeats table (cv = sample standard deviation / mean, in percent)."""
     groups: Dict[str, List[Run]] = {}
     for run in as_runs(source):
-        if _completed(run):
+        if _completed(run) and not _predicted(run):
             groups.setdefault(_group(run), []).append(run)
     rows = []
     for members in groups.values():
@@ -167,7 +188,8 @@ def passed(frame: pd.DataFrame) -> bool:
 
 def exit_status(frame: pd.DataFrame) -> int:
     """`mgbench report --reference`'s exit status for a :func:`compare` frame: 2 a run did not complete
-    (a FAILED row), 1 a metric regressed, 0 every metric holds or improved."""
-    if (frame["verdict"] == "FAILED").any():
+    (a FAILED row) or nothing was compared (an empty frame), 1 a metric regressed, 0 every metric holds
+    or improved."""
+    if frame.empty or (frame["verdict"] == "FAILED").any():
         return 2
     return 1 if (frame["verdict"] == "REGRESSED").any() else 0

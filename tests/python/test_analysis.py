@@ -286,13 +286,19 @@ def test_llm_efficiency_pairs_only_runs_timed_over_the_same_steps(matrix, tmp_pa
     assert_frame_equals_csv(mga.report_table(frame, "llm"), report_csv_tables(tmp_path)[0])
 
 
-def test_reference_frame_equals_report_csv(matrix):
+def test_reference_frame_equals_report_csv(matrix, tmp_path):
     """`mga.compare` equals `mgbench report --reference --csv` for every kind of run (image, LLM, comm
-    busbw); the files against themselves hold everywhere."""
+    busbw); copies of the files against them hold everywhere. The same file on both sides is refused by
+    both (its runs judged by themselves always held)."""
     files = [matrix / "image.h5", matrix / "llm.h5", matrix / "comm.h5"]
-    csv = pd.read_csv(StringIO(mgbench("report", "--csv", "--reference", ",".join(map(str, files)), *files,
+    references = [shutil.copy(f, tmp_path / f.name) for f in files]
+    same = mgbench("report", "--reference", ",".join(map(str, files)), files[0])
+    assert same.returncode == 2 and f"'{files[0]}' is among both the reference" in same.stderr, same.stderr
+    with pytest.raises(mga.ResultsError, match="is among both the reference and the files judged"):
+        mga.compare(files, files[0])
+    csv = pd.read_csv(StringIO(mgbench("report", "--csv", "--reference", ",".join(map(str, references)), *files,
                                        check=True).stdout), dtype=str, keep_default_na=False)
-    frame = mga.compare(files, files)
+    frame = mga.compare(references, files)
     assert list(frame.columns) == list(csv.columns) and len(frame) == len(csv)
     assert set(frame["metric"]) >= {"img/s", "s/epoch", "tokens/s", "s/it", "peak_MiB"}
     assert frame["metric"].str.startswith("busbw:all-reduce:fp32:").sum() == 2

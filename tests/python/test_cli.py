@@ -149,7 +149,28 @@ def test_report_errors(tmp_path):
     for breakdown in ("--phases", "--cuda"):
         proc = mgbench("report", "--csv", breakdown, tmp_path / "absent.h5")
         assert proc.returncode == 2 and f"--csv with {breakdown}" in proc.stderr, proc.stderr
+    # --tolerance without --reference, and the report's extras with it (--reference prints its comparison
+    # alone): refused (were ignored, exit 0).
+    proc = mgbench("report", "--tolerance", "5", tmp_path / "absent.h5")
+    assert proc.returncode == 2 and "--tolerance '5': only with --reference" in proc.stderr, proc.stderr
+    for extra in (["--phases"], ["--cuda"], ["--energy"], ["--paper"], ["--plot", tmp_path / "figs"]):
+        proc = mgbench("report", "--reference", tmp_path / "a.h5", *extra, tmp_path / "b.h5")
+        assert proc.returncode == 2 and f"{extra[0]} '" in proc.stderr and "only with a report (not with --reference)" \
+            in proc.stderr, proc.stderr
+    assert not (tmp_path / "figs").exists()
     assert mgbench("unknown-command").returncode == 2
+
+
+def test_data_names_its_subcommands():
+    # Was: anything but read-images / make-images first read as `stats` ("ACTION 'frobnicate': expected
+    # stats"), and `data --help` showed stats' usage alone.
+    for args in (["frobnicate"], ["--data", "d", "make-images"], []):
+        proc = mgbench("data", *args)
+        assert proc.returncode == 2 and "expected a subcommand first: stats, make-images or read-images" \
+            in proc.stderr, proc.stderr
+    proc = mgbench("data", "--help")
+    assert proc.returncode == 0 and all(f"mgbench data {s}" in proc.stdout for s in ("stats", "make-images",
+                                                                                    "read-images")), proc.stdout
 
 
 def test_report_names_the_object_at_fault(tmp_path):

@@ -167,6 +167,20 @@ def test_predict_writes_prediction_runs_that_report_compares(tmp_path):
     # Predictions never become baselines: the image table's 2-rank row keeps its measured peer.
     image_rows = [l for l in report.splitlines() if l.startswith("  ") and "completed" in l]
     assert len(image_rows) == 2
+    # Nor references, runs judged or repeats (were: "holds", exit 0; a repeats group), said in a note, on
+    # stderr with --csv; alike in mgbench_analysis.
+    import shutil
+    import mgbench_analysis as mga
+    reference = shutil.copy(two, tmp_path / "reference.h5")
+    check = mgbench("report", "--reference", reference, "--csv", two, predictions)
+    assert check.returncode == 0 and "# 4 predicted run(s) (mgbench predict) left out" in check.stderr, check.stderr
+    assert {line.split(",")[0] for line in check.stdout.splitlines()[1:]} == {measured_two_id}, check.stdout
+    frame = mga.compare(reference, [two, predictions])
+    assert set(frame["run_id"]) == {measured_two_id} and mga.exit_status(frame) == 0
+    assert mga.exit_status(mga.compare(reference, predictions)) == 2  # nothing compared, as the report's exit 2
+    assert mgbench("report", "--reference", reference, predictions).returncode == 2
+    predicted = mga.read(predictions)
+    assert len(mga.repeats(mga.read(two) * 2)) > 0 and mga.repeats(predicted * 2).empty  # each run twice
 
 
 def test_predict_reads_the_steps_a_rank_wrote_of_a_table_far_larger(tmp_path, mnist):
@@ -242,3 +256,11 @@ def test_predict_without_a_one_rank_run_says_so(tmp_path):
     assert proc.returncode == 2 and "--ranks '0,2': expected" in proc.stderr
     proc = mgbench("predict", comm, "--link", "infiniband")
     assert proc.returncode == 2 and "--link 'infiniband'" in proc.stderr
+    # Were accepted: no strategy ("nothing predicted"), one twice (identical predictions written twice),
+    # and nodes overflowing to -1.
+    for args, needle in ((["--strategies", ""], "--strategies '': expected comma-separated strategies, each once"),
+                         (["--strategies", "ddp,ddp"], "--strategies 'ddp,ddp': expected"),
+                         (["--ranks-per-node", "9223372036854775807"], "--ranks-per-node '9223372036854775807': "
+                                                                      "expected <= 1048576")):
+        proc = mgbench("predict", comm, *args)
+        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr

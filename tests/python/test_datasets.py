@@ -245,6 +245,35 @@ def run_data(path, kind="alpaca"):
                           capture_output=True, timeout=60)
 
 
+@pytest.mark.parametrize("kind, rel, max_seq_len", [("grammar", "grammar/c4_200m_first1k.csv", 48),
+                                                   ("stack_exchange_paired", PREFERENCE["stack_exchange_paired"], 256),
+                                                   ("text", None, 40)])
+def test_stats_count_the_rows_max_seq_len_cut(tmp_path, kind, rel, max_seq_len):
+    """A row is truncated when its whole tokenization (no --max-seq-len) is longer than max_seq_len (the
+    plain text set: than max_seq_len - 1, TorchTune's text completion leaves room for nothing after); a
+    preference row when either sequence is. Were: rows exactly max_seq_len long counted, text rows never
+    (cut to max_seq_len - 1), preference sequences counted as rows (50 "truncated rows" of 25)."""
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    if rel is None:  # alpaca's outputs as a text set
+        path = tmp_path / "text.jsonl"
+        path.write_text("".join(json.dumps({"text": row["output"]}) + "\n"
+                                for row in rows(os.path.join(TEXT, CASES["alpaca"][0]))))
+    else:
+        path = os.path.join(TEXT, rel)
+    whole = [json.loads(line) for line in subprocess.run(
+        [BIN, "data", "stats", "--dataset", kind, "--data", path, "--tokenizer", TOKENIZER, "--dump", "100000"],
+        capture_output=True, timeout=300, check=True).stdout.decode().splitlines()]
+    lengths = [[len(row[k]) for k in ("chosen_tokens", "rejected_tokens") if k in row] or [len(row["tokens"])]
+               for row in whole]
+    room = max_seq_len - 1 if kind == "text" else max_seq_len
+    expected = sum(max(n) > room for n in lengths)
+    proc = subprocess.run([BIN, "data", "stats", "--dataset", kind, "--data", path, "--tokenizer", TOKENIZER,
+                           "--max-seq-len", str(max_seq_len)], capture_output=True, timeout=300, check=True)
+    (line,) = [x for x in proc.stdout.decode().splitlines() if x.startswith("truncated rows")]
+    assert 0 < expected < len(whole) and int(line.split()[-1]) == expected, (line, expected, len(whole))
+
+
 def test_a_byte_order_mark_opening_the_file_is_dropped(tmp_path):
     """Was: a CSV saved as Excel's "CSV UTF-8" read its first column as "\ufeffinput", and the rows were
     refused as missing "input". Python's utf-8-sig, pandas and HF datasets drop the mark; so does mgbench

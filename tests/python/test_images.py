@@ -47,6 +47,26 @@ def test_make_images_is_an_image_folder_torchvision_reads(folder):
     assert len(torchvision.datasets.ImageFolder(str(folder / "train"))) == 1200
 
 
+def test_make_images_refuses_before_writing(tmp_path):
+    from conftest import MNIST
+    if not (MNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"no MNIST at {MNIST}")
+    # A JPEG quality for PNG files: refused (was ignored).
+    png = mgbench("data", "make-images", "--data", MNIST, "--out", tmp_path / "png", "--image-size", 8, "--format",
+                  "png", "--quality", 5)
+    assert png.returncode == 2 and "--quality '5': only with --format jpeg" in png.stderr, png.stderr
+    # A test split missing: nothing written (was: train/ written, then the rerun refused for it).
+    partial = tmp_path / "mnist-train-only"
+    partial.mkdir()
+    for name in os.listdir(MNIST):
+        if name.startswith("train-"):
+            os.symlink(os.path.join(MNIST, name), partial / name)
+    half = mgbench("data", "make-images", "--data", partial, "--out", tmp_path / "half", "--image-size", 8,
+                   "--limit-train", 20)
+    assert half.returncode == 1 and "t10k" in half.stderr, half.stderr
+    assert not (tmp_path / "half" / "train").exists() or not any((tmp_path / "half" / "train").iterdir())
+
+
 def write_shards(folder, split, out, maxcount):
     """The folder's split as webdataset shards, written by the webdataset package."""
     webdataset = pytest.importorskip("webdataset")

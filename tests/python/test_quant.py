@@ -239,7 +239,9 @@ def test_quantize_refuses_what_is_not_a_qat_checkpoint(tmp_path):
     model = tmp_path / "model"
     shutil.copytree(MODEL, model)
     for linears, group, needle in ((["model.layers.9.self_attn.q_proj"], 32, "'model.layers.9.self_attn.q_proj' is not"),
-                                   (["model.layers.0.mlp.down_proj"], 48, "not a multiple of group_size 48")):
+                                   (["model.layers.0.mlp.down_proj"], 48, "not a multiple of group_size 48"),
+                                   (["model.layers.0.mlp.up_proj"] * 2, 32, "qat_config.json': \"linears\" names layer "
+                                                                            "'model.layers.0.mlp.up_proj' twice")):
         (model / "qat_config.json").write_text(json.dumps({"scheme": "8da4w", "group_size": group, "linears": linears}))
         proc = mgbench("quantize", "--model", model, "--output", tmp_path / "q")
         assert proc.returncode == 1 and needle in proc.stderr, proc.stderr

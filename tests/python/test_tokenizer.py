@@ -118,4 +118,10 @@ def test_bad_inputs_name_the_problem(tmp_path):
         for bad_id in ("4294967296", "-1", "999999"):
             proc = subprocess.run([BIN, "tokenize", "--tokenizer", SMALL, "--decode"], input=f"5 {bad_id}".encode(),
                                   capture_output=True)
-            assert proc.returncode == 1 and f"id {bad_id} (the 2th on stdin)".encode() in proc.stderr, proc.stderr
+            assert proc.returncode == 1 and f"id {bad_id} (number 2 on stdin)".encode() in proc.stderr, proc.stderr
+            assert proc.stderr.count(b"mgbench tokenize") == 1, proc.stderr  # was "mgbench tokenize: mgbench ..."
+        # Options of encoding, with --decode: refused (were ignored).
+        for option in ("--bos", "--eos", "--report-speed"):
+            proc = subprocess.run([BIN, "tokenize", "--tokenizer", SMALL, "--decode", option], input=b"5",
+                                  capture_output=True)
+            assert proc.returncode == 2 and f"{option} 'true': only with encoding".encode() in proc.stderr, proc.stderr

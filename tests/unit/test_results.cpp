@@ -453,6 +453,20 @@ TEST(Report, RepeatsSummariseEachMetricOverTheRunsOfAWorkload) {
   EXPECT_NEAR(rows[0].cv, 0.1, 1e-12);  // sample standard deviation 100 over the mean 1000
   EXPECT_EQ(rows[1].metric, "s/epoch");
   EXPECT_NEAR(rows[1].cv, 0.0, 1e-12);
+  // `mgbench predict`'s runs (written where the training writes, outputs/results.h5) are no repeats of
+  // a measurement, nor a reference or a run to judge (were: a repeats group; "holds" and exit 0).
+  auto predicted = [&](const std::string& id, double img_per_s) {
+    RunRecord r = image(id, 2, img_per_s);
+    for (auto& [name, value] : r.attributes) {
+      if (name == "task") value = std::string("prediction");
+    }
+    return r;
+  };
+  EXPECT_TRUE(report::repeat_rows({predicted("p", 900), predicted("q", 1100)}).empty());
+  const auto check = report::compare_to_reference({predicted("p", 900)}, {predicted("q", 10)}, 0.10);
+  EXPECT_TRUE(check.rows.empty());
+  ASSERT_EQ(check.notes.size(), 1u);
+  EXPECT_EQ(check.notes[0], "2 predicted run(s) (mgbench predict) left out: predictions are not measurements");
 }
 
 TEST(Report, NotesAndCsvColumnForPreemptedAndResumedRuns) {

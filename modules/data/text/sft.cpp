@@ -161,11 +161,12 @@ TokenizedSample tokenize_messages(const std::vector<Message>& messages, const Ll
   }
   tokens.push_back(tok.eos_id());
   mask.push_back(true);
+  TokenizedSample s;
   if (max_seq_len > 0) {
+    s.truncated = static_cast<std::int64_t>(tokens.size()) > max_seq_len;  // a break above: past it too
     truncate(tokens, static_cast<std::size_t>(max_seq_len), tok.eos_id());
     truncate(mask, static_cast<std::size_t>(max_seq_len), true);
   }
-  TokenizedSample s;
   s.tokens = tokens;
   s.labels.resize(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) s.labels[i] = mask[i] ? kIgnoreIndex : tokens[i];
@@ -182,6 +183,7 @@ TokenizedSample make_sample(const Records& records, std::size_t i, const Llama3T
       if (options.max_seq_len > 0 && static_cast<std::int64_t>(s.tokens.size()) > options.max_seq_len - 1) {
         s.tokens.resize(static_cast<std::size_t>(
             std::max<std::int64_t>(options.max_seq_len - 1, 0)));  // TorchTune: no EOS coercion
+        s.truncated = true;
       }
       s.labels = s.tokens;
       return s;

@@ -68,6 +68,7 @@ struct SftOptions {
 struct TokenizedSample {
   std::vector<std::int32_t> tokens;
   std::vector<std::int32_t> labels;  // same length; kIgnoreIndex where no loss
+  bool truncated = false;            // --max-seq-len cut tokens (or whole messages) off it
 };
 
 /// The tokens of s that carry loss (labels not kIgnoreIndex).

@@ -25,11 +25,15 @@ void TokenizeOptions::declare(options::OptionTable& t) {
   t.add("tokenizer", tokenizer, "tiktoken file (Llama 3's tokenizer.model: '<base64 token> <rank>' lines)")
       .required()
       .value_name("FILE");
-  t.add("bos", bos, "prepend <|begin_of_text|> (128000)").as_switch();
-  t.add("eos", eos, "append <|end_of_text|> (128001)").as_switch();
+  // Of encoding: --decode prints the text of the ids as they are.
+  const auto encoding = [this] { return !decode; };
+  const std::string when = "encoding (not with --decode)";
+  t.add("bos", bos, "prepend <|begin_of_text|> (128000)").as_switch().only_with(encoding, when);
+  t.add("eos", eos, "append <|end_of_text|> (128001)").as_switch().only_with(encoding, when);
   t.add("decode", decode, "the reverse: ids on stdin -> text on stdout").as_switch();
   t.add("report-speed", report_speed, "print the encoding speed (tokens/s, excluding file loading) on stderr")
-      .as_switch();
+      .as_switch()
+      .only_with(encoding, when);
 }
 
 int tokenize(const TokenizeOptions& o, std::istream& in, std::ostream& out, std::ostream& err) {
@@ -40,12 +44,11 @@ int tokenize(const TokenizeOptions& o, std::istream& in, std::ostream& out, std:
       for (long long id = 0; in >> id;) {
         // Checked before the narrowing: 4294967296 must not decode as id 0.
         MGBENCH_REQUIRE(id >= 0 && id < tok.vocab_size(), DataError,
-                        "mgbench tokenize --decode: id {} (the {}th on stdin) is outside the vocabulary [0, {})", id,
-                        ids.size() + 1, tok.vocab_size());
+                        "--decode: id {} (number {} on stdin) is outside the vocabulary [0, {})", id, ids.size() + 1,
+                        tok.vocab_size());
         ids.push_back(static_cast<std::int32_t>(id));
       }
-      MGBENCH_REQUIRE(in.eof(), DataError, "mgbench tokenize --decode: stdin holds a non-integer after {} ids",
-                      ids.size());
+      MGBENCH_REQUIRE(in.eof(), DataError, "--decode: stdin holds a non-integer after {} ids", ids.size());
       out << tok.decode(ids);
       return 0;
     }
@@ -151,7 +154,10 @@ int dataset_stats(const DatasetStatsOptions& o, std::ostream& out, std::ostream&
     for (const auto& s : samples) {
       lengths.push_back(static_cast<std::int64_t>(s.tokens.size()));
       trained += std::count_if(s.labels.begin(), s.labels.end(), [](std::int32_t l) { return l != kIgnoreIndex; });
-      truncated += (o.max_seq_len > 0 && static_cast<std::int64_t>(s.tokens.size()) >= o.max_seq_len) ? 1 : 0;
+    }
+    // Rows that lost tokens to --max-seq-len: a preference row when either of its sequences did.
+    for (std::size_t i = 0; i < samples.size(); i += preference ? 2 : 1) {
+      truncated += (samples[i].truncated || (preference && samples[i + 1].truncated)) ? 1 : 0;
     }
     std::sort(lengths.begin(), lengths.end());
     const auto total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
