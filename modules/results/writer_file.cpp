@@ -73,6 +73,9 @@ void ResultsWriter::open_file(bool create, std::uint64_t needed_bytes) {
       problem = std::move(full);
     } else if (!exists && !create) {
       problem = fmt::format("results file '{}' of the run to resume does not exist (moved or deleted?)", path_);
+    } else if (std::error_code ec; exists && std::filesystem::is_directory(path_, ec)) {
+      problem = fmt::format("results file '{}' is a directory: expected the path of an HDF5 file (such as '{}')", path_,
+                            (std::filesystem::path(path_) / "results.h5").string());
     } else if (exists && H5Fis_hdf5(path_.c_str()) <= 0) {
       problem = fmt::format(
           "results file '{}' exists and is not an HDF5 file; refusing to touch it "

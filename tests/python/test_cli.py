@@ -133,6 +133,10 @@ def test_results_path_that_is_not_hdf5_is_left_alone(tmp_path, mnist):
     assert target.read_text() == "my notes"
     # Nor is a lock file left beside it (was: notes.h5.lock stayed, as after a --resume whose file was gone).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.h5"]
+    # A directory: said so (was "exists and is not an HDF5 file").
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32",
+                   "--epochs", "1", "--results", tmp_path, np=1)
+    assert proc.returncode != 0 and f"results file '{tmp_path}' is a directory" in proc.stderr, proc.stderr
 
 
 def test_report_errors(tmp_path):
