@@ -62,9 +62,7 @@ void print_comm(std::ostream& out, const std::vector<results::RunRecord>& runs, 
   auto micro = [](double CommRow::*field) { return [field](const L& l) { return number(l.row.*field * 1e6, 2); }; };
   // CSV: 9 significant digits, as the times (a small message's GB/s at 4 decimals read 0.0004 or 0).
   auto significant = [](double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : std::string("-"); };
-  auto seconds = [](double CommRow::*field) {
-    return [field](const L& l) { return fmt::format("{:.9g}", l.row.*field); };
-  };
+  auto seconds = [&](double CommRow::*field) { return [&, field](const L& l) { return significant(l.row.*field); }; };
   const std::vector<Column<L>> columns = {
       {"", "", 0, "file", [](const L& l) { return l.run->file; }},
       {"run", "", -28, "run_id", [](const L& l) { return l.run->run_id; }},

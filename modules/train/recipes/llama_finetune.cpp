@@ -70,30 +70,32 @@ void LlamaFinetune::declare(options::OptionTable& t) {
       .no_effect();
   t.section("LoRA");
   const auto lora = [this] { return finetune_ == Finetune::kLora; };
-  t.add("lora-rank", lora_.rank, "LoRA rank").at_least(1).only_with(lora, "--finetune lora");
+  const std::string with_lora = "--finetune lora";
+  t.add("lora-rank", lora_.rank, "LoRA rank").at_least(1).only_with(lora, with_lora);
   t.add("lora-alpha", lora_.alpha, "LoRA alpha (the adapter is scaled by alpha / rank)")
       .above(0)
-      .only_with(lora, "--finetune lora");
+      .only_with(lora, with_lora);
   t.add("lora-dropout", lora_.dropout, "dropout before LoRA's A")
       .at_least(0)
       .below(1)
       .same_workload()
-      .only_with(lora, "--finetune lora");
+      .only_with(lora, with_lora);
   t.add("lora-targets", lora_.targets,
         "comma-separated: q_proj, k_proj, v_proj, output_proj, mlp (or gate_proj, up_proj, down_proj)")
-      .only_with(lora, "--finetune lora");
+      .only_with(lora, with_lora);
   t.section("QAT");
   t.add("fake-quant", fake_quant_, std::span<const options::Choice<FakeQuant>>(kFakeQuants),
         "fake quantisation while training: with --finetune full every linear whose in-features the group divides "
         "(the untied output head too), with lora the adapted ones");
   const auto fake_quant = [this] { return fake_quant_ != FakeQuant::kNone; };
+  const std::string with_fake_quant = "--fake-quant 8da4w";
   t.add("qat-group-size", qat_group_size_, "in-features per int4 weight scale")
       .at_least(2)
-      .only_with(fake_quant, "--fake-quant 8da4w");
+      .only_with(fake_quant, with_fake_quant);
   t.add("fake-quant-after-steps", fake_quant_after_steps_,
         "train the first N optimizer steps without fake quantisation (0: from the start)")
       .at_least(0)
-      .only_with(fake_quant, "--fake-quant 8da4w");
+      .only_with(fake_quant, with_fake_quant);
 }
 
 void LlamaFinetune::validate(const TrainOptions& train, std::string_view recipe, bool needs_adapters) const {
