@@ -54,10 +54,13 @@ std::string stray_operand(int argc, char** argv, const po::options_description& 
 
 }  // namespace
 
-void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
-           const po::positional_options_description& positional) {
+std::set<std::string> parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+                            const po::positional_options_description& positional) {
+  std::set<std::string> command_line;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
+    const po::parsed_options typed = po::command_line_parser(argc, argv).options(options).positional(positional).run();
+    for (const auto& option : typed.options) command_line.insert(option.string_key);
+    po::store(typed, vm);
     if (vm.count("config") != 0) {
       const std::string path = vm["config"].as<std::string>();
       // A directory opens as a stream that reads nothing (the run would silently take the defaults),
@@ -95,6 +98,7 @@ void parse(int argc, char** argv, const po::options_description& options, po::va
   } catch (const po::error& e) {
     throw ConfigError(error_text(e));
   }
+  return command_line;
 }
 
 void describe(const options::OptionTable& table, po::options_description& into, po::options_description* hidden,
@@ -129,7 +133,7 @@ void describe(const options::OptionTable& table, po::options_description& into, 
   for (const auto& section : sections) into.add(*section.second);
 }
 
-void apply_values(const po::variables_map& vm, options::OptionTable& table) {
+void apply_values(const po::variables_map& vm, options::OptionTable& table, const std::set<std::string>& command_line) {
   for (auto& o : table.options()) {
     const auto it = vm.find(o.name);
     if (it == vm.end() || it->second.defaulted()) continue;
@@ -138,6 +142,7 @@ void apply_values(const po::variables_map& vm, options::OptionTable& table) {
     } else {
       table.set(o.name, it->second.as<std::string>());
     }
+    o.on_command_line = command_line.contains(o.name);
   }
 }
 
@@ -207,7 +212,7 @@ std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& 
     po::options_description all;
     all.add(visible).add(hidden);
     po::variables_map vm;
-    parse(argc, argv, all, vm, positional);
+    const std::set<std::string> command_line = parse(argc, argv, all, vm, positional);
     flags.dry_run = vm.count("dry-run") != 0;
     if (spec.dry_run && vm.count("ranks") != 0) {
       MGBENCH_REQUIRE(flags.dry_run, ConfigError,
@@ -215,7 +220,7 @@ std::optional<int> parse_command(const CommandSpec& spec, options::OptionTable& 
       flags.plan_ranks = parse_rank_counts(vm["ranks"].as<std::string>());
     }
     flags.verbose = vm.count("verbose") != 0;
-    apply_values(vm, table);
+    apply_values(vm, table, command_line);
     table.validate(flags.dry_run);
     if (validate) validate();
   } catch (const ConfigError& e) {

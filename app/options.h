@@ -5,6 +5,7 @@
 // below the command line.
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,10 +81,11 @@ std::string join_command_line(int argc, char** argv);
 std::string error_text(const po::error& e);
 
 /// Parses argv into vm (positional: the operands' options). When --config FILE is given, FILE's
-/// `key = value` lines (the long option names) fill what the command line left unset. Throws
-/// ConfigError naming the option, value or file at fault.
-void parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
-           const po::positional_options_description& positional = {});
+/// `key = value` lines (the long option names) fill what the command line left unset. Returns the
+/// names of the options given on the command line (for apply_values). Throws ConfigError naming
+/// the option, value or file at fault.
+std::set<std::string> parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+                            const po::positional_options_description& positional = {});
 
 /// The table's options as Boost descriptions, one section per table section, in order; every
 /// value is read as text (the table parses it), switches take none, positional options go into
@@ -92,7 +94,9 @@ void describe(const options::OptionTable& table, po::options_description& into,
               po::options_description* hidden = nullptr, po::positional_options_description* positional = nullptr);
 
 /// Hands every value the command line or config file gave (not Boost's defaults) to the table,
-/// which parses it into its typed field. Throws ConfigError naming the option.
-void apply_values(const po::variables_map& vm, options::OptionTable& table);
+/// which parses it into its typed field; those named in `command_line` (parse's result) are marked
+/// as typed there (Option::on_command_line). Throws ConfigError naming the option.
+void apply_values(const po::variables_map& vm, options::OptionTable& table,
+                  const std::set<std::string>& command_line = {});
 
 }  // namespace mgbench::app

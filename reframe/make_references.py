@@ -34,27 +34,36 @@ def bounds(unit, tolerance):
     raise ValueError(f"unit {unit!r}: neither a rate (.../s) nor one of {sorted(LOWER_IS_BETTER)}")
 
 
-def values(report_paths):
-    """{(system:partition, check, metric, unit): [value per report]} of the passed test cases."""
-    out = defaultdict(list)
-    for path in report_paths:
-        try:
-            with open(path) as f:
-                report = json.load(f)
-            runs = report["runs"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}: not a ReFrame run report ({e})") from None
+def passed_values(path):
+    """[(system:partition, check, metric, unit, value)] of the passed test cases of the report at
+    `path`. Raises ValueError naming the file where it is not a ReFrame run report (unreadable, or
+    a run, test case or performance value without the fields ReFrame 4 writes)."""
+    try:
+        with open(path) as f:
+            report = json.load(f)
         cases = {}
-        for run in runs:  # retries: a later run's case replaces an earlier one's
+        for run in report["runs"]:  # retries: a later run's case replaces an earlier one's
             for case in run["testcases"]:
                 cases[(case["name"], case["system"], case["partition"])] = case
+        out = []
         for (name, system, partition), case in cases.items():
             if case["result"] != "pass":  # ReFrame 4's results: pass, fail, ...
                 print(f"{path}: {name} on {system}:{partition} {case['result']}: left out", file=sys.stderr)
                 continue
             for key, (value, _ref, _lower, _upper, unit, *_result) in case["perfvalues"].items():
                 if value is not None:
-                    out[(f"{system}:{partition}", name.split()[0], key.split(":")[-1], unit)].append(float(value))
+                    out.append((f"{system}:{partition}", name.split()[0], key.split(":")[-1], unit, float(value)))
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a ReFrame run report ({type(e).__name__}: {e})") from None
+
+
+def values(report_paths):
+    """{(system:partition, check, metric, unit): [value per report]} of the passed test cases."""
+    out = defaultdict(list)
+    for path in report_paths:
+        for *key, value in passed_values(path):
+            out[tuple(key)].append(value)
     return out
 
 

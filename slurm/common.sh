@@ -53,14 +53,16 @@ mgbench_setup() {
   # (hung collectives: mgbench's own watchdog aborts the job after --comm-timeout seconds)
   # Fewer GPUs per node than ranks would put two ranks on one GPU (NCCL refuses): say so before
   # launching; more leave GPUs idle. The ranks of the busiest node from SLURM_TASKS_PER_NODE
-  # ("2(x3),1": what SLURM placed, with or without --ntasks-per-node).
-  local gpus=${SLURM_GPUS_PER_NODE##*:} ranks=0 part count
-  for part in ${SLURM_TASKS_PER_NODE//,/ }; do
+  # ("2(x3),1": what SLURM placed, with or without --ntasks-per-node). An allocation without
+  # --gpus-per-node (salloc -n 2) sets no SLURM_GPUS_PER_NODE: nothing to check.
+  local gpus=${SLURM_GPUS_PER_NODE:-} ranks=0 part count tasks=${SLURM_TASKS_PER_NODE:-}
+  gpus=${gpus##*:}
+  for part in ${tasks//,/ }; do
     count=${part%%(*}
     [[ $count =~ ^[0-9]+$ ]] && ((count > ranks)) && ranks=$count
   done
   if [[ $gpus =~ ^[0-9]+$ ]] && ((gpus > 0 && ranks > 0)); then
-    ((gpus >= ranks)) || mgbench_fail "$ranks rank(s) on a node (SLURM_TASKS_PER_NODE=$SLURM_TASKS_PER_NODE) but --gpus-per-node=$gpus: one rank per GPU (pass --gpus-per-node=$ranks, or fewer tasks per node)"
+    ((gpus >= ranks)) || mgbench_fail "$ranks rank(s) on a node (SLURM_TASKS_PER_NODE=$tasks) but --gpus-per-node=$gpus: one rank per GPU (pass --gpus-per-node=$ranks, or fewer tasks per node)"
     ((gpus == ranks)) || echo "# note: --gpus-per-node=$gpus for $ranks rank(s) per node: $((gpus - ranks)) GPU(s) per node idle"
   fi
   echo "# job $SLURM_JOB_ID on $(hostname): ${SLURM_NTASKS:-?} task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s), restart ${SLURM_RESTART_COUNT:-0}, outputs $MGBENCH_JOB_DIR"

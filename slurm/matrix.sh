@@ -8,7 +8,7 @@
 #   slurm/matrix.sh llm   [--dry-run] [--test-only] [--cpu] [--local] -- --model DIR [extra mgbench llm options]
 #
 # image (Lawenda et al. 2025, Figs. 1-6, Table 2): GPUS x STRATEGIES x PRECISIONS x PIN x SIZES
-# llm   (Lawenda et al. 2025, sec. 4, Table 3):    GPUS x DATASETS x PIN
+# llm   (Lawenda et al. 2025, sec. 4, Table 5):    GPUS x DATASETS x PIN
 # Each axis is an environment variable (space-separated), defaults below. Also:
 #   OUTPUTS        results root of this matrix (default outputs/matrix-<task>-<UTC time>, below the
 #                  directory it is run from: the jobs are submitted from there)
@@ -71,6 +71,7 @@ run_here() {  # run_here RANKS NAME SCRIPT ARGS...: the point with mpirun, resul
   shift 3
   local dir="$OUTPUTS/$name" outputs=()
   [[ "$task_of_script" == llm ]] && outputs=(--output-dir "$dir/adapter")
+  for arg in "$@" "${extra[@]}"; do [[ $arg == --eval-only ]] && outputs=(); done  # an evaluation writes nothing (as llm.sbatch)
   local cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none "$local_binary" "$task_of_script" "$@" "${device[@]}"
     "${extra[@]}" --results "$dir/results.h5" "${outputs[@]}")
   if ((dry_run)); then

@@ -217,7 +217,7 @@ void OptionTable::validate(bool dry_run) const {
       throw ConfigError(fmt::format("--{}: required ({})", o.name, what));
     }
     for (const auto& check : o.checks) check();
-    if (o.applies && o.given && o.text() != o.default_text && !o.applies()) {
+    if (o.applies && o.given && (o.on_command_line || o.text() != o.default_text) && !o.applies()) {
       throw ConfigError(fmt::format("--{} '{}': only with {}", o.name, o.text(), o.applies_with));
     }
   }

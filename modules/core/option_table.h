@@ -144,6 +144,7 @@ struct Option {
   bool repeatable = false;       // a list whose name may be given several times, one item each (--comm A --comm B)
   Effect effect = Effect::kWorkload;
   bool given = false;                              // set from the command line or a config file
+  bool on_command_line = false;                    // ... and typed on the command line (app::apply_values)
   std::string default_text;                        // the value when not given: declared, or a recipe's default
   std::function<bool()> applies;                   // Declared::only_with: whether the run uses it (empty: always)
   std::string applies_with;                        // ... and what it needs: "--finetune lora"
@@ -206,11 +207,12 @@ class Declared {
     };
     return *this;
   }
-  /// An option of some runs only: given with a value other than its default where `applies()` is
-  /// false (read at validation, every option parsed), the run is refused -- ConfigError
-  /// "--crop 'center': only with --dataset imagefolder or webdataset" -- rather than the value
-  /// silently ignored. A run's resolved configuration (ini(), read back with --config) holds such
-  /// options at their defaults and passes.
+  /// An option of some runs only: where `applies()` is false (read at validation, every option
+  /// parsed), the option typed on the command line (even at its default) or set to another value
+  /// than its default in a config file refuses the run -- ConfigError "--crop 'center': only with
+  /// --dataset imagefolder or webdataset" -- rather than the value silently ignored. A run's
+  /// resolved configuration (ini(), read back with --config) lists every option, such ones at their
+  /// defaults, and passes.
   Declared& only_with(std::function<bool()> applies, std::string when) {
     add_only_with(option_, std::move(applies), std::move(when));
     return *this;

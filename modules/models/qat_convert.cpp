@@ -78,6 +78,16 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
   const QatConfig qat = read_qat_config(fs::path(adapter_dir.empty() ? model_dir : adapter_dir) / "qat_config.json");
   const fs::path config_path = fs::path(model_dir) / "config.json";
   const LlamaConfig config = LlamaConfig::from_hf_json(config_path.string());
+  nlohmann::json config_json = read_json_file(config_path.string());
+  // An earlier quantize's output holds a qat_config.json too, and int4 tensors in place of the
+  // layers' weights: named as what it is (was: "tensor '...q_proj.weight' is missing").
+  const auto quantized = config_json.find("quantization_config");
+  MGBENCH_REQUIRE(quantized == config_json.end() || !quantized->is_object() ||
+                      quantized->value("quant_method", std::string()) != "8da4w",
+                  DataError,
+                  "--model '{}' is quantized already (its config.json has quantization_config 8da4w: the output of "
+                  "mgbench quantize); give the QAT run's --output-dir",
+                  model_dir);
   const torch::ScalarType dtype = checkpoint_dtype(model_dir);
   LlamaForCausalLM model{nullptr};
   {
@@ -143,7 +153,6 @@ QatConvertResult convert_qat_checkpoint(const std::string& model_dir, const std:
   fs::create_directories(out);
   write_safetensors((out / "model.safetensors").string(), tensors,
                     {{"format", "pt"}, {"quantization", "8da4w"}, {"group_size", std::to_string(qat.group_size)}});
-  nlohmann::json config_json = read_json_file(config_path.string());
   config_json["quantization_config"] = {{"quant_method", "8da4w"},
                                         {"group_size", qat.group_size},
                                         {"weight", "int4 symmetric per group, packed two per byte (qweight)"},

@@ -1,8 +1,12 @@
 #include "report/commands.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <filesystem>
 #include <iostream>
+#include <map>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -71,14 +75,20 @@ int run_reference(const ReportOptions& o, std::ostream& out, std::ostream& err) 
     const std::vector<std::string> files = results::expand_results_files(o.files);
     // A file on both sides judges its runs by themselves: every metric holds (a REF directory that
     // holds tonight's file pooled it into the reference too).
+    // Files are the same where their device and inode are (std::filesystem::equivalent's test), one
+    // lookup each: nightly directories of many files are not compared pair by pair.
+    std::map<std::pair<dev_t, ino_t>, std::string> reference_ids;
+    struct stat st {};
+    for (const auto& ref : reference_files) {
+      if (::stat(ref.c_str(), &st) == 0) reference_ids.emplace(std::pair{st.st_dev, st.st_ino}, ref);
+    }
     for (const auto& file : files) {
-      for (const auto& ref : reference_files) {
-        std::error_code ec;
-        if (std::filesystem::equivalent(file, ref, ec)) {
-          err << "mgbench report --reference: '" << file << "' is among both the reference (" << ref
-              << ") and the files judged: its runs would be compared with themselves; give the reference apart\n";
-          return kBadInput;
-        }
+      if (::stat(file.c_str(), &st) != 0) continue;  // read_results_files names what cannot be read
+      const auto both = reference_ids.find({st.st_dev, st.st_ino});
+      if (both != reference_ids.end()) {
+        err << "mgbench report --reference: '" << file << "' is among both the reference (" << both->second
+            << ") and the files judged: its runs would be compared with themselves; give the reference apart\n";
+        return kBadInput;
       }
     }
     reference = results::read_results_files(reference_files);

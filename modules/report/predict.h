@@ -220,9 +220,9 @@ struct PredictOptions {
   void declare(options::OptionTable& table);
 };
 
-/// Every workload's predictions, each predicted from its latest completed 1-rank run of the
-/// strategy (else of any strategy: at 1 rank they compute the same), with what was skipped or
-/// assumed.
+/// Every workload's predictions, each predicted from its completed 1-rank run of the strategy
+/// (else of any strategy: at 1 rank they compute the same) of median time among repeats
+/// (median_run, reference.h), with what was skipped or assumed.
 struct PredictionPlan {
   std::vector<std::vector<Prediction>> workloads;  // one entry per workload, in the files' order
   std::vector<std::string> notes;                  // sorted, unique

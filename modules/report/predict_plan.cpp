@@ -1,5 +1,5 @@
 // `mgbench predict` as a command: its options, the plan that predicts every workload of the files
-// (each from its latest completed 1-rank run, its collectives priced by the comm runs among them),
+// (each from its completed 1-rank run of median time, its collectives priced by the comm runs among them),
 // and the predictions appended to a results file as runs of task `prediction`.
 #include <algorithm>
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "report/predict.h"
+#include "report/reference.h"
 #include "report/report.h"
 #include "report/workload.h"
 #include "results/writer.h"
@@ -78,8 +79,8 @@ bool usable(const results::RunRecord& r) {
   return is_completed(r) && !is_prediction_run(r) && !is_comm_run(r) && r.display("task") != "llm-eval";
 }
 
-/// The predictions of one workload at every strategy asked: each from the latest completed 1-rank
-/// run of that strategy, else the latest of any.
+/// The predictions of one workload at every strategy asked: each from the completed 1-rank run of
+/// that strategy, else of any, of median total time among repeats (median_run).
 std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& runs,
                                          const std::vector<const results::RunRecord*>& one_rank,
                                          const std::vector<const results::RunRecord*>& multi_rank,
@@ -89,10 +90,11 @@ std::vector<Prediction> predict_workload(const std::vector<results::RunRecord>& 
   MGBENCH_REQUIRE(o.model.empty() || static_cast<bool>(scaler), ConfigError,
                   "--model: this program cannot compute a model's shapes (mgbench predict can)");
   for (const axes::Strategy strategy : o.strategies) {
-    const results::RunRecord* base = one_rank.back();
+    std::vector<const results::RunRecord*> of_strategy;
     for (const auto* r : one_rank) {
-      if (r->display("strategy") == axes::strategy_info(strategy).name) base = r;
+      if (r->display("strategy") == axes::strategy_info(strategy).name) of_strategy.push_back(r);
     }
+    const results::RunRecord* base = median_run(of_strategy.empty() ? one_rank : of_strategy);
     // The collectives move the gradients (FSDP: and the parameters, of the same dtype): priced in
     // their dtype, by the precision's row.
     const std::string dtype(axes::dtype_info(precision_of(*base).gradient_dtype()).name);

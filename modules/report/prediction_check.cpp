@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "report/predict.h"
+#include "report/reference.h"
 #include "report/report.h"
 #include "report/table.h"
 #include "report/workload.h"
@@ -13,7 +14,8 @@
 namespace mgbench::report {
 
 void print_prediction_check(std::ostream& out, const std::vector<results::RunRecord>& runs, bool csv) {
-  // Each prediction beside the latest completed measured run of its workload, strategy and rank count.
+  // Each prediction beside the completed measured run of its workload, strategy and rank count
+  // (repeats: the run of median time, as predict's base).
   struct Check {
     const results::RunRecord* prediction;
     const results::RunRecord* measured;  // nullptr: not measured
@@ -22,15 +24,16 @@ void print_prediction_check(std::ostream& out, const std::vector<results::RunRec
   std::vector<Check> checks;
   for (const auto& p : runs) {
     if (!is_prediction_run(p)) continue;
-    const results::RunRecord* measured = nullptr;
+    std::vector<const results::RunRecord*> repeats;
     for (const auto& m : runs) {
       if (is_prediction_run(m) || m.display("task") == "comm" || !is_completed(m)) continue;
       if (workload_identity(m) == workload_identity(p, {{"task", p.display("predicted_task")}}) &&
           m.display("strategy") == p.display("strategy") && m.integer("world_size") == p.integer("world_size") &&
           m.integer("nodes").value_or(1) == p.integer("nodes").value_or(1)) {
-        measured = &m;  // the latest
+        repeats.push_back(&m);
       }
     }
+    const results::RunRecord* measured = median_run(repeats);
     const double error =
         measured != nullptr ? 100.0 * (p.summary.total_s - measured->summary.total_s) / measured->summary.total_s : NAN;
     checks.push_back({&p, measured, error});

@@ -75,6 +75,14 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+const results::RunRecord* median_run(std::vector<const results::RunRecord*> runs) {
+  if (runs.empty()) return nullptr;
+  // Stable: runs of equal times keep their order (the files', then the runs').
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const auto* a, const auto* b) { return a->summary.total_s < b->summary.total_s; });
+  return runs[(runs.size() - 1) / 2];
+}
+
 namespace {
 
 // One rule for every metric (reference.h): the slowdown, ratio or its inverse, against 1 + tolerance.

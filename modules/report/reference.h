@@ -67,6 +67,11 @@ std::string short_workload(const results::RunRecord& run);
 /// The median of a non-empty list.
 double median(std::vector<double> values);
 
+/// Of repeated runs, the one of median total time (summary.total_s): the middle one, of an even
+/// number the faster of the middle two (a run, not a mean of two); nullptr for none. `predict`
+/// builds on it and its table compares with it, as the report's efficiencies take the median time.
+const results::RunRecord* median_run(std::vector<const results::RunRecord*> runs);
+
 /// Compares `runs` (FILES) with `reference` (REF). One rule for every metric: its slowdown -- the
 /// ratio measured / reference of a lower-is-better metric (s/epoch, s/it, peak MiB), the inverse of a
 /// higher-is-better one (img/s, tokens/s, busbw) -- regresses above 1 + `tolerance` (a fraction: 0.1

@@ -221,7 +221,7 @@ void EpochStage::end() {
   } else if (std::isfinite(e.eval_loss)) {
     evaluated = fmt::format(" | eval loss {:.4f}", e.eval_loss);
   }
-  sinks_.progress.message(fmt::format("epoch {}/{}: loss {:.4f} | {:.1f} {} per rank | {:.3f} s/it | train {:.1f} s{}",
+  sinks_.progress.message(fmt::format("epoch {}/{}: loss {:.4f} | {:.1f} {} per rank | {:.3f} s/it | train {:.3f} s{}",
                                       run.epoch + 1, options.epochs, e.loss_mean, rate, loop_.throughput_unit(),
                                       e.train_s / static_cast<double>(std::max<std::int64_t>(e.steps, 1)), e.train_s,
                                       evaluated));

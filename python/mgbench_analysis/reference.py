@@ -111,7 +111,15 @@ def compare(reference, source, tolerance: float = 0.10) -> pd.DataFrame:
     out of both.
 
     Raises ResultsError for a run among both (it would be judged by itself: everything holds; `mgbench
-    report --reference` takes whole files, and refuses a file on both sides)."""
+    report --reference` takes whole files, and refuses a file on both sides), ValueError for a
+    tolerance that is not a finite fraction above 0 (the report's --tolerance bound)."""
+    try:
+        fraction = float(tolerance)
+    except (TypeError, ValueError):
+        fraction = math.nan
+    if not (math.isfinite(fraction) and fraction > 0):
+        raise ValueError(f"tolerance {tolerance!r}: expected a fraction above 0 (0.1 = 10 %)")
+    tolerance = fraction
     reference_runs, source_runs = as_runs(reference), as_runs(source)
     both = {(os.path.realpath(r.file), r.run_id) for r in reference_runs} & \
         {(os.path.realpath(r.file), r.run_id) for r in source_runs}
@@ -182,8 +190,9 @@ def repeats(source) -> pd.DataFrame:
 
 
 def passed(frame: pd.DataFrame) -> bool:
-    """True when no row of a :func:`compare` frame regressed or failed."""
-    return not frame["verdict"].isin(["REGRESSED", "FAILED"]).any()
+    """True where `mgbench report --reference` exits 0 (:func:`exit_status`): something was compared,
+    and no row regressed or failed. An empty frame compared nothing: not passed (was: True)."""
+    return exit_status(frame) == 0
 
 
 def exit_status(frame: pd.DataFrame) -> int:

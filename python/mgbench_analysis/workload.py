@@ -58,6 +58,7 @@ def hardware(run: Run) -> str:
 
 
 def hardware_cell(run: Run) -> str:
-    """hardware() as one whitespace-free table cell, as the report's: "NVIDIA " dropped, spaces as '-'."""
-    text = hardware(run)
+    """hardware() as one whitespace-free table cell, as the report's: the model only (its memory and
+    compute capability, after ", ", are the CSV's), "NVIDIA " dropped, spaces as '-'."""
+    text = hardware(run).split(", ", 1)[0]
     return (text[len("NVIDIA "):] if text.startswith("NVIDIA ") else text).replace(" ", "-").replace("\t", "-")

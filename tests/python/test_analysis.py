@@ -296,10 +296,19 @@ def test_reference_frame_equals_report_csv(matrix, tmp_path):
     assert same.returncode == 2 and f"'{files[0]}' is among both the reference" in same.stderr, same.stderr
     with pytest.raises(mga.ResultsError, match="is among both the reference and the files judged"):
         mga.compare(files, files[0])
+    # Recorded on a GPU (gpu_model as runtime/device.cpp writes it): the device cell is the model alone.
+    judged = tmp_path / "judged"
+    judged.mkdir()
+    files = [shutil.copy(f, judged / f.name) for f in files]
+    for path in [*references, *files]:
+        with h5py.File(path, "r+") as f:
+            for run in f["runs"].values():
+                run.attrs["gpu_model"] = "NVIDIA H100 80GB HBM3, 79.2 GiB, sm_90"
     csv = pd.read_csv(StringIO(mgbench("report", "--csv", "--reference", ",".join(map(str, references)), *files,
                                        check=True).stdout), dtype=str, keep_default_na=False)
     frame = mga.compare(references, files)
     assert list(frame.columns) == list(csv.columns) and len(frame) == len(csv)
+    assert (frame["device"] == "H100-80GB-HBM3").all() and list(frame["device"]) == list(csv["device"])
     assert set(frame["metric"]) >= {"img/s", "s/epoch", "tokens/s", "s/it", "peak_MiB"}
     assert frame["metric"].str.startswith("busbw:all-reduce:fp32:").sum() == 2
     assert list(frame["metric"]) == list(csv["metric"]) and list(frame["run_id"]) == list(csv["run_id"])

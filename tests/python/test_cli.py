@@ -30,6 +30,9 @@ from conftest import BIN, ENV, SMALL, mgbench, not_here, run_with_rusage
     (["--model", "resnet50", "--width-mult", "0.5", "--dry-run"], "--width-mult 0.5: resnet50 has torchvision's fixed"),
     # An option the run has no use for (was: silently ignored), refused with --dry-run too.
     (["--crop", "center", "--dry-run"], "--crop 'center': only with --dataset imagefolder or webdataset"),
+    # ... typed on the command line at its default too (was: passed silently); a config file's
+    # default passes (test_config_file_and_command_line_override: a resolved configuration lists all).
+    (["--crop", "random", "--dry-run"], "--crop 'random': only with --dataset imagefolder"),
     (["--reshard-after-forward", "false"], "--reshard-after-forward 'false': only with --sharding fsdp"),
     # A value after a switch, or a stray word, is an error, not silently dropped.
     (["--record-indices", "true"], "'true': unexpected"),
@@ -64,7 +67,7 @@ def test_bad_config_file_key(tmp_path):
 
 def test_config_file_and_command_line_override(tmp_path):
     ini = tmp_path / "c.ini"
-    ini.write_text("epochs = 7\nbatch-size = 16\n")
+    ini.write_text("epochs = 7\nbatch-size = 16\ncrop = random\n")
     proc = mgbench("image", "--config", ini, "--epochs", "3", "--dry-run", check=True)
     assert "epochs = 3" in proc.stdout and "batch-size = 16" in proc.stdout
 

@@ -206,6 +206,9 @@ def test_qat_trains_on_two_ranks_and_quantize_writes_torchaos_int4(tmp_path, rec
     same = mgbench("quantize", *args, "--output", out)
     assert same.returncode == 2 and "the trained weights would be overwritten" in same.stderr, same.stderr
     assert trained.read_bytes() == before
+    # The output as --model again: named as quantized already (was: "tensor ... is missing").
+    again = mgbench("quantize", "--model", q, "--output", tmp_path / "q2")
+    assert again.returncode == 1 and f"--model '{q}' is quantized already" in again.stderr, again.stderr
     if recipe == "qat":
         # Full fine-tuning into the same --output-dir: the QAT run's qat_config.json no longer describes the
         # model (quantize took it for a QAT one), so it goes.

@@ -126,6 +126,12 @@ def test_bad_input_and_nothing_to_compare_exit_2(tmp_path, mnist):
     assert nothing.returncode == 2, nothing.stdout + nothing.stderr
     assert "nothing to compare" in nothing.stderr and "differs in" in nothing.stderr
     assert mgbench("report", "--reference", other, "--tolerance", "0", run).returncode == 2
+    # The package alike: nothing compared is no pass (was: passed), a tolerance not above 0 refused
+    # (was: -0.5 judged equal runs REGRESSED).
+    assert mga.compare(other, run).empty and not mga.passed(mga.compare(other, run))
+    for bad in (0, -0.5, float("nan"), "ten"):
+        with pytest.raises(ValueError, match="tolerance .*: expected a fraction above 0"):
+            mga.compare(other, run, tolerance=bad)
     # An empty --reference (a nightly job's unset $REF) compared nothing and passed: refused.
     empty = mgbench("report", "--reference", "", run)
     assert empty.returncode == 2 and "--reference '': expected results files" in empty.stderr, empty.stderr

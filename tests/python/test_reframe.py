@@ -191,3 +191,13 @@ def test_make_references_takes_the_median_of_passed_nights_with_bounds_by_direct
     assert make_references(nights[0], "--tolerance", "0").returncode == 2
     missing = make_references(tmp_path / "none.json", "--tolerance", "0.2")
     assert missing.returncode == 2 and "none.json: not a ReFrame run report" in missing.stderr
+    # A report without ReFrame's fields (a run without test cases, a case without its result, a
+    # performance value that is no tuple, a list for the document): the same, not a traceback.
+    for i, bad in enumerate(({"runs": [{}]}, {"runs": [{"testcases": [{"name": "MgbenchImage"}]}]},
+                             {"runs": [{"testcases": [{"name": "c", "system": "s", "partition": "p", "result": "pass",
+                                                       "perfvalues": {"x": [1.0]}}]}]}, [])):
+        path = tmp_path / f"bad{i}.json"
+        path.write_text(json.dumps(bad))
+        proc = make_references(path, "--tolerance", "0.2")
+        assert proc.returncode == 2 and f"bad{i}.json: not a ReFrame run report" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr

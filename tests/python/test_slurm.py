@@ -124,6 +124,13 @@ def test_every_script_passes_sbatch_test_only(slurm, tmp_path):
                           capture_output=True, text=True, env=dict(slurm, GPUS="1 2 4"))
     assert proc.returncode == 0 and proc.stdout.count("slurm/llm.sbatch") == 3 * 4 * 2, proc.stdout + proc.stderr
     assert proc.stdout.count("--model /models/llama") == 3 * 4 * 2
+    # Run here (--local): each training point writes its adapter, an --eval-only one no --output-dir
+    # (refused with it: the matrix of evaluations failed at every point).
+    for extra, outputs in (([], 4 * 2), (["--eval-only"], 0)):
+        proc = subprocess.run([str(ROOT / "slurm" / "matrix.sh"), "llm", "--local", "--dry-run", "--", "--model", "/m",
+                               *extra], capture_output=True, text=True, env=dict(slurm, GPUS="1"))
+        assert proc.returncode == 0 and proc.stdout.count("mgbench llm") == 4 * 2, proc.stdout + proc.stderr
+        assert proc.stdout.count("--output-dir") == outputs, proc.stdout
 
 
 def test_image_script_runs_one_rank_per_task_under_srun_pmix(slurm, tmp_path):
@@ -294,6 +301,18 @@ def test_gpus_as_gres_reach_the_ranks_as_the_scripts_ask(slurm, tmp_path, alloca
                   f"--output={tmp_path}/%j.out", "slurm/image.sbatch")
     completed_job(proc, tmp_path)
     assert ranks_saw(tmp_path, 2) == {0: (0, visible[0]), 1: (1, visible[1])}
+
+
+def test_a_job_without_gpus_per_node_launches(slurm, tmp_path):
+    """A job script of the user's that sources common.sh in an allocation asking no --gpus-per-node
+    (SLURM sets no SLURM_GPUS_PER_NODE) launches its ranks (was: bash's 'unbound variable' under set -u)."""
+    job_script = tmp_path / "job.sbatch"
+    job_script.write_text("#!/bin/bash\n#SBATCH --time=10\nset -euo pipefail\nMGBENCH_SCRIPT=job.sbatch\n"
+                          f"source {ROOT}/slurm/common.sh\nmgbench_setup\nmgbench_run image\n")
+    env = dict(slurm, MGBENCH=stand_in_ranks(tmp_path), MGBENCH_OUTPUTS=str(tmp_path / "out"))
+    proc = sbatch(env, "--cpus-per-task=1", "--ntasks=2", "--nodes=1", f"--output={tmp_path}/%j.out", job_script)
+    completed_job(proc, tmp_path)
+    assert sorted(ranks_saw(tmp_path, 2)) == [0, 1]
 
 
 @pytest.mark.parametrize("tasks", [["--ntasks-per-node=2"], ["--ntasks=2", "--nodes=1"]],

@@ -11,6 +11,7 @@
 
 #include "core/durable.h"
 #include "core/error.h"
+#include "report/predict.h"
 #include "report/reference.h"
 #include "report/repeats.h"
 #include "report/report.h"
@@ -345,6 +346,29 @@ TEST(Report, RepeatedBaselinesTakeTheirMedianAndAnLlmRunNamesAnotherWarmup) {
             "llm-2-180: no 1-rank run of this workload on -; the nearest, llm-1-100, differs in "
             "warmup_steps_excluded '2' vs '0'");
   EXPECT_EQ(report::baseline_note(other_warmup[1], {llm(1, 100, 2), llm(2, 180, 2)}), "");
+}
+
+// Repeats as one run: the one of median time (predict's base, the prediction table's measured run),
+// of an even number the faster of the middle two; was the latest run in both.
+TEST(Report, PredictionsAreComparedWithTheRepeatOfMedianTime) {
+  EXPECT_EQ(report::median_run({}), nullptr);
+  const std::vector<RunRecord> one_rank = {fake_run(1, "fp32", 90), fake_run(1, "fp32", 300), fake_run(1, "fp32", 100),
+                                           fake_run(1, "fp32", 200)};
+  std::vector<const RunRecord*> runs = {&one_rank[0], &one_rank[1], &one_rank[2]};
+  EXPECT_EQ(report::median_run(runs), &one_rank[2]);  // 90, 100, 300: 100 (the latest: 300)
+  runs.push_back(&one_rank[3]);
+  EXPECT_EQ(report::median_run(runs), &one_rank[2]);  // 90, 100, 200, 300: the faster of the middle two
+  // The prediction table: a 2-rank prediction of 60 s beside 2-rank repeats of 40, 50 and 80 s (latest).
+  std::vector<RunRecord> all = {fake_run(2, "fp32", 40), fake_run(2, "fp32", 50), fake_run(2, "fp32", 80)};
+  for (std::size_t k = 0; k < all.size(); ++k) all[k].run_id = fmt::format("measured-{}", k);
+  RunRecord prediction = fake_run(2, "fp32", 60);
+  prediction.run_id = "predicted";
+  h5::merge_attributes(prediction.attributes,
+                       {{"task", std::string("prediction")}, {"predicted_task", std::string("image")}});
+  all.push_back(prediction);
+  std::ostringstream csv;
+  report::print_prediction_check(csv, all, /*csv=*/true);
+  EXPECT_NE(csv.str().find(",measured-1,50.000,20.00\n"), std::string::npos) << csv.str();
 }
 
 // `report --reference`: medians over each side's repeats, the direction of each metric, the tolerance,
