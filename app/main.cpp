@@ -25,8 +25,8 @@ struct Command {
   std::string_view name;
   std::string_view help;
   int (*main)(int argc, char** argv);
-  /// Its ranks stop at a step boundary on SIGTERM / SIGUSR1 (runtime/stop_request.h), with the
-  /// handlers installed before anything else runs (below).
+  /// Its ranks stop at a step boundary (comm: between sizes) on SIGTERM / SIGUSR1
+  /// (runtime/stop_request.h), with the handlers installed before anything else runs (below).
   bool stops_on_signals = false;
 };
 
@@ -43,7 +43,7 @@ constexpr Command kCommands[] = {
     {"comm",
      "collective benchmark in nccl-tests' manner (all-reduce, all-gather, reduce-scatter,\n"
      "broadcast) over the Communicator training uses: MPI on CPUs, NCCL on GPUs",
-     &mgbench::app::comm_main},
+     &mgbench::app::comm_main, true},
     {"predict",
      "time, speed-up and limiting phase of measured workloads at other rank counts and strategies\n"
      "(from a 1-rank run and a comm run; written as `prediction` runs)",

@@ -715,7 +715,7 @@ if bench_set graphs; then
     PAPER_LAUNCH=(mpirun -np "$GRAPHS_DDP_NP" --bind-to none)
     for graphs in off on; do
       paper_image graphs "ddp$GRAPHS_DDP_NP-224px-amp-bf16-$graphs" --precision amp-bf16 --image-size 224 \
-        --cuda-graphs "$graphs" --profile-window "steps:${BENCH_WARMUP:-10}:0"
+        --cuda-graphs "$graphs"  # timed without CUPTI: no --profile-window (refused with --cupti false)
     done
     PAPER_LAUNCH=()
   else

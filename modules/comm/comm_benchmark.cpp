@@ -21,18 +21,13 @@
 #include "runtime/communicator.h"
 #include "runtime/device.h"
 #include "runtime/scalar_type.h"
+#include "runtime/stop_request.h"
 #include "session/session.h"
 
 namespace mgbench::comm {
 namespace {
 
 using runtime::ReduceOp;
-
-constexpr options::Choice<ReduceOp> kOps[] = {
-    {"sum", ReduceOp::kSum, "elementwise sum"},
-    {"max", ReduceOp::kMax, "elementwise maximum"},
-    {"min", ReduceOp::kMin, "elementwise minimum"},
-};
 
 template <std::size_t N>
 void copy_text(char (&into)[N], std::string_view text) {
@@ -144,101 +139,6 @@ std::string half(const Across& a, double bytes, double factor) {
 
 }  // namespace
 
-std::span<const options::Choice<ReduceOp>> reduce_op_choices() { return kOps; }
-
-std::int64_t parse_bytes(std::string_view option, const std::string& text) {
-  std::size_t used = 0;
-  long double value = 0;
-  try {
-    value = std::stold(text, &used);
-  } catch (const std::exception&) {
-    options::fail(option, text, "a size in bytes (8, 4K, 64M, 1G)");
-  }
-  const std::string suffix = text.substr(used);
-  long double scale = 1;
-  if (suffix == "K" || suffix == "k") {
-    scale = 1024.0L;
-  } else if (suffix == "M" || suffix == "m") {
-    scale = 1024.0L * 1024.0L;
-  } else if (suffix == "G" || suffix == "g") {
-    scale = 1024.0L * 1024.0L * 1024.0L;
-  } else if (!suffix.empty()) {
-    options::fail(option, text, "a size in bytes (8, 4K, 64M, 1G)");
-  }
-  const long double bytes = value * scale;
-  if (!(bytes >= 1) || bytes > static_cast<long double>(std::numeric_limits<std::int64_t>::max() / 2)) {
-    options::fail(option, text, "a size of at least 1 byte");
-  }
-  return static_cast<std::int64_t>(bytes);
-}
-
-std::vector<std::int64_t> sweep_sizes(std::int64_t min_bytes, std::int64_t max_bytes, std::int64_t factor) {
-  std::vector<std::int64_t> sizes;
-  for (std::int64_t s = min_bytes; s <= max_bytes; s *= factor) {
-    sizes.push_back(s);
-    if (s > max_bytes / factor) break;  // the next would pass max (or overflow)
-  }
-  return sizes;
-}
-
-void CommOptions::declare(options::OptionTable& t) {
-  t.section("Collectives (nccl-tests' flags in parentheses)");
-  t.add("collective", collectives,
-        "what to measure, comma-separated: all-reduce, all-gather, reduce-scatter, broadcast, or all");
-  t.add("min-bytes", min_bytes, "smallest message [bytes; suffixes K, M, G: powers of 1024] (-b)");
-  t.add("max-bytes", max_bytes, "largest message [bytes; K, M, G] (-e)");
-  t.add("step-factor", step_factor, "size multiplier from one row to the next (-f)").at_least(2);
-  // Bounded: each launch's handle is kept until the size's wait (~140 bytes a launch).
-  t.add("warmup-iters", warmup_iters, "untimed launches before each size's timing (-w)")
-      .at_least(0)
-      .at_most(1000000)
-      .same_workload();
-  t.add("iters", iters, "timed launches per size and placement (-n)").at_least(1).at_most(1000000).same_workload();
-  t.add("check", check, "check each size's result against the expected values: the #wrong column (-c)").same_workload();
-  t.add("dtype", dtype, axes::dtype_choices(), "element type (-d)");
-  t.add("op", op, reduce_op_choices(), "reduction of all-reduce and reduce-scatter (-o)");
-  t.add("root", root, "root rank of broadcast (-r)").at_least(0);
-  t.section("Devices");
-  t.add("device", device, runtime::device_choices(), "where each rank's buffers live");
-  t.add("backend", backend, runtime::backend_choices(), "the communication library measured").same_workload();
-  session::declare_comm_timeout(t, comm_timeout_s);
-  t.section("Results");
-  session::declare_results(t, results, run_name);
-  t.add("check-perturb-rank", perturb_rank,
-        "testing: this rank's input gets one wrong element (100; -100 with --op min) before each check, which must "
-        "then report it (-1: none; with broadcast, only the root)")
-      .at_least(-1)
-      .same_workload();
-}
-
-void CommOptions::validate() {
-  // A backend's row says whether this benchmark measures it (auto takes rows that it does).
-  if (!runtime::backend_info(backend).in_comm && backend != runtime::Backend::kAuto) {
-    std::vector<std::string_view> measured;
-    for (const auto& b : runtime::backend_choices()) {
-      if (b.in_comm || b.value == runtime::Backend::kAuto) measured.push_back(b.name);
-    }
-    options::fail("backend", runtime::backend_name(backend), options::join_names(measured));
-  }
-  resolved_collectives.clear();
-  for (const std::string& name : collectives) {
-    if (name == "all") {
-      for (const auto& c : collective_choices()) resolved_collectives.push_back(c.value);
-    } else {
-      resolved_collectives.push_back(options::parse_choice(collective_choices(), "collective", name));
-    }
-  }
-  if (resolved_collectives.empty()) {
-    options::fail("collective", "", "all-reduce, all-gather, reduce-scatter, broadcast or all");
-  }
-  const std::int64_t lo = parse_bytes("min-bytes", min_bytes);
-  const std::int64_t hi = parse_bytes("max-bytes", max_bytes);
-  if (hi < lo) {
-    throw ConfigError(fmt::format("--max-bytes {} is below --min-bytes {}", max_bytes, min_bytes));
-  }
-  sizes = sweep_sizes(lo, hi, step_factor);
-}
-
 namespace {
 
 /// Why the options cannot run with world_size ranks ("": they can): a --root or perturbed rank
@@ -347,6 +247,49 @@ SizeResult measure_size(Bench& bench, runtime::MpiEnvironment& env, const CommOp
   return out;
 }
 
+/// What a sweep over the collectives and sizes measured.
+struct Sweep {
+  std::int64_t wrong = 0;    // wrong elements over the ranks and sizes
+  double busbw_sum = 0;      // the halves' busbw, summed in the table's order [GB/s]
+  std::int64_t busbw_n = 0;  // and their number
+  std::int64_t sizes = 0;    // sizes measured (two rows each: out of place, in place)
+  bool stopped = false;      // the ranks agreed to stop between two sizes
+};
+
+/// Every collective at every size -- sizes below its granularity (an element, a rank's share) round
+/// to one message, measured once (was: a row each, 1, 2 and 4 bytes all 4) -- each size's rows
+/// written and (rank 0) printed. Between sizes `stop` is polled on every rank alike (SIGTERM,
+/// SIGUSR1: runtime/stop_request.h): the sweep ends there, its rows kept. Collective.
+Sweep sweep(Bench& bench, runtime::MpiEnvironment& env, const CommOptions& o, results::ResultsWriter& writer,
+            runtime::StopAgreement& stop) {
+  Sweep out;
+  const auto element_size = static_cast<std::int64_t>(axes::dtype_info(o.dtype).bytes);
+  std::int64_t row = 0;
+  for (const Collective collective : o.resolved_collectives) {
+    const CollectiveInfo& c = collective_info(collective);
+    const double factor = c.bus_factor(env.world_size());
+    if (env.rank() == 0) print_collective_header(c, factor);
+    std::int64_t previous_bytes = -1;
+    for (const std::int64_t size : o.sizes) {
+      if ((out.stopped = stop.poll())) return out;
+      const std::int64_t bytes = c.counts(size, element_size, env.world_size(), env.rank()).bytes;
+      if (bytes == previous_bytes) continue;
+      previous_bytes = bytes;
+      const SizeResult r = measure_size(bench, env, o, c, size, factor);
+      out.wrong += r.wrong;
+      for (const double busbw : r.busbw) {  // one at a time: the average's sum in the table's order
+        out.busbw_sum += busbw;
+        ++out.busbw_n;
+      }
+      writer.write_comm(row, r.records);
+      row += static_cast<std::int64_t>(r.records.size());
+      ++out.sizes;
+      if (env.rank() == 0) std::cout << r.line << "\n" << std::flush;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, runtime::MpiEnvironment& env,
@@ -374,8 +317,10 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
   h5::Attributes rank_attributes{{"rank", static_cast<std::int64_t>(env.rank())},
                                  {"device", connection.placement.str()}};
   h5::merge_attributes(rank_attributes, session::gpu_attributes(connection.placement));
+  runtime::defer_stops_to_step_boundaries();  // from here a stop signal is honoured between sizes
   auto writer = session::open_run(env, o.results, o.run_name, attributes, rank_attributes, layout);
   if (!writer) return 1;
+  runtime::StopAgreement stop(env.world());
 
   const std::string hosts = env.all_hosts();
   if (root_prints) {
@@ -390,31 +335,21 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
                  "time; busbw = algbw x bus factor (nccl-tests doc/PERFORMANCE.md)\n";
   }
   Bench bench(o, *connection.comm, connection.placement);
-  std::int64_t total_wrong = 0;
-  double busbw_sum = 0;
-  std::int64_t busbw_n = 0;
+  Sweep done;
   const double started = now_s();
   std::string failure;     // wrong values: the run ends "failed" with this message
   std::string transports;  // NCCL's, of all ranks' connections (summary.nccl_transports)
   session::run_or_abort(
       env, *writer, "the collective benchmark",
       [&] {
-        std::int64_t row = 0;
-        for (const Collective collective : o.resolved_collectives) {
-          const CollectiveInfo& c = collective_info(collective);
-          const double factor = c.bus_factor(env.world_size());
-          if (root_prints) print_collective_header(c, factor);
-          for (const std::int64_t size : o.sizes) {
-            const SizeResult r = measure_size(bench, env, o, c, size, factor);
-            total_wrong += r.wrong;
-            for (const double busbw : r.busbw) {  // one at a time: the average's sum in the table's order
-              busbw_sum += busbw;
-              ++busbw_n;
-            }
-            writer->write_comm(row, r.records);
-            row += static_cast<std::int64_t>(r.records.size());
-            if (root_prints) std::cout << r.line << "\n" << std::flush;
+        done = sweep(bench, env, o, *writer, stop);
+        if (done.stopped) {
+          if (root_prints) {
+            std::cout << fmt::format("# stopped on {} after {} measured sizes: their rows are in {} run {}\n",
+                                     runtime::stop_signal_name(stop.agreed_signal()), done.sizes, writer->path(),
+                                     writer->run_id());
           }
+          return;
         }
         transports = runtime::gather_transports(*connection.comm,
                                                 connection.placement.is_cuda()
@@ -429,18 +364,20 @@ int run_comm_benchmark(const CommOptions& o, const options::OptionTable& table, 
           summary.set_transports(transports);
           writer->write_summary(summary);
         }
-        if (total_wrong > 0) {
-          failure = fmt::format("correctness check: {} wrong value(s) (the #wrong columns)", total_wrong);
+        if (done.wrong > 0) {
+          failure = fmt::format("correctness check: {} wrong value(s) (the #wrong columns)", done.wrong);
         }
       },
-      nullptr, &failure);
+      &done.stopped, &failure);
+  if (done.stopped) return runtime::kExitStopped;
   if (root_prints) {
-    std::cout << fmt::format("# Out of bounds values : {} {}\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
-    std::cout << fmt::format("# Avg bus bandwidth    : {:.4g} GB/s\n", busbw_n ? busbw_sum / busbw_n : 0.0);
+    std::cout << fmt::format("# Out of bounds values : {} {}\n", done.wrong, done.wrong == 0 ? "OK" : "FAILED");
+    std::cout << fmt::format("# Avg bus bandwidth    : {:.4g} GB/s\n",
+                             done.busbw_n ? done.busbw_sum / static_cast<double>(done.busbw_n) : 0.0);
     if (!transports.empty()) std::cout << fmt::format("# NCCL transports      : {}\n", transports);
     std::cout << "#\n";
   }
-  return total_wrong == 0 ? 0 : 1;
+  return done.wrong == 0 ? 0 : 1;
 }
 
 }  // namespace mgbench::comm

@@ -23,6 +23,10 @@ void LlamaConfig::validate() const {
                   head_dim);
   MGBENCH_REQUIRE(rms_norm_eps > 0 && rope_theta > 0, ConfigError,
                   "Llama config: rms_norm_eps and rope_theta must be > 0");
+  // The positions the model was trained at (was: 0 read on, refused later as --pad-to-multiple 1
+  // padding "past the model's context of 0").
+  MGBENCH_REQUIRE(max_position_embeddings > 0, ConfigError, "Llama config: max_position_embeddings {} must be > 0",
+                  max_position_embeddings);
   if (rope_scaling) {
     // What llama_inv_freq divides by: each must be finite and positive, and the two wavelength
     // bounds apart (transformers only warns, and the frequencies came out NaN or infinite).

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/log.h"
+#include "core/option_table.h"
 #include "core/timer.h"
 #include "core/watchdog.h"
 #include "runtime/agreement.h"
@@ -155,6 +156,20 @@ std::unique_ptr<results::ResultsWriter> open_run(runtime::MpiEnvironment& env, c
   rank_attributes.emplace_back("hostname", env.hostname());
   rank_attributes.emplace_back("local_rank", static_cast<std::int64_t>(env.local_rank()));
   rank_attributes.emplace_back("pid", static_cast<std::int64_t>(getpid()));
+  // One file for every rank: ranks launched with other paths (an MPMD launch, a per-node script)
+  // each waited in the other file's collective creation until --comm-timeout, leaving it empty.
+  const std::string absolute = std::filesystem::absolute(path).lexically_normal().string();
+  const runtime::MpiEnvironment::Spread named =
+      env.spread(static_cast<double>(std::stoul(options::config_id(absolute), nullptr, 16)));
+  if (named.min != named.max) {
+    if (env.rank() == 0) {
+      log::error(
+          "the ranks name other results files (rank 0: '{}'): every rank must be started with the same "
+          "--results",
+          absolute);
+    }
+    return nullptr;
+  }
   // Its own stage: rank 0 alone creates the directory, and a failure there must reach the other
   // ranks through the agreement, not leave them in a barrier.
   if (!runtime::all_succeed(env, "creating the results directory", [&] {

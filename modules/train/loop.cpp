@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -17,10 +19,12 @@
 #include "runtime/communicator.h"
 #include "runtime/cpu_allocator.h"
 #include "runtime/grad_sync.h"
+#include "runtime/stop_request.h"
 #include "session/session.h"
 #include "train/device_pipeline.h"
 #include "train/epoch.h"
 #include "train/loop_state.h"
+#include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
 #include "train/parallel/unit_sharder.h"
 #include "train/precision.h"
@@ -110,9 +114,37 @@ void refuse_small_batches(const RunSetup& setup) {
   }
 }
 
+/// What the planned steps leave undone, to warn of: an epoch's micro-batches that no optimizer step
+/// takes (--grad-accum not dividing them, where --max-steps does not cut the epoch anyway), a
+/// learning-rate warm-up longer than the run, and the recipe's own (Recipe::steps_warning).
+std::vector<std::string> step_warnings(const RunSetup& setup) {
+  const TrainOptions& options = setup.options;
+  std::vector<std::string> warnings;
+  const std::int64_t micro_batches =
+      axes::strategy_info(options.strategy).computed_batches(data::epoch_shape(setup.epoch_plan));
+  const std::int64_t left = micro_batches - setup.steps_per_epoch * options.grad_accum;
+  if (left > 0 && (options.max_steps <= 0 || micro_batches / options.grad_accum <= options.max_steps)) {
+    warnings.push_back(fmt::format(
+        "--grad-accum {}: each epoch's {} micro-batches per rank make {} optimizer step(s), and its last {} are not "
+        "trained on; a --grad-accum that divides {} takes them",
+        options.grad_accum, micro_batches, setup.steps_per_epoch, left, micro_batches));
+  }
+  const std::int64_t run_steps = setup.steps_per_epoch * options.epochs;
+  if (options.optim.warmup_steps >= run_steps) {
+    warnings.push_back(fmt::format(
+        "--warmup-steps {} at or past the run's {} optimizer steps: the learning rate never reaches --lr {} (it ends "
+        "at {:.3g})",
+        options.optim.warmup_steps, run_steps, options.optim.lr,
+        lr_at_step(options.optim.lr, run_steps - 1, options.optim.warmup_steps, run_steps,
+                   options.optim.lr_schedule == LrSchedule::kCosine)));
+  }
+  if (std::string recipe = setup.recipe.steps_warning(run_steps); !recipe.empty())
+    warnings.push_back(std::move(recipe));
+  return warnings;
+}
+
 /// The epochs' plan and the optimizer steps each holds. Throws ConfigError for an epoch without one,
-/// or with a batch the recipe cannot train on (refuse_small_batches); warns (rank 0) of what the
-/// recipe's steps_warning names.
+/// or with a batch the recipe cannot train on (refuse_small_batches); warns (rank 0) of step_warnings.
 void plan_epochs(RunSetup& setup) {
   const TrainOptions& options = setup.options;
   const Recipe& recipe = setup.recipe;
@@ -128,8 +160,8 @@ void plan_epochs(RunSetup& setup) {
                   "{} samples over {} rank(s) at --batch-size {} x --grad-accum {} make no optimizer step",
                   recipe.train_size(), setup.world_size(), options.batch_size, options.grad_accum);
   refuse_small_batches(setup);
-  const std::string warning = recipe.steps_warning(setup.steps_per_epoch * options.epochs);
-  if (!warning.empty() && setup.rank() == 0) log::warn("{}", warning);
+  if (setup.rank() != 0) return;
+  for (const std::string& warning : step_warnings(setup)) log::warn("{}", warning);
 }
 
 }  // namespace
@@ -313,83 +345,6 @@ void TrainingLoop::load_state_dict(const CheckpointState& state) {
                   state_->setup.options.epochs);
 }
 
-namespace {
-
-/// FSDP: frees every gathered unit after work outside a step (evaluation, exports); their
-/// collectives' times are not a step's. Nothing without FSDP.
-void release_units(const TrainingState& training) {
-  FullyShardedUnits* fsdp = training.fsdp();
-  if (fsdp == nullptr) return;
-  fsdp->reshard_all();
-  fsdp->take_collectives();
-}
-
-/// The evaluation samples [begin, end) of this rank's contiguous shard, and the batches it runs.
-struct EvalShard {
-  std::int64_t begin = 0, end = 0, batches = 0;
-};
-
-EvalShard eval_shard(const RunSetup& setup, bool fully_sharded) {
-  const std::int64_t n = setup.recipe.eval_size();
-  const std::int64_t world = setup.world_size();
-  const std::int64_t b = setup.options.batch_size;
-  EvalShard shard{n * setup.rank() / world, n * (setup.rank() + 1) / world, 0};
-  // FSDP gathers each unit in every forward, a collective: every rank runs as many batches as the
-  // largest shard needs, one whose shard ends sooner a batch of one sample whose sums are dropped.
-  shard.batches = fully_sharded ? ((n + world - 1) / world + b - 1) / b : (shard.end - shard.begin + b - 1) / b;
-  return shard;
-}
-
-}  // namespace
-
-EvalResult TrainingLoop::evaluate() {
-  const RunSetup& setup = state_->setup;
-  const TrainingState& training = state_->training;
-  Recipe& recipe = setup.recipe;
-  torch::NoGradGuard no_grad;
-  if (training.shares_buffers(setup.world_size())) {
-    runtime::broadcast_coalesced(setup.comm, training.shared_buffers, 0);  // every rank evaluates one model
-  }
-  recipe.model().eval();
-  const EvalShard shard = eval_shard(setup, training.fsdp() != nullptr);
-  const std::int64_t n = recipe.eval_size();
-  const std::int64_t b = setup.options.batch_size;
-  // Summed on the device: one host sync per evaluation, not per batch. On the rank's device: the
-  // NCCL backend reduces device tensors only.
-  torch::Tensor sums = torch::zeros({recipe.eval_terms()}, torch::TensorOptions(torch::kFloat64).device(setup.device));
-  for (std::int64_t k = 0; k < shard.batches; ++k) {
-    const std::int64_t start = shard.begin + k * b;
-    std::vector<std::int64_t> indices;
-    for (std::int64_t i = start; i < std::min(shard.end, start + b); ++i) indices.push_back(i);
-    const bool filler = indices.empty();
-    if (filler) indices.push_back(std::min(shard.begin, n - 1));
-    const data::Batch batch = recipe.transform(recipe.prepare_on_device(
-        to_device(recipe.assemble_eval(indices), setup.device, profile::CopyPurpose::kEvalBatch)));
-    const AutocastScope autocast(setup.precision, setup.device.type());
-    const torch::Tensor batch_sums = recipe.eval_sums(batch);
-    if (!filler) sums += batch_sums;
-  }
-  release_units(training);
-  setup.comm.all_reduce(sums, runtime::ReduceOp::kSum)->wait();
-  recipe.model().train();
-  return recipe.eval_result(sums.cpu());
-}
-
-std::vector<torch::Tensor> TrainingLoop::trained_parameters() {
-  const TrainingState& training = state_->training;
-  if (FullyShardedUnits* fsdp = training.fsdp()) fsdp->gather_all();
-  std::vector<torch::Tensor> copies;
-  for (const auto& p : state_->setup.recipe.trainable_parameters()) copies.push_back(p.detach().clone());
-  release_units(training);
-  return copies;
-}
-
-void TrainingLoop::finish(int rank) {
-  Recipe& recipe = state_->setup.recipe;
-  write_tensor_exports(recipe.tensor_exports(), state_->training.fsdp(), rank == 0);
-  recipe.finish(rank);
-}
-
 // --- the run's lifecycle -------------------------------------------------------------------------
 
 namespace {
@@ -413,8 +368,14 @@ results::RunSummary TrainingLoop::run(results::ResultsWriter& writer, Progress& 
   LoopState& state = *state_;
   if (state.setup.recipe.eval_only()) {
     const Stopwatch clock;
-    const EvalResult result = evaluate();
-    return evaluation_summary(state, result, clock.elapsed(), writer);
+    const std::optional<EvalResult> result = evaluate(control.stop);
+    if (!result) {  // stopped: marked preempted, the partial summary not written (as a training run's)
+      control.preempted = true;
+      results::RunSummary stopped;
+      stopped.total_s = clock.elapsed();
+      return stopped;
+    }
+    return evaluation_summary(state, *result, clock.elapsed(), writer);
   }
   // Where the run starts: a checkpoint's state (the run's clock continues), or afresh.
   RunProgress& run = state.progress;

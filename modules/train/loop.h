@@ -12,6 +12,7 @@
 // The loop never calls MPI itself: collectives go through the Communicator, results through the
 // ResultsWriter, the stop agreement and checkpoints through RunControl.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,10 @@ class TrainingLoop {
 
   /// One evaluation over the recipe's evaluation set, each rank a contiguous shard, sums reduced
   /// over the ranks (under FSDP each rank runs as many batches as the largest shard). Collective.
-  EvalResult evaluate();
+  EvalResult evaluate() { return *evaluate(nullptr); }
+  /// evaluate(), `stop` (an --eval-only run's: its evaluation is the whole run) polled after each
+  /// batch that every rank runs; nullopt where the ranks agreed to stop there (nothing reduced).
+  std::optional<EvalResult> evaluate(runtime::StopAgreement* stop);
 
   /// Copies of the recipe's trainable parameters, whole (gathered from the shards under FSDP: a
   /// collective then). For exports and tests.

@@ -33,13 +33,41 @@ bool valid_profile_window(const std::string& text) {
 
 std::span<const options::Choice<CudaGraphs>> cuda_graph_choices() { return kCudaGraphs; }
 
+// The bounds of the bucket sizes [MiB]: at least one byte (smaller sizes are not sizes: 1e-300 MiB
+// failed in training, not here), at most 1 TiB (past any model's gradients; the byte count fits size_t).
+constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
+constexpr double kOneTiBInMiB = 1024.0 * 1024.0;
+
+void TrainOptions::declare_optimisation(options::OptionTable& t) {
+  t.section("Optimisation");
+  optim.declare(t);
+  // DDP's buckets: FSDP reduce-scatters each unit's gradients instead, and has none.
+  const auto replicated = [this] { return sharding != axes::Sharding::kFsdp; };
+  constexpr const char* kWithBuckets = "--sharding none (FSDP reduce-scatters per unit: no buckets)";
+  t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)")
+      .at_least(kOneByteMiB)
+      .at_most(kOneTiBInMiB)
+      .same_workload()
+      .only_with(replicated, kWithBuckets);
+  t.add("first-bucket-mb", first_bucket_mb, "first bucket's size [MiB] (small, so communication starts early)")
+      .at_least(kOneByteMiB)
+      .at_most(kOneTiBInMiB)
+      .same_workload()
+      .only_with(replicated, kWithBuckets);
+  t.add("gradient-as-bucket-view", gradient_as_bucket_view,
+        "gradients held as views of the all-reduce buckets, once, not beside them (DDP's gradient_as_bucket_view)")
+      .same_workload()
+      .only_with(replicated, kWithBuckets);
+}
+
 void TrainOptions::declare_profiling(options::OptionTable& t) {
   t.section("Profiling (GPU runs)");
   t.add("profile-window", profile_window,
         "when CUPTI collects: START:DURATION [s] (the paper: 0:720), "
         "steps:FIRST:COUNT, or all")
       .check(valid_profile_window, "START:DURATION, steps:FIRST:COUNT or all")
-      .no_effect();
+      .no_effect()
+      .only_with([this] { return cupti; }, "--cupti true");
   // Not .no_effect(): the CUDA tables are part of a run's layout, and collecting costs time.
   t.add("cupti", cupti, "CUDA memcpy / API / kernel totals per rank into the results file");
   t.add("nvtx", nvtx, "NVTX ranges around the phases (Nsight Systems)").no_effect();
@@ -53,13 +81,9 @@ void TrainOptions::declare_profiling(options::OptionTable& t) {
   t.add("telemetry-interval", telemetry_interval_ms, "milliseconds between two readings of the energy counters [ms]")
       .at_least(10)
       .at_most(60000)
-      .no_effect();
+      .no_effect()
+      .only_with([this] { return telemetry != profile::TelemetryRequest::kOff; }, "--telemetry auto, nvml or rapl");
 }
-
-// The bounds of the bucket sizes [MiB]: at least one byte (smaller sizes are not sizes: 1e-300 MiB
-// failed in training, not here), at most 1 TiB (past any model's gradients; the byte count fits size_t).
-constexpr double kOneByteMiB = 1.0 / (1024.0 * 1024.0);
-constexpr double kOneTiBInMiB = 1024.0 * 1024.0;
 
 void TrainOptions::declare(options::OptionTable& t) {
   t.section("Workload distribution");
@@ -123,20 +147,7 @@ void TrainOptions::declare(options::OptionTable& t) {
       .at_least(0)
       .same_workload();
 
-  t.section("Optimisation");
-  optim.declare(t);
-  t.add("bucket-mb", bucket_mb, "gradient all-reduce bucket size [MiB] (DDP's bucket_cap_mb)")
-      .at_least(kOneByteMiB)
-      .at_most(kOneTiBInMiB)
-      .same_workload();
-  t.add("first-bucket-mb", first_bucket_mb, "first bucket's size [MiB] (small, so communication starts early)")
-      .at_least(kOneByteMiB)
-      .at_most(kOneTiBInMiB)
-      .same_workload();
-  t.add("gradient-as-bucket-view", gradient_as_bucket_view,
-        "gradients held as views of the all-reduce buckets, once, not beside them (DDP's gradient_as_bucket_view)")
-      .same_workload();
-
+  declare_optimisation(t);
   t.section("Evaluation and results");
   t.add("eval-every", eval_every, "evaluate every N epochs (and after the last)").at_least(1);
   session::declare_results(t, results, run_name);

@@ -76,6 +76,8 @@ struct TrainOptions {
   void declare(options::OptionTable& table);
   /// The profiling and energy rows of declare().
   void declare_profiling(options::OptionTable& table);
+  /// The optimiser's and DDP's gradient buckets' rows of declare().
+  void declare_optimisation(options::OptionTable& table);
   /// How this run lays its model out over world_size ranks (axes/parallel_plan.h): --sharding and
   /// --reshard-after-forward with the recipe's activation checkpointing.
   axes::ParallelPlan parallel_plan(int world_size, bool activation_checkpointing) const {

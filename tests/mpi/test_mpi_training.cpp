@@ -572,7 +572,11 @@ TEST(TrainingLoop, EveryRecipeHonoursTheBucketSizes) {
   const Settings ddp{{"sharding", "none"}};
   const std::int64_t llm_default = buckets(*lora_config(model, 2, dir.file("b.h5"), ddp), "25");
   const std::int64_t llm_small = buckets(*lora_config(model, 2, dir.file("b.h5"), ddp), "0.00390625");
-  EXPECT_EQ(buckets(*lora_config(model, 2, dir.file("b.h5")), "25"), 0);
+  // Under FSDP no buckets (gradients reduce-scattered per unit), and the bucket options are refused.
+  auto fsdp = lora_config(model, 2, dir.file("b.h5"));
+  fsdp->validate();
+  EXPECT_EQ(allreduce_buckets(train::TrainingLoop(fsdp->train, *fsdp->recipe, comm, {}, {})), 0);
+  EXPECT_THROW(buckets(*lora_config(model, 2, dir.file("b.h5")), "25"), ConfigError);
   EXPECT_EQ(llm_default, 1);
   EXPECT_GT(llm_small, 2);
 }

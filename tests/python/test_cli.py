@@ -1,11 +1,12 @@
 """Bad input ends with a clear message naming the option or file, and a non-zero exit."""
 import gzip
 import shutil
+import subprocess
 
 import h5py
 import pytest
 
-from conftest import BIN, ENV, SMALL, mgbench, not_here, run_with_rusage
+from conftest import BIN, ENV, MPIEXEC, SMALL, mgbench, not_here, run_with_rusage
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -19,6 +20,8 @@ from conftest import BIN, ENV, SMALL, mgbench, not_here, run_with_rusage
     (["--epochs", "abc"], "--epochs 'abc': expected an integer"),
     (["--image-size", "-5"], "--image-size '-5': expected >= 1"),
     (["--lr", "1e400"], "--lr '1e400': expected a finite number"),
+    # Past float32, which the optimizers' kernels take (the run failed at its first step, the option unnamed).
+    (["--lr", "1e300", "--dry-run"], "--lr '1e+300': expected <= "),
     (["--pin-memory", "maybe"], "--pin-memory 'maybe': expected true or false"),
     (["--recipe", "lora"], "--recipe 'lora': expected classification"),
     (["--no-such-option"], "no-such-option"),
@@ -70,6 +73,35 @@ def test_config_file_and_command_line_override(tmp_path):
     ini.write_text("epochs = 7\nbatch-size = 16\ncrop = random\n")
     proc = mgbench("image", "--config", ini, "--epochs", "3", "--dry-run", check=True)
     assert "epochs = 3" in proc.stdout and "batch-size = 16" in proc.stdout
+
+
+def test_steps_that_leave_data_or_warm_up_undone_are_warned_of(tmp_path, mnist):
+    """160 samples over 2 ranks at batch 16 are 5 micro-batches a rank: --grad-accum 2 makes 2 steps and
+    never trains on the fifth; a warm-up of 1000 steps never reaches --lr. Both warned of, once, by
+    rank 0 (were silent: 20 % of the data left out, the run trained at lr <= 5e-8)."""
+    proc = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "160", "--limit-test", "32", "--epochs", "1",
+                   "--batch-size", "16", "--grad-accum", "2", "--lr", "0.05", "--warmup-steps", "1000",
+                   "--results", tmp_path / "r.h5", np=2, check=True)
+    assert proc.stderr.count("--grad-accum 2: each epoch's 5 micro-batches per rank make 2 optimizer step(s), and "
+                             "its last 1 are not trained on") == 1, proc.stderr
+    assert proc.stderr.count("--warmup-steps 1000 at or past the run's 2 optimizer steps: the learning rate never "
+                             "reaches --lr 0.05 (it ends at 5e-05)") == 1, proc.stderr
+    quiet = mgbench("image", "--data", mnist, *SMALL, "--limit-train", "128", "--limit-test", "32", "--epochs", "1",
+                    "--batch-size", "16", "--grad-accum", "2", "--results", tmp_path / "q.h5", np=2, check=True)
+    assert "--grad-accum" not in quiet.stderr and "--warmup-steps" not in quiet.stderr, quiet.stderr
+
+
+def test_ranks_started_with_other_results_files_are_refused_at_once(tmp_path, mnist):
+    """An MPMD launch whose ranks name other --results: refused before either file is created (each
+    rank waited in the other file's collective creation until --comm-timeout, 600 s, leaving an empty
+    file that later runs refused)."""
+    rank = [BIN, "image", "--data", mnist, *SMALL, "--limit-train", "64", "--limit-test", "32", "--epochs", "1"]
+    cmd = [MPIEXEC, "-np", "1", *rank, "--results", tmp_path / "a.h5", ":", "-np", "1", *rank, "--results",
+           tmp_path / "b.h5"]
+    proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode != 0, proc.stderr
+    assert f"the ranks name other results files (rank 0: '{tmp_path / 'a.h5'}')" in proc.stderr, proc.stderr
+    assert not (tmp_path / "a.h5").exists() and not (tmp_path / "b.h5").exists()
 
 
 def test_missing_data_directory(tmp_path):

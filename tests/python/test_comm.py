@@ -65,6 +65,21 @@ def test_table_has_nccl_tests_layout_and_equals_the_results_file(tmp_path, np_):
         assert math.isclose(float(line["algbw_gbs"]), size / mean / 1e9, rel_tol=1e-6), line
 
 
+def test_sizes_below_a_collectives_granularity_are_measured_once(tmp_path):
+    """1, 2 and 4 bytes of fp32 are one 4-byte message (all-gather and reduce-scatter: 8 bytes at 2
+    ranks): one row each (was: three rows of 4 bytes, on screen and in the file)."""
+    results = tmp_path / "c.h5"
+    mgbench("comm", "--collective", "all-reduce,reduce-scatter", "--min-bytes", "1", "--max-bytes", "64", "--iters", "2",
+            "--warmup-iters", "1", "--results", results, np=2, check=True)
+    with h5py.File(results, "r") as f:
+        (run,) = f["runs"].values()
+        rows = run["rank_0"]["comm"][:]
+    rows = rows[rows["bytes"] > 0]
+    measured = {c: [int(b) for b, p, name in zip(rows["bytes"], rows["in_place"], rows["collective"])
+                    if name.decode() == c and p == 0] for c in ("all-reduce", "reduce-scatter")}
+    assert measured == {"all-reduce": [4, 8, 16, 32, 64], "reduce-scatter": [8, 16, 32, 64]}, measured
+
+
 def test_a_perturbed_rank_fails_the_check(tmp_path):
     results = tmp_path / "comm.h5"
     proc = mgbench("comm", "--collective", "all-reduce,all-gather", "--min-bytes", "64", "--max-bytes", "64",
@@ -100,6 +115,7 @@ def test_perturbing_a_broadcast_non_root_is_refused(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["--collective", "all-to-all"], "--collective 'all-to-all': expected all-reduce"),
     (["--max-bytes", "12Q"], "--max-bytes '12Q': expected a size in bytes"),
+    (["--max-bytes", "99999999999999999999"], "--max-bytes '99999999999999999999': expected a size of at most "),
     (["--min-bytes", "1M", "--max-bytes", "1K"], "--max-bytes 1K is below --min-bytes 1M"),
     (["--dtype", "int8"], "--dtype 'int8': expected fp32, bf16, fp16 or fp64"),
     (["--iters", "0"], "--iters"),
@@ -109,6 +125,10 @@ def test_perturbing_a_broadcast_non_root_is_refused(tmp_path):
     # beyond this rank's memory: was the allocator's error (or the kernel's OOM killer) in the first case
     (["--collective", "all-reduce,all-gather", "--min-bytes", "4096G", "--max-bytes", "4096G", "--device", "cpu"],
      "--max-bytes 4096G: its largest case (all-reduce at 2 ranks) holds about 37888.0 GiB per rank"),
+    # Options of other collectives, or of the check, where they have no effect (were ignored).
+    (["--collective", "all-gather", "--op", "max"], "--op 'max': only with --collective all-reduce, reduce-scatter or"),
+    (["--root", "1"], "--root '1': only with --collective broadcast or all"),
+    (["--check", "false", "--check-perturb-rank", "1"], "--check-perturb-rank '1': only with --check true"),
 ])
 def test_bad_options_are_named(tmp_path, args, needle):
     proc = mgbench("comm", *args, "--results", tmp_path / "r.h5", np=2)

@@ -289,6 +289,21 @@ def test_a_byte_order_mark_opening_the_file_is_dropped(tmp_path):
     assert dump("grammar", str(marked)) == dump("grammar", plain)
 
 
+def test_a_quoted_empty_value_is_a_row_and_a_blank_line_is_none(tmp_path):
+    """A one-column CSV: `""` is a row holding the empty text, a blank line no row, as Python's csv
+    module reads them (was: both skipped as blank lines: 2 rows of 3)."""
+    if not os.path.exists(TOKENIZER):
+        pytest.skip("no Llama 3 tokenizer")
+    path = tmp_path / "t.csv"
+    path.write_text('text\nhello\n""\n\nworld\n')
+    import csv
+    with open(path, newline="") as f:
+        expected = len(list(csv.DictReader(f)))
+    proc = subprocess.run([BIN, "data", "stats", "--dataset", "text", "--data", str(path), "--tokenizer", TOKENIZER],
+                          capture_output=True, text=True, timeout=60)
+    assert expected == 3 and proc.returncode == 0 and f"(text), {expected} rows" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_bad_rows_name_file_and_row(tmp_path):
     if not os.path.exists(TOKENIZER):
         pytest.skip("no Llama 3 tokenizer")

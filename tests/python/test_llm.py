@@ -3,6 +3,8 @@ its results and PEFT adapters that peft loads, bad options are named."""
 import json
 import os
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,6 +251,15 @@ def test_missing_files_fail_cleanly_on_all_ranks(tmp_path):
                    "--batch-size", "1", "--max-steps", "1", "--output-dir", taken, "--results", tmp_path / "o.h5")
     assert proc.returncode == 1 and f"--output-dir '{taken}': Not a directory" in proc.stderr, proc.stderr[-2000:]
     assert "set-up failed" in proc.stderr and "epoch 1/1" not in proc.stdout + proc.stderr
+    # --output-dir the --model directory (named another way): its checkpoint would be overwritten at the
+    # end -- refused at set-up (was: a single-file checkpoint overwritten, exit 0).
+    model = Path(shutil.copytree(MODEL, tmp_path / "model"))
+    before = (model / "model.safetensors").read_bytes()
+    proc = mgbench("llm", "--recipe", "full", "--model", model, "--tokenizer", SMALL_TOKENIZER, "--data", ALPACA,
+                   "--limit", "4", "--batch-size", "1", "--max-steps", "1", "--output-dir", f"{model}/.",
+                   "--results", tmp_path / "o.h5")
+    assert proc.returncode == 1 and f"--output-dir '{model}/.' is --model '{model}'" in proc.stderr, proc.stderr[-2000:]
+    assert (model / "model.safetensors").read_bytes() == before
     # A tokenizer cut short (1,900 of the 2,000 ranks the checkpoint was made with): its special tokens
     # move to ids 1900-2155, tokens the model learned as others (was: trained without a word). A warning,
     # not a refusal: random weights shaped like Llama 3 with a small tokenizer are a benchmark's setting.

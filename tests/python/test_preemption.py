@@ -247,6 +247,37 @@ def test_a_stop_signal_right_after_launch_stops_cleanly(tmp_path):
     assert not (tmp_path / "r.h5").exists()
 
 
+@pytest.mark.parametrize("command", ["eval-only", "comm"])
+def test_a_stop_signal_ends_an_evaluation_or_a_comm_run_between_batches(tmp_path, command):
+    """An --eval-only run (stopped between evaluation batches) and `mgbench comm` (between sizes) stop
+    on SIGUSR1 to mpirun once their run is in the results file: exit 75, the run `preempted`, comm's
+    rows so far kept (was: the evaluation ran on to its end, exit 0; comm's ranks died on the signal,
+    the run `aborted` with nothing recorded why)."""
+    results = tmp_path / "r.h5"
+    if command == "eval-only":  # 5,000 rows, some 1,250 batches a rank: seconds, every one polled
+        args = [*LLM[:LLM.index("--limit")], "--limit", "5000", "--batch-size", "2", "--max-seq-len", "1024",
+                "--precision", "fp32", "--device", "cpu", "--eval-only"]
+    else:  # 17 sizes, the large ones seconds each
+        args = ["comm", "--min-bytes", "1K", "--max-bytes", "64M", "--step-factor", "2", "--iters", "20"]
+    proc = start([*args, "--results", results])
+    stream = proc.stderr if command == "eval-only" else proc.stdout  # where "results: F run R" / "; results F" is
+    for line in stream:
+        if f"results: {results} run" in line or f"results {results} run" in line:
+            break
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, out[-2000:], err[-2000:])
+    f, (run,) = open_runs(results)
+    with f:
+        assert run["status"][0] == b"preempted"
+        if command == "comm":
+            rows = run["rank_0"]["comm"][:]
+            measured = int((rows["bytes"] > 0).sum()) // 2
+            assert 0 < measured < 17 and f"after {measured} measured sizes" in out, out
+    if command == "eval-only":
+        assert "stopped on SIGUSR1 after" in err and "evaluation batches" in err and "eval loss" not in out, err[-2000:]
+
+
 def test_a_stop_signal_while_the_libraries_initialise_is_a_stop_not_a_death(tmp_path):
     """SIGUSR1 to mpirun while its ranks are still in their shared libraries' initialisers (LibTorch's
     take ~0.4 s before main(); mpirun forwards the signal at once): the handlers come from the

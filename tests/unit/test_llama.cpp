@@ -226,6 +226,8 @@ TEST(LlamaConfig, ConfigJsonErrorsNameFileAndField) {
            {R"("hidden_act": "gelu")", "hidden_act \"gelu\", expected \"silu\""},
            {R"("attention_bias": true)", "attention_bias true, expected false"},
            {R"("mlp_bias": true)", "mlp_bias true, expected false"},
+           // No position trained at: named (was refused later as --pad-to-multiple padding past a context of 0).
+           {R"("max_position_embeddings": 0)", "max_position_embeddings 0 must be > 0"},
            // Llama 3.1's RoPE scaling with values llama_inv_freq divides by (it gave NaN frequencies).
            {R"("rope_scaling": {"rope_type": "llama3", "factor": 0.0, "low_freq_factor": 1.0,
               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})",

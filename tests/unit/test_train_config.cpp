@@ -233,6 +233,22 @@ TEST(JobConfig, AnOptionThatDoesNotApplyIsRefusedNamingWhatItNeeds) {
   EXPECT_EQ(outcome("image", "", {{"reshard-after-forward", "false"}}),
             "--reshard-after-forward 'false': only with --sharding fsdp");
   EXPECT_EQ(outcome("image", "", {{"sharding", "fsdp"}, {"reshard-after-forward", "false"}}), "");
+  // SGD's momentum, DDP's buckets, the telemetry's interval, CUPTI's window: each where its part runs.
+  EXPECT_EQ(outcome("image", "", {{"optimizer", "adamw"}, {"momentum", "0.5"}}),
+            "--momentum '0.5': only with --optimizer sgd");
+  EXPECT_EQ(outcome("image", "", {{"momentum", "0.5"}}), "");
+  for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{
+           {"bucket-mb", "5"}, {"first-bucket-mb", "0.5"}, {"gradient-as-bucket-view", "true"}}) {
+    EXPECT_EQ(
+        outcome("image", "", {{"sharding", "fsdp"}, {option, text}}),
+        fmt::format("--{} '{}': only with --sharding none (FSDP reduce-scatters per unit: no buckets)", option, text));
+    EXPECT_EQ(outcome("image", "", {{option, text}}), "") << option;
+  }
+  EXPECT_EQ(outcome("image", "", {{"telemetry", "off"}, {"telemetry-interval", "50"}}),
+            "--telemetry-interval '50': only with --telemetry auto, nvml or rapl");
+  EXPECT_EQ(outcome("image", "", {{"cupti", "false"}, {"profile-window", "0:10"}}),
+            "--profile-window '0:10': only with --cupti true");
+  EXPECT_EQ(outcome("image", "", {{"profile-window", "0:10"}}), "");
   for (const auto& [option, text] : std::vector<std::pair<std::string, std::string>>{
            {"lora-rank", "4"}, {"lora-alpha", "8"}, {"lora-dropout", "0.1"}, {"lora-targets", "q_proj,attention"}}) {
     EXPECT_EQ(outcome("llm", "full", {{option, text}}),

@@ -84,6 +84,7 @@ struct CsvState {
   std::vector<std::string> header;
   bool have_header = false;
   std::vector<std::string> current;
+  bool current_unquoted_empty = false;  // the row's first field was empty and unquoted (CSV_EMPTY_IS_NULL)
   std::size_t line = 0;
   std::size_t header_line = 0;
   std::size_t row = 0;  // data rows seen
@@ -93,6 +94,7 @@ struct CsvState {
 
 void csv_field(void* s, std::size_t len, void* data) {
   auto* st = static_cast<CsvState*>(data);
+  if (st->current.empty()) st->current_unquoted_empty = s == nullptr;
   st->current.emplace_back(s != nullptr ? static_cast<const char*>(s) : "", s != nullptr ? len : 0);
 }
 
@@ -108,7 +110,8 @@ void csv_row(int, void* data) {
     return;
   }
   ++st->row;
-  if (fields.size() == 1 && fields[0].empty()) return;  // blank line
+  // A blank line; a quoted empty value ("") is a row, as pandas and HF datasets read it (was dropped).
+  if (fields.size() == 1 && st->current_unquoted_empty) return;
   if (fields.size() != st->header.size()) {
     st->problem = fmt::format("dataset '{}' row {} (line {}): {} fields, the header has {}", st->out->path, st->row,
                               st->line, fields.size(), st->header.size());
@@ -136,7 +139,7 @@ Records read_delimited(const std::string& path, unsigned char delimiter) {
   Records out;
   out.path = path;
   csv_parser parser{};
-  MGBENCH_REQUIRE(csv_init(&parser, CSV_STRICT | CSV_STRICT_FINI | CSV_APPEND_NULL) == 0, DataError,
+  MGBENCH_REQUIRE(csv_init(&parser, CSV_STRICT | CSV_STRICT_FINI | CSV_APPEND_NULL | CSV_EMPTY_IS_NULL) == 0, DataError,
                   "dataset '{}': CSV parser init failed", path);
   std::unique_ptr<csv_parser, void (*)(csv_parser*)> freer(&parser, csv_free);
   csv_set_delim(&parser, delimiter);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -62,6 +63,13 @@ std::vector<TensorExport> LlamaFinetune::exports() const {
 
 void LlamaFinetune::prepare_output_dir() const {
   if (output_dir_.empty()) return;
+  // The checkpoint read: its weights and config.json overwritten at the end (a sharded one's index
+  // shadowed the new file and was refused below; a single file was overwritten silently).
+  std::error_code ec;
+  MGBENCH_REQUIRE(!fs::equivalent(output_dir_, model_name_, ec), ConfigError,
+                  "--output-dir '{}' is --model '{}': the checkpoint the run reads would be overwritten; give another "
+                  "directory",
+                  output_dir_, model_name_);
   const std::string problem = make_writable_directory(output_dir_);
   MGBENCH_REQUIRE(problem.empty(), ConfigError, "--output-dir '{}': {}: what the run trains would be lost at its end",
                   output_dir_, problem);

@@ -177,7 +177,8 @@ class LlamaFinetune {
   /// I/O errors.
   void save() const;
   /// --output-dir made (if missing) at set-up and checked writable: throws ConfigError naming it
-  /// otherwise -- found only when the run ended, the trained adapters or model were lost with it.
+  /// otherwise -- found only when the run ended, the trained adapters or model were lost with it --,
+  /// and where it is the --model directory (its checkpoint would be overwritten).
   void prepare_output_dir() const;
 
  private:
