@@ -24,14 +24,27 @@ constexpr options::Choice<ReduceOp> kOps[] = {
     {"min", ReduceOp::kMin, "elementwise minimum"},
 };
 
-/// Whether any of the --collective names (or "all") has `property` (CollectiveInfo::reduces: takes
-/// --op; ::rooted: takes --root). A name that is none is validate()'s to refuse: true here.
+/// The collectives --collective names ("all": every one), in order. Throws ConfigError naming an
+/// unknown name or an empty list.
+std::vector<Collective> resolve_collectives(const std::vector<std::string>& names) {
+  std::vector<Collective> resolved;
+  for (const std::string& name : names) {
+    if (name == "all") {
+      for (const auto& c : collective_choices()) resolved.push_back(c.value);
+    } else {
+      resolved.push_back(options::parse_choice(collective_choices(), "collective", name));
+    }
+  }
+  if (resolved.empty()) options::fail("collective", "", "all-reduce, all-gather, reduce-scatter, broadcast or all");
+  return resolved;
+}
+
+/// Whether any collective of --collective has `property` (CollectiveInfo::reduces: takes --op;
+/// ::rooted: takes --root). Throws as resolve_collectives.
 bool any_takes(const std::vector<std::string>& names, bool CollectiveInfo::*property) {
-  return std::any_of(names.begin(), names.end(), [property](const std::string& name) {
-    const auto& choices = collective_choices();
-    const auto row = std::find_if(choices.begin(), choices.end(), [&](const auto& c) { return c.name == name; });
-    return name == "all" || row == choices.end() || collective_info(row->value).*property;
-  });
+  const std::vector<Collective> resolved = resolve_collectives(names);
+  return std::any_of(resolved.begin(), resolved.end(),
+                     [property](Collective c) { return collective_info(c).*property; });
 }
 
 }  // namespace
@@ -120,17 +133,7 @@ void CommOptions::validate() {
     }
     options::fail("backend", runtime::backend_name(backend), options::join_names(measured));
   }
-  resolved_collectives.clear();
-  for (const std::string& name : collectives) {
-    if (name == "all") {
-      for (const auto& c : collective_choices()) resolved_collectives.push_back(c.value);
-    } else {
-      resolved_collectives.push_back(options::parse_choice(collective_choices(), "collective", name));
-    }
-  }
-  if (resolved_collectives.empty()) {
-    options::fail("collective", "", "all-reduce, all-gather, reduce-scatter, broadcast or all");
-  }
+  resolved_collectives = resolve_collectives(collectives);
   const std::int64_t lo = parse_bytes("min-bytes", min_bytes);
   const std::int64_t hi = parse_bytes("max-bytes", max_bytes);
   if (hi < lo) {

@@ -30,6 +30,7 @@ void release_units(const TrainingState& training) {
 /// The evaluation samples [begin, end) of this rank's contiguous shard, and the batches it runs.
 struct EvalShard {
   std::int64_t begin = 0, end = 0, batches = 0;
+  std::int64_t every_rank = 0;  // the batches every rank runs (the smallest shard's; under FSDP all)
 };
 
 EvalShard eval_shard(const RunSetup& setup, bool fully_sharded) {
@@ -40,6 +41,7 @@ EvalShard eval_shard(const RunSetup& setup, bool fully_sharded) {
   // FSDP gathers each unit in every forward, a collective: every rank runs as many batches as the
   // largest shard needs, one whose shard ends sooner a batch of one sample whose sums are dropped.
   shard.batches = fully_sharded ? ((n + world - 1) / world + b - 1) / b : (shard.end - shard.begin + b - 1) / b;
+  shard.every_rank = fully_sharded ? shard.batches : (n / world + b - 1) / b;
   return shard;
 }
 
@@ -60,16 +62,11 @@ std::optional<EvalResult> TrainingLoop::evaluate(runtime::StopAgreement* stop) {
   // Summed on the device: one host sync per evaluation, not per batch. On the rank's device: the
   // NCCL backend reduces device tensors only.
   torch::Tensor sums = torch::zeros({recipe.eval_terms()}, torch::TensorOptions(torch::kFloat64).device(setup.device));
-  // The batches every rank runs (the smallest shard's; under FSDP all): where a stop is polled.
-  const std::int64_t polled = training.fsdp() != nullptr ? shard.batches : (n / setup.world_size() + b - 1) / b;
-  for (std::int64_t k = 0; k < shard.batches; ++k) {
-    if (stop != nullptr && k < polled && stop->poll()) {
-      release_units(training);
-      recipe.model().train();
-      log::info("stopped on {} after {} of {} evaluation batches: an evaluation is not continued; run it again",
-                runtime::stop_signal_name(stop->agreed_signal()), k, shard.batches);
-      return std::nullopt;
-    }
+  std::int64_t k = 0;
+  bool stopped = false;
+  for (; k < shard.batches; ++k) {
+    // Polled where every rank runs the batch (the same number of polls on every rank).
+    if (stop != nullptr && k < shard.every_rank && (stopped = stop->poll())) break;
     const std::int64_t start = shard.begin + k * b;
     std::vector<std::int64_t> indices;
     for (std::int64_t i = start; i < std::min(shard.end, start + b); ++i) indices.push_back(i);
@@ -82,8 +79,13 @@ std::optional<EvalResult> TrainingLoop::evaluate(runtime::StopAgreement* stop) {
     if (!filler) sums += batch_sums;
   }
   release_units(training);
-  setup.comm.all_reduce(sums, runtime::ReduceOp::kSum)->wait();
   recipe.model().train();
+  if (stopped) {
+    log::info("stopped on {} after {} of {} evaluation batches: an evaluation is not continued; run it again",
+              runtime::stop_signal_name(stop->agreed_signal()), k, shard.batches);
+    return std::nullopt;
+  }
+  setup.comm.all_reduce(sums, runtime::ReduceOp::kSum)->wait();
   return recipe.eval_result(sums.cpu());
 }
 
